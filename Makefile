@@ -1,0 +1,39 @@
+# Two entry points on a fresh machine: `make run` (the main job) and `make test`.
+# Both create .venv if missing and install tpde into it, torch pinned by constraints.txt.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.tpde-installed
+# KeOps compiles formulas at first use into this ignored folder of the checkout.
+export KEOPS_CACHE_FOLDER ?= $(CURDIR)/build/keops
+
+.PHONY: run test test-slow lint format bench clean
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet -c constraints.txt "torch==2.13.0"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev]"
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/tpde run --quick
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -m slow
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(STAMP)
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/fields.py
+
+clean:
+	rm -rf $(VENV) build results

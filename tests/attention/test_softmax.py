@@ -1,0 +1,164 @@
+"""The softmax field: definitions, Gaussian closure, parameters, and rejected input."""
+
+import pytest
+import torch
+
+import tpde._engines.keops as keops_engine
+from tpde._engines import pick_engine
+from tpde.attention import GaussianNotPreserved, Softmax
+from tpde.attention.base import Field
+from tpde.flows import integrate
+from tpde.measures import Empirical, Gaussian
+
+F64 = torch.float64
+
+
+def test_interaction_matrix_and_default_scale(generator):
+    Q = torch.randn(4, 3, generator=generator, dtype=F64)
+    K = torch.randn(4, 3, generator=generator, dtype=F64)
+    field = Softmax(Q, K, torch.eye(3, dtype=F64))
+    assert field.params.scale == pytest.approx(0.5)  # 1/√k with k = 4
+    p = field.params.at(0.0, like=Q)
+    torch.testing.assert_close(p.A, 0.5 * K.T @ Q)
+
+
+def test_particle_velocity_is_the_defining_sum(generator):
+    # ẋ_i = V Σ_j w_j e^{x_jᵀAx_i} x_j / Σ_j w_j e^{x_jᵀAx_i}, written out with loops.
+    A = torch.randn(2, 2, generator=generator, dtype=F64)
+    V = torch.randn(2, 2, generator=generator, dtype=F64)
+    x = torch.randn(7, 2, generator=generator, dtype=F64)
+    w = torch.rand(7, generator=generator, dtype=F64)
+    w = w / w.sum()
+    expected = torch.stack(
+        [
+            V
+            @ sum(w[j] * torch.exp(x[j] @ A @ x[i]) * x[j] for j in range(7))
+            / sum(w[j] * torch.exp(x[j] @ A @ x[i]) for j in range(7))
+            for i in range(7)
+        ]
+    )
+    got = Softmax.from_interaction(A, V).velocity(Empirical(x, w))
+    torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
+
+
+def test_velocity_on_a_gaussian_is_the_tilted_mean(generator):
+    # Γ[N(α, Σ)](x) = V(α + ΣAx), and the particle velocity converges to it.
+    A = torch.tensor([[-0.4, 0.2], [0.1, -0.3]], dtype=F64)
+    V = torch.tensor([[1.0, 0.3], [0.0, 0.5]], dtype=F64)
+    g = Gaussian(
+        torch.tensor([0.2, -0.1], dtype=F64), torch.tensor([[0.5, 0.1], [0.1, 0.3]], dtype=F64)
+    )
+    x = torch.tensor([[0.3, 0.4], [-0.5, 0.1]], dtype=F64)
+    field = Softmax.from_interaction(A, V)
+    exact = field.velocity(g, x)
+    torch.testing.assert_close(exact, (g.mean() + x @ (g.cov() @ A).T) @ V.T)
+    cloud = Empirical.from_gaussian(g, 200_000, generator=generator)
+    # Monte Carlo error of a self-normalised average at n = 2e5: ~ 3e-3; allow 1e-2.
+    assert float((field.velocity(cloud, x) - exact).abs().max()) < 1e-2
+
+
+def test_batched_parameters_broadcast_against_batched_gaussians(generator):
+    A = torch.randn(5, 1, 2, 2, generator=generator, dtype=F64)
+    field = Softmax.from_interaction(A, torch.eye(2, dtype=F64))
+    g = Gaussian(torch.zeros(3, 2, dtype=F64), torch.eye(2, dtype=F64).expand(3, 2, 2))
+    dmean, dcov = field.gaussian_rhs(0.0, g.mean(), g.cov())
+    assert dmean.shape == (5, 3, 2) and dcov.shape == (5, 3, 2, 2)
+    torch.testing.assert_close(dcov[2, 1], A[2, 0] + A[2, 0].T)
+
+
+def test_callable_parameters_are_evaluated_at_t():
+    field = Softmax(lambda t: torch.tensor([[t + 1.0]]), torch.ones(1, 1), torch.eye(1))
+    mu = Empirical(torch.tensor([[1.0], [2.0]], dtype=F64))
+    assert not torch.allclose(field.velocity(mu, t=0.0), field.velocity(mu, t=2.0))
+
+
+def test_base_field_has_no_closure_or_energy():
+    with pytest.raises(GaussianNotPreserved, match="does not keep Gaussians Gaussian"):
+        Field().gaussian_rhs(0.0, torch.zeros(1), torch.eye(1))
+    with pytest.raises(NotImplementedError, match="not known to be a gradient flow"):
+        Softmax.from_interaction(torch.eye(1), torch.eye(1)).energy(Empirical(torch.zeros(1, 1)))
+
+
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [
+        ((torch.zeros(3), torch.zeros(1, 3), torch.eye(3)), r"Q must have shape \(\.\.\., k, d\)"),
+        (
+            (torch.zeros(2, 3), torch.zeros(1, 3), torch.eye(3)),
+            r"K must have shape \(\.\.\., 2, 3\)",
+        ),
+        (
+            (torch.zeros(2, 3), torch.zeros(2, 3), torch.eye(2)),
+            r"V must have shape \(\.\.\., 3, 3\)",
+        ),
+        ((torch.zeros(2, 2, 3), torch.zeros(3, 2, 3), torch.eye(3)), "do not broadcast"),
+        ((torch.full((1, 1), float("nan")), torch.ones(1, 1), torch.eye(1)), "non-finite"),
+    ],
+)
+def test_bad_parameters(args, match):
+    with pytest.raises(ValueError, match=match):
+        Softmax(*args)
+
+
+def test_bad_scale_and_bad_callable():
+    with pytest.raises(ValueError, match="scale must be finite and > 0"):
+        Softmax(torch.ones(1, 1), torch.ones(1, 1), torch.eye(1), scale=0.0)
+    field = Softmax(
+        lambda t: torch.ones(1, 1) if t == 0 else torch.ones(2, 1), torch.ones(1, 1), torch.eye(1)
+    )
+    with pytest.raises(ValueError, match="Q changed shape over time"):
+        field.velocity(Empirical(torch.zeros(2, 1)), t=1.0)
+
+
+def test_velocity_rejects_bad_measures_points_and_engines():
+    field = Softmax.from_interaction(torch.eye(2), torch.eye(2))
+    mu = Empirical(torch.zeros(3, 2))
+    with pytest.raises(ValueError, match="dimension mismatch: the measure lives in d = 3"):
+        field.velocity(Empirical(torch.zeros(3, 3)))
+    with pytest.raises(TypeError, match="must be a tpde measure"):
+        field.velocity(torch.zeros(3, 2))
+    with pytest.raises(ValueError, match=r"x must have shape \(m, 2\)"):
+        field.velocity(mu, x=torch.zeros(3))
+    with pytest.raises(ValueError, match="non-finite"):
+        field.velocity(mu, x=torch.full((1, 2), float("inf")))
+    with pytest.raises(ValueError, match="unknown engine 'gpu'; choose one of 'auto'"):
+        field.velocity(mu, engine="gpu")
+    with pytest.raises(ValueError, match="needs evaluation points x"):
+        field.velocity(Gaussian(torch.zeros(2), torch.eye(2)))
+
+
+def test_keops_unavailable_is_an_error_when_asked_and_a_warning_in_auto(monkeypatch):
+    monkeypatch.setattr(keops_engine, "keops_status", lambda: (False, "g++ missing (test)"))
+    field = Softmax.from_interaction(torch.eye(2), torch.eye(2))
+    with pytest.raises(RuntimeError, match=r"KeOps is not usable: g\+\+ missing \(test\)"):
+        field.velocity(Empirical(torch.zeros(3, 2)), engine="keops")
+    import tpde._engines as engines
+
+    monkeypatch.setattr(engines, "keops_status", lambda: (False, "g++ missing (test)"))
+    engines._warn_keops_fallback.cache_clear()
+    with pytest.warns(
+        RuntimeWarning,
+        match=r"KeOps is not usable \(g\+\+ missing \(test\)\); falling back to 'chunked'",
+    ):
+        assert pick_engine(10**4, 10**4, torch.device("cuda"), torch.float64) == "chunked"
+
+
+def test_integrate_rejects_bad_arguments():
+    field = Softmax.from_interaction(torch.eye(1), torch.eye(1))
+    g = Gaussian(torch.zeros(1), torch.eye(1))
+    with pytest.raises(ValueError, match=r"dt must be finite and > 0; received -0\.1"):
+        integrate(field, g, 1.0, dt=-0.1)
+    with pytest.raises(ValueError, match="t1 must be finite and >= t0"):
+        integrate(field, g, -1.0)
+    with pytest.raises(ValueError, match="unknown method 'rk45'"):
+        integrate(field, g, 1.0, method="rk45")
+    with pytest.raises(ValueError, match="unknown event 'explode'"):
+        integrate(field, g, 1.0, events=("explode",))
+    with pytest.raises(TypeError, match="must be an Empirical"):
+        integrate(field, torch.zeros(3, 1), 1.0)
+    with pytest.raises(ValueError, match="dimension mismatch"):
+        integrate(field, Gaussian(torch.zeros(2), torch.eye(2)), 1.0)
+    with pytest.raises(ValueError, match=r"save times must lie in \[t0, t1\]"):
+        integrate(field, g, 1.0, save=[2.0])
+    with pytest.raises(ValueError, match="unknown engine"):
+        integrate(field, Empirical(torch.zeros(2, 1)), 1.0, engine="fast")

@@ -1,0 +1,31 @@
+"""Test configuration: one torch thread, KeOps cache inside the checkout, shared helpers."""
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+os.environ.setdefault("KEOPS_CACHE_FOLDER", str(ROOT / "build" / "keops"))
+
+# With two cores and the other one busy, multi-threaded small ops slow down 10-40x.
+torch.set_num_threads(1)
+
+
+@pytest.fixture
+def generator():
+    """A seeded CPU generator: every random draw in a test is reproducible."""
+    return torch.Generator().manual_seed(20250131)
+
+
+def random_spd(d, generator, dtype=torch.float64, batch=(), floor=0.1):
+    """Random symmetric positive definite matrices (..., d, d) with eigenvalues >= floor."""
+    g = torch.randn(*batch, d, d, generator=generator, dtype=dtype)
+    return g @ g.mT / d + floor * torch.eye(d, dtype=dtype)
+
+
+def keops_ok():
+    from tpde._engines.keops import keops_status
+
+    return keops_status()[0]

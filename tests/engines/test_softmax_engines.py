@@ -1,0 +1,118 @@
+"""Every engine against the dense reference: values and gradients (points, Q, K, V)."""
+
+import pytest
+import torch
+
+from tests.conftest import keops_ok
+from tpde._engines import pick_engine, softmax_average
+from tpde.attention import Softmax
+from tpde.measures import Empirical
+
+ENGINES = [
+    "chunked",
+    "sdpa",
+    pytest.param("keops", marks=[pytest.mark.keops]),
+]
+# float32: 1e-5 relative (the SDPA kernel sums in another order: ~1e-6 seen);
+# float64: 1e-10 relative (rounding only).
+TOLERANCE = {torch.float32: 1e-5, torch.float64: 1e-10}
+
+
+def _skip_without_keops(engine):
+    if engine == "keops" and not keops_ok():
+        pytest.skip("KeOps cannot compile here")
+
+
+def _setup(dtype, generator, n=300, d=3, k=2):
+    def draw(*shape):
+        return torch.randn(*shape, generator=generator, dtype=torch.float64).to(dtype)
+
+    Q, K, V = (
+        draw(k, d).requires_grad_(),
+        draw(k, d).requires_grad_(),
+        draw(d, d).requires_grad_(),
+    )
+    points = draw(n, d).requires_grad_()
+    weights = torch.rand(n, generator=generator, dtype=torch.float64).to(dtype) + 0.1
+    return Q, K, V, points, weights / weights.sum()
+
+
+def _relative_error(a, b):
+    return float((a - b).abs().max() / b.abs().max())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("engine", ENGINES)
+def test_engine_values_and_gradients_match_dense(engine, dtype, generator):
+    _skip_without_keops(engine)
+    Q, K, V, points, weights = _setup(dtype, generator)
+    probe = torch.randn(points.shape, generator=generator, dtype=torch.float64).to(dtype)
+
+    def run(name):
+        field = Softmax(Q, K, V)
+        velocity = field.velocity(Empirical(points, weights), engine=name)
+        grads = torch.autograd.grad((velocity * probe).sum(), (points, Q, K, V))
+        return velocity.detach(), grads
+
+    ref_value, ref_grads = run("dense")
+    value, grads = run(engine)
+    tol = TOLERANCE[dtype]
+    assert _relative_error(value, ref_value) < tol
+    for name, g, g_ref in zip("xQKV", grads, ref_grads, strict=True):
+        assert _relative_error(g, g_ref) < 10 * tol, f"gradient in {name}"
+
+
+@pytest.mark.parametrize("engine", ["dense", "chunked", "sdpa"])
+def test_evaluation_points_and_batched_primitive(engine, generator):
+    q = torch.randn(2, 7, 4, generator=generator, dtype=torch.float64)
+    k = torch.randn(9, 4, generator=generator, dtype=torch.float64)
+    v = torch.randn(9, 5, generator=generator, dtype=torch.float64)  # value width ≠ key width
+    bias = torch.randn(9, generator=generator, dtype=torch.float64)
+    expected = torch.softmax(q @ k.T + bias, dim=-1) @ v
+    torch.testing.assert_close(softmax_average(q, k, v, bias, engine=engine), expected)
+
+
+def test_chunked_engine_splits_rows(monkeypatch, generator):
+    import tpde._engines.torch_engines as te
+
+    monkeypatch.setattr(te, "CHUNK_BYTES", 8 * 50 * 3)  # 3 rows of 50 keys per block
+    q = torch.randn(10, 2, generator=generator, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(50, 2, generator=generator, dtype=torch.float64)
+    out = te.softmax_average_chunked(q, k, k)
+    torch.testing.assert_close(out, te.softmax_average_dense(q, k, k))
+    assert te.chunk_rows(10, 50, 8) == 3
+    out.sum().backward()
+    assert q.grad is not None
+
+
+def test_weighted_particles_equal_repeated_particles(generator):
+    d = 2
+    field = Softmax(
+        *(torch.randn(2, d, generator=generator, dtype=torch.float64) for _ in "QK"),
+        torch.randn(d, d, generator=generator, dtype=torch.float64),
+    )
+    points = torch.randn(6, d, generator=generator, dtype=torch.float64)
+    counts = torch.tensor([1, 3, 2, 1, 1, 4])
+    weights = counts.double() / counts.sum()
+    weighted = Empirical(points, weights)
+    repeated = Empirical(points.repeat_interleave(counts, dim=0))
+    for engine in ("dense", "chunked", "sdpa"):
+        v_w = field.velocity(weighted, x=points, engine=engine)
+        v_r = field.velocity(repeated, x=points, engine=engine)
+        torch.testing.assert_close(v_w, v_r, rtol=1e-12, atol=1e-12)
+
+
+def test_zero_weight_particles_move_but_attract_nothing(generator):
+    field = Softmax.from_interaction(
+        torch.eye(2, dtype=torch.float64), torch.eye(2, dtype=torch.float64)
+    )
+    points = torch.randn(4, 2, generator=generator, dtype=torch.float64)
+    with_ghost = Empirical(points, torch.tensor([0.5, 0.5, 0.0, 0.0], dtype=torch.float64))
+    without = Empirical(points[:2])
+    torch.testing.assert_close(field.velocity(with_ghost), field.velocity(without, x=points))
+
+
+def test_auto_rule():
+    cpu = torch.device("cpu")
+    assert pick_engine(100, 100, cpu, torch.float32) == "dense"
+    assert pick_engine(10_000, 10_000, cpu, torch.float64) == "sdpa"

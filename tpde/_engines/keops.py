@@ -1,0 +1,65 @@
+"""KeOps engine: streaming reductions with symbolic LazyTensors (linear memory).
+
+pykeops is imported lazily, on the first use of the engine: importing it compiles a
+small C++ module, and each new formula is compiled with the system g++ (10–30 s) into
+KeOps's cache folder (``KEOPS_CACHE_FOLDER``; the project's Makefile points it to an
+ignored ``build/keops`` folder of the checkout).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from tpde._engines.torch_engines import augment_with_bias
+
+
+class KeOpsUnavailable(RuntimeError):
+    """KeOps cannot be imported or cannot compile a formula on this machine."""
+
+
+@functools.cache
+def keops_status() -> tuple[bool, str]:
+    """Whether KeOps works here, and if not, why (cached for the process).
+
+    Imports pykeops and compiles one tiny reduction, so the answer is a real test.
+    """
+    try:
+        import pykeops
+        from pykeops.torch import LazyTensor
+
+        pykeops.set_verbose(False)
+    except Exception as err:  # any import failure is a reason to report, not to hide
+        return False, f"pykeops could not be imported ({type(err).__name__}: {err})"
+    try:
+        x = torch.zeros(2, 1, dtype=torch.float64)
+        (LazyTensor(x[:, None, :]) - LazyTensor(x[None, :, :])).sum(dim=1)
+    except Exception as err:
+        return False, f"pykeops could not compile a test formula ({type(err).__name__}: {err})"
+    return True, "ok"
+
+
+def require_keops():
+    """Return pykeops' LazyTensor or raise :class:`KeOpsUnavailable` naming the cause."""
+    ok, reason = keops_status()
+    if not ok:
+        raise KeOpsUnavailable(
+            f"engine='keops' was requested but KeOps is not usable: {reason}. KeOps needs "
+            "g++ and the Python headers at run time; install them or pick engine='sdpa', "
+            "'chunked' or 'auto'."
+        )
+    from pykeops.torch import LazyTensor
+
+    return LazyTensor
+
+
+def softmax_average_keops(q, k, v, key_bias=None):
+    """Σ_j softmax_j(q_i·k_j + b_j) v_j as one KeOps ``sumsoftmaxweight`` reduction."""
+    LazyTensor = require_keops()
+    q, k = augment_with_bias(q, k, key_bias)
+    q_i = LazyTensor(q.unsqueeze(-2).contiguous())
+    k_j = LazyTensor(k.unsqueeze(-3).contiguous())
+    v_j = LazyTensor(v.unsqueeze(-3).contiguous())
+    scores = q_i | k_j
+    return scores.sumsoftmaxweight(v_j, dim=q.ndim - 1)

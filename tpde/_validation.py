@@ -1,0 +1,148 @@
+"""Input checks at the public boundary.
+
+Every public constructor and function of tpde converts and checks its inputs here, once,
+with messages that say what was received and how to fix it. Code behind the boundary
+trusts its inputs.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import torch
+
+__all__ = [
+    "as_tensor",
+    "check_choice",
+    "check_finite",
+    "check_positive",
+    "check_psd",
+    "check_symmetric",
+]
+
+
+def as_tensor(
+    value,
+    name: str,
+    *,
+    dtype: torch.dtype | None = None,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """Convert ``value`` (tensor, numpy array, list, number) to a floating torch tensor.
+
+    Tensors keep their dtype and device (and autograd history) unless asked otherwise;
+    numpy arrays keep float64; integer and Python inputs take torch's default dtype.
+    """
+    if isinstance(value, torch.Tensor):
+        tensor = value
+    elif isinstance(value, np.ndarray | numbers.Number | Sequence):
+        try:
+            tensor = torch.as_tensor(np.asarray(value))
+        except (TypeError, ValueError) as err:
+            raise TypeError(
+                f"{name} must be an array of numbers; received {type(value).__name__} that "
+                f"numpy cannot convert ({err}). Pass a torch tensor or a numeric numpy array."
+            ) from None
+    else:
+        raise TypeError(
+            f"{name} must be a torch tensor or a numpy array; received "
+            f"{type(value).__name__}. Convert it with torch.as_tensor first."
+        )
+    if tensor.dtype == torch.bool or not (tensor.is_floating_point() or tensor.is_complex()):
+        tensor = tensor.to(torch.get_default_dtype())
+    if tensor.is_complex():
+        raise TypeError(f"{name} must be real; received a complex tensor ({tensor.dtype}).")
+    if dtype is not None or device is not None:
+        tensor = tensor.to(dtype=dtype or tensor.dtype, device=device or tensor.device)
+    return tensor
+
+
+def check_finite(tensor: torch.Tensor, name: str) -> None:
+    """Raise if ``tensor`` holds NaN or Inf, naming how many entries and where."""
+    bad = ~torch.isfinite(tensor.detach())
+    if bad.any():
+        count = int(bad.sum())
+        first = tuple(int(i) for i in bad.nonzero()[0])
+        raise ValueError(
+            f"{name} contains {count} non-finite value(s) (NaN or Inf), the first at index "
+            f"{first}. Remove or replace them before building the measure or field."
+        )
+
+
+def check_positive(value, name: str, *, strict: bool = True) -> float:
+    """Return ``value`` as a float after checking that it is (strictly) positive."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a number; received {value!r}.") from None
+    ok = number > 0 if strict else number >= 0
+    if not ok or not np.isfinite(number):
+        bound = "> 0" if strict else ">= 0"
+        raise ValueError(f"{name} must be finite and {bound}; received {number!r}.")
+    return number
+
+
+def check_choice(value: str, name: str, choices: Sequence[str]) -> str:
+    """Return ``value`` if it is one of ``choices``; otherwise list the known ones."""
+    if value not in choices:
+        known = ", ".join(repr(c) for c in choices)
+        raise ValueError(f"unknown {name} {value!r}; choose one of {known}.")
+    return value
+
+
+def _matrix_scale(matrix: torch.Tensor) -> torch.Tensor:
+    """Per-matrix size used for relative tolerances: max(1, max |entry|), shape (...)."""
+    return matrix.detach().abs().amax(dim=(-2, -1)).clamp_min(1.0)
+
+
+def symmetry_tolerance(dtype: torch.dtype) -> float:
+    """Relative asymmetry tolerated in a covariance: 1e3 machine epsilons."""
+    return 1e3 * torch.finfo(dtype).eps
+
+
+def check_symmetric(matrix: torch.Tensor, name: str) -> None:
+    """Raise unless ``matrix`` (..., d, d) is symmetric up to 1e3 machine epsilons (relative)."""
+    if matrix.shape[-1] != matrix.shape[-2]:
+        raise ValueError(
+            f"{name} must be square (..., d, d); received shape {tuple(matrix.shape)}."
+        )
+    gap = (matrix - matrix.transpose(-1, -2)).detach().abs().amax(dim=(-2, -1))
+    rel = gap / _matrix_scale(matrix)
+    tol = symmetry_tolerance(matrix.dtype)
+    if (rel > tol).any():
+        raise ValueError(
+            f"{name} must be symmetric; received a matrix with relative asymmetry "
+            f"{float(rel.max()):.3g} > {tol:.1g}. Symmetrise it with (S + S.mT) / 2 if the "
+            "asymmetry is rounding."
+        )
+
+
+def check_psd(matrix: torch.Tensor, name: str) -> None:
+    """Raise unless the symmetric ``matrix`` (..., d, d) is positive semidefinite.
+
+    Eigenvalues down to ``-d * 1e3 * eps * scale`` are accepted as rounding of zero.
+    """
+    sym = 0.5 * (matrix + matrix.transpose(-1, -2)).detach()
+    low = torch.linalg.eigvalsh(sym).amin(dim=-1)
+    tol = matrix.shape[-1] * symmetry_tolerance(matrix.dtype) * _matrix_scale(matrix)
+    if (low < -tol).any():
+        raise ValueError(
+            f"{name} must be positive semidefinite; received a matrix with smallest eigenvalue "
+            f"{float(low.min()):.3g}. Pass a covariance such as S @ S.mT."
+        )
+
+
+def resolve(param, t) -> torch.Tensor:
+    """Evaluate a parameter that is either a tensor or a callable ``t -> tensor``."""
+    return param(t) if callable(param) else param
+
+
+def as_parameter(value, name: str) -> torch.Tensor | Callable:
+    """Accept a tensor-like parameter or a callable of time (checked when first evaluated)."""
+    if callable(value) and not isinstance(value, torch.Tensor):
+        return value
+    tensor = as_tensor(value, name)
+    check_finite(tensor, name)
+    return tensor

@@ -1,0 +1,75 @@
+"""Events that stop a flow: finite-time blow-up and convergence to a stationary state."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from tpde._validation import check_positive
+
+
+@dataclass(frozen=True)
+class BlowUp:
+    """Stop an element when its size passes ``threshold`` (status ``"blow_up"``).
+
+    Size: the largest covariance eigenvalue λ_max(Σ) for Gaussians, the largest squared
+    distance to the mean max_i |x_i − m|² for particles (both squared lengths). The
+    state overflowing, or the adaptive step size collapsing, also counts as blow-up
+    (always, even without this event).
+    """
+
+    threshold: float = 1e6
+    name = "blow_up"
+
+    def __post_init__(self):
+        check_positive(self.threshold, "BlowUp threshold")
+
+    def check(self, system, state, derivative) -> torch.Tensor:
+        return system.size(state) > self.threshold
+
+
+@dataclass(frozen=True)
+class Converged:
+    """Stop an element when its velocity norm falls below ``tol`` (status ``"converged"``).
+
+    Norm: (|α̇|² + ‖Σ̇‖²_F)^{1/2} for Gaussians (the paper's ‖rhs‖_F stopping rule),
+    (Σ_i w_i |ẋ_i|²)^{1/2} for particles.
+    """
+
+    tol: float = 1e-8
+    name = "converged"
+
+    def __post_init__(self):
+        check_positive(self.tol, "Converged tol")
+
+    def check(self, system, state, derivative) -> torch.Tensor:
+        return system.rhs_norm(derivative) < self.tol
+
+
+EVENTS = {"blow_up": BlowUp, "converged": Converged}
+
+
+def parse_events(events) -> tuple:
+    """Turn names and event objects into a tuple of event objects."""
+    if events is None:
+        return ()
+    if isinstance(events, str | BlowUp | Converged):
+        events = (events,)
+    parsed = []
+    for event in events:
+        if isinstance(event, str):
+            if event not in EVENTS:
+                known = ", ".join(repr(k) for k in EVENTS)
+                raise ValueError(
+                    f"unknown event {event!r}; choose among {known} or pass "
+                    "an event object such as BlowUp(threshold=1e4)."
+                )
+            event = EVENTS[event]()
+        elif not isinstance(event, BlowUp | Converged):
+            raise TypeError(
+                f"events must be names or BlowUp/Converged objects; received "
+                f"{type(event).__name__}."
+            )
+        parsed.append(event)
+    return tuple(parsed)

@@ -1,0 +1,54 @@
+"""The interface every measure implements."""
+
+from __future__ import annotations
+
+import abc
+
+import torch
+
+
+class Measure(abc.ABC):
+    """A probability measure on R^d that tpde can evolve and compare.
+
+    Every measure exposes its dimension, its first two moments, sampling and a device /
+    dtype move. Subclasses: :class:`~tpde.measures.Empirical` (weighted particles),
+    :class:`~tpde.measures.Gaussian` (mean and covariance, batched).
+    """
+
+    @property
+    @abc.abstractmethod
+    def dim(self) -> int:
+        """Ambient dimension d."""
+
+    @property
+    @abc.abstractmethod
+    def dtype(self) -> torch.dtype:
+        """Floating dtype of the measure's tensors."""
+
+    @property
+    @abc.abstractmethod
+    def device(self) -> torch.device:
+        """Device of the measure's tensors."""
+
+    @abc.abstractmethod
+    def mean(self) -> torch.Tensor:
+        """Mean ∫ x dμ, shape (..., d)."""
+
+    @abc.abstractmethod
+    def cov(self) -> torch.Tensor:
+        """Covariance ∫ (x − m)(x − m)ᵀ dμ, shape (..., d, d)."""
+
+    @abc.abstractmethod
+    def sample(self, n: int, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Draw ``n`` i.i.d. points, shape (..., n, d)."""
+
+    @abc.abstractmethod
+    def to(self, device=None, dtype=None) -> Measure:
+        """Return the same measure with tensors on ``device`` and/or in ``dtype``."""
+
+
+def check_sample_size(n) -> int:
+    """Validate the number of samples requested from a measure."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"the number of samples must be a positive int; received {n!r}.")
+    return n
