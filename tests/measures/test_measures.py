@@ -126,3 +126,11 @@ def test_bad_types_and_sample_sizes():
         Gaussian(torch.zeros(1), torch.eye(1))[0]
     with pytest.raises(ValueError, match="new points must have shape"):
         Empirical(torch.zeros(2, 1)).with_points(torch.zeros(3, 1))
+
+
+def test_gaussian_sampling_has_finite_gradients_at_repeated_eigenvalues(generator):
+    # Σ = I has repeated eigenvalues, where autograd through eigh divides by zero.
+    cov = torch.eye(3, dtype=torch.float64, requires_grad=True)
+    x = Gaussian(torch.zeros(3, dtype=torch.float64), cov).sample(50, generator=generator)
+    (grad,) = torch.autograd.grad(x.pow(2).sum(), cov)
+    assert torch.isfinite(grad).all()

@@ -4,16 +4,11 @@ from __future__ import annotations
 
 import torch
 
+from tpde._linalg import sqrtm_psd
 from tpde._validation import as_tensor, check_finite, check_psd, check_symmetric
 from tpde.measures._base import Measure, check_sample_size
 
 __all__ = ["Gaussian"]
-
-
-def psd_sqrt(cov: torch.Tensor) -> torch.Tensor:
-    """Symmetric square root of PSD matrices (..., d, d), eigenvalues clamped at 0."""
-    evals, evecs = torch.linalg.eigh(cov)
-    return (evecs * evals.clamp_min(0).sqrt().unsqueeze(-2)) @ evecs.transpose(-1, -2)
 
 
 class Gaussian(Measure):
@@ -101,7 +96,7 @@ class Gaussian(Measure):
             device=self.device,
             generator=generator,
         )
-        root = psd_sqrt(self._cov)
+        root = sqrtm_psd(self._cov)  # stable backward, also at repeated eigenvalues
         return self._mean.unsqueeze(-2) + z @ root.transpose(-1, -2)
 
     def to(self, device=None, dtype=None) -> Gaussian:

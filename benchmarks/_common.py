@@ -1,0 +1,82 @@
+"""Shared helpers of the benchmark scripts: timing with warm-up, peak memory, tables."""
+
+from __future__ import annotations
+
+import gc
+import os
+import resource
+import statistics
+import threading
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+os.environ.setdefault("KEOPS_CACHE_FOLDER", str(ROOT / "build" / "keops"))
+
+
+class PeakRSS:
+    """Peak resident memory above the baseline during a block, sampled every 2 ms (bytes)."""
+
+    def __enter__(self):
+        gc.collect()
+        self.base = self.peak = _rss()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def _sample(self):
+        while not self._stop.is_set():
+            self.peak = max(self.peak, _rss())
+            time.sleep(0.002)
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, _rss())
+        self.extra = self.peak - self.base
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize()
+
+
+def timed(fn, repeat: int = 3, budget_s: float = 30.0):
+    """Median wall time of ``fn()`` over ``repeat`` runs after one warm-up run.
+
+    The warm-up run (compilation, allocator growth) is the one whose extra peak memory is
+    reported. Stops repeating early when one run exceeds ``budget_s / repeat``. Returns
+    (median seconds, extra peak memory in bytes, last result).
+    """
+    with PeakRSS() as mem:
+        result = fn()
+    times = []
+    if True:
+        for _ in range(repeat):
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            result = fn()
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - start)
+            if times[-1] * repeat > budget_s:
+                break
+    return statistics.median(times), mem.extra, result
+
+
+def print_table(rows: list[dict], columns: list[str]) -> None:
+    """Print rows as a Markdown table (pasted into the issue notes)."""
+    print("| " + " | ".join(columns) + " |")
+    print("|" + "|".join("---" for _ in columns) + "|")
+    for row in rows:
+        print("| " + " | ".join(_fmt(row.get(c, "")) for c in columns) + " |")
+
+
+def _fmt(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    return str(value)

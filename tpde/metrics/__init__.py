@@ -1,0 +1,55 @@
+"""Distances and diagnostics between measures (MATH.md §5).
+
+- :func:`w2`: exact W2 — Bures closed form for Gaussians, network simplex (or quantiles
+  in d = 1) for particles and grids; a Gaussian against particles raises, saying what to
+  call instead.
+- :func:`sinkhorn_divergence`: debiased entropic OT, GeomLoss's convention, on GeomLoss
+  for particles and in closed form for Gaussians.
+- Bures–Wasserstein geometry of :class:`~tpde.measures.Gaussian`: :func:`bures_wasserstein`,
+  :func:`bures_monge_map`, :func:`bures_geodesic`, :func:`bures_exp`, :func:`bures_log`,
+  :func:`bures_inner` with tangent vectors :class:`BuresTangent`.
+- :func:`entropic_ot_gaussian`: closed-form entropic OT between Gaussians, quadratic and
+  attention costs.
+- :func:`twisted_w2`: the twisted distance of softmax attention frozen at a reference.
+- :func:`conditional_w2`: conditional W2 for particles with positions (masked attention).
+- :mod:`tpde.metrics.diagnostics`: spectrum, ranks, anisotropy, clusters, Gaussianity.
+
+Every distance is a tensor (0-d, or the batch shape of batched Gaussians): the distance,
+not its square. Autograd is kept throughout; where POT's network simplex needs numpy, the
+plan is computed on detached copies and the value rebuilt in torch (envelope theorem).
+"""
+
+from tpde.metrics import diagnostics
+from tpde.metrics.bures import (
+    BuresTangent,
+    GaussianMap,
+    bures_exp,
+    bures_geodesic,
+    bures_inner,
+    bures_log,
+    bures_monge_map,
+    bures_wasserstein,
+)
+from tpde.metrics.conditional import conditional_w2
+from tpde.metrics.entropic_gaussian import EntropicGaussianOT, entropic_ot_gaussian
+from tpde.metrics.sinkhorn import sinkhorn_divergence
+from tpde.metrics.twisted import twisted_w2
+from tpde.metrics.wasserstein import w2
+
+__all__ = [
+    "BuresTangent",
+    "EntropicGaussianOT",
+    "GaussianMap",
+    "bures_exp",
+    "bures_geodesic",
+    "bures_inner",
+    "bures_log",
+    "bures_monge_map",
+    "bures_wasserstein",
+    "conditional_w2",
+    "diagnostics",
+    "entropic_ot_gaussian",
+    "sinkhorn_divergence",
+    "twisted_w2",
+    "w2",
+]
