@@ -6,9 +6,16 @@ Engines (the word *engine* is used for nothing else in tpde):
 - ``"chunked"``: row blocks of the dense computation under a 64 MB budget, checkpointed
   under autograd; bounded memory on any device.
 - ``"sdpa"``: ``torch.nn.functional.scaled_dot_product_attention`` (fused flash kernel,
-  O(n) memory). Only expresses softmax averages.
+  O(n) memory). Expresses softmax averages (causal ones too) and, on the CPU, log-sum-exp
+  reductions (through the internal flash op that also returns the log-normaliser).
 - ``"keops"``: pykeops LazyTensor streaming reductions (O(n) memory, compiled formulas).
 - ``"auto"``: the rule of :func:`pick_engine`, from measurements in ``benchmarks/fields.py``.
+
+Primitives: :func:`softmax_average` (every engine) and :func:`kernel_sum`, the
+unnormalised sum Σ_j φ(q_i·k_j + b_j) v_j of sigmoid and linear attention (dense,
+chunked, keops; its "auto" rule is :func:`pick_kernel_sum_engine`), and :func:`logsumexp`,
+log Σ_j exp(q_i·k_j + b_j), of Sinkhorn attention (every engine, "sdpa" on the CPU only;
+"auto": :func:`pick_logsumexp_engine`).
 """
 
 from __future__ import annotations
@@ -18,15 +25,39 @@ import warnings
 
 import torch
 
-from tpde._engines.keops import KeOpsUnavailable, keops_status, softmax_average_keops
+from tpde._engines.keops import (
+    KeOpsUnavailable,
+    keops_status,
+    kernel_sum_keops,
+    logsumexp_keops,
+    softmax_average_keops,
+)
 from tpde._engines.torch_engines import (
+    KERNELS,
+    flash_logsumexp_available,
+    kernel_sum_chunked,
+    kernel_sum_dense,
+    logsumexp_chunked,
+    logsumexp_dense,
+    logsumexp_sdpa,
     softmax_average_chunked,
     softmax_average_dense,
     softmax_average_sdpa,
 )
 from tpde._validation import check_choice
 
-__all__ = ["ENGINES", "KeOpsUnavailable", "check_engine", "pick_engine", "softmax_average"]
+__all__ = [
+    "ENGINES",
+    "KERNELS",
+    "KeOpsUnavailable",
+    "check_engine",
+    "kernel_sum",
+    "logsumexp",
+    "pick_engine",
+    "pick_kernel_sum_engine",
+    "pick_logsumexp_engine",
+    "softmax_average",
+]
 
 ENGINES = ("auto", "dense", "chunked", "sdpa", "keops")
 
@@ -38,6 +69,13 @@ _SOFTMAX_AVERAGE = {
     "chunked": softmax_average_chunked,
     "sdpa": softmax_average_sdpa,
     "keops": softmax_average_keops,
+}
+
+# Unnormalised kernel sums (sigmoid, linear): SDPA always normalises, so it is absent.
+_KERNEL_SUM = {
+    "dense": kernel_sum_dense,
+    "chunked": kernel_sum_chunked,
+    "keops": kernel_sum_keops,
 }
 
 
@@ -90,7 +128,16 @@ def _broadcast_batch(q, k, v, key_bias):
     return q, k, v, key_bias
 
 
-def softmax_average(q, k, v, key_bias=None, engine: str = "auto") -> torch.Tensor:
+def softmax_average(
+    q,
+    k,
+    v,
+    key_bias=None,
+    engine: str = "auto",
+    *,
+    query_positions=None,
+    key_positions=None,
+) -> torch.Tensor:
     """Key-biased softmax average on the chosen engine.
 
     out_i = Σ_j exp(q_i·k_j + b_j) v_j / Σ_j exp(q_i·k_j + b_j)
@@ -100,6 +147,9 @@ def softmax_average(q, k, v, key_bias=None, engine: str = "auto") -> torch.Tenso
     q : (..., n, e) queries;  k : (..., m, e) keys;  v : (..., m, f) values;
     key_bias : (..., m) or None, e.g. log-weights of the keys.
     engine : one of :data:`ENGINES`.
+    query_positions, key_positions : (n,) and (m,), optional, both or neither
+        Causal mask (masked attention): the sums run over the keys with s_j ≤ s_i, ties
+        included. Every query must see at least one key.
 
     Returns
     -------
@@ -108,4 +158,117 @@ def softmax_average(q, k, v, key_bias=None, engine: str = "auto") -> torch.Tenso
     q, k, v, key_bias = _broadcast_batch(q, k, v, key_bias)
     if engine == "auto":
         engine = pick_engine(q.shape[-2], k.shape[-2], q.device, q.dtype)
-    return _SOFTMAX_AVERAGE[engine](q, k, v, key_bias)
+    if query_positions is None and key_positions is None:
+        return _SOFTMAX_AVERAGE[engine](q, k, v, key_bias)
+    if query_positions is None or key_positions is None:
+        raise ValueError("a causal mask needs both query_positions and key_positions.")
+    if bool(query_positions.min() < key_positions.min()):
+        raise ValueError(
+            f"a query at position {float(query_positions.min()):.4g} sees no key: the "
+            f"earliest key is at {float(key_positions.min()):.4g}. Add a key (a sink) at a "
+            "position ≤ every query's."
+        )
+    return _SOFTMAX_AVERAGE[engine](q, k, v, key_bias, query_positions, key_positions)
+
+
+def pick_kernel_sum_engine(n: int, m: int, device: torch.device, dtype: torch.dtype) -> str:
+    """The ``"auto"`` rule for unnormalised kernel sums with n queries and m keys.
+
+    Dense while n·m ≤ 2¹⁶ (as for softmax); beyond, KeOps on CUDA when it compiles (linear
+    memory, fused), else the chunked torch engine (bounded memory; on the CPU it runs at the
+    dense engine's speed, benchmarks/fields.py).
+    """
+    if n * m <= DENSE_LIMIT:
+        return "dense"
+    if device.type == "cuda":
+        ok, reason = keops_status()
+        if ok:
+            return "keops"
+        _warn_keops_fallback(reason, "chunked")
+    return "chunked"
+
+
+def kernel_sum(q, k, v, key_bias=None, kernel: str = "sigmoid", engine: str = "auto"):
+    """Unnormalised kernel sum on the chosen engine.
+
+    out_i = Σ_j φ(q_i·k_j + b_j) v_j,   φ = σ ("sigmoid") or the identity ("linear").
+
+    Parameters
+    ----------
+    q : (..., n, e) queries;  k : (..., m, e) keys;  v : (..., m, f) values (fold key
+    weights into v); key_bias : (..., m) or None, added inside φ.
+    kernel : one of :data:`KERNELS`.
+    engine : "auto", "dense", "chunked" or "keops". "sdpa" raises: it only expresses
+        normalised (softmax) averages.
+
+    Returns
+    -------
+    (..., n, f) tensor, differentiable in all inputs on every engine.
+    """
+    check_choice(kernel, "kernel", tuple(KERNELS))
+    if engine == "sdpa":
+        raise ValueError(
+            f"engine 'sdpa' only computes softmax-normalised averages and cannot express the "
+            f"unnormalised {kernel} kernel sum; use engine='auto', 'dense', 'chunked' or "
+            "'keops'."
+        )
+    q, k, v, key_bias = _broadcast_batch(q, k, v, key_bias)
+    if engine == "auto":
+        engine = pick_kernel_sum_engine(q.shape[-2], k.shape[-2], q.device, q.dtype)
+    return _KERNEL_SUM[engine](q, k, v, key_bias, kernel)
+
+
+_LOGSUMEXP = {
+    "dense": logsumexp_dense,
+    "chunked": logsumexp_chunked,
+    "sdpa": logsumexp_sdpa,
+    "keops": logsumexp_keops,
+}
+
+
+def pick_logsumexp_engine(n: int, m: int, device: torch.device, dtype: torch.dtype) -> str:
+    """The ``"auto"`` rule for log-sum-exp reductions with n queries and m keys.
+
+    Dense while n·m ≤ 2¹⁶. Beyond, on the CPU, the fused flash kernel ("sdpa", 2–4× faster
+    than row blocks at n = 10⁴–2·10⁴ on 2 cores, benchmarks/fields.py) when this torch has
+    it, else "chunked"; on CUDA, KeOps when it compiles, else "chunked".
+    """
+    if n * m <= DENSE_LIMIT:
+        return "dense"
+    if flash_logsumexp_available(device):
+        return "sdpa"
+    if device.type == "cuda":
+        ok, reason = keops_status()
+        if ok:
+            return "keops"
+        _warn_keops_fallback(reason, "chunked")
+    return "chunked"
+
+
+def logsumexp(q, k, key_bias=None, engine: str = "auto") -> torch.Tensor:
+    """Key-biased log-sum-exp reduction on the chosen engine.
+
+    out_i = log Σ_j exp(q_i·k_j + b_j)
+
+    The reduction of log-domain Sinkhorn iterations (:class:`tpde.attention.Sinkhorn`).
+
+    Parameters
+    ----------
+    q : (..., n, e) queries;  k : (..., m, e) keys;  key_bias : (..., m) or None.
+    engine : one of :data:`ENGINES`; "sdpa" is torch's CPU flash kernel (CPU only,
+        first-order gradients).
+
+    Returns
+    -------
+    (..., n) tensor, differentiable in all inputs on every engine.
+    """
+    batch = torch.broadcast_shapes(
+        q.shape[:-2], k.shape[:-2], () if key_bias is None else key_bias.shape[:-1]
+    )
+    q = q.expand(*batch, *q.shape[-2:])
+    k = k.expand(*batch, *k.shape[-2:])
+    if key_bias is not None:
+        key_bias = key_bias.expand(*batch, key_bias.shape[-1])
+    if engine == "auto":
+        engine = pick_logsumexp_engine(q.shape[-2], k.shape[-2], q.device, q.dtype)
+    return _LOGSUMEXP[engine](q, k, key_bias)

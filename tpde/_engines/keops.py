@@ -54,12 +54,48 @@ def require_keops():
     return LazyTensor
 
 
-def softmax_average_keops(q, k, v, key_bias=None):
-    """Σ_j softmax_j(q_i·k_j + b_j) v_j as one KeOps ``sumsoftmaxweight`` reduction."""
+def softmax_average_keops(q, k, v, key_bias=None, query_positions=None, key_positions=None):
+    """Σ_j softmax_j(q_i·k_j + b_j) v_j as one KeOps ``sumsoftmaxweight`` reduction.
+
+    With positions, keys with s_j > s_i score −10³⁰ for query i (KeOps ``ifelse``; the
+    comparison is s_i − s_j ≥ 0, ties included).
+    """
     LazyTensor = require_keops()
     q, k = augment_with_bias(q, k, key_bias)
     q_i = LazyTensor(q.unsqueeze(-2).contiguous())
     k_j = LazyTensor(k.unsqueeze(-3).contiguous())
     v_j = LazyTensor(v.unsqueeze(-3).contiguous())
     scores = q_i | k_j
+    if query_positions is not None:
+        batch = q.shape[:-2]
+        s_i = query_positions.to(q.dtype).expand(*batch, -1).unsqueeze(-1).unsqueeze(-1)
+        s_j = key_positions.to(q.dtype).expand(*batch, -1).unsqueeze(-1).unsqueeze(-3)
+        gap = LazyTensor(s_i.contiguous()) - LazyTensor(s_j.contiguous())
+        scores = gap.ifelse(scores, -1e30)
     return scores.sumsoftmaxweight(v_j, dim=q.ndim - 1)
+
+
+def _keops_kernel(scores, kernel: str):
+    """φ(scores) as a KeOps formula; σ(s) written overflow-free as e^{−relu(−s)}/(1 + e^{−|s|})."""
+    if kernel == "sigmoid":
+        return (-(-scores).relu()).exp() / (1 + (-scores.abs()).exp())
+    return scores  # "linear": φ = identity
+
+
+def kernel_sum_keops(q, k, v, key_bias=None, kernel: str = "sigmoid"):
+    """Σ_j φ(q_i·k_j + b_j) v_j as one KeOps ``sum`` reduction (no normalisation)."""
+    LazyTensor = require_keops()
+    q, k = augment_with_bias(q, k, key_bias)
+    q_i = LazyTensor(q.unsqueeze(-2).contiguous())
+    k_j = LazyTensor(k.unsqueeze(-3).contiguous())
+    v_j = LazyTensor(v.unsqueeze(-3).contiguous())
+    return (_keops_kernel(q_i | k_j, kernel) * v_j).sum(dim=q.ndim - 1)
+
+
+def logsumexp_keops(q, k, key_bias=None):
+    """log Σ_j exp(q_i·k_j + b_j) as one KeOps ``logsumexp`` reduction (linear memory)."""
+    LazyTensor = require_keops()
+    q, k = augment_with_bias(q, k, key_bias)
+    q_i = LazyTensor(q.unsqueeze(-2).contiguous())
+    k_j = LazyTensor(k.unsqueeze(-3).contiguous())
+    return (q_i | k_j).logsumexp(dim=q.ndim - 1).squeeze(-1)

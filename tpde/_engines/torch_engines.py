@@ -14,6 +14,7 @@ import math
 
 import torch
 import torch.nn.functional as F
+from torch.autograd.function import once_differentiable
 from torch.utils.checkpoint import checkpoint
 
 # Memory budget for one block of scores in the chunked engine (bytes).
@@ -36,9 +37,16 @@ def dense_scores(q, k, key_bias):
     return scores
 
 
-def softmax_average_dense(q, k, v, key_bias=None):
-    """One (..., n, m) score matrix; O(n·m) memory."""
-    return torch.softmax(dense_scores(q, k, key_bias), dim=-1) @ v
+def softmax_average_dense(q, k, v, key_bias=None, query_positions=None, key_positions=None):
+    """One (..., n, m) score matrix; O(n·m) memory.
+
+    With positions (n,) and (m,), key j is seen by query i only if s_j ≤ s_i (causal).
+    """
+    scores = dense_scores(q, k, key_bias)
+    if query_positions is not None:
+        hidden = key_positions.unsqueeze(-2) > query_positions.unsqueeze(-1)
+        scores = scores.masked_fill(hidden, -math.inf)
+    return torch.softmax(scores, dim=-1) @ v
 
 
 def chunk_rows(n_rows: int, n_cols: int, itemsize: int) -> int:
@@ -46,11 +54,11 @@ def chunk_rows(n_rows: int, n_cols: int, itemsize: int) -> int:
     return max(1, min(n_rows, CHUNK_BYTES // max(1, n_cols * itemsize)))
 
 
-def softmax_average_chunked(q, k, v, key_bias=None):
+def softmax_average_chunked(q, k, v, key_bias=None, query_positions=None, key_positions=None):
     """Row blocks of the dense computation; O(block·m) memory, forward and backward.
 
     Under autograd each block is checkpointed (recomputed in the backward pass), so
-    gradients also stay within the block budget.
+    gradients also stay within the block budget. Positions: causal mask, as in dense.
     """
     rows = chunk_rows(q.shape[-2], k.shape[-2] * math.prod(q.shape[:-2]), q.element_size())
     needs_grad = torch.is_grad_enabled() and any(
@@ -59,21 +67,32 @@ def softmax_average_chunked(q, k, v, key_bias=None):
     blocks = []
     for start in range(0, q.shape[-2], rows):
         q_block = q[..., start : start + rows, :]
+        s_block = None if query_positions is None else query_positions[start : start + rows]
+        args = (q_block, k, v, key_bias, s_block, key_positions)
         if needs_grad:
-            out = checkpoint(softmax_average_dense, q_block, k, v, key_bias, use_reentrant=False)
+            out = checkpoint(softmax_average_dense, *args, use_reentrant=False)
         else:
-            out = softmax_average_dense(q_block, k, v, key_bias)
+            out = softmax_average_dense(*args)
         blocks.append(out)
     return torch.cat(blocks, dim=-2)
 
 
-def softmax_average_sdpa(q, k, v, key_bias=None):
+def softmax_average_sdpa(q, k, v, key_bias=None, query_positions=None, key_positions=None):
     """torch's fused scaled_dot_product_attention (flash kernel on CPU, O(n) memory).
 
     The flash kernels need 4-D inputs and equal head sizes for queries and values, so the
     key bias becomes one extra query/key coordinate and the narrower side is zero-padded.
+    With positions, the causal mask s_j ≤ s_i runs as ``is_causal`` on one merged sequence
+    (:func:`causal_slots`): no mask is materialised.
     """
+    if query_positions is not None:
+        return _causal_sdpa(q, k, v, key_bias, query_positions, key_positions)
     q, k = augment_with_bias(q, k, key_bias)
+    return _sdpa(q, k, v, is_causal=False)
+
+
+def _sdpa(q, k, v, is_causal: bool):
+    """SDPA with scale 1 on (..., L, e) inputs, padding the narrower of e and f with zeros."""
     e, f = q.shape[-1], v.shape[-1]
     if e < f:
         q, k = F.pad(q, (0, f - e)), F.pad(k, (0, f - e))
@@ -81,5 +100,189 @@ def softmax_average_sdpa(q, k, v, key_bias=None):
         v = F.pad(v, (0, e - f))
     batch = q.shape[:-2]
     q4, k4, v4 = (t.reshape(-1, 1, *t.shape[-2:]) for t in (q, k, v))
-    out = F.scaled_dot_product_attention(q4, k4, v4, scale=1.0)
+    out = F.scaled_dot_product_attention(q4, k4, v4, scale=1.0, is_causal=is_causal)
     return out.reshape(*batch, q.shape[-2], -1)[..., :f]
+
+
+def causal_slots(query_positions, key_positions):
+    """Place keys and queries in one sequence where ``is_causal`` means s_j ≤ s_i.
+
+    SDPA's causal mask lets slot p see slots 0..p. Keys and queries are stably sorted by
+    position; the i-th sorted query sees the first c_i sorted keys (c_i = #{j: s_j ≤ s_i},
+    ties included, c_i ≥ 1). Key r goes to slot σ_r and the queries with c_i = r + 1 to
+    the slots σ_r, σ_r + 1, …, so σ_{r+1} = σ_r + max(1, #{i: c_i = r + 1}). A slot can
+    hold a key and a query at once; a slot without a key gets a dummy key that attracts
+    nothing, a slot without a query a dummy query whose output is dropped. Without ties
+    between self-attending tokens the sequence is the sorted tokens themselves (length n);
+    a tie group of size g costs g − 1 extra slots.
+
+    Returns
+    -------
+    key_slot (m,), query_slot (n,) in the original orders, and the sequence length L.
+    """
+    key_order = torch.argsort(key_positions, stable=True)
+    query_order = torch.argsort(query_positions, stable=True)
+    visible = torch.searchsorted(key_positions[key_order], query_positions[query_order], right=True)
+    m = key_positions.shape[0]
+    gaps = torch.bincount(visible, minlength=m + 1)[1:].clamp_min(1)
+    sorted_key_slot = torch.cumsum(gaps, 0) - gaps
+    first_of_group = torch.searchsorted(visible, visible)
+    rank = torch.arange(visible.shape[0], device=visible.device) - first_of_group
+    sorted_query_slot = sorted_key_slot[visible - 1] + rank
+    key_slot = torch.empty_like(key_order)
+    key_slot[key_order] = sorted_key_slot
+    query_slot = torch.empty_like(query_order)
+    query_slot[query_order] = sorted_query_slot
+    return key_slot, query_slot, int(gaps.sum())
+
+
+def _causal_sdpa(q, k, v, key_bias, query_positions, key_positions):
+    """Causal softmax average as one ``is_causal`` SDPA call on the slots of causal_slots."""
+    key_slot, query_slot, length = causal_slots(query_positions, key_positions)
+    n, m = q.shape[-2], k.shape[-2]
+    if key_bias is None:
+        key_bias = torch.zeros(k.shape[:-1], dtype=k.dtype, device=k.device)
+    q, k = augment_with_bias(q, k, key_bias)
+    # One padding row each: zeros for dummy queries and values, a key that scores −huge
+    # for dummy keys (finite, so that a zero dummy query times it stays 0, not NaN).
+    dummy_key = torch.zeros_like(k[..., :1, :])
+    dummy_key[..., -1] = torch.finfo(k.dtype).min / 4
+    q = torch.cat([q, torch.zeros_like(q[..., :1, :])], dim=-2)
+    k = torch.cat([k, dummy_key], dim=-2)
+    v = torch.cat([v, torch.zeros_like(v[..., :1, :])], dim=-2)
+    q_index = torch.full((length,), n, dtype=torch.long, device=q.device)
+    q_index[query_slot] = torch.arange(n, device=q.device)
+    k_index = torch.full((length,), m, dtype=torch.long, device=q.device)
+    k_index[key_slot] = torch.arange(m, device=q.device)
+    out = _sdpa(q[..., q_index, :], k[..., k_index, :], v[..., k_index, :], is_causal=True)
+    return out[..., query_slot, :]
+
+
+# ---------------------------------------------------------------------- unnormalised kernel sums
+#
+#     out_i = Σ_j φ(q_i·k_j + b_j) v_j        (no normalisation over j)
+#
+# for the pointwise kernels φ of KERNELS: sigmoid attention (φ = σ) and linear attention
+# (φ = identity). SDPA cannot express these (it always normalises), so they run on
+# dense, chunked and keops.
+
+KERNELS = {"sigmoid": torch.sigmoid, "linear": lambda s: s}
+
+
+def kernel_sum_dense(q, k, v, key_bias=None, kernel: str = "sigmoid"):
+    """One (..., n, m) matrix φ(scores); O(n·m) memory."""
+    return KERNELS[kernel](dense_scores(q, k, key_bias)) @ v
+
+
+def kernel_sum_chunked(q, k, v, key_bias=None, kernel: str = "sigmoid"):
+    """Row blocks of :func:`kernel_sum_dense` under CHUNK_BYTES, checkpointed under autograd."""
+    rows = chunk_rows(q.shape[-2], k.shape[-2] * math.prod(q.shape[:-2]), q.element_size())
+    needs_grad = torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in (q, k, v, key_bias)
+    )
+    blocks = []
+    for start in range(0, q.shape[-2], rows):
+        q_block = q[..., start : start + rows, :]
+        if needs_grad:
+            out = checkpoint(kernel_sum_dense, q_block, k, v, key_bias, kernel, use_reentrant=False)
+        else:
+            out = kernel_sum_dense(q_block, k, v, key_bias, kernel)
+        blocks.append(out)
+    return torch.cat(blocks, dim=-2)
+
+
+# ---------------------------------------------------------------------- log-sum-exp reductions
+#
+#     out_i = log Σ_j exp(q_i·k_j + b_j)
+#
+# the reduction of log-domain Sinkhorn iterations (Sinkhorn attention).
+
+
+def logsumexp_dense(q, k, key_bias=None):
+    """One (..., n, m) score matrix; O(n·m) memory."""
+    return torch.logsumexp(dense_scores(q, k, key_bias), dim=-1)
+
+
+def logsumexp_chunked(q, k, key_bias=None):
+    """Row blocks of :func:`logsumexp_dense` under CHUNK_BYTES, checkpointed under autograd."""
+    rows = chunk_rows(q.shape[-2], k.shape[-2] * math.prod(q.shape[:-2]), q.element_size())
+    needs_grad = torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in (q, k, key_bias)
+    )
+    blocks = []
+    for start in range(0, q.shape[-2], rows):
+        q_block = q[..., start : start + rows, :]
+        if needs_grad:
+            out = checkpoint(logsumexp_dense, q_block, k, key_bias, use_reentrant=False)
+        else:
+            out = logsumexp_dense(q_block, k, key_bias)
+        blocks.append(out)
+    return torch.cat(blocks, dim=-1)
+
+
+def _flash_cpu():
+    """torch's internal CPU flash-attention op, which also returns the log-normaliser."""
+    return getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+
+
+def flash_logsumexp_available(device: torch.device) -> bool:
+    """Whether :func:`logsumexp_sdpa` runs here (CPU tensors, op present in this torch)."""
+    return device.type == "cpu" and _flash_cpu() is not None
+
+
+def _flash(q, k, v):
+    """(output, logsumexp) of softmax attention with scale 1; q, k, v: (B, L, e)."""
+    out, lse = _flash_cpu()(q[:, None], k[:, None], v[:, None], 0.0, False, scale=1.0)
+    return out[:, 0], lse[:, 0].to(q.dtype)
+
+
+class _FlashLogSumExp(torch.autograd.Function):
+    """log Σ_j exp(q_i·k_j) by the fused CPU flash kernel, with an explicit backward.
+
+    ∂L_i/∂q_i = Σ_j P_ij k_j (the flash output with values k) and
+    ∂/∂k_j Σ_i g_i L_i = Σ_i g_i P_ij q_i, P_ij = e^{q_i·k_j − L_i}: a second flash call on
+    the transposed problem (queries k_j, keys [q_i, −L_i], values g_i q_i) whose output is
+    normalised by its own log-sum-exp, which we undo.
+    """
+
+    @staticmethod
+    def forward(ctx, q, k):
+        average, lse = _flash(q, k, k)
+        ctx.save_for_backward(q, k, average, lse)
+        return lse
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad):
+        q, k, average, lse = ctx.saved_tensors
+        grad_q = grad_k = None
+        if ctx.needs_input_grad[0]:
+            grad_q = grad.unsqueeze(-1) * average
+        if ctx.needs_input_grad[1]:
+            ones = torch.ones_like(k[..., :1])
+            queries = torch.cat([k, ones], dim=-1)
+            keys = torch.cat([q, -lse.unsqueeze(-1)], dim=-1)
+            values = torch.cat([grad.unsqueeze(-1) * q, torch.zeros_like(q[..., :1])], dim=-1)
+            out, column_lse = _flash(queries, keys, values)
+            grad_k = out[..., :-1] * column_lse.exp().unsqueeze(-1)
+        return grad_q, grad_k
+
+
+def logsumexp_sdpa(q, k, key_bias=None):
+    """The fused CPU flash-attention kernel (O(n) memory), first-order differentiable.
+
+    Uses ``torch.ops.aten._scaled_dot_product_flash_attention_for_cpu``, the internal op
+    behind SDPA on the CPU, because it also returns the log-normaliser that the public SDPA
+    drops. CPU only; :func:`flash_logsumexp_available` says whether this torch has it.
+    """
+    if not flash_logsumexp_available(q.device):
+        raise ValueError(
+            f"engine 'sdpa' computes log-sum-exp reductions with torch's CPU flash kernel, "
+            f"which is not available for {q.device.type} tensors in torch {torch.__version__}; "
+            "use engine='auto', 'chunked' or 'keops'."
+        )
+    q, k = augment_with_bias(q, k, key_bias)
+    batch = q.shape[:-2]
+    q3 = q.reshape(-1, *q.shape[-2:]).contiguous()
+    k3 = k.reshape(-1, *k.shape[-2:]).contiguous()
+    return _FlashLogSumExp.apply(q3, k3).reshape(*batch, q.shape[-2])

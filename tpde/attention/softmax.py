@@ -54,13 +54,28 @@ class Softmax(Field):
         dim = (A(0.0) if callable(A) else torch.as_tensor(A)).shape[-1]
         return cls(A, torch.eye(dim, dtype=torch.float64), V, scale=1.0)
 
-    def _particle_velocity(self, t, mu: Empirical, x, engine: str) -> torch.Tensor:
+    def softmax_form(self, t, mu: Empirical, x):
+        """Softmax attention as a key-biased softmax average (shared with MultiHead, Masked).
+
+        Returns (queries (..., m, e), keys (..., n, e), key_bias (..., n), points (n, d),
+        V (..., d, d)) with Γ[μ](x) = softmax_average(queries, keys, points, key_bias) Vᵀ
+        in row form; ``points`` are the particles of μ with positive mass. The score
+        yᵀAx = ⟨Ax, y⟩ is scored in d dimensions, or as scale·⟨Qx, Ky⟩ in the head
+        dimension k when k < d (cheaper).
+        """
         p = self.params.at(t, like=x)
-        keys, log_w = key_log_weights(mu)
-        # score yᵀ A x = ⟨A x, y⟩: the query vector is A x, i.e. x @ Aᵀ in row form.
-        queries = x @ p.A.transpose(-1, -2)
-        averaged = softmax_average(queries, keys, keys, key_bias=log_w, engine=engine)
-        return averaged @ p.V.transpose(-1, -2)
+        points, log_w = key_log_weights(mu)
+        if self.params.k < self.dim:
+            queries = p.scale * x @ p.Q.transpose(-1, -2)
+            keys = points @ p.K.transpose(-1, -2)
+        else:
+            queries, keys = x @ p.A.transpose(-1, -2), points
+        return queries, keys, log_w, points, p.V
+
+    def _particle_velocity(self, t, mu: Empirical, x, engine: str) -> torch.Tensor:
+        queries, keys, bias, points, V = self.softmax_form(t, mu, x)
+        averaged = softmax_average(queries, keys, points, key_bias=bias, engine=engine)
+        return averaged @ V.transpose(-1, -2)
 
     def gaussian_affine(self, t, mean, cov):
         """Γ[N(α, Σ)](x) = Vα + VΣA x."""

@@ -23,6 +23,8 @@ class System:
     """Common per-element reductions; subclasses set ``part_dims`` and the physics."""
 
     part_dims: tuple[int, ...]
+    #: The field's ``last_info`` when an inner solve (Sinkhorn) missed its tolerance.
+    inner_failure = None
 
     def batch_of(self, state) -> torch.Size:
         return state[0].shape[: state[0].ndim - self.part_dims[0]]
@@ -65,6 +67,9 @@ class ParticleSystem(System):
         velocity = self.field._particle_velocity(
             t, self.mu.with_points(points), points, self.engine
         )
+        info = getattr(self.field, "last_info", None)
+        if getattr(info, "converged", None) is False:
+            self.inner_failure = info
         if velocity.shape != points.shape:
             raise ValueError(
                 f"particle flows need unbatched field parameters: the velocity has shape "

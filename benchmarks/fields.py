@@ -1,0 +1,183 @@
+"""Velocity of attention fields on every engine: time and peak memory, as ratios.
+
+    python benchmarks/fields.py            # the full grid (tens of minutes on 2 cores)
+    python benchmarks/fields.py --quick    # n ≤ 10⁴, d = 16
+
+For each variant, n and d, every engine that expresses the variant is timed on the same
+float32 particle cloud; rows report seconds, extra peak memory, the relative error against
+the dense engine (or against SDPA where dense does not fit), and ratios against dense and
+against SDPA measured in the same run. Engines whose time, extrapolated quadratically from
+the previous n, would exceed the per-call budget are skipped (marked "skip").
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+import torch
+from _common import print_table, timed
+
+from tpde._engines import pick_engine, pick_kernel_sum_engine, pick_logsumexp_engine
+from tpde._engines.keops import keops_status
+from tpde.attention import L2, Linear, Masked, MultiHead, Sigmoid, Sinkhorn, Softmax
+from tpde.measures import Empirical
+
+BUDGET_S = 60.0  # largest predicted time of one velocity call we are willing to run
+DENSE_BYTES = 6 * 2**30  # the dense engine materialises n² scores: skip beyond 6 GiB
+
+
+def _qkv(d: int, generator: torch.Generator):
+    Q, K = (torch.randn(d, d, generator=generator) / math.sqrt(d) for _ in range(2))
+    V = torch.eye(d) + 0.1 * torch.randn(d, d, generator=generator)
+    return Q, K, V
+
+
+def softmax_field(d: int, generator: torch.Generator):
+    return Softmax(*_qkv(d, generator))
+
+
+def l2_field(d: int, generator: torch.Generator):
+    return L2(*_qkv(d, generator))
+
+
+def multihead_field(d: int, generator: torch.Generator, heads: int = 2):
+    """The paper's layout: Q, K, V (d × d) cut into H = 2 heads of size d/2 (d = 2: 1)."""
+    return MultiHead.split(*_qkv(d, generator), heads=heads)
+
+
+def linear_field(d: int, generator: torch.Generator):
+    Q, K, V = _qkv(d, generator)
+    return Linear(Q, K, V / d)  # keep |Γ| of order |x| at d = 16
+
+
+def sigmoid_field(d: int, generator: torch.Generator):
+    return Sigmoid(*_qkv(d, generator))
+
+
+def sinkhorn_field(d: int, generator: torch.Generator):
+    """Default eps = 1, tol = 1e-6 (a handful of iterations here; see the iters column)."""
+    return Sinkhorn(*_qkv(d, generator))
+
+
+def masked_field(d: int, generator: torch.Generator):
+    """Causal softmax; the cloud's positions are i/(n − 1), all distinct."""
+    return Masked(Softmax(*_qkv(d, generator)))
+
+
+# name -> (factory(d, generator) -> field, engines that express it)
+VARIANTS = {
+    "softmax": (softmax_field, ("dense", "chunked", "sdpa", "keops", "auto")),
+    "l2": (l2_field, ("dense", "chunked", "sdpa", "keops", "auto")),
+    "multihead": (multihead_field, ("dense", "chunked", "sdpa", "keops", "auto")),
+    "linear": (linear_field, ("dense", "chunked", "keops", "auto")),
+    "sigmoid": (sigmoid_field, ("dense", "chunked", "keops", "auto")),
+    "sinkhorn": (sinkhorn_field, ("dense", "chunked", "sdpa", "keops", "auto")),
+    "masked": (masked_field, ("dense", "chunked", "sdpa", "keops", "auto")),
+}
+
+# What "auto" resolves to, per variant (default: the softmax rule pick_engine).
+AUTO_RULE = {
+    "linear": lambda n, m, device, dtype: "factorised",
+    "sigmoid": pick_kernel_sum_engine,
+    "sinkhorn": pick_logsumexp_engine,  # the iterations; the final average follows pick_engine
+}
+
+
+def run(variants, sizes, dims):
+    rows = []
+    keops_ok, reason = keops_status()
+    if not keops_ok:
+        print(f"KeOps skipped: {reason}")
+    for name in variants:
+        factory, engines = VARIANTS[name]
+        for d in dims:
+            generator = torch.Generator().manual_seed(0)
+            field = factory(d, generator)
+            last = {}
+            for n in sizes:
+                # Positions (used by masked attention only): i/(n − 1).
+                cloud = Empirical(
+                    torch.randn(n, d, generator=generator), positions=torch.linspace(0, 1, n)
+                )
+                results, iterations = {}, {}
+                for engine in engines:
+                    if engine == "keops" and not keops_ok:
+                        continue
+                    predicted = last.get(engine, (0, 0))[0] * (n / last.get(engine, (0, 1))[1]) ** 2
+                    too_big = engine == "dense" and 4 * n * n > DENSE_BYTES
+                    if predicted > BUDGET_S or too_big:
+                        skipped = {"variant": name, "d": d, "n": n, "engine": engine, "s": "skip"}
+                        rows.append(skipped)
+                        continue
+                    with torch.no_grad():
+                        seconds, memory, out = timed(
+                            lambda e=engine, f=field, c=cloud: f.velocity(c, engine=e), repeat=3
+                        )
+                    last[engine] = (seconds, n)
+                    results[engine] = (seconds, memory, out)
+                    iterations[engine] = getattr(field, "last_info", None)
+                if not results:  # every engine skipped at this n
+                    continue
+                order = ("dense", "sdpa", "chunked", *results)
+                reference = next(results[e] for e in order if e in results)
+                auto = AUTO_RULE.get(name, pick_engine)(n, n, cloud.device, cloud.dtype)
+                for engine, (seconds, memory, out) in results.items():
+                    error = float((out - reference[2]).abs().max() / reference[2].abs().max())
+                    row = {
+                        "variant": name,
+                        "d": d,
+                        "n": n,
+                        "engine": engine if engine != "auto" else f"auto→{auto}",
+                        "s": seconds,
+                        "MB": memory / 2**20,
+                        "rel.err": error,
+                    }
+                    if "dense" in results:
+                        row["×dense"] = seconds / results["dense"][0]
+                    if "sdpa" in results:
+                        row["×sdpa"] = seconds / results["sdpa"][0]
+                    # Only "auto" left (e.g. linear's factorised route at large n): no ×best.
+                    best = min((s for e, (s, _, _) in results.items() if e != "auto"), default=0)
+                    if best:
+                        row["×best"] = seconds / best
+                    info = iterations[engine]
+                    if info is not None:  # Sinkhorn: cost per iteration (row + column step)
+                        row["iters"] = info.iterations
+                        row["s/iter"] = seconds / info.iterations
+                    rows.append(row)
+    return rows
+
+
+def add_softmax_ratio(rows) -> None:
+    """Column ×softmax: time over softmax's time on the same engine, d and n (same run)."""
+    softmax = {
+        (r["d"], r["n"], r["engine"]): r["s"]
+        for r in rows
+        if r["variant"] == "softmax" and isinstance(r["s"], float)
+    }
+    for row in rows:
+        reference = softmax.get((row["d"], row["n"], row["engine"]))
+        if row["variant"] != "softmax" and reference and isinstance(row["s"], float):
+            row["×softmax"] = row["s"] / reference
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--variants", nargs="*", default=list(VARIANTS))
+    args = parser.parse_args()
+    sizes = [1_000, 10_000] if args.quick else [1_000, 10_000, 50_000, 100_000]
+    dims = [16] if args.quick else [2, 16, 64]
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, float32")
+    rows = run(args.variants, sizes, dims)
+    add_softmax_ratio(rows)
+    columns = ["variant", "d", "n", "engine", "s", "MB", "rel.err", "×dense", "×sdpa", "×best"]
+    columns.append("×softmax")
+    if any("iters" in row for row in rows):
+        columns += ["iters", "s/iter"]
+    print_table(rows, columns)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,193 @@
+"""Masked (causal) attention: tokens carry positions and attend only to earlier ones."""
+
+from __future__ import annotations
+
+import torch
+
+from tpde._engines import check_engine, softmax_average
+from tpde._validation import as_tensor, check_finite, check_positive
+from tpde.attention.base import Field, GaussianNotPreserved
+from tpde.measures import Empirical, Gaussian, Measure
+
+__all__ = ["Masked"]
+
+NO_GAUSSIAN = (
+    "masked attention needs token positions, and a Gaussian carries none: there is no "
+    "Gaussian closure. Sample particles with positions instead, e.g. "
+    "Empirical(g.sample(n), positions=torch.linspace(0, 1, n))."
+)
+
+
+class Masked(Field):
+    r"""Causal attention: a token at position s attends to the tokens at positions r ≤ s.
+
+    Γ[μ](s, x) = ∫_{r ≤ s} k(x, y) V y dμ(r, y) / ∫_{r ≤ s} k(x, y) dμ(r, y)
+    (MATH.md §2, "Masked (causal)"), with the kernel k of the wrapped field.
+
+    Parameters
+    ----------
+    field : Softmax or L2
+        A single-head field whose kernel is a softmax (exponential) kernel; its parameters
+        (tensors or callables of t) are used as they are.
+    sink_mass : float
+        Mass m ≥ 0 of an external attention sink (default 0: none; see below).
+    sink_point : tensor (d,), optional
+        Location z of the external sink; default the origin.
+
+    Notes
+    -----
+    Tokens are the particles of an :class:`Empirical` built with ``positions`` s_i ∈ [0, 1]
+    (for a sequence, s_i = i/(n − 1)); positions never move. Particles:
+    ẋ_i = V Σ_{j: s_j ≤ s_i} w_j k(x_i, x_j) x_j / Σ_{j: s_j ≤ s_i} w_j k(x_i, x_j), ties
+    included, so a token always sees itself and the token at the smallest position only
+    sees itself (and its ties): ẋ = Vx under softmax.
+
+    Attention sink. Every query sees the tokens at position 0: they are the atom of the
+    position marginal at s = 0, the sink of MATH.md §2, which a measure carries whenever
+    it puts tokens (of any mass) at s = 0, e.g. a first token at s_0 = 0 with weight m
+    for a mean-field limit with a sink of mass m. Those tokens move like the others (they
+    attend to each other). Optionally, ``sink_mass = m > 0`` adds an *external* sink, the
+    point mass m·δ_z at position 0 which is no token: it is attended by every query, with
+    weight m against the tokens' total 1, and it does not move. With softmax and z = 0 it
+    adds m to every normaliser and nothing to the numerators (a "null" sink, as
+    softmax-off-by-one does).
+
+    Engines: "dense" and "chunked" mask the scores; "sdpa" runs one ``is_causal`` kernel
+    on the tokens stably sorted by position, where a tie group of g tokens is given g − 1
+    extra slots so that ties see each other (no n×n mask is built;
+    :func:`tpde._engines.torch_engines.causal_slots`); "keops" masks with ``ifelse``.
+
+    Gaussians carry no positions, so there is no Gaussian closure.
+    """
+
+    def __init__(self, field: Field, *, sink_mass: float = 0.0, sink_point=None):
+        if not _has_softmax_form(field):
+            raise TypeError(
+                f"Masked wraps a single-head Softmax or L2 field; received "
+                f"{type(field).__name__}. Mask each head of a MultiHead instead."
+            )
+        self.field = field
+        self.dim = field.dim
+        self.sink_mass = check_positive(sink_mass, "sink_mass", strict=False)
+        if sink_point is None:
+            self.sink_point = None
+        else:
+            point = as_tensor(sink_point, "sink_point")
+            if point.shape != (self.dim,):
+                raise ValueError(
+                    f"sink_point must have shape ({self.dim},) like a token; received "
+                    f"{tuple(point.shape)}."
+                )
+            check_finite(point, "sink_point")
+            self.sink_point = point
+
+    # ------------------------------------------------------------------ particles
+    def velocity(
+        self,
+        mu: Measure,
+        x=None,
+        *,
+        positions=None,
+        t: float = 0.0,
+        engine: str = "auto",
+    ):
+        """Γ[μ](s, x): at μ's own tokens, or at points ``x`` (m, d) with ``positions`` (m,).
+
+        See :meth:`Field.velocity`; ``positions`` are the query positions in [0, 1] and are
+        required with ``x`` (and refused without it).
+        """
+        if x is None:
+            if positions is not None:
+                raise ValueError(
+                    "positions are the positions of the evaluation points x; pass x too, or "
+                    "drop positions to evaluate at μ's own tokens."
+                )
+            return super().velocity(mu, t=t, engine=engine)
+        engine = check_engine(engine)
+        self._check_measure(mu)
+        x = self._check_points(x, mu)
+        if positions is None:
+            raise ValueError(
+                f"masked attention at points x needs their positions: pass positions of "
+                f"shape ({x.shape[0]},) in [0, 1]."
+            )
+        positions = _check_positions(positions, x)
+        return self._masked_velocity(t, mu, x, positions, engine)
+
+    def _particle_velocity(self, t, mu: Empirical, x, engine: str) -> torch.Tensor:
+        if x.shape[0] != mu.n:
+            raise ValueError(
+                "masked attention evaluates at μ's own tokens here; use "
+                "Masked.velocity(mu, x, positions=...) for other points."
+            )
+        return self._masked_velocity(t, mu, x, mu.positions, engine)
+
+    def _masked_velocity(self, t, mu: Empirical, x, query_positions, engine):
+        keys_measure = self._with_sink(mu)
+        queries, keys, bias, points, V = self.field.softmax_form(t, keys_measure, x)
+        key_positions = keys_measure.positions[keys_measure.weights > 0]
+        averaged = softmax_average(
+            queries,
+            keys,
+            points,
+            key_bias=bias,
+            engine=engine,
+            query_positions=query_positions,
+            key_positions=key_positions,
+        )
+        return averaged @ V.transpose(-1, -2)
+
+    def _with_sink(self, mu: Empirical) -> Empirical:
+        """μ plus the external sink m·δ_z at position 0 (weights renormalised by 1 + m)."""
+        if self.sink_mass == 0:
+            return mu
+        like = mu.points
+        point = torch.zeros(self.dim) if self.sink_point is None else self.sink_point
+        point = point.to(dtype=like.dtype, device=like.device)
+        mass = torch.full((1,), self.sink_mass, dtype=like.dtype, device=like.device)
+        return Empirical(
+            torch.cat([like, point.unsqueeze(0)]),
+            torch.cat([mu.weights, mass]) / (1 + self.sink_mass),
+            torch.cat([mu.positions, torch.zeros_like(mass)]),
+        )
+
+    # ------------------------------------------------------------------ Gaussians
+    def gaussian_affine(self, t, mean, cov):
+        raise GaussianNotPreserved(NO_GAUSSIAN)
+
+    # ------------------------------------------------------------------ checks
+    def _check_measure(self, mu) -> None:
+        super()._check_measure(mu)
+        if isinstance(mu, Empirical) and mu.positions is None:
+            raise ValueError(
+                "masked attention needs token positions, but this Empirical has none: build "
+                "it with Empirical(points, positions=s), s of shape (n,) in [0, 1] (for a "
+                "sequence, s_i = i / (n - 1))."
+            )
+        if isinstance(mu, Gaussian):
+            raise GaussianNotPreserved(NO_GAUSSIAN)
+
+    def __repr__(self) -> str:
+        sink = f", sink_mass={self.sink_mass:g}" if self.sink_mass else ""
+        return f"Masked({self.field!r}{sink})"
+
+
+def _check_positions(positions, x) -> torch.Tensor:
+    positions = as_tensor(positions, "positions", dtype=x.dtype, device=x.device)
+    if positions.shape != (x.shape[0],):
+        raise ValueError(
+            f"positions must have shape ({x.shape[0]},) to match x {tuple(x.shape)}; "
+            f"received {tuple(positions.shape)}."
+        )
+    check_finite(positions, "positions")
+    if bool((positions < 0).any() or (positions > 1).any()):
+        raise ValueError(
+            f"positions must lie in [0, 1]; received values in [{float(positions.min()):.3g}, "
+            f"{float(positions.max()):.3g}]. Rescale token indices i to i / (n - 1)."
+        )
+    return positions.detach()
+
+
+def _has_softmax_form(field) -> bool:
+    """Fields that are key-biased softmax averages (Softmax, L2) expose ``softmax_form``."""
+    return callable(getattr(field, "softmax_form", None))
