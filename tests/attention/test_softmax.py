@@ -162,3 +162,14 @@ def test_integrate_rejects_bad_arguments():
         integrate(field, g, 1.0, save=[2.0])
     with pytest.raises(ValueError, match="unknown engine"):
         integrate(field, Empirical(torch.zeros(2, 1)), 1.0, engine="fast")
+
+
+def test_velocity_on_a_grid_is_the_velocity_on_its_cell_masses():
+    from tpde.measures import Grid
+
+    grid = Grid(torch.tensor([[0.1, 0.2], [0.3, 0.4]], dtype=F64), [-1.0, -1.0], [1.0, 1.0])
+    field = Softmax.from_interaction(
+        torch.tensor([[-0.5, 0.1], [0.1, -0.3]], dtype=F64), torch.eye(2, dtype=F64)
+    )
+    cells = Empirical(grid.centres(), grid.density.reshape(-1))
+    torch.testing.assert_close(field.velocity(grid), field.velocity(cells))

@@ -12,7 +12,7 @@ import torch
 
 from tpde._engines import check_engine
 from tpde._validation import as_tensor, check_finite
-from tpde.measures import Empirical, Gaussian, Measure
+from tpde.measures import Empirical, Gaussian, Grid, Measure
 
 
 class GaussianNotPreserved(NotImplementedError):
@@ -38,11 +38,14 @@ class Field:
 
         Parameters
         ----------
-        mu : Empirical or Gaussian
+        mu : Empirical, Gaussian or Grid
             The measure the tokens attend to. For a Gaussian, the closed-form affine
-            field of :meth:`gaussian_affine` is used and ``x`` is required.
+            field of :meth:`gaussian_affine` is used and ``x`` is required. A Grid is
+            seen through its cell masses at the cell centres (midpoint quadrature, as the
+            Eulerian integrator does).
         x : tensor, shape (m, d), optional
-            Where to evaluate; default: the particles of ``mu`` themselves.
+            Where to evaluate; default: the particles of ``mu`` themselves (for a Grid,
+            all its cell centres, in the order of :meth:`Grid.centres`).
         t : float
             Depth-time, for time-dependent parameters.
         engine : {"auto", "dense", "chunked", "sdpa", "keops"}
@@ -64,6 +67,9 @@ class Field:
                 )
             c, B = self.gaussian_affine(t, mu.mean(), mu.cov())
             return c.unsqueeze(-2) + x @ B.transpose(-1, -2)
+        if isinstance(mu, Grid):
+            x = mu.centres() if x is None else x
+            mu = mu.to_empirical()
         return self._particle_velocity(t, mu, mu.points if x is None else x, engine)
 
     def _particle_velocity(self, t, mu: Empirical, x, engine: str) -> torch.Tensor:
@@ -104,9 +110,9 @@ class Field:
 
     # ------------------------------------------------------------------ checks
     def _check_measure(self, mu) -> None:
-        if not isinstance(mu, Empirical | Gaussian):
+        if not isinstance(mu, Empirical | Gaussian | Grid):
             raise TypeError(
-                f"mu must be a tpde measure (Empirical or Gaussian); received "
+                f"mu must be a tpde measure (Empirical, Gaussian or Grid); received "
                 f"{type(mu).__name__}. Wrap points with tpde.measures.Empirical(points)."
             )
         if mu.dim != self.dim:

@@ -1,4 +1,4 @@
-"""``integrate``: one façade for particle and Gaussian flows of the Transformer PDE."""
+"""``integrate``: one façade for particle, Gaussian and grid flows of the Transformer PDE."""
 
 from __future__ import annotations
 
@@ -11,11 +11,12 @@ import torch
 from tpde._engines import check_engine
 from tpde._validation import check_choice, check_positive
 from tpde.attention.base import Field
+from tpde.flows.eulerian import integrate_grid
 from tpde.flows.events import BlowUp, parse_events
 from tpde.flows.methods import METHODS
 from tpde.flows.systems import GaussianSystem, ParticleSystem
 from tpde.flows.trajectory import Trajectory
-from tpde.measures import Empirical, Gaussian
+from tpde.measures import Empirical, Gaussian, Grid
 
 __all__ = ["integrate"]
 
@@ -46,8 +47,8 @@ def _system(field, mu0, t0: float, engine: str):
         field._check_measure(mu0)
         return GaussianSystem(field, mu0, t0)
     raise TypeError(
-        f"mu0 must be an Empirical (particles) or a Gaussian (moment ODE); received "
-        f"{type(mu0).__name__}."
+        "mu0 must be an Empirical (particles), a Gaussian (moment ODE) or a Grid (finite "
+        f"volumes); received {type(mu0).__name__}."
     )
 
 
@@ -57,7 +58,7 @@ def integrate(
     t1: float,
     *,
     dt: float | None = None,
-    method: str = "rk4",
+    method: str | None = None,
     save=None,
     events=("blow_up",),
     t0: float = 0.0,
@@ -65,27 +66,38 @@ def integrate(
     atol: float = 1e-9,
     max_steps: int = 100_000,
     engine: str = "auto",
+    scheme: str | None = None,
+    cfl: float | None = None,
 ) -> Trajectory:
     """Integrate the Transformer PDE ∂t μ + div(μ Γ[μ]) = 0 from μ(t0) = mu0 to t1.
 
     Dispatches on the measure: an :class:`Empirical` moves its particles
     (ẋ_i = Γ[μ_t](x_i), an exact weak solution); a :class:`Gaussian` follows the field's
-    moment ODE (covariance kept symmetric). A batched Gaussian (or batched parameters)
-    integrates a whole sweep at once; each element stops at its own event and is frozen.
+    moment ODE (covariance kept symmetric); a :class:`Grid` (d ≤ 2) moves its cell masses
+    by conservative finite volumes (:mod:`tpde.flows.eulerian`). A batched Gaussian (or
+    batched parameters) integrates a whole sweep at once; each element stops at its own
+    event and is frozen.
 
     Parameters
     ----------
     field : a tpde attention field.
-    mu0 : Empirical or Gaussian.
+    mu0 : Empirical, Gaussian or Grid.
     t1 : final time (>= t0).
     dt : step size (fixed methods) or first step (dopri5). Default (t1 − t0)/100.
+        Grids: default None = adaptive CFL steps; an explicit dt that breaks the CFL
+        condition raises an error.
     method : "euler" (order 1), "heun" (2), "rk4" (4) or "dopri5" (adaptive 5(4)).
+        Default "rk4"; grids take "euler" or "heun" only (strong-stability preserving),
+        default "euler" with scheme="upwind" and "heun" (SSP-RK2) with "muscl".
     save : None (t0 and t1), an int (that many equally spaced times), a sequence of
         times, or "steps" (every accepted step). Steps land exactly on save times.
     events : names ("blow_up", "converged") or :class:`BlowUp` / :class:`Converged`.
     rtol, atol : error tolerances of the adaptive method.
     max_steps : budget of steps (accepted and rejected); status "max_steps" beyond.
-    engine : pairwise engine for particle flows (see :mod:`tpde._engines`).
+    engine : pairwise engine for particle and grid flows (see :mod:`tpde._engines`).
+    scheme : grids only: "muscl" (default; minmod-limited, second order) or "upwind"
+        (first order).
+    cfl : grids only: target Courant number of adaptive steps, in (0, 1]; default 0.5.
 
     Returns
     -------
@@ -97,22 +109,42 @@ def integrate(
         raise ValueError(f"t1 must be finite and >= t0 = {t0}; received t1 = {t1}.")
     if t0 < 0:
         raise ValueError(f"t0 must be >= 0 (depth-time); received {t0}.")
-    scheme = METHODS[check_choice(method, "method", tuple(METHODS))]
+    if isinstance(mu0, Grid):
+        return integrate_grid(
+            field,
+            mu0,
+            t0,
+            t1,
+            dt=None if dt is None else check_positive(dt, "dt"),
+            scheme="muscl" if scheme is None else scheme,
+            method=method,
+            cfl=0.5 if cfl is None else cfl,
+            save_times=_save_times(save, t0, t1),
+            events=parse_events(events),
+            max_steps=max_steps,
+            engine=check_engine(engine),
+        )
+    if scheme is not None or cfl is not None:
+        raise ValueError(
+            f"scheme and cfl apply to Grid (Eulerian) flows only; received scheme={scheme!r}, "
+            f"cfl={cfl!r} for a {type(mu0).__name__}. Remove them, or pass a Grid."
+        )
+    tableau = METHODS[check_choice("rk4" if method is None else method, "method", tuple(METHODS))]
     dt = (t1 - t0) / 100 if dt is None else check_positive(dt, "dt")
     if dt == 0:  # t1 == t0 and no dt given
         dt = 1.0
     check_positive(rtol, "rtol")
     check_positive(atol, "atol")
     system = _system(field, mu0, t0, check_engine(engine))
-    runner = _Runner(system, scheme, parse_events(events), rtol, atol, max_steps)
+    runner = _Runner(system, tableau, parse_events(events), rtol, atol, max_steps)
     return runner.run(t0, t1, dt, _save_times(save, t0, t1))
 
 
 class _Runner:
     """The stepping loop: step control, events, freezing, saving."""
 
-    def __init__(self, system, scheme, events, rtol, atol, max_steps):
-        self.system, self.scheme, self.events = system, scheme, events
+    def __init__(self, system, tableau, events, rtol, atol, max_steps):
+        self.system, self.tableau, self.events = system, tableau, events
         self.rtol, self.atol, self.max_steps = rtol, atol, int(max_steps)
         self.n_rhs = 0
         self.need_derivative = any(not isinstance(e, BlowUp) for e in events)
@@ -143,9 +175,9 @@ class _Runner:
             # Land exactly on the target when the remainder is within rounding of a step.
             landing = target - t <= h * (1 + 1e-9)
             h_try = target - t if landing else h
-            new, error, k_new = self.scheme.step(self.rhs, t, state, h_try, k1)
+            new, error, k_new = self.tableau.step(self.rhs, t, state, h_try, k1)
             new = self.system.normalize(new)
-            if self.scheme.adaptive:
+            if self.tableau.adaptive:
                 accepted, h = self._control(state, new, error, h_try, h, t)
                 if not accepted:
                     rejected += 1
@@ -168,8 +200,10 @@ class _Runner:
             "n_rhs": self.n_rhs,
             "last_dt": h,
             "wall_time_s": time.perf_counter() - start,
-            "method": self.scheme.name,
+            "method": self.tableau.name,
         }
+        if self.system.inner_failure is not None:
+            stats["inner_failure"] = self.system.inner_failure
         return Trajectory(
             times=torch.tensor(times, dtype=torch.float64),
             measures=[self.system.measure(s) for s in states],
@@ -205,6 +239,8 @@ class _Runner:
         """Freeze stopped elements, stop on overflow and events; return (state, next k1)."""
         system = self.system
         self._stop(self.active & ~system.finite(new), "blow_up", t)
+        if system.inner_failure is not None:  # the step used an unconverged inner solve
+            self._stop(self.active, "not_converged", t)
         new = system.mask(self.active, new, state)
         derivative = k_new
         if self.need_derivative and derivative is None:
