@@ -12,7 +12,7 @@ export KEOPS_CACHE_FOLDER ?= $(CURDIR)/build/keops
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet -c constraints.txt "torch==2.13.0"
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev]"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev,real]"
 	touch $(STAMP)
 
 run: $(STAMP)

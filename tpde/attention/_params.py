@@ -1,4 +1,4 @@
-"""Attention parameters (Q, K, V, scale), constant or functions of depth-time t."""
+"""Attention parameters (Q, K, V, biases, scale), constant or functions of depth-time t."""
 
 from __future__ import annotations
 
@@ -15,59 +15,99 @@ from tpde._validation import as_parameter, as_tensor, check_finite, check_positi
 class HeadParams:
     """Parameters of one head resolved at a time t, on the measure's dtype and device.
 
-    Q, K : (..., k, d);  V : (..., d, d);  scale : float.
+    Q, K : (..., k, d);  V : (..., d, d);  scale : float;  biases (or None):
+    bq, bk : (..., k) (queries Qx + b_q, keys Ky + b_k);  bv : (..., d) (values Vy + b_v).
     """
 
     Q: torch.Tensor
     K: torch.Tensor
     V: torch.Tensor
     scale: float
+    bq: torch.Tensor | None = None
+    bk: torch.Tensor | None = None
+    bv: torch.Tensor | None = None
 
     @property
     def A(self) -> torch.Tensor:
         """Interaction matrix A = scale · Kᵀ Q, shape (..., d, d)."""
         return self.scale * self.K.transpose(-1, -2) @ self.Q
 
+    @property
+    def query_shift(self) -> torch.Tensor | None:
+        """c = scale · Kᵀ b_q, shape (..., d): with a query bias the score is yᵀ(Ax + c).
+
+        (Qx + b_q)·(Ky + b_k) = yᵀKᵀQx + yᵀKᵀb_q + terms free of y; the terms free of the
+        key y cancel in every normalised attention, so b_k drops out of softmax.
+        """
+        if self.bq is None:
+            return None
+        return self.scale * (self.K.transpose(-1, -2) @ self.bq.unsqueeze(-1)).squeeze(-1)
+
+    def add_value_bias(self, out: torch.Tensor) -> torch.Tensor:
+        """out + b_v over the last dimension (normalised attention passes b_v through)."""
+        return out if self.bv is None else out + self.bv.unsqueeze(-2)
+
 
 Param = torch.Tensor | Callable[[float], torch.Tensor]
 
+_NAMES = ("Q", "K", "V", "query_bias", "key_bias", "value_bias")
+
 
 class QKV:
-    """Holds Q, K, V (tensors or callables ``t -> tensor``) and the scale of one head.
+    """Holds Q, K, V, optional biases (tensors or callables ``t -> tensor``) and the scale.
 
     Shapes are checked at construction; callables are evaluated once at t = 0 for that,
-    and their outputs are shape-checked at every later evaluation.
+    and their outputs are shape-checked at every later evaluation. Biases: queries
+    Qx + b_q and keys Ky + b_k with b_q, b_k of shape (..., k); values Vy + b_v with b_v of
+    shape (..., d) (the affine layers of real Transformers).
     """
 
-    def __init__(self, Q, K, V, scale=None, *, value_rows: int | None = None):
-        self.Q = as_parameter(Q, "Q")
-        self.K = as_parameter(K, "K")
-        self.V = as_parameter(V, "V")
-        self._value_rows = value_rows
-        q0, k0, v0 = (self._evaluate(p, name, 0.0) for p, name in self._named())
+    def __init__(self, Q, K, V, scale=None, *, query_bias=None, key_bias=None, value_bias=None):
+        given = (Q, K, V, query_bias, key_bias, value_bias)
+        self._params = tuple(
+            None if p is None else as_parameter(p, name)
+            for p, name in zip(given, _NAMES, strict=True)
+        )
+        q0 = self._evaluate(self._params[0], "Q", 0.0)
         if q0.ndim < 2:
             raise ValueError(
                 f"Q must have shape (..., k, d); received shape {tuple(q0.shape)}. "
                 "A single query vector is Q of shape (1, d)."
             )
         self.k, self.dim = q0.shape[-2], q0.shape[-1]
-        self._check_shapes(q0, k0, v0)
+        self._check_shapes(self._evaluate_all(0.0))
         self.scale = 1.0 / math.sqrt(self.k) if scale is None else check_positive(scale, "scale")
 
-    def _named(self):
-        return ((self.Q, "Q"), (self.K, "K"), (self.V, "V"))
+    @property
+    def Q(self):
+        return self._params[0]
+
+    @property
+    def K(self):
+        return self._params[1]
+
+    @property
+    def V(self):
+        return self._params[2]
+
+    @property
+    def has_bias(self) -> bool:
+        return any(p is not None for p in self._params[3:])
 
     @staticmethod
-    def _evaluate(param, name: str, t: float) -> torch.Tensor:
-        if isinstance(param, torch.Tensor):
+    def _evaluate(param, name: str, t: float) -> torch.Tensor | None:
+        if param is None or isinstance(param, torch.Tensor):
             return param
         value = as_tensor(param(t), f"{name}({t})")
         check_finite(value, f"{name}({t})")
         return value
 
-    def _check_shapes(self, Q, K, V) -> None:
+    def _evaluate_all(self, t: float) -> list:
+        return [self._evaluate(p, name, t) for p, name in zip(self._params, _NAMES, strict=True)]
+
+    def _check_shapes(self, values) -> None:
+        Q, K, V, bq, bk, bv = values
         k, d = self.k, self.dim
-        rows = d if self._value_rows is None else self._value_rows
         if Q.shape[-2:] != (k, d):
             raise ValueError(
                 f"Q changed shape over time: {tuple(Q.shape)} instead of (..., {k}, {d})."
@@ -77,27 +117,37 @@ class QKV:
                 f"K must have shape (..., {k}, {d}) like Q {tuple(Q.shape)}; received "
                 f"{tuple(K.shape)}."
             )
-        if V.ndim < 2 or V.shape[-2:] != (rows, d):
+        if V.ndim < 2 or V.shape[-2:] != (d, d):
             raise ValueError(
-                f"V must have shape (..., {rows}, {d}) for tokens of dimension {d}; "
+                f"V must have shape (..., {d}, {d}) for tokens of dimension {d}; "
                 f"received {tuple(V.shape)}."
             )
+        for bias, name, size in ((bq, "query_bias", k), (bk, "key_bias", k), (bv, "value_bias", d)):
+            if bias is not None and (bias.ndim < 1 or bias.shape[-1] != size):
+                raise ValueError(
+                    f"{name} must have shape (..., {size}); received {tuple(bias.shape)}."
+                )
+        batches = [p.shape[:-2] for p in (Q, K, V)] + [
+            b.shape[:-1] for b in (bq, bk, bv) if b is not None
+        ]
         try:
-            torch.broadcast_shapes(Q.shape[:-2], K.shape[:-2], V.shape[:-2])
+            torch.broadcast_shapes(*batches)
         except RuntimeError:
+            listed = ", ".join(str(tuple(b)) for b in batches)
             raise ValueError(
-                f"the batch shapes of Q {tuple(Q.shape[:-2])}, K {tuple(K.shape[:-2])} and "
-                f"V {tuple(V.shape[:-2])} do not broadcast."
+                f"the batch shapes of the parameters do not broadcast: {listed}."
             ) from None
 
     @property
     def time_dependent(self) -> bool:
-        return any(not isinstance(p, torch.Tensor) for p, _ in self._named())
+        return any(p is not None and not isinstance(p, torch.Tensor) for p in self._params)
 
     def at(self, t: float, like: torch.Tensor) -> HeadParams:
         """Resolve at time ``t`` in ``like``'s dtype and device (autograd preserved)."""
-        values = [self._evaluate(p, name, t) for p, name in self._named()]
+        values = self._evaluate_all(t)
         if self.time_dependent:
-            self._check_shapes(*values)
-        Q, K, V = (v.to(dtype=like.dtype, device=like.device) for v in values)
-        return HeadParams(Q, K, V, self.scale)
+            self._check_shapes(values)
+        Q, K, V, bq, bk, bv = (
+            None if v is None else v.to(dtype=like.dtype, device=like.device) for v in values
+        )
+        return HeadParams(Q, K, V, self.scale, bq, bk, bv)

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from tpde._engines import softmax_average
 from tpde._validation import check_choice
 from tpde.attention._params import QKV, HeadParams
 from tpde.attention.base import Field
-from tpde.attention.softmax import key_log_weights
+from tpde.attention.softmax import SoftmaxForm, key_log_weights
 from tpde.measures import Empirical
 
 FORMS = ("distance", "code")
@@ -54,8 +53,21 @@ class L2(Field):
     Mnih, "The Lipschitz constant of self-attention", ICML 2021 (L2 attention).
     """
 
-    def __init__(self, Q, K, V, scale=None, *, form: str = "distance"):
-        self.params = QKV(Q, K, V, scale)
+    def __init__(
+        self,
+        Q,
+        K,
+        V,
+        scale=None,
+        *,
+        form: str = "distance",
+        query_bias=None,
+        key_bias=None,
+        value_bias=None,
+    ):
+        self.params = QKV(
+            Q, K, V, scale, query_bias=query_bias, key_bias=key_bias, value_bias=value_bias
+        )
         self.form = check_choice(form, "form", FORMS)
         self.dim = self.params.dim
 
@@ -63,33 +75,44 @@ class L2(Field):
         """c in the key bias −c·|Ky|²: the scale, or 1 in the authors' code form."""
         return p.scale if self.form == "distance" else 1.0
 
-    def softmax_form(self, t, mu: Empirical, x):
-        """L2 attention as a key-biased softmax average (shared with :class:`MultiHead`).
+    def softmax_form(self, t, mu: Empirical, x) -> SoftmaxForm:
+        """L2 attention as a key-biased softmax average (shared with MultiHead, Masked).
 
-        Returns (queries (..., m, k), keys (..., n, k), key_bias (..., n), points (n, d),
-        V (..., d, d)) such that Γ[μ](x) = softmax_average(queries, keys, points, key_bias) Vᵀ
-        in row form; ``points`` are the particles of μ with positive mass.
+        With u = Qx + b_q and v = Ky + b_k: −scale·|u − v|² = 2·scale⟨u, v⟩ − scale|v|² +
+        (terms free of y): queries 2·scale·u, keys v, key bias log w − c|v|².
         """
         p = self.params.at(t, like=x)
         points, log_w = key_log_weights(mu)
         keys = points @ p.K.transpose(-1, -2)
-        queries = (2 * p.scale) * (x @ p.Q.transpose(-1, -2))
+        queries = x @ p.Q.transpose(-1, -2)
+        if p.bk is not None:
+            keys = keys + p.bk.unsqueeze(-2)
+        if p.bq is not None:
+            queries = queries + p.bq.unsqueeze(-2)
         bias = log_w - self._key_coefficient(p) * (keys**2).sum(-1)
-        return queries, keys, bias, points, p.V
+        return SoftmaxForm((2 * p.scale) * queries, keys, bias, points, p.V, p.bv)
 
     def _particle_velocity(self, t, mu: Empirical, x, engine: str) -> torch.Tensor:
-        queries, keys, bias, points, V = self.softmax_form(t, mu, x)
-        averaged = softmax_average(queries, keys, points, key_bias=bias, engine=engine)
-        return averaged @ V.transpose(-1, -2)
+        return self.softmax_form(t, mu, x).velocity(engine)
 
     def gaussian_affine(self, t, mean, cov):
-        """Γ[N(α, Σ)](x) = V M⁻¹α + 2V M⁻¹ΣA x with M = I + 2cΣKᵀK."""
+        """Γ[N(α, Σ)](x) = V M⁻¹(α + Σb + 2ΣAx) + b_v with M = I + 2cΣKᵀK.
+
+        b = 2·scale·Kᵀb_q − 2c·Kᵀb_k collects the biases' linear tilt (0 without biases).
+        """
         p = self.params.at(t, like=mean)
         eye = torch.eye(self.dim, dtype=mean.dtype, device=mean.device)
-        M = eye + 2 * self._key_coefficient(p) * cov @ (p.K.transpose(-1, -2) @ p.K)
-        c = torch.linalg.solve(M, mean.unsqueeze(-1)).squeeze(-1)
+        coef = self._key_coefficient(p)
+        M = eye + 2 * coef * cov @ (p.K.transpose(-1, -2) @ p.K)
+        tilt = mean
+        for bias, factor in ((p.bq, 2 * p.scale), (p.bk, -2 * coef)):
+            if bias is not None:
+                shift = factor * (p.K.transpose(-1, -2) @ bias.unsqueeze(-1))
+                tilt = tilt + (cov @ shift).squeeze(-1)
+        c = torch.linalg.solve(M, tilt.unsqueeze(-1)).squeeze(-1)
         B = torch.linalg.solve(M, 2 * cov @ p.A)
-        return (p.V @ c.unsqueeze(-1)).squeeze(-1), p.V @ B
+        c = (p.V @ c.unsqueeze(-1)).squeeze(-1)
+        return (c if p.bv is None else c + p.bv), p.V @ B
 
     def __repr__(self) -> str:
         return (

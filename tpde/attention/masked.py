@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from tpde._engines import check_engine, softmax_average
+from tpde._engines import check_engine
 from tpde._validation import as_tensor, check_finite, check_positive
 from tpde.attention.base import Field, GaussianNotPreserved
 from tpde.measures import Empirical, Gaussian, Measure
@@ -124,18 +124,9 @@ class Masked(Field):
 
     def _masked_velocity(self, t, mu: Empirical, x, query_positions, engine):
         keys_measure = self._with_sink(mu)
-        queries, keys, bias, points, V = self.field.softmax_form(t, keys_measure, x)
+        form = self.field.softmax_form(t, keys_measure, x)
         key_positions = keys_measure.positions[keys_measure.weights > 0]
-        averaged = softmax_average(
-            queries,
-            keys,
-            points,
-            key_bias=bias,
-            engine=engine,
-            query_positions=query_positions,
-            key_positions=key_positions,
-        )
-        return averaged @ V.transpose(-1, -2)
+        return form.velocity(engine, query_positions=query_positions, key_positions=key_positions)
 
     def _with_sink(self, mu: Empirical) -> Empirical:
         """μ plus the external sink m·δ_z at position 0 (weights renormalised by 1 + m)."""

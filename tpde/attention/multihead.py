@@ -6,7 +6,6 @@ from collections.abc import Sequence
 
 import torch
 
-from tpde._engines import softmax_average
 from tpde._validation import as_parameter, as_tensor, check_choice, check_finite
 from tpde.attention.base import Field, GaussianNotPreserved
 from tpde.attention.l2 import L2
@@ -31,6 +30,9 @@ class MultiHead(Field):
     W : tensor (..., H, d, d), callable ``t -> tensor`` or None
         Output matrices: head h contributes W_hᵀ Γ_h, so its output block is
         C_h = W_hᵀ V_h (MATH.md §2). Default None: W_h = I, C_h = V_h.
+    bias : tensor (..., d), callable or None
+        Output bias b_O added once to the sum (the output projection W_O z + b_O of a
+        real Transformer; its W_O is best folded into each head's V as W_O^h V_h).
 
     Notes
     -----
@@ -54,12 +56,15 @@ class MultiHead(Field):
     Carrillo, Peyré, arXiv:2501.18322 (2025) and its code (``rhs_multihead``).
     """
 
-    def __init__(self, heads: Sequence[Field], W=None):
+    def __init__(self, heads: Sequence[Field], W=None, bias=None):
         self.heads = _check_heads(heads)
         self.dim = self.heads[0].dim
         self.W = None if W is None else as_parameter(W, "W")
         if self.W is not None:
             self._W_at(0.0, torch.zeros(()))
+        self.bias = None if bias is None else as_parameter(bias, "bias")
+        if self.bias is not None:
+            self._bias_at(0.0, torch.zeros(()))
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -109,9 +114,10 @@ class MultiHead(Field):
         total = 0
         for h, head in enumerate(self.heads):
             W_h = None if W is None else W[..., h, :, :]
-            out = _head_velocity(head, t, mu, x, engine)
+            out = head._particle_velocity(t, mu, x, engine)
             total = total + (out if W_h is None else out @ W_h)  # row form of W_hᵀ Γ_h
-        return total
+        bias = self._bias_at(t, x)
+        return total if bias is None else total + bias.unsqueeze(-2)
 
     # ------------------------------------------------------------------ Gaussians
     def gaussian_affine(self, t, mean, cov):
@@ -130,7 +136,8 @@ class MultiHead(Field):
                 W_h = W[..., h, :, :].transpose(-1, -2)
                 c, B = (W_h @ c.unsqueeze(-1)).squeeze(-1), W_h @ B
             c_total, B_total = c_total + c, B_total + B
-        return c_total, B_total
+        bias = self._bias_at(t, mean)
+        return (c_total if bias is None else c_total + bias), B_total
 
     # ------------------------------------------------------------------ checks
     def _W_at(self, t, like: torch.Tensor) -> torch.Tensor | None:
@@ -145,6 +152,17 @@ class MultiHead(Field):
                 f"{tuple(W.shape)}."
             )
         return W.to(dtype=like.dtype, device=like.device)
+
+    def _bias_at(self, t, like: torch.Tensor) -> torch.Tensor | None:
+        if self.bias is None:
+            return None
+        bias = self.bias if isinstance(self.bias, torch.Tensor) else _evaluate(self.bias, "bias", t)
+        if bias.ndim < 1 or bias.shape[-1] != self.dim:
+            raise ValueError(
+                f"bias must have shape (..., d) = (..., {self.dim}): the output bias b_O; "
+                f"received {tuple(bias.shape)}."
+            )
+        return bias.to(dtype=like.dtype, device=like.device)
 
     def __repr__(self) -> str:
         inner = ", ".join(repr(h) for h in self.heads)
@@ -234,19 +252,3 @@ def _masked_rows(V, rows: slice, d: int):
     if isinstance(V, torch.Tensor):
         return mask(V)
     return lambda t: mask(as_tensor(V(t), "V"))
-
-
-def _head_velocity(head, t, mu, x, engine) -> torch.Tensor:
-    """Γ_h[μ](x) (row form), scoring softmax and L2 heads in their head dimension."""
-    form = _softmax_form(head, t, mu, x)
-    if form is None:
-        return head._particle_velocity(t, mu, x, engine)
-    queries, keys, bias, points, V = form
-    averaged = softmax_average(queries, keys, points, key_bias=bias, engine=engine)
-    return averaged @ V.transpose(-1, -2)
-
-
-def _softmax_form(head, t, mu, x):
-    """A head that is a key-biased softmax average (Softmax, L2) as its softmax form."""
-    form = getattr(head, "softmax_form", None)
-    return None if form is None else form(t, mu, x)

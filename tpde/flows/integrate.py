@@ -165,13 +165,18 @@ class _Runner:
         self.event_time = torch.full(batch, math.nan, dtype=torch.float64)
         times, states = [t0], [state]
         pending = [] if save_times is None else [s for s in save_times if s > t0]
+        # Parameters that jump (layer schedules): steps land on the jumps and every stage
+        # of a step uses the piece of the field where the step starts.
+        jumps = [b for b in getattr(self.system.base_field, "breakpoints", ()) if t0 < b < t1]
         t, h, k1 = t0, dt, None
         steps = rejected = 0
         while t < t1 and bool(self.active.any()):
             if steps + rejected >= self.max_steps:
                 self._stop(self.active, "max_steps", t)
                 break
-            target = pending[0] if pending else t1
+            if self.system.enter(t):
+                k1 = None  # a cached derivative belongs to the previous piece
+            target = min([pending[0] if pending else t1, *(b for b in jumps if b > t)])
             # Land exactly on the target when the remainder is within rounding of a step.
             landing = target - t <= h * (1 + 1e-9)
             h_try = target - t if landing else h

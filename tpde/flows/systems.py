@@ -26,6 +26,19 @@ class System:
     #: The field's ``last_info`` when an inner solve (Sinkhorn) missed its tolerance.
     inner_failure = None
 
+    def enter(self, t: float) -> bool:
+        """Use the piece of a piecewise-in-time field (``piece(t)``) active at time t.
+
+        Returns True when the piece changed (the integrator then drops cached stages).
+        """
+        piece = getattr(self.base_field, "piece", None)
+        if piece is None:
+            return False
+        current = piece(t)
+        changed = current is not self.field
+        self.field = current
+        return changed
+
     def batch_of(self, state) -> torch.Size:
         return state[0].shape[: state[0].ndim - self.part_dims[0]]
 
@@ -58,6 +71,7 @@ class ParticleSystem(System):
 
     def __init__(self, field, mu: Empirical, engine: str):
         self.field, self.mu, self.engine = field, mu, engine
+        self.base_field = field
 
     def initial(self):
         return (self.mu.points,)
@@ -90,6 +104,13 @@ class ParticleSystem(System):
         centred = points - weights @ points
         return (centred**2).sum(-1).amax()
 
+    def trace(self, state) -> torch.Tensor:
+        """Total variance Σ_i w_i |x_i − m|² (tr of the weighted covariance)."""
+        points = state[0].detach()
+        weights = self.mu.weights.detach()
+        centred = points - weights @ points
+        return weights @ (centred**2).sum(-1)
+
     def rhs_norm(self, derivative) -> torch.Tensor:
         velocity = derivative[0].detach()
         return (self.mu.weights.detach() @ (velocity**2).sum(-1)).sqrt()
@@ -101,7 +122,7 @@ class GaussianSystem(System):
     part_dims = (1, 2)
 
     def __init__(self, field, mu: Gaussian, t0: float):
-        self.field = field
+        self.field = self.base_field = field
         # The batch shape of the run broadcasts the measure's with the parameters'.
         dmean, _ = field.gaussian_rhs(t0, mu.mean(), mu.cov())
         batch = dmean.shape[:-1]
@@ -125,6 +146,13 @@ class GaussianSystem(System):
         cov = state[1].detach()
         cov = torch.where(torch.isfinite(cov), cov, torch.zeros_like(cov))
         return torch.linalg.eigvalsh(cov)[..., -1]
+
+    def trace(self, state) -> torch.Tensor:
+        """tr Σ per element (NaN/Inf read as 0: overflow is caught by ``finite``)."""
+        cov = state[1].detach()
+        return (
+            torch.where(torch.isfinite(cov), cov, torch.zeros_like(cov)).diagonal(0, -2, -1).sum(-1)
+        )
 
     def rhs_norm(self, derivative) -> torch.Tensor:
         dmean, dcov = (p.detach() for p in derivative)
