@@ -91,13 +91,23 @@ def softmax_average_sdpa(q, k, v, key_bias=None, query_positions=None, key_posit
     return _sdpa(q, k, v, is_causal=False)
 
 
+# The CPU flash kernel runs float32 heads narrower than 16 slower than width 16 itself
+# (n = 10⁴: 0.18 s at width 3, 0.11 s at width 16); float64 has no such effect.
+_SDPA_MIN_WIDTH = {torch.float32: 16}
+
+
 def _sdpa(q, k, v, is_causal: bool):
-    """SDPA with scale 1 on (..., L, e) inputs, padding the narrower of e and f with zeros."""
+    """SDPA with scale 1 on (..., L, e) inputs; q, k and v are zero-padded to one width.
+
+    The flash kernel needs equal query and value widths; float32 widths below 16 are
+    padded to 16, where the kernel is fastest (zero coordinates change no score).
+    """
     e, f = q.shape[-1], v.shape[-1]
-    if e < f:
-        q, k = F.pad(q, (0, f - e)), F.pad(k, (0, f - e))
-    elif f < e:
-        v = F.pad(v, (0, e - f))
+    width = max(e, f, _SDPA_MIN_WIDTH.get(q.dtype, 0))
+    if e < width:
+        q, k = F.pad(q, (0, width - e)), F.pad(k, (0, width - e))
+    if f < width:
+        v = F.pad(v, (0, width - f))
     batch = q.shape[:-2]
     q4, k4, v4 = (t.reshape(-1, 1, *t.shape[-2:]) for t in (q, k, v))
     out = F.scaled_dot_product_attention(q4, k4, v4, scale=1.0, is_causal=is_causal)
