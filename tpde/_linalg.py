@@ -17,7 +17,10 @@ null eigenvalues are lifted to tol). The square root is not differentiable at a 
 matrix; this is the standard convention of a finite subgradient.
 
 Second derivatives: :func:`sqrt_eigenvalues` supports double backward; :func:`sqrtm_psd`
-does not (its backward is marked once-differentiable and raises if differentiated again).
+does not. Its backward is marked once-differentiable, which raises when the double-backward
+graph must go through it alone, but when other paths also depend on the same variable its
+contribution to a second derivative can be dropped without an error. Code that needs
+second derivatives (the geodesic convexity probe) checks them against finite differences.
 """
 
 from __future__ import annotations

@@ -19,6 +19,11 @@ class GaussianNotPreserved(NotImplementedError):
     """The field does not map Gaussians to Gaussians; there is no moment closure."""
 
 
+class NotAGradientFlow(ValueError):
+    """The field is not a (twisted) gradient flow in tpde (MATH.md §5), or not for these
+    parameters (A not symmetric, M = V A⁻¹ not symmetric definite)."""
+
+
 class Field:
     """Base class of attention fields.
 
@@ -101,11 +106,23 @@ class Field:
         return c + (B @ mean.unsqueeze(-1)).squeeze(-1), BS + BS.transpose(-1, -2)
 
     # ------------------------------------------------------------------ energies
-    def energy(self, mu: Measure) -> torch.Tensor:
+    def energy(self, mu: Measure, *, t: float = 0.0, engine: str = "auto") -> torch.Tensor:
         """Energy whose (twisted) gradient flow the field is, where one exists."""
         raise NotImplementedError(
             f"{type(self).__name__} attention has no energy in tpde: it is not known to be "
             "a gradient flow (MATH.md §5)."
+        )
+
+    def gradient_structure(self, t: float = 0.0):
+        """Sign, mobility and metric in which the field is a gradient flow (MATH.md §5).
+
+        Returns a :class:`tpde.attention.energies.GradientStructure` for the variants that
+        have one (Softmax, Sinkhorn); raises :class:`NotAGradientFlow` otherwise.
+        """
+        raise NotAGradientFlow(
+            f"{type(self).__name__} attention is not a gradient flow in tpde: only softmax "
+            "(A symmetric, V A⁻¹ symmetric definite) and Sinkhorn (A symmetric, V = MA, M "
+            "symmetric definite) attention are (MATH.md §5)."
         )
 
     # ------------------------------------------------------------------ checks

@@ -212,6 +212,18 @@ class Sinkhorn(Field):
         weights = log_w.exp()
         return self.eps * ((F + G) * weights).sum(-1)
 
+    def energy(self, mu: Measure, *, t: float = 0.0, engine: str = "auto") -> torch.Tensor:
+        """F(μ) = ½ OT_ε(μ, μ) (:func:`tpde.attention.energies.sinkhorn_energy`)."""
+        from tpde.attention.energies import sinkhorn_energy
+
+        return sinkhorn_energy(self, mu, t=t, engine=engine)
+
+    def gradient_structure(self, t: float = 0.0):
+        """Γ = −(sM)∇(s δF/δμ): descent of sF with mobility sM, V = MA (MATH.md §5)."""
+        from tpde.attention.energies import gradient_structure
+
+        return gradient_structure(self, t)
+
     def __repr__(self) -> str:
         return (
             f"Sinkhorn(d={self.dim}, k={self.params.k}, scale={self.params.scale:.4g}, "

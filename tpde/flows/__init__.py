@@ -3,17 +3,22 @@
 :func:`integrate` is the façade; :class:`Trajectory` the result; :class:`BlowUp` and
 :class:`Converged` the events; ``METHODS`` the Runge–Kutta tableaux with their orders;
 ``SCHEMES`` the finite-volume schemes of grid flows (:mod:`tpde.flows.eulerian`);
-:func:`compare` the agreement harness (Gaussian ODE vs particles vs grid).
+:func:`compare` the agreement harness (Gaussian ODE vs particles vs grid);
+:func:`jko_step` and :func:`jko_flow` the JKO steps (:mod:`tpde.flows.jko`, ``GEOMETRIES``);
+:func:`convexity_probe` the geodesic convexity probe (:mod:`tpde.flows.convexity`).
 """
 
 from tpde.flows.compare import Comparison, compare
+from tpde.flows.convexity import ConvexityProbe, convexity_probe, geodesic_second_derivative
 from tpde.flows.eulerian import SCHEMES, CFLViolation
 from tpde.flows.events import BlowUp, Converged
 from tpde.flows.integrate import integrate
+from tpde.flows.jko import GEOMETRIES, JKOStep, jko_flow, jko_step
 from tpde.flows.methods import METHODS, ExplicitRK
 from tpde.flows.trajectory import STATUSES, Trajectory
 
 __all__ = [
+    "GEOMETRIES",
     "METHODS",
     "SCHEMES",
     "STATUSES",
@@ -21,8 +26,14 @@ __all__ = [
     "CFLViolation",
     "Comparison",
     "Converged",
+    "ConvexityProbe",
     "ExplicitRK",
+    "JKOStep",
     "Trajectory",
     "compare",
+    "convexity_probe",
+    "geodesic_second_derivative",
     "integrate",
+    "jko_flow",
+    "jko_step",
 ]

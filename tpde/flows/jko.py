@@ -1,0 +1,323 @@
+r"""JKO (minimising-movement) steps and flows in five geometries (MATH.md §5).
+
+    μ_{k+1} ∈ argmin_ν  G(ν) + d(ν, μ_k)² / (2τ)
+
+G is the functional the flow descends: for a field, its Lyapunov functional G = c·E from
+:meth:`Field.gradient_structure` (softmax: G = −sE, Sinkhorn: G = sF); for an
+:class:`~tpde.attention.Energy` or any callable measure -> scalar tensor, G itself. As
+τ → 0 the JKO sequence converges at order 1 in τ to the gradient flow of G in the metric d
+(Jordan, Kinderlehrer, Otto 1998; Ambrosio, Gigli, Savaré 2008).
+
+Geometries (``geometry=``):
+
+- ``"w2"`` (particles): d² = Σ_i w_i |y_i − x_i|², the identity coupling of a particle flow
+  (exact W2 for small steps, where the particle motion is cyclically monotone). Limit:
+  ẋ_i = −∂G/∂x_i / w_i, the W2 gradient flow (:class:`~tpde.attention.GradientFlowField`).
+- ``"twisted"`` (particles): the field's metric frozen at μ_k,
+  d² = Σ_i w_i ω_k(x_i) (y_i − x_i)ᵀ(sM)⁻¹(y_i − x_i), with ω = Z_{μ_k} for softmax and
+  ω = 1 for Sinkhorn (:func:`tpde.metrics.twisted_w2`, coupling="identity"). Limit: the
+  field's own PDE, ẋ = Γ[μ](x) (softmax: M∇Z/Z; Sinkhorn: V E_π[y | x]).
+- ``"bures"`` / ``"twisted-bures"`` (Gaussians): W2 restricted to Gaussians, after
+  x ↦ (sM)^{-1/2}x for the twisted one (mobility M, no Z weight: Z_μ has no closed-form
+  transport on Gaussians). The unknown is the Bures tangent (u, S) at μ_k (the Monge map
+  x ↦ m_k + u + (I + S)(x − m_k), I + S ≻ 0), so that the closed-form distance is exactly
+  d² = |u|² + tr(SΣ_kS) in whitened coordinates. Limit: α̇ = −M∇_αG, Σ̇ = −2(MĝΣ + ΣĝM);
+  for Sinkhorn with V = MA this is the Sinkhorn Gaussian ODE.
+- ``"entropic"`` (grids, d = 1, 2): Peyré's entropic JKO (:mod:`tpde.flows.jko_grid`).
+
+Inner solve (particles, Gaussians): the unknown is whitened, y = x + √τ P ζ with
+PPᵀ = (sM)/(w_i ω_i) (particles) or the Bures analogue, so that d²/(2τ) = |ζ|²/2 and the
+Hessian of J(ζ) = G + |ζ|²/2 is I + O(τ): L-BFGS (:func:`tpde.flows.jko_prox.lbfgs`, unit
+first step, Armijo backtracking) converges in a few iterations. It is warm-started from the
+explicit step ζ₀ = −∇_ζG(0) when that lowers J (else from ζ = 0, so J(ζ*) ≤ J(0) = G(μ_k)
+and G never increases, up to the rounding slack of the line search). Converged:
+‖∇J‖_∞ ≤ tol · ‖∇J(0)‖_∞ (a relative error tol on the step's velocity). The energy G is
+evaluated with gradients on the chosen engine ("auto": SDPA's flash kernel on the CPU for
+large clouds, first-order gradients, O(n) memory).
+
+Where G is +inf (a Gaussian outside the softmax energy's domain) the step is infeasible;
+where G = −E can reach −inf (softmax with M ≻ 0 on Gaussians: E blows up at the domain's
+boundary, as the flow does in finite time), non-finite values are treated as infeasible
+too, so the step returns the local minimiser inside the domain.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import torch
+
+from tpde._validation import check_choice, check_positive
+from tpde.attention.base import Field
+from tpde.attention.energies import as_energy
+from tpde.flows.jko_grid import entropic_step
+from tpde.flows.jko_prox import GaussianProx, ParticleProx, solve_prox
+from tpde.flows.trajectory import Trajectory
+from tpde.measures import Empirical, Gaussian, Grid
+
+__all__ = ["GEOMETRIES", "JKOStep", "jko_flow", "jko_step"]
+
+#: Geometry name -> the measure type it steps.
+GEOMETRIES = {
+    "w2": Empirical,
+    "twisted": Empirical,
+    "bures": Gaussian,
+    "twisted-bures": Gaussian,
+    "entropic": Grid,
+}
+
+
+@dataclass(frozen=True)
+class JKOStep:
+    """One JKO step.
+
+    Attributes
+    ----------
+    measure : the new measure μ_{k+1} (the best iterate found, also when not converged).
+    converged : whether the inner solve met its tolerance (grids: always True, the step is
+        in closed form).
+    iterations : L-BFGS iterations (grids: 1 kernel update).
+    evaluations : evaluations of G (with its gradient).
+    grad_norm : final ‖∇J‖_∞ / ‖∇J(0)‖_∞ in whitened coordinates (grids: NaN).
+    energy, previous_energy : G(μ_{k+1}) and G(μ_k) (floats).
+    distance : d(μ_{k+1}, μ_k) in the step's metric (grids: NaN).
+    tau : the step.
+    message : why the inner solve stopped.
+    """
+
+    measure: object
+    converged: bool
+    iterations: int
+    evaluations: int
+    grad_norm: float
+    energy: float
+    previous_energy: float
+    distance: float
+    tau: float
+    message: str
+
+
+def _check_tau(tau) -> float:
+    return check_positive(tau, "tau")
+
+
+def _resolve(mu, energy, geometry: str, mobility):
+    """(G, metric mobility sM or None, structure for the weight or None), all checked."""
+    check_choice(geometry, "geometry", tuple(GEOMETRIES))
+    kind = GEOMETRIES[geometry]
+    if geometry == "entropic" and not isinstance(mu, Grid):
+        raise ValueError(
+            f"geometry 'entropic' steps densities on a Grid (d = 1 or 2); received a "
+            f"{type(mu).__name__} in d = {mu.dim}. In d > 2 use particles (geometry 'w2' or "
+            "'twisted') or Gaussians ('bures')."
+        )
+    if not isinstance(mu, kind):
+        raise TypeError(
+            f"geometry {geometry!r} steps {kind.__name__} measures; received "
+            f"{type(mu).__name__}. Particles: 'w2', 'twisted'; Gaussians: 'bures', "
+            "'twisted-bures'; grids: 'entropic'."
+        )
+    twisted = geometry in ("twisted", "twisted-bures")
+    if isinstance(energy, Field):
+        if getattr(energy.params, "time_dependent", False):
+            raise ValueError(
+                "JKO steps an autonomous gradient flow; the field has time-dependent "
+                "parameters. Freeze them (pass tensors) or integrate the field instead."
+            )
+        energy._check_measure(mu)
+        if mobility is not None:
+            raise ValueError(
+                "a field sets its own mobility M = V A⁻¹ (gradient_structure); pass mobility= "
+                "only with an energy that is not a field."
+            )
+        structure = energy.gradient_structure()
+        G = structure.lyapunov
+        if not twisted:
+            return G, None, None
+        if geometry == "twisted-bures" and structure.weighted:
+            raise ValueError(
+                "geometry 'twisted-bures' has mobility M but no Z_μ weight, so for softmax "
+                "attention its JKO flow is not the softmax PDE. Use particles with geometry "
+                "'twisted' (the Z-weighted metric), Sinkhorn attention (whose metric has no "
+                "weight), or pass G = field.gradient_structure().lyapunov with mobility=M "
+                "to step that unweighted flow on purpose."
+            )
+        return G, structure.mobility, structure if structure.weighted else None
+    G = as_energy(energy)
+    if twisted and mobility is None:
+        raise ValueError(
+            f"geometry {geometry!r} needs the metric's mobility: pass a field (Softmax, "
+            "Sinkhorn: M = V A⁻¹) or mobility=M (symmetric positive definite) with the energy."
+        )
+    if mobility is not None:
+        if not twisted:
+            raise ValueError(
+                f"mobility applies to the twisted geometries; geometry {geometry!r} is plain "
+                "W2. Use 'twisted' (particles) or 'twisted-bures' (Gaussians)."
+            )
+        mobility = _check_mobility(mobility, mu)
+    return G, mobility, None
+
+
+def _check_mobility(mobility, mu) -> torch.Tensor:
+    M = torch.as_tensor(mobility).to(dtype=mu.dtype, device=mu.device)
+    d = mu.dim
+    if M.shape != (d, d):
+        raise ValueError(f"mobility must have shape ({d}, {d}); received {tuple(M.shape)}.")
+    evals = torch.linalg.eigvalsh(0.5 * (M + M.mT))
+    asym = float((M - M.mT).abs().max())
+    if asym > 1e-10 * float(evals.abs().max()) or float(evals[0]) <= 0:
+        raise ValueError(
+            f"mobility must be symmetric positive definite; received eigenvalues "
+            f"{[round(float(e), 6) for e in evals]} and asymmetry {asym:.3g}."
+        )
+    return 0.5 * (M + M.mT)
+
+
+def _default_tol(dtype: torch.dtype) -> float:
+    # The relative gradient error reachable in the dtype's rounding: float64 values of G and
+    # its gradient are good to ~1e-13; float32 (and SDPA's float32 kernels) to ~1e-6.
+    return 1e-6 if dtype == torch.float64 else 1e-3
+
+
+def jko_step(
+    mu,
+    energy,
+    tau: float,
+    geometry: str = "w2",
+    *,
+    tol: float | None = None,
+    max_iter: int = 100,
+    engine: str = "auto",
+    mobility=None,
+    epsilon: float | None = None,
+    _cache: dict | None = None,
+) -> JKOStep:
+    """One JKO step μ_{k+1} ∈ argmin_ν G(ν) + d(ν, μ)²/(2τ) (module notes).
+
+    Parameters
+    ----------
+    mu : Empirical ("w2", "twisted"), Gaussian ("bures", "twisted-bures"; unbatched,
+        nondegenerate) or Grid ("entropic").
+    energy : a field (Softmax, Sinkhorn: its Lyapunov functional and, for the twisted
+        geometries, its metric), an :class:`~tpde.attention.Energy`, or any callable
+        measure -> 0-d tensor (derivatives by autograd).
+    tau : step > 0.
+    geometry : "w2", "twisted", "bures", "twisted-bures" or "entropic".
+    tol : relative tolerance of the inner solve on ‖∇J‖_∞ (default 1e-6 in float64, 1e-3
+        in float32).
+    max_iter : L-BFGS iteration cap.
+    engine : pairwise engine of the energies on particles and grids.
+    mobility : (d, d) SPD mobility of the twisted geometries when ``energy`` is not a field.
+    epsilon : entropic regularisation of "entropic" steps (default in
+        :func:`tpde.flows.jko_grid.entropic_step`).
+
+    Returns
+    -------
+    JKOStep
+    """
+    tau = _check_tau(tau)
+    G, M, weighted = _resolve(mu, energy, geometry, mobility)
+    if geometry == "entropic":
+        return entropic_step(mu, G, tau, epsilon=epsilon, engine=engine, cache=_cache)
+    if epsilon is not None:
+        raise ValueError("epsilon applies to geometry 'entropic' (grids) only.")
+    tol = _default_tol(mu.dtype) if tol is None else check_positive(tol, "tol")
+    if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 1:
+        raise ValueError(f"max_iter must be a positive int; received {max_iter!r}.")
+    if isinstance(mu, Empirical):
+        prox = ParticleProx(mu, tau, M, weighted, engine)
+    else:
+        prox = GaussianProx(mu, tau, M)
+    return solve_prox(prox, G, tau, tol=tol, max_iter=max_iter, engine=engine)
+
+
+def _step_times(tau: float, t1: float) -> list[float]:
+    """0, τ, 2τ, …, t1: a last step shorter than τ lands on t1 (no sliver below 1e-9 τ)."""
+    n = max(1, math.ceil(t1 / tau - 1e-9))
+    return [min(k * tau, t1) for k in range(n)] + [t1]
+
+
+def jko_flow(
+    mu0,
+    energy,
+    tau: float,
+    t1: float,
+    geometry: str = "w2",
+    *,
+    tol: float | None = None,
+    max_iter: int = 100,
+    engine: str = "auto",
+    mobility=None,
+    epsilon: float | None = None,
+) -> Trajectory:
+    """JKO steps of size τ from μ(0) = mu0 to t1 (the last step shortened to land on t1).
+
+    Parameters are those of :func:`jko_step` (``epsilon`` of "entropic" steps is fixed for
+    the whole flow: default from the first step's τ and the grid).
+
+    Returns
+    -------
+    Trajectory
+        ``times`` 0, τ, …, t1 and one measure per step. ``status`` is "completed", or
+        "not_converged" when an inner solve missed its tolerance: the run stops there,
+        ``event_time`` is the start of that step and the last measure the state before it.
+        ``stats``: ``inner_iterations`` and ``evaluations`` (lists, per step), ``grad_norm``
+        (final relative ‖∇J‖_∞ per step), ``energy`` (tensor, G at every saved measure:
+        non-increasing for the exact steps), ``distance`` (per step), ``tau``, ``geometry``,
+        ``n_steps``, ``wall_time_s``; grids add ``epsilon`` and ``mass_error``.
+    """
+    tau = _check_tau(tau)
+    t1 = float(t1)
+    if not math.isfinite(t1) or t1 <= 0:
+        raise ValueError(f"t1 must be finite and > 0; received {t1}.")
+    start = time.perf_counter()
+    G, _, _ = _resolve(mu0, energy, geometry, mobility)  # checks before the first step
+    if geometry == "entropic" and epsilon is None:
+        from tpde.flows.jko_grid import default_epsilon
+
+        epsilon = default_epsilon(mu0, tau)
+    times = _step_times(tau, t1)
+    measures = [mu0]
+    stats = {"inner_iterations": [], "evaluations": [], "grad_norm": [], "distance": []}
+    energies = [float(G(mu0, engine).detach())]
+    status, event_time = "completed", math.nan
+    mu, cache = mu0, {}  # the entropic kernels, computed once per flow
+    for k in range(len(times) - 1):
+        step = jko_step(
+            mu, energy, times[k + 1] - times[k], geometry, tol=tol, max_iter=max_iter,
+            engine=engine, mobility=mobility, epsilon=epsilon, _cache=cache,
+        )  # fmt: skip
+        for key, value in (
+            ("inner_iterations", step.iterations),
+            ("evaluations", step.evaluations),
+            ("grad_norm", step.grad_norm),
+            ("distance", step.distance),
+        ):
+            stats[key].append(value)
+        if not step.converged:
+            status, event_time = "not_converged", times[k]
+            stats["failure"] = step.message
+            break
+        mu = step.measure
+        measures.append(mu)
+        energies.append(step.energy)
+    stats.update(
+        energy=torch.tensor(energies, dtype=torch.float64),
+        tau=tau,
+        geometry=geometry,
+        n_steps=len(measures) - 1,
+        wall_time_s=time.perf_counter() - start,
+    )
+    if geometry == "entropic":
+        stats["epsilon"] = epsilon
+        stats["mass_error"] = float((mu.density.sum() - mu0.density.sum()).abs())
+    return Trajectory(
+        times=torch.tensor(times[: len(measures)], dtype=torch.float64),
+        measures=measures,
+        status=status,
+        event_time=torch.tensor(event_time, dtype=torch.float64),
+        stats=stats,
+    )
