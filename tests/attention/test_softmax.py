@@ -57,6 +57,24 @@ def test_velocity_on_a_gaussian_is_the_tilted_mean(generator):
     assert float((field.velocity(cloud, x) - exact).abs().max()) < 1e-2
 
 
+def test_low_rank_heads_take_the_factored_gaussian_slope(generator):
+    # k < d: VΣA is formed as (V(ΣKᵀ))(scale·Q), O(d²k); it must equal V Σ (scale·KᵀQ),
+    # batched over Gaussians, with biases (rounding only: 1e-12).
+    Q = torch.randn(2, 6, generator=generator, dtype=F64)
+    K = torch.randn(2, 6, generator=generator, dtype=F64)
+    V = torch.randn(6, 6, generator=generator, dtype=F64)
+    bq = torch.randn(2, generator=generator, dtype=F64)
+    field = Softmax(Q, K, V, scale=0.7, query_bias=bq)
+    S = torch.randn(3, 6, 6, generator=generator, dtype=F64)
+    cov = S @ S.mT / 6
+    mean = torch.randn(3, 6, generator=generator, dtype=F64)
+    offset, slope = field.gaussian_affine(0.0, mean, cov)
+    A = 0.7 * K.T @ Q
+    torch.testing.assert_close(slope, V @ cov @ A, rtol=1e-12, atol=1e-12)
+    tilt = mean + cov @ (0.7 * K.T @ bq)
+    torch.testing.assert_close(offset, tilt @ V.T, rtol=1e-12, atol=1e-12)
+
+
 def test_batched_parameters_broadcast_against_batched_gaussians(generator):
     A = torch.randn(5, 1, 2, 2, generator=generator, dtype=F64)
     field = Softmax.from_interaction(A, torch.eye(2, dtype=F64))

@@ -118,7 +118,11 @@ class Softmax(Field):
         p = self.params.at(t, like=mean)
         tilt = mean if p.bq is None else mean + (cov @ p.query_shift.unsqueeze(-1)).squeeze(-1)
         c = (p.V @ tilt.unsqueeze(-1)).squeeze(-1)
-        return (c if p.bv is None else c + p.bv), p.V @ cov @ p.A
+        if self.params.k < self.dim:  # A = scale·KᵀQ of rank k: O(d²k) instead of O(d³)
+            slope = (p.V @ (cov @ p.K.transpose(-1, -2))) @ (p.scale * p.Q)
+        else:
+            slope = p.V @ cov @ p.A
+        return (c if p.bv is None else c + p.bv), slope
 
     def energy(self, mu, *, t: float = 0.0, engine: str = "auto") -> torch.Tensor:
         """E(μ) = ½ ∬ e^{yᵀAx} dμ(x) dμ(y) (:func:`tpde.attention.energies.softmax_energy`)."""
