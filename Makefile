@@ -9,14 +9,16 @@ export KEOPS_CACHE_FOLDER ?= $(CURDIR)/build/keops
 
 .PHONY: run test test-slow lint format bench clean
 
-$(STAMP): pyproject.toml constraints.txt
+$(STAMP): pyproject.toml setup.py constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet -c constraints.txt "torch==2.13.0"
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev,real]"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev,dask,real]"
 	touch $(STAMP)
 
+# The quick run replaces the previous one in results/quick (a full run goes to results/full).
 run: $(STAMP)
-	$(BIN)/tpde run --quick
+	$(BIN)/tpde run --quick --force
+	@echo "report: results/quick/report.md"
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

@@ -44,8 +44,9 @@ retried shorter. An explicit ``dt`` that gives ν > 1 at any stage raises an err
 Status: "completed"; "not_converged" when an inner solve of the field (Sinkhorn scaling)
 missed its tolerance, at the start of the offending step; "blow_up" when the masses stop
 being finite or every cell is empty (all mass left the box); "max_steps"; the events
-``BlowUp`` (λ_max of the grid's covariance) and ``Converged`` ((Σ_c m_c |u_c|²)^{1/2} with
-u_c the mean of the cell's face velocities) as for particles.
+``BlowUp`` (λ_max, or with ``size="trace"`` the trace, of the grid's covariance) and
+``Converged`` ((Σ_c m_c |u_c|²)^{1/2} with u_c the mean of the cell's face velocities) as
+for particles.
 """
 
 from __future__ import annotations
@@ -430,7 +431,9 @@ class _GridRunner:
         for event in self.events:
             if isinstance(event, BlowUp):
                 grid = Grid._trusted(m, self.flow.lower, self.flow.upper)
-                fired = float(torch.linalg.eigvalsh(grid.cov().detach())[-1]) > event.threshold
+                cov = grid.cov().detach()
+                size = cov.trace() if event.size == "trace" else torch.linalg.eigvalsh(cov)[-1]
+                fired = float(size) > event.threshold
             elif isinstance(event, Converged):
                 u = self.flow.velocity(t, m) if u is None else u
                 fired = float(self.flow.centre_speed_norm(m.detach(), u)) < event.tol

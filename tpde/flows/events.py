@@ -6,26 +6,33 @@ from dataclasses import dataclass
 
 import torch
 
-from tpde._validation import check_positive
+from tpde._validation import check_choice, check_positive
 
 
 @dataclass(frozen=True)
 class BlowUp:
     """Stop an element when its size passes ``threshold`` (status ``"blow_up"``).
 
-    Size: the largest covariance eigenvalue λ_max(Σ) for Gaussians, the largest squared
-    distance to the mean max_i |x_i − m|² for particles (both squared lengths). The
-    state overflowing, or the adaptive step size collapsing, also counts as blow-up
-    (always, even without this event).
+    Size (``size="max"``, the default): the largest covariance eigenvalue λ_max(Σ) for
+    Gaussians and grids, the largest squared distance to the mean max_i |x_i − m|² for
+    particles (both squared lengths). ``size="trace"``: the total variance tr Σ
+    (particles: Σ_i w_i |x_i − m|²), the paper's stopping rule tr Σ > tol_high (MATH.md
+    §6), cheaper than an eigenvalue and at most d times λ_max. The state overflowing, or
+    the adaptive step size collapsing, also counts as blow-up (always, even without this
+    event).
     """
 
     threshold: float = 1e6
+    size: str = "max"
     name = "blow_up"
 
     def __post_init__(self):
         check_positive(self.threshold, "BlowUp threshold")
+        check_choice(self.size, "BlowUp size", ("max", "trace"))
 
     def check(self, system, state, derivative) -> torch.Tensor:
+        if self.size == "trace":
+            return system.trace(state) > self.threshold
         return system.size(state) > self.threshold
 
 

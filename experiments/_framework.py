@@ -1,0 +1,335 @@
+"""The small framework every experiment uses: configs, run records, progress, reports.
+
+An experiment is a module with
+
+- ``NAME``, ``TITLE``: its command-line name and its title in the report;
+- ``Config``: a dataclass of simple fields (int, float, bool, str, tuples of them), every
+  field with a default (the full-size run) and ``QUICK``: the overrides of ``--quick``;
+- ``run(config, out)``: computes and writes the raw data with :func:`save` (``data.npz``
+  holds the arrays, ``meta.json`` the config, the results, the package versions and the git
+  commit);
+- ``plot(out)``: draws PNG figures from the saved data only (:func:`load`);
+- ``report(out) -> Report``: the one-line summary, each outcome next to the paper's claim,
+  the figures, from the saved data only.
+
+Configs are overridden from the command line as text (``--set key=value``);
+:func:`apply_overrides` converts each value to the field's type and refuses unknown keys
+and values of the wrong type before anything runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+__all__ = [
+    "Claim",
+    "ConfigError",
+    "Report",
+    "apply_overrides",
+    "config_dict",
+    "load",
+    "metadata",
+    "progress",
+    "save",
+    "torch_generator",
+]
+
+
+class ConfigError(ValueError):
+    """A configuration override names an unknown key or has a value of the wrong type."""
+
+
+# ---------------------------------------------------------------------- configs
+def _field_types(config) -> dict[str, object]:
+    hints = typing.get_type_hints(type(config))
+    return {f.name: hints[f.name] for f in dataclasses.fields(config)}
+
+
+def _parse_scalar(text: str, kind, key: str):
+    text = text.strip()
+    if kind is bool:
+        lowered = text.lower()
+        if lowered in ("1", "true", "yes", "on"):
+            return True
+        if lowered in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(f"{key} expects a bool (true/false); received {text!r}.")
+    if kind is int:
+        try:
+            return int(text)
+        except ValueError:
+            raise ConfigError(f"{key} expects an int; received {text!r}.") from None
+    if kind is float:
+        try:
+            return float(text)
+        except ValueError:
+            raise ConfigError(f"{key} expects a float; received {text!r}.") from None
+    if kind is str:
+        return text
+    raise ConfigError(f"{key} has a type ({kind}) that cannot be set from the command line.")
+
+
+def parse_value(text: str, annotation, key: str):
+    """Convert command-line text to ``annotation``: scalars, or comma-separated tuples."""
+    origin = typing.get_origin(annotation)
+    if origin is tuple:
+        args = typing.get_args(annotation)
+        kind = args[0]
+        parts = [p for p in text.split(",") if p.strip()] if text.strip() else []
+        values = tuple(_parse_scalar(p, kind, key) for p in parts)
+        if not (len(args) == 2 and args[1] is Ellipsis) and len(values) != len(args):
+            raise ConfigError(f"{key} expects {len(args)} comma-separated values; got {text!r}.")
+        return values
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if text.strip().lower() == "none":
+            return None
+        return parse_value(text, args[0], key)
+    return _parse_scalar(text, annotation, key)
+
+
+def apply_overrides(config, overrides: dict[str, str], experiment: str = ""):
+    """A copy of ``config`` with ``overrides`` (key -> text) converted and applied.
+
+    Raises :class:`ConfigError` naming the known keys for an unknown key, and the
+    expected type for a value that does not convert; the config's own ``check()`` (if
+    any) then validates the values together.
+    """
+    types_ = _field_types(config)
+    changes = {}
+    for key, text in overrides.items():
+        if key not in types_:
+            known = ", ".join(sorted(types_))
+            where = f" of experiment {experiment!r}" if experiment else ""
+            raise ConfigError(f"unknown config key {key!r}{where}; known keys: {known}.")
+        label = f"{experiment}.{key}" if experiment else key
+        changes[key] = parse_value(text, types_[key], label)
+    new = dataclasses.replace(config, **changes)
+    check = getattr(new, "check", None)
+    if check is not None:
+        try:
+            check()
+        except ValueError as err:
+            raise ConfigError(f"{experiment or 'config'}: {err}") from None
+    return new
+
+
+def check_choices(name: str, values, choices) -> None:
+    """Raise ValueError when ``values`` (a str or tuple of str) holds an unknown choice."""
+    values = (values,) if isinstance(values, str) else tuple(values)
+    bad = [v for v in values if v not in choices]
+    if bad:
+        raise ValueError(f"{name} must be among {', '.join(choices)}; received {', '.join(bad)}.")
+
+
+def config_dict(config) -> dict:
+    """The config as a JSON-ready dict (tuples become lists)."""
+    return json.loads(json.dumps(dataclasses.asdict(config)))
+
+
+def torch_generator(seed: int):
+    """A seeded CPU torch generator (every random draw of an experiment goes through one)."""
+    import torch
+
+    return torch.Generator().manual_seed(int(seed))
+
+
+# ---------------------------------------------------------------------- records
+_VERSIONED = ("tpde", "torch", "numpy", "scipy", "pot", "geomloss", "matplotlib", "dask")
+
+
+def _version(dist: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return None
+
+
+def git_commit(path: Path | None = None) -> dict:
+    """{"commit": sha or None, "dirty": bool or None} of the repository holding tpde."""
+    import tpde
+
+    where = path or Path(tpde.__file__).resolve().parents[1]
+    try:
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True, timeout=10
+        )
+        status = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=where,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None}
+    if sha.returncode != 0:
+        return {"commit": None, "dirty": None}
+    return {"commit": sha.stdout.strip(), "dirty": bool(status.stdout.strip())}
+
+
+def metadata() -> dict:
+    """Package versions, git commit, Python, platform and thread settings of this run."""
+    import torch
+
+    return {
+        "versions": {name: _version(name) for name in _VERSIONED},
+        "git": git_commit(),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "torch_threads": torch.get_num_threads(),
+        "cpu_count": os.cpu_count(),
+        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+    }
+
+
+def atomic_write(path: Path, data: bytes | str) -> None:
+    """Write a file atomically (temporary file in the same folder, then rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    mode = "w" if isinstance(data, str) else "wb"
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, mode) as handle:
+            handle.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _jsonable(value):
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, float) and not np.isfinite(value):
+        return None if np.isnan(value) else ("inf" if value > 0 else "-inf")
+    return value
+
+
+def save(out: Path, config, arrays: dict[str, np.ndarray], results: dict, started: float) -> None:
+    """Write ``data.npz`` (arrays) then ``meta.json`` (config, results, versions, commit).
+
+    ``meta.json`` is written last and atomically: its presence marks a finished run.
+    """
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=out, prefix=".data.", suffix=".npz")
+    os.close(fd)
+    try:
+        np.savez_compressed(tmp, **{k: np.asarray(v) for k, v in arrays.items()})
+        os.replace(tmp, out / "data.npz")
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    meta = {
+        "config": config_dict(config),
+        "results": _jsonable(results),
+        "wall_time_s": time.perf_counter() - started,
+        **metadata(),
+    }
+    atomic_write(out / "meta.json", json.dumps(meta, indent=1))
+
+
+def load(out: Path) -> tuple[dict, dict, dict]:
+    """(config dict, arrays dict, results dict) of a saved run."""
+    out = Path(out)
+    meta = json.loads((out / "meta.json").read_text())
+    with np.load(out / "data.npz", allow_pickle=False) as data:
+        arrays = {k: data[k] for k in data.files}
+    return meta["config"], arrays, meta["results"]
+
+
+def progress(iterable, desc: str, total: int | None = None):
+    """A tqdm progress bar on stderr (hidden when stderr is not a terminal)."""
+    from tqdm.auto import tqdm
+
+    return tqdm(iterable, desc=desc, total=total, leave=False, disable=None, file=sys.stderr)
+
+
+# ---------------------------------------------------------------------- reports
+@dataclass(frozen=True)
+class Claim:
+    """One line of a report: what the paper (or MATH.md) says, what we measured, verdict.
+
+    verdict: "agrees", "differs" or "n/a" (nothing to compare), or "partly".
+    """
+
+    claim: str
+    outcome: str
+    verdict: str
+
+
+@dataclass(frozen=True)
+class Report:
+    """What an experiment contributes to report.md (built from saved data only)."""
+
+    summary: str
+    claims: list[Claim] = field(default_factory=list)
+    figures: list[tuple[str, str]] = field(default_factory=list)  # (file name, caption)
+    tables: list[str] = field(default_factory=list)  # markdown blocks
+    notes: list[str] = field(default_factory=list)
+
+    def markdown(self, name: str, title: str) -> str:
+        lines = [f"## {title} (`{name}`)", "", f"**Summary.** {self.summary}", ""]
+        if self.claims:
+            lines += ["| paper's claim | outcome here | verdict |", "| --- | --- | --- |"]
+            for c in self.claims:
+                cells = (c.claim, c.outcome, c.verdict)
+                lines.append("| " + " | ".join(s.replace("|", "\\|") for s in cells) + " |")
+            lines.append("")
+        for table in self.tables:
+            lines += [table, ""]
+        for file, caption in self.figures:
+            lines += [f"![{caption}]({name}/{file})", "", f"*{caption}*", ""]
+        for note in self.notes:
+            lines += [f"- {note}"]
+        if self.notes:
+            lines.append("")
+        return "\n".join(lines)
+
+
+def markdown_table(header: list[str], rows: list[list]) -> str:
+    """A small markdown table."""
+    out = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(out)
+
+
+def savefig(fig, path: Path) -> Path:
+    """Save a matplotlib figure as PNG and close it."""
+    import matplotlib.pyplot as plt
+
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def pyplot():
+    """matplotlib.pyplot on the non-interactive Agg canvas."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt

@@ -1,0 +1,464 @@
+"""Experiment 7: real attention — how Gaussian are real token clouds, and does the picture hold?
+
+The token clouds of all-MiniLM-L6-v2 (one empirical measure per sentence of the bundled
+corpus, d = 384) are followed through the 6 real layers three ways:
+
+- **real**: the model's own hidden states (attention, residuals, LayerNorm, MLP);
+- **pde**: the attention-only Transformer PDE with the real time-dependent parameters
+  (``load_minilm().schedule``: layer l on depth-time [l, l + 1)) moving the sentence's
+  tokens, from the embedding output;
+- **ode**: its Gaussian moment ODE (MATH.md §3, with biases) from the moment-matched Gaussian
+  N(m, Σ) of the same tokens, integrated by Dormand–Prince with blow-up detection.
+
+Measured per depth (and per layer × head where a head is involved):
+
+- Gaussianity: W2 between a cloud and its moment-matched Gaussian
+  (:func:`tpde.metrics.diagnostics.distance_to_gaussian`), divided by the same statistic on
+  n points drawn from a Gaussian with the same moments (median over ``floor_draws``). A
+  ratio ≈ 1 is "as Gaussian as an n-point Gaussian sample can look"; it is computed in the
+  cloud's own span (rank ≤ n − 1, where both measures live; W2 is isometry-invariant) and,
+  per head, in the head's key space {K_h y} (the softmax tilt e^{qᵀK_h y} acts on the key
+  distribution: that is what the Gaussian closure needs to be Gaussian).
+- Attention temperature: the effective number of attended tokens of head h, ESS =
+  1/Σ_j w_ij² averaged over queries i, as a fraction of n. The Gaussian closure averages the
+  tilt e^{qᵀK y} over a whole Gaussian; a finite cloud's softmax is the self-normalised
+  importance-sampling estimate of that average, accurate only while the ESS is large.
+- Effective rank and anisotropy λ_max / tr Σ of the covariance (real, pde, ode).
+- Closure error: ‖Σ_ode − Σ_pde‖_F / ‖Σ_pde‖_F and |m_ode − m_pde| / √tr Σ_pde along
+  depth, until the ODE's blow-up.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from tpde.flows import BlowUp, integrate
+from tpde.measures import Empirical, Gaussian
+from tpde.metrics.diagnostics import anisotropy, distance_to_gaussian, effective_rank
+
+from . import _framework as fw
+
+NAME = "real-attention"
+TITLE = "Experiment 7 — real attention: all-MiniLM-L6-v2 token clouds vs the Gaussian picture"
+F64 = torch.float64
+LAYERS = 6
+ROUTES = ("real", "pde")
+
+
+@dataclass(frozen=True)
+class Config:
+    sentences: int = 48  # the first sentences of the bundled corpus
+    particle_dt: float = 0.05  # RK4 step of the attention-only PDE (20 steps per layer)
+    ode_rtol: float = 1e-4  # Dormand–Prince tolerance of the moment ODE (blow-up time to 1e-6)
+    blowup_trace: float = 1e4  # the ODE stops when tr Σ passes this (tr Σ₀ ≈ 85)
+    closure_saves: int = 21  # per layer, for the closure error along depth
+    gaussian_samples: int = 256  # Gaussian sample against which a cloud's W2 is taken
+    floor_draws: int = 4  # Gaussian clouds of the same n for the ratio's denominator
+    sample_sizes: tuple[int, ...] = (250, 1000)  # Gaussian-sampled clouds of sentence 0
+    sample_t1: float = 0.5  # … followed over [0, sample_t1] of layer 0
+    seed: int = 0
+
+    def check(self) -> None:
+        if not 1 <= self.sentences <= 238:
+            raise ValueError(f"sentences must be in 1 … 238 (the corpus); got {self.sentences}.")
+        if self.particle_dt <= 0 or self.particle_dt > 1 or self.ode_rtol <= 0:
+            raise ValueError("particle_dt must be in (0, 1] and ode_rtol > 0.")
+        if self.blowup_trace <= 0 or self.closure_saves < 2:
+            raise ValueError("blowup_trace must be > 0 and closure_saves >= 2.")
+        if self.gaussian_samples < 2 or self.floor_draws < 1:
+            raise ValueError("gaussian_samples must be >= 2 and floor_draws >= 1.")
+        if any(n < 2 for n in self.sample_sizes) or not 0 < self.sample_t1 <= 1:
+            raise ValueError("sample_sizes must be >= 2 and sample_t1 in (0, 1].")
+
+
+QUICK = {
+    "sentences": "12",
+    "closure_saves": "11",
+    "gaussian_samples": "128",
+    "floor_draws": "3",
+    "sample_sizes": "200,800",
+}
+
+
+# ---------------------------------------------------------------------- measurements
+def span_coordinates(points: torch.Tensor) -> torch.Tensor:
+    """The centred cloud in an orthonormal basis of its span, shape (n, rank)."""
+    centred = points - points.mean(0)
+    _, s, vh = torch.linalg.svd(centred, full_matrices=False)
+    rank = int((s > s[0] * 1e-10).sum()) if s.numel() and s[0] > 0 else 1
+    return centred @ vh[:rank].T
+
+
+def gaussianity_ratio(points: torch.Tensor, config: Config, gen: torch.Generator) -> float:
+    """W2(cloud, its Gaussian) / median W2(n-point Gaussian cloud, its Gaussian)."""
+    coords = span_coordinates(points)
+    seed = int(torch.randint(2**31 - 1, (1,), generator=gen))
+    value = distance_to_gaussian(Empirical(coords), n_samples=config.gaussian_samples, seed=seed)
+    gauss = Gaussian(torch.zeros(coords.shape[1], dtype=F64), Empirical(coords).cov())
+    floors = []
+    for _ in range(config.floor_draws):
+        draw = Empirical(gauss.sample(coords.shape[0], generator=gen))
+        seed = int(torch.randint(2**31 - 1, (1,), generator=gen))
+        floors.append(
+            float(distance_to_gaussian(draw, n_samples=config.gaussian_samples, seed=seed))
+        )
+    return float(value) / float(np.median(floors))
+
+
+def head_statistics(field, layer: int, points: torch.Tensor, config: Config, gen) -> np.ndarray:
+    """(2, heads): key-space Gaussianity ratio and ESS fraction of every head of ``field``."""
+    mu = Empirical(points)
+    out = np.empty((2, len(field.heads)))
+    for h, head in enumerate(field.heads):
+        form = head.softmax_form(float(layer), mu, points)
+        w = torch.softmax(form.queries @ form.keys.transpose(-1, -2) + form.key_bias, dim=-1)
+        out[0, h] = gaussianity_ratio(form.keys, config, gen)
+        out[1, h] = float((1 / (w**2).sum(-1)).mean()) / points.shape[0]
+    return out
+
+
+def _shape(cov: torch.Tensor) -> tuple[float, float]:
+    return float(effective_rank(cov)), float(anisotropy(cov))
+
+
+# ---------------------------------------------------------------------- the run
+def _closure_times(config: Config) -> torch.Tensor:
+    per_layer = torch.linspace(0, 1, config.closure_saves, dtype=F64)[:-1]
+    return torch.cat([per_layer + l for l in range(LAYERS)] + [torch.tensor([6.0], dtype=F64)])
+
+
+def _integer_indices(times: torch.Tensor) -> list[int]:
+    return [int(torch.argmin((times - l).abs())) for l in range(LAYERS + 1)]
+
+
+def one_sentence(model, tokens: Empirical, states: torch.Tensor, config: Config, gen) -> dict:
+    """Every measurement of one sentence (arrays keyed as in :func:`run`)."""
+    times = _closure_times(config)
+    at_layers = _integer_indices(times)
+    pde = integrate(model.schedule, tokens, 6.0, dt=config.particle_dt, save=times, events=())
+    gauss = Gaussian(tokens.mean(), tokens.cov())
+    ode = integrate(
+        model.schedule, gauss, 6.0, method="dopri5", rtol=config.ode_rtol, atol=1e-6,
+        save=times, events=(BlowUp(config.blowup_trace, size="trace"),),
+    )  # fmt: skip
+    event = float(ode.event_time) if ode.status == "blow_up" else np.inf
+    clouds = {"real": list(states), "pde": [pde.measures[i].points for i in at_layers]}
+    row = {"ode_event_time": event, "ode_status": ode.status, "pde_status": pde.status}
+    for route, layers in clouds.items():
+        row[f"gauss_{route}"] = [gaussianity_ratio(x, config, gen) for x in layers]
+        shapes = [_shape(Empirical(x).cov()) for x in layers]
+        row[f"erank_{route}"], row[f"aniso_{route}"] = map(list, zip(*shapes, strict=True))
+        # The input of layer l is the cloud at depth l: (2, layers, heads).
+        row[f"heads_{route}"] = np.stack(
+            [head_statistics(model.fields[l], l, layers[l], config, gen) for l in range(LAYERS)],
+            axis=1,
+        )
+    cov_err, mean_err = [], []
+    for i, t in enumerate(times.tolist()):
+        if i >= len(ode.measures) or t > event or not torch.isfinite(ode.measures[i].cov()).all():
+            cov_err.append(np.nan)
+            mean_err.append(np.nan)
+            continue
+        cloud, g = pde.measures[i], ode.measures[i]
+        c_pde = cloud.cov()
+        cov_err.append(float((g.cov() - c_pde).norm() / c_pde.norm()))
+        mean_err.append(float((g.mean() - cloud.mean()).norm() / c_pde.trace().sqrt()))
+    ode_shapes = [
+        _shape(ode.measures[i].cov())
+        if i < len(ode.measures) and times[i] <= event
+        else (np.nan, np.nan)
+        for i in at_layers
+    ]
+    row["erank_ode"], row["aniso_ode"] = map(list, zip(*ode_shapes, strict=True))
+    row["closure_cov"], row["closure_mean"] = cov_err, mean_err
+    return row
+
+
+def sampled_clouds(model, tokens: Empirical, config: Config, gen) -> dict:
+    """tr Σ(t) on [0, sample_t1]: the moment ODE vs clouds sampled from the same Gaussian.
+
+    The n-sample flows are the mean-field approximations of the ODE: they converge to it as
+    n → ∞, at a speed set by the importance-sampling ESS of the softmax tilt.
+    """
+    times = torch.linspace(0, config.sample_t1, 11, dtype=F64)
+    gauss = Gaussian(tokens.mean(), tokens.cov())
+    ode = integrate(
+        model.schedule, gauss, config.sample_t1, method="dopri5", rtol=config.ode_rtol,
+        atol=1e-6, save=times, events=(BlowUp(config.blowup_trace, size="trace"),),
+    )  # fmt: skip
+    trace = np.full((1 + len(config.sample_sizes), len(times)), np.nan)
+    trace[0, : len(ode.measures)] = [float(g.cov().trace()) for g in ode.measures]
+    for i, n in enumerate(config.sample_sizes):
+        cloud = Empirical(gauss.sample(n, generator=gen))
+        tilt = logit_spread(model.fields[0], cloud)
+        flow = integrate(model.schedule, cloud, config.sample_t1, dt=config.particle_dt / 2,
+                         save=times, events=())  # fmt: skip
+        trace[1 + i] = [float(m.cov().trace()) for m in flow.measures]
+    return {
+        "sample_times": times.numpy(),
+        "sample_trace": trace,
+        "sample_sizes": np.array(config.sample_sizes),
+        "sample_logit_sd": tilt[0],  # layer 0's heads on the largest sampled cloud
+        "sample_ess": tilt[1],
+    }
+
+
+def logit_spread(field, cloud: Empirical) -> np.ndarray:
+    """(2, heads): s.d. of the logits over keys (mean over queries), and the ESS (count).
+
+    On a Gaussian, head h's tilt has logit variance s² = qᵀKΣKᵀq; the self-normalised
+    softmax over n samples has an effective sample size ≈ n·e^{−s²}, so the particle flow
+    reaches the moment ODE only for n ≫ e^{s²}.
+    """
+    out = np.empty((2, len(field.heads)))
+    for h, head in enumerate(field.heads):
+        form = head.softmax_form(0.0, cloud, cloud.points)
+        logits = form.queries @ form.keys.transpose(-1, -2) + form.key_bias
+        out[0, h] = float(logits.std(-1).mean())
+        out[1, h] = float((1 / (torch.softmax(logits, -1) ** 2).sum(-1)).mean())
+    return out
+
+
+def run(config: Config, out: Path) -> None:
+    from tpde.pretrained import corpus, embed, hidden_states, load_minilm
+
+    started = time.perf_counter()
+    gen = fw.torch_generator(config.seed)
+    model = load_minilm(F64)
+    sentences = corpus()[: config.sentences]
+    tokens, states = embed(sentences, F64), hidden_states(sentences, F64)
+    rows = [
+        one_sentence(model, mu, h, config, gen)
+        for mu, h in fw.progress(zip(tokens, states, strict=True), "real-attention", len(tokens))
+    ]
+    keys = [k for k in rows[0] if not k.endswith("_status")]
+    arrays = {k: np.array([row[k] for row in rows], dtype=float) for k in keys}
+    arrays["lengths"] = np.array([mu.n for mu in tokens])
+    arrays["closure_times"] = _closure_times(config).numpy()
+    arrays.update(sampled_clouds(model, tokens[0], config, gen))
+    results = {
+        "ode_status": [row["ode_status"] for row in rows],
+        "pde_status": [row["pde_status"] for row in rows],
+        **summarise(arrays),
+    }
+    fw.save(out, config, arrays, results, started)
+
+
+def _median(x, axis=0):
+    with warnings.catch_warnings():  # all-NaN columns (after the ODE's blow-up) give NaN
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmedian(x, axis=axis)
+
+
+def summarise(arrays: dict) -> dict:
+    """Medians over sentences that the report quotes."""
+    times, event = arrays["closure_times"], arrays["ode_event_time"]
+    first = [int(np.argmin(np.abs(times - t))) for t in (0.1, 0.2, 0.3)]
+    trace = arrays["sample_trace"]
+    last = int(np.flatnonzero(np.isfinite(trace[0]))[-1])
+    worst = int(np.argmax(arrays["sample_logit_sd"]))
+    return {
+        "sample_check": {
+            "worst_head": worst,
+            "worst_logit_sd": float(arrays["sample_logit_sd"][worst]),
+            "worst_ess": float(arrays["sample_ess"][worst]),
+            "median_logit_sd": float(np.median(arrays["sample_logit_sd"])),
+            "t": float(arrays["sample_times"][last]),
+            "ode_trace": [float(trace[0, 0]), float(trace[0, last])],
+            "cloud_traces": {
+                str(n): [float(trace[1 + i, 0]), float(trace[1 + i, last])]
+                for i, n in enumerate(arrays["sample_sizes"].tolist())
+            },
+        },
+        "tokens_median": float(np.median(arrays["lengths"])),
+        "ode_blowup_fraction": float(np.isfinite(event).mean()),
+        "ode_blowup_time_median": float(_median(np.where(np.isfinite(event), event, np.nan))),
+        "ode_blowup_time_range": [float(np.nanmin(event)), float(np.nanmax(event))]
+        if np.isfinite(event).any()
+        else None,
+        "closure_cov_at": {
+            f"{times[i]:g}": float(_median(arrays["closure_cov"][:, i])) for i in first
+        },
+        **{
+            f"{q}_{route}": _median(arrays[f"{q}_{route}"]).tolist()
+            for q in ("gauss", "erank", "aniso")
+            for route in ("real", "pde")
+        },
+        "erank_ode": _median(arrays["erank_ode"]).tolist(),
+        **{
+            f"heads_{name}_{route}": _median(arrays[f"heads_{route}"][:, i]).tolist()
+            for i, name in enumerate(("gauss", "ess"))
+            for route in ROUTES
+        },
+    }
+
+
+# ---------------------------------------------------------------------- figures
+def _band(ax, x, values, label, color, style="-"):
+    if len(x) == 0:  # nothing saved before the ODE's blow-up
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        lo, mid, hi = np.nanpercentile(values, [25, 50, 75], axis=0)
+    ax.plot(x, mid, style, color=color, label=label, marker="o", ms=3)
+    ax.fill_between(x, lo, hi, color=color, alpha=0.2, lw=0)
+
+
+def plot(out: Path) -> list[Path]:
+    plt = fw.pyplot()
+    _, arrays, _ = fw.load(out)
+    depth = np.arange(LAYERS + 1)
+    colors = {"real": "C0", "pde": "C1", "ode": "C2"}
+    labels = {
+        "real": "real model",
+        "pde": "attention-only PDE",
+        "ode": "Gaussian moment ODE (until blow-up)",
+    }
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    for route in ROUTES:
+        _band(axes[0], depth, arrays[f"gauss_{route}"], labels[route], colors[route])
+    axes[0].axhline(1, color="k", lw=0.8, ls="--")
+    axes[0].set_ylabel("W2(cloud, its Gaussian) / same for a Gaussian cloud")
+    axes[0].set_title("non-Gaussianity of the token cloud (1 = Gaussian)")
+    for ax, q, title in ((axes[1], "erank", "effective rank"), (axes[2], "aniso", "λ_max / tr Σ")):
+        for route in (*ROUTES, "ode"):
+            _band(ax, depth, arrays[f"{q}_{route}"], labels[route], colors[route])
+        ax.set_title(title)
+    axes[2].set_yscale("log")
+    for ax in axes:
+        ax.set_xlabel("depth (layer boundary)")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    paths = [fw.savefig(fig, out / "real_attention_depth.png")]
+
+    fig, axes = plt.subplots(2, 2, figsize=(13, 7))
+    titles = ("key-space non-Gaussianity (median over sentences)", "attended tokens ESS / n")
+    for row, route in enumerate(ROUTES):
+        for col in range(2):
+            ax, data = axes[row, col], _median(arrays[f"heads_{route}"][:, col])
+            image = ax.imshow(data, aspect="auto", cmap="viridis" if col else "magma")
+            fig.colorbar(image, ax=ax)
+            ax.set_title(f"{labels[route]}: {titles[col]}", fontsize=10)
+            ax.set_xlabel("head")
+            ax.set_ylabel("layer")
+    fig.tight_layout()
+    paths.append(fw.savefig(fig, out / "real_attention_heads.png"))
+
+    fig, axes = plt.subplots(1, 3, figsize=(17, 4.2))
+    times = arrays["closure_times"]
+    alive = np.isfinite(arrays["closure_cov"]).any(0) & (times > 0)  # both gaps are 0 at t = 0
+    _band(axes[0], times[alive], arrays["closure_cov"][:, alive], "‖Σ_ode − Σ_pde‖ / ‖Σ_pde‖", "C3")
+    _band(
+        axes[0], times[alive], arrays["closure_mean"][:, alive], "|m_ode − m_pde| / √tr Σ_pde", "C4"
+    )
+    axes[0].set_yscale("log")
+    axes[0].set_xlabel("depth-time t")
+    axes[0].set_title("Gaussian closure vs the particles (until the ODE blows up)")
+    axes[0].legend(fontsize=8)
+    event = arrays["ode_event_time"]
+    finite = event[np.isfinite(event)]
+    axes[1].hist(finite, bins=20, color="C2")
+    axes[1].set_xlabel("blow-up time of the moment ODE (tr Σ > threshold)")
+    axes[1].set_title(f"{len(finite)}/{len(event)} sentences: the ODE blows up")
+    trace, sizes = arrays["sample_trace"], arrays["sample_sizes"]
+    axes[2].semilogy(arrays["sample_times"], trace[0], "k-o", ms=3, label="moment ODE")
+    for i, n in enumerate(sizes):
+        axes[2].semilogy(arrays["sample_times"], trace[1 + i], "--", label=f"{n} particles")
+    axes[2].set_xlabel("depth-time t (layer 0)")
+    axes[2].set_ylabel("tr Σ")
+    axes[2].set_title("sentence 0: ODE vs clouds sampled from its Gaussian")
+    axes[2].legend(fontsize=8)
+    fig.tight_layout()
+    paths.append(fw.savefig(fig, out / "real_attention_closure.png"))
+    return paths
+
+
+# ---------------------------------------------------------------------- report
+def _fmt(values) -> str:
+    return ", ".join("—" if v is None else f"{v:.2f}" for v in values)
+
+
+def report(out: Path) -> fw.Report:
+    _, arrays, r = fw.load(out)
+    n = len(arrays["lengths"])
+    ess_real = np.array(r["heads_ess_real"], dtype=float)
+    gauss_heads = np.array(r["heads_gauss_real"], dtype=float)
+    blow = r["ode_blowup_fraction"]
+    t_blow = r["ode_blowup_time_median"]
+    closure = ", ".join(f"t = {t}: {v:.2g}" for t, v in r["closure_cov_at"].items() if v)
+    check = r["sample_check"]
+    clouds = "; ".join(
+        f"{n} particles {a:.0f} → {b:.0f}" for n, (a, b) in check["cloud_traces"].items()
+    )
+    claims = [
+        fw.Claim(
+            "Mean field: particles sampled from a Gaussian follow its moment ODE as n grows "
+            "(MATH.md §3) — at practical n, with the real weights",
+            f"sentence 0, layer 0, t = 0 → {check['t']:.2g}: tr Σ of the ODE "
+            f"{check['ode_trace'][0]:.0f} → {check['ode_trace'][1]:.0f}; {clouds}. Head "
+            f"{check['worst_head']}'s logits have s.d. {check['worst_logit_sd']:.1f} on the "
+            f"Gaussian (median head {check['median_logit_sd']:.1f}): ESS "
+            f"{check['worst_ess']:.1f} of {list(check['cloud_traces'])[-1]} sampled points, "
+            f"so n ≫ e^(s²) would be needed",
+            "differs"
+            if abs(check["ode_trace"][1] / list(check["cloud_traces"].values())[-1][1] - 1) > 0.1
+            else "agrees",
+        ),
+        fw.Claim(
+            "The Gaussian picture: a Gaussian token cloud stays Gaussian and its moments follow "
+            "the moment ODE (MATH.md §3) — applied to real sentences",
+            f"the moment ODE from each sentence's moment-matched Gaussian blows up in "
+            f"{blow:.0%} of {n} sentences, median t = {t_blow:.3g} (inside layer 0); the "
+            f"particle PDE stays finite through all 6 layers. Relative covariance gap ODE vs "
+            f"particles: {closure}",
+            "differs" if blow > 0.5 else "agrees",
+        ),
+        fw.Claim(
+            "Real token clouds are Gaussian (the closure's premise)",
+            f"non-Gaussianity ratio of the real clouds by depth: {_fmt(r['gauss_real'])}; "
+            f"per head in key space {np.nanmin(gauss_heads):.2f} … {np.nanmax(gauss_heads):.2f} "
+            f"(1 = an n-point Gaussian sample; median {r['tokens_median']:.0f} tokens)",
+            "partly",
+        ),
+        fw.Claim(
+            "Attention contracts the cloud toward low rank (MATH.md §4; rank collapse)",
+            f"effective rank real {_fmt(r['erank_real'])}; attention-only PDE "
+            f"{_fmt(r['erank_pde'])}; anisotropy real {_fmt(r['aniso_real'])}, PDE "
+            f"{_fmt(r['aniso_pde'])}",
+            "agrees" if r["erank_pde"][-1] < r["erank_pde"][0] else "differs",
+        ),
+    ]
+    summary = (
+        f"{n} sentences × 6 real layers: the Gaussian moment ODE blows up in {blow:.0%} "
+        f"(median t = {t_blow:.3g}); attended-token ESS/n per layer "
+        f"{_fmt(np.nanmedian(ess_real, axis=1))}; effective rank real "
+        f"{r['erank_real'][0]:.1f} → {r['erank_real'][-1]:.1f}, PDE {r['erank_pde'][-1]:.1f}."
+        if t_blow is not None
+        else f"{n} sentences: the Gaussian moment ODE stays finite on all 6 layers."
+    )
+    notes = [
+        "Why the closure breaks: on a Gaussian, the softmax tilt e^{qᵀK y} of head h moves the "
+        "mean to α + ΣAᵀx, and the covariance obeys a Riccati equation that blows up in finite "
+        "time when the logit spread qᵀKΣKᵀq is large (MATH.md §4 item 2). A finite cloud's "
+        "softmax is the self-normalised importance-sampling estimate of that tilt: the real "
+        "heads attend to few tokens (ESS/n above), so the cloud never sees the tails that make "
+        "the Gaussian explode. The particle PDE therefore tracks the cloud, not the Gaussian.",
+        "Gaussianity is judged against n-point Gaussian samples with the same moments (ratio "
+        "1); with n ≈ 15 tokens in a span of dimension n − 1 the test has little power, so "
+        "ratios of 1.1–1.3 say only that the clouds are not grossly non-Gaussian.",
+        "The real model renormalises every layer (LayerNorm) and adds an MLP: its clouds keep "
+        "their scale, while the attention-only PDE grows tr Σ; effective rank and anisotropy "
+        "are scale-free and comparable.",
+    ]
+    figures = [
+        ("real_attention_depth.png", "Non-Gaussianity, effective rank and anisotropy by depth."),
+        ("real_attention_heads.png", "Per layer and head: key-space non-Gaussianity and ESS/n."),
+        ("real_attention_closure.png", "Moment ODE vs particles; blow-up times of the ODE."),
+    ]
+    return fw.Report(summary, claims, figures, notes=notes)

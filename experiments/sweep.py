@@ -1,0 +1,322 @@
+r"""Parameter sweeps on Dask distributed: ``tpde sweep CONFIG [--scheduler ADDRESS] [--workers N]``.
+
+A sweep is a grid of parameter sets, each run as one task (a batched Gaussian ODE over
+random draws). The CONFIG file (JSON, or TOML on Python ≥ 3.11) holds::
+
+    {
+      "study": "blowup",                      # the task function (STUDIES below)
+      "grid": {"variant": ["softmax", "l2"],  # every combination is one task …
+               "value_scale": [0.5, 1.0, 2.0]},
+      "fixed": {"d": 2, "samples": 64},       # … with these values too (study defaults
+                                              #     fill the rest)
+      "seeds": 2,                             # … once per seed 0 … seeds − 1
+      "out": "results/sweeps/blowup"          # optional; --out overrides it
+    }
+
+Where the tasks run: in this process by default (a Dask ``LocalCluster`` with one
+in-process worker), on a ``LocalCluster`` of N worker processes with ``--workers N``, or on
+an existing cluster with ``--scheduler tcp://host:port`` (an unreachable scheduler is an
+error within a few seconds). The client writes each task's result to ``OUT/tasks/ID.json``
+as soon as it finishes (atomic rename), so an interrupted sweep — the client stopped, a
+worker killed — resumes without redoing finished tasks; rerunning the same command does
+it. When every task is done, ``OUT/table.csv`` merges them (one row per task, in grid
+order), the same table whatever the order or the interruptions. ``OUT/sweep.json`` records
+the sweep; an OUT holding a different sweep is refused unless ``--force``.
+
+Study "blowup" (the phase diagram of the paper's 2-D figures at scale): ``samples`` random
+settings Q, K, V ~ N(0, 1)^{d×d} (V scaled by ``value_scale``, K shifted by ``key_shift``·Q
+so that A = KᵀQ leans positive or negative), Σ₀ = ``init_scale``·GGᵀ/d, integrated with the
+paper's rules (tr Σ > tol_high: blow-up; ‖Σ̇‖_F < tol_low: converged; horizon) and the
+paper's scalings (:func:`tpde.experiments._paper.paper_field`). Result: the fractions
+blown up / converged / neither, the median blow-up time, the median λ_max/tr of the
+converged limits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import hashlib
+import io
+import itertools
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from ._framework import atomic_write
+
+__all__ = ["STUDIES", "SweepError", "expand", "load_spec", "main", "merge", "run_sweep"]
+
+CONNECT_TIMEOUT_S = 5
+
+
+class SweepError(Exception):
+    """A bad sweep file, an unreachable scheduler or an output folder holding another sweep."""
+
+
+# ---------------------------------------------------------------------- the study
+BLOWUP_DEFAULTS = {
+    "variant": "softmax",
+    "d": 2,
+    "heads": 1,
+    "samples": 64,
+    "value_scale": 1.0,
+    "key_shift": 0.0,
+    "init_scale": 1.0,
+    "horizon": 20.0,
+    "tol_low": 1e-5,
+    "tol_high": 1e3,
+}
+
+
+def blowup(params: dict) -> dict:
+    """Fractions of random (Q, K, V, Σ₀) that blow up, converge or neither (one task)."""
+    import torch
+
+    from ._paper import flow, paper_field
+
+    torch.set_num_threads(1)
+    p = {**BLOWUP_DEFAULTS, **params}
+    d, s = int(p["d"]), int(p["samples"])
+    gen = torch.Generator().manual_seed(int(p["seed"]))
+    Q = torch.randn(s, d, d, generator=gen, dtype=torch.float64)
+    K = torch.randn(s, d, d, generator=gen, dtype=torch.float64) + p["key_shift"] * Q
+    V = p["value_scale"] * torch.randn(s, d, d, generator=gen, dtype=torch.float64)
+    G = torch.randn(s, d, d, generator=gen, dtype=torch.float64)
+    S0 = p["init_scale"] * G @ G.mT / d
+    field = paper_field(p["variant"], Q.numpy(), K.numpy(), V.numpy(), heads=int(p["heads"]))
+    res = flow(
+        field,
+        S0.numpy(),
+        horizon=float(p["horizon"]),
+        tol_low=float(p["tol_low"]),
+        tol_high=float(p["tol_high"]),
+        first_step=0.01,
+    )
+    blown, conv = res.status == "blow_up", res.status == "converged"
+    evals = np.linalg.eigvalsh(res.final[conv]) if conv.any() else np.zeros((0, d))
+    return {
+        "blow_up_fraction": float(blown.mean()),
+        "converged_fraction": float(conv.mean()),
+        "neither_fraction": float(1 - blown.mean() - conv.mean()),
+        "median_blow_up_time": float(np.median(res.event_time[blown])) if blown.any() else None,
+        "median_anisotropy": float(np.median(evals[:, -1] / evals.sum(-1))) if conv.any() else None,
+    }
+
+
+STUDIES = {"blowup": (blowup, BLOWUP_DEFAULTS)}
+
+
+def run_task(study: str, params: dict) -> dict:
+    """Run one task (module-level, so Dask pickles it by reference)."""
+    return STUDIES[study][0](params)
+
+
+# ---------------------------------------------------------------------- the spec
+def load_spec(path: Path) -> dict:
+    """Read and check a sweep file (.json, or .toml with Python ≥ 3.11)."""
+    path = Path(path)
+    if not path.is_file():
+        raise SweepError(f"sweep file {path} not found.")
+    text = path.read_text()
+    if path.suffix == ".toml":
+        try:
+            import tomllib
+        except ModuleNotFoundError:
+            raise SweepError("TOML sweep files need Python ≥ 3.11; use JSON.") from None
+        try:
+            spec = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as err:
+            raise SweepError(f"{path} is not valid TOML: {err}") from None
+    else:
+        try:
+            spec = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise SweepError(f"{path} is not valid JSON: {err}") from None
+    return check_spec(spec, str(path))
+
+
+def check_spec(spec, where: str = "sweep") -> dict:
+    if not isinstance(spec, dict):
+        raise SweepError(f"{where}: the sweep must be a mapping; received {type(spec).__name__}.")
+    unknown = set(spec) - {"study", "grid", "fixed", "seeds", "out"}
+    if unknown:
+        raise SweepError(
+            f"{where}: unknown keys {sorted(unknown)}; known: study, grid, fixed, seeds, out."
+        )
+    study = spec.get("study")
+    if study not in STUDIES:
+        raise SweepError(f"{where}: study must be one of {sorted(STUDIES)}; received {study!r}.")
+    defaults = STUDIES[study][1]
+    grid, fixed = spec.get("grid", {}), spec.get("fixed", {})
+    if not isinstance(grid, dict) or not all(isinstance(v, list) and v for v in grid.values()):
+        raise SweepError(f"{where}: grid must map parameter names to non-empty lists.")
+    for name, value in [*grid.items(), *fixed.items()]:
+        if name not in defaults:
+            raise SweepError(
+                f"{where}: unknown parameter {name!r} for study {study!r}; known: "
+                f"{', '.join(defaults)}."
+            )
+        for v in value if name in grid and isinstance(value, list) else [value]:
+            if not isinstance(v, type(defaults[name])) and not (
+                isinstance(defaults[name], float) and isinstance(v, int)
+            ):
+                raise SweepError(
+                    f"{where}: {name} expects {type(defaults[name]).__name__} values; "
+                    f"received {v!r}."
+                )
+    seeds = spec.get("seeds", 1)
+    if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
+        raise SweepError(f"{where}: seeds must be a positive int; received {seeds!r}.")
+    return {"study": study, "grid": grid, "fixed": fixed, "seeds": seeds, "out": spec.get("out")}
+
+
+def expand(spec: dict) -> list[tuple[str, dict]]:
+    """(task id, params) for every grid point × seed, in a fixed order."""
+    names = sorted(spec["grid"])
+    tasks = []
+    for values in itertools.product(*(spec["grid"][n] for n in names)):
+        for seed in range(spec["seeds"]):
+            params = {**spec["fixed"], **dict(zip(names, values, strict=True)), "seed": seed}
+            digest = hashlib.sha1(json.dumps(params, sort_keys=True).encode()).hexdigest()[:10]
+            tasks.append((f"{len(tasks):05d}-{digest}", params))
+    return tasks
+
+
+# ---------------------------------------------------------------------- running
+@contextlib.contextmanager
+def _client(scheduler: str | None, workers: int | None):
+    """A Dask client (closed on exit, with the LocalCluster it started, if any)."""
+    try:
+        from dask.distributed import Client, LocalCluster
+    except ModuleNotFoundError:
+        raise SweepError("tpde sweep needs Dask distributed: pip install 'tpde[dask]'.") from None
+    if scheduler is not None:
+        if workers is not None:
+            raise SweepError("--scheduler and --workers exclude each other: pick one.")
+        try:
+            client = Client(scheduler, timeout=f"{CONNECT_TIMEOUT_S}s")
+        except (OSError, TimeoutError) as err:
+            raise SweepError(
+                f"cannot reach the Dask scheduler at {scheduler} within {CONNECT_TIMEOUT_S} s "
+                f"({type(err).__name__}: {err}). Start it (dask scheduler) or check the address."
+            ) from None
+        with client:
+            yield client
+        return
+    if workers is not None and workers < 1:
+        raise SweepError(f"--workers must be >= 1; received {workers}.")
+    cluster = LocalCluster(
+        n_workers=workers or 1,
+        threads_per_worker=1,
+        processes=workers is not None,  # default: one worker thread in this process
+        dashboard_address=":0",  # a free port: no clash with another cluster's 8787
+    )
+    with cluster, Client(cluster) as client:
+        yield client
+
+
+def _prepare(out: Path, spec: dict, force: bool) -> None:
+    manifest = out / "sweep.json"
+    record = {k: spec[k] for k in ("study", "grid", "fixed", "seeds")}
+    if force:
+        shutil.rmtree(out / "tasks", ignore_errors=True)
+        for name in ("sweep.json", "table.csv"):
+            (out / name).unlink(missing_ok=True)
+    elif manifest.is_file():
+        if json.loads(manifest.read_text()) != record:
+            raise SweepError(
+                f"{out} holds another sweep ({manifest}); pass --force to replace it or "
+                "another --out."
+            )
+    elif out.exists() and any(out.iterdir()):
+        raise SweepError(f"{out} is not empty and holds no sweep; pass another --out.")
+    (out / "tasks").mkdir(parents=True, exist_ok=True)
+    atomic_write(manifest, json.dumps(record, indent=1))
+
+
+def run_sweep(
+    spec: dict,
+    out: Path,
+    *,
+    scheduler: str | None = None,
+    workers: int | None = None,
+    force: bool = False,
+    on_result=None,
+    progress: bool = True,
+) -> Path:
+    """Run the tasks not done yet, write each result as it finishes, merge; returns the table.
+
+    ``on_result(task_id, client)`` is called after each result is written (tests use it to
+    kill a worker or interrupt the client).
+    """
+    out = Path(out)
+    _prepare(out, spec, force)
+    tasks = expand(spec)
+    todo = [(tid, p) for tid, p in tasks if not (out / "tasks" / f"{tid}.json").is_file()]
+    if todo:
+        from ._framework import progress as bar
+
+        with _client(scheduler, workers) as client:  # raises SweepError without Dask
+            from dask.distributed import as_completed
+
+            futures = {
+                client.submit(run_task, spec["study"], p, key=f"tpde-sweep-{tid}", pure=False): (
+                    tid,
+                    p,
+                )
+                for tid, p in todo
+            }
+            done = as_completed(futures)
+            for future in bar(done, "sweep", total=len(futures)) if progress else done:
+                tid, params = futures[future]
+                record = {"id": tid, "params": params, "result": future.result()}
+                atomic_write(out / "tasks" / f"{tid}.json", json.dumps(record, sort_keys=True))
+                if on_result is not None:
+                    on_result(tid, client)
+    return merge(out, tasks)
+
+
+def merge(out: Path, tasks) -> Path:
+    """Write OUT/table.csv: one row per task in grid order (every task must be done)."""
+    rows, missing = [], []
+    for tid, _ in tasks:
+        path = out / "tasks" / f"{tid}.json"
+        if not path.is_file():
+            missing.append(tid)
+            continue
+        rows.append(json.loads(path.read_text()))
+    if missing:
+        raise SweepError(f"{len(missing)} tasks have no result yet; rerun the sweep to finish.")
+    params = sorted({k for r in rows for k in r["params"]})
+    results = sorted({k for r in rows for k in r["result"]})
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(["task", *params, *results])
+    for r in rows:
+        cells = [r["params"].get(k, "") for k in params] + [r["result"].get(k) for k in results]
+        writer.writerow([r["id"], *("" if c is None else repr(c) for c in cells)])
+    path = out / "table.csv"
+    atomic_write(path, buffer.getvalue())
+    return path
+
+
+def main(args) -> int:
+    """``tpde sweep`` (argparse namespace from :mod:`tpde.cli`)."""
+    import logging
+
+    logging.getLogger("distributed").setLevel(logging.WARNING)  # Dask's INFO lines: noise here
+    try:
+        spec = load_spec(args.config)
+        out = Path(args.out or spec["out"] or Path("results") / "sweeps" / Path(args.config).stem)
+        table = run_sweep(
+            spec, out, scheduler=args.scheduler, workers=args.workers, force=args.force
+        )
+    except SweepError as err:
+        print(f"tpde: error: {err}", file=sys.stderr)
+        return 2
+    print(f"sweep done: {len(expand(spec))} tasks; table: {table}")
+    return 0

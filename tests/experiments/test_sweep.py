@@ -1,0 +1,143 @@
+"""Dask sweeps: spec checks, per-task results, resuming after an interrupted client or a
+killed worker."""
+
+import json
+import os
+import signal
+import time
+
+import pytest
+
+pytest.importorskip("dask.distributed")
+
+from tpde.experiments import sweep
+
+SPEC = {
+    "study": "blowup",
+    "grid": {"variant": ["softmax", "l2"], "value_scale": [0.5, 2.0]},
+    "fixed": {"samples": 6, "horizon": 3.0},
+    "seeds": 2,
+}
+
+
+def _spec(**changes):
+    return sweep.check_spec({**SPEC, **changes})
+
+
+def test_expand_is_a_fixed_grid_and_spec_errors_say_how_to_fix(tmp_path):
+    tasks = sweep.expand(_spec())
+    assert len(tasks) == 8 and len({tid for tid, _ in tasks}) == 8
+    assert tasks[0][1] == {"samples": 6, "horizon": 3.0, "value_scale": 0.5, "variant": "softmax",
+                           "seed": 0}  # fmt: skip
+    with pytest.raises(sweep.SweepError, match="unknown parameter 'dim' for study 'blowup'"):
+        _spec(grid={"dim": [2]})
+    with pytest.raises(sweep.SweepError, match=r"value_scale expects float values; received 'x'"):
+        _spec(grid={"value_scale": ["x"]})
+    with pytest.raises(sweep.SweepError, match="study must be one of"):
+        _spec(study="nope")
+    with pytest.raises(sweep.SweepError, match="seeds must be a positive int"):
+        _spec(seeds=0)
+    with pytest.raises(sweep.SweepError, match="unknown keys"):
+        sweep.check_spec({**SPEC, "grids": {}})
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    with pytest.raises(sweep.SweepError, match="not valid JSON"):
+        sweep.load_spec(bad)
+
+
+def test_task_results_are_deterministic():
+    params = {**SPEC["fixed"], "variant": "softmax", "value_scale": 2.0, "seed": 1}
+    first, second = sweep.run_task("blowup", params), sweep.run_task("blowup", params)
+    assert first == second
+    total = first["blow_up_fraction"] + first["converged_fraction"] + first["neither_fraction"]
+    assert total == pytest.approx(1.0)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The table of an uninterrupted in-process sweep (Dask LocalCluster, one thread)."""
+    out = tmp_path_factory.mktemp("reference")
+    table = sweep.run_sweep(_spec(), out, progress=False)
+    return table.read_text()
+
+
+def test_interrupted_client_resumes_to_the_same_table(tmp_path, reference):
+    # The client stops (KeyboardInterrupt) after 3 results: those stay on disk, the rest is
+    # missing; rerunning does only the missing tasks and merges the same table.
+    calls = []
+
+    def interrupt(tid, client):
+        calls.append(tid)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        sweep.run_sweep(_spec(), tmp_path, on_result=interrupt, progress=False)
+    done = sorted(p.name for p in (tmp_path / "tasks").glob("*.json"))
+    assert len(done) == 3 and not (tmp_path / "table.csv").exists()
+    stamps = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "tasks").glob("*.json")}
+    redone = []
+    table = sweep.run_sweep(
+        _spec(), tmp_path, on_result=lambda t, c: redone.append(t), progress=False
+    )
+    assert table.read_text() == reference
+    assert len(redone) == 5 and not set(redone) & {d[:-5] for d in done}
+    for name, stamp in stamps.items():  # finished tasks were not rewritten
+        assert (tmp_path / "tasks" / name).stat().st_mtime_ns == stamp
+
+
+def test_killed_worker_loses_nothing(tmp_path, reference):
+    # Two worker processes; after the first result one worker is killed (SIGKILL): Dask
+    # reschedules its task, the nanny restarts it, and the table is the uninterrupted one.
+    killed = []
+
+    def kill(tid, client):
+        if not killed:
+            pids = client.run(os.getpid)
+            victim = sorted(pids.values())[0]
+            os.kill(victim, signal.SIGKILL)
+            killed.append(victim)
+
+    table = sweep.run_sweep(_spec(), tmp_path, workers=2, on_result=kill, progress=False)
+    assert killed and table.read_text() == reference
+
+
+def test_unreachable_scheduler_is_a_clear_error_within_seconds(tmp_path):
+    start = time.perf_counter()
+    with pytest.raises(
+        sweep.SweepError,
+        match=r"cannot reach the Dask scheduler at tcp://127\.0\.0\.1:9 within 5 s",
+    ):
+        sweep.run_sweep(_spec(), tmp_path, scheduler="tcp://127.0.0.1:9", progress=False)
+    assert time.perf_counter() - start < 15
+
+
+def test_an_output_folder_holding_another_sweep_is_refused(tmp_path, reference):
+    sweep.run_sweep(_spec(seeds=1), tmp_path, progress=False)
+    with pytest.raises(sweep.SweepError, match="holds another sweep"):
+        sweep.run_sweep(_spec(), tmp_path, progress=False)
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "x.txt").write_text("x")
+    with pytest.raises(sweep.SweepError, match="is not empty and holds no sweep"):
+        sweep.run_sweep(_spec(), tmp_path / "other", progress=False)
+    table = sweep.run_sweep(_spec(), tmp_path, force=True, progress=False)
+    assert table.read_text() == reference
+    assert json.loads((tmp_path / "sweep.json").read_text())["seeds"] == 2
+
+
+def test_more_bad_input(tmp_path, monkeypatch):
+    with pytest.raises(sweep.SweepError, match="must be a mapping"):
+        sweep.check_spec([1])
+    with pytest.raises(sweep.SweepError, match="grid must map parameter names to non-empty lists"):
+        _spec(grid={"d": []})
+    with pytest.raises(sweep.SweepError, match="--scheduler and --workers exclude each other"):
+        sweep.run_sweep(_spec(), tmp_path / "a", scheduler="tcp://127.0.0.1:9", workers=2)
+    with pytest.raises(sweep.SweepError, match="--workers must be >= 1; received 0"):
+        sweep.run_sweep(_spec(), tmp_path / "b", workers=0)
+    with pytest.raises(sweep.SweepError, match="8 tasks have no result yet"):
+        sweep.merge(tmp_path / "b", sweep.expand(_spec()))
+    monkeypatch.setitem(__import__("sys").modules, "dask.distributed", None)
+    with pytest.raises(
+        sweep.SweepError, match=r"needs Dask distributed: pip install 'tpde\[dask\]'"
+    ):
+        sweep.run_sweep(_spec(), tmp_path / "c")
