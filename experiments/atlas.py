@@ -80,11 +80,11 @@ QUICK = {
 }
 
 
-def make_field(variant: str):
-    """The field of ``variant`` built from (Q, K, V) = (A, I, V), scale 1."""
-    Q = torch.tensor(A, dtype=torch.float64)
-    K = torch.eye(2, dtype=torch.float64)
-    Vt = torch.tensor(V, dtype=torch.float64)
+def make_field(variant: str, interaction=A, value=V):
+    """The field of ``variant`` built from (Q, K, V) = (interaction, I, value), scale 1."""
+    Q = torch.tensor(interaction, dtype=torch.float64)
+    K = torch.eye(len(interaction), dtype=torch.float64)
+    Vt = torch.tensor(value, dtype=torch.float64)
     if variant == "softmax":
         return Softmax(Q, K, Vt, scale=1.0)
     if variant == "l2":

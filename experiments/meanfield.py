@@ -17,12 +17,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tpde.attention import L2, Sinkhorn, Softmax
 from tpde.flows import compare
 from tpde.flows.compare import fit_rate
 from tpde.measures import Gaussian
 
 from . import _framework as fw
+from .atlas import make_field
 
 NAME = "meanfield"
 TITLE = "Experiment 4 — mean-field convergence: particle error vs n"
@@ -51,17 +51,6 @@ class Config:
 QUICK = {"sizes": "100,200,400,800", "seeds": "12", "sinkhorn_max_n": "800"}
 
 
-def make_field(variant: str):
-    Q = torch.tensor(A, dtype=torch.float64)
-    K = torch.eye(2, dtype=torch.float64)
-    Vt = torch.tensor(V, dtype=torch.float64)
-    if variant == "softmax":
-        return Softmax(Q, K, Vt, scale=1.0)
-    if variant == "l2":
-        return L2(Q, K, Vt, scale=1.0)
-    return Sinkhorn(Q, K, Vt, scale=1.0, eps=1.0)
-
-
 def run(config: Config, out: Path) -> None:
     started = time.perf_counter()
     g0 = Gaussian(torch.tensor(MEAN, dtype=torch.float64), torch.tensor(COV, dtype=torch.float64))
@@ -70,7 +59,7 @@ def run(config: Config, out: Path) -> None:
         sizes = [n for n in config.sizes if variant != "sinkhorn" or n <= config.sinkhorn_max_n]
         clock = time.perf_counter()
         comp = compare(
-            make_field(variant),
+            make_field(variant, A, V),
             g0,
             config.t1,
             n=sizes,

@@ -360,7 +360,12 @@ def plot(out: Path) -> list[Path]:
     axes[0].set_yscale("log")
     axes[0].set_xlabel("depth-time t")
     axes[0].set_title("Gaussian closure vs the particles (until the ODE blows up)")
-    axes[0].legend(fontsize=8)
+    if alive.any():
+        axes[0].legend(fontsize=8)
+    else:
+        axes[0].text(
+            0.5, 0.5, "no save before the blow-up", ha="center", transform=axes[0].transAxes
+        )
     event = arrays["ode_event_time"]
     finite = event[np.isfinite(event)]
     axes[1].hist(finite, bins=20, color="C2")
