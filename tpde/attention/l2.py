@@ -109,10 +109,11 @@ class L2(Field):
             if bias is not None:
                 shift = factor * (p.K.transpose(-1, -2) @ bias.unsqueeze(-1))
                 tilt = tilt + (cov @ shift).squeeze(-1)
-        c = torch.linalg.solve(M, tilt.unsqueeze(-1)).squeeze(-1)
-        B = torch.linalg.solve(M, 2 * cov @ p.A)
-        c = (p.V @ c.unsqueeze(-1)).squeeze(-1)
-        return (c if p.bv is None else c + p.bv), p.V @ B
+        rhs = 2 * cov @ p.A
+        tilt = tilt.unsqueeze(-1).expand(*rhs.shape[:-1], 1)
+        solved = p.V @ torch.linalg.solve(M, torch.cat([tilt, rhs], dim=-1))  # one LU for both
+        c = solved[..., 0]
+        return (c if p.bv is None else c + p.bv), solved[..., 1:]
 
     def __repr__(self) -> str:
         return (
