@@ -280,6 +280,13 @@ def run_sweep(
     return merge(out, tasks)
 
 
+def _cell(value) -> str:
+    """A table cell: text as is, numbers by repr (shortest exact round trip), None empty."""
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else repr(value)
+
+
 def merge(out: Path, tasks) -> Path:
     """Write OUT/table.csv: one row per task in grid order (every task must be done)."""
     rows, missing = [], []
@@ -298,7 +305,7 @@ def merge(out: Path, tasks) -> Path:
     writer.writerow(["task", *params, *results])
     for r in rows:
         cells = [r["params"].get(k, "") for k in params] + [r["result"].get(k) for k in results]
-        writer.writerow([r["id"], *("" if c is None else repr(c) for c in cells)])
+        writer.writerow([r["id"], *map(_cell, cells)])
     path = out / "table.csv"
     atomic_write(path, buffer.getvalue())
     return path

@@ -1,6 +1,8 @@
 """Dask sweeps: spec checks, per-task results, resuming after an interrupted client or a
 killed worker."""
 
+import csv
+import io
 import json
 import os
 import signal
@@ -59,6 +61,15 @@ def reference(tmp_path_factory):
     out = tmp_path_factory.mktemp("reference")
     table = sweep.run_sweep(_spec(), out, progress=False)
     return table.read_text()
+
+
+def test_table_has_one_row_per_task_in_grid_order_with_exact_numbers(reference):
+    rows = list(csv.DictReader(io.StringIO(reference)))
+    assert [r["task"] for r in rows] == [tid for tid, _ in sweep.expand(_spec())]
+    assert rows[0]["variant"] == "softmax" and float(rows[0]["value_scale"]) == 0.5
+    for row in rows:  # numbers round-trip exactly (repr), fractions add up to one
+        parts = ("blow_up_fraction", "converged_fraction", "neither_fraction")
+        assert sum(float(row[k]) for k in parts) == pytest.approx(1.0, abs=1e-12)
 
 
 def test_interrupted_client_resumes_to_the_same_table(tmp_path, reference):
