@@ -34,8 +34,11 @@ format: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
+# Every benchmark at its quick size (minutes); run a script without --quick for its full grid.
+BENCH_QUICK ?= --quick
 bench: $(STAMP)
-	$(BIN)/python benchmarks/fields.py
+	for b in fields metrics eulerian jko paper; do \
+		$(BIN)/python benchmarks/$$b.py $(BENCH_QUICK) || exit 1; done
 
 clean:
 	rm -rf $(VENV) build results
