@@ -526,7 +526,9 @@ def _verdict(panel: str, variant: str, r: dict) -> tuple[str, str]:
         ok = counts.get("blow_up", 0) == n and (finite == 1.0 if expect else finite == 0.0)
         text += f"; finite-time singularity in {finite:.0%} of the re-run starts"
         if variant == "softmax":
-            ok = ok and r["event_before_t_star"] and r["event_time_abs_error_max"] < 1e-3
+            # An event lands at the end of the step that crosses tr Σ = tol_high (no
+            # root-finding); steps there are ~1e-3, so 2e-3 (the test's tolerance).
+            ok = ok and r["event_before_t_star"] and r["event_time_abs_error_max"] < 2e-3
             text += (
                 f"; event time vs closed form: max error {r['event_time_abs_error_max']:.1e}, "
                 f"direction within {r['direction_error_deg_max']:.2g}°"
