@@ -82,7 +82,7 @@ QUICK = {
     "closure_saves": "11",
     "gaussian_samples": "128",
     "floor_draws": "3",
-    "sample_sizes": "200,800",
+    "sample_sizes": "100,400",
 }
 
 

@@ -21,7 +21,7 @@ def test_list_names_every_experiment_and_its_keys(capsys):
     names = [line.split()[0] for line in out.strip().splitlines()]
     assert names == experiments.names()  # the registry's order (test_experiments pins it)
     code, out, _ = _run(capsys, "list", "ranks")
-    assert "paper_full = True (--quick: false)" in out and "runs = 100" in out
+    assert "refine = 5 (--quick: 0)" in out and "runs = 100" in out
 
 
 def test_unknown_experiment_lists_the_known_ones(capsys, tmp_path):
