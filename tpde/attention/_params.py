@@ -11,6 +11,15 @@ import torch
 from tpde._validation import as_parameter, as_tensor, check_finite, check_positive
 
 
+def evaluate_parameter(param, name: str, t: float) -> torch.Tensor | None:
+    """A parameter at time t: a tensor (or None) as is, a callable evaluated and checked."""
+    if param is None or isinstance(param, torch.Tensor):
+        return param
+    value = as_tensor(param(t), f"{name}({t})")
+    check_finite(value, f"{name}({t})")
+    return value
+
+
 @dataclass(frozen=True)
 class HeadParams:
     """Parameters of one head resolved at a time t, on the measure's dtype and device.
@@ -42,10 +51,6 @@ class HeadParams:
         if self.bq is None:
             return None
         return self.scale * (self.K.transpose(-1, -2) @ self.bq.unsqueeze(-1)).squeeze(-1)
-
-    def add_value_bias(self, out: torch.Tensor) -> torch.Tensor:
-        """out + b_v over the last dimension (normalised attention passes b_v through)."""
-        return out if self.bv is None else out + self.bv.unsqueeze(-2)
 
 
 Param = torch.Tensor | Callable[[float], torch.Tensor]
@@ -94,13 +99,7 @@ class QKV:
     def has_bias(self) -> bool:
         return any(p is not None for p in self._params[3:])
 
-    @staticmethod
-    def _evaluate(param, name: str, t: float) -> torch.Tensor | None:
-        if param is None or isinstance(param, torch.Tensor):
-            return param
-        value = as_tensor(param(t), f"{name}({t})")
-        check_finite(value, f"{name}({t})")
-        return value
+    _evaluate = staticmethod(evaluate_parameter)
 
     def _evaluate_all(self, t: float) -> list:
         return [self._evaluate(p, name, t) for p, name in zip(self._params, _NAMES, strict=True)]

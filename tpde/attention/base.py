@@ -139,8 +139,9 @@ class Field:
             )
 
     def _check_points(self, x, mu) -> torch.Tensor:
+        """x as a (m, d) tensor in μ's dtype (after :meth:`_check_measure`: μ.dim = d)."""
         x = as_tensor(x, "x", dtype=mu.dtype, device=mu.device)
-        if x.ndim != 2 or x.shape[1] != self.dim:
-            raise ValueError(f"x must have shape (m, {self.dim}); received shape {tuple(x.shape)}.")
+        if x.ndim != 2 or x.shape[1] != mu.dim:
+            raise ValueError(f"x must have shape (m, {mu.dim}); received shape {tuple(x.shape)}.")
         check_finite(x, "x")
         return x

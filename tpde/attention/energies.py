@@ -31,7 +31,7 @@ import torch
 
 from tpde._engines import check_engine, logsumexp, softmax_average
 from tpde._linalg import sqrtm_psd, symmetrize, trace
-from tpde._validation import symmetry_tolerance
+from tpde._validation import resolve, symmetry_tolerance
 from tpde.attention.base import Field, NotAGradientFlow
 from tpde.attention.sinkhorn import Sinkhorn, conditional_slope, sinkhorn_potential
 from tpde.attention.softmax import Softmax, key_log_weights
@@ -182,15 +182,17 @@ def softmax_first_variation_grad(field, mu, x, *, t: float = 0.0, engine: str = 
     """
     A, _ = _interaction(field, t, x)
     symmetric = bool(torch.equal(A, A.mT))
+    if isinstance(mu, Gaussian):
+        mean, cov = mu.mean(), mu.cov()
+    else:
+        points, log_w = key_log_weights(_particles(mu))
     total = 0
     for matrix in (A,) if symmetric else (A, A.mT):
         query = x @ matrix.mT
         if isinstance(mu, Gaussian):
-            mean, cov = mu.mean(), mu.cov()
             log_z = query @ mean + 0.5 * ((query @ cov) * query).sum(-1)
             average = mean + query @ cov
         else:
-            points, log_w = key_log_weights(_particles(mu))
             log_z = logsumexp(query, points, log_w, engine=engine)
             average = softmax_average(query, points, points, key_bias=log_w, engine=engine)
         total = total + log_z.exp().unsqueeze(-1) * (average @ matrix)  # Z · Aᵀm (row form)
@@ -201,7 +203,7 @@ def softmax_first_variation_grad(field, mu, x, *, t: float = 0.0, engine: str = 
 
 
 def _sinkhorn_potentials(field, mu: Empirical, t: float, engine: str):
-    """(points, log_w, A/ε, G, F at the points): converged potentials, no gradient."""
+    """(points, log_w, A/ε, G): the converged column potential G, no gradient."""
     points, log_w = key_log_weights(mu)
     A, _ = _interaction(field, t, points)
     A = A / field.eps
@@ -210,10 +212,17 @@ def _sinkhorn_potentials(field, mu: Empirical, t: float, engine: str):
             points.detach(), log_w.detach(), A.detach(), iters=field.iters, tol=field.tol,
             engine=engine,
         )  # fmt: skip
-        F = -logsumexp(points.detach() @ A.detach().mT, points.detach(), G + log_w, engine=engine)
     field.last_info = info
     field._warn_if_not_converged()
-    return points, log_w, A, G, F
+    return points, log_w, A, G
+
+
+def _row_potential(points, log_w, A, G, engine: str) -> torch.Tensor:
+    """F_i = −LSE_j(x_jᵀAx_i + G_j + log w_j) at the points, no gradient."""
+    with torch.no_grad():
+        return -logsumexp(
+            points.detach() @ A.detach().mT, points.detach(), G + log_w, engine=engine
+        )
 
 
 def sinkhorn_energy(field, mu, *, t: float = 0.0, engine: str = "auto") -> torch.Tensor:
@@ -232,7 +241,7 @@ def sinkhorn_energy(field, mu, *, t: float = 0.0, engine: str = "auto") -> torch
     _check_no_bias(field)
     if isinstance(mu, Gaussian):
         return 0.5 * field.self_cost(mu, t=t)
-    points, log_w, A, G, _ = _sinkhorn_potentials(field, _particles(mu), t, engine)
+    points, log_w, A, G = _sinkhorn_potentials(field, _particles(mu), t, engine)
     F = -logsumexp(points @ A.mT, points, G + log_w, engine=engine)
     return 0.5 * field.eps * (log_w.exp() * (F + G)).sum(-1)
 
@@ -248,7 +257,8 @@ def sinkhorn_first_variation(field, mu, x, *, t: float = 0.0, engine: str = "aut
             "sinkhorn_first_variation on a Gaussian is not implemented; its gradient is "
             "(sinkhorn_first_variation_grad), and the energy itself is in closed form."
         )
-    points, log_w, A, G, F = _sinkhorn_potentials(field, _particles(mu), t, engine)
+    points, log_w, A, G = _sinkhorn_potentials(field, _particles(mu), t, engine)
+    F = _row_potential(points, log_w, A, G, engine)
     f = -logsumexp(x @ A.mT, points, G + log_w, engine=engine)
     g = -logsumexp(x @ A, points, F + log_w, engine=engine)
     return 0.5 * field.eps * (f + g)
@@ -263,7 +273,8 @@ def sinkhorn_first_variation_grad(field, mu, x, *, t: float = 0.0, engine: str =
         row = mean + (x - mean) @ conditional_slope(cov, A_raw / field.eps).mT
         col = mean + (x - mean) @ conditional_slope(cov, A_raw.mT / field.eps).mT
     else:
-        points, log_w, A, G, F = _sinkhorn_potentials(field, _particles(mu), t, engine)
+        points, log_w, A, G = _sinkhorn_potentials(field, _particles(mu), t, engine)
+        F = _row_potential(points, log_w, A, G, engine)
         row = softmax_average(x @ A.mT, points, points, key_bias=G + log_w, engine=engine)
         col = softmax_average(x @ A, points, points, key_bias=F + log_w, engine=engine)
     return -0.5 * (row @ A_raw + col @ A_raw.mT)
@@ -413,7 +424,7 @@ def gradient_structure(field, t: float = 0.0) -> GradientStructure:
     else:
         _raise(field, "only softmax and Sinkhorn attention have a gradient structure")
     _check_no_bias(field)
-    query = field.params.Q(t) if callable(field.params.Q) else field.params.Q
+    query = resolve(field.params.Q, t)
     dtype = query.dtype if query.is_floating_point() else torch.float64  # tolerances
     p = field.params.at(t, like=torch.empty((), dtype=torch.float64))
     A, V = p.A, p.V

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 import torch
 
 from tpde._linalg import sqrtm_psd, symmetrize, trace
-from tpde._validation import as_tensor, check_finite
 from tpde.attention.base import Field
 from tpde.attention.energies import _factor, as_energy, softmax_log_partition
 from tpde.measures import Empirical, Gaussian, Grid
@@ -75,13 +74,6 @@ class GradientFlowField(Field):
                 raise TypeError(f"mu must be a tpde measure; received {type(mu).__name__}.")
             return
         super()._check_measure(mu)
-
-    def _check_points(self, x, mu) -> torch.Tensor:
-        x = as_tensor(x, "x", dtype=mu.dtype, device=mu.device)
-        if x.ndim != 2 or x.shape[1] != mu.dim:
-            raise ValueError(f"x must have shape (m, {mu.dim}); received shape {tuple(x.shape)}.")
-        check_finite(x, "x")
-        return x
 
     def _apply_mobility(self, grad):
         return grad if self.mobility is None else grad @ self.mobility.to(grad).mT
@@ -242,8 +234,11 @@ def _cumulative_integral(times: torch.Tensor, f: torch.Tensor):
     return torch.stack(out), "simpson"
 
 
-def _dissipation_rate(structure, field, mu, t: float, engine: str) -> torch.Tensor:
-    """‖Γ‖²_g at μ (particles: metric sum; Gaussians: closed-form Gaussian integrals)."""
+def _dissipation_rate(structure, field, mu, energy, t: float, engine: str) -> torch.Tensor:
+    """‖Γ‖²_g at μ (particles: metric sum; Gaussians: closed-form Gaussian integrals).
+
+    ``energy``: E(μ), already computed by the caller (the Z-weighted Gaussian case uses it).
+    """
     if isinstance(mu, Empirical):
         return structure.metric_norm2(mu, field.velocity(mu, t=t, engine=engine), engine)
     mean, cov = mu.mean(), mu.cov()
@@ -258,7 +253,7 @@ def _dissipation_rate(structure, field, mu, t: float, engine: str) -> torch.Tens
         inv = torch.linalg.inv(torch.eye(mu.dim, dtype=mean.dtype) - H)
         cvec = L.mT @ (A.mT @ mean + P @ mean)
         mean, cov = mean + L @ inv @ cvec, symmetrize(L @ inv @ L.mT)
-        scale = 2 * field.energy(mu, t=t)
+        scale = 2 * energy
     avg = c + B @ mean
     return scale * (avg @ K @ avg + trace(B.mT @ K @ B @ cov))
 
@@ -279,7 +274,7 @@ def energy_dissipation(field, trajectory, *, t: float = 0.0, engine: str = "auto
     with torch.no_grad():
         for mu in trajectory.measures:
             energies.append(field.energy(mu, t=t, engine=engine))
-            rates.append(_dissipation_rate(structure, field, mu, t, engine))
+            rates.append(_dissipation_rate(structure, field, mu, energies[-1], t, engine))
     energy = torch.stack(energies).to(torch.float64)
     rate = -structure.lyapunov_sign * torch.stack(rates).to(torch.float64)
     times = trajectory.times.to(torch.float64)

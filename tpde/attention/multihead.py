@@ -6,7 +6,8 @@ from collections.abc import Sequence
 
 import torch
 
-from tpde._validation import as_parameter, as_tensor, check_choice, check_finite
+from tpde._validation import as_parameter, as_tensor, check_choice
+from tpde.attention._params import evaluate_parameter as _evaluate
 from tpde.attention.base import Field, GaussianNotPreserved
 from tpde.attention.l2 import L2
 from tpde.attention.linear import Linear
@@ -93,7 +94,7 @@ class MultiHead(Field):
         H = _check_head_count(heads)
         head_class = HEAD_KINDS[check_choice(kind, "kind", tuple(HEAD_KINDS))]
         Q, K, V = (as_parameter(p, name) for p, name in ((Q, "Q"), (K, "K"), (V, "V")))
-        q0, k0, v0 = (_evaluate(p, name) for p, name in ((Q, "Q"), (K, "K"), (V, "V")))
+        q0, k0, v0 = (_evaluate(p, name, 0.0) for p, name in ((Q, "Q"), (K, "K"), (V, "V")))
         rows, d = _check_split_shapes(q0, k0, v0, H)
         k, r = rows // H, d // H
         fields = [
@@ -143,7 +144,7 @@ class MultiHead(Field):
     def _W_at(self, t, like: torch.Tensor) -> torch.Tensor | None:
         if self.W is None:
             return None
-        W = self.W if isinstance(self.W, torch.Tensor) else _evaluate(self.W, "W", t)
+        W = _evaluate(self.W, "W", t)
         H, d = len(self.heads), self.dim
         if W.ndim < 3 or W.shape[-3:] != (H, d, d):
             raise ValueError(
@@ -156,7 +157,7 @@ class MultiHead(Field):
     def _bias_at(self, t, like: torch.Tensor) -> torch.Tensor | None:
         if self.bias is None:
             return None
-        bias = self.bias if isinstance(self.bias, torch.Tensor) else _evaluate(self.bias, "bias", t)
+        bias = _evaluate(self.bias, "bias", t)
         if bias.ndim < 1 or bias.shape[-1] != self.dim:
             raise ValueError(
                 f"bias must have shape (..., d) = (..., {self.dim}): the output bias b_O; "
@@ -224,14 +225,6 @@ def _check_split_shapes(Q, K, V, H: int) -> tuple[int, int]:
             f"must be divisible by the number of heads H = {H}."
         )
     return rows, d
-
-
-def _evaluate(param, name: str, t: float = 0.0) -> torch.Tensor:
-    if isinstance(param, torch.Tensor):
-        return param
-    value = as_tensor(param(t), f"{name}({t})")
-    check_finite(value, f"{name}({t})")
-    return value
 
 
 def _rows_of(param, rows: slice):

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from tpde._engines import logsumexp, softmax_average
-from tpde._linalg import sqrtm_psd
+from tpde._linalg import sqrtm_psd, symmetrize, trace
 from tpde._validation import check_positive
 from tpde.attention._params import QKV
 from tpde.attention.base import Field
@@ -200,7 +200,7 @@ class Sinkhorn(Field):
             D = _entropic_D(sqrtm_psd(cov), cov, A)
             eye = _identity_like(D)
             quadratic = (mean.unsqueeze(-2) @ A @ mean.unsqueeze(-1))[..., 0, 0]
-            value = -quadratic - 0.5 * (D - eye).diagonal(dim1=-2, dim2=-1).sum(-1)
+            value = -quadratic - 0.5 * trace(D - eye)
             value = value + 0.5 * torch.logdet((eye + D) / 2)
             return self.eps * value
         points, log_w = key_log_weights(mu)
@@ -281,7 +281,7 @@ def _identity_like(matrix: torch.Tensor) -> torch.Tensor:
 def _entropic_D(root, cov, A):
     """D = (I + 4RAΣAᵀR)^{1/2} with R = Σ^{1/2} (symmetric, D ⪰ I)."""
     inner = root @ A @ cov @ A.transpose(-1, -2) @ root
-    inner = 0.5 * (inner + inner.transpose(-1, -2))
+    inner = symmetrize(inner)
     return sqrtm_psd(_identity_like(cov) + 4 * inner)
 
 
@@ -295,4 +295,4 @@ def conditional_slope(cov, A):
     root = sqrtm_psd(cov)
     D = _entropic_D(root, cov, A)
     S = 2 * root @ torch.linalg.solve(_identity_like(cov) + D, root)
-    return 0.5 * (S + S.transpose(-1, -2)) @ A
+    return symmetrize(S) @ A

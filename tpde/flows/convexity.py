@@ -24,14 +24,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import ot
 import torch
 
 from tpde._linalg import symmetrize, trace
 from tpde.attention.energies import as_energy
 from tpde.measures import Empirical, Gaussian
 from tpde.metrics import bures_monge_map
-from tpde.metrics.wasserstein import squared_distances
+from tpde.metrics.wasserstein import MAX_ITER, _solve_emd, squared_distances
 
 __all__ = ["ConvexityProbe", "convexity_probe", "geodesic_second_derivative"]
 
@@ -89,9 +88,10 @@ def _particle_path(mu0: Empirical, mu1: Empirical):
     """t ↦ Σ P_ij δ_{(1−t)x_i + t y_j} on an optimal plan's support, and W2²."""
     x, y = mu0.points.detach(), mu1.points.detach()
     cost = squared_distances(x, y)
-    a = mu0.weights.detach().cpu().numpy().astype(np.float64)
-    b = mu1.weights.detach().cpu().numpy().astype(np.float64)
-    plan = ot.emd(a / a.sum(), b / b.sum(), cost.cpu().numpy().astype(np.float64))
+    plan, _, _ = _solve_emd(
+        mu0.weights, mu1.weights, cost.to(torch.float64), MAX_ITER, "convexity_probe"
+    )
+    plan = plan.cpu().numpy()
     i, j = np.nonzero(plan > 1e-12 * plan.max())
     weights = torch.as_tensor(plan[i, j], dtype=x.dtype, device=x.device)
     weights = weights / weights.sum()
