@@ -262,13 +262,7 @@ def logsumexp(q, k, key_bias=None, engine: str = "auto") -> torch.Tensor:
     -------
     (..., n) tensor, differentiable in all inputs on every engine.
     """
-    batch = torch.broadcast_shapes(
-        q.shape[:-2], k.shape[:-2], () if key_bias is None else key_bias.shape[:-1]
-    )
-    q = q.expand(*batch, *q.shape[-2:])
-    k = k.expand(*batch, *k.shape[-2:])
-    if key_bias is not None:
-        key_bias = key_bias.expand(*batch, key_bias.shape[-1])
+    q, k, _, key_bias = _broadcast_batch(q, k, k, key_bias)  # no values: k stands in
     if engine == "auto":
         engine = pick_logsumexp_engine(q.shape[-2], k.shape[-2], q.device, q.dtype)
     return _LOGSUMEXP[engine](q, k, key_bias)

@@ -54,27 +54,36 @@ def chunk_rows(n_rows: int, n_cols: int, itemsize: int) -> int:
     return max(1, min(n_rows, CHUNK_BYTES // max(1, n_cols * itemsize)))
 
 
-def softmax_average_chunked(q, k, v, key_bias=None, query_positions=None, key_positions=None):
-    """Row blocks of the dense computation; O(block·m) memory, forward and backward.
+def in_row_blocks(dense, q, k, *rest, cat_dim: int = -2, sliced: tuple[int, ...] = ()):
+    """dense(q_block, k, *rest) over row blocks of q under CHUNK_BYTES, concatenated.
 
-    Under autograd each block is checkpointed (recomputed in the backward pass), so
-    gradients also stay within the block budget. Positions: causal mask, as in dense.
+    O(block·m) memory, forward and backward: under autograd each block is checkpointed
+    (recomputed in the backward pass). ``sliced``: indices into ``rest`` of per-query
+    arguments (shape (n,)), cut along with q.
     """
     rows = chunk_rows(q.shape[-2], k.shape[-2] * math.prod(q.shape[:-2]), q.element_size())
     needs_grad = torch.is_grad_enabled() and any(
-        t is not None and t.requires_grad for t in (q, k, v, key_bias)
+        isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, *rest)
     )
     blocks = []
     for start in range(0, q.shape[-2], rows):
-        q_block = q[..., start : start + rows, :]
-        s_block = None if query_positions is None else query_positions[start : start + rows]
-        args = (q_block, k, v, key_bias, s_block, key_positions)
+        stop = start + rows
+        block_rest = [
+            r[start:stop] if i in sliced and r is not None else r for i, r in enumerate(rest)
+        ]
+        args = (q[..., start:stop, :], k, *block_rest)
         if needs_grad:
-            out = checkpoint(softmax_average_dense, *args, use_reentrant=False)
+            blocks.append(checkpoint(dense, *args, use_reentrant=False))
         else:
-            out = softmax_average_dense(*args)
-        blocks.append(out)
-    return torch.cat(blocks, dim=-2)
+            blocks.append(dense(*args))
+    return torch.cat(blocks, dim=cat_dim)
+
+
+def softmax_average_chunked(q, k, v, key_bias=None, query_positions=None, key_positions=None):
+    """Row blocks of the dense computation (:func:`in_row_blocks`); causal mask as in dense."""
+    return in_row_blocks(
+        softmax_average_dense, q, k, v, key_bias, query_positions, key_positions, sliced=(2,)
+    )
 
 
 def softmax_average_sdpa(q, k, v, key_bias=None, query_positions=None, key_positions=None):
@@ -185,20 +194,8 @@ def kernel_sum_dense(q, k, v, key_bias=None, kernel: str = "sigmoid"):
 
 
 def kernel_sum_chunked(q, k, v, key_bias=None, kernel: str = "sigmoid"):
-    """Row blocks of :func:`kernel_sum_dense` under CHUNK_BYTES, checkpointed under autograd."""
-    rows = chunk_rows(q.shape[-2], k.shape[-2] * math.prod(q.shape[:-2]), q.element_size())
-    needs_grad = torch.is_grad_enabled() and any(
-        t is not None and t.requires_grad for t in (q, k, v, key_bias)
-    )
-    blocks = []
-    for start in range(0, q.shape[-2], rows):
-        q_block = q[..., start : start + rows, :]
-        if needs_grad:
-            out = checkpoint(kernel_sum_dense, q_block, k, v, key_bias, kernel, use_reentrant=False)
-        else:
-            out = kernel_sum_dense(q_block, k, v, key_bias, kernel)
-        blocks.append(out)
-    return torch.cat(blocks, dim=-2)
+    """Row blocks of :func:`kernel_sum_dense` (:func:`in_row_blocks`)."""
+    return in_row_blocks(kernel_sum_dense, q, k, v, key_bias, kernel)
 
 
 # ---------------------------------------------------------------------- log-sum-exp reductions
@@ -214,20 +211,8 @@ def logsumexp_dense(q, k, key_bias=None):
 
 
 def logsumexp_chunked(q, k, key_bias=None):
-    """Row blocks of :func:`logsumexp_dense` under CHUNK_BYTES, checkpointed under autograd."""
-    rows = chunk_rows(q.shape[-2], k.shape[-2] * math.prod(q.shape[:-2]), q.element_size())
-    needs_grad = torch.is_grad_enabled() and any(
-        t is not None and t.requires_grad for t in (q, k, key_bias)
-    )
-    blocks = []
-    for start in range(0, q.shape[-2], rows):
-        q_block = q[..., start : start + rows, :]
-        if needs_grad:
-            out = checkpoint(logsumexp_dense, q_block, k, key_bias, use_reentrant=False)
-        else:
-            out = logsumexp_dense(q_block, k, key_bias)
-        blocks.append(out)
-    return torch.cat(blocks, dim=-1)
+    """Row blocks of :func:`logsumexp_dense` (:func:`in_row_blocks`)."""
+    return in_row_blocks(logsumexp_dense, q, k, key_bias, cat_dim=-1)
 
 
 def _flash_cpu():
