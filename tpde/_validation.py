@@ -134,6 +134,13 @@ def check_psd(matrix: torch.Tensor, name: str) -> None:
         )
 
 
+def check_positive_int(value, name: str) -> int:
+    """An int ≥ 1 (bools refused): a count, a size or an iteration cap."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int; received {value!r}.")
+    return value
+
+
 def resolve(param, t) -> torch.Tensor:
     """Evaluate a parameter that is either a tensor or a callable ``t -> tensor``."""
     return param(t) if callable(param) else param

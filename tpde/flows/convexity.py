@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from tpde._linalg import symmetrize, trace
+from tpde._validation import check_positive_int
 from tpde.attention.energies import as_energy
 from tpde.measures import Empirical, Gaussian
 from tpde.metrics import bures_monge_map
@@ -246,8 +247,7 @@ def convexity_probe(
     -------
     ConvexityProbe
     """
-    if isinstance(n_geodesics, bool) or not isinstance(n_geodesics, int) or n_geodesics < 1:
-        raise ValueError(f"n_geodesics must be a positive int; received {n_geodesics!r}.")
+    check_positive_int(n_geodesics, "n_geodesics")
     if not 0 < float(radius) < 1 and isinstance(mu, Gaussian):
         raise ValueError(
             f"radius must lie in (0, 1) for Gaussians (I + S must stay the Monge map); "

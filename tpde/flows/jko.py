@@ -49,10 +49,10 @@ from dataclasses import dataclass
 
 import torch
 
-from tpde._validation import check_choice, check_positive
+from tpde._validation import check_choice, check_positive, check_positive_int
 from tpde.attention.base import Field
 from tpde.attention.energies import as_energy
-from tpde.flows.jko_grid import entropic_step
+from tpde.flows.jko_grid import default_epsilon, entropic_step
 from tpde.flows.jko_prox import GaussianProx, ParticleProx, solve_prox
 from tpde.flows.trajectory import Trajectory
 from tpde.measures import Empirical, Gaussian, Grid
@@ -220,13 +220,27 @@ def jko_step(
     """
     tau = _check_tau(tau)
     G, M, weighted = _resolve(mu, energy, geometry, mobility)
+    tol = _check_options(mu, geometry, tol, max_iter, epsilon)
+    return _step(mu, G, M, weighted, tau, geometry, tol, max_iter, engine, epsilon, _cache)
+
+
+def _check_options(mu, geometry: str, tol, max_iter, epsilon) -> float | None:
+    """The inner solve's tolerance (None for the closed-form entropic step), all checked."""
     if geometry == "entropic":
-        return entropic_step(mu, G, tau, epsilon=epsilon, engine=engine, cache=_cache)
+        return None
     if epsilon is not None:
         raise ValueError("epsilon applies to geometry 'entropic' (grids) only.")
     tol = _default_tol(mu.dtype) if tol is None else check_positive(tol, "tol")
-    if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 1:
-        raise ValueError(f"max_iter must be a positive int; received {max_iter!r}.")
+    check_positive_int(max_iter, "max_iter")
+    return tol
+
+
+def _step(mu, G, M, weighted, tau, geometry, tol, max_iter, engine, epsilon, cache, previous=None):
+    """One JKO step with everything resolved and checked (:func:`jko_step`)."""
+    if geometry == "entropic":
+        return entropic_step(
+            mu, G, tau, epsilon=epsilon, engine=engine, cache=cache, previous=previous
+        )
     if isinstance(mu, Empirical):
         prox = ParticleProx(mu, tau, M, weighted, engine)
     else:
@@ -274,10 +288,9 @@ def jko_flow(
     if not math.isfinite(t1) or t1 <= 0:
         raise ValueError(f"t1 must be finite and > 0; received {t1}.")
     start = time.perf_counter()
-    G, _, _ = _resolve(mu0, energy, geometry, mobility)  # checks before the first step
+    G, M, weighted = _resolve(mu0, energy, geometry, mobility)  # once: parameters are fixed
+    tol = _check_options(mu0, geometry, tol, max_iter, epsilon)
     if geometry == "entropic" and epsilon is None:
-        from tpde.flows.jko_grid import default_epsilon
-
         epsilon = default_epsilon(mu0, tau)
     times = _step_times(tau, t1)
     measures = [mu0]
@@ -286,9 +299,9 @@ def jko_flow(
     status, event_time = "completed", math.nan
     mu, cache = mu0, {}  # the entropic kernels, computed once per flow
     for k in range(len(times) - 1):
-        step = jko_step(
-            mu, energy, times[k + 1] - times[k], geometry, tol=tol, max_iter=max_iter,
-            engine=engine, mobility=mobility, epsilon=epsilon, _cache=cache,
+        step = _step(
+            mu, G, M, weighted, times[k + 1] - times[k], geometry, tol, max_iter, engine,
+            epsilon, cache, previous=energies[-1],
         )  # fmt: skip
         for key, value in (
             ("inner_iterations", step.iterations),

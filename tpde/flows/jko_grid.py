@@ -144,15 +144,18 @@ def _first_variation(G, grid: Grid, engine: str) -> torch.Tensor:
     return phi.detach().reshape(grid.shape)
 
 
-def entropic_step(grid: Grid, G, tau: float, *, epsilon: float | None, engine: str, cache=None):
+def entropic_step(
+    grid: Grid, G, tau: float, *, epsilon: float | None, engine: str, cache=None, previous=None
+):
     """One entropic JKO step with G linearised at ``grid`` (module notes); a JKOStep.
 
     ``cache``: a dict in which the kernels of this grid and ε are kept across steps.
+    ``previous``: G(grid) when the caller has it already (the flow's last step computed it).
     """
     from tpde.flows.jko import JKOStep
 
     epsilon = default_epsilon(grid, tau) if epsilon is None else check_positive(epsilon, "epsilon")
-    previous = float(G(grid, engine).detach())
+    previous = float(G(grid, engine).detach()) if previous is None else previous
     phi = _first_variation(G, grid, engine)
     if not bool(torch.isfinite(phi).all()) or not math.isfinite(previous):
         return JKOStep(

@@ -6,6 +6,8 @@ import abc
 
 import torch
 
+from tpde._validation import check_positive_int
+
 
 class Measure(abc.ABC):
     """A probability measure on R^d that tpde can evolve and compare.
@@ -49,6 +51,4 @@ class Measure(abc.ABC):
 
 def check_sample_size(n) -> int:
     """Validate the number of samples requested from a measure."""
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"the number of samples must be a positive int; received {n!r}.")
-    return n
+    return check_positive_int(n, "the number of samples")

@@ -7,7 +7,7 @@ import warnings
 
 import torch
 
-from tpde._validation import as_tensor, check_finite
+from tpde._validation import as_tensor, check_finite, check_positive_int
 from tpde.measures._base import Measure, check_sample_size
 from tpde.measures.empirical import Empirical, weight_tolerance
 from tpde.measures.gaussian import Gaussian
@@ -304,8 +304,7 @@ class Grid(Measure):
             )
         if g.dim > 2:
             raise _too_many_dims(g.dim)
-        if isinstance(quadrature, bool) or not isinstance(quadrature, int) or quadrature < 1:
-            raise ValueError(f"quadrature must be a positive int; received {quadrature!r}.")
+        check_positive_int(quadrature, "quadrature")
         shape = _check_shape(shape, g.dim)
         lower, upper = _check_box(lower, upper, g.mean(), dim=g.dim)
         edges = [

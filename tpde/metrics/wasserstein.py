@@ -22,6 +22,7 @@ import warnings
 import numpy as np
 import torch
 
+from tpde._validation import check_positive_int
 from tpde.metrics._common import check_pair_kinds, is_grid, particle_pair, raise_mixed
 from tpde.metrics.bures import bures_wasserstein, safe_sqrt
 
@@ -72,9 +73,7 @@ def squared_distances(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 def check_max_iter(max_iter) -> int:
     """Validate the network simplex's iteration cap."""
-    if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 1:
-        raise ValueError(f"max_iter must be a positive int; received {max_iter!r}.")
-    return max_iter
+    return check_positive_int(max_iter, "max_iter")
 
 
 def _solve_emd(a, b, cost, max_iter: int, fname: str):
