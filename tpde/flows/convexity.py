@@ -208,7 +208,8 @@ def _random_geodesics(mu, n: int, radius: float, generator):
             torch.randn(shape, generator=generator, dtype=x.dtype).to(x.device)
             for shape in ((x.shape[1],), x.shape, (x.shape[1], x.shape[1]))
         )
-        sym = symmetrize(raw) / torch.linalg.matrix_norm(symmetrize(raw), ord=2)
+        sym = symmetrize(raw)
+        sym = sym / torch.linalg.matrix_norm(sym, ord=2)
         # A smooth part (translation + symmetric linear map) and an independent part.
         move = size * shift + centred @ sym + 0.5 * size * noise
         end = Empirical(x + radius * move, mu.weights.detach())

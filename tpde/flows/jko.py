@@ -49,6 +49,7 @@ from dataclasses import dataclass
 
 import torch
 
+from tpde._linalg import symmetrize
 from tpde._validation import check_choice, check_positive, check_positive_int
 from tpde.attention.base import Field
 from tpde.attention.energies import as_energy
@@ -166,14 +167,15 @@ def _check_mobility(mobility, mu) -> torch.Tensor:
     d = mu.dim
     if M.shape != (d, d):
         raise ValueError(f"mobility must have shape ({d}, {d}); received {tuple(M.shape)}.")
-    evals = torch.linalg.eigvalsh(0.5 * (M + M.mT))
+    sym = symmetrize(M)
+    evals = torch.linalg.eigvalsh(sym)
     asym = float((M - M.mT).abs().max())
     if asym > 1e-10 * float(evals.abs().max()) or float(evals[0]) <= 0:
         raise ValueError(
             f"mobility must be symmetric positive definite; received eigenvalues "
             f"{[round(float(e), 6) for e in evals]} and asymmetry {asym:.3g}."
         )
-    return 0.5 * (M + M.mT)
+    return sym
 
 
 def _default_tol(dtype: torch.dtype) -> float:

@@ -11,6 +11,7 @@ import math
 
 import torch
 
+from tpde._linalg import trace as matrix_trace
 from tpde.measures import Empirical, Gaussian
 
 
@@ -98,18 +99,18 @@ class ParticleSystem(System):
     def normalize(self, state):
         return state
 
+    def _squared_spread(self, state) -> tuple[torch.Tensor, torch.Tensor]:
+        """(weights, |x_i − m|²) of the detached particles."""
+        points, weights = state[0].detach(), self.mu.weights.detach()
+        return weights, ((points - weights @ points) ** 2).sum(-1)
+
     def size(self, state) -> torch.Tensor:
-        points = state[0].detach()
-        weights = self.mu.weights.detach()
-        centred = points - weights @ points
-        return (centred**2).sum(-1).amax()
+        return self._squared_spread(state)[1].amax()
 
     def trace(self, state) -> torch.Tensor:
         """Total variance Σ_i w_i |x_i − m|² (tr of the weighted covariance)."""
-        points = state[0].detach()
-        weights = self.mu.weights.detach()
-        centred = points - weights @ points
-        return weights @ (centred**2).sum(-1)
+        weights, spread = self._squared_spread(state)
+        return weights @ spread
 
     def rhs_norm(self, derivative) -> torch.Tensor:
         velocity = derivative[0].detach()
@@ -142,17 +143,18 @@ class GaussianSystem(System):
         mean, cov = state
         return mean, 0.5 * (cov + cov.transpose(-1, -2))
 
-    def size(self, state) -> torch.Tensor:
+    @staticmethod
+    def _finite_cov(state) -> torch.Tensor:
+        """Σ detached, NaN/Inf read as 0 (overflow is caught by ``finite``)."""
         cov = state[1].detach()
-        cov = torch.where(torch.isfinite(cov), cov, torch.zeros_like(cov))
-        return torch.linalg.eigvalsh(cov)[..., -1]
+        return torch.where(torch.isfinite(cov), cov, torch.zeros_like(cov))
+
+    def size(self, state) -> torch.Tensor:
+        return torch.linalg.eigvalsh(self._finite_cov(state))[..., -1]
 
     def trace(self, state) -> torch.Tensor:
-        """tr Σ per element (NaN/Inf read as 0: overflow is caught by ``finite``)."""
-        cov = state[1].detach()
-        return (
-            torch.where(torch.isfinite(cov), cov, torch.zeros_like(cov)).diagonal(0, -2, -1).sum(-1)
-        )
+        """tr Σ per element."""
+        return matrix_trace(self._finite_cov(state))
 
     def rhs_norm(self, derivative) -> torch.Tensor:
         dmean, dcov = (p.detach() for p in derivative)

@@ -7,7 +7,7 @@ import warnings
 
 import torch
 
-from tpde._validation import as_tensor, check_finite, check_positive_int
+from tpde._validation import as_tensor, check_choice, check_finite, check_positive_int
 from tpde.measures._base import Measure, check_sample_size
 from tpde.measures.empirical import Empirical, weight_tolerance
 from tpde.measures.gaussian import Gaussian
@@ -191,7 +191,8 @@ class Grid(Measure):
         Σ_c m_c (x_c − m)(x_c − m)ᵀ + diag(h_k²/12): the atoms' covariance plus the
         variance of the uniform distribution inside one cell.
         """
-        weights, centred = self._weights(), self.centres() - self.mean()
+        weights, centres = self._weights(), self.centres()
+        centred = centres - weights @ centres
         atoms = (centred * weights[:, None]).T @ centred
         return atoms + torch.diag(self.cell_size**2 / 12)
 
@@ -258,8 +259,7 @@ class Grid(Measure):
             raise TypeError(f"mu must be an Empirical; received {type(mu).__name__}.")
         if mu.dim > 2:
             raise _too_many_dims(mu.dim)
-        if assignment not in ("cic", "ngp"):
-            raise ValueError(f"unknown assignment {assignment!r}; choose one of 'cic', 'ngp'.")
+        check_choice(assignment, "assignment", ("cic", "ngp"))
         shape = _check_shape(shape, mu.dim)
         lower, upper = _check_box(lower, upper, mu.points, dim=mu.dim)
         n = torch.tensor(shape, dtype=mu.dtype, device=mu.device)
