@@ -28,7 +28,7 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import once_differentiable
 
-__all__ = ["eig_tolerance", "sqrt_eigenvalues", "sqrtm_psd", "symmetrize", "trace"]
+__all__ = ["eig_tolerance", "psd_factor", "sqrt_eigenvalues", "sqrtm_psd", "symmetrize", "trace"]
 
 
 def symmetrize(matrix: torch.Tensor) -> torch.Tensor:
@@ -104,3 +104,11 @@ def sqrtm_psd(matrix: torch.Tensor) -> torch.Tensor:
     marked once-differentiable and raises if differentiated again).
     """
     return _SqrtmPSD.apply(matrix)
+
+
+def psd_factor(cov: torch.Tensor) -> torch.Tensor:
+    """A factor L with LLᵀ = Σ: Cholesky, or the symmetric root where Σ is singular."""
+    factor, info = torch.linalg.cholesky_ex(cov)
+    if bool((info != 0).any()):
+        factor = sqrtm_psd(cov)
+    return factor

@@ -146,8 +146,11 @@ def prepare_out(out: Path, record: dict, resume: bool, force: bool) -> set[str]:
     return done
 
 
-def write_report(out: Path, record: dict) -> Path:
-    """report.md: header, then each finished experiment's section (from saved data only)."""
+def write_report(out: Path, record: dict, built: dict | None = None) -> Path:
+    """report.md: header, then each finished experiment's section (from saved data only).
+
+    ``built``: sections already made by ``module.report`` (name -> Report), reused.
+    """
     from tpde.experiments._framework import atomic_write, markdown_table
 
     registry = _experiments()
@@ -169,7 +172,7 @@ def write_report(out: Path, record: dict) -> Path:
         if not (out / name / "meta.json").is_file():
             rows.append([f"`{name}`", "not run (interrupted or failed)", "—"])
             continue
-        section = module.report(out / name)
+        section = (built or {}).get(name) or module.report(out / name)
         seconds = record.get("seconds", {}).get(name)
         rows.append([f"`{name}`", section.summary, "—" if seconds is None else f"{seconds:.0f}"])
         sections.append(section.markdown(name, module.TITLE))
@@ -210,6 +213,7 @@ def cmd_run(args) -> int:
     atomic_write(out / RUN_FILE, json.dumps(record, indent=1))
     registry = _experiments()
     total = time.perf_counter()
+    built = {}  # report sections, each built once from the saved data
     for name in names:
         module = registry.get(name)
         if name in done:
@@ -220,11 +224,10 @@ def cmd_run(args) -> int:
             module.plot(out / name)
             record["seconds"][name] = time.perf_counter() - start
             atomic_write(out / RUN_FILE, json.dumps(record, indent=1))
-        section = module.report(out / name)
+        built[name] = section = module.report(out / name)
         seconds = record["seconds"].get(name, float("nan"))
         print(f"[{name}] {section.summary} ({seconds:.0f} s)", flush=True)
-        write_report(out, record)
-    path = write_report(out, record)
+        path = write_report(out, record, built)  # after each experiment: a readable report
     print(f"done in {time.perf_counter() - total:.0f} s; report: {path}")
     return 0
 

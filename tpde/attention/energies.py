@@ -30,7 +30,7 @@ from collections.abc import Callable
 import torch
 
 from tpde._engines import check_engine, logsumexp, softmax_average
-from tpde._linalg import sqrtm_psd, symmetrize, trace
+from tpde._linalg import psd_factor, symmetrize, trace
 from tpde._validation import resolve, symmetry_tolerance
 from tpde.attention.base import Field, NotAGradientFlow
 from tpde.attention.sinkhorn import Sinkhorn, conditional_slope, sinkhorn_potential
@@ -68,14 +68,6 @@ def _particles(mu):
     return mu.to_empirical() if isinstance(mu, Grid) else mu
 
 
-def _factor(cov: torch.Tensor) -> torch.Tensor:
-    """A factor L with LLᵀ = Σ: Cholesky, or the symmetric root where Σ is singular."""
-    factor, info = torch.linalg.cholesky_ex(cov)
-    if bool((info != 0).any()):
-        factor = sqrtm_psd(cov)
-    return factor
-
-
 # ============================================================================ softmax
 
 
@@ -98,7 +90,7 @@ def softmax_log_partition(field, mu, x, *, t: float = 0.0, engine: str = "auto",
 
 def _gaussian_log_energy(mean, cov, A):
     """(log E, ρ²) of the softmax energy of N(α, Σ): see :func:`softmax_energy`."""
-    L = _factor(cov)
+    L = psd_factor(cov)
     P = A.mT @ cov @ A
     H = symmetrize(L.mT @ P @ L)
     eye = torch.eye(H.shape[-1], dtype=H.dtype, device=H.device)

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 import torch
 
-from tpde._linalg import sqrtm_psd, symmetrize, trace
+from tpde._linalg import psd_factor, sqrtm_psd, symmetrize, trace
 from tpde.attention.base import Field
-from tpde.attention.energies import _factor, as_energy, softmax_log_partition
+from tpde.attention.energies import as_energy, softmax_log_partition
 from tpde.measures import Empirical, Gaussian, Grid
 
 __all__ = [
@@ -247,7 +247,7 @@ def _dissipation_rate(structure, field, mu, energy, t: float, engine: str) -> to
     scale = mean.new_ones(())
     if structure.weighted:  # ∫ Z|Γ|² dμ = 2E · E_ν̃|Γ|², ν̃ = Z·μ / ∫Z dμ (Gaussian)
         A = structure.A.to(mean)
-        L = _factor(cov)
+        L = psd_factor(cov)
         P = A.mT @ cov @ A
         H = symmetrize(L.mT @ P @ L)
         inv = torch.linalg.inv(torch.eye(mu.dim, dtype=mean.dtype) - H)

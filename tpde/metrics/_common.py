@@ -1,8 +1,7 @@
 """Boundary checks shared by the metrics: measure kinds, pairs, dimensions, dtypes.
 
-Grids plug in without an import: any measure with a ``to_empirical()`` method (cell
-centres weighted by cell masses) is treated as weighted particles by the particle metrics.
-The ``Grid`` class is looked up lazily, so this module works whether or not it exists.
+Grids are weighted particles to the particle metrics: any measure with a ``to_empirical()``
+method (cell centres weighted by cell masses) is treated so.
 """
 
 from __future__ import annotations
@@ -10,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from tpde._validation import check_finite
-from tpde.measures import Empirical, Gaussian, Measure
+from tpde.measures import Empirical, Gaussian, Grid, Measure
 
 __all__ = [
     "as_empirical",
@@ -25,13 +24,8 @@ __all__ = [
 
 
 def is_grid(measure) -> bool:
-    """Whether ``measure`` is a :class:`tpde.measures.Grid` (checked lazily, by name too)."""
-    import tpde.measures as measures
-
-    grid_cls = getattr(measures, "Grid", None)
-    if grid_cls is not None and isinstance(measure, grid_cls):
-        return True
-    return type(measure).__name__ == "Grid"
+    """Whether ``measure`` is a :class:`tpde.measures.Grid`, or a grid-like class of that name."""
+    return isinstance(measure, Grid) or type(measure).__name__ == "Grid"
 
 
 def is_particle_like(measure) -> bool:

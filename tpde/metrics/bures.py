@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from tpde._linalg import sqrt_eigenvalues, sqrtm_psd, symmetrize, trace
+from tpde._linalg import psd_factor, sqrt_eigenvalues, sqrtm_psd, symmetrize, trace
 from tpde._validation import as_tensor, check_finite, check_symmetric
 from tpde.measures import Gaussian
 from tpde.metrics._common import gaussian_pair, kind
@@ -83,9 +83,7 @@ def trace_sqrt_product(S0: torch.Tensor, S1: torch.Tensor) -> torch.Tensor:
     ``eigvalsh`` suffice: 5–10× faster than two matrix square roots at d = 512
     (benchmarks/metrics.py). The derivative of √λ is floored as in :func:`sqrt_eigenvalues`.
     """
-    factor, info = torch.linalg.cholesky_ex(S0)
-    if bool((info != 0).any()):
-        factor = sqrtm_psd(S0)
+    factor = psd_factor(S0)
     inner = symmetrize(factor.mT @ S1 @ factor)
     return sqrt_eigenvalues(torch.linalg.eigvalsh(inner)).sum(-1)
 
@@ -182,16 +180,22 @@ def _raise_degenerate(S0: torch.Tensor, fname: str) -> None:
     )
 
 
+def _monge(g0, g1, fname: str):
+    """(m0, m1, Σ0, T): checked moments and the Monge matrix, Σ0 required nondegenerate."""
+    m0, S0, m1, S1 = gaussian_pair(g0, g1, fname)
+    if not bool(_nondegenerate(S0).all()):
+        _raise_degenerate(S0, fname)
+    return m0, m1, S0, _monge_matrix(S0, S1)
+
+
 def bures_monge_map(g0: Gaussian, g1: Gaussian) -> GaussianMap:
     """The optimal (Monge) map from g0 to g1: x ↦ m₁ + T(x − m₀).
 
     T = Σ₀^{-1/2}(Σ₀^{1/2}Σ₁Σ₀^{1/2})^{1/2}Σ₀^{-1/2} (MATH.md §5), symmetric PSD. Needs Σ₀
     nondegenerate (λ_min > 1e3 · d · eps · λ_max); raises otherwise, saying what to use.
     """
-    m0, S0, m1, S1 = gaussian_pair(g0, g1, "bures_monge_map")
-    if not bool(_nondegenerate(S0).all()):
-        _raise_degenerate(S0, "bures_monge_map")
-    return GaussianMap(_monge_matrix(S0, S1), m0, m1)
+    m0, m1, _, T = _monge(g0, g1, "bures_monge_map")
+    return GaussianMap(T, m0, m1)
 
 
 # ----------------------------------------------------------------------------- tangent space
@@ -242,11 +246,9 @@ def bures_log(g0: Gaussian, g1: Gaussian) -> BuresTangent:
     ``bures_exp(g0, bures_log(g0, g1))`` is g1, and the tangent's norm at g0 is the
     distance. Needs g0 nondegenerate (see :func:`bures_monge_map`).
     """
-    m0, S0, m1, S1 = gaussian_pair(g0, g1, "bures_log")
-    if not bool(_nondegenerate(S0).all()):
-        _raise_degenerate(S0, "bures_log")
+    m0, m1, S0, T = _monge(g0, g1, "bures_log")
     eye = torch.eye(S0.shape[-1], dtype=S0.dtype, device=S0.device)
-    return BuresTangent(m1 - m0, _monge_matrix(S0, S1) - eye)
+    return BuresTangent(m1 - m0, T - eye)
 
 
 def bures_exp(g: Gaussian, tangent: BuresTangent) -> Gaussian:

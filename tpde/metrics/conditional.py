@@ -117,18 +117,15 @@ def conditional_w2(mu: Empirical, nu: Empirical, *, reduction: str = "mean") -> 
         order_x, order_y = torch.argsort(gx), torch.argsort(gy)
         per_position = ((x[order_x] - y[order_y]) ** 2).sum(-1)
     else:
-        per_position = torch.stack(
-            [
-                w2_squared_particles(
-                    x[gx == k],
-                    a[gx == k] / a[gx == k].sum(),
-                    y[gy == k],
-                    b[gy == k] / b[gy == k].sum(),
-                    max_iter=MAX_ITER,
-                )
-                for k in range(count)
-            ]
-        )
+
+        def within(k):  # W2² between the particles at position k (masks built once)
+            ix, iy = gx == k, gy == k
+            ax, by = a[ix], b[iy]
+            return w2_squared_particles(
+                x[ix], ax / ax.sum(), y[iy], by / by.sum(), max_iter=MAX_ITER
+            )
+
+        per_position = torch.stack([within(k) for k in range(count)])
     if reduction == "max":
         return safe_sqrt(per_position).max()
     return safe_sqrt((eta.to(dtype) * per_position).sum())

@@ -11,7 +11,14 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from tpde._validation import as_tensor, check_finite, check_positive, check_symmetric
+from tpde._linalg import symmetrize
+from tpde._validation import (
+    as_tensor,
+    check_finite,
+    check_positive,
+    check_positive_int,
+    check_symmetric,
+)
 from tpde.measures import Empirical, Gaussian, Measure
 from tpde.metrics._common import as_empirical, kind
 from tpde.metrics.wasserstein import w2
@@ -51,7 +58,7 @@ def spectrum(x) -> torch.Tensor:
     Differentiable (torch's ``eigvalsh``).
     """
     cov = _covariance(x, "spectrum")
-    return torch.linalg.eigvalsh(0.5 * (cov + cov.mT)).flip(-1)
+    return torch.linalg.eigvalsh(symmetrize(cov)).flip(-1)
 
 
 def numerical_rank(x, *, rtol: float | None = None, atol: float = 0.0) -> torch.Tensor:
@@ -152,8 +159,7 @@ def distance_to_gaussian(mu, *, n_samples: int | None = None, seed: int = 0) -> 
         )
     emp = as_empirical(mu, "mu", "distance_to_gaussian")
     n = emp.n if n_samples is None else n_samples
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n_samples must be a positive int; received {n_samples!r}.")
+    check_positive_int(n, "n_samples")  # n = n_samples whenever it can fail
     generator = torch.Generator(device=emp.device).manual_seed(int(seed))
     gaussian = Gaussian(emp.mean().detach(), emp.cov().detach())
     sample = Empirical(gaussian.sample(n, generator=generator))

@@ -113,8 +113,12 @@ def _bilinear(cost: str, A, d: int, like: torch.Tensor) -> torch.Tensor:
     return A.mT
 
 
-def entropic_terms(m0, S0, m1, S1, P, eps: float, quadratic: bool):
-    """Value and cross-covariance from tensors (see the module docstring); no checks."""
+def entropic_terms(m0, S0, m1, S1, P, eps: float, quadratic: bool, with_cross: bool = True):
+    """Value and cross-covariance from tensors (see the module docstring); no checks.
+
+    ``with_cross=False`` skips the cross-covariance (returned as None) when only the value
+    is wanted.
+    """
     d = S0.shape[-1]
     eye = torch.eye(d, dtype=S0.dtype, device=S0.device)
     root0 = sqrtm_psd(S0)
@@ -127,6 +131,8 @@ def entropic_terms(m0, S0, m1, S1, P, eps: float, quadratic: bool):
         linear = ((m0 - m1) ** 2).sum(-1) + trace(S0) + trace(S1)
     else:
         linear = -(m0.unsqueeze(-2) @ P @ m1.unsqueeze(-1)).squeeze(-1).squeeze(-1)
+    if not with_cross:
+        return linear + entropic, None
     cross = 2 * root0 @ torch.linalg.solve(shifted, root0 @ P @ S1)
     return linear + entropic, cross
 

@@ -25,6 +25,7 @@ import math
 
 import torch
 
+from tpde._engines import logsumexp
 from tpde._linalg import sqrtm_psd, symmetrize
 from tpde._validation import as_tensor, check_choice, check_finite, check_symmetric
 from tpde.measures import Gaussian
@@ -117,7 +118,7 @@ def log_partition(reference, A: torch.Tensor, points: torch.Tensor) -> torch.Ten
         return query @ alpha + 0.5 * ((query @ sigma) * query).sum(-1)
     ref = as_empirical(reference, "reference", "twisted_w2")
     keys, log_w = ref.points.to(points.dtype), ref.weights.to(points.dtype).log()
-    return torch.logsumexp(query @ keys.mT + log_w, dim=-1)
+    return logsumexp(query, keys, log_w, engine="dense")
 
 
 def _check_reference(reference, d: int, A) -> None:
