@@ -54,17 +54,16 @@ def timed(fn, repeat: int = 3, budget_s: float = 30.0):
     with PeakRSS() as mem:
         result = fn()
     times = []
-    if True:
-        for _ in range(repeat):
-            if torch.cuda.is_available():
-                torch.cuda.synchronize()
-            start = time.perf_counter()
-            result = fn()
-            if torch.cuda.is_available():
-                torch.cuda.synchronize()
-            times.append(time.perf_counter() - start)
-            if times[-1] * repeat > budget_s:
-                break
+    for _ in range(repeat):
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        result = fn()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+        if times[-1] * repeat > budget_s:
+            break
     return statistics.median(times), mem.extra, result
 
 

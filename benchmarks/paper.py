@@ -39,7 +39,7 @@ def paper_subset(config, variant, value, per_d, data, count):
     """Seconds per run and agreement of the paper's loop on the first ``count`` pairs per d."""
     Qs, Vs, per_dim, streams = data
     steps, tol, max_iter, _, _ = ranks.SETTINGS[(variant, value)]
-    seconds, runs, same_status, same_rank = 0.0, 0, [], []
+    same_status, same_rank = [], []
     estimate = 0.0
     for d, entry in per_d.items():
         j = ranks.PAPER_DIMS.index(d)
@@ -56,7 +56,6 @@ def paper_subset(config, variant, value, per_d, data, count):
                 same_rank.append(ranks.rank_of(r.final, config.rank_tol) == ours)
         spent = time.perf_counter() - clock
         n = min(count, len(entry["pairs"]))
-        seconds, runs = seconds + spent, runs + n
         estimate += spent / n * len(entry["pairs"])
     return estimate, np.mean(same_status), np.mean(same_rank) if same_rank else float("nan")
 

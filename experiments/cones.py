@@ -427,7 +427,7 @@ def plot(out: Path) -> list[Path]:
                 if i:
                     ax.set_ylabel("")
             counts = results[key]["status"]
-            ax.set_title(f"{LABELS[variant]}: " + ", ".join(f"{v} {k}" for k, v in counts.items()))
+            ax.set_title(f"{LABELS[variant]}: {_fmt_status(counts)}")
         fig.suptitle(f"panel '{panel}': tpde batched ODE (colour: start), paper's loop (dashed)")
         files.append(fw.savefig(fig, out / f"cones_{panel}.png"))
     if "blowup__softmax__t_exact" in arrays:

@@ -62,9 +62,10 @@ def run(config: Config, out: Path) -> None:
     cloud = Empirical(config.cloud_scale * torch.randn(config.n, 2, generator=gen, dtype=F64))
     gauss = Gaussian(torch.zeros(2, dtype=F64), config.gaussian_var * torch.eye(2, dtype=F64))
     control = PotentialEnergy.quadratic(torch.eye(2, dtype=F64))
+    softmax = field()  # the probed energy E (V = I, A = −I), built once
     arrays, results = {}, {}
     for label, mu in (("particles", cloud), ("gaussian", gauss)):
-        for energy_name, energy in (("softmax", field()), ("control", control)):
+        for energy_name, energy in (("softmax", softmax), ("control", control)):
             probe = convexity_probe(
                 energy,
                 mu,
@@ -81,7 +82,7 @@ def run(config: Config, out: Path) -> None:
                 "convex": bool(probe.convex),
             }
     # An explicit non-convex direction: translate the centred cloud by s·e₁.
-    G = as_energy(field())
+    G = as_energy(softmax)
     centred = Empirical(cloud.points - cloud.points.mean(0))
     s = np.linspace(-config.shift, config.shift, 121)
     direction = torch.tensor([1.0, 0.0], dtype=F64)

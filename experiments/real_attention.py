@@ -137,9 +137,10 @@ def _integer_indices(times: torch.Tensor) -> list[int]:
     return [int(torch.argmin((times - l).abs())) for l in range(LAYERS + 1)]
 
 
-def one_sentence(model, tokens: Empirical, states: torch.Tensor, config: Config, gen) -> dict:
-    """Every measurement of one sentence (arrays keyed as in :func:`run`)."""
-    times = _closure_times(config)
+def one_sentence(
+    model, tokens: Empirical, states: torch.Tensor, config: Config, gen, times: torch.Tensor
+) -> dict:
+    """Every measurement of one sentence (arrays keyed as in :func:`run`) at save ``times``."""
     at_layers = _integer_indices(times)
     pde = integrate(model.schedule, tokens, 6.0, dt=config.particle_dt, save=times, events=())
     gauss = Gaussian(tokens.mean(), tokens.cov())
@@ -233,14 +234,15 @@ def run(config: Config, out: Path) -> None:
     model = load_minilm(F64)
     sentences = corpus()[: config.sentences]
     tokens, states = embed(sentences, F64), hidden_states(sentences, F64)
+    times = _closure_times(config)  # the same save times for every sentence
     rows = [
-        one_sentence(model, mu, h, config, gen)
+        one_sentence(model, mu, h, config, gen, times)
         for mu, h in fw.progress(zip(tokens, states, strict=True), "real-attention", len(tokens))
     ]
     keys = [k for k in rows[0] if not k.endswith("_status")]
     arrays = {k: np.array([row[k] for row in rows], dtype=float) for k in keys}
     arrays["lengths"] = np.array([mu.n for mu in tokens])
-    arrays["closure_times"] = _closure_times(config).numpy()
+    arrays["closure_times"] = times.numpy()
     arrays.update(sampled_clouds(model, tokens[0], config, gen))
     results = {
         "ode_status": [row["ode_status"] for row in rows],
