@@ -58,7 +58,7 @@ from dataclasses import dataclass
 import torch
 
 from tpde._validation import check_choice, check_positive
-from tpde.flows.events import BlowUp, Converged
+from tpde.flows.events import Converged
 from tpde.flows.trajectory import Trajectory
 from tpde.measures import Empirical, Grid
 
@@ -235,6 +235,21 @@ class _GridFlow:
             centre = 0.5 * (u.narrow(k, 0, n) + u.narrow(k, 1, n))
             total = total + (m * centre**2).sum()
         return (total / m.sum()).sqrt()
+
+    # The system interface of the shared events (tpde.flows.events): state = masses m,
+    # derivative = (m, face velocities).
+    def _cov(self, m: torch.Tensor) -> torch.Tensor:
+        return Grid._trusted(m, self.lower, self.upper).cov().detach()
+
+    def size(self, m: torch.Tensor) -> torch.Tensor:
+        return torch.linalg.eigvalsh(self._cov(m))[-1]
+
+    def trace(self, m: torch.Tensor) -> torch.Tensor:
+        return self._cov(m).trace()
+
+    def rhs_norm(self, derivative) -> torch.Tensor:
+        m, u = derivative
+        return self.centre_speed_norm(m.detach(), u)
 
 
 def integrate_grid(
@@ -429,16 +444,10 @@ class _GridRunner:
         """(name of the first event that fires on the new state or None, velocity or None)."""
         u = None
         for event in self.events:
-            if isinstance(event, BlowUp):
-                grid = Grid._trusted(m, self.flow.lower, self.flow.upper)
-                cov = grid.cov().detach()
-                size = cov.trace() if event.size == "trace" else torch.linalg.eigvalsh(cov)[-1]
-                fired = float(size) > event.threshold
-            elif isinstance(event, Converged):
+            derivative = None
+            if isinstance(event, Converged):  # the velocity only when an event needs it
                 u = self.flow.velocity(t, m) if u is None else u
-                fired = float(self.flow.centre_speed_norm(m.detach(), u)) < event.tol
-            else:  # pragma: no cover - parse_events only yields the two kinds
-                continue
-            if fired:
+                derivative = (m, u)
+            if bool(event.check(self.flow, m, derivative)):
                 return event.name, u
         return None, u
