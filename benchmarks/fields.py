@@ -20,7 +20,16 @@ from _common import print_table, timed
 
 from tpde._engines import pick_engine, pick_kernel_sum_engine, pick_logsumexp_engine
 from tpde._engines.keops import keops_status
-from tpde.attention import L2, Linear, Masked, MultiHead, Sigmoid, Sinkhorn, Softmax
+from tpde.attention import (
+    L2,
+    InnerSolves,
+    Linear,
+    Masked,
+    MultiHead,
+    Sigmoid,
+    Sinkhorn,
+    Softmax,
+)
 from tpde.measures import Empirical
 
 BUDGET_S = 60.0  # largest predicted time of one velocity call we are willing to run
@@ -110,13 +119,17 @@ def run(variants, sizes, dims):
                         skipped = {"variant": name, "d": d, "n": n, "engine": engine, "s": "skip"}
                         rows.append(skipped)
                         continue
+                    info = InnerSolves()  # Sinkhorn's scalings report here
                     with torch.no_grad():
                         seconds, memory, out = timed(
-                            lambda e=engine, f=field, c=cloud: f.velocity(c, engine=e), repeat=3
+                            lambda e=engine, f=field, c=cloud, i=info: f.velocity(
+                                c, engine=e, info=i
+                            ),
+                            repeat=3,
                         )
                     last[engine] = (seconds, n)
                     results[engine] = (seconds, memory, out)
-                    iterations[engine] = getattr(field, "last_info", None)
+                    iterations[engine] = info.last
                 if not results:  # every engine skipped at this n
                     continue
                 order = ("dense", "sdpa", "chunked", *results)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from tpde.attention import L2, MultiHead, Sinkhorn, Softmax
+from tpde.attention.registry import build
 from tpde.flows import BlowUp, Converged, integrate
 from tpde.measures import Gaussian
 
@@ -33,18 +33,18 @@ def paper_field(variant: str, Q, K, V, heads: int = 1):
     Q, K, V = (torch.as_tensor(np.asarray(m), dtype=torch.float64) for m in (Q, K, V))
     d = V.shape[-1]
     if variant == "softmax":
-        return Softmax(Q, K, V, scale=1 / math.sqrt(d))
+        return build("softmax", Q, K, V, scale=1 / math.sqrt(d))
     if variant == "l2":
-        return L2(Q, K, V, scale=1 / math.sqrt(d), form="code")
+        return build("l2", Q, K, V, scale=1 / math.sqrt(d), form="code")
     if variant == "sinkhorn":
-        return Sinkhorn(Q, K, V, scale=1.0, eps=1.0)
+        return build("sinkhorn", Q, K, V, scale=1.0, eps=1.0)
     if variant == "multihead":
         rows = heads * (d // heads)
         missing = rows - Q.shape[-2]
         if missing > 0:
             pad = torch.zeros(*Q.shape[:-2], missing, d, dtype=Q.dtype)
             Q, K = torch.cat([Q, pad], -2), torch.cat([K, pad], -2)
-        return MultiHead.split(Q, K, V, heads=heads)
+        return build("multihead", Q, K, V, heads=heads)
     raise ValueError(f"unknown variant {variant!r}; choose among {', '.join(VARIANTS)}.")
 
 

@@ -21,16 +21,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tpde.attention import (
-    L2,
-    GaussianNotPreserved,
-    Linear,
-    Masked,
-    MultiHead,
-    Sigmoid,
-    Sinkhorn,
-    Softmax,
-)
+from tpde.attention import GaussianNotPreserved
+from tpde.attention.registry import VARIANTS as REGISTRY
+from tpde.attention.registry import variant_names
 from tpde.flows import BlowUp, integrate
 from tpde.measures import Empirical, Gaussian, Grid
 from tpde.metrics import bures_wasserstein, w2
@@ -40,7 +33,7 @@ from . import _framework as fw
 
 NAME = "atlas"
 TITLE = "Experiment 3 — attention atlas: every variant, Gaussian ODE vs particles vs grid"
-VARIANTS = ("softmax", "l2", "sinkhorn", "sigmoid", "linear", "multihead", "masked")
+VARIANTS = tuple(variant_names())  # every registered variant (tpde.attention.registry)
 A = ((0.6, 0.3), (-0.2, -0.4))  # symmetric part indefinite: one stretching, one contracting axis
 V = ((1.0, 0.2), (-0.1, 0.8))
 MEAN = (0.5, -0.3)
@@ -81,25 +74,12 @@ QUICK = {
 
 
 def make_field(variant: str, interaction=A, value=V):
-    """The field of ``variant`` built from (Q, K, V) = (interaction, I, value), scale 1."""
+    """The registered ``variant`` built from (Q, K, V) = (interaction, I, value), scale 1,
+    with the registry's experiment defaults (sigmoid b = 0, multi-head H = 2, masked softmax)."""
     Q = torch.tensor(interaction, dtype=torch.float64)
     K = torch.eye(len(interaction), dtype=torch.float64)
     Vt = torch.tensor(value, dtype=torch.float64)
-    if variant == "softmax":
-        return Softmax(Q, K, Vt, scale=1.0)
-    if variant == "l2":
-        return L2(Q, K, Vt, scale=1.0)
-    if variant == "sinkhorn":
-        return Sinkhorn(Q, K, Vt, scale=1.0, eps=1.0)
-    if variant == "sigmoid":
-        return Sigmoid(Q, K, Vt, scale=1.0, bias=0.0)
-    if variant == "linear":
-        return Linear(Q, K, Vt, scale=1.0)
-    if variant == "multihead":
-        return MultiHead.split(Q, K, Vt, heads=2, scale=1.0)
-    if variant == "masked":
-        return Masked(Softmax(Q, K, Vt, scale=1.0))
-    raise ValueError(f"unknown variant {variant!r}")
+    return REGISTRY[variant].standard(Q, K, Vt, 1.0)
 
 
 def _moments(traj):
@@ -136,13 +116,14 @@ def run_variant(variant: str, config: Config, g0: Gaussian, cloud: Empirical):
         )
     except GaussianNotPreserved:
         pass
-    if variant == "masked":
+    needs_positions = REGISTRY[variant].positions
+    if needs_positions:  # causal attention: tokens at uniform positions in [0, 1]
         positions = torch.linspace(0, 1, cloud.n, dtype=torch.float64)
         cloud = Empirical(cloud.points, positions=positions)
     routes["particles"] = integrate(
         field, cloud, config.t1, dt=config.t1 / config.particle_steps, save=times, events=event
     )
-    if variant != "masked":
+    if not needs_positions:  # a grid carries no positions
         cells = config.sinkhorn_cells if variant == "sinkhorn" else config.cells
         grid = Grid.from_gaussian(g0, (cells, cells), -config.box, config.box)
         routes["grid"] = integrate(field, grid, config.t1, save=times, events=event)

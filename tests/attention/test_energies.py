@@ -13,6 +13,7 @@ from tpde.attention import (
     L2,
     Energy,
     GradientFlowField,
+    InnerSolves,
     InteractionEnergy,
     NotAGradientFlow,
     PotentialEnergy,
@@ -23,9 +24,11 @@ from tpde.attention import (
     energy_dissipation,
     gradient_flow_gap,
 )
-from tpde.attention.energies import (
+from tpde.attention.sinkhorn_energy import (
     sinkhorn_first_variation,
     sinkhorn_first_variation_grad,
+)
+from tpde.attention.softmax_energy import (
     softmax_domain,
     softmax_first_variation,
     softmax_first_variation_grad,
@@ -238,9 +241,10 @@ def test_sinkhorn_first_variation_gradient_is_the_particle_gradient(generator):
 
 def test_sinkhorn_energy_warns_when_the_scaling_misses_its_tolerance(generator):
     field = _sinkhorn(A_NEG, M_POS, iters=1, tol=1e-12)
+    info = InnerSolves()
     with pytest.warns(SinkhornNotConverged, match="did not reach tol"):
-        field.energy(_cloud(20, 2, generator))
-    assert field.last_info.converged is False
+        field.energy(_cloud(20, 2, generator), info=info)
+    assert info.last.converged is False
     with pytest.raises(NotImplementedError, match="not implemented"):
         sinkhorn_first_variation(field, _gaussian(2, generator), torch.zeros(1, 2, dtype=F64))
 

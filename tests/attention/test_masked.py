@@ -212,9 +212,9 @@ def test_gaussians_have_no_masked_closure(generator):
 
 def test_bad_construction(generator):
     Q, K, V = _params(generator)
-    with pytest.raises(TypeError, match="wraps a single-head Softmax or L2 field"):
+    with pytest.raises(TypeError, match="wraps a field whose attention is one softmax average"):
         Masked(Sigmoid(Q, K, V))
-    with pytest.raises(TypeError, match="wraps a single-head Softmax or L2 field"):
+    with pytest.raises(TypeError, match="wraps a field whose attention is one softmax average"):
         Masked(Masked(Softmax(Q, K, V)))
     with pytest.raises(ValueError, match="sink_mass must be finite and >= 0"):
         Masked(Softmax(Q, K, V), sink_mass=-0.1)
@@ -225,8 +225,8 @@ def test_bad_construction(generator):
 
 
 def test_the_flow_hook_only_evaluates_at_own_tokens(generator):
-    # integrate calls _particle_velocity at μ's own tokens; other points need positions.
+    # integrate calls particle_velocity at μ's own tokens; other points need positions.
     Q, K, V = _params(generator)
     mu = _tokens(generator)
     with pytest.raises(ValueError, match="evaluates at μ's own tokens"):
-        Masked(Softmax(Q, K, V))._particle_velocity(0.0, mu, mu.points[:2], "dense")
+        Masked(Softmax(Q, K, V)).particle_velocity(0.0, mu, mu.points[:2], "dense")

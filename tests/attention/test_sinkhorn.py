@@ -7,7 +7,7 @@ import torch
 
 from tests.conftest import random_spd
 from tpde._linalg import sqrtm_psd
-from tpde.attention import Sinkhorn, SinkhornNotConverged, Softmax
+from tpde.attention import InnerSolves, Sinkhorn, SinkhornNotConverged, Softmax
 from tpde.attention.sinkhorn import conditional_slope, sinkhorn_potential
 from tpde.flows import integrate
 from tpde.measures import Empirical, Gaussian
@@ -68,14 +68,15 @@ def test_one_iteration_is_softmax(generator):
     Q, K = (torch.randn(2, 3, generator=generator, dtype=F64) for _ in "QK")
     V = torch.randn(3, 3, generator=generator, dtype=F64)
     softmax = Softmax(Q, K, V).velocity(mu)
-    fixed = Sinkhorn(Q, K, V, iters=1, tol=None)
-    torch.testing.assert_close(fixed.velocity(mu), softmax, rtol=1e-13, atol=1e-13)
-    assert fixed.last_info.converged is None and fixed.last_info.iterations == 1
+    fixed, info = Sinkhorn(Q, K, V, iters=1, tol=None), InnerSolves()
+    torch.testing.assert_close(fixed.velocity(mu, info=info), softmax, rtol=1e-13, atol=1e-13)
+    assert info.last.converged is None and info.last.iterations == 1
     # With a tolerance, iters = 1 is still softmax, reported as not converged.
-    checked = Sinkhorn(Q, K, V, iters=1, tol=1e-9)
+    checked, info = Sinkhorn(Q, K, V, iters=1, tol=1e-9), InnerSolves()
     with pytest.warns(SinkhornNotConverged, match="did not reach tol"):
-        torch.testing.assert_close(checked.velocity(mu), softmax, rtol=1e-13, atol=1e-13)
-    assert checked.last_info.converged is False and checked.last_info.marginal_error > 1e-9
+        velocity = checked.velocity(mu, info=info)
+    torch.testing.assert_close(velocity, softmax, rtol=1e-13, atol=1e-13)
+    assert info.last.converged is False and info.last.marginal_error > 1e-9
 
 
 def test_symmetric_interaction_gives_equal_potentials(generator):
@@ -93,12 +94,14 @@ def test_symmetric_interaction_gives_equal_potentials(generator):
 def test_non_convergence_is_reported_not_nan(generator):
     mu = Empirical(2 * torch.randn(200, 2, generator=generator, dtype=F64))
     field = _field(torch.eye(2, dtype=F64), torch.eye(2, dtype=F64), eps=0.05, iters=3)
+    info = InnerSolves()
     with pytest.warns(SinkhornNotConverged, match="marginal error"):
-        velocity = field.velocity(mu)
+        velocity = field.velocity(mu, info=info)
     with pytest.warns(SinkhornNotConverged, match="Raise iters"):
         assert torch.isfinite(field.self_cost(mu))
-    assert torch.isfinite(velocity).all() and field.last_info.converged is False
-    assert field.last_info.iterations == 3
+    assert torch.isfinite(velocity).all() and info.failure is info.last
+    assert info.last.converged is False and info.last.iterations == 3
+    assert not hasattr(field, "last_info")  # the status travels with the call, not the field
     traj = integrate(field, mu, 1.0, dt=0.1)
     assert traj.status == "not_converged" and float(traj.event_time) == 0.0
     assert traj.stats["inner_failure"].converged is False
@@ -262,8 +265,9 @@ def test_self_cost_of_particles_approaches_the_gaussian_closed_form(generator):
     field = _field(A, torch.eye(2, dtype=F64), eps=0.8, tol=1e-9)
     exact = field.self_cost(g)
     cloud = Empirical.from_gaussian(g, 3000, generator=generator)
-    estimate = field.self_cost(cloud)
-    assert field.last_info.converged
+    info = InnerSolves()
+    estimate = field.self_cost(cloud, info=info)
+    assert info.last.converged
     assert float(estimate) == pytest.approx(float(exact), abs=0.025)
     # 1-D check of the formula itself: a = 0 gives OT = 0 (independent coupling, KL = 0).
     zero = _field(torch.zeros(1, 1, dtype=F64), torch.eye(1, dtype=F64))

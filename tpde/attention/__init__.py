@@ -1,18 +1,22 @@
 """Attention fields Γ[μ]: the physics of the Transformer PDE.
 
-Every variant is one :class:`Field` with the same interface: ``velocity`` on particles
-(every engine that can express it), ``gaussian_rhs`` where Gaussians stay Gaussian.
+Every variant is one :class:`Field` with the same public protocol (``particle_velocity``,
+``check_measure``, ``gaussian_affine`` where Gaussians stay Gaussian, and the optional
+capabilities of :data:`CAPABILITIES`); the variants are registered by name in
+:mod:`tpde.attention.registry`. Gradient-flow structure: :mod:`tpde.attention.structure`;
+energies: :mod:`tpde.attention.energies`.
 """
 
-from tpde.attention.base import Field, GaussianNotPreserved, NotAGradientFlow
-from tpde.attention.energies import (
-    Energy,
-    GradientStructure,
-    InteractionEnergy,
-    PotentialEnergy,
-    as_energy,
-    gradient_structure,
+from tpde.attention import registry
+from tpde.attention.base import (
+    CAPABILITIES,
+    Field,
+    GaussianNotPreserved,
+    InnerSolves,
+    NotAGradientFlow,
 )
+from tpde.attention.cosine import Cosine
+from tpde.attention.energies import Energy, InteractionEnergy, PotentialEnergy, as_energy
 from tpde.attention.gradient_flow import (
     Dissipation,
     GradientFlowField,
@@ -28,9 +32,12 @@ from tpde.attention.schedule import LayerSchedule
 from tpde.attention.sigmoid import Sigmoid
 from tpde.attention.sinkhorn import Sinkhorn, SinkhornInfo, SinkhornNotConverged
 from tpde.attention.softmax import Softmax
+from tpde.attention.structure import GradientStructure, gradient_structure
 
 __all__ = [
+    "CAPABILITIES",
     "L2",
+    "Cosine",
     "Dissipation",
     "Energy",
     "Field",
@@ -38,6 +45,7 @@ __all__ = [
     "GradientFlowField",
     "GradientFlowGap",
     "GradientStructure",
+    "InnerSolves",
     "InteractionEnergy",
     "LayerSchedule",
     "Linear",
@@ -54,4 +62,5 @@ __all__ = [
     "energy_dissipation",
     "gradient_flow_gap",
     "gradient_structure",
+    "registry",
 ]

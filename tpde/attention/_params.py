@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from tpde._validation import as_parameter, as_tensor, check_finite, check_positive
+from tpde.metrics.mobility import NotAGradientFlow
 
 
 def evaluate_parameter(param, name: str, t: float) -> torch.Tensor | None:
@@ -150,3 +151,36 @@ class QKV:
             None if v is None else v.to(dtype=like.dtype, device=like.device) for v in values
         )
         return HeadParams(Q, K, V, self.scale, bq, bk, bv)
+
+
+def _not_a_gradient_flow(field, reason: str) -> NotAGradientFlow:
+    return NotAGradientFlow(
+        f"{type(field).__name__} attention is not a gradient flow in tpde for these "
+        f"parameters: {reason} (MATH.md §5)."
+    )
+
+
+def check_no_bias(field) -> None:
+    """Query/key/value biases change the energy; energies are defined without them."""
+    if getattr(field.params, "has_bias", False):
+        raise _not_a_gradient_flow(
+            field,
+            "the field has query, key or value biases; E and F are defined for bias-free "
+            "attention (Ax scores, values Vy)",
+        )
+
+
+def qkv_interaction(field, t: float) -> tuple[torch.Tensor, torch.Tensor, torch.dtype]:
+    """(A, V, dtype) of a bias-free, unbatched Q/K/V field at time t, for its gradient
+    structure: A and V in float64 on the parameters' device, and the dtype the parameters
+    were given in (whose epsilon sets the tolerances of :func:`tpde.metrics.mobility.mobility`).
+    """
+    check_no_bias(field)
+    query = evaluate_parameter(field.params.Q, "Q", t)
+    dtype = query.dtype if query.is_floating_point() else torch.float64
+    p = field.params.at(t, like=torch.empty((), dtype=torch.float64, device=query.device))
+    if p.A.ndim != 2 or p.V.ndim != 2:
+        raise _not_a_gradient_flow(
+            field, f"batched parameters (A {tuple(p.A.shape)}); take one parameter set"
+        )
+    return p.A, p.V, dtype

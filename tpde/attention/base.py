@@ -1,44 +1,171 @@
-"""The interface every attention field implements.
+"""The field protocol: what every attention field implements, and what flows may use.
 
 A field Γ maps a measure μ to a velocity field Γ[μ]: R^d → R^d. The Transformer PDE is
-∂t μ + div(μ Γ[μ]) = 0. One field object drives particles (via :meth:`Field.velocity`),
-Gaussian moment ODEs (via :meth:`Field.gaussian_rhs`, where Gaussians stay Gaussian)
-and grid densities.
+∂t μ + div(μ Γ[μ]) = 0. One field object drives particles, Gaussian moment ODEs (where
+Gaussians stay Gaussian) and grid densities; the flows (:mod:`tpde.flows`) use only the
+public names of :class:`Field` below.
 """
 
 from __future__ import annotations
+
+import warnings
 
 import torch
 
 from tpde._engines import check_engine
 from tpde._validation import as_tensor, check_finite
+from tpde.attention.structure import gradient_structure
 from tpde.measures import Empirical, Gaussian, Grid, Measure
+from tpde.metrics.mobility import NotAGradientFlow
+
+__all__ = ["CAPABILITIES", "Field", "GaussianNotPreserved", "InnerSolves", "NotAGradientFlow"]
 
 
 class GaussianNotPreserved(NotImplementedError):
     """The field does not map Gaussians to Gaussians; there is no moment closure."""
 
 
-class NotAGradientFlow(ValueError):
-    """The field is not a (twisted) gradient flow in tpde (MATH.md §5), or not for these
-    parameters (A not symmetric, M = V A⁻¹ not symmetric definite)."""
+class InnerSolves:
+    """Collects the reports of inner solves (Sinkhorn scalings) made by velocity calls.
+
+    Passed explicitly (``info=``) to :meth:`Field.particle_velocity`, :meth:`Field.velocity`
+    and the energies; a field with an inner solve appends one report per solve. A report
+    has ``converged`` (True, False, or None when unchecked) and ``warning()`` (the warning
+    to raise when it failed). Nothing is stored on the field itself.
+    """
+
+    def __init__(self):
+        self.reports: list = []
+
+    def record(self, report) -> None:
+        self.reports.append(report)
+
+    @property
+    def last(self):
+        """The latest report, or None."""
+        return self.reports[-1] if self.reports else None
+
+    @property
+    def failure(self):
+        """The first report whose solve missed its tolerance, or None."""
+        return next((r for r in self.reports if r.converged is False), None)
+
+    def warn(self, since: int = 0, stacklevel: int = 2) -> None:
+        """Warn for every failed report from index ``since`` on (``stacklevel`` as in
+        :func:`warnings.warn`, counted from the caller of this method)."""
+        for report in self.reports[since:]:
+            if report.converged is False:
+                warnings.warn(report.warning(), stacklevel=stacklevel + 1)
+
+    def __len__(self) -> int:
+        return len(self.reports)
+
+
+#: Optional capabilities a field may declare, and the attributes each one requires.
+CAPABILITIES = {
+    # Γ[N(α, Σ)] is affine: gaussian_affine(t, mean, cov) -> (c, B); moment ODEs exist.
+    "gaussian": ("gaussian_affine",),
+    # Γ is one key-biased softmax average: every softmax engine, Masked, the engine table.
+    "softmax_form": ("softmax_form",),
+    # Γ = −(sM)∇(δG/δμ)/ω_μ (MATH.md §5): energies, JKO steps, the twisted metric.
+    "gradient_flow": (
+        "interaction",
+        "energy",
+        "first_variation",
+        "first_variation_grad",
+        "log_metric_weight",
+    ),
+    # Parameters that jump in time: steps land on ``breakpoints``, each uses ``piece(t)``.
+    "piecewise": ("piece",),
+    # Tokens on a manifold (the sphere): ``project(points)`` retracts after every step.
+    "projection": ("project",),
+}
 
 
 class Field:
-    """Base class of attention fields.
+    """Base class of attention fields: the public protocol flows rely on.
 
-    Subclasses implement
+    Required of every field
+    -----------------------
+    ``dim`` : int, the token dimension d.
+    ``particle_velocity(t, mu, x, engine, info=None)`` : Γ[μ](x) for an Empirical μ at
+        points x (m, d) (or (…, m, d) for batched parameters), on a checked engine name;
+        inner solves report into ``info`` (an :class:`InnerSolves`, or None).
+    ``time_dependent`` : whether the parameters change with depth-time t (default True,
+        the safe answer; fields with tensor parameters say False). A time-dependent field
+        is evaluated at one time for a whole batch, so flows step its batch elements in
+        lockstep.
 
-    - ``_particle_velocity(t, mu, x, engine)``: Γ[μ](x) for an :class:`Empirical` μ;
-    - ``gaussian_affine(t, mean, cov) -> (c, B)`` where Γ[N(α, Σ)](x) = c + B x is affine
-      (then Gaussians stay Gaussian and :meth:`gaussian_rhs` follows).
+    Provided here
+    -------------
+    :meth:`velocity` (the user-facing call), :meth:`check_measure`, :meth:`check_points`,
+    :meth:`gaussian_rhs` (from ``gaussian_affine``), :meth:`gradient_structure`.
+
+    Optional capabilities (``capabilities``, a frozenset of names of :data:`CAPABILITIES`)
+    ------------------------------------------------------------------------------------
+    A class declares what it implements; declaring a capability without its methods is a
+    ``TypeError`` when the class is defined, so nothing fails deep in a run. ``"gaussian"``:
+    ``gaussian_affine``; ``"softmax_form"``: ``softmax_form(t, mu, x) -> SoftmaxForm``;
+    ``"gradient_flow"``: ``interaction(t) -> (A, V)``, ``energy``, ``first_variation``,
+    ``first_variation_grad``, ``log_metric_weight`` and the class attributes
+    ``metric_weighted`` (ω_μ = Z_μ or 1) and ``ascends_energy`` (the sign convention of
+    :class:`tpde.attention.structure.GradientStructure`); ``"piecewise"``: ``piece(t)``
+    and ``breakpoints``; ``"projection"``: ``project(points)``.
     """
 
     #: Ambient dimension d of the tokens the field acts on.
     dim: int
+    #: Optional capabilities this field implements (see the class notes).
+    capabilities: frozenset = frozenset()
+    #: Times at which piecewise parameters jump (capability "piecewise").
+    breakpoints: tuple[float, ...] = ()
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        declared = cls.__dict__.get("capabilities")
+        if declared is None:
+            return
+        unknown = set(declared) - set(CAPABILITIES)
+        if unknown:
+            raise TypeError(
+                f"{cls.__name__} declares unknown capabilities {sorted(unknown)}; known: "
+                f"{', '.join(CAPABILITIES)}."
+            )
+        for capability in declared:
+            missing = [
+                name
+                for name in CAPABILITIES[capability]
+                if getattr(cls, name, None) is getattr(Field, name, None)
+            ]
+            if missing:
+                raise TypeError(
+                    f"{cls.__name__} declares the capability {capability!r} but does not "
+                    f"implement {', '.join(missing)}. Implement them or drop the capability."
+                )
+
+    @property
+    def time_dependent(self) -> bool:
+        """Whether the parameters depend on t (conservative default: True)."""
+        return True
+
+    def supports(self, capability: str) -> bool:
+        """Whether this field implements ``capability`` (a name of :data:`CAPABILITIES`)."""
+        if capability not in CAPABILITIES:
+            raise ValueError(
+                f"unknown capability {capability!r}; known: {', '.join(CAPABILITIES)}."
+            )
+        return capability in self.capabilities
 
     # ------------------------------------------------------------------ particles
-    def velocity(self, mu: Measure, x=None, *, t: float = 0.0, engine: str = "auto"):
+    def velocity(
+        self,
+        mu: Measure,
+        x=None,
+        *,
+        t: float = 0.0,
+        engine: str = "auto",
+        info: InnerSolves | None = None,
+    ):
         """Velocity Γ[μ](x) of the Transformer PDE.
 
         Parameters
@@ -55,15 +182,18 @@ class Field:
             Depth-time, for time-dependent parameters.
         engine : {"auto", "dense", "chunked", "sdpa", "keops"}
             How the pairwise sum is computed (see :mod:`tpde._engines`).
+        info : InnerSolves, optional
+            Collects the reports of inner solves (Sinkhorn scalings); a failed solve also
+            warns (e.g. :class:`~tpde.attention.SinkhornNotConverged`).
 
         Returns
         -------
         tensor, shape (..., m, d) (leading dimensions from batched parameters).
         """
         engine = check_engine(engine)
-        self._check_measure(mu)
+        self.check_measure(mu)
         if x is not None:
-            x = self._check_points(x, mu)
+            x = self.check_points(x, mu)
         if isinstance(mu, Gaussian):
             if x is None:
                 raise ValueError(
@@ -75,10 +205,22 @@ class Field:
         if isinstance(mu, Grid):
             x = mu.centres() if x is None else x
             mu = mu.to_empirical()
-        return self._particle_velocity(t, mu, mu.points if x is None else x, engine)
+        info = InnerSolves() if info is None else info
+        start = len(info)
+        out = self.particle_velocity(t, mu, mu.points if x is None else x, engine, info=info)
+        info.warn(since=start, stacklevel=2)
+        return out
 
-    def _particle_velocity(self, t, mu: Empirical, x, engine: str) -> torch.Tensor:
-        raise NotImplementedError
+    def particle_velocity(self, t, mu: Empirical, x, engine: str, info=None) -> torch.Tensor:
+        """Γ[μ](x) for an Empirical μ (checked) at points x; see the class notes."""
+        raise NotImplementedError(
+            f"{type(self).__name__} does not implement particle_velocity(t, mu, x, engine, "
+            "info), the one method every tpde field needs."
+        )
+
+    def piece(self, t: float) -> Field:
+        """The field acting at time t (itself, unless the field is piecewise in time)."""
+        return self
 
     # ------------------------------------------------------------------ Gaussians
     def gaussian_affine(self, t, mean, cov) -> tuple[torch.Tensor, torch.Tensor]:
@@ -106,7 +248,7 @@ class Field:
         return c + (B @ mean.unsqueeze(-1)).squeeze(-1), BS + BS.transpose(-1, -2)
 
     # ------------------------------------------------------------------ energies
-    def energy(self, mu: Measure, *, t: float = 0.0, engine: str = "auto") -> torch.Tensor:
+    def energy(self, mu: Measure, *, t: float = 0.0, engine: str = "auto", info=None):
         """Energy whose (twisted) gradient flow the field is, where one exists."""
         raise NotImplementedError(
             f"{type(self).__name__} attention has no energy in tpde: it is not known to be "
@@ -116,17 +258,15 @@ class Field:
     def gradient_structure(self, t: float = 0.0):
         """Sign, mobility and metric in which the field is a gradient flow (MATH.md §5).
 
-        Returns a :class:`tpde.attention.energies.GradientStructure` for the variants that
-        have one (Softmax, Sinkhorn); raises :class:`NotAGradientFlow` otherwise.
+        Returns a :class:`tpde.attention.structure.GradientStructure` for the fields with
+        the capability "gradient_flow" (Softmax, Sinkhorn) and parameters that make them
+        one; raises :class:`NotAGradientFlow` saying which condition fails otherwise.
         """
-        raise NotAGradientFlow(
-            f"{type(self).__name__} attention is not a gradient flow in tpde: only softmax "
-            "(A symmetric, V A⁻¹ symmetric definite) and Sinkhorn (A symmetric, V = MA, M "
-            "symmetric definite) attention are (MATH.md §5)."
-        )
+        return gradient_structure(self, t)
 
     # ------------------------------------------------------------------ checks
-    def _check_measure(self, mu) -> None:
+    def check_measure(self, mu) -> None:
+        """Raise unless ``mu`` is a tpde measure on this field's R^d."""
         if not isinstance(mu, Empirical | Gaussian | Grid):
             raise TypeError(
                 f"mu must be a tpde measure (Empirical, Gaussian or Grid); received "
@@ -138,8 +278,8 @@ class Field:
                 f"parameters act on d = {self.dim} (Q, K: (k, d), V: (d, d))."
             )
 
-    def _check_points(self, x, mu) -> torch.Tensor:
-        """x as a (m, d) tensor in μ's dtype (after :meth:`_check_measure`: μ.dim = d)."""
+    def check_points(self, x, mu) -> torch.Tensor:
+        """x as a (m, d) tensor in μ's dtype (after :meth:`check_measure`: μ.dim = d)."""
         x = as_tensor(x, "x", dtype=mu.dtype, device=mu.device)
         if x.ndim != 2 or x.shape[1] != mu.dim:
             raise ValueError(f"x must have shape (m, {mu.dim}); received shape {tuple(x.shape)}.")

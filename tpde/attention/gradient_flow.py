@@ -16,9 +16,11 @@ from dataclasses import dataclass
 import torch
 
 from tpde._linalg import psd_factor, sqrtm_psd, symmetrize, trace
+from tpde._validation import as_tensor
 from tpde.attention.base import Field
-from tpde.attention.energies import as_energy, softmax_log_partition
+from tpde.attention.energies import as_energy
 from tpde.measures import Empirical, Gaussian, Grid
+from tpde.metrics.mobility import spd_mobility
 
 __all__ = [
     "Dissipation",
@@ -57,28 +59,31 @@ class GradientFlowField(Field):
         self.energy_functional = as_energy(energy)
         self.dim = energy.dim if isinstance(energy, Field) else None
         if mobility is not None:
-            mobility = torch.as_tensor(mobility)
-            evals = torch.linalg.eigvalsh(symmetrize(mobility))
-            asym = float((mobility - mobility.mT).abs().max())
-            if mobility.ndim != 2 or asym > 1e-10 * float(evals.abs().max()) or evals[0] <= 0:
+            matrix = as_tensor(mobility, "mobility")
+            if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1]:
                 raise ValueError(
                     "mobility must be a symmetric positive definite (d, d) matrix; received "
-                    f"shape {tuple(mobility.shape)}, eigenvalues {evals.tolist()}."
+                    f"shape {tuple(matrix.shape)}."
                 )
+            mobility = spd_mobility(matrix, matrix.shape[-1], matrix)
             self.dim = mobility.shape[-1]
         self.mobility = mobility
 
-    def _check_measure(self, mu) -> None:
+    @property
+    def time_dependent(self) -> bool:
+        return False
+
+    def check_measure(self, mu) -> None:
         if self.dim is None:
             if not isinstance(mu, Empirical | Gaussian | Grid):
                 raise TypeError(f"mu must be a tpde measure; received {type(mu).__name__}.")
             return
-        super()._check_measure(mu)
+        super().check_measure(mu)
 
     def _apply_mobility(self, grad):
         return grad if self.mobility is None else grad @ self.mobility.to(grad).mT
 
-    def _particle_velocity(self, t, mu: Empirical, x, engine: str) -> torch.Tensor:
+    def particle_velocity(self, t, mu: Empirical, x, engine: str, info=None) -> torch.Tensor:
         energy = self.energy_functional
         try:
             grad = energy.first_variation_grad(mu, x, engine)
@@ -100,8 +105,10 @@ class GradientFlowField(Field):
             value = self.energy_functional(Gaussian._trusted(m, S)).sum()
             grad_m, grad_S = torch.autograd.grad(value, (m, S))
         g = symmetrize(grad_S)
-        M = torch.eye(mean.shape[-1], dtype=mean.dtype) if self.mobility is None else self.mobility
-        M = M.to(mean)
+        if self.mobility is None:
+            M = torch.eye(mean.shape[-1], dtype=mean.dtype, device=mean.device)
+        else:
+            M = self.mobility.to(mean)
         MgS = M @ g @ cov
         return -(grad_m @ M.mT), -2 * (MgS + MgS.mT)
 
@@ -181,7 +188,7 @@ def gradient_flow_gap(field, mu, *, t: float = 0.0, x=None, engine: str = "auto"
         velocity = field.velocity(mu, x, t=t)
         with torch.enable_grad():
             xg = x.detach().requires_grad_(True)
-            log_z = softmax_log_partition(field, mu, xg, t=t).sum()
+            log_z = structure.log_weight(mu, xg).sum()
             (grad,) = torch.autograd.grad(log_z, xg)
         gradient = grad @ structure.M.to(grad).mT  # s · sM ∇log Z = M ∇log Z
         gap = (velocity - gradient).norm() / velocity.norm()
@@ -250,7 +257,8 @@ def _dissipation_rate(structure, field, mu, energy, t: float, engine: str) -> to
         L = psd_factor(cov)
         P = A.mT @ cov @ A
         H = symmetrize(L.mT @ P @ L)
-        inv = torch.linalg.inv(torch.eye(mu.dim, dtype=mean.dtype) - H)
+        eye = torch.eye(mu.dim, dtype=mean.dtype, device=mean.device)
+        inv = torch.linalg.inv(eye - H)
         cvec = L.mT @ (A.mT @ mean + P @ mean)
         mean, cov = mean + L @ inv @ cvec, symmetrize(L @ inv @ L.mT)
         scale = 2 * energy

@@ -5,14 +5,16 @@ from __future__ import annotations
 import torch
 
 from tpde._validation import check_choice
+from tpde.attention._forms import SoftmaxForm, key_log_weights
 from tpde.attention._params import QKV, HeadParams
 from tpde.attention.base import Field
-from tpde.attention.softmax import SoftmaxForm, key_log_weights
+from tpde.attention.registry import register
 from tpde.measures import Empirical
 
 FORMS = ("distance", "code")
 
 
+@register("l2")
 class L2(Field):
     r"""L2 attention Γ[μ](x) = V ∫ k(x, y) y dμ(y) / ∫ k(x, y) dμ(y), k = e^{−scale·|Qx − Ky|²}.
 
@@ -53,6 +55,8 @@ class L2(Field):
     Mnih, "The Lipschitz constant of self-attention", ICML 2021 (L2 attention).
     """
 
+    capabilities = frozenset({"gaussian", "softmax_form"})
+
     def __init__(
         self,
         Q,
@@ -92,7 +96,11 @@ class L2(Field):
         bias = log_w - self._key_coefficient(p) * (keys**2).sum(-1)
         return SoftmaxForm((2 * p.scale) * queries, keys, bias, points, p.V, p.bv)
 
-    def _particle_velocity(self, t, mu: Empirical, x, engine: str) -> torch.Tensor:
+    @property
+    def time_dependent(self) -> bool:
+        return self.params.time_dependent
+
+    def particle_velocity(self, t, mu: Empirical, x, engine: str, info=None) -> torch.Tensor:
         return self.softmax_form(t, mu, x).velocity(engine)
 
     def gaussian_affine(self, t, mean, cov):

@@ -7,9 +7,11 @@ import torch
 from tpde._engines import kernel_sum
 from tpde.attention._params import QKV
 from tpde.attention.base import Field
+from tpde.attention.registry import register
 from tpde.measures import Empirical
 
 
+@register("linear")
 class Linear(Field):
     r"""Linear attention Γ[μ](x) = ∫ (yᵀAx) V y dμ(y) = V M₂(μ) A x, M₂(μ) = ∫ y yᵀ dμ(y).
 
@@ -42,11 +44,17 @@ class Linear(Field):
     Castin, Ablin, Carrillo, Peyré, arXiv:2501.18322 (2025).
     """
 
+    capabilities = frozenset({"gaussian"})
+
     def __init__(self, Q, K, V, scale=None):
         self.params = QKV(Q, K, V, scale)
         self.dim = self.params.dim
 
-    def _particle_velocity(self, t, mu: Empirical, x, engine: str) -> torch.Tensor:
+    @property
+    def time_dependent(self) -> bool:
+        return self.params.time_dependent
+
+    def particle_velocity(self, t, mu: Empirical, x, engine: str, info=None) -> torch.Tensor:
         p = self.params.at(t, like=x)
         points, weights = mu.points, mu.weights
         if engine == "auto":

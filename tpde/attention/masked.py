@@ -7,7 +7,8 @@ import torch
 from tpde._engines import check_engine
 from tpde._validation import as_tensor, check_finite, check_positive
 from tpde.attention.base import Field, GaussianNotPreserved
-from tpde.measures import Empirical, Gaussian, Measure
+from tpde.attention.registry import register, variant
+from tpde.measures import Empirical, Gaussian, Grid, Measure
 
 __all__ = ["Masked"]
 
@@ -61,10 +62,11 @@ class Masked(Field):
     """
 
     def __init__(self, field: Field, *, sink_mass: float = 0.0, sink_point=None):
-        if not _has_softmax_form(field):
+        if not isinstance(field, Field) or not field.supports("softmax_form"):
             raise TypeError(
-                f"Masked wraps a single-head Softmax or L2 field; received "
-                f"{type(field).__name__}. Mask each head of a MultiHead instead."
+                f"Masked wraps a field whose attention is one softmax average (capability "
+                f"'softmax_form': Softmax, L2, …); received {type(field).__name__}. Mask each "
+                "head of a MultiHead instead."
             )
         self.field = field
         self.dim = field.dim
@@ -104,8 +106,8 @@ class Masked(Field):
                 )
             return super().velocity(mu, t=t, engine=engine)
         engine = check_engine(engine)
-        self._check_measure(mu)
-        x = self._check_points(x, mu)
+        self.check_measure(mu)
+        x = self.check_points(x, mu)
         if positions is None:
             raise ValueError(
                 f"masked attention at points x needs their positions: pass positions of "
@@ -114,7 +116,11 @@ class Masked(Field):
         positions = _check_positions(positions, x)
         return self._masked_velocity(t, mu, x, positions, engine)
 
-    def _particle_velocity(self, t, mu: Empirical, x, engine: str) -> torch.Tensor:
+    @property
+    def time_dependent(self) -> bool:
+        return self.field.time_dependent
+
+    def particle_velocity(self, t, mu: Empirical, x, engine: str, info=None) -> torch.Tensor:
         if x.shape[0] != mu.n:
             raise ValueError(
                 "masked attention evaluates at μ's own tokens here; use "
@@ -133,8 +139,10 @@ class Masked(Field):
         if self.sink_mass == 0:
             return mu
         like = mu.points
-        point = torch.zeros(self.dim) if self.sink_point is None else self.sink_point
-        point = point.to(dtype=like.dtype, device=like.device)
+        if self.sink_point is None:
+            point = like.new_zeros(self.dim)
+        else:
+            point = self.sink_point.to(dtype=like.dtype, device=like.device)
         mass = torch.full((1,), self.sink_mass, dtype=like.dtype, device=like.device)
         return Empirical(
             torch.cat([like, point.unsqueeze(0)]),
@@ -147,8 +155,13 @@ class Masked(Field):
         raise GaussianNotPreserved(NO_GAUSSIAN)
 
     # ------------------------------------------------------------------ checks
-    def _check_measure(self, mu) -> None:
-        super()._check_measure(mu)
+    def check_measure(self, mu) -> None:
+        super().check_measure(mu)
+        if isinstance(mu, Grid):
+            raise ValueError(
+                "masked attention needs token positions, and a Grid carries none: integrate "
+                "particles with positions, Empirical(points, positions=s)."
+            )
         if isinstance(mu, Empirical) and mu.positions is None:
             raise ValueError(
                 "masked attention needs token positions, but this Empirical has none: build "
@@ -179,6 +192,7 @@ def _check_positions(positions, x) -> torch.Tensor:
     return positions.detach()
 
 
-def _has_softmax_form(field) -> bool:
-    """Fields that are key-biased softmax averages (Softmax, L2) expose ``softmax_form``."""
-    return callable(getattr(field, "softmax_form", None))
+@register("masked", head=False, positions=True)
+def _causal(Q, K, V, scale=None, *, kind: str = "softmax", **options):
+    """Causal (masked) attention over a softmax-form variant (softmax by default)."""
+    return Masked(variant(kind, head=True).build(Q, K, V, scale, **options))

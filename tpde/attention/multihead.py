@@ -6,17 +6,11 @@ from collections.abc import Sequence
 
 import torch
 
-from tpde._validation import as_parameter, as_tensor, check_choice
+from tpde._validation import as_parameter, as_tensor
 from tpde.attention._params import evaluate_parameter as _evaluate
 from tpde.attention.base import Field, GaussianNotPreserved
-from tpde.attention.l2 import L2
-from tpde.attention.linear import Linear
-from tpde.attention.sigmoid import Sigmoid
-from tpde.attention.softmax import Softmax
+from tpde.attention.registry import register, variant
 from tpde.measures import Empirical
-
-#: Single-head fields :meth:`MultiHead.split` can build, by name.
-HEAD_KINDS = {"softmax": Softmax, "l2": L2, "linear": Linear, "sigmoid": Sigmoid}
 
 
 class MultiHead(Field):
@@ -57,15 +51,17 @@ class MultiHead(Field):
     Carrillo, Peyré, arXiv:2501.18322 (2025) and its code (``rhs_multihead``).
     """
 
+    capabilities = frozenset({"gaussian"})
+
     def __init__(self, heads: Sequence[Field], W=None, bias=None):
         self.heads = _check_heads(heads)
         self.dim = self.heads[0].dim
         self.W = None if W is None else as_parameter(W, "W")
-        if self.W is not None:
-            self._W_at(0.0, torch.zeros(()))
         self.bias = None if bias is None else as_parameter(bias, "bias")
-        if self.bias is not None:
-            self._bias_at(0.0, torch.zeros(()))
+        self._W_at(0.0, None)  # shapes checked now, not in the first step of a run
+        self._bias_at(0.0, None)
+        if not all(head.supports("gaussian") for head in self.heads):
+            self.capabilities = frozenset()  # the sum keeps Gaussians only if every head does
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -87,12 +83,14 @@ class MultiHead(Field):
         scale : float, optional
             Score scale of every head; default 1/√k with k the head dimension (as in
             ``rhs_multihead`` of the authors' code).
-        kind : {"softmax", "l2", "linear", "sigmoid"}
-            The single-head field of every head; ``options`` go to its constructor
-            (e.g. ``form="code"`` for L2, ``bias=0.0`` for sigmoid).
+        kind : str
+            The single-head field of every head: a registered variant that can be a head
+            (:func:`tpde.attention.registry.variant_names` with ``head=True``: "softmax",
+            "l2", "linear", "sigmoid", …); ``options`` go to its constructor (e.g.
+            ``form="code"`` for L2, ``bias=0.0`` for sigmoid).
         """
         H = _check_head_count(heads)
-        head_class = HEAD_KINDS[check_choice(kind, "kind", tuple(HEAD_KINDS))]
+        head_class = variant(kind, head=True).build
         Q, K, V = (as_parameter(p, name) for p, name in ((Q, "Q"), (K, "K"), (V, "V")))
         q0, k0, v0 = (_evaluate(p, name, 0.0) for p, name in ((Q, "Q"), (K, "K"), (V, "V")))
         rows, d = _check_split_shapes(q0, k0, v0, H)
@@ -110,12 +108,17 @@ class MultiHead(Field):
         return cls(fields)
 
     # ------------------------------------------------------------------ particles
-    def _particle_velocity(self, t, mu: Empirical, x, engine: str) -> torch.Tensor:
+    @property
+    def time_dependent(self) -> bool:
+        own = any(p is not None and not isinstance(p, torch.Tensor) for p in (self.W, self.bias))
+        return own or any(head.time_dependent for head in self.heads)
+
+    def particle_velocity(self, t, mu: Empirical, x, engine: str, info=None) -> torch.Tensor:
         W = self._W_at(t, x)
         total = 0
         for h, head in enumerate(self.heads):
             W_h = None if W is None else W[..., h, :, :]
-            out = head._particle_velocity(t, mu, x, engine)
+            out = head.particle_velocity(t, mu, x, engine, info=info)
             total = total + (out if W_h is None else out @ W_h)  # row form of W_hᵀ Γ_h
         bias = self._bias_at(t, x)
         return total if bias is None else total + bias.unsqueeze(-2)
@@ -141,7 +144,7 @@ class MultiHead(Field):
         return (c_total if bias is None else c_total + bias), B_total
 
     # ------------------------------------------------------------------ checks
-    def _W_at(self, t, like: torch.Tensor) -> torch.Tensor | None:
+    def _W_at(self, t, like: torch.Tensor | None) -> torch.Tensor | None:
         if self.W is None:
             return None
         W = _evaluate(self.W, "W", t)
@@ -152,9 +155,9 @@ class MultiHead(Field):
                 f"matrix W_h per head (output block C_h = W_hᵀV_h); received "
                 f"{tuple(W.shape)}."
             )
-        return W.to(dtype=like.dtype, device=like.device)
+        return W if like is None else W.to(dtype=like.dtype, device=like.device)
 
-    def _bias_at(self, t, like: torch.Tensor) -> torch.Tensor | None:
+    def _bias_at(self, t, like: torch.Tensor | None) -> torch.Tensor | None:
         if self.bias is None:
             return None
         bias = _evaluate(self.bias, "bias", t)
@@ -163,7 +166,7 @@ class MultiHead(Field):
                 f"bias must have shape (..., d) = (..., {self.dim}): the output bias b_O; "
                 f"received {tuple(bias.shape)}."
             )
-        return bias.to(dtype=like.dtype, device=like.device)
+        return bias if like is None else bias.to(dtype=like.dtype, device=like.device)
 
     def __repr__(self) -> str:
         inner = ", ".join(repr(h) for h in self.heads)
@@ -245,3 +248,9 @@ def _masked_rows(V, rows: slice, d: int):
     if isinstance(V, torch.Tensor):
         return mask(V)
     return lambda t: mask(as_tensor(V(t), "V"))
+
+
+@register("multihead", head=False)
+def _split_two_heads(Q, K, V, scale=None, *, heads: int = 2, kind: str = "softmax", **options):
+    """Multi-head attention in the paper's layout (MultiHead.split), two heads by default."""
+    return MultiHead.split(Q, K, V, heads=heads, scale=scale, kind=kind, **options)

@@ -28,6 +28,8 @@ class LayerSchedule(Field):
     higher-order method never mixes two layers inside one step.
     """
 
+    capabilities = frozenset({"piecewise", "gaussian"})
+
     def __init__(self, layers: Sequence[Field]):
         if isinstance(layers, Field) or not isinstance(layers, Sequence) or not layers:
             raise TypeError(
@@ -48,8 +50,12 @@ class LayerSchedule(Field):
         index = bisect.bisect_right(self.breakpoints, float(t))
         return self.layers[index]
 
-    def _particle_velocity(self, t, mu: Empirical, x, engine: str) -> torch.Tensor:
-        return self.piece(t)._particle_velocity(t, mu, x, engine)
+    @property
+    def time_dependent(self) -> bool:
+        return True  # piecewise constant in t: the layers change at the breakpoints
+
+    def particle_velocity(self, t, mu: Empirical, x, engine: str, info=None) -> torch.Tensor:
+        return self.piece(t).particle_velocity(t, mu, x, engine, info=info)
 
     def gaussian_affine(self, t, mean, cov):
         return self.piece(t).gaussian_affine(t, mean, cov)

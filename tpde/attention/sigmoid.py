@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from tpde._engines import kernel_sum
-from tpde._validation import check_finite
+from tpde.attention._forms import key_log_weights
 from tpde.attention._params import QKV
 from tpde.attention.base import Field, GaussianNotPreserved
-from tpde.attention.softmax import key_log_weights
+from tpde.attention.registry import register
 from tpde.measures import Empirical
 
 
+@register("sigmoid", defaults={"bias": 0.0})
 class Sigmoid(Field):
     r"""Sigmoid attention Γ[μ](x) = ∫ σ(yᵀAx + b) V y dμ(y), σ(s) = 1/(1 + e^{−s}).
 
@@ -64,10 +67,18 @@ class Sigmoid(Field):
                 raise TypeError(
                     f"bias must be a number or None (the literature layer); received {bias!r}."
                 ) from None
-            check_finite(torch.tensor(bias), "bias")
+            if not math.isfinite(bias):
+                raise ValueError(
+                    f"bias contains 1 non-finite value ({bias!r}); pass a finite number, or "
+                    "None for the literature layer."
+                )
         self.bias = bias
 
-    def _particle_velocity(self, t, mu: Empirical, x, engine: str) -> torch.Tensor:
+    @property
+    def time_dependent(self) -> bool:
+        return self.params.time_dependent
+
+    def particle_velocity(self, t, mu: Empirical, x, engine: str, info=None) -> torch.Tensor:
         p = self.params.at(t, like=x)
         queries = x @ p.A.transpose(-1, -2)
         if self.bias is None:  # literature layer: weights inside, σ(s + log w_j)

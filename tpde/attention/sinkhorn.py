@@ -2,18 +2,29 @@
 
 from __future__ import annotations
 
-import math
 import warnings
-from dataclasses import dataclass
 
 import torch
 
 from tpde._engines import logsumexp, softmax_average
-from tpde._linalg import sqrtm_psd, symmetrize, trace
+from tpde._linalg import sqrtm_psd, trace
 from tpde._validation import check_positive
-from tpde.attention._params import QKV
+from tpde.attention._forms import key_log_weights
+from tpde.attention._params import QKV, qkv_interaction
+from tpde.attention._sinkhorn_solve import (
+    SinkhornInfo,
+    SinkhornNotConverged,
+    conditional_slope,
+    entropic_D,
+    sinkhorn_potential,
+)
 from tpde.attention.base import Field
-from tpde.attention.softmax import key_log_weights
+from tpde.attention.registry import register
+from tpde.attention.sinkhorn_energy import (
+    sinkhorn_energy,
+    sinkhorn_first_variation,
+    sinkhorn_first_variation_grad,
+)
 from tpde.measures import Empirical, Gaussian, Measure
 
 __all__ = ["Sinkhorn", "SinkhornInfo", "SinkhornNotConverged", "sinkhorn_potential"]
@@ -22,32 +33,7 @@ __all__ = ["Sinkhorn", "SinkhornInfo", "SinkhornNotConverged", "sinkhorn_potenti
 DEFAULT_ITERS = 1000
 
 
-class SinkhornNotConverged(RuntimeWarning):
-    """The Sinkhorn scaling of a velocity call missed its marginal tolerance."""
-
-
-@dataclass(frozen=True)
-class SinkhornInfo:
-    """What the last Sinkhorn scaling did.
-
-    Attributes
-    ----------
-    converged : bool or None
-        True if the column marginal error fell below ``tol``; False if ``iters`` ran out
-        first; None when no tolerance was asked for (``tol=None``: a fixed number of
-        iterations, not checked).
-    iterations : int
-        Row normalisations done (the last one is the final averaging step).
-    marginal_error : float
-        ‖Pᵀ1 − w‖₁ of the coupling whose rows the final step normalised (maximum over batch
-        elements); NaN when not measured (``tol=None``).
-    """
-
-    converged: bool | None
-    iterations: int
-    marginal_error: float
-
-
+@register("sinkhorn", head=False)
 class Sinkhorn(Field):
     r"""Sinkhorn attention Γ[μ](x) = V E_π[y | x], π the entropic OT plan from μ to itself.
 
@@ -89,10 +75,11 @@ class Sinkhorn(Field):
     symmetric the problem is symmetric and the converged potentials satisfy F = G + const.
     Gradients flow through the unrolled iterations.
 
-    A velocity call that misses ``tol`` within ``iters`` warns :class:`SinkhornNotConverged`
-    (public :meth:`velocity`) and records :class:`SinkhornInfo` in :attr:`last_info`;
-    :func:`tpde.flows.integrate` reads it and stops a particle flow with status
-    ``"not_converged"`` at the start of the offending step.
+    Every scaling reports a :class:`SinkhornInfo` into the ``info`` collector passed to the
+    call (:class:`~tpde.attention.InnerSolves`); a public :meth:`velocity` call that misses
+    ``tol`` within ``iters`` warns :class:`SinkhornNotConverged`, and
+    :func:`tpde.flows.integrate` stops the flow with status ``"not_converged"`` at the start
+    of the offending step. Nothing is stored on the field.
 
     Gaussian closure (MATH.md §3, A → A/ε): with R = Σ^{1/2},
     D = (I + 4RAΣAᵀR)^{1/2} and S = 2R(I + D)⁻¹R, the conditional mean is
@@ -106,6 +93,8 @@ class Sinkhorn(Field):
     Reference: Sander, Ablin, Blondel, Peyré, "Sinkformers: Transformers with Doubly
     Stochastic Attention", AISTATS 2022; Castin, Ablin, Carrillo, Peyré, arXiv:2501.18322.
     """
+
+    capabilities = frozenset({"gaussian", "gradient_flow"})
 
     def __init__(
         self,
@@ -132,36 +121,21 @@ class Sinkhorn(Field):
         if isinstance(iters, bool) or not isinstance(iters, int) or iters < 1:
             raise ValueError(f"iters must be an integer >= 1; received {iters!r}.")
         self.iters = iters
-        #: :class:`SinkhornInfo` of the last particle velocity (None after a Gaussian one).
-        self.last_info: SinkhornInfo | None = None
+
+    @property
+    def time_dependent(self) -> bool:
+        return self.params.time_dependent
 
     # ------------------------------------------------------------------ particles
-    def velocity(self, mu: Measure, x=None, *, t: float = 0.0, engine: str = "auto"):
-        """Γ[μ](x) (see :meth:`Field.velocity`); warns :class:`SinkhornNotConverged`."""
-        self.last_info = None
-        out = super().velocity(mu, x, t=t, engine=engine)
-        self._warn_if_not_converged()
-        return out
-
-    def _warn_if_not_converged(self) -> None:
-        info = self.last_info
-        if info is not None and info.converged is False:
-            warnings.warn(
-                SinkhornNotConverged(
-                    f"Sinkhorn scaling did not reach tol = {self.tol:g} within iters = "
-                    f"{self.iters}: marginal error {info.marginal_error:.3g}. Raise iters, "
-                    "loosen tol, or increase eps (the kernel e^(yᵀAx/eps) is too peaked)."
-                ),
-                stacklevel=3,
-            )
-
-    def _particle_velocity(self, t, mu: Empirical, x, engine: str) -> torch.Tensor:
+    def particle_velocity(self, t, mu: Empirical, x, engine: str, info=None) -> torch.Tensor:
         p = self.params.at(t, like=x)
         A = p.A / self.eps
         points, log_w = key_log_weights(mu)
-        G, self.last_info = sinkhorn_potential(
+        G, report = sinkhorn_potential(
             points, log_w, A, iters=self.iters, tol=self.tol, engine=engine
         )
+        if info is not None:
+            info.record(report)
         averaged = softmax_average(
             x @ A.transpose(-1, -2), points, points, key_bias=G + log_w, engine=engine
         )
@@ -175,7 +149,9 @@ class Sinkhorn(Field):
         shift = mean - (slope @ mean.unsqueeze(-1)).squeeze(-1)
         return (p.V @ shift.unsqueeze(-1)).squeeze(-1), p.V @ slope
 
-    def self_cost(self, mu: Measure, *, t: float = 0.0, engine: str = "auto") -> torch.Tensor:
+    def self_cost(
+        self, mu: Measure, *, t: float = 0.0, engine: str = "auto", info=None
+    ) -> torch.Tensor:
         """Entropic self-transport cost OT_ε(μ, μ) for the cost −yᵀAx.
 
         OT_ε(μ, ν) = min_π ∫ −yᵀAx dπ + ε KL(π | μ⊗ν). For a Gaussian (MATH.md §3, ε = 1;
@@ -184,115 +160,63 @@ class Sinkhorn(Field):
             OT_1(μ, μ) = −αᵀAα − ½ tr(D − I) + ½ log det((I + D)/2).
 
         For particles, ε(Σ_i w_i F_i + Σ_j w_j G_j) at the Sinkhorn fixed point (exact when
-        both marginals are, up to the marginal error of :attr:`last_info`); warns
+        both marginals are, up to the marginal error reported into ``info``); warns
         :class:`SinkhornNotConverged` like :meth:`velocity`.
 
         Returns
         -------
         tensor with the batch shape of the measure and parameters (0-d if unbatched).
         """
-        self._check_measure(mu)
-        self.last_info = None
+        self.check_measure(mu)
         p = self.params.at(t, like=mu.mean())
         A = p.A / self.eps
         if isinstance(mu, Gaussian):
             mean, cov = mu.mean(), mu.cov()
-            D = _entropic_D(sqrtm_psd(cov), cov, A)
-            eye = _identity_like(D)
+            D = entropic_D(sqrtm_psd(cov), cov, A)
+            eye = torch.eye(D.shape[-1], dtype=D.dtype, device=D.device)
             quadratic = (mean.unsqueeze(-2) @ A @ mean.unsqueeze(-1))[..., 0, 0]
             value = -quadratic - 0.5 * trace(D - eye)
             value = value + 0.5 * torch.logdet((eye + D) / 2)
             return self.eps * value
         points, log_w = key_log_weights(mu)
-        G, self.last_info = sinkhorn_potential(
+        G, report = sinkhorn_potential(
             points, log_w, A, iters=self.iters, tol=self.tol, engine=engine
         )
-        self._warn_if_not_converged()
+        if info is not None:
+            info.record(report)
+        if report.converged is False:
+            warnings.warn(report.warning(), stacklevel=2)
         F = -logsumexp(points @ A.transpose(-1, -2), points, G + log_w, engine=engine)
         weights = log_w.exp()
         return self.eps * ((F + G) * weights).sum(-1)
 
-    def energy(self, mu: Measure, *, t: float = 0.0, engine: str = "auto") -> torch.Tensor:
-        """F(μ) = ½ OT_ε(μ, μ) (:func:`tpde.attention.energies.sinkhorn_energy`)."""
-        from tpde.attention.energies import sinkhorn_energy
+    # ------------------------------------------------------------------ gradient flow
+    #: Capability "gradient_flow": the descent of sF in the metric of mobility sM, no weight.
+    metric_weighted = False
+    ascends_energy = False
 
-        return sinkhorn_energy(self, mu, t=t, engine=engine)
+    def interaction(self, t: float = 0.0):
+        """(A, V, dtype) for the gradient structure (:mod:`tpde.attention.structure`)."""
+        return qkv_interaction(self, t)
 
-    def gradient_structure(self, t: float = 0.0):
-        """Γ = −(sM)∇(s δF/δμ): descent of sF with mobility sM, V = MA (MATH.md §5)."""
-        from tpde.attention.energies import gradient_structure
+    def energy(self, mu: Measure, *, t: float = 0.0, engine: str = "auto", info=None):
+        """F(μ) = ½ OT_ε(μ, μ) (:func:`tpde.attention.sinkhorn_energy.sinkhorn_energy`)."""
+        return sinkhorn_energy(self, mu, t=t, engine=engine, info=info)
 
-        return gradient_structure(self, t)
+    def first_variation(self, mu, x, *, t: float = 0.0, engine: str = "auto", info=None):
+        """δF/δμ(x) (:func:`~tpde.attention.sinkhorn_energy.sinkhorn_first_variation`)."""
+        return sinkhorn_first_variation(self, mu, x, t=t, engine=engine, info=info)
+
+    def first_variation_grad(self, mu, x, *, t: float = 0.0, engine: str = "auto", info=None):
+        """∇δF/δμ(x), shape (m, d) (:mod:`tpde.attention.sinkhorn_energy`)."""
+        return sinkhorn_first_variation_grad(self, mu, x, t=t, engine=engine, info=info)
+
+    def log_metric_weight(self, mu, x, *, t: float = 0.0, engine: str = "auto"):
+        """0: the Sinkhorn metric carries no weight (MATH.md §5)."""
+        return x.new_zeros(x.shape[:-1])
 
     def __repr__(self) -> str:
         return (
             f"Sinkhorn(d={self.dim}, k={self.params.k}, scale={self.params.scale:.4g}, "
             f"eps={self.eps:g}, iters={self.iters}, tol={self.tol})"
         )
-
-
-def sinkhorn_potential(points, log_w, A, *, iters: int, tol: float | None, engine: str = "auto"):
-    """Column potential G of the self-coupling of Σ_j w_j δ_{x_j} with kernel e^{x_jᵀAx_i}.
-
-    Log-domain Sinkhorn from G = 0 (see :class:`Sinkhorn`): each iteration is a row step
-    F = −LSE_j(S_ij + G_j + log w_j) and a column step G' = −LSE_i(S_ij + F_i + log w_i).
-    The column marginal of P(F, G) is w_j e^{G_j − G'_j}, so its L1 error costs nothing
-    extra; the loop stops when it is below ``tol`` and returns G, whose row normalisation
-    (the final softmax step) is the coupling that was measured. With ``tol=None`` it
-    returns G after ``iters − 1`` full iterations, unchecked (``iters = 1``: G = 0, softmax).
-
-    Parameters
-    ----------
-    points : (n, d) support;  log_w : (n,) log-weights (finite);
-    A : (..., d, d) interaction matrix already divided by ε.
-
-    Returns
-    -------
-    G : (..., n);  info : :class:`SinkhornInfo`.
-    """
-    row_queries = points @ A.transpose(-1, -2)  # A x_i: score of query i on key j
-    column_queries = points @ A  # Aᵀ x_j: the same scores read along columns
-    G = torch.zeros(row_queries.shape[:-1], dtype=points.dtype, device=points.device)
-    weights = log_w.exp()
-    if tol is None:
-        for _ in range(iters - 1):
-            F = -logsumexp(row_queries, points, G + log_w, engine=engine)
-            G = -logsumexp(column_queries, points, F + log_w, engine=engine)
-        return G, SinkhornInfo(None, iters, math.nan)
-    for iteration in range(1, iters + 1):
-        F = -logsumexp(row_queries, points, G + log_w, engine=engine)
-        G_next = -logsumexp(column_queries, points, F + log_w, engine=engine)
-        error = (weights * torch.expm1(G - G_next).abs()).sum(-1).detach()
-        worst = float(error.max())
-        if worst < tol or iteration == iters:
-            converged = worst < tol
-            return G, SinkhornInfo(converged, iteration, worst)
-        G = G_next
-    raise AssertionError("unreachable")  # pragma: no cover
-
-
-# ---------------------------------------------------------------------- Gaussian algebra
-
-
-def _identity_like(matrix: torch.Tensor) -> torch.Tensor:
-    return torch.eye(matrix.shape[-1], dtype=matrix.dtype, device=matrix.device)
-
-
-def _entropic_D(root, cov, A):
-    """D = (I + 4RAΣAᵀR)^{1/2} with R = Σ^{1/2} (symmetric, D ⪰ I)."""
-    inner = root @ A @ cov @ A.transpose(-1, -2) @ root
-    inner = symmetrize(inner)
-    return sqrtm_psd(_identity_like(cov) + 4 * inner)
-
-
-def conditional_slope(cov, A):
-    """SA with S = 2Σ^{1/2}(I + D)⁻¹Σ^{1/2}, D = (I + 4Σ^{1/2}AΣAᵀΣ^{1/2})^{1/2}.
-
-    E_π[y | x] = α + SA(x − α) for the entropic self-coupling of N(α, Σ) with cost −yᵀAx
-    and ε = 1 (:class:`Sinkhorn` notes). (I + D) ⪰ 2I, so the solve is well conditioned;
-    a singular Σ is fine (no inverse of Σ appears).
-    """
-    root = sqrtm_psd(cov)
-    D = _entropic_D(root, cov, A)
-    S = 2 * root @ torch.linalg.solve(_identity_like(cov) + D, root)
-    return symmetrize(S) @ A

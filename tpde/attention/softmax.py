@@ -2,51 +2,26 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import torch
 
-from tpde._engines import softmax_average
-from tpde.attention._params import QKV
+from tpde._validation import as_tensor
+from tpde.attention._forms import SoftmaxForm, key_log_weights
+from tpde.attention._params import QKV, qkv_interaction
 from tpde.attention.base import Field
-from tpde.measures import Empirical
+from tpde.attention.registry import register
+from tpde.attention.softmax_energy import (
+    softmax_domain,
+    softmax_energy,
+    softmax_first_variation,
+    softmax_first_variation_grad,
+    softmax_log_partition,
+)
+from tpde.measures import Empirical, Gaussian
+
+__all__ = ["Softmax", "SoftmaxForm", "key_log_weights"]
 
 
-class SoftmaxForm(NamedTuple):
-    """A normalised attention written as one key-biased softmax average.
-
-    Γ[μ](x) = softmax_average(queries, keys, points, key_bias) Vᵀ + b_v in row form;
-    ``points`` are the particles of μ with positive mass (the values before V).
-    """
-
-    queries: torch.Tensor  # (..., m, e)
-    keys: torch.Tensor  # (..., n, e)
-    key_bias: torch.Tensor  # (..., n)
-    points: torch.Tensor  # (n, d)
-    V: torch.Tensor  # (..., d, d)
-    value_bias: torch.Tensor | None  # (..., d) or None
-
-    def finish(self, averaged: torch.Tensor) -> torch.Tensor:
-        """V applied to the averaged points, plus the value bias: (..., m, d)."""
-        out = averaged @ self.V.transpose(-1, -2)
-        return out if self.value_bias is None else out + self.value_bias.unsqueeze(-2)
-
-    def velocity(self, engine: str, **mask) -> torch.Tensor:
-        averaged = softmax_average(
-            self.queries, self.keys, self.points, key_bias=self.key_bias, engine=engine, **mask
-        )
-        return self.finish(averaged)
-
-
-def key_log_weights(mu: Empirical) -> tuple[torch.Tensor, torch.Tensor]:
-    """Keys with positive mass and their log-weights (zero-mass particles attract nothing)."""
-    weights, points = mu.weights, mu.points
-    positive = weights > 0
-    if not bool(positive.all()):
-        weights, points = weights[positive], points[positive]
-    return points, weights.log()
-
-
+@register("softmax")
 class Softmax(Field):
     r"""Softmax attention Γ[μ](x) = V ∫ e^{yᵀAx} y dμ(y) / ∫ e^{yᵀAx} dμ(y).
 
@@ -79,6 +54,8 @@ class Softmax(Field):
     Deep Transformers", arXiv:2501.18322 (2025).
     """
 
+    capabilities = frozenset({"gaussian", "softmax_form", "gradient_flow"})
+
     def __init__(self, Q, K, V, scale=None, *, query_bias=None, key_bias=None, value_bias=None):
         self.params = QKV(
             Q, K, V, scale, query_bias=query_bias, key_bias=key_bias, value_bias=value_bias
@@ -88,8 +65,9 @@ class Softmax(Field):
     @classmethod
     def from_interaction(cls, A, V) -> Softmax:
         """Build from the interaction matrix A (d × d) directly: Q = A, K = I, scale = 1."""
-        dim = (A(0.0) if callable(A) else torch.as_tensor(A)).shape[-1]
-        return cls(A, torch.eye(dim, dtype=torch.float64), V, scale=1.0)
+        value = as_tensor(A(0.0) if callable(A) else A, "A")
+        eye = torch.eye(value.shape[-1], dtype=torch.float64, device=value.device)
+        return cls(A, eye, V, scale=1.0)
 
     def softmax_form(self, t, mu: Empirical, x) -> SoftmaxForm:
         """Softmax attention as a key-biased softmax average (shared with MultiHead, Masked).
@@ -110,7 +88,11 @@ class Softmax(Field):
                 queries = queries + p.query_shift.unsqueeze(-2)
         return SoftmaxForm(queries, keys, log_w, points, p.V, p.bv)
 
-    def _particle_velocity(self, t, mu: Empirical, x, engine: str) -> torch.Tensor:
+    @property
+    def time_dependent(self) -> bool:
+        return self.params.time_dependent
+
+    def particle_velocity(self, t, mu: Empirical, x, engine: str, info=None) -> torch.Tensor:
         return self.softmax_form(t, mu, x).velocity(engine)
 
     def gaussian_affine(self, t, mean, cov):
@@ -124,17 +106,40 @@ class Softmax(Field):
             slope = p.V @ cov @ p.A
         return (c if p.bv is None else c + p.bv), slope
 
-    def energy(self, mu, *, t: float = 0.0, engine: str = "auto") -> torch.Tensor:
-        """E(μ) = ½ ∬ e^{yᵀAx} dμ(x) dμ(y) (:func:`tpde.attention.energies.softmax_energy`)."""
-        from tpde.attention.energies import softmax_energy
+    # ------------------------------------------------------------------ gradient flow
+    #: Capability "gradient_flow": Γ = s·grad_g E in the Z-weighted metric (MATH.md §5).
+    metric_weighted = True
+    ascends_energy = True
 
+    def interaction(self, t: float = 0.0):
+        """(A, V, dtype) for the gradient structure (:mod:`tpde.attention.structure`)."""
+        return qkv_interaction(self, t)
+
+    def energy(self, mu, *, t: float = 0.0, engine: str = "auto", info=None) -> torch.Tensor:
+        """E(μ) = ½ ∬ e^{yᵀAx} dμ(x) dμ(y) (:mod:`tpde.attention.softmax_energy`)."""
         return softmax_energy(self, mu, t=t, engine=engine)
 
-    def gradient_structure(self, t: float = 0.0):
-        """Γ = s·grad_g E in the Z-weighted metric with mobility M = V A⁻¹ (MATH.md §5)."""
-        from tpde.attention.energies import gradient_structure
+    def first_variation(self, mu, x, *, t: float = 0.0, engine: str = "auto", info=None):
+        """δE/δμ(x) = ½(Z_A(x) + Z_{Aᵀ}(x)), shape (m,)."""
+        return softmax_first_variation(self, mu, x, t=t, engine=engine)
 
-        return gradient_structure(self, t)
+    def first_variation_grad(self, mu, x, *, t: float = 0.0, engine: str = "auto", info=None):
+        """∇_x δE/δμ(x), shape (m, d)."""
+        return softmax_first_variation_grad(self, mu, x, t=t, engine=engine)
+
+    def log_metric_weight(self, mu, x, *, t: float = 0.0, engine: str = "auto"):
+        """log Z_μ(x) = log ∫ e^{yᵀAx} dμ(y): the weight of the twisted metric, shape (m,)."""
+        return softmax_log_partition(self, mu, x, t=t, engine=engine)
+
+    def domain_hint(self, mu) -> str:
+        """Why E may be infinite at a Gaussian: it is finite only while ρ < 1."""
+        if not isinstance(mu, Gaussian):
+            return ""
+        rho = float(softmax_domain(self, mu))
+        return (
+            f" The softmax energy of a Gaussian is finite only while ρ = ‖Σ^(1/2) A Σ^(1/2)‖ "
+            f"< 1; here ρ = {rho:.4g}. Start from a smaller covariance."
+        )
 
     def __repr__(self) -> str:
         return f"Softmax(d={self.dim}, k={self.params.k}, scale={self.params.scale:.4g})"

@@ -25,12 +25,10 @@ import math
 
 import torch
 
-from tpde._engines import logsumexp
 from tpde._linalg import sqrtm_psd, symmetrize
-from tpde._validation import as_tensor, check_choice, check_finite, check_symmetric
+from tpde._validation import as_tensor, check_choice, check_finite
 from tpde.measures import Gaussian
 from tpde.metrics._common import (
-    as_empirical,
     check_pair_kinds,
     gaussian_pair,
     is_particle_like,
@@ -38,7 +36,8 @@ from tpde.metrics._common import (
     particle_pair,
     raise_mixed,
 )
-from tpde.metrics.bures import DEGENERATE, bures_squared, safe_sqrt
+from tpde.metrics.bures import bures_squared, safe_sqrt
+from tpde.metrics.mobility import NotAGradientFlow, log_partition, mobility
 from tpde.metrics.wasserstein import (
     MAX_ITER,
     emd_cost,
@@ -62,63 +61,27 @@ def _matrix(value, name: str, d: int, like: torch.Tensor) -> torch.Tensor:
     return matrix
 
 
-def mobility(M, A, V, d: int, like: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """The positive definite sM and the sign s, from M or from M = V A⁻¹ (A symmetric).
-
-    The product V A⁻¹ is symmetric only when V = M A with M symmetric; it is accepted up to a
-    relative asymmetry of √eps (rounding of the solve) and then symmetrised.
-    """
+def _mobility(M, A, V, d: int, like: torch.Tensor) -> torch.Tensor:
+    """The positive definite sM from M or from M = V A⁻¹ (:mod:`tpde.metrics.mobility`)."""
     if M is not None and V is not None:
         raise ValueError(
             "twisted_w2: pass either the mobility M or the pair (A, V) with M = V A⁻¹, not "
             "both M and V."
         )
-    if M is not None:
-        M = _matrix(M, "M", d, like)
-        check_symmetric(M, "M")
-    elif A is not None and V is not None:
-        A, V = _matrix(A, "A", d, like), _matrix(V, "V", d, like)
-        check_symmetric(A, "A")
-        M = torch.linalg.solve(A, V.mT).mT  # V A⁻¹ with A symmetric
-        gap = float((M - M.mT).detach().abs().max() / M.detach().abs().max().clamp_min(1e-300))
-        if gap > torch.finfo(M.dtype).eps ** 0.5:
-            raise ValueError(
-                f"twisted_w2: the mobility M = V A⁻¹ must be symmetric (V = M A with M "
-                f"symmetric, MATH.md §5); received V, A with relative asymmetry {gap:.3g} of "
-                "V A⁻¹. The softmax flow is not a twisted gradient flow for these parameters."
-            )
-    else:
+    if M is None and (A is None or V is None):
         raise ValueError(
             "twisted_w2 needs the mobility: pass M (symmetric definite) or A (symmetric) and "
             "V with M = V A⁻¹ symmetric definite. M = I is plain W2."
         )
-    M = symmetrize(M)
-    evals = torch.linalg.eigvalsh(M.detach())
-    floor = DEGENERATE * d * torch.finfo(M.dtype).eps * float(evals.abs().max())
-    if bool((evals > floor).all()):
-        return M, 1
-    if bool((evals < -floor).all()):
-        return -M, -1
-    raise ValueError(
-        f"twisted_w2: the mobility M must be definite (sM ≻ 0 for s = +1 or −1); received M "
-        f"with eigenvalues from {float(evals[0]):.3g} to {float(evals[-1]):.3g}. The softmax "
-        "flow is a twisted gradient flow only when V A⁻¹ is definite (MATH.md §5)."
-    )
-
-
-def log_partition(reference, A: torch.Tensor, points: torch.Tensor) -> torch.Tensor:
-    """log Z_ρ(x_i) = log ∫ e^{yᵀAx_i} dρ(y) at points (n, d); shape (n,).
-
-    Gaussian ρ = N(α, Σ): αᵀAx + ½ xᵀAᵀΣAx (tilt lemma, MATH.md §3). Particles:
-    logsumexp_k(log w_k + y_kᵀAx_i).
-    """
-    query = points @ A.mT  # rows A x_i
-    if isinstance(reference, Gaussian):
-        alpha, sigma = reference.mean().to(points.dtype), reference.cov().to(points.dtype)
-        return query @ alpha + 0.5 * ((query @ sigma) * query).sum(-1)
-    ref = as_empirical(reference, "reference", "twisted_w2")
-    keys, log_w = ref.points.to(points.dtype), ref.weights.to(points.dtype).log()
-    return logsumexp(query, keys, log_w, engine="dense")
+    try:
+        if M is not None:
+            return mobility(M=_matrix(M, "M", d, like))[0]
+        return mobility(_matrix(A, "A", d, like), _matrix(V, "V", d, like))[0]
+    except NotAGradientFlow as err:
+        raise NotAGradientFlow(
+            f"twisted_w2: {err}. The softmax flow is a twisted gradient flow only for A "
+            "symmetric and M = V A⁻¹ symmetric definite (MATH.md §5)."
+        ) from None
 
 
 def _check_reference(reference, d: int, A) -> None:
@@ -219,7 +182,7 @@ def twisted_w2(
     else:
         x, a, y, b = particle_pair(mu, nu, "twisted_w2")
         like, d = x, x.shape[1]
-    sM, _ = mobility(M, A, V, d, like)
+    sM = _mobility(M, A, V, d, like)
     root_inv = torch.linalg.inv(sqrtm_psd(sM))
     root_inv = symmetrize(root_inv)
     if reference is not None:
@@ -250,5 +213,5 @@ def twisted_w2(
             return safe_sqrt((a * (((x - y) @ root_inv) ** 2).sum(-1)).sum())
         return safe_sqrt(w2_squared_particles(x @ root_inv, a, y @ root_inv, b))
     A = _matrix(A, "A", d, like)
-    log_z = log_partition(reference, A, x)
+    log_z = log_partition(reference, A, x, engine="dense")
     return safe_sqrt(_weighted(x, a, y, b, root_inv, log_z, coupling))

@@ -1,0 +1,47 @@
+"""Shared forms of the normalised attentions: key log-weights and the softmax form."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from tpde._engines import softmax_average
+from tpde.measures import Empirical
+
+__all__ = ["SoftmaxForm", "key_log_weights"]
+
+
+class SoftmaxForm(NamedTuple):
+    """A normalised attention written as one key-biased softmax average.
+
+    Γ[μ](x) = softmax_average(queries, keys, points, key_bias) Vᵀ + b_v in row form;
+    ``points`` are the particles of μ with positive mass (the values before V).
+    """
+
+    queries: torch.Tensor  # (..., m, e)
+    keys: torch.Tensor  # (..., n, e)
+    key_bias: torch.Tensor  # (..., n)
+    points: torch.Tensor  # (n, d)
+    V: torch.Tensor  # (..., d, d)
+    value_bias: torch.Tensor | None  # (..., d) or None
+
+    def finish(self, averaged: torch.Tensor) -> torch.Tensor:
+        """V applied to the averaged points, plus the value bias: (..., m, d)."""
+        out = averaged @ self.V.transpose(-1, -2)
+        return out if self.value_bias is None else out + self.value_bias.unsqueeze(-2)
+
+    def velocity(self, engine: str, **mask) -> torch.Tensor:
+        averaged = softmax_average(
+            self.queries, self.keys, self.points, key_bias=self.key_bias, engine=engine, **mask
+        )
+        return self.finish(averaged)
+
+
+def key_log_weights(mu: Empirical) -> tuple[torch.Tensor, torch.Tensor]:
+    """Keys with positive mass and their log-weights (zero-mass particles attract nothing)."""
+    weights, points = mu.weights, mu.points
+    positive = weights > 0
+    if not bool(positive.all()):
+        weights, points = weights[positive], points.index_select(-2, positive.nonzero()[:, 0])
+    return points, weights.log()
