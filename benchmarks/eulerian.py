@@ -31,7 +31,7 @@ from _common import print_table, timed
 from tpde._engines.keops import keops_status
 from tpde.attention import Softmax
 from tpde.flows import integrate
-from tpde.flows.eulerian import SCHEMES, _GridFlow
+from tpde.flows.eulerian import FiniteVolumes, GridSystem
 from tpde.measures import Empirical, Gaussian, Grid
 
 BUDGET_S = 120.0  # largest predicted time of one timed call we are willing to run
@@ -90,7 +90,7 @@ def run(sides, engines):
         n = side * side
         evals, fastest = {}, None
         for engine in engines:
-            flow = _GridFlow(field, grid, SCHEMES["muscl"], engine)
+            flow = GridSystem(field, FiniteVolumes(grid, "muscl"), engine, None, 1.0)
             queries = {"grid": flow.faces.shape[0], "particles": n}
             for kind in ("grid", "particles"):
                 key = (kind, engine)
@@ -136,15 +136,15 @@ def run(sides, engines):
 
 def steps(field, grid, cloud, engine, n):
     """One step of each scheme on ``engine``; ratios against the particle Euler step."""
-    flow = _GridFlow(field, grid, SCHEMES["muscl"], engine)
+    flow = GridSystem(field, FiniteVolumes(grid, "muscl"), engine, None, 1.0)
     with torch.no_grad():
         dt = 0.5 / flow.rate(flow.velocity(0.0, grid.density))
         cases = {
             "grid muscl+heun": lambda: integrate(
-                field, grid, dt, dt=dt, scheme="muscl", engine=engine, events=()
+                field, FiniteVolumes(grid, "muscl"), dt, dt=dt, engine=engine, events=()
             ),
             "grid upwind+euler": lambda: integrate(
-                field, grid, dt, dt=dt, scheme="upwind", engine=engine, events=()
+                field, FiniteVolumes(grid, "upwind"), dt, dt=dt, engine=engine, events=()
             ),
             "particles euler": lambda: integrate(
                 field, cloud, dt, dt=dt, method="euler", engine=engine, events=()

@@ -8,7 +8,7 @@ import torch
 from scipy import stats
 
 from tpde.attention import Field, Masked, Sinkhorn, Softmax
-from tpde.flows import CFLViolation, Converged, integrate
+from tpde.flows import CFLViolation, Converged, FiniteVolumes, integrate
 from tpde.measures import Empirical, Gaussian, Grid
 
 F64 = torch.float64
@@ -20,7 +20,7 @@ class Affine(Field):
     def __init__(self, c, B):
         self.c, self.B, self.dim = c, B, B.shape[-1]
 
-    def _particle_velocity(self, t, mu, x, engine):
+    def particle_velocity(self, t, mu, x, engine, info=None):
         c = self.c(t) if callable(self.c) else self.c
         return c.to(x.dtype) + x @ self.B.T.to(x.dtype)
 
@@ -60,7 +60,7 @@ def test_affine_flow_1d_converges_at_the_scheme_order(scheme, order):
     mean1, var1 = eb * mean0 + c * (eb - 1) / b, eb**2 * var0
     sizes, moment_errors, l1_errors = [100, 200, 400, 800], [], []
     for n in sizes:
-        traj = integrate(field, _mixture_grid(n, lower, upper), t1, scheme=scheme)
+        traj = integrate(field, FiniteVolumes(_mixture_grid(n, lower, upper), scheme), t1)
         final = traj.final
         # Conservation and positivity at every size: masses sum to 1 to rounding (nothing
         # reaches the boundary here), every mass is >= 0.
@@ -90,7 +90,9 @@ def test_affine_rotation_2d_moments_converge_at_the_scheme_order(scheme, order):
     exact = integrate(field, g0, 1.0, method="dopri5", rtol=1e-12, atol=1e-12).final
     sizes, errors = [32, 64, 128], []
     for n in sizes:
-        traj = integrate(field, Grid.from_gaussian(g0, (n, n), -4.0, 4.0), 1.0, scheme=scheme)
+        traj = integrate(
+            field, FiniteVolumes(Grid.from_gaussian(g0, (n, n), -4.0, 4.0), scheme), 1.0
+        )
         assert traj.stats["mass_error"] < 1e-13 and traj.stats["min_mass"] >= 0
         mean_error = (traj.final.mean() - exact.mean()).norm()
         errors.append(float(mean_error + (traj.final.cov() - exact.cov()).norm()))
@@ -110,7 +112,7 @@ def test_softmax_1d_closed_form_converges_at_the_scheme_order(scheme, order):
     exact = Gaussian(torch.tensor([alpha1], dtype=F64), torch.tensor([[s1]], dtype=F64))
     sizes, moment_errors, l1_errors = [50, 100, 200, 400], [], []
     for n in sizes:
-        traj = integrate(field, Grid.from_gaussian(g0, n, -4.0, 4.5), t1, scheme=scheme)
+        traj = integrate(field, FiniteVolumes(Grid.from_gaussian(g0, n, -4.0, 4.5), scheme), t1)
         assert traj.stats["mass_error"] < 1e-13 and traj.stats["min_mass"] >= 0
         final = traj.final
         cells = Grid.from_gaussian(exact, n, -4.0, 4.5).density
@@ -131,7 +133,7 @@ def test_outflow_is_reported_and_mass_conserved_to_rounding(scheme):
     field = Softmax.from_interaction(torch.tensor([[0.8, 0.1], [0.1, 0.5]]), torch.eye(2))
     g0 = Gaussian(torch.tensor([0.2, 0.0], dtype=F64), 0.3 * torch.eye(2, dtype=F64))
     grid = Grid.from_gaussian(g0, (20, 20), -2.0, 2.0)
-    traj = integrate(field, grid, 1.0, scheme=scheme, save=4)
+    traj = integrate(field, FiniteVolumes(grid, scheme), 1.0, save=4)
     outflow = traj.stats["outflow_saved"]
     assert outflow.shape == (4,) and float(outflow[-1]) > 0.02  # measured 0.044 and 0.063
     assert bool((outflow.diff() >= 0).all())
@@ -151,7 +153,7 @@ def test_positivity_from_discontinuous_data_at_the_largest_stable_step():
     density = torch.zeros(24, 24, dtype=F64)
     density[6:12, 10:20] = 1.0
     grid = Grid(density / density.sum(), -3.0, 3.0)
-    traj = integrate(field, grid, 1.0, cfl=1.0, save="steps")
+    traj = integrate(field, FiniteVolumes(grid, cfl=1.0), 1.0, save="steps")
     assert traj.stats["cfl_max"] <= 1.0 + 1e-12
     assert all(float(g.density.min()) >= 0 for g in traj.measures)
     assert traj.stats["mass_error"] < 1e-14
@@ -166,7 +168,7 @@ def test_explicit_dt_checked_against_cfl_adaptive_is_automatic():
     # dt <= 1/(2·(1/2 + 1)/0.1) = 0.0333.
     with pytest.raises(CFLViolation, match=r"violates the CFL condition.*dt <= 0\.0333"):
         integrate(field, grid, 0.5, dt=0.04)
-    ok = integrate(field, grid, 0.5, dt=0.04, scheme="upwind")
+    ok = integrate(field, FiniteVolumes(grid, "upwind"), 0.5, dt=0.04)
     assert ok.stats["cfl_max"] == pytest.approx(0.8)
     adaptive = integrate(field, grid, 0.2)
     assert adaptive.stats["cfl_max"] == pytest.approx(0.5)
@@ -177,7 +179,7 @@ def test_explicit_dt_checked_against_cfl_adaptive_is_automatic():
     # 3e-5 (a lost mass ε moves the normalised mean by at most ε·(box width)). MUSCL's
     # limiter clips the slope at the peak, an O(h²) error in the speed of the mean
     # (measured 2e-4).
-    upwind = integrate(field, grid, 0.2, scheme="upwind")
+    upwind = integrate(field, FiniteVolumes(grid, "upwind"), 0.2)
     # Its CFL step 0.5/20 is above the cap of adaptive steps, 1/10 of the run length.
     assert upwind.stats["dt_max"] == pytest.approx(0.02) and upwind.stats["cfl_max"] < 0.5
     assert upwind.stats["outflow"] < 1e-5
@@ -273,11 +275,8 @@ def _one_d_softmax():
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
-        ({"scheme": "weno"}, ValueError, "unknown scheme 'weno'"),
         ({"method": "rk4"}, ValueError, "strong-stability-preserving.*'rk4'"),
         ({"method": "dopri5"}, ValueError, "'euler' or 'heun'"),
-        ({"cfl": 1.5}, ValueError, r"cfl .* \(0, 1\]"),
-        ({"cfl": 0.0}, ValueError, "cfl must be finite and > 0"),
         ({"dt": -0.1}, ValueError, "dt must be finite and > 0"),
         ({"engine": "magic"}, ValueError, "unknown engine"),
     ],
@@ -287,9 +286,25 @@ def test_rejects_bad_grid_options(kwargs, error, match):
         integrate(_one_d_softmax(), _small_grid(), 0.1, **kwargs)
 
 
+@pytest.mark.parametrize(
+    ("spec", "error", "match"),
+    [
+        ({"scheme": "weno"}, ValueError, "unknown scheme 'weno'"),
+        ({"cfl": 1.5}, ValueError, r"cfl .* \(0, 1\]"),
+        ({"cfl": 0.0}, ValueError, "cfl must be finite and > 0"),
+    ],
+)
+def test_rejects_bad_finite_volume_options(spec, error, match):
+    # The scheme and the CFL target belong to the grid system, not to integrate.
+    with pytest.raises(error, match=match):
+        FiniteVolumes(_small_grid(), **spec)
+
+
 def test_grid_options_rejected_for_other_measures():
     cloud = Empirical(torch.zeros(3, 1))
-    with pytest.raises(ValueError, match="scheme and cfl apply to Grid"):
+    with pytest.raises(TypeError, match="FiniteVolumes discretises a Grid"):
+        FiniteVolumes(cloud, "upwind")
+    with pytest.raises(TypeError, match="unexpected keyword argument 'scheme'"):
         integrate(_one_d_softmax(), cloud, 0.1, scheme="upwind")
 
 

@@ -1,8 +1,11 @@
 """Flows: particle (Lagrangian), Gaussian (moment ODE) and grid (Eulerian) integrators.
 
-:func:`integrate` is the façade; :class:`Trajectory` the result; :class:`BlowUp` and
-:class:`Converged` the events; ``METHODS`` the Runge–Kutta tableaux with their orders;
-``SCHEMES`` the finite-volume schemes of grid flows (:mod:`tpde.flows.eulerian`);
+:func:`integrate` is the façade over one stepping loop (:mod:`tpde.flows.loop`) and its
+systems (:mod:`tpde.flows.systems`: particles, Gaussians; :class:`GridSystem`);
+:class:`Trajectory` the result, its :class:`Status`; :class:`BlowUp` and :class:`Converged`
+the events; ``METHODS`` the Runge–Kutta tableaux with their orders (:class:`ExplicitRK`);
+``SCHEMES`` the finite-volume schemes of grid flows, chosen with :class:`FiniteVolumes`
+(:mod:`tpde.flows.eulerian`);
 :func:`compare` the agreement harness (Gaussian ODE vs particles vs grid);
 :func:`jko_step` and :func:`jko_flow` the JKO steps (:mod:`tpde.flows.jko`, ``GEOMETRIES``);
 :func:`convexity_probe` the geodesic convexity probe (:mod:`tpde.flows.convexity`).
@@ -10,12 +13,13 @@
 
 from tpde.flows.compare import Comparison, compare
 from tpde.flows.convexity import ConvexityProbe, convexity_probe, geodesic_second_derivative
-from tpde.flows.eulerian import SCHEMES, CFLViolation
+from tpde.flows.eulerian import SCHEMES, CFLViolation, FiniteVolumes, GridSystem
 from tpde.flows.events import BlowUp, Converged
 from tpde.flows.integrate import integrate
-from tpde.flows.jko import GEOMETRIES, JKOStep, jko_flow, jko_step
+from tpde.flows.jko import GEOMETRIES, jko_flow, jko_step
 from tpde.flows.methods import METHODS, ExplicitRK
-from tpde.flows.trajectory import STATUSES, Trajectory
+from tpde.flows.systems import GaussianSystem, ParticleSystem, System
+from tpde.flows.trajectory import STATUSES, JKOStep, Status, Trajectory
 
 __all__ = [
     "GEOMETRIES",
@@ -28,7 +32,13 @@ __all__ = [
     "Converged",
     "ConvexityProbe",
     "ExplicitRK",
+    "FiniteVolumes",
+    "GaussianSystem",
+    "GridSystem",
     "JKOStep",
+    "ParticleSystem",
+    "Status",
+    "System",
     "Trajectory",
     "compare",
     "convexity_probe",

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from tpde._validation import check_positive
+from tpde.flows.eulerian import FiniteVolumes
 from tpde.flows.integrate import integrate
 from tpde.flows.trajectory import Trajectory
 from tpde.measures import Empirical, Gaussian, Grid
@@ -195,13 +196,18 @@ def compare(
             params[label] = {"kind": "particles", "n": size, "seed": seed}
     if cells:
         lower, upper = _box(reference, sigmas) if box is None else box
-        lower, upper = (torch.as_tensor(c, dtype=g0.dtype).expand(g0.dim) for c in (lower, upper))
+        lower, upper = (
+            torch.as_tensor(c, dtype=g0.dtype, device=g0.device).expand(g0.dim)
+            for c in (lower, upper)
+        )
         for step in cells:
             shape = tuple(max(1, math.ceil(float(w) / step)) for w in upper - lower)
-            top = lower + step * torch.tensor(shape, dtype=g0.dtype)
+            top = lower + step * torch.tensor(shape, dtype=g0.dtype, device=g0.device)
             grid = Grid.from_gaussian(g0, shape, lower, top)
             label = f"grid h={step:g}"
-            runs[label] = integrate(field, grid, t1, scheme=scheme, save=times, engine=engine)
+            runs[label] = integrate(
+                field, FiniteVolumes(grid, scheme=scheme), t1, save=times, engine=engine
+            )
             params[label] = {"kind": "grid", "h": step, "shape": shape, "box": (lower, top)}
             if runs[label].stats["outflow"] > 1e-6:
                 notes.append(
@@ -225,7 +231,7 @@ def compare(
     rate_n = _rate(errors, params, "particles", "n", sizes) if complete else None
     rate_h = _rate(errors, params, "grid", "h", cells) if complete else None
     return Comparison(
-        times=torch.tensor(times, dtype=torch.float64),
+        times=torch.tensor(times, dtype=torch.float64, device=g0.device),
         runs=runs,
         params=params,
         moment_error=errors,

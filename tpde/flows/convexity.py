@@ -114,8 +114,8 @@ _NOT_TWICE = (
 )
 
 
-def _first_derivative(G, path, t: float, engine: str, create_graph: bool):
-    tt = torch.tensor(float(t), dtype=torch.float64, requires_grad=True)
+def _first_derivative(G, path, t: float, engine: str, create_graph: bool, device):
+    tt = torch.tensor(float(t), dtype=torch.float64, device=device, requires_grad=True)
     value = G(path(tt), engine)
     if not bool(torch.isfinite(value)):
         raise ValueError(
@@ -126,7 +126,7 @@ def _first_derivative(G, path, t: float, engine: str, create_graph: bool):
     return tt, first
 
 
-def _second_derivative(G, path, times, engine: str, h: float = 1e-4) -> torch.Tensor:
+def _second_derivative(G, path, times, engine: str, device, h: float = 1e-4) -> torch.Tensor:
     """d²/dt² G(path(t)) by double backward, cross-checked against a central difference of
     first derivatives (step h: error ~h² ≈ 1e-8 relative). A once-differentiable operation
     fed by a constant incoming gradient would otherwise be silently dropped from the second
@@ -134,13 +134,13 @@ def _second_derivative(G, path, times, engine: str, h: float = 1e-4) -> torch.Te
     values = []
     for t in times:
         with torch.enable_grad():
-            tt, first = _first_derivative(G, path, t, engine, create_graph=True)
+            tt, first = _first_derivative(G, path, t, engine, True, device)
             try:
                 (second,) = torch.autograd.grad(first, tt)
             except RuntimeError as err:
                 raise ValueError(f"{_NOT_TWICE}; torch said: {err}") from None
-            ahead = _first_derivative(G, path, t + h, engine, False)[1]
-            behind = _first_derivative(G, path, t - h, engine, False)[1]
+            ahead = _first_derivative(G, path, t + h, engine, False, device)[1]
+            behind = _first_derivative(G, path, t - h, engine, False, device)[1]
         numeric = float(ahead - behind) / (2 * h)
         scale = max(abs(numeric), abs(float(first.detach())), 1e-300)
         if abs(float(second) - numeric) > 1e-4 * scale:
@@ -163,7 +163,7 @@ def geodesic_second_derivative(energy, mu0, mu1, times=(0.0, 0.5, 1.0), *, engin
     engine : pairwise engine of field energies; "dense" supports double backward.
     """
     G = as_energy(energy)
-    times = torch.as_tensor(times, dtype=torch.float64).reshape(-1)
+    times = [float(t) for t in np.asarray(times, dtype=float).reshape(-1)]
     if isinstance(mu0, Gaussian) and isinstance(mu1, Gaussian):
         path, _ = _gaussian_path(mu0, mu1)
     elif isinstance(mu0, Empirical) and isinstance(mu1, Empirical):
@@ -173,7 +173,7 @@ def geodesic_second_derivative(energy, mu0, mu1, times=(0.0, 0.5, 1.0), *, engin
             f"geodesic_second_derivative takes two Gaussians or two Empirical measures; "
             f"received {type(mu0).__name__} and {type(mu1).__name__}."
         )
-    return _second_derivative(G, path, times, engine)
+    return _second_derivative(G, path, times, engine, mu0.device)
 
 
 def _random_geodesics(mu, n: int, radius: float, generator):
@@ -186,8 +186,10 @@ def _random_geodesics(mu, n: int, radius: float, generator):
         size = float(torch.linalg.eigvalsh(cov)[-1]).__pow__(0.5)
         eye = torch.eye(d, dtype=mu.dtype, device=mu.device)
         for _ in range(n):
-            xi = torch.randn(d, generator=generator, dtype=mu.dtype).to(mu.device)
-            raw = torch.randn(d, d, generator=generator, dtype=mu.dtype).to(mu.device)
+            # Draws on the generator's device (the CPU), then moved: reproducible anywhere.
+            xi = torch.randn(d, generator=generator, dtype=mu.dtype, device="cpu").to(mu.device)
+            raw = torch.randn(d, d, generator=generator, dtype=mu.dtype, device="cpu")
+            raw = raw.to(mu.device)
             sym = symmetrize(raw)
             sym = radius * sym / torch.linalg.matrix_norm(sym, ord=2)  # ‖S‖ = radius < 1
             end_mean = mu.mean().detach() + radius * size * xi / xi.norm()
@@ -205,7 +207,7 @@ def _random_geodesics(mu, n: int, radius: float, generator):
     size = float(trace(mu.cov().detach()) / mu.dim) ** 0.5
     for _ in range(n):
         shift, noise, raw = (
-            torch.randn(shape, generator=generator, dtype=x.dtype).to(x.device)
+            torch.randn(shape, generator=generator, dtype=x.dtype, device="cpu").to(x.device)
             for shape in ((x.shape[1],), x.shape, (x.shape[1], x.shape[1]))
         )
         sym = symmetrize(raw)
@@ -257,10 +259,10 @@ def convexity_probe(
     if float(radius) <= 0:
         raise ValueError(f"radius must be > 0; received {radius}.")
     G = as_energy(energy)
-    times_t = torch.as_tensor(times, dtype=torch.float64).reshape(-1)
+    times_t = [float(t) for t in np.asarray(times, dtype=float).reshape(-1)]
     raw, lengths = [], []
     for path, length2 in _random_geodesics(mu, n_geodesics, float(radius), generator):
-        raw.append(_second_derivative(G, path, times_t, engine).to(torch.float64))
+        raw.append(_second_derivative(G, path, times_t, engine, mu.device).to(torch.float64))
         lengths.append(length2.to(torch.float64).sqrt())
     raw_t, lengths_t = torch.stack(raw), torch.stack(lengths)
     normalised = raw_t / lengths_t[:, None] ** 2

@@ -39,11 +39,15 @@ values lie in [m_c/2, 3m_c/2] and add up to 2m_c). An Euler step keeps every mas
 nonnegative when ν := dt · max_c r_c ≤ 1; ν is the Courant number reported.
 With ``dt=None`` each step takes ν = ``cfl`` (default 0.5) from the current velocity, at
 most 1/10 of the run length, and a Heun step whose second stage would exceed ν = 1 is
-retried shorter. An explicit ``dt`` that gives ν > 1 at any stage raises an error.
+retried shorter. An explicit ``dt`` that gives ν > 1 at any stage raises an error. The
+scheme and the CFL target belong to the grid system: pass
+``FiniteVolumes(grid, scheme="upwind", cfl=0.8)`` to :func:`tpde.flows.integrate` in
+place of the grid (a bare Grid means ``FiniteVolumes(grid)``).
 
 Status: "completed"; "not_converged" when an inner solve of the field (Sinkhorn scaling)
 missed its tolerance, at the start of the offending step; "blow_up" when the masses stop
-being finite or every cell is empty (all mass left the box); "max_steps"; the events
+being finite or a step would empty every cell (all mass left the box; the state before
+that step is kept); "max_steps"; the events
 ``BlowUp`` (λ_max, or with ``size="trace"`` the trace, of the grid's covariance) and
 ``Converged`` ((Σ_c m_c |u_c|²)^{1/2} with u_c the mean of the cell's face velocities) as
 for particles.
@@ -52,24 +56,22 @@ for particles.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 
 import torch
 
 from tpde._validation import check_choice, check_positive
-from tpde.flows.events import Converged
-from tpde.flows.trajectory import Trajectory
+from tpde.flows.systems import System
 from tpde.measures import Empirical, Grid
 
 __all__ = [
     "MUSCL",
     "SCHEMES",
-    "TIME_METHODS",
     "CFLViolation",
-    "FiniteVolume",
+    "FiniteVolumes",
+    "GridSystem",
+    "Reconstruction",
     "Upwind",
-    "integrate_grid",
 ]
 
 
@@ -87,7 +89,7 @@ def _pad(m: torch.Tensor, axis: int, before: int, after: int) -> torch.Tensor:
 
 
 @dataclass(frozen=True)
-class FiniteVolume:
+class Reconstruction:
     """A spatial reconstruction: it declares its name, order and default time method."""
 
     name: str
@@ -113,7 +115,7 @@ def _outgoing(u: torch.Tensor, axis: int):
 
 
 @dataclass(frozen=True)
-class Upwind(FiniteVolume):
+class Upwind(Reconstruction):
     """First-order upwind: the face value is the upwind cell's mass."""
 
     name: str = "upwind"
@@ -129,7 +131,7 @@ class Upwind(FiniteVolume):
 
 
 @dataclass(frozen=True)
-class MUSCL(FiniteVolume):
+class MUSCL(Reconstruction):
     """Piecewise-linear reconstruction with minmod-limited slopes (second order)."""
 
     name: str = "muscl"
@@ -152,25 +154,77 @@ class MUSCL(FiniteVolume):
 
 
 SCHEMES = {scheme.name: scheme for scheme in (Upwind(), MUSCL())}
-#: Strong-stability-preserving time methods: name -> order.
-TIME_METHODS = {"euler": 1, "heun": 2}
 
 
 class CFLViolation(ValueError):
     """An explicit step size breaks the CFL (positivity) condition of the grid scheme."""
 
 
-class _GridFlow:
-    """Right-hand side of the finite-volume system of one field on one grid."""
+@dataclass(frozen=True)
+class FiniteVolumes:
+    """How :func:`tpde.flows.integrate` discretises a Grid: reconstruction and CFL target.
 
-    def __init__(self, field, grid: Grid, scheme: FiniteVolume, engine: str):
-        self.field, self.scheme, self.engine = field, scheme, engine
+    Parameters
+    ----------
+    grid : Grid, the initial density (d = 1, 2).
+    scheme : "muscl" (default; minmod-limited, second order) or "upwind" (first order).
+    cfl : target Courant number ν of adaptive steps, in (0, 1] (positivity needs ν ≤ 1);
+        default 0.5.
+    """
+
+    grid: Grid
+    scheme: str = "muscl"
+    cfl: float = 0.5
+
+    def __post_init__(self):
+        if not isinstance(self.grid, Grid):
+            raise TypeError(
+                f"FiniteVolumes discretises a Grid; received {type(self.grid).__name__}. "
+                "Particles and Gaussians are integrated as they are."
+            )
+        check_choice(self.scheme, "scheme", tuple(SCHEMES))
+        cfl = check_positive(self.cfl, "cfl")
+        if cfl > 1:
+            raise ValueError(
+                f"cfl is the target Courant number and must lie in (0, 1] (positivity needs "
+                f"ν ≤ 1); received {cfl}."
+            )
+
+    @property
+    def reconstruction(self) -> Reconstruction:
+        return SCHEMES[self.scheme]
+
+
+class GridSystem(System):
+    """Finite volumes of one field on one grid: state (masses m, cumulative outflow).
+
+    The right-hand side is (dm/dt, outflow rate through the box boundary), so that an
+    explicit Runge–Kutta step integrates the outflow with the masses and their sum stays
+    the initial mass to rounding. The CFL condition is this system's step controller
+    (:meth:`propose_step`, :meth:`check_step`; module notes).
+    """
+
+    def __init__(self, field, spec: FiniteVolumes, engine: str, dt: float | None, span: float):
+        super().__init__(field)
+        grid = spec.grid
+        self.scheme, self.cfl, self.engine, self.fixed_dt = (
+            spec.reconstruction,
+            spec.cfl,
+            engine,
+            dt,
+        )
+        self.part_dims = (grid.dim, 0)
         self.lower, self.upper, self.shape = grid.lower, grid.upper, grid.shape
         self.h = [float(v) for v in grid.cell_size]
         self.centres = grid.centres()
         self.faces, self.face_shapes = self._faces(grid)
+        self._initial = (grid.density, grid.density.new_zeros(()))
+        self.dt_cap = span / 10 if span > 0 else 1.0
         self.n_field_evals = 0
-        self.inner_failure = None
+        self._cache = None  # (masses, face velocities, rate) of the last evaluation
+        self._step_rates: list[tuple[float, float]] = []
+        self._retry = None
+        self.nu_max, self.dt_seen, self.min_mass = 0.0, [], float(grid.density.detach().min())
 
     @staticmethod
     def _faces(grid: Grid):
@@ -184,17 +238,17 @@ class _GridFlow:
             shapes.append(tuple(len(c) for c in coords))
         return torch.cat(points), shapes
 
+    # ------------------------------------------------------------------ physics
     def velocity(self, t: float, m: torch.Tensor) -> list[torch.Tensor]:
         """Normal velocity at the faces of each axis, Γ[Σ m_c δ_{x_c}](faces)."""
+        if self._cache is not None and self._cache[0] is m:
+            return self._cache[1]
         flat = m.reshape(-1)
         keep = flat > 0
         weights = flat[keep]
         mu = Empirical(self.centres[keep], weights / weights.sum())
         self.n_field_evals += 1
-        u = self.field._particle_velocity(t, mu, self.faces, self.engine)
-        info = getattr(self.field, "last_info", None)  # inner solves (Sinkhorn) report here
-        if getattr(info, "converged", None) is False:
-            self.inner_failure = info
+        u = self.field.particle_velocity(t, mu, self.faces, self.engine, info=self.inner)
         if u.shape != self.faces.shape:
             raise ValueError(
                 f"grid flows need unbatched field parameters: the velocity has shape "
@@ -203,9 +257,11 @@ class _GridFlow:
             )
         sizes = [math.prod(s) for s in self.face_shapes]
         parts = torch.split(u, sizes)
-        return [
+        velocity = [
             p[:, k].reshape(s) for k, (p, s) in enumerate(zip(parts, self.face_shapes, strict=True))
         ]
+        self._cache = (m, velocity, self.rate(velocity))
+        return velocity
 
     def rate(self, velocity: list[torch.Tensor]) -> float:
         """max_c r_c: the Courant number of a unit step."""
@@ -215,8 +271,14 @@ class _GridFlow:
         )
         return float(total.detach().max())
 
-    def rhs(self, m: torch.Tensor, velocity: list[torch.Tensor]):
+    def initial(self):
+        return self._initial
+
+    def rhs(self, t, state):
         """(dm/dt, outflow rate through the box boundary) for the masses m."""
+        m = state[0]
+        velocity = self.velocity(t, m)
+        self._step_rates.append((t, self._cache[2]))
         dm = torch.zeros_like(m)
         outflow = m.new_zeros(())
         for k, (u, h) in enumerate(zip(velocity, self.h, strict=True)):
@@ -227,6 +289,67 @@ class _GridFlow:
             outflow = outflow + (flux.narrow(k, n, 1).sum() - flux.narrow(k, 0, 1).sum()) / h
         return dm, outflow
 
+    def measure(self, state) -> Grid:
+        return Grid._trusted(state[0], self.lower, self.upper)
+
+    def finite(self, state) -> torch.Tensor:
+        """Finite masses, and some mass left in the box (an empty box is a blow-up)."""
+        m = state[0]
+        return super().finite(state) & (m > 0).any()
+
+    # ------------------------------------------------------------------ CFL control
+    def propose_step(self, t: float, state, h):
+        """ν = cfl at the current velocity (capped at 1/10 of the run); a fixed dt as is."""
+        self.velocity(t, state[0])
+        rate = self._cache[2]
+        self._step_rates = [(t, rate)]
+        if self.fixed_dt is not None:
+            return h
+        proposal = self.dt_cap if rate <= 0 else min(self.dt_cap, self.cfl / rate)
+        if self._retry is not None:
+            proposal, self._retry = min(proposal, self._retry), None
+        return proposal
+
+    def check_step(self, h) -> tuple[bool, float | None]:
+        """Every stage of the step within ν = h·rate ≤ 1; else retry shorter or raise."""
+        for stage, (t, rate) in enumerate(self._step_rates):
+            nu = h * rate
+            if nu <= 1.0:
+                continue
+            if self.fixed_dt is not None:
+                name = ("first", "second", "third", "fourth")[min(stage, 3)]
+                raise CFLViolation(
+                    f"dt = {h:.4g} violates the CFL condition of the {self.scheme.name} "
+                    f"scheme at t = {t:.4g} ({name} stage): Courant number ν = {nu:.3g} > 1, "
+                    f"so cell masses could turn negative. Pass dt <= {1.0 / rate:.4g}, or "
+                    "dt=None for adaptive steps at ν = cfl."
+                )
+            self._retry = self.cfl / rate
+            return False, self._retry
+        return True, None
+
+    def record_step(self, h, state) -> None:
+        self.nu_max = max([self.nu_max, *(h * rate for _, rate in self._step_rates)])
+        self.dt_seen.append(h)
+        self.min_mass = min(self.min_mass, float(state[0].detach().min()))
+
+    def stats(self, saved, final) -> dict:
+        """Outflow, mass error, extreme masses, Courant numbers and steps of the run."""
+        initial_mass = self._initial[0].sum()
+        return {
+            "n_field_evals": self.n_field_evals,
+            "outflow": float(final[1].detach()),
+            "outflow_saved": torch.stack([s[1].detach() for s in saved]),
+            "mass_error": float((final[0].sum() + final[1] - initial_mass).detach().abs()),
+            "min_mass": self.min_mass,
+            "cfl": self.cfl if self.fixed_dt is None else None,
+            "cfl_max": self.nu_max,
+            "dt_min": min(self.dt_seen, default=math.nan),
+            "dt_max": max(self.dt_seen, default=math.nan),
+            "scheme": self.scheme.name,
+        }
+
+    # ------------------------------------------------------------------ events
     def centre_speed_norm(self, m: torch.Tensor, velocity: list[torch.Tensor]) -> torch.Tensor:
         """(Σ_c m_c |u_c|²)^{1/2} / mass^{1/2}, u_c the average of the face velocities."""
         total = m.new_zeros(())
@@ -236,218 +359,17 @@ class _GridFlow:
             total = total + (m * centre**2).sum()
         return (total / m.sum()).sqrt()
 
-    # The system interface of the shared events (tpde.flows.events): state = masses m,
-    # derivative = (m, face velocities).
-    def _cov(self, m: torch.Tensor) -> torch.Tensor:
-        return Grid._trusted(m, self.lower, self.upper).cov().detach()
+    def _cov(self, state) -> torch.Tensor:
+        return Grid._trusted(state[0], self.lower, self.upper).cov().detach()
 
-    def size(self, m: torch.Tensor) -> torch.Tensor:
-        return torch.linalg.eigvalsh(self._cov(m))[-1]
+    def size(self, state) -> torch.Tensor:
+        return torch.linalg.eigvalsh(self._cov(state))[-1]
 
-    def trace(self, m: torch.Tensor) -> torch.Tensor:
-        return self._cov(m).trace()
+    def trace(self, state) -> torch.Tensor:
+        return self._cov(state).trace()
 
-    def rhs_norm(self, derivative) -> torch.Tensor:
-        m, u = derivative
-        return self.centre_speed_norm(m.detach(), u)
-
-
-def integrate_grid(
-    field,
-    grid: Grid,
-    t0: float,
-    t1: float,
-    *,
-    dt: float | None,
-    scheme: str,
-    method: str | None,
-    cfl: float,
-    save_times: list[float] | None,
-    events: tuple,
-    max_steps: int,
-    engine: str,
-) -> Trajectory:
-    """Finite-volume flow of ``field`` from ``grid`` at t0 to t1 (called by ``integrate``).
-
-    Parameters are those of :func:`tpde.flows.integrate` (already checked there, except
-    the grid-specific ones checked here): ``scheme`` in :data:`SCHEMES`, ``method`` in
-    :data:`TIME_METHODS` (None: the scheme's default), ``cfl`` in (0, 1], ``dt`` None
-    (adaptive) or a fixed step, ``save_times`` None (every step) or a sorted list.
-
-    Returns
-    -------
-    Trajectory whose measures are Grids (total mass 1 − outflow so far) and whose stats
-    hold ``outflow`` (total mass that left the box), ``outflow_saved`` (tensor (T,):
-    cumulative outflow at each saved time), ``mass_error`` (|Σ m + outflow − initial mass|
-    at the end), ``min_mass`` (smallest cell mass over the run), ``cfl`` (target),
-    ``cfl_max`` (largest Courant number ν of an accepted stage), ``dt_min``, ``dt_max``,
-    ``n_steps``, ``n_rejected``, ``n_field_evals``, ``scheme``, ``method``, ``wall_time_s``.
-    """
-    fv = SCHEMES[check_choice(scheme, "scheme", tuple(SCHEMES))]
-    method = fv.default_method if method is None else method
-    if method not in TIME_METHODS:
-        raise ValueError(
-            f"grid (Eulerian) flows step with the strong-stability-preserving methods "
-            f"'euler' or 'heun' (positivity under the CFL condition); received method "
-            f"{method!r}. Leave method=None for the scheme's default."
-        )
-    cfl = check_positive(cfl, "cfl")
-    if cfl > 1:
-        raise ValueError(
-            f"cfl is the target Courant number and must lie in (0, 1] (positivity needs "
-            f"ν ≤ 1); received {cfl}."
-        )
-    if grid.dim != field.dim:
-        raise ValueError(
-            f"dimension mismatch: the grid lives in d = {grid.dim} but the field's parameters "
-            f"act on d = {field.dim}."
-        )
-    flow = _GridFlow(field, grid, fv, engine)
-    runner = _GridRunner(flow, method, cfl, dt, events, int(max_steps), t1 - t0)
-    return runner.run(grid, t0, t1, save_times)
-
-
-class _GridRunner:
-    """Stepping loop of a grid flow: CFL step control, outflow accounting, events, saving."""
-
-    def __init__(self, flow, method, cfl, dt, events, max_steps, span):
-        self.flow, self.method, self.cfl, self.fixed_dt = flow, method, cfl, dt
-        self.events, self.max_steps = events, max_steps
-        self.dt_cap = span / 10 if span > 0 else 1.0
-        self.nu_max, self.dt_seen = 0.0, []
-        self.min_mass = math.inf
-
-    def _check_cfl(self, dt: float, rate: float, t: float, stage: str) -> bool:
-        """True if ν = dt·rate ≤ 1; raise for an explicit dt that breaks it."""
-        nu = dt * rate
-        if nu <= 1.0:
-            return True
-        if self.fixed_dt is not None:
-            raise CFLViolation(
-                f"dt = {dt:.4g} violates the CFL condition of the {self.flow.scheme.name} "
-                f"scheme at t = {t:.4g} ({stage}): Courant number ν = {nu:.3g} > 1, so cell "
-                f"masses could turn negative. Pass dt <= {1.0 / rate:.4g}, or dt=None for "
-                f"adaptive steps at ν = cfl."
-            )
-        return False
-
-    def step(self, t: float, m, u0, rate0, h: float):
-        """One step of size h; returns (new m, outflow, accepted, next h suggestion)."""
-        flow = self.flow
-        if not self._check_cfl(h, rate0, t, "first stage"):
-            return None, None, False, self.cfl / rate0
-        dm, out0 = flow.rhs(m, u0)
-        m1 = m + h * dm
-        if self.method == "euler":
-            nu = h * rate0
-            self.nu_max = max(self.nu_max, nu)
-            return m1, h * out0, True, None
-        u1 = flow.velocity(t + h, m1)
-        rate1 = flow.rate(u1)
-        if not self._check_cfl(h, rate1, t + h, "second stage"):
-            return None, None, False, self.cfl / rate1
-        dm1, out1 = flow.rhs(m1, u1)
-        self.nu_max = max(self.nu_max, h * rate0, h * rate1)
-        return 0.5 * (m + m1 + h * dm1), 0.5 * h * (out0 + out1), True, None
-
-    def _proposed(self, rate: float) -> float:
-        if self.fixed_dt is not None:
-            return self.fixed_dt
-        return min(self.dt_cap, self.cfl / rate) if rate > 0 else self.dt_cap
-
-    def run(self, grid: Grid, t0: float, t1: float, save_times) -> Trajectory:
-        start = time.perf_counter()
-        flow = self.flow
-        m = grid.density
-        initial_mass = m.sum()
-        outflow = m.new_zeros(())
-        status, event_time = "completed", math.nan
-        times, masses, outflows = [t0], [m], [outflow]
-        pending = [] if save_times is None else [s for s in save_times if s > t0]
-        t, steps, rejected = t0, 0, 0
-        self.min_mass = float(m.detach().min())
-        u, h_next = None, None
-        while t < t1:
-            if steps + rejected >= self.max_steps:
-                status, event_time = "max_steps", t
-                break
-            if not bool((m > 0).any()):
-                status, event_time = "blow_up", t  # every cell is empty: all mass left
-                break
-            if u is None:
-                u = flow.velocity(t, m)
-            if flow.inner_failure is not None:
-                status, event_time = "not_converged", t
-                break
-            rate = flow.rate(u)
-            target = pending[0] if pending else t1
-            h = h_next if h_next is not None else self._proposed(rate)
-            landing = target - t <= h * (1 + 1e-9)
-            h_try = target - t if landing else h
-            new, out, accepted, h_retry = self.step(t, m, u, rate, h_try)
-            if flow.inner_failure is not None:
-                status, event_time = "not_converged", t  # keep the state before the step
-                break
-            if not accepted:
-                rejected += 1
-                h_next = h_retry
-                continue
-            h_next = None
-            t = target if landing else t + h_try
-            m, outflow = new, outflow + out
-            steps += 1
-            self.dt_seen.append(h_try)
-            self.min_mass = min(self.min_mass, float(m.detach().min()))
-            u = None  # the velocity of the new state, computed when first needed
-            if not bool(torch.isfinite(m).all()):
-                stop = "blow_up"
-            else:
-                stop, u = self._events(m, t)
-            if save_times is None or (pending and landing and t == pending[0]) or stop:
-                times.append(t)
-                masses.append(m)
-                outflows.append(outflow)
-                if pending and t == pending[0]:
-                    pending.pop(0)
-            if stop:
-                status, event_time = stop, t
-                break
-        if times[-1] != t:
-            times.append(t)
-            masses.append(m)
-            outflows.append(outflow)
-        stats = {
-            "n_steps": steps,
-            "n_rejected": rejected,
-            "n_field_evals": flow.n_field_evals,
-            "outflow": float(outflow.detach()),
-            "outflow_saved": torch.stack([o.detach() for o in outflows]),
-            "mass_error": float((m.sum() + outflow - initial_mass).detach().abs()),
-            "min_mass": self.min_mass,
-            "cfl": self.cfl if self.fixed_dt is None else None,
-            "cfl_max": self.nu_max,
-            "dt_min": min(self.dt_seen, default=math.nan),
-            "dt_max": max(self.dt_seen, default=math.nan),
-            "scheme": flow.scheme.name,
-            "method": self.method,
-            "wall_time_s": time.perf_counter() - start,
-        }
-        return Trajectory(
-            times=torch.tensor(times, dtype=torch.float64),
-            measures=[Grid._trusted(mass, flow.lower, flow.upper) for mass in masses],
-            status=status,
-            event_time=torch.tensor(event_time, dtype=torch.float64),
-            stats=stats,
-        )
-
-    def _events(self, m, t: float):
-        """(name of the first event that fires on the new state or None, velocity or None)."""
-        u = None
-        for event in self.events:
-            derivative = None
-            if isinstance(event, Converged):  # the velocity only when an event needs it
-                u = self.flow.velocity(t, m) if u is None else u
-                derivative = (m, u)
-            if bool(event.check(self.flow, m, derivative)):
-                return event.name, u
-        return None, u
+    def rhs_norm(self, state, derivative) -> torch.Tensor:
+        m = state[0]
+        cached = self._cache is not None and self._cache[0] is m
+        velocity = self._cache[1] if cached else self.velocity(0.0, m)
+        return self.centre_speed_norm(m.detach(), velocity)

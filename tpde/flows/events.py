@@ -51,7 +51,7 @@ class Converged:
         check_positive(self.tol, "Converged tol")
 
     def check(self, system, state, derivative) -> torch.Tensor:
-        return system.rhs_norm(derivative) < self.tol
+        return system.rhs_norm(state, derivative) < self.tol
 
 
 EVENTS = {"blow_up": BlowUp, "converged": Converged}

@@ -45,18 +45,18 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
 
 import torch
 
-from tpde._linalg import symmetrize
 from tpde._validation import check_choice, check_positive, check_positive_int
 from tpde.attention.base import Field
 from tpde.attention.energies import as_energy
 from tpde.flows.jko_grid import default_epsilon, entropic_step
 from tpde.flows.jko_prox import GaussianProx, ParticleProx, solve_prox
-from tpde.flows.trajectory import Trajectory
+from tpde.flows.status import Status, status_array
+from tpde.flows.trajectory import JKOStep, Trajectory
 from tpde.measures import Empirical, Gaussian, Grid
+from tpde.metrics.mobility import spd_mobility
 
 __all__ = ["GEOMETRIES", "JKOStep", "jko_flow", "jko_step"]
 
@@ -68,36 +68,6 @@ GEOMETRIES = {
     "twisted-bures": Gaussian,
     "entropic": Grid,
 }
-
-
-@dataclass(frozen=True)
-class JKOStep:
-    """One JKO step.
-
-    Attributes
-    ----------
-    measure : the new measure μ_{k+1} (the best iterate found, also when not converged).
-    converged : whether the inner solve met its tolerance (grids: always True, the step is
-        in closed form).
-    iterations : L-BFGS iterations (grids: 1 kernel update).
-    evaluations : evaluations of G (with its gradient).
-    grad_norm : final ‖∇J‖_∞ / ‖∇J(0)‖_∞ in whitened coordinates (grids: NaN).
-    energy, previous_energy : G(μ_{k+1}) and G(μ_k) (floats).
-    distance : d(μ_{k+1}, μ_k) in the step's metric (grids: NaN).
-    tau : the step.
-    message : why the inner solve stopped.
-    """
-
-    measure: object
-    converged: bool
-    iterations: int
-    evaluations: int
-    grad_norm: float
-    energy: float
-    previous_energy: float
-    distance: float
-    tau: float
-    message: str
 
 
 def _check_tau(tau) -> float:
@@ -122,12 +92,12 @@ def _resolve(mu, energy, geometry: str, mobility):
         )
     twisted = geometry in ("twisted", "twisted-bures")
     if isinstance(energy, Field):
-        if getattr(energy.params, "time_dependent", False):
+        if energy.time_dependent:
             raise ValueError(
                 "JKO steps an autonomous gradient flow; the field has time-dependent "
                 "parameters. Freeze them (pass tensors) or integrate the field instead."
             )
-        energy._check_measure(mu)
+        energy.check_measure(mu)
         if mobility is not None:
             raise ValueError(
                 "a field sets its own mobility M = V A⁻¹ (gradient_structure); pass mobility= "
@@ -158,24 +128,9 @@ def _resolve(mu, energy, geometry: str, mobility):
                 f"mobility applies to the twisted geometries; geometry {geometry!r} is plain "
                 "W2. Use 'twisted' (particles) or 'twisted-bures' (Gaussians)."
             )
-        mobility = _check_mobility(mobility, mu)
+        like = mu.mean()
+        mobility = spd_mobility(mobility, mu.dim, like)
     return G, mobility, None
-
-
-def _check_mobility(mobility, mu) -> torch.Tensor:
-    M = torch.as_tensor(mobility).to(dtype=mu.dtype, device=mu.device)
-    d = mu.dim
-    if M.shape != (d, d):
-        raise ValueError(f"mobility must have shape ({d}, {d}); received {tuple(M.shape)}.")
-    sym = symmetrize(M)
-    evals = torch.linalg.eigvalsh(sym)
-    asym = float((M - M.mT).abs().max())
-    if asym > 1e-10 * float(evals.abs().max()) or float(evals[0]) <= 0:
-        raise ValueError(
-            f"mobility must be symmetric positive definite; received eigenvalues "
-            f"{[round(float(e), 6) for e in evals]} and asymmetry {asym:.3g}."
-        )
-    return sym
 
 
 def _default_tol(dtype: torch.dtype) -> float:
@@ -298,7 +253,7 @@ def jko_flow(
     measures = [mu0]
     stats = {"inner_iterations": [], "evaluations": [], "grad_norm": [], "distance": []}
     energies = [float(G(mu0, engine).detach())]
-    status, event_time = "completed", math.nan
+    status, event_time = Status.COMPLETED, math.nan
     mu, cache = mu0, {}  # the entropic kernels, computed once per flow
     for k in range(len(times) - 1):
         step = _step(
@@ -313,14 +268,14 @@ def jko_flow(
         ):
             stats[key].append(value)
         if not step.converged:
-            status, event_time = "not_converged", times[k]
+            status, event_time = Status.NOT_CONVERGED, times[k]
             stats["failure"] = step.message
             break
         mu = step.measure
         measures.append(mu)
         energies.append(step.energy)
     stats.update(
-        energy=torch.tensor(energies, dtype=torch.float64),
+        energy=torch.tensor(energies, dtype=torch.float64, device=mu0.device),
         tau=tau,
         geometry=geometry,
         n_steps=len(measures) - 1,
@@ -329,10 +284,11 @@ def jko_flow(
     if geometry == "entropic":
         stats["epsilon"] = epsilon
         stats["mass_error"] = float((mu.density.sum() - mu0.density.sum()).abs())
+    device = mu0.device
     return Trajectory(
-        times=torch.tensor(times[: len(measures)], dtype=torch.float64),
+        times=torch.tensor(times[: len(measures)], dtype=torch.float64, device=device),
         measures=measures,
-        status=status,
-        event_time=torch.tensor(event_time, dtype=torch.float64),
+        status=status_array((), status),
+        event_time=torch.tensor(event_time, dtype=torch.float64, device=device),
         stats=stats,
     )

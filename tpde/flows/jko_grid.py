@@ -41,6 +41,8 @@ import math
 import torch
 
 from tpde._validation import check_positive
+from tpde.flows.status import Status
+from tpde.flows.trajectory import JKOStep
 from tpde.measures import Grid
 
 __all__ = ["default_epsilon", "entropic_step", "gibbs_kernels", "log_gibbs"]
@@ -152,14 +154,12 @@ def entropic_step(
     ``cache``: a dict in which the kernels of this grid and ε are kept across steps.
     ``previous``: G(grid) when the caller has it already (the flow's last step computed it).
     """
-    from tpde.flows.jko import JKOStep
-
     epsilon = default_epsilon(grid, tau) if epsilon is None else check_positive(epsilon, "epsilon")
     previous = float(G(grid, engine).detach()) if previous is None else previous
     phi = _first_variation(G, grid, engine)
     if not bool(torch.isfinite(phi).all()) or not math.isfinite(previous):
         return JKOStep(
-            grid, False, 0, 1, math.nan, previous, previous, math.nan, tau,
+            grid, Status.NOT_CONVERGED, 0, 1, math.nan, previous, previous, math.nan, tau,
             "the energy or its first variation is not finite on the grid (overflow of "
             "exp(yᵀAx) on a large box?): shrink the box or the interaction.",
         )  # fmt: skip
@@ -179,6 +179,6 @@ def entropic_step(
     new = Grid._trusted(q, grid.lower, grid.upper)
     energy = float(G(new, engine).detach())
     return JKOStep(
-        new, True, 1, 1, math.nan, energy, previous, math.nan, tau,
+        new, Status.COMPLETED, 1, 1, math.nan, energy, previous, math.nan, tau,
         f"closed-form entropic update (G linearised at μ_k, ε = {epsilon:.3g})",
     )  # fmt: skip

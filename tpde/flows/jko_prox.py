@@ -13,6 +13,8 @@ import math
 import torch
 
 from tpde._linalg import sqrtm_psd, symmetrize
+from tpde.flows.status import Status
+from tpde.flows.trajectory import JKOStep
 from tpde.measures import Empirical, Gaussian
 
 __all__ = ["GaussianProx", "ParticleProx", "lbfgs", "solve_prox"]
@@ -182,23 +184,14 @@ def _two_loop(grad: torch.Tensor, pairs) -> torch.Tensor:
 
 
 def _domain_hint(G, mu) -> str:
-    """Why the energy may be infinite at mu (the softmax energy's Gaussian bound)."""
+    """Why the energy may be infinite at mu, where the field can say (``domain_hint``)."""
     structure = getattr(G, "structure", None)
-    if structure is not None and structure.kind == "softmax" and isinstance(mu, Gaussian):
-        from tpde.attention.energies import softmax_domain
-
-        rho = float(softmax_domain(structure.field, mu))
-        return (
-            f" The softmax energy of a Gaussian is finite only while ρ = ‖Σ^(1/2) A Σ^(1/2)‖ "
-            f"< 1; here ρ = {rho:.4g}. Start from a smaller covariance."
-        )
-    return ""
+    hint = getattr(getattr(structure, "field", None), "domain_hint", None)
+    return hint(mu) if callable(hint) else ""
 
 
 def solve_prox(prox, G, tau: float, *, tol: float, max_iter: int, engine: str):
     """One JKO step: minimise J(ζ) = G(ν(ζ)) + |ζ|²/2 (warm start: the explicit step)."""
-    from tpde.flows.jko import JKOStep
-
     x = prox.x if hasattr(prox, "x") else prox.mean
     zero = torch.zeros(prox.shape, dtype=x.dtype, device=x.device)
     count = [0]
@@ -238,7 +231,7 @@ def solve_prox(prox, G, tau: float, *, tol: float, max_iter: int, engine: str):
     half = 0.5 * float((z * z).sum())
     return JKOStep(
         measure=prox.measure(z),
-        converged=converged,
+        status=Status.COMPLETED if converged else Status.NOT_CONVERGED,
         iterations=iterations,
         evaluations=count[0],
         grad_norm=float(grad.abs().max()) / scale if scale > 0 else 0.0,

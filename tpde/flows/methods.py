@@ -1,27 +1,38 @@
 """Explicit Runge–Kutta time-stepping methods, each a tableau that declares its order.
 
-A state is a tuple of tensors (particles: ``(points,)``; Gaussians: ``(mean, cov)``).
-``step(f, t, y, h, k1)`` returns the new state, the embedded error estimate (adaptive
-methods only) and the derivative at the new state when the method has it for free (FSAL).
+A state is a tuple of tensors (particles: ``(points,)``; Gaussians: ``(mean, cov)``; grids:
+``(masses, outflow)``). ``step(f, t, y, h, k1)`` returns the new state, the embedded error
+estimate (adaptive methods only) and the derivative at the new state when the method has
+it for free (FSAL). ``h`` is a float, or a tuple with one step tensor per state part
+(broadcasting against that part: one step per batch element, see :mod:`tpde.flows.loop`).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 
+__all__ = ["DOPRI5", "EULER", "HEUN", "METHODS", "RK4", "ExplicitRK", "State", "resolve_method"]
+
 State = tuple[torch.Tensor, ...]
 
 
-def _axpy(y: State, h: float, terms: list[tuple[float, State]]) -> State:
+def _part_step(h, index: int):
+    """The step multiplying part ``index``: a float, or that part's step tensor."""
+    return h[index] if isinstance(h, tuple) else h
+
+
+def _axpy(y: State, h, terms: list[tuple[float, State]]) -> State:
     """y + h Σ_s a_s k_s, part by part."""
     out = []
     for index, part in enumerate(y):
+        step = _part_step(h, index)
         acc = part
         for coef, k in terms:
             if coef != 0.0:
-                acc = acc + (h * coef) * k[index]
+                acc = acc + (step * coef) * k[index]
         out.append(acc)
     return tuple(out)
 
@@ -32,10 +43,17 @@ class ExplicitRK:
 
     Attributes
     ----------
-    name : str;  order : int (global order of the solution);  a : lower-triangular rows;
-    b : solution weights;  c : nodes;  b_error : weights of the embedded lower-order
-    solution (adaptive methods), or None;  fsal : whether the last stage is the
-    derivative at the new state.
+    name : str;  order : int (global order of the solution);  a : lower-triangular rows
+    (row s has s entries);  b : solution weights;  c : nodes;  b_error : weights of the
+    embedded lower-order solution (adaptive methods), or None;  fsal : whether the last
+    stage is the derivative at the new state;  ssp : strong-stability preserving (a
+    convex combination of forward Euler steps: the methods a grid flow may use, since
+    they keep cell masses nonnegative under the CFL condition; Gottlieb, Shu, Tadmor,
+    SIAM Review 43, 2001).
+
+    The tableau is checked at construction: one row of ``a`` per stage with s entries in
+    row s, ``b``, ``c`` (and ``b_error``) of one entry per stage, weights summing to 1,
+    and c_s = Σ_j a_sj (the consistency every method here satisfies).
     """
 
     name: str
@@ -44,16 +62,61 @@ class ExplicitRK:
     b: tuple[float, ...]
     c: tuple[float, ...]
     b_error: tuple[float, ...] | None = None
-    fsal: bool = False  # first stage of the next step = last stage of this one
+    fsal: bool = False
+    ssp: bool = False
+
+    def __post_init__(self):
+        stages = len(self.b)
+        if isinstance(self.order, bool) or not isinstance(self.order, int) or self.order < 1:
+            raise ValueError(f"ExplicitRK {self.name!r}: order must be an int >= 1; "
+                             f"received {self.order!r}.")  # fmt: skip
+        sizes = {"a": len(self.a), "c": len(self.c)}
+        if self.b_error is not None:
+            sizes["b_error"] = len(self.b_error)
+        wrong = {k: v for k, v in sizes.items() if v != stages}
+        if stages == 0 or wrong:
+            raise ValueError(
+                f"ExplicitRK {self.name!r}: inconsistent tableau sizes: b has {stages} "
+                f"stages but {', '.join(f'{k} has {v}' for k, v in wrong.items())}. Give one "
+                "row of a, one node c and one weight per stage."
+            )
+        for s, row in enumerate(self.a):
+            if len(row) != s:
+                raise ValueError(
+                    f"ExplicitRK {self.name!r}: row {s} of a must have {s} entries (an explicit "
+                    f"method's stage s uses the s earlier stages); received {len(row)}."
+                )
+            if not math.isclose(sum(row), self.c[s], abs_tol=1e-12):
+                raise ValueError(
+                    f"ExplicitRK {self.name!r}: node c[{s}] = {self.c[s]} must equal the sum "
+                    f"of row {s} of a ({sum(row)})."
+                )
+        for name, weights in (("b", self.b), ("b_error", self.b_error)):
+            if weights is not None and not math.isclose(sum(weights), 1.0, abs_tol=1e-12):
+                raise ValueError(
+                    f"ExplicitRK {self.name!r}: the weights {name} must sum to 1 "
+                    f"(consistency); received {sum(weights)}."
+                )
+        if self.fsal and (self.b_error is None or tuple(self.a[-1]) != tuple(self.b[:-1])):
+            raise ValueError(
+                f"ExplicitRK {self.name!r}: fsal needs an adaptive tableau whose last row of "
+                "a equals b (the last stage is then the derivative at the new state)."
+            )
 
     @property
     def adaptive(self) -> bool:
         return self.b_error is not None
 
-    def step(self, f, t: float, y: State, h: float, k1: State | None = None):
+    def step(self, f, t: float, y: State, h, k1: State | None = None, h_clock: float = 0.0):
+        """One step from (t, y); stage s is evaluated at time t + c_s·h_clock.
+
+        ``h`` multiplies the stages (a float, or one tensor per part); ``h_clock`` is the
+        step of the clock the right-hand side sees (the common step of a synchronous run;
+        0 for an autonomous field stepped per element).
+        """
         stages = [f(t, y) if k1 is None else k1]
         for row, node in zip(self.a[1:], self.c[1:], strict=True):
-            stages.append(f(t + node * h, _axpy(y, h, list(zip(row, stages, strict=False)))))
+            stages.append(f(t + node * h_clock, _axpy(y, h, list(zip(row, stages, strict=False)))))
         y_new = _axpy(y, h, list(zip(self.b, stages, strict=True)))
         if not self.adaptive:
             return y_new, None, None
@@ -65,8 +128,8 @@ class ExplicitRK:
         return y_new, error, stages[-1] if self.fsal else None
 
 
-EULER = ExplicitRK("euler", 1, a=((),), b=(1.0,), c=(0.0,))
-HEUN = ExplicitRK("heun", 2, a=((), (1.0,)), b=(0.5, 0.5), c=(0.0, 1.0))
+EULER = ExplicitRK("euler", 1, a=((),), b=(1.0,), c=(0.0,), ssp=True)
+HEUN = ExplicitRK("heun", 2, a=((), (1.0,)), b=(0.5, 0.5), c=(0.0, 1.0), ssp=True)
 RK4 = ExplicitRK(
     "rk4",
     4,
@@ -93,4 +156,23 @@ DOPRI5 = ExplicitRK(
     fsal=True,
 )
 
+#: Every declared method, by name (the order test iterates over this table).
 METHODS = {m.name: m for m in (EULER, HEUN, RK4, DOPRI5)}
+
+
+def resolve_method(method, default: str = "rk4"):
+    """A method object from a name of :data:`METHODS` or a method object itself."""
+    if method is None:
+        return METHODS[default]
+    if isinstance(method, str):
+        if method not in METHODS:
+            known = ", ".join(repr(k) for k in METHODS)
+            raise ValueError(f"unknown method {method!r}; choose one of {known}, or pass an "
+                             "ExplicitRK tableau.")  # fmt: skip
+        return METHODS[method]
+    if callable(getattr(method, "step", None)) and hasattr(method, "order"):
+        return method
+    raise TypeError(
+        f"method must be a name ({', '.join(METHODS)}) or a method object such as an "
+        f"ExplicitRK; received {type(method).__name__}."
+    )

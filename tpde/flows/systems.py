@@ -1,8 +1,30 @@
-"""Adapters between a measure and the tensor state an integrator steps.
+"""Systems: what the one stepping loop (:mod:`tpde.flows.loop`) steps, per kind of state.
 
-A system knows how to turn a measure into a state (a tuple of tensors), evaluate the
-field's right-hand side on it, turn it back into a measure, and measure per batch
-element what the events need (size, velocity norm, error norm, finiteness).
+A system turns a measure into a state (a tuple of tensors with leading batch dimensions),
+evaluates the field's right-hand side on it, turns it back into a measure, and measures
+per batch element what the loop and the events need. The loop knows nothing else about
+particles, Gaussians or grids; a new kind of state is a new :class:`System`.
+
+The protocol (everything but ``part_dims``, ``initial``, ``rhs`` and ``measure`` has a
+default):
+
+- ``part_dims``: trailing dimensions of one element in each state part (particles
+  ``(2,)``: points (n, d); Gaussians ``(1, 2)``: mean and covariance);
+- ``initial() -> state``;  ``rhs(t, state) -> derivative`` (same structure);
+  ``measure(state) -> Measure``;
+- ``project(state) -> state``: applied after every accepted step (and to the initial
+  state), the retraction onto the state's manifold: identity on R^d, symmetrisation of
+  covariances, renormalisation onto the sphere. Applying it after whole steps only keeps
+  the method's order (stages may leave the manifold by O(h^{p+1}));
+- ``propose_step(t, state, h) -> h`` and ``check_step(h) -> (ok, retry)``: a step-size
+  controller of the system's own (the CFL condition of grids) besides the method's error
+  estimate; ``record_step(h, state)`` sees every accepted step; ``stats()`` adds the
+  system's diagnostics to the trajectory's;
+- ``size``, ``trace``, ``rhs_norm``: per-element reductions read by the events;
+- ``jacobian(t, state)``: per-element Jacobian of ``rhs`` for stiff methods (optional).
+
+Inner solves (Sinkhorn scalings) report into the system's :class:`InnerSolves` collector,
+passed explicitly to the field; the loop stops a run whose inner solve failed.
 """
 
 from __future__ import annotations
@@ -12,38 +34,48 @@ import math
 import torch
 
 from tpde._linalg import trace as matrix_trace
+from tpde.attention import InnerSolves
 from tpde.measures import Empirical, Gaussian
+
+__all__ = ["GaussianSystem", "ParticleSystem", "System"]
 
 
 def _reduce(part: torch.Tensor, dims: int, op) -> torch.Tensor:
     """Reduce the last ``dims`` dimensions of ``part`` (one batch element's data)."""
+    if dims == 0:
+        return op(part.unsqueeze(-1), dim=-1)
     return op(part.reshape(*part.shape[: part.ndim - dims], -1), dim=-1)
 
 
 class System:
-    """Common per-element reductions; subclasses set ``part_dims`` and the physics."""
+    """Base class of systems: per-element reductions and the default hooks (module notes)."""
 
     part_dims: tuple[int, ...]
-    #: The field's ``last_info`` when an inner solve (Sinkhorn) missed its tolerance.
-    inner_failure = None
 
+    def __init__(self, field):
+        self.base_field = self.field = field
+        #: Reports of the inner solves made by the field during this run.
+        self.inner = InnerSolves()
+
+    # ------------------------------------------------------------------ pieces in time
     def enter(self, t: float) -> bool:
-        """Use the piece of a piecewise-in-time field (``piece(t)``) active at time t.
+        """Use the piece of a piecewise-in-time field (``field.piece(t)``) active at t.
 
-        Returns True when the piece changed (the integrator then drops cached stages).
+        Returns True when the piece changed (the loop then drops cached stages).
         """
-        piece = getattr(self.base_field, "piece", None)
-        if piece is None:
+        if not self.base_field.breakpoints:
             return False
-        current = piece(t)
+        current = self.base_field.piece(t)
         changed = current is not self.field
         self.field = current
         return changed
 
+    # ------------------------------------------------------------------ per element
     def batch_of(self, state) -> torch.Size:
         return state[0].shape[: state[0].ndim - self.part_dims[0]]
 
     def finite(self, state) -> torch.Tensor:
+        """Whether every entry of an element is finite (a state the loop may keep)."""
         parts = zip(state, self.part_dims, strict=True)
         flags = [_reduce(torch.isfinite(p), k, torch.all) for p, k in parts]
         return torch.stack(flags).all(dim=0)
@@ -64,57 +96,93 @@ class System:
             for a, b, k in zip(new, old, self.part_dims, strict=True)
         )
 
+    def per_part(self, step: torch.Tensor):
+        """A per-element step (batch shape) as one broadcastable tensor per state part."""
+        return tuple(step.reshape(*step.shape, *(1,) * k) for k in self.part_dims)
+
+    # ------------------------------------------------------------------ default hooks
+    def project(self, state):
+        return state
+
+    def propose_step(self, t: float, state, h):
+        return h
+
+    def check_step(self, h) -> tuple[bool, float | None]:
+        return True, None
+
+    def record_step(self, h, state) -> None:
+        return None
+
+    def stats(self, saved, final) -> dict:
+        """Diagnostics of the run for ``Trajectory.stats`` (saved states, final state)."""
+        return {}
+
 
 class ParticleSystem(System):
-    """Lagrangian particles: state (points,), ẋ_i = Γ[μ_t](x_i)."""
+    """Lagrangian particles: state (points,), ẋ_i = Γ[μ_t](x_i).
+
+    Points may carry leading batch dimensions (…, n, d): a batch of particle systems
+    with shared weights (one per batch element, stepped and stopped each on its own).
+    A field with a projection (tokens on the sphere) declares it with ``project``; it is
+    the system's retraction after every accepted step.
+    """
 
     part_dims = (2,)
 
     def __init__(self, field, mu: Empirical, engine: str):
-        self.field, self.mu, self.engine = field, mu, engine
-        self.base_field = field
+        super().__init__(field)
+        self.mu, self.engine = mu, engine
 
     def initial(self):
         return (self.mu.points,)
 
     def rhs(self, t, state):
         (points,) = state
-        velocity = self.field._particle_velocity(
-            t, self.mu.with_points(points), points, self.engine
+        velocity = self.field.particle_velocity(
+            t, self.mu.with_points(points), points, self.engine, info=self.inner
         )
-        info = getattr(self.field, "last_info", None)
-        if getattr(info, "converged", None) is False:
-            self.inner_failure = info
         if velocity.shape != points.shape:
             raise ValueError(
-                f"particle flows need unbatched field parameters: the velocity has shape "
-                f"{tuple(velocity.shape)} for points {tuple(points.shape)}. Integrate one "
-                "parameter set at a time, or batch a Gaussian moment ODE instead."
+                f"particle flows need unbatched field parameters, or parameters whose batch "
+                f"dimensions the points carry too: the velocity has shape "
+                f"{tuple(velocity.shape)} for points {tuple(points.shape)}. Batch the points "
+                "(…, n, d) like the parameters, integrate one parameter set at a time, or "
+                "batch a Gaussian moment ODE."
             )
         return (velocity,)
 
     def measure(self, state) -> Empirical:
         return self.mu.with_points(state[0])
 
-    def normalize(self, state):
-        return state
+    def project(self, state):
+        if not self.base_field.supports("projection"):
+            return state
+        projected = self.base_field.project(state[0])
+        if projected.shape != state[0].shape:
+            raise ValueError(
+                f"{type(self.base_field).__name__}.project returned shape "
+                f"{tuple(projected.shape)} for points {tuple(state[0].shape)}: a projection "
+                "(retraction) must return points of the same shape."
+            )
+        return (projected,)
 
     def _squared_spread(self, state) -> tuple[torch.Tensor, torch.Tensor]:
         """(weights, |x_i − m|²) of the detached particles."""
         points, weights = state[0].detach(), self.mu.weights.detach()
-        return weights, ((points - weights @ points) ** 2).sum(-1)
+        mean = (weights @ points).unsqueeze(-2)
+        return weights, ((points - mean) ** 2).sum(-1)
 
     def size(self, state) -> torch.Tensor:
-        return self._squared_spread(state)[1].amax()
+        return self._squared_spread(state)[1].amax(-1)
 
     def trace(self, state) -> torch.Tensor:
         """Total variance Σ_i w_i |x_i − m|² (tr of the weighted covariance)."""
         weights, spread = self._squared_spread(state)
-        return weights @ spread
+        return spread @ weights
 
-    def rhs_norm(self, derivative) -> torch.Tensor:
+    def rhs_norm(self, state, derivative) -> torch.Tensor:
         velocity = derivative[0].detach()
-        return (self.mu.weights.detach() @ (velocity**2).sum(-1)).sqrt()
+        return ((velocity**2).sum(-1) @ self.mu.weights.detach()).sqrt()
 
 
 class GaussianSystem(System):
@@ -123,7 +191,7 @@ class GaussianSystem(System):
     part_dims = (1, 2)
 
     def __init__(self, field, mu: Gaussian, t0: float):
-        self.field = self.base_field = field
+        super().__init__(field)
         # The batch shape of the run broadcasts the measure's with the parameters'.
         dmean, _ = field.gaussian_rhs(t0, mu.mean(), mu.cov())
         batch = dmean.shape[:-1]
@@ -139,7 +207,7 @@ class GaussianSystem(System):
     def measure(self, state) -> Gaussian:
         return Gaussian._trusted(*state)
 
-    def normalize(self, state):
+    def project(self, state):
         mean, cov = state
         return mean, 0.5 * (cov + cov.transpose(-1, -2))
 
@@ -156,6 +224,6 @@ class GaussianSystem(System):
         """tr Σ per element."""
         return matrix_trace(self._finite_cov(state))
 
-    def rhs_norm(self, derivative) -> torch.Tensor:
+    def rhs_norm(self, state, derivative) -> torch.Tensor:
         dmean, dcov = (p.detach() for p in derivative)
         return ((dmean**2).sum(-1) + (dcov**2).sum((-2, -1))).sqrt()

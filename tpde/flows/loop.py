@@ -1,0 +1,279 @@
+r"""The one stepping loop: step control, events, freezing and saving, for every system.
+
+Particles, Gaussians, grids (and any other :class:`~tpde.flows.systems.System`) are all
+stepped here, by the same method objects (:mod:`tpde.flows.methods`).
+
+**Per-element step control.** A batched run (a batch of Gaussians, of particle systems)
+keeps for each element its own time t_b, step size h_b, accept/reject decision, step
+counts, event and status, vectorised over the batch with masks (no Python loop over
+elements). An adaptive method accepts element b when its own error norm is ≤ 1 and
+updates h_b from its own error (the standard factor 0.9·err^{-1/5}, capped by Gustafsson's
+predictive factor; Hairer & Wanner, *Solving ODEs II*, §IV.8). So a batch whose elements
+approach singularities at different times costs about what its slowest element costs
+alone. Save times are common to the batch: every element lands exactly on each save time
+(its step is shortened to reach it) and waits there until the others arrive; the state
+saved at a time is exact for every element (no interpolation). An element stopped by an
+event is frozen at the state where it stopped.
+
+**Synchronous runs.** Where elements cannot have their own clocks — a field whose
+parameters depend on time (``field.time_dependent``: the right-hand side is evaluated at
+one time for the whole batch), ``save="steps"`` (one saved time per step), or an
+unbatched run — all elements step together: a step is accepted when every moving
+element's error norm is ≤ 1, as in a classical integrator.
+
+**Events and statuses.** After every accepted step: a non-finite state stops its element
+with "blow_up" (the state before the step is kept), an inner solve that missed its
+tolerance stops the moving elements with "not_converged" (same), then each event object
+is checked on the new state. An adaptive step that collapses below 1e-12·max(1, |t|)
+stops the elements that refuse it with "blow_up"; an element that used up ``max_steps``
+attempts (accepted and rejected) stops with "max_steps".
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import torch
+
+from tpde.flows.events import BlowUp
+from tpde.flows.status import Status, status_array
+from tpde.flows.trajectory import Trajectory
+
+__all__ = ["Loop"]
+
+#: Smallest step, relative to max(1, |t|), before an adaptive step counts as collapsed.
+COLLAPSE = 1e-12
+
+
+class _RHS:
+    """The right-hand side the method sees: counts calls, zeroes stopped elements."""
+
+    def __init__(self, system, batched: bool):
+        self.system, self.batched, self.calls = system, batched, 0
+        self.active: torch.Tensor | None = None
+
+    def __call__(self, t, state):
+        self.calls += 1
+        derivative = self.system.rhs(t, state)
+        if not self.batched:
+            return derivative
+        zeros = tuple(map(torch.zeros_like, derivative))
+        return self.system.mask(self.active, derivative, zeros)
+
+    def jacobian(self, t, state):
+        return self.system.jacobian(t, state)
+
+
+class Loop:
+    """Steps one system with one method to t1 (module notes).
+
+    Parameters
+    ----------
+    system : a :class:`~tpde.flows.systems.System`.
+    method : an object with ``step(f, t, y, h, k1, h_clock)``, ``order`` and ``adaptive``
+        (:class:`~tpde.flows.methods.ExplicitRK` and the stiff methods).
+    events : tuple of event objects (:mod:`tpde.flows.events`).
+    rtol, atol : tolerances of adaptive methods.
+    max_steps : attempts (accepted and rejected steps) allowed per element.
+    synchronous : step every element with one clock (module notes).
+    """
+
+    def __init__(self, system, method, events, *, rtol, atol, max_steps, synchronous):
+        self.system, self.method, self.events = system, method, events
+        self.rtol, self.atol, self.max_steps = rtol, atol, int(max_steps)
+        self.synchronous = synchronous
+        self.need_derivative = any(not isinstance(e, BlowUp) for e in events)
+
+    # ------------------------------------------------------------------ bookkeeping
+    def _stop(self, which: np.ndarray, status: Status, times) -> None:
+        """Stop the active elements of ``which`` with ``status`` at ``times``."""
+        which = which & self.active
+        if which.any():
+            self.status[which] = status
+            self.event_time[which] = np.broadcast_to(times, which.shape)[which]
+            self.active = self.active & ~which
+
+    def _device_mask(self, mask: np.ndarray, like: torch.Tensor) -> torch.Tensor:
+        return torch.as_tensor(mask, device=like.device)
+
+    def _steps_for(self, h_try: np.ndarray, like: torch.Tensor):
+        """The step of each element as the method wants it: a float, or one tensor per part."""
+        if not self.batched:
+            return float(h_try)
+        step = torch.as_tensor(h_try, dtype=like.dtype, device=like.device)
+        return self.system.per_part(step)
+
+    # ------------------------------------------------------------------ the loop
+    def run(self, t0: float, t1: float, dt: float, save_times) -> Trajectory:
+        """Integrate from t0 to t1 with first (or fixed) step dt; save at ``save_times``
+        (a sorted list including t0 and t1), or at every step when it is None."""
+        start = time.perf_counter()
+        system, method = self.system, self.method
+        state = system.project(system.initial())
+        batch = tuple(system.batch_of(state))
+        self.batched = batch != ()
+        self.synchronous = self.synchronous or not self.batched
+        rhs = _RHS(system, self.batched)
+        self.active = np.ones(batch, dtype=bool)
+        self.status = status_array(batch)
+        self.event_time = np.full(batch, math.nan)
+        t = np.full(batch, float(t0))
+        h = np.full(batch, float(dt))
+        steps = np.zeros(batch, dtype=np.int64)
+        rejected = np.zeros(batch, dtype=np.int64)
+        self.previous = (np.full(batch, math.nan), np.full(batch, math.nan))  # (h, err)
+        times, states = [float(t0)], [state]
+        pending = None if save_times is None else [s for s in save_times if s > t0]
+        jumps = [b for b in system.base_field.breakpoints if t0 < b < t1]
+        k1, iterations = None, 0
+        while True:
+            target = pending[0] if pending else t1
+            moving = self.active & (t < target)
+            if self.synchronous and moving.any():
+                clock = float(t[moving].max())
+                target = min([target, *(b for b in jumps if b > clock)])
+                moving = self.active & (t < target)
+            if not moving.any():
+                if not self.active.any() or not pending or target < pending[0]:
+                    if not self.active.any() or target >= t1:
+                        break
+                    continue  # a jump reached by every element: go on
+                times.append(target)
+                states.append(state)
+                pending.pop(0)
+                if not pending:
+                    break
+                continue
+            over = moving & (steps + rejected >= self.max_steps)
+            if over.any():
+                self._stop(over, Status.MAX_STEPS, t)
+                moving = moving & ~over
+                continue
+            clock = float(t[moving].min())
+            if system.enter(clock):
+                k1 = None  # a cached derivative belongs to the previous piece
+            rhs.active = self._device_mask(self.active, state[0])
+            if k1 is None:
+                k1 = rhs(clock, state)
+            h_prop = np.asarray(system.propose_step(clock, state, h), dtype=float)
+            remaining = target - t
+            landing = moving & (remaining <= h_prop * (1 + 1e-9))
+            h_try = np.where(moving, np.where(landing, remaining, h_prop), 0.0)
+            h_clock = float(h_try[moving].max()) if self.synchronous else 0.0
+            new, error, k_new = method.step(
+                rhs, clock, state, self._steps_for(h_try, state[0]), k1, h_clock=h_clock
+            )
+            new = system.project(new)
+            if method.adaptive:
+                norm = system.error_norm(error, state, new, self.rtol, self.atol)
+                accept, h_next = self._control(norm, moving, h_try, h_prop, t)
+            else:
+                accept, h_next = moving.copy(), np.where(moving, h_prop, h)
+            ok, retry = system.check_step(float(h_try.max()) if not self.batched else h_try)
+            if not ok:
+                accept, h_next = np.zeros_like(accept), np.where(moving, retry, h_next)
+            rejected += moving & ~accept
+            iterations += 1
+            h = h_next
+            if not accept.any():
+                continue
+            t_new = np.where(landing, target, t + h_try)
+            state, k1, advanced = self._after_step(rhs, state, new, k_new, k1, accept, t, t_new)
+            t = np.where(advanced, t_new, t)
+            steps += accept
+            system.record_step(float(h_try.max()), state)
+            if save_times is None and advanced.any():
+                times.append(float(t[advanced].max()))
+                states.append(state)
+        t_end = float(t.max()) if t.size else float(t0)
+        if times[-1] != t_end:
+            times.append(t_end)
+            states.append(state)
+        return self._trajectory(times, states, steps, rejected, iterations, rhs, h, start)
+
+    def _after_step(self, rhs, state, new, k_new, k1, accept, t, t_new):
+        """Freeze, stop on overflow, inner failure and events.
+
+        Returns (state, next k1, advanced): the elements in ``advanced`` now hold their
+        state at t_new (an element stopped by overflow or an inner failure keeps its state
+        at t; one stopped by an event is at t_new, where the event fired).
+        """
+        system = self.system
+        self._stop(accept & ~system.finite(new).cpu().numpy(), Status.BLOW_UP, t)
+        if system.inner.failure is not None:  # the step used an unconverged inner solve
+            self._stop(accept, Status.NOT_CONVERGED, t)
+        advanced = accept & self.active
+        if self.batched:
+            new = system.mask(self._device_mask(advanced, state[0]), new, state)
+        elif not advanced:
+            new = state
+        if k_new is not None:  # FSAL: the derivative at the new state, valid where it moved
+            if self.batched and k1 is not None:
+                k_new = system.mask(self._device_mask(advanced, state[0]), k_new, k1)
+            elif not self.batched and not advanced:
+                k_new = k1
+        elif self.need_derivative and advanced.any():
+            rhs.active = self._device_mask(self.active, state[0])
+            k_new = rhs(float(t_new[advanced].max()), new)  # at every element's own state
+        for event in self.events:
+            check = advanced & self.active
+            if check.any():
+                fired = event.check(system, new, k_new).detach().cpu().numpy()
+                self._stop(check & fired, Status.parse(event.name), t_new)
+        return new, k_new, advanced
+
+    def _control(self, norm: torch.Tensor, moving, h_try, h, t):
+        """Accept where the error norm is ≤ 1 (every moving element's in a synchronous run);
+        the next step from the standard and the predictive factors (module notes)."""
+        norm = norm.detach().cpu().numpy().astype(float)
+        norm = np.where(np.isfinite(norm), norm, math.inf)
+        norm = np.where(moving, norm, 0.0)
+        decision = np.full_like(norm, norm.max()) if self.synchronous else norm
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            factor = np.clip(0.9 * decision ** (-0.2), 0.2, 5.0)
+        factor = np.where(np.isfinite(decision), factor, 0.2)
+        accept = moving & (decision <= 1.0)
+        shortened = h_try < h  # shortened to land on a save time: keep h
+        prev_h, prev_err = self.previous
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            predictive = 0.9 * decision ** (-0.2) * (h_try / prev_h) * (prev_err / decision) ** 0.2
+        usable = np.isfinite(predictive) & (decision > 0) & (prev_err > 0)
+        predictive = np.where(usable, np.clip(predictive, 0.2, 5.0), 5.0)
+        grown = h_try * np.minimum(factor, predictive)
+        h_accept = np.where(shortened, np.maximum(h, h_try * factor), grown)
+        update = accept & ~shortened
+        self.previous = (np.where(update, h_try, prev_h), np.where(update, decision, prev_err))
+        h_reject = h_try * factor
+        collapsed = moving & ~accept & (h_reject < COLLAPSE * np.maximum(1.0, np.abs(t)))
+        # The step collapsed: the elements that refuse every step blow up here.
+        self._stop(collapsed & (norm > 1.0), Status.BLOW_UP, t)
+        h_reject = np.where(collapsed, h_try, h_reject)
+        return accept & self.active, np.where(accept, h_accept, np.where(moving, h_reject, h))
+
+    def _trajectory(self, times, states, steps, rejected, iterations, rhs, h, start):
+        system = self.system
+        stats = {
+            "n_steps": int(steps.sum()),
+            "n_rejected": int(rejected.sum()),
+            "n_iterations": iterations,
+            "n_rhs": rhs.calls,
+            "steps": steps,
+            "rejected": rejected,
+            "last_dt": h,
+            "synchronous": self.synchronous,
+            "wall_time_s": time.perf_counter() - start,
+            "method": getattr(self.method, "name", type(self.method).__name__),
+        }
+        if system.inner.failure is not None:
+            stats["inner_failure"] = system.inner.failure
+        stats.update(system.stats(states, states[-1]))
+        device = states[0][0].device
+        return Trajectory(
+            times=torch.tensor(times, dtype=torch.float64, device=device),
+            measures=[system.measure(s) for s in states],
+            status=self.status,
+            event_time=torch.as_tensor(self.event_time, dtype=torch.float64, device=device),
+            stats=stats,
+        )
