@@ -39,7 +39,7 @@ def as_tensor(
         tensor = value
     elif isinstance(value, np.ndarray | numbers.Number | Sequence):
         try:
-            tensor = torch.as_tensor(np.asarray(value))
+            tensor = torch.as_tensor(np.asarray(value), device=device)
         except (TypeError, ValueError) as err:
             raise TypeError(
                 f"{name} must be an array of numbers; received {type(value).__name__} that "

@@ -33,7 +33,7 @@ def keops_status() -> tuple[bool, str]:
     except Exception as err:  # any import failure is a reason to report, not to hide
         return False, f"pykeops could not be imported ({type(err).__name__}: {err})"
     try:
-        x = torch.zeros(2, 1, dtype=torch.float64)
+        x = torch.zeros(2, 1, dtype=torch.float64, device="cpu")  # the compile test
         (LazyTensor(x[:, None, :]) - LazyTensor(x[None, :, :])).sum(dim=1)
     except Exception as err:
         return False, f"pykeops could not compile a test formula ({type(err).__name__}: {err})"

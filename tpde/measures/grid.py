@@ -154,8 +154,12 @@ class Grid(Measure):
         """Cell-edge coordinates along each axis, tensors of shape (n_k + 1,)."""
         return tuple(
             torch.linspace(
-                float(self._lower[k]), float(self._upper[k]), n + 1, dtype=self.dtype
-            ).to(self.device)
+                float(self._lower[k]),
+                float(self._upper[k]),
+                n + 1,
+                dtype=self.dtype,
+                device=self.device,
+            )
             for k, n in enumerate(self.shape)
         )
 
@@ -438,7 +442,7 @@ def _correlated_masses(edges, mean, cov, quadrature: int) -> torch.Tensor:
 
 def _gauss_legendre(q: int, dtype, device):
     """Gauss–Legendre nodes and weights on [-1, 1] (Golub–Welsch, in torch)."""
-    k = torch.arange(1, q, dtype=torch.float64)
+    k = torch.arange(1, q, dtype=torch.float64, device=device)
     beta = k / torch.sqrt(4 * k**2 - 1)
     jacobi = torch.diag(beta, 1) + torch.diag(beta, -1)
     nodes, vectors = torch.linalg.eigh(jacobi)

@@ -132,7 +132,7 @@ def cluster_labels(mu, threshold: float) -> torch.Tensor:
     pairs = cKDTree(points).query_pairs(threshold, output_type="ndarray")
     graph = coo_matrix((np.ones(len(pairs)), (pairs[:, 0], pairs[:, 1])), shape=(n, n))
     _, labels = connected_components(graph, directed=False)
-    return torch.as_tensor(labels, dtype=torch.int64)
+    return torch.as_tensor(labels, dtype=torch.int64, device=_points(mu, "cluster_labels").device)
 
 
 def cluster_count(mu, threshold: float) -> int:

@@ -95,7 +95,7 @@ def token_ids(sentence: str) -> torch.Tensor:
             stacklevel=3,
         )
         ids = [*ids[: limit - 1], ids[-1]]
-    return torch.tensor(ids, dtype=torch.long)
+    return torch.tensor(ids, dtype=torch.long, device="cpu")  # token ids: host data
 
 
 def layer_norm(x, prefix: str, weights) -> torch.Tensor:
@@ -112,7 +112,7 @@ def linear(x, prefix: str, weights) -> torch.Tensor:
 def embeddings(ids: torch.Tensor) -> torch.Tensor:
     """Input embeddings after the embedding LayerNorm, shape (n, hidden)."""
     w = load_weights()
-    positions = torch.arange(ids.shape[0])
+    positions = torch.arange(ids.shape[0], device=ids.device)
     x = (
         w["embeddings.word_embeddings.weight"][ids]
         + w["embeddings.position_embeddings.weight"][positions]

@@ -122,7 +122,7 @@ def embed(sentences, dtype: torch.dtype = torch.float32) -> list[Empirical]:
         with torch.no_grad():
             points = _model.embeddings(ids).to(dtype)
         n = points.shape[0]
-        positions = torch.arange(n, dtype=dtype) / max(n - 1, 1)
+        positions = torch.arange(n, dtype=dtype, device=points.device) / max(n - 1, 1)
         measures.append(Empirical(points, positions=positions))
     return measures
 
