@@ -131,6 +131,13 @@ def flow(
     )
 
 
+def path_times(first_step: float, horizon: float, count: int) -> list[float]:
+    """Save times to draw trajectories: 0 and ``count`` times geometrically spaced from
+    ``first_step`` to ``horizon`` (the paper's flows are multi-scale: fast at first, slow
+    near their limits). Saving costs no step: tpde interpolates each element's own steps."""
+    return [0.0, *np.geomspace(first_step, horizon, count).tolist()]
+
+
 def subsample(n: int, limit: int) -> np.ndarray:
     """At most ``limit`` indices of range(n), evenly spread, first and last kept."""
     if n <= limit:

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from . import _framework as fw
-from ._paper import flow, init_grid, paper_field, subsample, to_cone
+from ._paper import flow, init_grid, paper_field, path_times, subsample, to_cone
 from .paper_euler import projected_euler
 
 NAME = "cones"
@@ -274,7 +274,8 @@ def run(config: Config, out: Path) -> None:
             "atol": config.atol,
         }
         clock = time.perf_counter()
-        res = flow(field, S0, tol_low=tol_low, tol_high=tol_high, save="steps", **common)
+        save = path_times(h, common["horizon"], 2 * config.path_points)
+        res = flow(field, S0, tol_low=tol_low, tol_high=tol_high, save=save, **common)
         seconds = time.perf_counter() - clock
         second = None
         blown = np.flatnonzero(res.status == "blow_up")

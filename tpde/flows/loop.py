@@ -38,6 +38,7 @@ import numpy as np
 import torch
 
 from tpde.flows.events import BlowUp
+from tpde.flows.saving import DenseSaves, LandingSaves
 from tpde.flows.status import Status, status_array
 from tpde.flows.trajectory import Trajectory
 
@@ -124,32 +125,28 @@ class Loop:
         steps = np.zeros(batch, dtype=np.int64)
         rejected = np.zeros(batch, dtype=np.int64)
         self.previous = (np.full(batch, math.nan), np.full(batch, math.nan))  # (h, err)
-        times, states = [float(t0)], [state]
-        pending = None if save_times is None else [s for s in save_times if s > t0]
+        if self.synchronous:
+            saves = LandingSaves(save_times, t0, state)
+        else:
+            saves = DenseSaves(save_times, t0, state, system.part_dims)
         jumps = [b for b in system.base_field.breakpoints if t0 < b < t1]
         k1, iterations = None, 0
         while True:
-            target = pending[0] if pending else t1
+            target = saves.target(t1)
             moving = self.active & (t < target)
             if self.synchronous and moving.any():
                 clock = float(t[moving].max())
                 target = min([target, *(b for b in jumps if b > clock)])
                 moving = self.active & (t < target)
             if not moving.any():
-                if not self.active.any() or not pending or target < pending[0]:
-                    if not self.active.any() or target >= t1:
-                        break
-                    continue  # a jump reached by every element: go on
-                times.append(target)
-                states.append(state)
-                pending.pop(0)
-                if not pending:
+                if saves.at_target(target, state):
+                    continue  # a save time reached by every element
+                if not self.active.any() or target >= t1:
                     break
-                continue
+                continue  # a jump reached by every element: go on
             over = moving & (steps + rejected >= self.max_steps)
             if over.any():
                 self._stop(over, Status.MAX_STEPS, t)
-                moving = moving & ~over
                 continue
             clock = float(t[moving].min())
             if system.enter(clock):
@@ -180,20 +177,19 @@ class Loop:
             if not accept.any():
                 continue
             t_new = np.where(landing, target, t + h_try)
-            state, k1, advanced = self._after_step(rhs, state, new, k_new, k1, accept, t, t_new)
+            old, f_old = state, k1
+            state, k1, advanced = self._after_step(
+                rhs, state, new, k_new, k1, accept, t, t_new, saves
+            )
+            saves.after_step(t, t_new, old, state, f_old, k1, advanced, system)
             t = np.where(advanced, t_new, t)
             steps += accept
             system.record_step(float(h_try.max()), state)
-            if save_times is None and advanced.any():
-                times.append(float(t[advanced].max()))
-                states.append(state)
-        t_end = float(t.max()) if t.size else float(t0)
-        if times[-1] != t_end:
-            times.append(t_end)
-            states.append(state)
+        t_end = float(t.max())
+        times, states = saves.finish(t_end, state, t, system)
         return self._trajectory(times, states, steps, rejected, iterations, rhs, h, start)
 
-    def _after_step(self, rhs, state, new, k_new, k1, accept, t, t_new):
+    def _after_step(self, rhs, state, new, k_new, k1, accept, t, t_new, saves):
         """Freeze, stop on overflow, inner failure and events.
 
         Returns (state, next k1, advanced): the elements in ``advanced`` now hold their
@@ -214,7 +210,9 @@ class Loop:
                 k_new = system.mask(self._device_mask(advanced, state[0]), k_new, k1)
             elif not self.batched and not advanced:
                 k_new = k1
-        elif self.need_derivative and advanced.any():
+        elif advanced.any() and (
+            self.need_derivative or saves.needs_derivative(t, t_new, advanced)
+        ):
             rhs.active = self._device_mask(self.active, state[0])
             k_new = rhs(float(t_new[advanced].max()), new)  # at every element's own state
         for event in self.events:
