@@ -62,6 +62,9 @@ def build(
     env = dict(os.environ, TPDE_EXAMPLE_SIZE=size)
     # Examples are small torch computations: one thread each (DESIGN.md, "Engines and scale").
     env.setdefault("OMP_NUM_THREADS", "1")
+    # KeOps's "CUDA libraries not found" banner, printed when POT or GeomLoss import it
+    # (tpde's own KeOps imports are quiet: tpde/_engines/keops.py), is no example's output.
+    env.setdefault("KEOPS_VERBOSE", "0")
     command = [sys.executable, "-m", "sphinx", "-b", "html", "-W", "-q"]
     if keep_going:
         command.append("--keep-going")

@@ -14,7 +14,7 @@ from tpde.measures import Empirical, Gaussian, Grid
 from tpde.plot import animate, draw
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
 F64 = torch.float64
 G0 = Gaussian(torch.tensor([0.5, -0.3], dtype=F64), torch.tensor([[1.0, 0.3], [0.3, 0.5]]))
@@ -92,7 +92,7 @@ def test_draw_uses_pyplot_current_axes_by_default(generator):
 
 def test_animate_rejects_bad_input(tmp_path, generator):
     cloud = Empirical(torch.randn(10, 2, generator=generator))
-    with pytest.raises(ValueError, match="path must end in '.gif'"):
+    with pytest.raises(ValueError, match=r"path must end in '\.gif'"):
         animate([cloud], tmp_path / "flow.mp4")
     with pytest.raises(ValueError, match="holds no measure"):
         animate([], tmp_path / "flow.gif")
@@ -109,7 +109,7 @@ def test_animate_rejects_bad_input(tmp_path, generator):
 
 def test_draw_rejects_bad_input(ax, generator):
     line = Empirical(torch.randn(10, 1, generator=generator))
-    with pytest.raises(ValueError, match="this measure has d = 1. Put a 1-D density on a Grid"):
+    with pytest.raises(ValueError, match=r"this measure has d = 1\. Put a 1-D density on a Grid"):
         draw(line, ax)
     cloud = Empirical(torch.randn(10, 3, generator=generator))
     with pytest.raises(ValueError, match=r"dims must be two coordinate indices in \[0, 2\]"):
