@@ -69,10 +69,9 @@ real_measures = [Empirical(h) for h in real[: int(depth) + 1]]
 curves = {"real model": (np.arange(len(real_measures)), *shape(real_measures)),
           "attention-only PDE": (pde.times.numpy(), *shape(pde.measures)),
           "Gaussian ODE": (ode.times.numpy(), *shape(ode.measures))}  # fmt: skip
-for name, (times, rank, aniso) in curves.items():
-    print(
-        f"{name:20s} effective rank {rank[0]:.1f} → {rank[-1]:.1f}, anisotropy {aniso[0]:.3f} → {aniso[-1]:.3f}"
-    )
+for name, (_, rank, aniso) in curves.items():
+    print(f"{name:20s} effective rank {rank[0]:.1f} → {rank[-1]:.1f}, "
+          f"anisotropy {aniso[0]:.3f} → {aniso[-1]:.3f}")  # fmt: skip
 
 # %%
 # The picture
