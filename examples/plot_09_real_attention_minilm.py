@@ -44,9 +44,9 @@ print(f"{sentence!r}: {tokens.n} tokens in d = {tokens.dim}")
 # The particle flow uses the schedule of the six real layers; the Gaussian starts from the
 # tokens' mean and covariance and stops if its trace passes 10⁴ (blow-up).
 
-depth = 2.0 if SMALL else 6.0
+depth = 1.0 if SMALL else 6.0
 saves = np.linspace(0, depth, int(depth) * 4 + 1).tolist()
-pde = integrate(model.schedule, tokens, depth, dt=0.1 if SMALL else 0.05, save=saves, events=())
+pde = integrate(model.schedule, tokens, depth, dt=0.25 if SMALL else 0.05, save=saves, events=())
 gauss = Gaussian(tokens.mean(), tokens.cov())
 ode = integrate(model.schedule, gauss, depth, method="dopri5", rtol=1e-4, atol=1e-6,
                 save=saves, events=(BlowUp(1e4, size="trace"),))  # fmt: skip
