@@ -29,7 +29,7 @@ g0 = Gaussian(torch.tensor([0.5, -0.3], dtype=F64), torch.tensor([[1.0, 0.3], [0
 cloud = Empirical.from_gaussian(
     g0, 300 if SMALL else 1500, generator=torch.Generator().manual_seed(0)
 )
-grid = Grid.from_gaussian(g0, (32, 32) if SMALL else (64, 64), -6.0, 6.0)
+grid = Grid.from_gaussian(g0, (32, 32) if SMALL else (64, 64), -8.0, 8.0)
 
 # %%
 # Integrate, then animate
@@ -39,8 +39,11 @@ grid = Grid.from_gaussian(g0, (32, 32) if SMALL else (64, 64), -6.0, 6.0)
 frames = 9 if SMALL else 25
 particles = integrate(field, cloud, 1.2, dt=0.05, save=frames)
 density = integrate(field, grid, 1.2, save=frames)
-animate(particles, "softmax_particles.gif", title="particles", xlim=(-6, 6), ylim=(-6, 6))
-animate(density, "softmax_grid.gif", title="grid density")
+gifs = [
+    animate(particles, "softmax_particles.gif", title="particles", xlim=(-8, 8), ylim=(-8, 8)),
+    animate(density, "softmax_grid.gif", title="grid density"),
+]
+print("wrote", *gifs)
 
 # %%
 # The last frame, drawn with :func:`tpde.plot.draw`
@@ -49,7 +52,7 @@ animate(density, "softmax_grid.gif", title="grid density")
 fig, ax = plt.subplots(figsize=(5, 5))
 draw(density.final, ax)
 draw(particles.final, ax, color="C0", size=3)
-ax.set_xlim(-6, 6)
-ax.set_ylim(-6, 6)
+ax.set_xlim(-8, 8)
+ax.set_ylim(-8, 8)
 ax.set_title("t = 1.2: grid (grey) and particles (blue)")
 plt.show()
