@@ -1,13 +1,15 @@
 # Two entry points on a fresh machine: `make run` (the main job) and `make test`.
 # Both create .venv if missing and install tpde into it, torch pinned by constraints.txt.
+# `make docs` adds the docs extra and builds the site into build/docs/.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.tpde-installed
+DOCS_STAMP := $(VENV)/.tpde-docs-installed
 # KeOps compiles formulas at first use into this ignored folder of the checkout.
 export KEOPS_CACHE_FOLDER ?= $(CURDIR)/build/keops
 
-.PHONY: run test test-slow lint format bench clean
+.PHONY: run test test-slow lint format bench docs clean
 
 $(STAMP): pyproject.toml setup.py constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -15,15 +17,20 @@ $(STAMP): pyproject.toml setup.py constraints.txt
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev,dask,real]"
 	touch $(STAMP)
 
+# The docs extra (Sphinx and friends) on top: the test suite builds the site too.
+$(DOCS_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[docs]"
+	touch $(DOCS_STAMP)
+
 # The quick run replaces the previous one in results/quick (a full run goes to results/full).
 run: $(STAMP)
 	$(BIN)/tpde run --quick --force
 	@echo "report: results/quick/report.md"
 
-test: $(STAMP)
+test: $(STAMP) $(DOCS_STAMP)
 	$(BIN)/python -m pytest
 
-test-slow: $(STAMP)
+test-slow: $(STAMP) $(DOCS_STAMP)
 	$(BIN)/python -m pytest -m slow
 
 lint: $(STAMP)
@@ -39,6 +46,11 @@ BENCH_QUICK ?= --quick
 bench: $(STAMP)
 	for b in fields metrics eulerian jko paper; do \
 		$(BIN)/python benchmarks/$$b.py $(BENCH_QUICK) || exit 1; done
+
+# The site, offline, into build/docs/ (examples cached in build/docs-work/: a rebuild
+# reruns only the examples that changed).
+docs: $(DOCS_STAMP)
+	$(BIN)/python docs/build.py
 
 clean:
 	rm -rf $(VENV) build results

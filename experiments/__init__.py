@@ -16,6 +16,8 @@ from __future__ import annotations
 from importlib import import_module
 from types import ModuleType
 
+__all__ = ["REGISTRY", "get", "names"]
+
 #: name on the command line -> module in this package.
 REGISTRY = {
     "cones": "cones",

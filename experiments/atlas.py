@@ -249,7 +249,20 @@ def plot(out: Path) -> list[Path]:
     fig.tight_layout()
     files = [fw.savefig(fig, out / "atlas_snapshots.png")]
     files.append(_plot_metrics(plt, out, config, arrays))
+    files.append(_animate_particles(out, config, arrays))
     return files
+
+
+def _animate_particles(out, config, arrays) -> Path:
+    """atlas_particles.gif: the first variant's particle cloud, one frame per saved time."""
+    from tpde.plot import animate
+
+    variant = config["variants"][0]
+    points, times = arrays[f"{variant}__particles__points"], arrays[f"{variant}__particles__times"]
+    clouds = [Empirical(torch.as_tensor(p, dtype=torch.float64)) for p in points[: len(times)]]
+    box = (-config["box"], config["box"])
+    return animate(clouds, out / "atlas_particles.gif", times=times, title=variant, xlim=box,
+                   ylim=box, fps=3)  # fmt: skip
 
 
 def _plot_metrics(plt, out, config, arrays):
@@ -337,6 +350,10 @@ def report(out: Path) -> fw.Report:
     figures = [
         ("atlas_snapshots.png", "Snapshots: every variant, three routes."),
         ("atlas_metrics.png", "W2 between routes, covariance spectra, particle clusters."),
+        (
+            "atlas_particles.gif",
+            f"The {config['variants'][0]} particle flow as an animation (tpde.plot.animate).",
+        ),
     ]
     notes = [
         "Clusters are connected components at a fixed resolution (in units of the initial "

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from PIL import Image
 
 from tpde import experiments
 from tpde.experiments import _framework as fw
@@ -84,6 +85,8 @@ def test_atlas_tiny(tmp_path):
     assert "gaussian" not in results["sigmoid"] and "grid" in results["sigmoid"]
     assert set(results["masked"]) & {"gaussian", "grid"} == set()
     assert np.isfinite(arrays["softmax__w2__particles__grid"]).all()
+    with Image.open(tmp_path / "atlas" / "atlas_particles.gif") as movie:  # one frame a save
+        assert movie.n_frames == 3
 
 
 def test_meanfield_and_jko_and_convexity_tiny(tmp_path):

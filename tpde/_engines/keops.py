@@ -4,11 +4,19 @@ pykeops is imported lazily, on the first use of the engine: importing it compile
 small C++ module, and each new formula is compiled with the system g++ (10–30 s) into
 KeOps's cache folder (``KEOPS_CACHE_FOLDER``; the project's Makefile points it to an
 ignored ``build/keops`` folder of the checkout).
+
+On a machine without CUDA, keopscore prints "[KeOps] Warning : CUDA libraries not found …"
+to stdout when it is first imported; :func:`quiet_keops_import` keeps that banner out of
+tpde's runs, tests and examples (tpde's own fallback warnings are Python warnings and are
+not affected).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import os
+import sys
 
 import torch
 
@@ -19,6 +27,35 @@ class KeOpsUnavailable(RuntimeError):
     """KeOps cannot be imported or cannot compile a formula on this machine."""
 
 
+@contextlib.contextmanager
+def quiet_keops_import():
+    """Import KeOps inside this block without its import-time banner.
+
+    keopscore reads its verbosity once, from ``KEOPS_VERBOSE``, when it is first imported,
+    and then prints the CUDA probe's result to stdout ("CUDA libraries not found …" on every
+    CPU-only machine). The block sets ``KEOPS_VERBOSE=0`` for that first import only and
+    restores the environment after it. A value the user set (``KEOPS_VERBOSE=1`` to see
+    KeOps's messages) is left alone, and so is a KeOps already imported.
+    """
+    if "keopscore" in sys.modules or "KEOPS_VERBOSE" in os.environ:
+        yield
+        return
+    os.environ["KEOPS_VERBOSE"] = "0"
+    try:
+        yield
+    finally:
+        os.environ.pop("KEOPS_VERBOSE", None)
+
+
+def import_pykeops():
+    """``pykeops``, imported quietly (:func:`quiet_keops_import`), its verbosity off."""
+    with quiet_keops_import():
+        import pykeops
+
+    pykeops.set_verbose(False)
+    return pykeops
+
+
 @functools.cache
 def keops_status() -> tuple[bool, str]:
     """Whether KeOps works here, and if not, why (cached for the process).
@@ -26,10 +63,8 @@ def keops_status() -> tuple[bool, str]:
     Imports pykeops and compiles one tiny reduction, so the answer is a real test.
     """
     try:
-        import pykeops
+        import_pykeops()
         from pykeops.torch import LazyTensor
-
-        pykeops.set_verbose(False)
     except Exception as err:  # any import failure is a reason to report, not to hide
         return False, f"pykeops could not be imported ({type(err).__name__}: {err})"
     try:

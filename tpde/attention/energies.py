@@ -71,6 +71,8 @@ class PotentialEnergy(Energy):
     ----------
     potential : callable, points (m, d) -> values (m,), differentiable in torch.
 
+    Notes
+    -----
     ``PotentialEnergy.quadratic(P, b)`` is U(x) = ½xᵀPx + bᵀx, with the Gaussian closed
     form ½ tr(PΣ) + U(α). A convex U gives a geodesically convex energy (the control case
     of :mod:`tpde.flows.convexity`); its W2 gradient flow moves particles by ẋ = −∇U(x).

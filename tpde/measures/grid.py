@@ -256,6 +256,8 @@ class Grid(Measure):
             would land beyond the boundary cells stays in the boundary cell. "ngp": the
             histogram (all mass to the cell containing the particle).
 
+        Notes
+        -----
         Particles outside the box (boundary included in the box) are not deposited: their
         mass is reported in :attr:`outside_mass` and the inside mass is renormalised.
         """

@@ -1,0 +1,167 @@
+"""Local Sphinx extension of tpde's docs.
+
+- Docstrings and the Markdown pages write math in Unicode with TeX-like scripts
+  (``|x − y|``, ``e^{yᵀAx}``, ``W_{2|η}``, ``Γ[μ](x)``), which reStructuredText and Markdown
+  would read as markup (``|x|`` is a substitution, ``[μ](x)`` a link) or print as is:
+  :func:`render_docstring` and :func:`render_markdown` escape the markup and set ``^{…}``
+  and ``_{…}`` as superscripts and subscripts, without touching the sources.
+- :func:`gif_scraper` shows the GIFs an example writes (tpde.plot.animate) in the gallery.
+- MathJax is copied into the site (offline), and the gallery's status is recorded for the
+  tests (tests/docs).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from importlib import resources
+from pathlib import Path
+
+# Spans of reST that must stay as they are: inline literals, roles, interpreted text.
+_PROTECTED = re.compile(r"``.+?``|:[\w.+-]+:`[^`]*`|`[^`]*`_{0,2}")
+# Lines that open a block whose content is literal: "…::" (a literal block) and the
+# directives that hold code or LaTeX (where "\|" means ‖).
+_LITERAL_BLOCK = re.compile(r"^(\s*)(\.\. (math|code|code-block|sourcecode)::|.*::\s*$)")
+# x^{…} and x_{…}: TeX-like scripts in Unicode prose (no nested braces).
+_SCRIPT = re.compile(r"(?<=\S)([\^_])\{([^{}`\n]+)\}")
+
+
+def _rst_script(match: re.Match) -> str:
+    role = "sup" if match.group(1) == "^" else "sub"
+    return f"\\ :{role}:`{match.group(2)}`\\ "
+
+
+def _render_prose(text: str) -> str:
+    return _SCRIPT.sub(_rst_script, text.replace("|", "\\|"))
+
+
+def _render_line(line: str) -> str:
+    out, last = [], 0
+    for match in _PROTECTED.finditer(line):
+        out.append(_render_prose(line[last : match.start()]))
+        out.append(match.group())
+        last = match.end()
+    out.append(_render_prose(line[last:]))
+    return "".join(out)
+
+
+def render_docstring(app, what, name, obj, options, lines: list[str]) -> None:
+    """Docstring prose: ``|`` is a norm or an absolute value, ``^{…}``/``_{…}`` scripts.
+
+    Outside inline literals, roles, literal blocks and math or code directives, ``|`` is
+    escaped (never a substitution) and ``x^{a}``, ``x_{a}`` become :sup:/:sub: roles.
+    """
+    block_indent = None  # indentation of the line that opened a literal block
+    for i, line in enumerate(lines):
+        indent = len(line) - len(line.lstrip())
+        if block_indent is not None:
+            if not line.strip() or indent > block_indent:
+                continue
+            block_indent = None
+        opened = _LITERAL_BLOCK.match(line)
+        if opened:
+            block_indent = len(opened.group(1))
+            if opened.group(3):  # a math or code directive: its own line is markup too
+                continue
+        lines[i] = _render_line(line)
+
+
+# "[μ](x)" in Markdown prose is Γ[μ](x), not a link: a link target here is a URL, a path
+# or an anchor (it holds "/", ".", ":" or "#").
+_MATH_LINK = re.compile(r"\]\((?=[^)\s/.:#]*\))")
+_TAG = {"^": "sup", "_": "sub"}
+
+
+def render_markdown(app, docname: str, source: list[str]) -> None:
+    """MATH.md, DESIGN.md: Γ[μ](x) stays text, ``^{…}``/``_{…}`` become scripts.
+
+    Code (fenced, indented by four spaces after a blank line, or in backticks) is left alone.
+    """
+    if app.env.doc2path(docname).suffix != ".md":
+        return
+    out, fenced, code, blank = [], False, False, True
+    for line in source[0].split("\n"):
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        indented = line.startswith("    ") and bool(line.strip())
+        code = indented and (blank or code)
+        if not fenced and not code:
+            parts = line.split("`")  # odd parts are inline code
+            for k in range(0, len(parts), 2):
+                text = _MATH_LINK.sub(r"\\](", parts[k])
+                parts[k] = _SCRIPT.sub(
+                    lambda m: f"<{_TAG[m.group(1)]}>{m.group(2)}</{_TAG[m.group(1)]}>", text
+                )
+            line = "`".join(parts)
+        blank = not line.strip()
+        out.append(line)
+    source[0] = "\n".join(out)
+
+
+# Pages that join the front page's toctree, after ANCHOR, when their source exists.
+OPTIONAL_PAGES = {"EXTENDING": "Extending"}
+ANCHOR = "   Design <DESIGN>"
+
+
+def optional_pages(app, docname: str, source: list[str]) -> None:
+    """Add docs/EXTENDING.md to the navigation when it exists (the site builds without it)."""
+    if docname != app.config.root_doc:
+        return
+    entries = [f"   {title} <{page}>" for page, title in OPTIONAL_PAGES.items()
+               if page in app.env.found_docs]  # fmt: skip
+    if ANCHOR not in source[0]:
+        raise ValueError(f"the front page's toctree must hold the line {ANCHOR.strip()!r}.")
+    source[0] = source[0].replace(ANCHOR, "\n".join([ANCHOR, *entries]))
+
+
+def gif_scraper(block, block_vars, gallery_conf):
+    """sphinx-gallery scraper: GIFs an example wrote into its folder become its images.
+
+    Examples run in their own (staged) folder; :func:`tpde.plot.animate` writes there.
+    Each GIF is moved to the gallery's image folder, so it is shown once.
+    """
+    from sphinx_gallery.scrapers import figure_rst
+
+    folder = Path(block_vars["src_file"]).parent
+    images = []
+    for gif, target in zip(
+        sorted(folder.glob("*.gif")), block_vars["image_path_iterator"], strict=False
+    ):
+        target = Path(target).with_suffix(".gif")
+        shutil.move(gif, target)
+        images.append(target)
+    return figure_rst(images, gallery_conf["src_dir"]) if images else ""
+
+
+def _copy_mathjax(app, exception):
+    if exception is not None or app.builder.format != "html":
+        return
+    name = Path(app.config.mathjax_path).name
+    source = resources.files("mathjax").joinpath("static", "mathjax", "es5", name)
+    target = Path(app.outdir) / "_static" / "mathjax"
+    target.mkdir(parents=True, exist_ok=True)
+    with resources.as_file(source) as path:
+        shutil.copy2(path, target / name)
+
+
+def _gallery_status(app, exception):
+    """Record which examples ran and which failed (tests/docs reads it)."""
+    conf = app.config.sphinx_gallery_conf
+    status = {
+        "passing": sorted(Path(p).name for p in conf.get("passing_examples", [])),
+        "stale": sorted(Path(p).name for p in conf.get("stale_examples", [])),
+        "failing": {Path(p).name: tb for p, tb in conf.get("failing_examples", {}).items()},
+    }
+    Path(app.doctreedir, "gallery_status.json").write_text(json.dumps(status, indent=1))
+
+
+def setup(app):
+    """Register the hooks (the scraper is named in conf.py's sphinx_gallery_conf)."""
+    # Before sphinx-gallery's own build-finished summary, which raises on a failing example.
+    app.connect("build-finished", _gallery_status, priority=100)
+    app.connect("build-finished", _copy_mathjax)
+    app.connect("autodoc-process-docstring", render_docstring, priority=600)  # after napoleon
+    app.connect("source-read", render_markdown)
+    app.connect("source-read", optional_pages)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
