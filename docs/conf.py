@@ -72,6 +72,8 @@ sphinx_gallery_conf = {
     "min_reported_time": 1,
     "matplotlib_animations": False,
     "reset_modules_order": "both",
+    # No execution-time pages: sphinx-gallery's loads jQuery and DataTables from CDNs.
+    "write_computation_times": False,
 }
 
 # ---------------------------------------------------------------- HTML
