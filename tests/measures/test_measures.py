@@ -134,3 +134,34 @@ def test_gaussian_sampling_has_finite_gradients_at_repeated_eigenvalues(generato
     x = Gaussian(torch.zeros(3, dtype=torch.float64), cov).sample(50, generator=generator)
     (grad,) = torch.autograd.grad(x.pow(2).sum(), cov)
     assert torch.isfinite(grad).all()
+
+
+def test_uniform_on_sphere_and_batches_of_clouds():
+    from tpde.measures import uniform_on_sphere
+
+    gen = torch.Generator().manual_seed(0)
+    mu = uniform_on_sphere(4000, 3, generator=gen)
+    assert mu.points.dtype == torch.float64 and mu.n == 4000 and mu.dim == 3
+    torch.testing.assert_close(mu.points.norm(dim=1), torch.ones(4000, dtype=torch.float64))
+    # Uniform on S²: mean 0 and covariance I/3 (4000 samples: 5 standard errors ≈ 0.05).
+    assert float(mu.mean().abs().max()) < 0.05
+    assert float((mu.cov() - torch.eye(3, dtype=torch.float64) / 3).abs().max()) < 0.05
+    batch = uniform_on_sphere(8, 2, batch=(3, 2), generator=gen)
+    assert batch.batch_shape == (3, 2) and batch.mean().shape == (3, 2, 2)
+    assert batch.cov().shape == (3, 2, 2, 2)
+    torch.testing.assert_close(batch[1, 0].cov(), Empirical(batch.points[1, 0]).cov())
+    with pytest.raises(ValueError, match=r"needs d >= 2"):
+        uniform_on_sphere(3, 1)
+    with pytest.raises(ValueError, match="index an element first"):
+        batch.sample(3)
+    with pytest.raises(TypeError, match="holds one cloud, not a batch"):
+        mu[0]
+    with pytest.raises(ValueError, match="nonzero points"):
+        Empirical(torch.zeros(2, 3)).normalized()
+    torch.testing.assert_close(
+        Empirical(torch.tensor([[3.0, 4.0]])).normalized().points, torch.tensor([[0.6, 0.8]])
+    )
+    from tpde.metrics import w2
+
+    with pytest.raises(ValueError, match="compare one cloud at a time"):
+        w2(batch, batch)

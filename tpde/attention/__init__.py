@@ -28,6 +28,7 @@ from tpde.attention.l2 import L2
 from tpde.attention.linear import Linear
 from tpde.attention.masked import Masked
 from tpde.attention.multihead import MultiHead
+from tpde.attention.normalized import Normalized
 from tpde.attention.schedule import LayerSchedule
 from tpde.attention.sigmoid import Sigmoid
 from tpde.attention.sinkhorn import Sinkhorn, SinkhornInfo, SinkhornNotConverged
@@ -51,6 +52,7 @@ __all__ = [
     "Linear",
     "Masked",
     "MultiHead",
+    "Normalized",
     "NotAGradientFlow",
     "PotentialEnergy",
     "Sigmoid",

@@ -85,32 +85,35 @@ CAPABILITIES = {
 class Field:
     """Base class of attention fields: the public protocol flows rely on.
 
-    Required of every field
-    -----------------------
-    ``dim`` : int, the token dimension d.
-    ``particle_velocity(t, mu, x, engine, info=None)`` : Γ[μ](x) for an Empirical μ at
-        points x (m, d) (or (…, m, d) for batched parameters), on a checked engine name;
-        inner solves report into ``info`` (an :class:`InnerSolves`, or None).
-    ``time_dependent`` : whether the parameters change with depth-time t (default True,
-        the safe answer; fields with tensor parameters say False). A time-dependent field
-        is evaluated at one time for a whole batch, so flows step its batch elements in
-        lockstep.
+    Notes
+    -----
+    Required of every field:
 
-    Provided here
-    -------------
-    :meth:`velocity` (the user-facing call), :meth:`check_measure`, :meth:`check_points`,
-    :meth:`gaussian_rhs` (from ``gaussian_affine``), :meth:`gradient_structure`.
+    - ``dim``: int, the token dimension d;
+    - ``particle_velocity(t, mu, x, engine, info=None)``: Γ[μ](x) for an Empirical μ at
+      points x (m, d) (or (…, m, d) for batched parameters), on a checked engine name;
+      inner solves report into ``info`` (an :class:`InnerSolves`, or None);
+    - ``time_dependent``: whether the parameters change with depth-time t (default True,
+      the safe answer; fields with tensor parameters say False). A time-dependent field
+      is evaluated at one time for a whole batch, so flows step its batch elements in
+      lockstep.
 
-    Optional capabilities (``capabilities``, a frozenset of names of :data:`CAPABILITIES`)
-    ------------------------------------------------------------------------------------
-    A class declares what it implements; declaring a capability without its methods is a
-    ``TypeError`` when the class is defined, so nothing fails deep in a run. ``"gaussian"``:
-    ``gaussian_affine``; ``"softmax_form"``: ``softmax_form(t, mu, x) -> SoftmaxForm``;
-    ``"gradient_flow"``: ``interaction(t) -> (A, V)``, ``energy``, ``first_variation``,
-    ``first_variation_grad``, ``log_metric_weight`` and the class attributes
-    ``metric_weighted`` (ω_μ = Z_μ or 1) and ``ascends_energy`` (the sign convention of
-    :class:`tpde.attention.structure.GradientStructure`); ``"piecewise"``: ``piece(t)``
-    and ``breakpoints``; ``"projection"``: ``project(points)``.
+    Provided here: :meth:`velocity` (the user-facing call), :meth:`check_measure`,
+    :meth:`check_points`, :meth:`gaussian_rhs` (from ``gaussian_affine``),
+    :meth:`gradient_structure`.
+
+    Optional capabilities (``capabilities``, a frozenset of names of :data:`CAPABILITIES`):
+    a class declares what it implements, and declaring a capability without its methods
+    is a ``TypeError`` when the class is defined, so nothing fails deep in a run.
+
+    - ``"gaussian"``: ``gaussian_affine``;
+    - ``"softmax_form"``: ``softmax_form(t, mu, x) -> SoftmaxForm``;
+    - ``"gradient_flow"``: ``interaction(t) -> (A, V, dtype)``, ``energy``,
+      ``first_variation``, ``first_variation_grad``, ``log_metric_weight`` and the class
+      attributes ``metric_weighted`` (ω_μ = Z_μ or 1) and ``ascends_energy`` (the sign
+      convention of :class:`tpde.attention.structure.GradientStructure`);
+    - ``"piecewise"``: ``piece(t)`` and ``breakpoints``;
+    - ``"projection"``: ``project(points)``.
     """
 
     #: Ambient dimension d of the tokens the field acts on.

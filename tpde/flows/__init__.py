@@ -14,7 +14,7 @@ the events; ``METHODS`` the Runge–Kutta tableaux with their orders (:class:`Ex
 from tpde.flows.compare import Comparison, compare
 from tpde.flows.convexity import ConvexityProbe, convexity_probe, geodesic_second_derivative
 from tpde.flows.eulerian import SCHEMES, CFLViolation, FiniteVolumes, GridSystem
-from tpde.flows.events import BlowUp, Converged
+from tpde.flows.events import BlowUp, Clustered, Converged
 from tpde.flows.integrate import integrate
 from tpde.flows.jko import GEOMETRIES, jko_flow, jko_step
 from tpde.flows.methods import METHODS, ExplicitRK
@@ -28,6 +28,7 @@ __all__ = [
     "STATUSES",
     "BlowUp",
     "CFLViolation",
+    "Clustered",
     "Comparison",
     "Converged",
     "ConvexityProbe",

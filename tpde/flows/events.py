@@ -1,4 +1,10 @@
-"""Events that stop a flow: finite-time blow-up and convergence to a stationary state."""
+"""Events that stop a flow: finite-time blow-up, convergence to a stationary state, and
+the gathering of tokens into one cluster.
+
+An event has a ``name`` (its :class:`~tpde.flows.Status`), ``requires`` (the per-element
+reduction of the system it reads: ``size``, ``rhs_norm``, ``diameter``) and
+``check(system, state, derivative) -> bool tensor`` with the batch shape.
+"""
 
 from __future__ import annotations
 
@@ -25,6 +31,7 @@ class BlowUp:
     threshold: float = 1e6
     size: str = "max"
     name = "blow_up"
+    requires = "size"
 
     def __post_init__(self):
         check_positive(self.threshold, "BlowUp threshold")
@@ -37,6 +44,26 @@ class BlowUp:
 
 
 @dataclass(frozen=True)
+class Clustered:
+    """Stop an element when its tokens have gathered into one cluster (status "clustered").
+
+    Fires when the diameter max_{i,j} |x_i − x_j| of the particles (of positive or zero
+    weight alike) falls below ``threshold``: for tokens on the unit sphere, a chord; the
+    largest angle is then 2·asin(threshold/2) ≈ threshold. Particle flows only.
+    """
+
+    threshold: float = 1e-3
+    name = "clustered"
+    requires = "diameter"
+
+    def __post_init__(self):
+        check_positive(self.threshold, "Clustered threshold")
+
+    def check(self, system, state, derivative) -> torch.Tensor:
+        return system.diameter(state) < self.threshold
+
+
+@dataclass(frozen=True)
 class Converged:
     """Stop an element when its velocity norm falls below ``tol`` (status ``"converged"``).
 
@@ -46,6 +73,7 @@ class Converged:
 
     tol: float = 1e-8
     name = "converged"
+    requires = "rhs_norm"
 
     def __post_init__(self):
         check_positive(self.tol, "Converged tol")
@@ -54,14 +82,14 @@ class Converged:
         return system.rhs_norm(state, derivative) < self.tol
 
 
-EVENTS = {"blow_up": BlowUp, "converged": Converged}
+EVENTS = {"blow_up": BlowUp, "converged": Converged, "clustered": Clustered}
 
 
 def parse_events(events) -> tuple:
     """Turn names and event objects into a tuple of event objects."""
     if events is None:
         return ()
-    if isinstance(events, str | BlowUp | Converged):
+    if isinstance(events, str | BlowUp | Converged | Clustered):
         events = (events,)
     parsed = []
     for event in events:
@@ -73,9 +101,9 @@ def parse_events(events) -> tuple:
                     "an event object such as BlowUp(threshold=1e4)."
                 )
             event = EVENTS[event]()
-        elif not isinstance(event, BlowUp | Converged):
+        elif not isinstance(event, BlowUp | Converged | Clustered):
             raise TypeError(
-                f"events must be names or BlowUp/Converged objects; received "
+                f"events must be names or BlowUp/Converged/Clustered objects; received "
                 f"{type(event).__name__}."
             )
         parsed.append(event)

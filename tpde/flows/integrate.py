@@ -117,7 +117,8 @@ def integrate(
     save : None (t0 and t1), an int (that many equally spaced times), a sequence of
         times, or "steps" (every accepted step; the batch then steps in lockstep). Every
         element lands exactly on every save time.
-    events : names ("blow_up", "converged") or event objects (:mod:`tpde.flows.events`).
+    events : names ("blow_up", "converged", "clustered") or event objects
+        (:mod:`tpde.flows.events`: BlowUp, Converged, Clustered).
     rtol, atol : error tolerances of adaptive methods.
     max_steps : budget of steps (accepted and rejected) per batch element; status
         "max_steps" beyond.
@@ -140,11 +141,19 @@ def integrate(
     check_positive(atol, "atol")
     save_times = _save_times(save, t0, t1)
     system, chosen, first = _system(field, mu0, t0, t1, dt, method, check_engine(engine))
+    parsed = parse_events(events)
+    for event in parsed:
+        if not callable(getattr(system, event.requires, None)):
+            raise ValueError(
+                f"the {type(event).__name__} event reads the {event.requires} of the state, "
+                f"which a {type(system).__name__} does not have: it applies to particle flows "
+                "(Empirical measures)."
+            )
     synchronous = field.time_dependent or bool(field.breakpoints) or save_times is None
     loop = Loop(
         system,
         chosen,
-        parse_events(events),
+        parsed,
         rtol=rtol,
         atol=atol,
         max_steps=max_steps,

@@ -92,6 +92,12 @@ def _resolve(mu, energy, geometry: str, mobility):
         )
     twisted = geometry in ("twisted", "twisted-bures")
     if isinstance(energy, Field):
+        if energy.supports("projection"):
+            raise NotImplementedError(
+                f"JKO steps are Euclidean (W2 and its twisted and Bures forms); {energy!r} "
+                "moves tokens on a manifold (a projection after each step), where tpde has "
+                "no JKO step. Integrate the field instead."
+            )
         if energy.time_dependent:
             raise ValueError(
                 "JKO steps an autonomous gradient flow; the field has time-dependent "

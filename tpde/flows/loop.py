@@ -112,7 +112,7 @@ class Loop:
         (a sorted list including t0 and t1), or at every step when it is None."""
         start = time.perf_counter()
         system, method = self.system, self.method
-        state = system.project(system.initial())
+        state = system.initial()  # projected steps start from the state as given
         batch = tuple(system.batch_of(state))
         self.batched = batch != ()
         self.synchronous = self.synchronous or not self.batched

@@ -12,10 +12,11 @@ default):
   ``(2,)``: points (n, d); Gaussians ``(1, 2)``: mean and covariance);
 - ``initial() -> state``;  ``rhs(t, state) -> derivative`` (same structure);
   ``measure(state) -> Measure``;
-- ``project(state) -> state``: applied after every accepted step (and to the initial
-  state), the retraction onto the state's manifold: identity on R^d, symmetrisation of
-  covariances, renormalisation onto the sphere. Applying it after whole steps only keeps
-  the method's order (stages may leave the manifold by O(h^{p+1}));
+- ``project(state) -> state``: applied after every accepted step (not to the initial
+  state, which the field checks), the retraction onto the state's manifold: identity on
+  R^d, symmetrisation of covariances, renormalisation onto the sphere, a LayerNorm.
+  Applying it after whole steps only keeps the method's order (stages may leave the
+  manifold by O(h^{p+1}));
 - ``propose_step(t, state, h) -> h`` and ``check_step(h) -> (ok, retry)``: a step-size
   controller of the system's own (the CFL condition of grids) besides the method's error
   estimate; ``record_step(h, state)`` sees every accepted step; ``stats()`` adds the
@@ -155,12 +156,13 @@ class ParticleSystem(System):
         return self.mu.with_points(state[0])
 
     def project(self, state):
-        if not self.base_field.supports("projection"):
+        field = self.field  # the piece acting now (a Mix-LN stack projects in its first part)
+        if not field.supports("projection"):
             return state
-        projected = self.base_field.project(state[0])
+        projected = field.project(state[0])
         if projected.shape != state[0].shape:
             raise ValueError(
-                f"{type(self.base_field).__name__}.project returned shape "
+                f"{type(field).__name__}.project returned shape "
                 f"{tuple(projected.shape)} for points {tuple(state[0].shape)}: a projection "
                 "(retraction) must return points of the same shape."
             )
@@ -184,6 +186,15 @@ class ParticleSystem(System):
         velocity = derivative[0].detach()
         return ((velocity**2).sum(-1) @ self.mu.weights.detach()).sqrt()
 
+    def diameter(self, state) -> torch.Tensor:
+        """max_{i,j} |x_i − x_j| per element, in batch chunks of ~64 MB of distances."""
+        points = state[0].detach()
+        flat = points.reshape(-1, *points.shape[-2:])
+        n = points.shape[-2]
+        chunk = max(1, (64 * 2**20) // (n * n * points.element_size()))
+        parts = [torch.cdist(c, c).amax((-2, -1)) for c in flat.split(chunk)]
+        return torch.cat(parts).reshape(points.shape[:-2])
+
 
 class GaussianSystem(System):
     """Gaussian moment ODE: state (mean, cov), (α̇, Σ̇) from ``field.gaussian_rhs``."""
@@ -196,7 +207,9 @@ class GaussianSystem(System):
         dmean, _ = field.gaussian_rhs(t0, mu.mean(), mu.cov())
         batch = dmean.shape[:-1]
         d = mu.dim
-        self._initial = (mu.mean().expand(*batch, d), mu.cov().expand(*batch, d, d))
+        cov = mu.cov()
+        cov = 0.5 * (cov + cov.transpose(-1, -2))  # symmetric to rounding, as every state
+        self._initial = (mu.mean().expand(*batch, d), cov.expand(*batch, d, d))
 
     def initial(self):
         return self._initial

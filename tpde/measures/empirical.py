@@ -22,8 +22,10 @@ class Empirical(Measure):
 
     Parameters
     ----------
-    points : tensor or array, shape (n, d)
-        Particle locations (tokens).
+    points : tensor or array, shape (n, d), or (..., n, d) for a batch of clouds
+        Particle locations (tokens). Leading batch dimensions make a batch of particle
+        systems with shared weights and positions (one per parameter set or seed): a flow
+        steps and stops every element on its own; index one element with ``mu[i]``.
     weights : tensor or array, shape (n,), optional
         Nonnegative masses summing to 1 (within √eps of the dtype; they are then
         renormalised exactly). Default: uniform 1/n. Zero weights are allowed: such a
@@ -39,18 +41,19 @@ class Empirical(Measure):
 
     def __init__(self, points, weights=None, positions=None):
         points = as_tensor(points, "points")
-        if points.ndim != 2:
+        if points.ndim < 2:
             raise ValueError(
-                f"points must have shape (n, d); received shape {tuple(points.shape)}. "
-                "Reshape a single cloud to (n, d), e.g. points.reshape(-1, d)."
+                f"points must have shape (n, d); received shape {tuple(points.shape)}. Reshape "
+                "a single cloud to (n, d), e.g. points.reshape(-1, d) (a batch of clouds is "
+                "(..., n, d))."
             )
-        if points.shape[0] == 0 or points.shape[1] == 0:
+        if points.numel() == 0:
             raise ValueError(
                 f"points must hold at least one point in dimension >= 1; received shape "
                 f"{tuple(points.shape)}."
             )
         check_finite(points, "points")
-        n = points.shape[0]
+        n = points.shape[-2]
         self._points = points
         self._weights = self._check_weights(weights, n)
         self._positions = self._check_positions(positions, n)
@@ -109,6 +112,38 @@ class Empirical(Measure):
             )
         return cls(gaussian.sample(n, generator=generator))
 
+    def normalized(self) -> Empirical:
+        """The same measure with every point divided by its norm: tokens on the unit sphere
+        S^{d−1} (x ↦ x/|x|, the normalisation of a Post-LN Transformer). Zero points raise."""
+        norms = self._points.norm(dim=-1, keepdim=True)
+        if bool((norms == 0).any()):
+            raise ValueError(
+                "normalized() needs nonzero points: a point at the origin has no direction. "
+                "Move or drop it first."
+            )
+        return self.with_points(self._points / norms)
+
+    @property
+    def batch_shape(self) -> torch.Size:
+        """Leading batch dimensions of the points (empty for one cloud)."""
+        return self._points.shape[:-2]
+
+    def __getitem__(self, index) -> Empirical:
+        """One element (or a sub-batch) of a batch of clouds, with the same weights."""
+        if self.batch_shape == ():
+            raise TypeError(
+                "this Empirical holds one cloud, not a batch: index its points instead "
+                "(mu.points[i]), or build Empirical(points[idx], weights[idx])."
+            )
+        points = self._points[index]
+        if points.ndim < 2 or points.shape[-2:] != self._points.shape[-2:]:
+            raise IndexError(
+                f"index the batch dimensions {tuple(self.batch_shape)} only; received {index!r}."
+            )
+        new = object.__new__(Empirical)
+        new._points, new._weights, new._positions = points, self._weights, self._positions
+        return new
+
     def with_points(self, points: torch.Tensor) -> Empirical:
         """Same weights and positions, new locations (used by flows; checked for shape only)."""
         if points.shape != self._points.shape:
@@ -122,7 +157,7 @@ class Empirical(Measure):
 
     @property
     def points(self) -> torch.Tensor:
-        """Particle locations, shape (n, d)."""
+        """Particle locations, shape (n, d) (or (..., n, d) for a batch)."""
         return self._points
 
     @property
@@ -138,11 +173,11 @@ class Empirical(Measure):
     @property
     def n(self) -> int:
         """Number of particles."""
-        return self._points.shape[0]
+        return self._points.shape[-2]
 
     @property
     def dim(self) -> int:
-        return self._points.shape[1]
+        return self._points.shape[-1]
 
     @property
     def dtype(self) -> torch.dtype:
@@ -153,17 +188,23 @@ class Empirical(Measure):
         return self._points.device
 
     def mean(self) -> torch.Tensor:
-        """Weighted mean Σ_i w_i x_i, shape (d,)."""
+        """Weighted mean Σ_i w_i x_i, shape (d,) (or (..., d))."""
         return self._weights @ self._points
 
     def cov(self) -> torch.Tensor:
-        """Weighted (population) covariance Σ_i w_i (x_i − m)(x_i − m)ᵀ, shape (d, d)."""
-        centred = self._points - self.mean()
-        return (centred * self._weights[:, None]).T @ centred
+        """Weighted (population) covariance Σ_i w_i (x_i − m)(x_i − m)ᵀ, shape (d, d)
+        (or (..., d, d))."""
+        centred = self._points - self.mean().unsqueeze(-2)
+        return (centred * self._weights[:, None]).mT @ centred
 
     def sample(self, n: int, generator: torch.Generator | None = None) -> torch.Tensor:
         """Resample ``n`` points with replacement according to the weights, shape (n, d)."""
         n = check_sample_size(n)
+        if self.batch_shape != ():
+            raise ValueError(
+                f"sample draws from one cloud; this Empirical is a batch of shape "
+                f"{tuple(self.batch_shape)}: index an element first, mu[i].sample(n)."
+            )
         index = torch.multinomial(
             self._weights.detach().to(torch.float64), n, replacement=True, generator=generator
         )
@@ -183,4 +224,6 @@ class Empirical(Measure):
 
     def __repr__(self) -> str:
         extra = ", with positions" if self._positions is not None else ""
+        if self.batch_shape != ():
+            extra += f", batch={tuple(self.batch_shape)}"
         return f"Empirical(n={self.n}, d={self.dim}, dtype={self.dtype}{extra})"

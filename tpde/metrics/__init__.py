@@ -13,13 +13,15 @@
 - :func:`twisted_w2`: the twisted distance of softmax attention frozen at a reference.
 - :func:`conditional_w2`: conditional W2 for particles with positions (masked attention).
 - :mod:`tpde.metrics.diagnostics`: spectrum, ranks, anisotropy, clusters, Gaussianity.
+- :mod:`tpde.metrics.clustering`: angular clusters of token clouds (on the sphere), GLPR's
+  cluster density, cluster counts over time, time to a single cluster; batched.
 
 Every distance is a tensor (0-d, or the batch shape of batched Gaussians): the distance,
 not its square. Autograd is kept throughout; where POT's network simplex needs numpy, the
 plan is computed on detached copies and the value rebuilt in torch (envelope theorem).
 """
 
-from tpde.metrics import diagnostics
+from tpde.metrics import clustering, diagnostics
 from tpde.metrics.bures import (
     BuresTangent,
     GaussianMap,
@@ -29,6 +31,13 @@ from tpde.metrics.bures import (
     bures_log,
     bures_monge_map,
     bures_wasserstein,
+)
+from tpde.metrics.clustering import (
+    angular_cluster_count,
+    angular_cluster_labels,
+    cluster_density,
+    clusters_over_time,
+    time_to_single_cluster,
 )
 from tpde.metrics.conditional import conditional_w2
 from tpde.metrics.entropic_gaussian import EntropicGaussianOT, entropic_ot_gaussian
@@ -40,16 +49,22 @@ __all__ = [
     "BuresTangent",
     "EntropicGaussianOT",
     "GaussianMap",
+    "angular_cluster_count",
+    "angular_cluster_labels",
     "bures_exp",
     "bures_geodesic",
     "bures_inner",
     "bures_log",
     "bures_monge_map",
     "bures_wasserstein",
+    "cluster_density",
+    "clustering",
+    "clusters_over_time",
     "conditional_w2",
     "diagnostics",
     "entropic_ot_gaussian",
     "sinkhorn_divergence",
+    "time_to_single_cluster",
     "twisted_w2",
     "w2",
 ]

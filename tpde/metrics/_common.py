@@ -122,6 +122,11 @@ def as_empirical(measure, name: str, fname: str) -> Empirical:
         emp = measure.to_empirical()
     else:
         raise TypeError(f"{fname}: {name} must be an Empirical measure; received {kind(measure)}.")
+    if emp.points.ndim != 2:
+        raise ValueError(
+            f"{fname}: {name} is a batch of {tuple(emp.points.shape[:-2])} particle clouds; "
+            f"compare one cloud at a time ({name}[i]), e.g. in a loop over the batch."
+        )
     check_finite(emp.points, f"{name} points")
     check_finite(emp.weights, f"{name} weights")
     return emp
