@@ -186,7 +186,7 @@ def test_bad_input_is_refused_with_a_clear_message():
     assert integrate(Normalized(field), off.normalized(), 0.1).status == "completed"
     with pytest.raises(ValueError, match="unknown normalisation scheme 'rms'; choose one of 'post"):
         Normalized(field, "rms")
-    with pytest.raises(ValueError, match="nGPT alpha must be finite and > 0; received -0.5"):
+    with pytest.raises(ValueError, match=r"nGPT alpha must be finite and > 0; received -0\.5"):
         Normalized(field, "ngpt", alpha=-0.5)
     with pytest.raises(ValueError, match=r"alpha\(t\) must be finite and > 0"):
         Normalized(field, "ngpt", alpha=lambda t: 0.0).velocity(uniform_on_sphere(4, 3))
