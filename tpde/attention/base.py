@@ -21,6 +21,23 @@ from tpde.metrics.mobility import NotAGradientFlow
 __all__ = ["CAPABILITIES", "Field", "GaussianNotPreserved", "InnerSolves", "NotAGradientFlow"]
 
 
+def check_no_overflow(value: torch.Tensor, mu, what: str) -> None:
+    """Raise OverflowError when a computation on finite tokens produced Inf or NaN.
+
+    The tokens are finite (checked when the measure was built), so a non-finite result is
+    an overflow of the dtype: attention scores xᵀAy beyond its range.
+    """
+    if bool(torch.isfinite(value).all()):
+        return
+    largest = float(mu.points.detach().abs().max())
+    raise OverflowError(
+        f"{what} overflowed in {value.dtype}: the attention scores of these tokens (largest "
+        f"|coordinate| {largest:.3g}) exceed the range of {value.dtype}. Compute in float64 "
+        "(mu.to(dtype=torch.float64) and float64 parameters), or rescale the tokens or the "
+        "parameters (A = scale·KᵀQ) so that the scores stay moderate."
+    )
+
+
 class GaussianNotPreserved(NotImplementedError):
     """The field does not map Gaussians to Gaussians; there is no moment closure."""
 
@@ -212,6 +229,7 @@ class Field:
         start = len(info)
         out = self.particle_velocity(t, mu, mu.points if x is None else x, engine, info=info)
         info.warn(since=start, stacklevel=2)
+        check_no_overflow(out, mu, "the velocity Γ[μ]")
         return out
 
     def particle_velocity(self, t, mu: Empirical, x, engine: str, info=None) -> torch.Tensor:

@@ -58,7 +58,15 @@ class _CallableEnergy(Energy):
         self.fn = fn
 
     def __call__(self, mu, engine: str = "auto") -> torch.Tensor:
-        return self.fn(mu)
+        value = self.fn(mu)
+        if not isinstance(value, torch.Tensor) or value.ndim != 0:
+            shape = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+            raise ValueError(
+                f"the energy {self!r} must return a 0-d tensor computed from the measure's "
+                f"tensors (autograd differentiates it); it returned {shape}. Reduce it, e.g. "
+                "with .sum() or .mean(), and keep it in torch."
+            )
+        return value
 
     def __repr__(self) -> str:
         return f"Energy({getattr(self.fn, '__name__', repr(self.fn))})"

@@ -6,7 +6,7 @@ import torch
 
 from tpde._engines import check_engine
 from tpde._validation import as_tensor, check_finite, check_positive
-from tpde.attention.base import Field, GaussianNotPreserved
+from tpde.attention.base import Field, GaussianNotPreserved, check_no_overflow
 from tpde.attention.registry import register, variant
 from tpde.measures import Empirical, Gaussian, Grid, Measure
 
@@ -114,7 +114,9 @@ class Masked(Field):
                 f"shape ({x.shape[0]},) in [0, 1]."
             )
         positions = _check_positions(positions, x)
-        return self._masked_velocity(t, mu, x, positions, engine)
+        out = self._masked_velocity(t, mu, x, positions, engine)
+        check_no_overflow(out, mu, "the masked velocity Γ[μ]")
+        return out
 
     @property
     def time_dependent(self) -> bool:

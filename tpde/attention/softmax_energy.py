@@ -118,7 +118,20 @@ def softmax_energy(field, mu, *, t: float = 0.0, engine: str = "auto") -> torch.
     points, log_w = key_log_weights(mu)
     A, _ = _interaction(field, t, points)
     log_z = logsumexp(points @ A.mT, points, log_w, engine=engine)
-    return (torch.logsumexp(log_w + log_z, dim=-1) - _LOG2).exp()
+    energy = (torch.logsumexp(log_w + log_z, dim=-1) - _LOG2).exp()
+    _check_finite_energy(energy, mu)
+    return energy
+
+
+def _check_finite_energy(energy: torch.Tensor, mu) -> None:
+    """The particle energy is finite for finite tokens unless the dtype overflows."""
+    if not bool(torch.isfinite(energy).all()):
+        largest = float(mu.points.detach().abs().max())
+        raise OverflowError(
+            f"the softmax energy overflowed in {energy.dtype}: E = ½∬e^(yᵀAx) of these tokens "
+            f"(largest |coordinate| {largest:.3g}) exceeds its range. Compute in float64, or "
+            "rescale the tokens or A."
+        )
 
 
 def softmax_first_variation(field, mu, x, *, t: float = 0.0, engine: str = "auto"):

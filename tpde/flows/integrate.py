@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from tpde._engines import check_engine
-from tpde._validation import check_choice, check_positive
+from tpde._validation import check_choice, check_positive, check_positive_int
 from tpde.attention.base import Field
 from tpde.flows.eulerian import FiniteVolumes, GridSystem
 from tpde.flows.events import parse_events
@@ -33,6 +33,8 @@ def _save_times(save, t0: float, t1: float) -> list[float] | None:
         times = np.linspace(t0, t1, save).tolist()
     else:
         times = [float(s) for s in np.asarray(save, dtype=float).ravel()]
+        if not all(math.isfinite(s) for s in times):
+            raise ValueError(f"save times must be finite; received {times}.")
         if any(s < t0 or s > t1 for s in times):
             raise ValueError(f"save times must lie in [t0, t1] = [{t0}, {t1}]; received {times}.")
     return sorted({t0, t1, *times})
@@ -139,6 +141,7 @@ def integrate(
     dt = None if dt is None else check_positive(dt, "dt")
     check_positive(rtol, "rtol")
     check_positive(atol, "atol")
+    check_positive_int(max_steps, "max_steps")
     save_times = _save_times(save, t0, t1)
     system, chosen, first = _system(field, mu0, t0, t1, dt, method, check_engine(engine))
     parsed = parse_events(events)

@@ -258,7 +258,10 @@ def jko_flow(
     times = _step_times(tau, t1)
     measures = [mu0]
     stats = {"inner_iterations": [], "evaluations": [], "grad_norm": [], "distance": []}
-    energies = [float(G(mu0, engine).detach())]
+    try:
+        energies = [float(G(mu0, engine).detach())]
+    except OverflowError:  # reported by the first step as a non-finite energy
+        energies = [math.inf]
     status, event_time = Status.COMPLETED, math.nan
     mu, cache = mu0, {}  # the entropic kernels, computed once per flow
     for k in range(len(times) - 1):

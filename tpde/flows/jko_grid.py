@@ -155,9 +155,12 @@ def entropic_step(
     ``previous``: G(grid) when the caller has it already (the flow's last step computed it).
     """
     epsilon = default_epsilon(grid, tau) if epsilon is None else check_positive(epsilon, "epsilon")
-    previous = float(G(grid, engine).detach()) if previous is None else previous
-    phi = _first_variation(G, grid, engine)
-    if not bool(torch.isfinite(phi).all()) or not math.isfinite(previous):
+    try:
+        previous = float(G(grid, engine).detach()) if previous is None else previous
+        phi = _first_variation(G, grid, engine)
+    except OverflowError:  # the energy exceeds the dtype's range on this box
+        previous, phi = math.inf, None
+    if phi is None or not bool(torch.isfinite(phi).all()) or not math.isfinite(previous):
         return JKOStep(
             grid, Status.NOT_CONVERGED, 0, 1, math.nan, previous, previous, math.nan, tau,
             "the energy or its first variation is not finite on the grid (overflow of "

@@ -200,7 +200,18 @@ def solve_prox(prox, G, tau: float, *, tol: float, max_iter: int, engine: str):
         count[0] += 1
         with torch.enable_grad():
             z = z.detach().requires_grad_(True)
-            value = G(prox.measure(z), engine) + 0.5 * (z * z).sum()
+            try:
+                energy = G(prox.measure(z), engine)
+            except OverflowError:  # beyond the dtype's range: infeasible for the search
+                return math.inf, torch.zeros_like(z)
+            if not energy.requires_grad:
+                raise ValueError(
+                    f"the energy {G!r} has no autograd path to the measure (its value does "
+                    "not depend on the points, mean or covariance as torch sees them), so a "
+                    "JKO step cannot move: compute it from mu's tensors in torch, without "
+                    ".detach(), .item() or numpy."
+                )
+            value = energy + 0.5 * (z * z).sum()
             if not bool(torch.isfinite(value)):
                 return math.inf, torch.zeros_like(z)
             (grad,) = torch.autograd.grad(value, z)
@@ -210,9 +221,12 @@ def solve_prox(prox, G, tau: float, *, tol: float, max_iter: int, engine: str):
 
     value0, grad0 = evaluate(zero)
     if not math.isfinite(value0):
-        energy = G(prox.measure(zero), engine)
+        try:
+            energy = float(G(prox.measure(zero), engine))
+        except OverflowError:
+            energy = math.inf
         raise ValueError(
-            f"the energy is {float(energy)} at the step's initial measure: a JKO step needs "
+            f"the energy is {energy} at the step's initial measure: a JKO step needs "
             f"a finite energy there.{_domain_hint(G, prox.measure(zero))}"
         )
     scale = float(grad0.abs().max())

@@ -37,7 +37,6 @@ import time
 import numpy as np
 import torch
 
-from tpde.flows.events import BlowUp
 from tpde.flows.saving import DenseSaves, LandingSaves
 from tpde.flows.status import Status, status_array
 from tpde.flows.trajectory import Trajectory
@@ -85,7 +84,7 @@ class Loop:
         self.system, self.method, self.events = system, method, events
         self.rtol, self.atol, self.max_steps = rtol, atol, int(max_steps)
         self.synchronous = synchronous
-        self.need_derivative = any(not isinstance(e, BlowUp) for e in events)
+        self.need_derivative = any(e.requires == "rhs_norm" for e in events)
 
     # ------------------------------------------------------------------ bookkeeping
     def _stop(self, which: np.ndarray, status: Status, times) -> None:
@@ -131,6 +130,10 @@ class Loop:
             saves = DenseSaves(save_times, t0, state, system.part_dims)
         jumps = [b for b in system.base_field.breakpoints if t0 < b < t1]
         k1, iterations = None, 0
+        if self.need_derivative:
+            rhs.active = self._device_mask(self.active, state[0])
+            k1 = rhs(float(t0), state)
+        self.memory = [event.start(system, state, k1) for event in self.events]
         while True:
             target = saves.target(t1)
             moving = self.active & (t < target)
@@ -215,11 +218,14 @@ class Loop:
         ):
             rhs.active = self._device_mask(self.active, state[0])
             k_new = rhs(float(t_new[advanced].max()), new)  # at every element's own state
-        for event in self.events:
+        for i, event in enumerate(self.events):
             check = advanced & self.active
             if check.any():
-                fired = event.check(system, new, k_new).detach().cpu().numpy()
-                self._stop(check & fired, Status.parse(event.name), t_new)
+                fired, memory = event.check(system, new, k_new, self.memory[i])
+                if memory is not None:  # elements that did not step keep theirs
+                    keep = torch.as_tensor(check, device=memory.device)
+                    self.memory[i] = torch.where(keep, memory, self.memory[i])
+                self._stop(check & fired.detach().cpu().numpy(), Status.parse(event.name), t_new)
         return new, k_new, advanced
 
     def _control(self, norm: torch.Tensor, moving, h_try, h, t):

@@ -23,7 +23,7 @@ def uniform_on_sphere(
 
     Drawn as Gaussian vectors divided by their norms (the uniform law is the only
     rotation-invariant one on the sphere). ``batch`` adds leading dimensions: a batch of
-    independent clouds (points of shape (*batch, n, d)), e.g. the systems of a phase
+    independent clouds (points of shape ``(*batch, n, d)``), e.g. the systems of a phase
     diagram. Draws are made on the generator's device (the CPU by default) and moved to
     ``device``, so a seed gives the same points everywhere.
     """
