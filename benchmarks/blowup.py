@@ -56,26 +56,14 @@ def spread_batch(count: int, seed: int = 0):
     lam = _lambda_max(S, sym)
     target = np.geomspace(0.25, 2.5, count)
     S0 = S * (1 / target / lam)[:, None, None]  # λ scales linearly with Σ₀
-    t_star = 1 / _lambda_max(S0, sym)
-    return A, S0, t_star, _hit_time(S0, sym, t_star)
+    t_star, t_hit, _ = cones.softmax_blowup(S0, A, THRESHOLD)
+    return A, S0, t_star, t_hit
 
 
 def _lambda_max(S, sym):
     evals, vecs = np.linalg.eigh(S)
     root = (vecs * np.sqrt(evals)[..., None, :]) @ np.swapaxes(vecs, -1, -2)
     return np.linalg.eigvalsh(root @ sym @ root)[..., -1]
-
-
-def _hit_time(S0, sym, t_star):
-    """The time where tr Σ(t) = THRESHOLD (bisection on the closed form)."""
-    inv0 = np.linalg.inv(S0)
-    lo, hi = np.zeros_like(t_star), t_star.copy()
-    for _ in range(100):
-        mid = 0.5 * (lo + hi)
-        trace = np.trace(np.linalg.inv(inv0 - mid[:, None, None] * sym), axis1=-2, axis2=-1)
-        big = trace > THRESHOLD
-        hi, lo = np.where(big, mid, hi), np.where(big, lo, mid)
-    return hi
 
 
 def tpde_batch(A, S0):

@@ -165,8 +165,10 @@ class Field:
 
     @property
     def time_dependent(self) -> bool:
-        """Whether the parameters depend on t (conservative default: True)."""
-        return True
+        """Whether the parameters depend on t: a field with Q/K/V parameters (``params``)
+        asks them; any other field defaults to True (the conservative answer)."""
+        params = getattr(self, "params", None)
+        return True if params is None else params.time_dependent
 
     def supports(self, capability: str) -> bool:
         """Whether this field implements ``capability`` (a name of :data:`CAPABILITIES`)."""

@@ -50,10 +50,6 @@ class Cosine(Field):
         self.params = QKV(Q, K, V, scale)
         self.dim = self.params.dim
 
-    @property
-    def time_dependent(self) -> bool:
-        return self.params.time_dependent
-
     def softmax_form(self, t, mu: Empirical, x) -> SoftmaxForm:
         """Queries β·Qx/|Qx|, keys Ky/|Ky|, key bias log w (shared with Masked)."""
         p = self.params.at(t, like=x)

@@ -96,10 +96,6 @@ class L2(Field):
         bias = log_w - self._key_coefficient(p) * (keys**2).sum(-1)
         return SoftmaxForm((2 * p.scale) * queries, keys, bias, points, p.V, p.bv)
 
-    @property
-    def time_dependent(self) -> bool:
-        return self.params.time_dependent
-
     def particle_velocity(self, t, mu: Empirical, x, engine: str, info=None) -> torch.Tensor:
         return self.softmax_form(t, mu, x).velocity(engine)
 

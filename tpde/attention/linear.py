@@ -50,10 +50,6 @@ class Linear(Field):
         self.params = QKV(Q, K, V, scale)
         self.dim = self.params.dim
 
-    @property
-    def time_dependent(self) -> bool:
-        return self.params.time_dependent
-
     def particle_velocity(self, t, mu: Empirical, x, engine: str, info=None) -> torch.Tensor:
         p = self.params.at(t, like=x)
         points, weights = mu.points, mu.weights

@@ -74,10 +74,6 @@ class Sigmoid(Field):
                 )
         self.bias = bias
 
-    @property
-    def time_dependent(self) -> bool:
-        return self.params.time_dependent
-
     def particle_velocity(self, t, mu: Empirical, x, engine: str, info=None) -> torch.Tensor:
         p = self.params.at(t, like=x)
         queries = x @ p.A.transpose(-1, -2)

@@ -122,10 +122,6 @@ class Sinkhorn(Field):
             raise ValueError(f"iters must be an integer >= 1; received {iters!r}.")
         self.iters = iters
 
-    @property
-    def time_dependent(self) -> bool:
-        return self.params.time_dependent
-
     # ------------------------------------------------------------------ particles
     def particle_velocity(self, t, mu: Empirical, x, engine: str, info=None) -> torch.Tensor:
         p = self.params.at(t, like=x)

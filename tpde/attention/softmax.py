@@ -88,10 +88,6 @@ class Softmax(Field):
                 queries = queries + p.query_shift.unsqueeze(-2)
         return SoftmaxForm(queries, keys, log_w, points, p.V, p.bv)
 
-    @property
-    def time_dependent(self) -> bool:
-        return self.params.time_dependent
-
     def particle_velocity(self, t, mu: Empirical, x, engine: str, info=None) -> torch.Tensor:
         return self.softmax_form(t, mu, x).velocity(engine)
 
