@@ -31,7 +31,7 @@ from tpde._validation import check_positive_int
 from tpde.attention.energies import as_energy
 from tpde.measures import Empirical, Gaussian
 from tpde.metrics import bures_monge_map
-from tpde.metrics.wasserstein import MAX_ITER, _solve_emd, squared_distances
+from tpde.metrics.wasserstein import MAX_ITER, solve_emd, squared_distances
 
 __all__ = ["ConvexityProbe", "convexity_probe", "geodesic_second_derivative"]
 
@@ -89,7 +89,7 @@ def _particle_path(mu0: Empirical, mu1: Empirical):
     """t ↦ Σ P_ij δ_{(1−t)x_i + t y_j} on an optimal plan's support, and W2²."""
     x, y = mu0.points.detach(), mu1.points.detach()
     cost = squared_distances(x, y)
-    plan, _, _ = _solve_emd(
+    plan, _, _ = solve_emd(
         mu0.weights, mu1.weights, cost.to(torch.float64), MAX_ITER, "convexity_probe"
     )
     plan = plan.cpu().numpy()

@@ -26,7 +26,14 @@ from tpde._validation import check_positive_int
 from tpde.metrics._common import check_pair_kinds, is_grid, particle_pair, raise_mixed
 from tpde.metrics.bures import bures_wasserstein, safe_sqrt
 
-__all__ = ["check_max_iter", "emd_cost", "squared_distances", "w2", "w2_squared_particles"]
+__all__ = [
+    "check_max_iter",
+    "emd_cost",
+    "solve_emd",
+    "squared_distances",
+    "w2",
+    "w2_squared_particles",
+]
 
 # Default iteration cap of the network simplex. POT's own default (1e5) stops short of the
 # optimum from n ≈ 2000 on; the cap is only a bound, iterations are spent only when needed.
@@ -76,7 +83,7 @@ def check_max_iter(max_iter) -> int:
     return check_positive_int(max_iter, "max_iter")
 
 
-def _solve_emd(a, b, cost, max_iter: int, fname: str):
+def solve_emd(a, b, cost, max_iter: int, fname: str):
     """POT network simplex on float64 numpy copies: plan, centred duals f, g (torch)."""
     a64 = a.detach().cpu().to(torch.float64).numpy()
     b64 = b.detach().cpu().to(torch.float64).numpy()
@@ -125,7 +132,7 @@ def emd_cost(
     The solver needs numpy (POT forces it): the plan is computed on detached float64 copies
     and the value rebuilt in torch (envelope theorem; see the module docstring).
     """
-    plan, f, g = _solve_emd(a, b, cost, max_iter, fname)
+    plan, f, g = solve_emd(a, b, cost, max_iter, fname)
     value = torch.dot(plan.reshape(-1), cost.reshape(-1))
     if a.requires_grad or b.requires_grad:
         value = value + (f * (a - a.detach())).sum() + (g * (b - b.detach())).sum()
