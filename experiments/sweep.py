@@ -40,8 +40,10 @@ import hashlib
 import io
 import itertools
 import json
+import math
 import shutil
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -110,6 +112,77 @@ def blowup(params: dict) -> dict:
 STUDIES = {"blowup": (blowup, BLOWUP_DEFAULTS)}
 
 
+@dataclass(frozen=True)
+class Allowed:
+    """The values a study accepts for one parameter: a type and a lower bound, or choices."""
+
+    kind: type
+    low: float | None = None
+    strict: bool = False  # the bound itself is excluded
+    choices: tuple = ()
+
+    def describe(self) -> str:
+        if self.choices:
+            return "one of " + ", ".join(map(repr, self.choices))
+        kind = "an int" if self.kind is int else "a finite number"
+        if self.low is None:
+            return kind
+        return f"{kind} {'>' if self.strict else '>='} {self.low:g}"
+
+    def type_ok(self, value) -> bool:
+        if isinstance(value, bool):
+            return False
+        return (
+            isinstance(value, int | float) if self.kind is float else isinstance(value, self.kind)
+        )
+
+    def value_ok(self, value) -> bool:
+        if self.choices:
+            return value in self.choices
+        if not math.isfinite(value):
+            return False
+        return self.low is None or (value > self.low if self.strict else value >= self.low)
+
+
+def _blowup_allowed() -> dict[str, Allowed]:
+    from ._paper import VARIANTS
+
+    return {
+        "variant": Allowed(str, choices=VARIANTS),
+        "d": Allowed(int, 1),
+        "heads": Allowed(int, 1),
+        "samples": Allowed(int, 1),
+        "value_scale": Allowed(float),
+        "key_shift": Allowed(float),
+        "init_scale": Allowed(float, 0, strict=True),
+        "horizon": Allowed(float, 0, strict=True),
+        "tol_low": Allowed(float, 0, strict=True),
+        "tol_high": Allowed(float, 0, strict=True),
+    }
+
+
+def _blowup_combined(params: dict) -> str | None:
+    """What is wrong with one task's parameters taken together (None: nothing)."""
+    p = {**BLOWUP_DEFAULTS, **params}
+    if p["variant"] == "multihead" and p["d"] % p["heads"]:
+        return (
+            f"variant 'multihead' splits d into heads blocks of equal size; d = {p['d']} is "
+            f"not a multiple of heads = {p['heads']}"
+        )
+    return None
+
+
+#: study -> (allowed values per parameter (a function: it may import the study's code),
+#: check of one task's parameters together).
+CHECKS = {"blowup": (_blowup_allowed, _blowup_combined)}
+
+
+def task_status(result: dict) -> str:
+    """ "ok", or "non_finite: KEYS" naming the result values that are NaN or ±Inf."""
+    bad = [k for k, v in sorted(result.items()) if isinstance(v, float) and not math.isfinite(v)]
+    return "non_finite: " + ", ".join(bad) if bad else "ok"
+
+
 def run_task(study: str, params: dict) -> dict:
     """Run one task (module-level, so Dask pickles it by reference)."""
     return STUDIES[study][0](params)
@@ -154,24 +227,42 @@ def check_spec(spec, where: str = "sweep") -> dict:
     grid, fixed = spec.get("grid", {}), spec.get("fixed", {})
     if not isinstance(grid, dict) or not all(isinstance(v, list) and v for v in grid.values()):
         raise SweepError(f"{where}: grid must map parameter names to non-empty lists.")
+    if not isinstance(fixed, dict):
+        raise SweepError(f"{where}: fixed must map parameter names to values.")
+    allowed_of, combined = CHECKS[study]
+    allowed = allowed_of()
     for name, value in [*grid.items(), *fixed.items()]:
         if name not in defaults:
             raise SweepError(
                 f"{where}: unknown parameter {name!r} for study {study!r}; known: "
                 f"{', '.join(defaults)}."
             )
+        rule = allowed[name]
         for v in value if name in grid and isinstance(value, list) else [value]:
-            if not isinstance(v, type(defaults[name])) and not (
-                isinstance(defaults[name], float) and isinstance(v, int)
-            ):
+            if not rule.type_ok(v):
                 raise SweepError(
                     f"{where}: {name} expects {type(defaults[name]).__name__} values; "
-                    f"received {v!r}."
+                    f"received {v!r} (allowed: {rule.describe()})."
+                )
+            if not rule.value_ok(v):
+                place = "grid" if name in grid else "fixed"
+                raise SweepError(
+                    f"{where}: {place} value {name} = {v!r} is out of range; {name} must be "
+                    f"{rule.describe()}."
                 )
     seeds = spec.get("seeds", 1)
     if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
         raise SweepError(f"{where}: seeds must be a positive int; received {seeds!r}.")
-    return {"study": study, "grid": grid, "fixed": fixed, "seeds": seeds, "out": spec.get("out")}
+    out = spec.get("out")
+    if out is not None and not isinstance(out, str):
+        raise SweepError(f"{where}: out must be a folder name (a string); received {out!r}.")
+    checked = {"study": study, "grid": grid, "fixed": fixed, "seeds": seeds, "out": out}
+    for tid, params in expand(checked):
+        problem = combined(params)
+        if problem:
+            shown = {k: v for k, v in params.items() if k != "seed"}
+            raise SweepError(f"{where}: task {tid} {shown}: {problem}.")
+    return checked
 
 
 def expand(spec: dict) -> list[tuple[str, dict]]:
@@ -273,7 +364,9 @@ def run_sweep(
             done = as_completed(futures)
             for future in bar(done, "sweep", total=len(futures)) if progress else done:
                 tid, params = futures[future]
-                record = {"id": tid, "params": params, "result": future.result()}
+                result = future.result()
+                record = {"id": tid, "params": params, "result": result,
+                          "status": task_status(result)}  # fmt: skip
                 atomic_write(out / "tasks" / f"{tid}.json", json.dumps(record, sort_keys=True))
                 if on_result is not None:
                     on_result(tid, client)
@@ -288,7 +381,11 @@ def _cell(value) -> str:
 
 
 def merge(out: Path, tasks) -> Path:
-    """Write OUT/table.csv: one row per task in grid order (every task must be done)."""
+    """Write OUT/table.csv: one row per task in grid order (every task must be done).
+
+    The last column is the task's status: "ok", or "non_finite: KEYS" (see
+    :func:`task_status`).
+    """
     rows, missing = [], []
     for tid, _ in tasks:
         path = out / "tasks" / f"{tid}.json"
@@ -302,28 +399,90 @@ def merge(out: Path, tasks) -> Path:
     results = sorted({k for r in rows for k in r["result"]})
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["task", *params, *results])
+    writer.writerow(["task", *params, *results, "status"])
     for r in rows:
         cells = [r["params"].get(k, "") for k in params] + [r["result"].get(k) for k in results]
-        writer.writerow([r["id"], *map(_cell, cells)])
+        status = r.get("status") or task_status(r["result"])
+        writer.writerow([r["id"], *map(_cell, cells), status])
     path = out / "table.csv"
     atomic_write(path, buffer.getvalue())
     return path
 
 
+def failures(out: Path, tasks) -> list[tuple[str, str]]:
+    """(task id, status) of the finished tasks whose status is not "ok"."""
+    bad = []
+    for tid, _ in tasks:
+        path = out / "tasks" / f"{tid}.json"
+        if path.is_file():
+            record = json.loads(path.read_text())
+            status = record.get("status") or task_status(record["result"])
+            if status != "ok":
+                bad.append((tid, status))
+    return bad
+
+
+@contextlib.contextmanager
+def _exit_on_ctrl_c(out: Path):
+    """Ctrl-C ends the command at once with one line and exit status 130.
+
+    Unwinding a KeyboardInterrupt through Dask waits for the running tasks (an in-process
+    worker thread cannot be stopped: 30 s and more, with Dask's warnings and a C++ abort
+    message). Every finished task is already on disk (atomic renames), so the handler
+    kills this process's own worker processes (``--workers N``), prints one line and exits.
+    """
+    import multiprocessing
+    import os
+    import signal
+
+    def handler(signum, frame):
+        for child in multiprocessing.active_children():
+            child.kill()
+        print(
+            f"tpde: interrupted (Ctrl-C); finished tasks are kept in {out / 'tasks'}; rerun "
+            "the same command to finish.",
+            file=sys.stderr,
+            flush=True,
+        )
+        sys.stdout.flush()
+        os._exit(130)
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def main(args) -> int:
-    """``tpde sweep`` (argparse namespace from :mod:`tpde.cli`)."""
+    """``tpde sweep`` (argparse namespace from :mod:`tpde.cli`).
+
+    Exit status 0 when every task's result is finite, 1 when some are not (one line names
+    how many and the first; the table's status column has each), 2 for a bad sweep, 130
+    after Ctrl-C.
+    """
     import logging
 
     logging.getLogger("distributed").setLevel(logging.WARNING)  # Dask's INFO lines: noise here
     try:
         spec = load_spec(args.config)
         out = Path(args.out or spec["out"] or Path("results") / "sweeps" / Path(args.config).stem)
-        table = run_sweep(
-            spec, out, scheduler=args.scheduler, workers=args.workers, force=args.force
-        )
+        with _exit_on_ctrl_c(out):
+            table = run_sweep(
+                spec, out, scheduler=args.scheduler, workers=args.workers, force=args.force
+            )
     except SweepError as err:
         print(f"tpde: error: {err}", file=sys.stderr)
         return 2
-    print(f"sweep done: {len(expand(spec))} tasks; table: {table}")
+    tasks = expand(spec)
+    bad = failures(out, tasks)
+    if bad:
+        tid, status = bad[0]
+        print(
+            f"sweep done with problems: {len(bad)} of {len(tasks)} tasks have non-finite "
+            f"results (first: task {tid}, {status}); see the status column of {table}",
+            file=sys.stderr,
+        )
+        return 1
+    print(f"sweep done: {len(tasks)} tasks; table: {table}")
     return 0

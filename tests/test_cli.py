@@ -1,10 +1,19 @@
 """The tpde command: run, list, sweep; bad input refused before anything runs."""
 
+import dataclasses
 import json
+import signal
+import subprocess
+import sys
+import time
+import types
+from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tpde import cli, experiments
+from tpde.experiments import _framework as fw
 
 TINY = ["--set", "n=8", "--set", "geodesics=2"]  # convexity at a tiny size (about a second)
 
@@ -71,8 +80,10 @@ def test_run_writes_data_figures_and_report_then_guards_the_folder(capsys, tmp_p
     )
     assert code == 0 and "already done with this config: kept" in stdout
     assert (out / "convexity" / "meta.json").stat().st_mtime_ns == stamp
-    code, _, err = _run(capsys, "run", "convexity", "--quick", "--out", str(out), "--resume")
-    assert code == 2 and "was run with another config" in err
+    code, _, err = _run(
+        capsys, "run", "convexity", "--quick", "--out", str(out), "--resume", "--set", "n=9"
+    )
+    assert code == 2 and "--set changes experiment 'convexity'" in err and "--force" not in err
     code, stdout, _ = _run(capsys, "run", "convexity", "--quick", "--out", str(out), "--force")
     assert code == 0 and (out / "convexity" / "meta.json").stat().st_mtime_ns != stamp
 
@@ -104,3 +115,151 @@ def test_sweep_command_runs_and_reports_errors(capsys, tmp_path):
     assert (tmp_path / "s" / "table.csv").read_text().startswith("task,horizon,samples,seed")
     code, _, err = _run(capsys, "sweep", str(tmp_path / "missing.json"))
     assert code == 2 and "not found" in err
+
+
+# ---------------------------------------------------------------------- resume and Ctrl-C
+@dataclasses.dataclass(frozen=True)
+class TickConfig:
+    n: int = 5
+    seed: int = 0
+
+    def check(self):
+        if self.n < 1:
+            raise ValueError("n must be >= 1.")
+
+
+@pytest.fixture
+def tick(monkeypatch):
+    """A tiny experiment 'tick' after the real ones; ``tick.interrupt = True`` makes its run
+    raise KeyboardInterrupt (what Ctrl-C does), as if the run was stopped there."""
+    module = types.SimpleNamespace(NAME="tick", TITLE="A tick", Config=TickConfig,
+                                   QUICK={"n": "3"}, interrupt=False)  # fmt: skip
+
+    def run(config, out):
+        if module.interrupt:
+            raise KeyboardInterrupt
+        fw.save(out, config, {"x": np.arange(config.n)}, {"n": config.n}, time.perf_counter())
+
+    module.run = run
+    module.plot = lambda out: []
+    module.report = lambda out: fw.Report(f"tick of size {fw.load(out)[0]['n']}")
+    names, get = experiments.names(), experiments.get
+    monkeypatch.setattr(experiments, "names", lambda: [*names, "tick"])
+    monkeypatch.setattr(experiments, "get", lambda name: module if name == "tick" else get(name))
+    return module
+
+
+def _record(out):
+    return json.loads((out / "run.json").read_text())
+
+
+def test_resume_finishes_the_recorded_selection_and_size(capsys, tmp_path, tick):
+    # Started with a selection and --quick, stopped during the second experiment: the
+    # README's `tpde run --out DIR --resume` finishes that run (today: it refused, asking
+    # for --force, which would delete the finished convexity results).
+    out = tmp_path / "run"
+    tick.interrupt = True
+    code, _, err = _run(capsys, "run", "convexity", "tick", "--quick", "--out", str(out), *TINY)
+    assert code == 130
+    assert err.strip().splitlines() == [
+        f"tpde: interrupted (Ctrl-C); finished experiments are kept in {out}; "
+        f"`tpde run --out {out} --resume` finishes the run."
+    ]
+    assert (out / "convexity" / "meta.json").is_file() and not (out / "tick").exists()
+    stamp = (out / "convexity" / "meta.json").stat().st_mtime_ns
+    tick.interrupt = False
+    code, stdout, err = _run(capsys, "run", "--out", str(out), "--resume")
+    assert code == 0, err
+    assert "[convexity] already done with this config: kept" in stdout and "[tick]" in stdout
+    assert (out / "convexity" / "meta.json").stat().st_mtime_ns == stamp
+    record = _record(out)
+    assert record["experiments"] == ["convexity", "tick"] and record["quick"] is True
+    assert record["configs"]["tick"]["n"] == 8  # the recorded --set n=8, not the default
+    assert json.loads((out / "tick" / "meta.json").read_text())["config"]["n"] == 8
+    assert [r["experiments"] for r in record["resumed"]] == [["tick"]]
+    report = (out / "report.md").read_text()
+    assert "(`convexity`)" in report and "tick of size 8" in report
+
+
+def test_resume_with_a_narrower_selection_keeps_the_whole_run(capsys, tmp_path, tick):
+    out = tmp_path / "run"
+    tick.interrupt = True
+    assert _run(capsys, "run", "convexity", "tick", "--quick", "--out", str(out), *TINY)[0] == 130
+    tick.interrupt = False
+    code, stdout, err = _run(capsys, "run", "tick", "--out", str(out), "--resume")
+    assert code == 0, err
+    assert "[convexity]" not in stdout  # not selected now: neither run nor reported on stdout
+    record = _record(out)  # ... but still part of the run (today: dropped from run.json)
+    assert record["experiments"] == ["convexity", "tick"]
+    assert set(record["configs"]) == {"convexity", "tick"} and "convexity" in record["seconds"]
+    report = (out / "report.md").read_text()
+    assert "(`convexity`)" in report and "(`tick`)" in report
+
+
+def test_resume_refuses_a_conflicting_size_or_config_and_never_suggests_force(
+    capsys, tmp_path, tick
+):
+    out = tmp_path / "run"
+    tick.interrupt = True
+    assert _run(capsys, "run", "tick", "--out", str(out), "--set", "n=5")[0] == 130  # full size
+    tick.interrupt = False
+    code, _, err = _run(capsys, "run", "--out", str(out), "--resume", "--quick")
+    assert code == 2 and "holds a full-size run and --quick was given" in err
+    assert "--force" not in err
+    code, _, err = _run(capsys, "run", "--out", str(out), "--resume", "--set", "tick.n=6")
+    assert code == 2 and "changes experiment 'tick' of the recorded run (n=6 (recorded 5))" in err
+    assert "--force" not in err
+    assert not (out / "tick").exists()  # nothing ran
+    code, _, err = _run(capsys, "run", "--out", str(out), "--resume", "--set", "n=5")  # same value
+    assert code == 0, err
+    assert _record(out)["quick"] is False
+    assert json.loads((out / "tick" / "meta.json").read_text())["config"]["n"] == 5
+    # A later experiment added to the run takes the run's size.
+    code, _, err = _run(capsys, "run", "convexity", "--out", str(out), "--resume", *TINY)
+    assert code == 0, err
+    assert _record(out)["experiments"] == ["convexity", "tick"]
+
+
+def _interrupt(argv, ready: Path, cwd: Path):
+    """Start ``python -m tpde.cli argv``, send SIGINT once ``ready`` exists; (code, stderr)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tpde.cli", *argv], cwd=cwd, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(1.0)  # inside the computation
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    lines = [line for line in err.splitlines() if not line.startswith("[KeOps]")]
+    return proc.returncode, lines
+
+
+def test_ctrl_c_during_run_ends_with_one_line(tmp_path):
+    out = tmp_path / "run"
+    argv = ["run", "convexity", "--out", str(out), "--set", "n=3000", "--set", "geodesics=400"]
+    code, lines = _interrupt(argv, out / "run.json", tmp_path)
+    assert code == 130 and len(lines) == 1, lines
+    assert lines[0].startswith("tpde: interrupted (Ctrl-C); finished experiments are kept in")
+
+
+def test_ctrl_c_during_sweep_ends_with_one_line(tmp_path):
+    # The in-process Dask worker cannot be stopped; unwinding through Dask waited for the
+    # running task, printed Dask's warnings and a C++ abort message. Now: one line, 130.
+    pytest.importorskip("dask.distributed")
+    spec = {"study": "blowup", "grid": {"value_scale": [1.0, 2.0]},
+            "fixed": {"samples": 30, "horizon": 20.0, "d": 3}}  # fmt: skip
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(spec))
+    out = tmp_path / "sweep"
+    code, lines = _interrupt(["sweep", str(path), "--out", str(out)], out / "sweep.json", tmp_path)
+    assert code == 130 and len(lines) == 1, lines
+    assert lines[0] == (
+        f"tpde: interrupted (Ctrl-C); finished tasks are kept in {out / 'tasks'}; rerun the "
+        "same command to finish."
+    )

@@ -11,8 +11,16 @@ experiment's summary, its outcomes next to the paper's claims and its figures. D
 DIR: ``results/quick`` with ``--quick`` (reduced sizes, minutes on 2 cores), else
 ``results/full``. Config values are overridden with ``--set key=value`` (applies to every
 selected experiment that has the key) or ``--set name.key=value``; ``tpde list NAME``
-shows the keys. A DIR that holds another run is refused unless ``--resume`` (finish it:
-experiments already done with the same config are kept) or ``--force`` (replace it).
+shows the keys. A DIR that holds another run is refused unless ``--resume`` (finish it)
+or ``--force`` (replace it).
+
+``--resume`` finishes what was started: without experiment names, ``--quick`` or ``--set``
+it takes the selection, the size and the configs recorded in ``DIR/run.json``; experiments
+already done with their recorded config are kept. Names given with ``--resume`` run (or
+are kept) inside the same run: the record and the report keep every experiment of it.
+A size or a ``--set`` value that differs from the recorded one is refused (the message
+says what was recorded); nothing finished is ever deleted by ``--resume``. Ctrl-C ends
+``tpde run`` and ``tpde sweep`` with one line and exit status 130; what finished is kept.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ import time
 from pathlib import Path
 
 RUN_FILE = "run.json"
+INTERRUPTED = 130  # exit status after Ctrl-C (128 + SIGINT), as shells report it
 
 
 class CLIError(Exception):
@@ -99,19 +108,15 @@ def build_configs(names, quick: bool, sets: dict) -> dict:
 
 
 # ---------------------------------------------------------------------- the output folder
-def prepare_out(out: Path, record: dict, resume: bool, force: bool) -> set[str]:
-    """Check the output folder; returns the experiments already finished (to skip).
+def prepare_out(out: Path, force: bool) -> None:
+    """Check the output folder of a new run (``--resume`` goes through :func:`resume_plan`).
 
     A folder that is empty or missing is used as is. One holding a tpde run is refused
-    unless ``resume`` (same settings: finished experiments are kept) or ``force`` (the
-    previous run's files are deleted). One holding other files is always refused.
+    unless ``force`` (the previous run's files are deleted). One holding other files is
+    always refused.
     """
-    if resume and force:
-        raise CLIError("--resume and --force exclude each other: pick one.")
     if not out.exists() or not any(out.iterdir()):
-        if resume:
-            raise CLIError(f"--resume: {out} holds no run to resume.")
-        return set()
+        return
     previous_file = out / RUN_FILE
     if not previous_file.is_file():
         raise CLIError(
@@ -124,25 +129,109 @@ def prepare_out(out: Path, record: dict, resume: bool, force: bool) -> set[str]:
             shutil.rmtree(out / name, ignore_errors=True)
         for file in (RUN_FILE, "report.md"):
             (out / file).unlink(missing_ok=True)
-        return set()
-    if not resume:
+        return
+    raise CLIError(
+        f"{out} holds another run (experiments {', '.join(previous.get('experiments', []))},"
+        f" started {previous.get('started', '?')}). Pass --resume to finish it, --force to "
+        "replace it, or another --out."
+    )
+
+
+def _recorded_config(name: str, saved: dict):
+    """The Config of ``name`` rebuilt from its dict in run.json (lists back to tuples)."""
+    module = _experiments().get(name)
+    values = {k: tuple(v) if isinstance(v, list) else v for k, v in saved.items()}
+    try:
+        return dataclasses.replace(module.Config(), **values)
+    except TypeError as err:
         raise CLIError(
-            f"{out} holds another run (experiments {', '.join(previous.get('experiments', []))},"
-            f" started {previous.get('started', '?')}). Pass --resume to finish it, --force to "
-            "replace it, or another --out."
+            f"cannot resume: the config of {name!r} recorded in {RUN_FILE} does not fit this "
+            f"version of tpde ({err}); run it into another --out."
+        ) from None
+
+
+def resume_plan(out: Path, args) -> tuple[list[str], dict, dict]:
+    """(names to run, configs of those names, previous record) for ``--resume``.
+
+    The recorded selection, size and configs are used where the command line gives none;
+    a size or a config value that differs from the recorded one raises, naming both.
+    """
+    from tpde.experiments._framework import ConfigError, apply_overrides, config_dict
+
+    previous_file = out / RUN_FILE
+    if not previous_file.is_file():
+        what = "holds no run to resume" if not out.exists() or not any(out.iterdir()) else (
+            f"is not empty and holds no tpde run ({RUN_FILE} missing)"
+        )  # fmt: skip
+        raise CLIError(f"--resume: {out} {what}.")
+    previous = json.loads(previous_file.read_text())
+    recorded_quick = bool(previous.get("quick", False))
+    if args.quick and not recorded_quick:
+        raise CLIError(
+            f"cannot resume {out}: it holds a full-size run and --quick was given. Resume it "
+            "without --quick (its recorded size is used), or start a quick run in another --out."
         )
-    done = set()
-    for name, config in record["configs"].items():
-        saved = previous.get("configs", {}).get(name)
-        if saved is not None and saved != config:
-            raise CLIError(
-                f"cannot resume {out}: experiment {name!r} was run with another config "
-                f"({saved}); pass --force to replace the run."
+    names = select(args.experiments) if args.experiments else list(previous["experiments"])
+    sets = parse_sets(args.set, names)
+    recorded = previous.get("configs", {})
+    fresh = build_configs([n for n in names if n not in recorded], recorded_quick, sets)
+    configs = {}
+    for name in names:
+        if name not in recorded:
+            configs[name] = fresh[name]
+            continue
+        base = _recorded_config(name, recorded[name])
+        try:
+            config = apply_overrides(base, sets.get(name, {}), name)
+        except ConfigError as err:
+            raise CLIError(str(err)) from None
+        changed = {
+            k: (v, recorded[name].get(k))
+            for k, v in config_dict(config).items()
+            if v != recorded[name].get(k)
+        }
+        if changed:
+            listing = ", ".join(
+                f"{k}={new!r} (recorded {old!r})" for k, (new, old) in changed.items()
             )
-        if saved is not None and (out / name / "meta.json").is_file():
-            meta = json.loads((out / name / "meta.json").read_text())
-            if meta.get("config") == config:
-                done.add(name)
+            raise CLIError(
+                f"cannot resume {out}: --set changes experiment {name!r} of the recorded run "
+                f"({listing}). Resume without those --set values (the recorded config is "
+                "used), or run the new config into another --out."
+            )
+        configs[name] = config
+    return names, configs, previous
+
+
+def merged_record(previous: dict, names: list[str], configs: dict, done: set[str]) -> dict:
+    """The run record after a resume: every experiment of the previous run and the new ones."""
+    from tpde.experiments._framework import config_dict, metadata
+
+    known = _experiments().names()
+    selection = set(previous["experiments"]) | set(names)
+    record = dict(previous)
+    record["experiments"] = [n for n in known if n in selection]
+    record["configs"] = {**previous.get("configs", {}),
+                         **{n: config_dict(c) for n, c in configs.items()}}  # fmt: skip
+    rerun = [n for n in names if n not in done]
+    record["seconds"] = {k: v for k, v in previous.get("seconds", {}).items() if k not in rerun}
+    record["resumed"] = [*previous.get("resumed", []), {
+        "at": datetime.datetime.now().isoformat(timespec="seconds"),
+        "experiments": rerun,
+        "git": metadata()["git"],
+    }]  # fmt: skip
+    return record
+
+
+def finished(out: Path, configs: dict) -> set[str]:
+    """Experiments whose meta.json holds exactly their config (their results are kept)."""
+    from tpde.experiments._framework import config_dict
+
+    done = set()
+    for name, config in configs.items():
+        meta = out / name / "meta.json"
+        if meta.is_file() and json.loads(meta.read_text()).get("config") == config_dict(config):
+            done.add(name)
     return done
 
 
@@ -191,24 +280,32 @@ def cmd_run(args) -> int:
 
     if args.threads < 1:
         raise CLIError(f"--threads must be >= 1; received {args.threads}.")
+    if args.resume and args.force:
+        raise CLIError("--resume and --force exclude each other: pick one.")
     # The experiments are dominated by small tensor operations, which slow down 10–40× with
     # two threads when the other core is busy (docs/DESIGN.md): one thread by default.
     torch.set_num_threads(args.threads)
-    names = select(args.experiments)
-    configs = build_configs(names, args.quick, parse_sets(args.set, names))
     out = args.out or Path("results") / ("quick" if args.quick else "full")
-    record = {
-        "experiments": names,
-        "quick": args.quick,
-        "configs": {n: config_dict(c) for n, c in configs.items()},
-        "started": datetime.datetime.now().isoformat(timespec="seconds"),
-        "metadata": metadata(),
-        "seconds": {},
-    }
-    done = prepare_out(out, record, args.resume, args.force)
     if args.resume:
-        previous = json.loads((out / RUN_FILE).read_text())
-        record["seconds"] = {k: v for k, v in previous.get("seconds", {}).items() if k in done}
+        names, configs, previous = resume_plan(out, args)
+        done = finished(out, configs)
+        record = merged_record(previous, names, configs, done)
+    else:
+        names = select(args.experiments)
+        configs = build_configs(names, bool(args.quick), parse_sets(args.set, names))
+        record = {
+            "experiments": names,
+            "quick": bool(args.quick),
+            "configs": {n: config_dict(c) for n, c in configs.items()},
+            "started": datetime.datetime.now().isoformat(timespec="seconds"),
+            "metadata": metadata(),
+            "seconds": {},
+        }
+        prepare_out(out, args.force)
+        done = set()
+    args.interrupted = (
+        f"finished experiments are kept in {out}; `tpde run --out {out} --resume` finishes the run."
+    )
     out.mkdir(parents=True, exist_ok=True)
     atomic_write(out / RUN_FILE, json.dumps(record, indent=1))
     registry = _experiments()
@@ -261,11 +358,20 @@ def parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run experiments and write data, figures and report.md")
     run.add_argument("experiments", nargs="*", metavar="EXPERIMENT", help="default: all")
     run.add_argument("--out", type=Path, default=None, help="output folder")
-    run.add_argument("--quick", action="store_true", help="reduced sizes (minutes on 2 cores)")
+    run.add_argument(
+        "--quick",
+        action="store_true",
+        default=None,
+        help="reduced sizes (minutes on 2 cores); with --resume: the recorded size by default",
+    )
     run.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="override a config value"
     )
-    run.add_argument("--resume", action="store_true", help="finish the run held by --out")
+    run.add_argument(
+        "--resume",
+        action="store_true",
+        help="finish the run held by --out (its recorded selection, size and configs)",
+    )
     run.add_argument("--force", action="store_true", help="replace the run held by --out")
     run.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     run.set_defaults(handler=cmd_run)
@@ -292,6 +398,10 @@ def main(argv: list[str] | None = None) -> int:
     except CLIError as err:
         print(f"tpde: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        hint = getattr(args, "interrupted", None) or "nothing was written yet."
+        print(f"tpde: interrupted (Ctrl-C); {hint}", file=sys.stderr)
+        return INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -77,7 +77,7 @@ def test_ranks_tiny_row_matches_the_papers_loop_and_theory(tmp_path):
 
 
 def test_atlas_tiny(tmp_path):
-    (_, arrays, results), _ = _run(
+    (_, arrays, results), report = _run(
         "atlas", tmp_path, variants="softmax,sigmoid,masked", n=60, cells=12, saves=3,
         particle_steps=6, w2_points=30,
     )  # fmt: skip
@@ -87,6 +87,36 @@ def test_atlas_tiny(tmp_path):
     assert np.isfinite(arrays["softmax__w2__particles__grid"]).all()
     with Image.open(tmp_path / "atlas" / "atlas_particles.gif") as movie:  # one frame a save
         assert movie.n_frames == 3
+    # The softmax ODE stops at its blow-up (t ≈ 0.8, before the last save time 1.5): its
+    # last saved measure is at the event time, which the particles never saved. Distances
+    # pair measures by time (pairing by index compared the ODE at t ≈ 0.8 with particles
+    # at t = 1.5) and the report says at which time each is taken.
+    from tpde.experiments.atlas import _bures
+
+    ode, cloud = "softmax__gaussian", "softmax__particles"
+    event = results["softmax"]["gaussian"]["event_time"]
+    assert results["softmax"]["gaussian"]["status"] == "blow_up" and event < 1.5
+    times = arrays["softmax__w2__gaussian__particles__times"]
+    assert len(times) == len(arrays["softmax__w2__gaussian__particles"]) and times[-1] <= event
+    assert set(times) <= set(arrays[f"{ode}__times"]) & set(arrays[f"{cloud}__times"])
+    i = list(arrays[f"{ode}__times"]).index(times[-1])
+    j = list(arrays[f"{cloud}__times"]).index(times[-1])
+    expected = _bures(arrays[f"{ode}__mean"][i], arrays[f"{ode}__cov"][i],
+                      arrays[f"{cloud}__mean"][j], arrays[f"{cloud}__cov"][j])  # fmt: skip
+    assert arrays["softmax__w2__gaussian__particles"][-1] == expected
+    assert results["softmax"]["w2_final_time"]["gaussian__particles"] == times[-1]
+    text = "\n".join(report.tables)
+    assert f"gaussian–particles {expected:.2g} (t = {times[-1]:.3g})" in text
+
+
+def test_atlas_pairs_saved_measures_by_time():
+    from tpde.experiments.atlas import common_times
+
+    # A route stopped at its event (0.77) against one that reached every save time.
+    assert common_times([0.0, 0.5, 0.77], [0.0, 0.5, 1.0, 1.5]) == [(0, 0, 0.0), (1, 1, 0.5)]
+    assert common_times([0.0, 0.5, 1.0], [0.0, 0.5, 1.0]) == [(0, 0, 0.0), (1, 1, 0.5),
+                                                              (2, 2, 1.0)]  # fmt: skip
+    assert common_times([0.0, 0.3], [0.0, 0.5]) == [(0, 0, 0.0)]
 
 
 def test_meanfield_and_jko_and_convexity_tiny(tmp_path):

@@ -152,3 +152,84 @@ def test_more_bad_input(tmp_path, monkeypatch):
         sweep.SweepError, match=r"needs Dask distributed: pip install 'tpde\[dask\]'"
     ):
         sweep.run_sweep(_spec(), tmp_path / "c")
+
+
+# ---------------------------------------------------------------------- values checked up front
+INT1 = "must be an int >= 1"
+POSITIVE = "must be a finite number > 0"
+
+
+@pytest.mark.parametrize(
+    ("grid", "fixed", "match"),
+    [
+        ({"d": [2, 0]}, {}, f"grid value d = 0 is out of range; d {INT1}"),
+        ({}, {"samples": 0}, f"fixed value samples = 0 is out of range; samples {INT1}"),
+        ({"tol_low": [1e-5, 0.0]}, {}, rf"tol_low = 0\.0 is out of range; tol_low {POSITIVE}"),
+        ({}, {"tol_high": -1.0}, rf"tol_high = -1\.0 is out of range; tol_high {POSITIVE}"),
+        ({}, {"horizon": 0}, f"horizon = 0 is out of range; horizon {POSITIVE}"),
+        ({}, {"init_scale": 0.0}, rf"init_scale = 0\.0 is out of range; init_scale {POSITIVE}"),
+        ({"value_scale": [float("nan")]}, {}, "value_scale = nan is out of range; value_scale "
+         "must be a finite number"),
+        ({}, {"heads": 0}, f"heads = 0 is out of range; heads {INT1}"),
+        ({"variant": ["softmax", "sigmoid"]}, {}, "variant = 'sigmoid' is out of range; variant "
+         "must be one of 'softmax', 'l2', 'multihead', 'sinkhorn'"),
+        ({}, {"d": True}, r"d expects int values; received True \(allowed: an int >= 1\)"),
+        ({}, {"samples": 2.5}, r"samples expects int values; received 2\.5 \(allowed: an int"),
+        ({"variant": ["multihead"], "heads": [2]}, {"d": 3}, r"task 00000-\w+ .*: variant "
+         "'multihead' splits d into heads blocks of equal size; d = 3 is not a multiple of "
+         "heads = 2"),
+    ],
+)  # fmt: skip
+def test_every_value_is_checked_before_any_worker_starts(grid, fixed, match, tmp_path, monkeypatch):
+    # Today these reach the tasks: a ZeroDivisionError traceback from a worker (d = 0,
+    # heads = 0, init_scale = 0), an error from deep inside (tol_low = 0, a NaN scale), or a
+    # NaN row and exit status 0 (samples = 0).
+    def no_cluster(*args, **kwargs):
+        raise AssertionError("a Dask client was started")
+
+    monkeypatch.setattr(sweep, "_client", no_cluster)
+    spec = {"study": "blowup", "grid": grid or {"value_scale": [1.0]}, "fixed": fixed}
+    with pytest.raises(sweep.SweepError, match=match):
+        sweep.run_sweep(sweep.check_spec(spec), tmp_path / "out", progress=False)
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(spec))
+    with pytest.raises(sweep.SweepError, match=match):
+        sweep.load_spec(path)
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_command_refuses_a_bad_value_in_one_line(tmp_path, capsys):
+    from tpde import cli
+
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps({"study": "blowup", "grid": {"d": [0]}}))
+    assert cli.main(["sweep", str(path), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "d = 0 is out of range; d must be an int >= 1" in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_non_finite_result_is_recorded_and_the_command_fails(tmp_path, capsys, monkeypatch):
+    # A study that still returns NaN for some parameters: the task keeps its row, with a
+    # status naming the non-finite values, and `tpde sweep` exits 1 with one line.
+    from tpde import cli
+
+    def flaky(params):
+        value = float("nan") if params["value_scale"] > 1 else 0.5
+        return {"fraction": value, "median": None}
+
+    monkeypatch.setitem(sweep.STUDIES, "blowup", (flaky, sweep.BLOWUP_DEFAULTS))
+    spec = {"study": "blowup", "grid": {"value_scale": [0.5, 2.0]}, "seeds": 1}
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(spec))
+    code = cli.main(["sweep", str(path), "--out", str(tmp_path / "o")])
+    out, err = capsys.readouterr()
+    assert code == 1 and "sweep done" not in out
+    assert (
+        err.strip().splitlines() == [err.strip()]
+        and "1 of 2 tasks have non-finite results (first: task 00001-" in err
+    )
+    assert "non_finite: fraction" in err
+    rows = list(csv.DictReader(io.StringIO((tmp_path / "o" / "table.csv").read_text())))
+    assert [r["status"] for r in rows] == ["ok", "non_finite: fraction"]
+    assert rows[1]["fraction"] == "nan"

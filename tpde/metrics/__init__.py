@@ -7,7 +7,8 @@
   for particles and in closed form for Gaussians.
 - Bures–Wasserstein geometry of :class:`~tpde.measures.Gaussian`: :func:`bures_wasserstein`,
   :func:`bures_monge_map`, :func:`bures_geodesic`, :func:`bures_exp`, :func:`bures_log`,
-  :func:`bures_inner` with tangent vectors :class:`BuresTangent`.
+  :func:`bures_inner` with tangent vectors :class:`BuresTangent`; :func:`bures_barycenter`
+  (fixed point, batched, result :class:`BuresBarycenter` with a status).
 - :func:`entropic_ot_gaussian`: closed-form entropic OT between Gaussians, quadratic and
   attention costs.
 - :func:`twisted_w2`: the twisted distance of softmax attention frozen at a reference.
@@ -22,6 +23,7 @@ plan is computed on detached copies and the value rebuilt in torch (envelope the
 """
 
 from tpde.metrics import clustering, diagnostics
+from tpde.metrics.barycenter import BuresBarycenter, bures_barycenter
 from tpde.metrics.bures import (
     BuresTangent,
     GaussianMap,
@@ -46,11 +48,13 @@ from tpde.metrics.twisted import twisted_w2
 from tpde.metrics.wasserstein import w2
 
 __all__ = [
+    "BuresBarycenter",
     "BuresTangent",
     "EntropicGaussianOT",
     "GaussianMap",
     "angular_cluster_count",
     "angular_cluster_labels",
+    "bures_barycenter",
     "bures_exp",
     "bures_geodesic",
     "bures_inner",

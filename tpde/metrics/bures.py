@@ -8,7 +8,10 @@ g₀ by (1−t)I + tT; tangent vectors at N(m, Σ) are pairs (u, S), u ∈ R^d, 
 
 All functions take :class:`~tpde.measures.Gaussian` with leading batch dimensions (which
 broadcast between the two arguments) and keep autograd. Matrix square roots come from
-:mod:`tpde._linalg` (eigenvalues below d·eps·λ_max are zero; stable backward).
+:mod:`tpde._linalg` (eigenvalues below d·eps·λ_max are zero; stable backward); the Monge
+matrix from :mod:`tpde.metrics._monge` (an SVD of Σ₁^{1/2}Σ₀^{1/2} that never squares the
+condition number: its error tracks the problem's conditioning, also when both covariances
+are near-singular, benchmarks/bures_accuracy.py).
 
 References: Bhatia, Jain, Lim, "On the Bures–Wasserstein distance between positive
 definite matrices" (2019); Takatsu, "Wasserstein geometry of Gaussian measures" (2011);
@@ -25,6 +28,7 @@ from tpde._linalg import psd_factor, sqrt_eigenvalues, sqrtm_psd, symmetrize, tr
 from tpde._validation import as_tensor, check_finite, check_symmetric
 from tpde.measures import Gaussian
 from tpde.metrics._common import gaussian_pair, kind
+from tpde.metrics._monge import monge_matrix
 
 __all__ = [
     "BuresTangent",
@@ -162,11 +166,8 @@ def _nondegenerate(S: torch.Tensor, rtol: float | None = None) -> torch.Tensor:
 
 
 def _monge_matrix(S0: torch.Tensor, S1: torch.Tensor) -> torch.Tensor:
-    """T = S₀^{-1/2}(S₀^{1/2}S₁S₀^{1/2})^{1/2}S₀^{-1/2} for S₀ nondegenerate (by two solves)."""
-    root0 = sqrtm_psd(S0)
-    middle = sqrtm_psd(symmetrize(root0 @ S1 @ root0))
-    left = torch.linalg.solve(root0, middle)  # S₀^{-1/2} M
-    return symmetrize(torch.linalg.solve(root0, left.mT).mT)  # (S₀^{-1/2} M) S₀^{-1/2}
+    """T = S₀^{-1/2}(S₀^{1/2}S₁S₀^{1/2})^{1/2}S₀^{-1/2} for S₀ nondegenerate (see _monge.py)."""
+    return monge_matrix(S0, S1)
 
 
 def _raise_degenerate(S0: torch.Tensor, fname: str) -> None:
@@ -193,6 +194,11 @@ def bures_monge_map(g0: Gaussian, g1: Gaussian) -> GaussianMap:
 
     T = Σ₀^{-1/2}(Σ₀^{1/2}Σ₁Σ₀^{1/2})^{1/2}Σ₀^{-1/2} (MATH.md §5), symmetric PSD. Needs Σ₀
     nondegenerate (λ_min > 1e3 · d · eps · λ_max); raises otherwise, saying what to use.
+
+    Accuracy: relative error within a small multiple of eps · κ, κ the condition number of
+    (Σ₀, Σ₁) ↦ T, also for near-singular pairs (eigenvalues 1e-8 next to O(1) in both:
+    ~1e-9 at d = 8–32, where squaring Σ₀^{1/2}Σ₁Σ₀^{1/2} loses 4–30 %). Differentiable once in
+    both covariances (implicit derivative of TΣ₀T = Σ₁, exact at repeated eigenvalues).
     """
     m0, m1, _, T = _monge(g0, g1, "bures_monge_map")
     return GaussianMap(T, m0, m1)
