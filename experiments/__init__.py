@@ -16,7 +16,9 @@ from __future__ import annotations
 from importlib import import_module
 from types import ModuleType
 
-__all__ = ["REGISTRY", "get", "names"]
+from . import _framework as framework  # the public face of the framework (tpde.cli uses it)
+
+__all__ = ["REGISTRY", "framework", "get", "names"]
 
 #: name on the command line -> module in this package.
 REGISTRY = {

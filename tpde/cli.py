@@ -93,7 +93,7 @@ def parse_sets(items: list[str], names: list[str]) -> dict[str, dict[str, str]]:
 
 def build_configs(names, quick: bool, sets: dict) -> dict:
     """Config per experiment: defaults, then QUICK (with --quick), then --set; all checked."""
-    from tpde.experiments._framework import ConfigError, apply_overrides
+    from tpde.experiments import framework as fw
 
     registry = _experiments()
     configs = {}
@@ -101,8 +101,8 @@ def build_configs(names, quick: bool, sets: dict) -> dict:
         module = registry.get(name)
         overrides = {**(module.QUICK if quick else {}), **sets.get(name, {})}
         try:
-            configs[name] = apply_overrides(module.Config(), overrides, name)
-        except ConfigError as err:
+            configs[name] = fw.apply_overrides(module.Config(), overrides, name)
+        except fw.ConfigError as err:
             raise CLIError(str(err)) from None
     return configs
 
@@ -156,7 +156,7 @@ def resume_plan(out: Path, args) -> tuple[list[str], dict, dict]:
     The recorded selection, size and configs are used where the command line gives none;
     a size or a config value that differs from the recorded one raises, naming both.
     """
-    from tpde.experiments._framework import ConfigError, apply_overrides, config_dict
+    from tpde.experiments import framework as fw
 
     previous_file = out / RUN_FILE
     if not previous_file.is_file():
@@ -182,12 +182,12 @@ def resume_plan(out: Path, args) -> tuple[list[str], dict, dict]:
             continue
         base = _recorded_config(name, recorded[name])
         try:
-            config = apply_overrides(base, sets.get(name, {}), name)
-        except ConfigError as err:
+            config = fw.apply_overrides(base, sets.get(name, {}), name)
+        except fw.ConfigError as err:
             raise CLIError(str(err)) from None
         changed = {
             k: (v, recorded[name].get(k))
-            for k, v in config_dict(config).items()
+            for k, v in fw.config_dict(config).items()
             if v != recorded[name].get(k)
         }
         if changed:
@@ -205,32 +205,32 @@ def resume_plan(out: Path, args) -> tuple[list[str], dict, dict]:
 
 def merged_record(previous: dict, names: list[str], configs: dict, done: set[str]) -> dict:
     """The run record after a resume: every experiment of the previous run and the new ones."""
-    from tpde.experiments._framework import config_dict, metadata
+    from tpde.experiments import framework as fw
 
     known = _experiments().names()
     selection = set(previous["experiments"]) | set(names)
     record = dict(previous)
     record["experiments"] = [n for n in known if n in selection]
     record["configs"] = {**previous.get("configs", {}),
-                         **{n: config_dict(c) for n, c in configs.items()}}  # fmt: skip
+                         **{n: fw.config_dict(c) for n, c in configs.items()}}  # fmt: skip
     rerun = [n for n in names if n not in done]
     record["seconds"] = {k: v for k, v in previous.get("seconds", {}).items() if k not in rerun}
     record["resumed"] = [*previous.get("resumed", []), {
         "at": datetime.datetime.now().isoformat(timespec="seconds"),
         "experiments": rerun,
-        "git": metadata()["git"],
+        "git": fw.metadata()["git"],
     }]  # fmt: skip
     return record
 
 
 def finished(out: Path, configs: dict) -> set[str]:
     """Experiments whose meta.json holds exactly their config (their results are kept)."""
-    from tpde.experiments._framework import config_dict
+    from tpde.experiments import framework as fw
 
     done = set()
     for name, config in configs.items():
         meta = out / name / "meta.json"
-        if meta.is_file() and json.loads(meta.read_text()).get("config") == config_dict(config):
+        if meta.is_file() and json.loads(meta.read_text()).get("config") == fw.config_dict(config):
             done.add(name)
     return done
 
@@ -240,7 +240,7 @@ def write_report(out: Path, record: dict, built: dict | None = None) -> Path:
 
     ``built``: sections already made by ``module.report`` (name -> Report), reused.
     """
-    from tpde.experiments._framework import atomic_write, markdown_table
+    from tpde.experiments import framework as fw
 
     registry = _experiments()
     meta = record.get("metadata", {})
@@ -265,10 +265,10 @@ def write_report(out: Path, record: dict, built: dict | None = None) -> Path:
         seconds = record.get("seconds", {}).get(name)
         rows.append([f"`{name}`", section.summary, "—" if seconds is None else f"{seconds:.0f}"])
         sections.append(section.markdown(name, module.TITLE))
-    lines += [markdown_table(["experiment", "summary", "seconds"], rows), ""]
+    lines += [fw.markdown_table(["experiment", "summary", "seconds"], rows), ""]
     lines += sections
     path = out / "report.md"
-    atomic_write(path, "\n".join(lines))
+    fw.atomic_write(path, "\n".join(lines))
     return path
 
 
@@ -276,7 +276,7 @@ def write_report(out: Path, record: dict, built: dict | None = None) -> Path:
 def cmd_run(args) -> int:
     import torch
 
-    from tpde.experiments._framework import atomic_write, config_dict, metadata
+    from tpde.experiments import framework as fw
 
     if args.threads < 1:
         raise CLIError(f"--threads must be >= 1; received {args.threads}.")
@@ -296,9 +296,9 @@ def cmd_run(args) -> int:
         record = {
             "experiments": names,
             "quick": bool(args.quick),
-            "configs": {n: config_dict(c) for n, c in configs.items()},
+            "configs": {n: fw.config_dict(c) for n, c in configs.items()},
             "started": datetime.datetime.now().isoformat(timespec="seconds"),
-            "metadata": metadata(),
+            "metadata": fw.metadata(),
             "seconds": {},
         }
         prepare_out(out, args.force)
@@ -307,7 +307,7 @@ def cmd_run(args) -> int:
         f"finished experiments are kept in {out}; `tpde run --out {out} --resume` finishes the run."
     )
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write(out / RUN_FILE, json.dumps(record, indent=1))
+    fw.atomic_write(out / RUN_FILE, json.dumps(record, indent=1))
     registry = _experiments()
     total = time.perf_counter()
     built = {}  # report sections, each built once from the saved data
@@ -320,7 +320,7 @@ def cmd_run(args) -> int:
             module.run(configs[name], out / name)
             module.plot(out / name)
             record["seconds"][name] = time.perf_counter() - start
-            atomic_write(out / RUN_FILE, json.dumps(record, indent=1))
+            fw.atomic_write(out / RUN_FILE, json.dumps(record, indent=1))
         built[name] = section = module.report(out / name)
         seconds = record["seconds"].get(name, float("nan"))
         print(f"[{name}] {section.summary} ({seconds:.0f} s)", flush=True)
