@@ -27,7 +27,7 @@ import warnings
 
 import torch
 
-from tpde._engines.keops import keops_status, require_keops
+from tpde._engines.keops import keops_status, quiet_keops_import, require_keops
 from tpde._validation import check_choice, check_positive
 from tpde.metrics._common import check_pair_kinds, gaussian_pair, particle_pair, raise_mixed
 from tpde.metrics.entropic_gaussian import entropic_terms
@@ -89,7 +89,8 @@ def _gaussian_divergence(mu, nu, blur: float) -> torch.Tensor:
 
 
 def _particle_divergence(mu, nu, blur: float, scaling: float, engine: str) -> torch.Tensor:
-    from geomloss import SamplesLoss
+    with quiet_keops_import():  # GeomLoss imports pykeops, which prints a CUDA banner
+        from geomloss import SamplesLoss
 
     x, a, y, b = particle_pair(mu, nu, "sinkhorn_divergence")
     d = x.shape[1]

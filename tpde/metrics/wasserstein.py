@@ -22,6 +22,7 @@ import warnings
 import numpy as np
 import torch
 
+from tpde._engines.keops import quiet_keops_import
 from tpde._validation import check_positive_int
 from tpde.metrics._common import check_pair_kinds, is_grid, particle_pair, raise_mixed
 from tpde.metrics.bures import bures_wasserstein, safe_sqrt
@@ -91,7 +92,8 @@ def solve_emd(a, b, cost, max_iter: int, fname: str):
     cost64 = np.ascontiguousarray(cost.detach().cpu().to(torch.float64).numpy())
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # POT's own warning; we raise below
-        import ot  # POT imports scipy.stats and sklearn (~1 s): load it on first use
+        with quiet_keops_import():  # POT may import GeomLoss, hence pykeops and its banner
+            import ot  # POT imports scipy.stats and sklearn (~1 s): load it on first use
 
         plan, log = ot.emd(a64, b64, cost64, numItermax=max_iter, log=True)
     if log["result_code"] != 1:
