@@ -53,3 +53,20 @@ def test_trace_event_on_particles_uses_the_total_variance():
 def test_unknown_size_is_refused():
     with pytest.raises(ValueError, match="BlowUp size"):
         BlowUp(10.0, size="largest")
+
+
+def test_no_save_after_the_event_that_stopped_the_run():
+    # Save times past an event are not reached: the trajectory ends at the event time, with
+    # increasing times (a stopped run used to record the next save time's frozen state).
+    field = Softmax.from_interaction(
+        torch.diag(torch.tensor([1.0, 0.25], dtype=F64)), torch.eye(2, dtype=F64)
+    )
+    g0 = Gaussian(torch.zeros(2, dtype=F64), torch.eye(2, dtype=F64))
+    save = torch.linspace(0, 0.5, 11, dtype=F64)  # tr Σ passes 50 at t ≈ 0.49
+    for method in ("rk4", "dopri5"):
+        traj = integrate(field, g0, 0.5, dt=1e-3, method=method, save=save,
+                         events=(BlowUp(50.0, size="trace"),))  # fmt: skip
+        assert traj.status == "blow_up"
+        assert (traj.times.diff() > 0).all()
+        assert float(traj.times[-1]) == float(traj.event_time) < 0.5
+        torch.testing.assert_close(traj.times[:-1], save[: len(traj.times) - 1])

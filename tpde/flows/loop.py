@@ -142,7 +142,9 @@ class Loop:
                 target = min([target, *(b for b in jumps if b > clock)])
                 moving = self.active & (t < target)
             if not moving.any():
-                if saves.at_target(target, state):
+                # Every active element reached the target; with none active (all stopped
+                # before it, e.g. by an event) there is nothing to save there.
+                if self.active.any() and saves.at_target(target, state):
                     continue  # a save time reached by every element
                 if not self.active.any() or target >= t1:
                     break
