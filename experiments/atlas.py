@@ -23,6 +23,7 @@ import torch
 
 from tpde.attention import GaussianNotPreserved
 from tpde.attention.registry import VARIANTS as REGISTRY
+from tpde.attention.registry import variant as variant_of
 from tpde.attention.registry import variant_names
 from tpde.flows import BlowUp, integrate
 from tpde.measures import Empirical, Gaussian, Grid
@@ -79,7 +80,7 @@ def make_field(variant: str, interaction=A, value=V):
     Q = torch.tensor(interaction, dtype=torch.float64)
     K = torch.eye(len(interaction), dtype=torch.float64)
     Vt = torch.tensor(value, dtype=torch.float64)
-    return REGISTRY[variant].standard(Q, K, Vt, 1.0)
+    return variant_of(variant).standard(Q, K, Vt, 1.0)
 
 
 def _moments(traj):

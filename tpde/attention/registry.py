@@ -78,7 +78,7 @@ def variant(name: str, *, head: bool = False) -> Variant:
     """The registered variant ``name`` (``head=True``: one that can be a MultiHead head)."""
     known = variant_names(head=head)
     if name not in known:
-        what = "kind" if head else "attention variant"
+        what = "kind" if head else "variant"
         raise ValueError(
             f"unknown {what} {name!r}; choose one of {', '.join(map(repr, known))} (the "
             "registered variants, tpde.attention.registry)."
