@@ -20,7 +20,7 @@ import sys
 import time
 
 import torch
-from _common import ROOT, print_table
+from _common import ROOT, print_header, print_row
 
 sys.path.insert(0, str(ROOT))  # the reference lives with the tests
 
@@ -85,13 +85,12 @@ def main():
         grid = [(100, 2, blur) for blur in (0.5, 0.2)]
     else:
         grid = [(200, 2, blur) for blur in (0.5, 0.2, 0.1, 0.05)] + [(200, 5, 0.2), (200, 5, 0.1)]
-    rows = [
-        row(kind, n, d, blur, generator)
-        for n, d, blur in grid
-        for kind in ("shift", "same", "weights")
-    ]
     columns = ["d", "blur", "case", "S", "old err", "old s", "new err", "estimate", "scaling"]
-    print_table(rows, [*columns, "solves", "status", "new s", "×old"])
+    columns += ["solves", "status", "new s", "×old"]
+    print_header(columns)  # rows print as they finish: the full grid takes tens of minutes
+    for n, d, blur in grid:
+        for kind in ("shift", "same", "weights"):
+            print_row(row(kind, n, d, blur, generator), columns)
 
 
 if __name__ == "__main__":
