@@ -69,10 +69,20 @@ def timed(fn, repeat: int = 3, budget_s: float = 30.0):
 
 def print_table(rows: list[dict], columns: list[str]) -> None:
     """Print rows as a Markdown table (pasted into the issue notes)."""
-    print("| " + " | ".join(columns) + " |")
-    print("|" + "|".join("---" for _ in columns) + "|")
+    print_header(columns)
     for row in rows:
-        print("| " + " | ".join(_fmt(row.get(c, "")) for c in columns) + " |")
+        print_row(row, columns)
+
+
+def print_header(columns: list[str]) -> None:
+    """The header of a Markdown table (then :func:`print_row` for each row as it is ready)."""
+    print("| " + " | ".join(columns) + " |")
+    print("|" + "|".join("---" for _ in columns) + "|", flush=True)
+
+
+def print_row(row: dict, columns: list[str]) -> None:
+    """One row of a Markdown table, flushed (long benchmarks show rows as they finish)."""
+    print("| " + " | ".join(_fmt(row.get(c, "")) for c in columns) + " |", flush=True)
 
 
 def _fmt(value) -> str:

@@ -19,6 +19,7 @@ and values of the wrong type before anything runs.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -40,6 +41,7 @@ __all__ = [
     "Report",
     "apply_overrides",
     "config_dict",
+    "exit_on_ctrl_c",
     "load",
     "metadata",
     "progress",
@@ -196,6 +198,39 @@ def metadata() -> dict:
         "cpu_count": os.cpu_count(),
         "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
     }
+
+
+@contextlib.contextmanager
+def exit_on_ctrl_c(message: str, status: int = 130):
+    """While inside: Ctrl-C (SIGINT) prints ``tpde: interrupted (Ctrl-C); MESSAGE`` and exits.
+
+    A KeyboardInterrupt can land anywhere, a finaliser or a Dask thread included (Python
+    then prints "Exception ignored …" and goes on), and unwinding through Dask waits for
+    the running tasks. Every result tpde writes is renamed into place atomically, so the
+    handler ends the process at once instead: it kills this process's own worker processes
+    (``multiprocessing`` children, e.g. a sweep's ``--workers N``), prints one line on
+    stderr and exits with ``status`` (128 + SIGINT, as shells report it).
+    """
+    import multiprocessing
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers belong to the main thread: leave Ctrl-C as it is
+        return
+
+    def handler(signum, frame):
+        for child in multiprocessing.active_children():
+            child.kill()
+        print(f"tpde: interrupted (Ctrl-C); {message}", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(status)
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def atomic_write(path: Path, data: bytes | str) -> None:

@@ -48,7 +48,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ._framework import atomic_write
+from ._framework import atomic_write, exit_on_ctrl_c
 
 __all__ = ["STUDIES", "SweepError", "expand", "load_spec", "main", "merge", "run_sweep"]
 
@@ -422,38 +422,6 @@ def failures(out: Path, tasks) -> list[tuple[str, str]]:
     return bad
 
 
-@contextlib.contextmanager
-def _exit_on_ctrl_c(out: Path):
-    """Ctrl-C ends the command at once with one line and exit status 130.
-
-    Unwinding a KeyboardInterrupt through Dask waits for the running tasks (an in-process
-    worker thread cannot be stopped: 30 s and more, with Dask's warnings and a C++ abort
-    message). Every finished task is already on disk (atomic renames), so the handler
-    kills this process's own worker processes (``--workers N``), prints one line and exits.
-    """
-    import multiprocessing
-    import os
-    import signal
-
-    def handler(signum, frame):
-        for child in multiprocessing.active_children():
-            child.kill()
-        print(
-            f"tpde: interrupted (Ctrl-C); finished tasks are kept in {out / 'tasks'}; rerun "
-            "the same command to finish.",
-            file=sys.stderr,
-            flush=True,
-        )
-        sys.stdout.flush()
-        os._exit(130)
-
-    previous = signal.signal(signal.SIGINT, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
 def main(args) -> int:
     """``tpde sweep`` (argparse namespace from :mod:`tpde.cli`).
 
@@ -467,7 +435,8 @@ def main(args) -> int:
     try:
         spec = load_spec(args.config)
         out = Path(args.out or spec["out"] or Path("results") / "sweeps" / Path(args.config).stem)
-        with _exit_on_ctrl_c(out):
+        message = f"finished tasks are kept in {out / 'tasks'}; rerun the same command to finish."
+        with exit_on_ctrl_c(message):
             table = run_sweep(
                 spec, out, scheduler=args.scheduler, workers=args.workers, force=args.force
             )

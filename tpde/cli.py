@@ -308,24 +308,25 @@ def cmd_run(args) -> int:
     )
     out.mkdir(parents=True, exist_ok=True)
     fw.atomic_write(out / RUN_FILE, json.dumps(record, indent=1))
-    registry = _experiments()
-    total = time.perf_counter()
-    built = {}  # report sections, each built once from the saved data
-    for name in names:
-        module = registry.get(name)
-        if name in done:
-            print(f"[{name}] already done with this config: kept ({out / name})")
-        else:
-            start = time.perf_counter()
-            module.run(configs[name], out / name)
-            module.plot(out / name)
-            record["seconds"][name] = time.perf_counter() - start
-            fw.atomic_write(out / RUN_FILE, json.dumps(record, indent=1))
-        built[name] = section = module.report(out / name)
-        seconds = record["seconds"].get(name, float("nan"))
-        print(f"[{name}] {section.summary} ({seconds:.0f} s)", flush=True)
-        path = write_report(out, record, built)  # after each experiment: a readable report
-    print(f"done in {time.perf_counter() - total:.0f} s; report: {path}")
+    with fw.exit_on_ctrl_c(args.interrupted):  # Ctrl-C: one line, exit status 130
+        registry = _experiments()
+        total = time.perf_counter()
+        built = {}  # report sections, each built once from the saved data
+        for name in names:
+            module = registry.get(name)
+            if name in done:
+                print(f"[{name}] already done with this config: kept ({out / name})")
+            else:
+                start = time.perf_counter()
+                module.run(configs[name], out / name)
+                module.plot(out / name)
+                record["seconds"][name] = time.perf_counter() - start
+                fw.atomic_write(out / RUN_FILE, json.dumps(record, indent=1))
+            built[name] = section = module.report(out / name)
+            seconds = record["seconds"].get(name, float("nan"))
+            print(f"[{name}] {section.summary} ({seconds:.0f} s)", flush=True)
+            path = write_report(out, record, built)  # after each experiment: a readable report
+        print(f"done in {time.perf_counter() - total:.0f} s; report: {path}")
     return 0
 
 

@@ -4,7 +4,8 @@
   in d = 1) for particles and grids; a Gaussian against particles raises, saying what to
   call instead.
 - :func:`sinkhorn_divergence`: debiased entropic OT, GeomLoss's convention, on GeomLoss
-  for particles and in closed form for Gaussians.
+  for particles and in closed form for Gaussians; :func:`sinkhorn_solve` meets a relative
+  tolerance and returns the error estimate (:class:`SinkhornResult`).
 - Bures–Wasserstein geometry of :class:`~tpde.measures.Gaussian`: :func:`bures_wasserstein`,
   :func:`bures_monge_map`, :func:`bures_geodesic`, :func:`bures_exp`, :func:`bures_log`,
   :func:`bures_inner` with tangent vectors :class:`BuresTangent`; :func:`bures_barycenter`
@@ -43,7 +44,7 @@ from tpde.metrics.clustering import (
 )
 from tpde.metrics.conditional import conditional_w2
 from tpde.metrics.entropic_gaussian import EntropicGaussianOT, entropic_ot_gaussian
-from tpde.metrics.sinkhorn import sinkhorn_divergence
+from tpde.metrics.sinkhorn import SinkhornResult, sinkhorn_divergence, sinkhorn_solve
 from tpde.metrics.twisted import twisted_w2
 from tpde.metrics.wasserstein import w2
 
@@ -52,6 +53,7 @@ __all__ = [
     "BuresTangent",
     "EntropicGaussianOT",
     "GaussianMap",
+    "SinkhornResult",
     "angular_cluster_count",
     "angular_cluster_labels",
     "bures_barycenter",
@@ -68,6 +70,7 @@ __all__ = [
     "diagnostics",
     "entropic_ot_gaussian",
     "sinkhorn_divergence",
+    "sinkhorn_solve",
     "time_to_single_cluster",
     "twisted_w2",
     "w2",
