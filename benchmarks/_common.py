@@ -69,10 +69,19 @@ def timed(fn, repeat: int = 3, budget_s: float = 30.0):
 
 def print_table(rows: list[dict], columns: list[str]) -> None:
     """Print rows as a Markdown table (pasted into the issue notes)."""
+    print_header(columns)
+    for row in rows:
+        print_row(row, columns)
+
+
+def print_header(columns: list[str]) -> None:
+    """The header of a Markdown table; rows follow with :func:`print_row` as they come."""
     print("| " + " | ".join(columns) + " |")
     print("|" + "|".join("---" for _ in columns) + "|")
-    for row in rows:
-        print("| " + " | ".join(_fmt(row.get(c, "")) for c in columns) + " |")
+
+
+def print_row(row: dict, columns: list[str]) -> None:
+    print("| " + " | ".join(_fmt(row.get(c, "")) for c in columns) + " |", flush=True)
 
 
 def _fmt(value) -> str:
