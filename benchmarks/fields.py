@@ -88,7 +88,7 @@ AUTO_RULE = {
 }
 
 
-def run(variants, sizes, dims, budget=BUDGET_S):
+def run(variants, sizes, dims, budget=BUDGET_S, only=None):
     rows = []
     keops_ok, reason = keops_status()
     if not keops_ok:
@@ -106,7 +106,7 @@ def run(variants, sizes, dims, budget=BUDGET_S):
                 )
                 results, iterations = {}, {}
                 for engine in engines:
-                    if engine == "keops" and not keops_ok:
+                    if (engine == "keops" and not keops_ok) or (only and engine not in only):
                         continue
                     predicted = last.get(engine, (0, 0))[0] * (n / last.get(engine, (0, 1))[1]) ** 2
                     too_big = engine == "dense" and 4 * n * n > DENSE_BYTES
@@ -179,11 +179,12 @@ def main():
     parser.add_argument("--sizes", nargs="*", type=int, help="n values (default: by --quick)")
     parser.add_argument("--dims", nargs="*", type=int, help="d values (default: by --quick)")
     parser.add_argument("--budget", type=float, default=BUDGET_S, help="seconds per call")
+    parser.add_argument("--engines", nargs="*", help="only these engines (default: all)")
     args = parser.parse_args()
     sizes = args.sizes or ([1_000, 10_000] if args.quick else [1_000, 10_000, 50_000, 100_000])
     dims = args.dims or ([16] if args.quick else [2, 16, 64])
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, float32")
-    rows = run(args.variants, sizes, dims, args.budget)
+    rows = run(args.variants, sizes, dims, args.budget, args.engines)
     add_softmax_ratio(rows)
     columns = ["variant", "d", "n", "engine", "s", "MB", "rel.err", "×dense", "×sdpa"]
     columns += ["×chunked", "×best", "×softmax", "×softmax-sdpa"]
