@@ -190,9 +190,9 @@ def softmax_average(
 def pick_kernel_sum_engine(n: int, m: int, device: torch.device, dtype: torch.dtype) -> str:
     """The ``"auto"`` rule for unnormalised kernel sums with n queries and m keys.
 
-    Dense while n·m ≤ 2¹⁶ (as for softmax). Beyond, on the CPU, the tiled engine: at
-    n = 10⁴, d = 16 on one core it takes 1.4× (float32) and 1.1× (float64) the time of
-    softmax on SDPA's flash kernel, and 3–4× less than the chunked engine
+    Dense while n·m ≤ 2¹⁶ (as for softmax). Beyond, on the CPU, the tiled engine: on one
+    core it takes 1.25× the time of softmax on SDPA's flash kernel at d = 16 (n = 10³–10⁵),
+    1.0× at d = 64 and in float64, and 3–6× less than the chunked engine
     (benchmarks/fields.py). On CUDA, KeOps when it compiles (linear memory, fused), else the
     chunked engine: the tiled engine's Python loop over small tiles would launch millions
     of GPU kernels.
