@@ -2,12 +2,16 @@
 
     python benchmarks/fields.py            # the full grid (tens of minutes on 2 cores)
     python benchmarks/fields.py --quick    # n ≤ 10⁴, d = 16
+    python benchmarks/fields.py --variants softmax sigmoid --sizes 1000 10000 100000 \
+        --dims 16 --budget 600           # sigmoid's engines against softmax on SDPA
 
 For each variant, n and d, every engine that expresses the variant is timed on the same
 float32 particle cloud; rows report seconds, extra peak memory, the relative error against
 the dense engine (or against SDPA where dense does not fit), and ratios against dense and
-against SDPA measured in the same run. Engines whose time, extrapolated quadratically from
-the previous n, would exceed the per-call budget are skipped (marked "skip").
+against SDPA measured in the same run; ×chunked compares with the chunked engine of the same
+variant, ×softmax with softmax on the same engine and ×softmax-sdpa with softmax on SDPA
+(the fused kernel every variant is measured against). Engines whose time, extrapolated
+quadratically from the previous n, would exceed the per-call budget are skipped ("skip").
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from tpde.attention import (
 )
 from tpde.measures import Empirical
 
-BUDGET_S = 60.0  # largest predicted time of one velocity call we are willing to run
+BUDGET_S = 60.0  # default largest predicted time of one velocity call (--budget)
 DENSE_BYTES = 6 * 2**30  # the dense engine materialises n² scores: skip beyond 6 GiB
 
 
@@ -79,8 +83,8 @@ VARIANTS = {
     "softmax": (softmax_field, ("dense", "chunked", "sdpa", "keops", "auto")),
     "l2": (l2_field, ("dense", "chunked", "sdpa", "keops", "auto")),
     "multihead": (multihead_field, ("dense", "chunked", "sdpa", "keops", "auto")),
-    "linear": (linear_field, ("dense", "chunked", "keops", "auto")),
-    "sigmoid": (sigmoid_field, ("dense", "chunked", "keops", "auto")),
+    "linear": (linear_field, ("dense", "chunked", "tiled", "keops", "auto")),
+    "sigmoid": (sigmoid_field, ("dense", "chunked", "tiled", "keops", "auto")),
     "sinkhorn": (sinkhorn_field, ("dense", "chunked", "sdpa", "keops", "auto")),
     "masked": (masked_field, ("dense", "chunked", "sdpa", "keops", "auto")),
 }
@@ -93,7 +97,7 @@ AUTO_RULE = {
 }
 
 
-def run(variants, sizes, dims):
+def run(variants, sizes, dims, budget=BUDGET_S, only=None):
     rows = []
     keops_ok, reason = keops_status()
     if not keops_ok:
@@ -111,11 +115,11 @@ def run(variants, sizes, dims):
                 )
                 results, iterations = {}, {}
                 for engine in engines:
-                    if engine == "keops" and not keops_ok:
+                    if (engine == "keops" and not keops_ok) or (only and engine not in only):
                         continue
                     predicted = last.get(engine, (0, 0))[0] * (n / last.get(engine, (0, 1))[1]) ** 2
                     too_big = engine == "dense" and 4 * n * n > DENSE_BYTES
-                    if predicted > BUDGET_S or too_big:
+                    if predicted > budget or too_big:
                         skipped = {"variant": name, "d": d, "n": n, "engine": engine, "s": "skip"}
                         rows.append(skipped)
                         continue
@@ -150,6 +154,8 @@ def run(variants, sizes, dims):
                         row["×dense"] = seconds / results["dense"][0]
                     if "sdpa" in results:
                         row["×sdpa"] = seconds / results["sdpa"][0]
+                    if "chunked" in results:
+                        row["×chunked"] = seconds / results["chunked"][0]
                     # Only "auto" left (e.g. linear's factorised route at large n): no ×best.
                     best = min((s for e, (s, _, _) in results.items() if e != "auto"), default=0)
                     if best:
@@ -163,30 +169,38 @@ def run(variants, sizes, dims):
 
 
 def add_softmax_ratio(rows) -> None:
-    """Column ×softmax: time over softmax's time on the same engine, d and n (same run)."""
+    """Columns ×softmax and ×softmax-sdpa: time over softmax's time on the same engine, and
+    on SDPA, at the same d and n (same run)."""
     softmax = {
         (r["d"], r["n"], r["engine"]): r["s"]
         for r in rows
         if r["variant"] == "softmax" and isinstance(r["s"], float)
     }
     for row in rows:
-        reference = softmax.get((row["d"], row["n"], row["engine"]))
-        if row["variant"] != "softmax" and reference and isinstance(row["s"], float):
-            row["×softmax"] = row["s"] / reference
+        if row["variant"] == "softmax" or not isinstance(row["s"], float):
+            continue
+        for column, engine in (("×softmax", row["engine"]), ("×softmax-sdpa", "sdpa")):
+            reference = softmax.get((row["d"], row["n"], engine))
+            if reference:
+                row[column] = row["s"] / reference
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--variants", nargs="*", default=list(VARIANTS))
+    parser.add_argument("--sizes", nargs="*", type=int, help="n values (default: by --quick)")
+    parser.add_argument("--dims", nargs="*", type=int, help="d values (default: by --quick)")
+    parser.add_argument("--budget", type=float, default=BUDGET_S, help="seconds per call")
+    parser.add_argument("--engines", nargs="*", help="only these engines (default: all)")
     args = parser.parse_args()
-    sizes = [1_000, 10_000] if args.quick else [1_000, 10_000, 50_000, 100_000]
-    dims = [16] if args.quick else [2, 16, 64]
+    sizes = args.sizes or ([1_000, 10_000] if args.quick else [1_000, 10_000, 50_000, 100_000])
+    dims = args.dims or ([16] if args.quick else [2, 16, 64])
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, float32")
-    rows = run(args.variants, sizes, dims)
+    rows = run(args.variants, sizes, dims, args.budget, args.engines)
     add_softmax_ratio(rows)
-    columns = ["variant", "d", "n", "engine", "s", "MB", "rel.err", "×dense", "×sdpa", "×best"]
-    columns.append("×softmax")
+    columns = ["variant", "d", "n", "engine", "s", "MB", "rel.err", "×dense", "×sdpa"]
+    columns += ["×chunked", "×best", "×softmax", "×softmax-sdpa"]
     if any("iters" in row for row in rows):
         columns += ["iters", "s/iter"]
     print_table(rows, columns)

@@ -20,7 +20,7 @@ def _draw(generator, *shape):
 
 def test_particle_velocity_is_the_defining_sum_on_every_route(generator):
     # ẋ_i = Σ_j w_j (x_jᵀAx_i) V x_j, written out with loops; "auto" is the factorised
-    # V M₂ A x, "dense"/"chunked" the pairwise sum.
+    # V M₂ A x, "dense"/"chunked"/"tiled" the pairwise sum.
     Q, K, V = _draw(generator, 2, 3), _draw(generator, 2, 3), _draw(generator, 3, 3)
     x = _draw(generator, 7, 3)
     w = torch.rand(7, generator=generator, dtype=F64) + 0.1
@@ -30,7 +30,7 @@ def test_particle_velocity_is_the_defining_sum_on_every_route(generator):
     expected = torch.stack(
         [V @ sum(w[j] * (x[j] @ A @ x[i]) * x[j] for j in range(7)) for i in range(7)]
     )
-    for engine in ("auto", "dense", "chunked"):
+    for engine in ("auto", "dense", "chunked", "tiled"):
         got = field.velocity(Empirical(x, w), engine=engine)
         torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
 

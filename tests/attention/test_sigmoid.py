@@ -40,7 +40,7 @@ def test_particle_velocity_is_the_defining_sum(bias, generator):
     Q, K, V, x, w = _setup(generator)
     field = Sigmoid(Q, K, V, scale=0.8, bias=bias)
     expected = _loops(x, w, V, 0.8 * K.T @ Q, bias)
-    for engine in ("auto", "dense", "chunked"):
+    for engine in ("auto", "dense", "chunked", "tiled"):
         got = field.velocity(Empirical(x, w), engine=engine)
         torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
 

@@ -1,14 +1,14 @@
 """L2, linear, sigmoid and multi-head on every engine that expresses them, against dense.
 
 Values and gradients in the points and in Q, K, V; plus the unnormalised kernel-sum
-primitive itself (sigmoid, linear) on dense, chunked and KeOps.
+primitive itself (sigmoid, linear) on dense, chunked, tiled and KeOps.
 """
 
 import pytest
 import torch
 
 from tests.conftest import keops_ok
-from tpde._engines import kernel_sum, pick_kernel_sum_engine
+from tpde._engines import kernel_sum, logsumexp, pick_kernel_sum_engine, softmax_average
 from tpde.attention import L2, Linear, MultiHead, Sigmoid, Softmax
 from tpde.measures import Empirical
 
@@ -35,7 +35,12 @@ CASES = [
         for t in (F32, F64)
     ],
     *[("l2-code", "sdpa", t) for t in (F32, F64)],
-    *[(v, e, t) for v in ("linear", "sigmoid") for e in ("auto", "chunked") for t in (F32, F64)],
+    *[
+        (v, e, t)
+        for v in ("linear", "sigmoid", "sigmoid-mean-field")
+        for e in ("auto", "chunked", "tiled")
+        for t in (F32, F64)
+    ],
     *[_keops_case(v, t) for v in ("l2", "multihead") for t in (F32, F64)],
     *[_keops_case(v, F64) for v in ("linear", "sigmoid")],
 ]
@@ -64,7 +69,9 @@ def _field(variant, Q, K, V):
         return MultiHead.split(Q, K, V, heads=3)
     if variant == "linear":
         return Linear(Q, K, V / 3)
-    return Sigmoid(Q, K, V)
+    if variant == "sigmoid-mean-field":  # weights outside σ, a numeric bias inside
+        return Sigmoid(Q, K, V, bias=-0.5)
+    return Sigmoid(Q, K, V)  # the literature layer: log-weights inside σ
 
 
 def _relative_error(a, b):
@@ -100,7 +107,7 @@ def test_engine_values_and_gradients_match_dense(variant, engine, dtype, generat
 
 
 @pytest.mark.parametrize("kernel", ["sigmoid", "linear"])
-@pytest.mark.parametrize("engine", ["dense", "chunked", "auto"])
+@pytest.mark.parametrize("engine", ["dense", "chunked", "tiled", "auto"])
 def test_kernel_sum_primitive_batched_with_bias(kernel, engine, generator):
     # out_i = Σ_j φ(q_i·k_j + b_j) v_j, with a batch dimension on the queries and a value
     # width ≠ key width.
@@ -150,9 +157,16 @@ def test_chunked_kernel_sum_splits_rows(monkeypatch, generator):
 def test_kernel_sum_auto_rule_and_bad_arguments():
     cpu = torch.device("cpu")
     assert pick_kernel_sum_engine(100, 100, cpu, torch.float32) == "dense"
-    assert pick_kernel_sum_engine(10_000, 10_000, cpu, torch.float32) == "chunked"
+    assert pick_kernel_sum_engine(10_000, 10_000, cpu, torch.float32) == "tiled"
+    assert pick_kernel_sum_engine(10_000, 10_000, cpu, torch.float64) == "tiled"
     q = torch.zeros(3, 2)
     with pytest.raises(ValueError, match="engine 'sdpa' only computes softmax-normalised"):
         kernel_sum(q, q, q, engine="sdpa")
     with pytest.raises(ValueError, match="unknown kernel 'relu'; choose one of 'sigmoid'"):
         kernel_sum(q, q, q, kernel="relu")
+    with pytest.raises(ValueError, match="engine 'tiled' does not compute softmax averages"):
+        softmax_average(q, q, q, engine="tiled")
+    with pytest.raises(ValueError, match="engine 'tiled' does not compute log-sum-exp"):
+        logsumexp(q, q, engine="tiled")
+    with pytest.raises(ValueError, match="engine 'tiled' does not compute softmax averages"):
+        Softmax(*torch.eye(2).expand(3, 2, 2)).velocity(Empirical(q), engine="tiled")

@@ -202,8 +202,9 @@ class Field:
             all its cell centres, in the order of :meth:`Grid.centres`).
         t : float
             Depth-time, for time-dependent parameters.
-        engine : {"auto", "dense", "chunked", "sdpa", "keops"}
-            How the pairwise sum is computed (see :mod:`tpde._engines`).
+        engine : {"auto", "dense", "chunked", "sdpa", "keops", "tiled"}
+            How the pairwise sum is computed (see :mod:`tpde._engines`; "tiled": sigmoid
+            and linear attention only).
         info : InnerSolves, optional
             Collects the reports of inner solves (Sinkhorn scalings); a failed solve also
             warns (e.g. :class:`~tpde.attention.SinkhornNotConverged`).

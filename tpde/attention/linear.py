@@ -30,7 +30,7 @@ class Linear(Field):
     (MATH.md §2), so the field is linear in x and in the second moment of μ.
 
     Engines: ``engine="auto"`` evaluates the exact factorisation V M₂ A x in O(n d²) (the
-    reason linear attention exists); "dense", "chunked" and "keops" evaluate the pairwise
+    reason linear attention exists); "dense", "chunked", "tiled" and "keops" evaluate the pairwise
     sum Σ_j w_j (x_jᵀAx_i) V x_j in O(n²) through the unnormalised kernel-sum engines, an
     independent route kept for checks and benchmarks. "sdpa" cannot express an
     unnormalised kernel and raises.

@@ -36,8 +36,8 @@ class Sigmoid(Field):
 
     Notes
     -----
-    Both forms run on the "dense", "chunked" and "keops" engines ("auto": dense for small
-    n, then chunked on the CPU, KeOps on CUDA); "sdpa" cannot express an unnormalised
+    Both forms run on the "dense", "chunked", "tiled" and "keops" engines ("auto": dense for
+    small n, then tiled on the CPU, KeOps on CUDA); "sdpa" cannot express an unnormalised
     kernel and raises.
 
     The default (literature) layer is not a function of the measure alone: σ is not
