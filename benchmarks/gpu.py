@@ -36,6 +36,7 @@ from _common import print_header, print_row  # also points KEOPS_CACHE_FOLDER to
 from fields import l2_field, sinkhorn_field, softmax_field
 
 from tpde._engines.keops import keops_status
+from tpde.attention import InnerSolves
 from tpde.measures import Empirical
 
 VARIANTS = {"softmax": softmax_field, "l2": l2_field, "sinkhorn": sinkhorn_field}
@@ -79,10 +80,11 @@ def dense_fits(n: int, device: torch.device) -> bool:
 
 def run_cell(field, cloud, engine: str, device: torch.device, budget_s: float) -> dict:
     """One velocity call timed; failures become a short note in the "s" column."""
+    info = InnerSolves()
     try:
         with torch.no_grad():
             seconds, peak, out = measure(
-                lambda: field.velocity(cloud, engine=engine), device, budget_s
+                lambda: field.velocity(cloud, engine=engine, info=info), device, budget_s
             )
     except ValueError as err:  # the engine does not express this variant on this device
         print(f"{engine}: {err}", file=sys.stderr)
@@ -96,9 +98,8 @@ def run_cell(field, cloud, engine: str, device: torch.device, budget_s: float) -
     row = {"s": seconds, "out": out}
     if peak is not None:
         row["GPU MB"] = peak / 2**20
-    info = getattr(field, "last_info", None)
-    if info is not None:
-        row["iters"] = info.iterations
+    if info.last is not None:  # Sinkhorn's scalings report into the InnerSolves collector
+        row["iters"] = info.last.iterations
     return row
 
 
