@@ -29,3 +29,18 @@ def keops_ok():
     from tpde._engines.keops import keops_status
 
     return keops_status()[0]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """KeOps cases in float32 run with ``make test-slow`` (marked ``slow`` here).
+
+    Each new KeOps formula compiles for 10-40 s (a first backward longer), and a float32
+    formula is a separate compilation of the float64 one, which the default suite keeps:
+    the float32 cases differ only in rounding and in the dtype plumbing the other engines'
+    float32 cases check too. Runs first, so that ``-m 'not slow'`` deselects them.
+    """
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if item.get_closest_marker("keops") and torch.float32 in params.values():
+            item.add_marker(pytest.mark.slow)
