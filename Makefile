@@ -9,7 +9,7 @@ DOCS_STAMP := $(VENV)/.tpde-docs-installed
 # KeOps compiles formulas at first use into this ignored folder of the checkout.
 export KEOPS_CACHE_FOLDER ?= $(CURDIR)/build/keops
 
-.PHONY: run test test-slow lint format bench docs clean
+.PHONY: install run test test-slow lint format bench docs clean
 
 $(STAMP): pyproject.toml setup.py constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,6 +21,9 @@ $(STAMP): pyproject.toml setup.py constraints.txt
 $(DOCS_STAMP): $(STAMP)
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[docs]"
 	touch $(DOCS_STAMP)
+
+# Only the virtual environment with tpde in it (then: .venv/bin/python examples/plot_01_...).
+install: $(STAMP)
 
 # The quick run replaces the previous one in results/quick (a full run goes to results/full).
 run: $(STAMP)

@@ -85,8 +85,10 @@ for name, field in (("softmax", softmax), ("Sinkhorn", sinkhorn)):
     for label, mu in (("particles", cloud), ("Gaussian", g0)):
         traj = integrate(field, mu, 1.0 if SMALL else 2.0, dt=0.1, save="steps")
         runs[name, label] = energy_dissipation(field, traj)
-        print(f"{name:8s} {label:9s}: max |E − predicted| / |ΔE| = "
-              f"{float(runs[name, label].relative_error):.1e}")  # fmt: skip
+        print(
+            f"{name:8s} {label:9s}: max |E − predicted| / |ΔE| = "
+            f"{float(runs[name, label].relative_error):.1e}"
+        )
 
 # %%
 # The picture
@@ -98,8 +100,15 @@ for ax, name in zip(axes, ("softmax", "Sinkhorn"), strict=True):
     for i, label in enumerate(("particles", "Gaussian")):
         d = runs[name, label]
         ax.plot(d.times, d.energy, color=f"C{i}", label=f"E on {label}")
-        ax.plot(d.times[::2], d.predicted[::2], "o", color=f"C{i}", ms=4, mfc="none",
-                label=f"E(0) + ∫ rate ({label})")  # fmt: skip
+        ax.plot(
+            d.times[::2],
+            d.predicted[::2],
+            "o",
+            color=f"C{i}",
+            ms=4,
+            mfc="none",
+            label=f"E(0) + ∫ rate ({label})",
+        )
     ax.set_xlabel("t")
     ax.set_title(f"{name}: energy along the flow")
     ax.legend(fontsize=8)

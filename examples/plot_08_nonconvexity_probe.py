@@ -43,8 +43,10 @@ for label, mu in (("particles", cloud), ("Gaussian", gauss)):
             energy, mu, n_geodesics=4 if SMALL else 48, radius=0.5, generator=generator
         )
         probes[label, name] = probe
-        print(f"{name:14s} on {label:9s}: {probe.n_negative} negative of "
-              f"{probe.second_derivatives.numel()}, min {probe.min_value:+.3f}")  # fmt: skip
+        print(
+            f"{name:14s} on {label:9s}: {probe.n_negative} negative of "
+            f"{probe.second_derivatives.numel()}, min {probe.min_value:+.3f}"
+        )
 
 # %%
 # One explicit direction: a translation
@@ -67,8 +69,13 @@ values = [
 fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(11, 4.2))
 bins = np.linspace(-1.5, 1.5, 31)
 for i, ((label, name), probe) in enumerate(probes.items()):
-    ax0.hist(probe.second_derivatives.detach().numpy().ravel(), bins=bins, alpha=0.5,
-             color=f"C{i}", label=f"{name}, {label}")  # fmt: skip
+    ax0.hist(
+        probe.second_derivatives.detach().numpy().ravel(),
+        bins=bins,
+        alpha=0.5,
+        color=f"C{i}",
+        label=f"{name}, {label}",
+    )
 ax0.axvline(0, color="k", lw=0.8)
 ax0.set_xlabel("d²E/dt² / W2² along geodesics")
 ax0.set_title("negative values: E is not geodesically convex")

@@ -48,8 +48,16 @@ depth = 1.0 if SMALL else 6.0
 saves = np.linspace(0, depth, int(depth) * 4 + 1).tolist()
 pde = integrate(model.schedule, tokens, depth, dt=0.25 if SMALL else 0.05, save=saves, events=())
 gauss = Gaussian(tokens.mean(), tokens.cov())
-ode = integrate(model.schedule, gauss, depth, method="dopri5", rtol=1e-4, atol=1e-6,
-                save=saves, events=(BlowUp(1e4, size="trace"),))  # fmt: skip
+ode = integrate(
+    model.schedule,
+    gauss,
+    depth,
+    method="dopri5",
+    rtol=1e-4,
+    atol=1e-6,
+    save=saves,
+    events=(BlowUp(1e4, size="trace"),),
+)
 print("Gaussian ODE:", ode.status, "at t =", float(ode.event_time))
 
 # %%
@@ -66,12 +74,16 @@ def shape(measures):
 
 
 real_measures = [Empirical(h) for h in real[: int(depth) + 1]]
-curves = {"real model": (np.arange(len(real_measures)), *shape(real_measures)),
-          "attention-only PDE": (pde.times.numpy(), *shape(pde.measures)),
-          "Gaussian ODE": (ode.times.numpy(), *shape(ode.measures))}  # fmt: skip
+curves = {
+    "real model": (np.arange(len(real_measures)), *shape(real_measures)),
+    "attention-only PDE": (pde.times.numpy(), *shape(pde.measures)),
+    "Gaussian ODE": (ode.times.numpy(), *shape(ode.measures)),
+}
 for name, (_, rank, aniso) in curves.items():
-    print(f"{name:20s} effective rank {rank[0]:.1f} → {rank[-1]:.1f}, "
-          f"anisotropy {aniso[0]:.3f} → {aniso[-1]:.3f}")  # fmt: skip
+    print(
+        f"{name:20s} effective rank {rank[0]:.1f} → {rank[-1]:.1f}, "
+        f"anisotropy {aniso[0]:.3f} → {aniso[-1]:.3f}"
+    )
 
 # %%
 # The picture

@@ -33,7 +33,7 @@ SMALL = os.environ.get("TPDE_EXAMPLE_SIZE") == "small"  # the test suite runs a 
 spec = {
     "study": "blowup",
     "grid": {"variant": ["softmax", "l2"], "value_scale": [0.25, 1.0, 4.0]},
-    "fixed": {"samples": 8 if SMALL else 64, "horizon": 10.0},
+    "fixed": {"samples": 8 if SMALL else 32, "horizon": 10.0},
     "seeds": 1 if SMALL else 2,
 }
 out = Path(tempfile.mkdtemp()) / "blowup"
@@ -52,7 +52,10 @@ print("second run read", len(list((out / "tasks").iterdir())), "finished tasks; 
 # %%
 # The picture
 # -----------
-# Mean over seeds of the blow-up fraction against the scale of V.
+# Mean over seeds of the fraction of settings whose tr Σ passes 10³ before t = 10 (the
+# paper's rule, status ``"blow_up"``), against the scale of V. For softmax this is a
+# finite-time blow-up; L2 attention has none when K is invertible (MATH.md §4), its
+# covariance passes the threshold by exponential growth, more often for a larger V.
 
 fig, ax = plt.subplots(figsize=(6, 4))
 for i, variant in enumerate(spec["grid"]["variant"]):
@@ -67,9 +70,11 @@ for i, variant in enumerate(spec["grid"]["variant"]):
         for s in scales
     ]
     ax.semilogx(scales, fractions, "o-", color=f"C{i}", label=variant)
+ax.set_xticks(spec["grid"]["value_scale"], labels=[f"{s:g}" for s in spec["grid"]["value_scale"]])
+ax.minorticks_off()
 ax.set_xlabel("value scale")
-ax.set_ylabel("fraction of random settings that blow up")
-ax.set_title("finite-time blow-up: softmax does, L2 does not")
+ax.set_ylabel("fraction with tr Σ > 10³ by t = 10")
+ax.set_title("status blow_up: softmax blows up, L2 grows exponentially")
 ax.legend()
 fig.tight_layout()
 plt.show()

@@ -29,7 +29,7 @@ g0 = Gaussian(torch.tensor([0.5, -0.3], dtype=F64), torch.tensor([[1.0, 0.3], [0
 cloud = Empirical.from_gaussian(
     g0, 300 if SMALL else 1500, generator=torch.Generator().manual_seed(0)
 )
-grid = Grid.from_gaussian(g0, (32, 32) if SMALL else (64, 64), -8.0, 8.0)
+grid = Grid.from_gaussian(g0, (32, 32) if SMALL else (48, 48), -8.0, 8.0)
 
 # %%
 # Integrate, then animate

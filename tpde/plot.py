@@ -241,29 +241,33 @@ def animate(
         limits = box, (0.0, 1.05 * draw_options["vmax"] or 1.0)
     xlim = xlim if xlim is not None or limits is None else limits[0]
     ylim = ylim if ylim is not None or limits is None else limits[1]
-    if "color" not in draw_options and kind is not Grid:
-        draw_options["color"] = "C0"
+    # One colour on every frame (a 1-D grid's curve too: no colour cycle across frames).
+    draw_options.setdefault("color", "C0")
 
-    from matplotlib.animation import FuncAnimation, PillowWriter
+    from matplotlib.animation import PillowWriter
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=figsize, dpi=dpi)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
-
-    def frame(k: int):
-        ax.clear()
-        artists = draw(measures[k], ax, dims=dims, sigmas=sigmas, **draw_options)
-        if xlim is not None:
-            ax.set_xlim(*xlim)
-        if ylim is not None:
-            ax.set_ylim(*ylim)
-        parts = [title] if title else []
-        parts.append(f"frame {k + 1}/{len(measures)}" if times is None else f"t = {times[k]:.3g}")
-        ax.set_title("   ".join(parts), fontsize=10)
-        return artists
-
-    movie = FuncAnimation(fig, frame, frames=len(measures), blit=False, repeat=False)
-    movie.save(path, writer=PillowWriter(fps=fps), dpi=dpi)
+    writer = PillowWriter(fps=fps)
+    drawn = []
+    # Each frame replaces the previous frame's artists and is drawn once (clearing the Axes
+    # and FuncAnimation's second draw per frame took half the time).
+    with writer.saving(fig, path, dpi):
+        for k, measure in enumerate(measures):
+            for artist in drawn:
+                artist.remove()
+            drawn = draw(measure, ax, dims=dims, sigmas=sigmas, **draw_options)
+            if xlim is not None:
+                ax.set_xlim(*xlim)
+            if ylim is not None:
+                ax.set_ylim(*ylim)
+            parts = [title] if title else []
+            parts.append(
+                f"frame {k + 1}/{len(measures)}" if times is None else f"t = {times[k]:.3g}"
+            )
+            ax.set_title("   ".join(parts), fontsize=10)
+            writer.grab_frame()
     return path

@@ -71,10 +71,16 @@ def render_docstring(app, what, name, obj, options, lines: list[str]) -> None:
 # or an anchor (it holds "/", ".", ":" or "#").
 _MATH_LINK = re.compile(r"\]\((?=[^)\s/.:#]*\))")
 _TAG = {"^": "sup", "_": "sub"}
+# x_i, K_ij, Σ_0, ω_μ, ‖v‖²_g in Markdown prose: an underscore and one or two letters,
+# digits or Greek letters that end the word become a subscript (these pages write names of
+# code in backticks, and a longer tail, as in max_steps, does not match).
+_SHORT_SUB = re.compile(r"(?<=[^\s_\\`*<>/])_([A-Za-z0-9α-ω]{1,2})(?![A-Za-z0-9α-ω_{])")
+# R^d, q^⊥, (…)^p: a superscript of one letter, digit or ⊥ that ends the word.
+_SHORT_SUP = re.compile(r"(?<=[^\s^\\`*<>/])\^([A-Za-z0-9⊥])(?![A-Za-z0-9α-ω{])")
 
 
 def render_markdown(app, docname: str, source: list[str]) -> None:
-    """MATH.md, DESIGN.md: Γ[μ](x) stays text, ``^{…}``/``_{…}`` become scripts.
+    """MATH.md, DESIGN.md: Γ[μ](x) stays text; ``^{…}``, ``_{…}``, ``x_i``, ``R^d`` are scripts.
 
     Code (fenced, indented by four spaces after a blank line, or in backticks) is left alone.
     """
@@ -90,9 +96,11 @@ def render_markdown(app, docname: str, source: list[str]) -> None:
             parts = line.split("`")  # odd parts are inline code
             for k in range(0, len(parts), 2):
                 text = _MATH_LINK.sub(r"\\](", parts[k])
-                parts[k] = _SCRIPT.sub(
+                text = _SCRIPT.sub(
                     lambda m: f"<{_TAG[m.group(1)]}>{m.group(2)}</{_TAG[m.group(1)]}>", text
                 )
+                text = _SHORT_SUB.sub(r"<sub>\1</sub>", text)
+                parts[k] = _SHORT_SUP.sub(r"<sup>\1</sup>", text)
             line = "`".join(parts)
         blank = not line.strip()
         out.append(line)

@@ -136,6 +136,13 @@ def test_mix_ln_is_post_ln_then_pre_ln():
     assert float((traj.measures[1].points.norm(dim=1) - 1).abs().max()) < 1e-12
     pre = integrate(Normalized(_sa(1.0, 3), "pre-ln"), post, 1.0, t0=0.5, dt=0.01).final
     torch.testing.assert_close(traj.final.points, pre.points)
+    # velocity(t) is the velocity of the piece acting at t, off the sphere after the switch.
+    mid = traj.measures[1]
+    torch.testing.assert_close(field.velocity(mid, t=0.2), Normalized(_sa(1.0, 3)).velocity(mid))
+    late = Normalized(_sa(1.0, 3), "pre-ln")
+    torch.testing.assert_close(field.velocity(traj.final, t=0.7), late.velocity(traj.final))
+    with pytest.raises(ValueError, match="post-ln attention moves tokens on the unit sphere"):
+        field.velocity(traj.final, t=0.2)
 
 
 def test_layernorm_scheme_is_the_post_ln_sublayer():

@@ -209,6 +209,13 @@ class Normalized(Field):
             return self
         return self._pieces[0] if float(t) < self.switch else self._pieces[1]
 
+    def velocity(self, mu, x=None, *, t: float = 0.0, engine: str = "auto", info=None):
+        """Γ̃[μ](x) of the scheme (:meth:`Field.velocity`). Mix-LN: the piece acting at ``t``
+        checks the tokens and evaluates (after the switch they have left the sphere)."""
+        if self.scheme == "mix-ln":
+            return self.piece(t).velocity(mu, x, t=t, engine=engine, info=info)
+        return super().velocity(mu, x, t=t, engine=engine, info=info)
+
     def particle_velocity(self, t, mu: Empirical, x, engine: str, info=None) -> torch.Tensor:
         scheme = self.scheme
         if scheme == "mix-ln":
