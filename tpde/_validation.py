@@ -93,15 +93,16 @@ def check_positive(value, name: str, *, strict: bool = True) -> float:
     return number
 
 
-def check_real(value, name: str) -> float:
-    """``value`` as a finite float: a Python or numpy number, or a one-element tensor."""
+def check_real(value, name: str, *, finite: bool = True) -> float:
+    """``value`` as a float (finite unless ``finite=False``): a Python or numpy number, or a
+    one-element tensor; bools, strings and None are refused."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real | np.ndarray | torch.Tensor):
         raise TypeError(f"{name} must be a real number; received {value!r}.")
     try:
         number = float(value)
     except (TypeError, ValueError, RuntimeError):
         raise TypeError(f"{name} must be a real number; received {value!r}.") from None
-    if not np.isfinite(number):
+    if finite and not np.isfinite(number):
         raise ValueError(f"{name} must be finite; received {number!r}.")
     return number
 
