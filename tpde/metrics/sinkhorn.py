@@ -91,9 +91,32 @@ def _check_scaling(scaling) -> float:
     return value
 
 
+def _check_blur_range(blur: float, dtype: torch.dtype, factor: float, power: float) -> None:
+    """ε = factor · blur² must be a normal number of ``dtype`` and ε^power must not overflow.
+
+    Beyond, the entropic problem is not representable: ε underflows to 0 (the divergence is
+    then ½ W2², NaN from the solver) or overflows (Inf)."""
+    info = torch.finfo(dtype)
+    low, high = (info.tiny / factor) ** 0.5, (info.max ** (1 / power) / factor) ** 0.5
+    wider = " or compute in float64," if dtype != torch.float64 else ""
+    if blur < low:
+        raise ValueError(
+            f"blur = {blur:g} is too small for {dtype}: ε = blur² underflows (the smallest "
+            f"normal {dtype} is {info.tiny:.3g}). As blur → 0 the divergence tends to "
+            f"½ W2²: use tpde.metrics.w2(mu, nu) ** 2 / 2,{wider} or pass blur >= {low:.3g}."
+        )
+    if blur > high:
+        raise ValueError(
+            f"blur = {blur:g} is too large for {dtype}: the entropic terms in ε = blur² "
+            f"overflow. A blur far beyond the measures' diameter only sees their means; pass "
+            f"blur <= {high:.3g}."
+        )
+
+
 def _gaussian_divergence(mu, nu, blur: float) -> torch.Tensor:
     """Closed form: ½[OT_{2b²} − ½OT_{2b²}(μ,μ) − ½OT_{2b²}(ν,ν)], OT for the cost |x − y|²."""
     m0, S0, m1, S1 = gaussian_pair(mu, nu, "sinkhorn_divergence")
+    _check_blur_range(blur, m0.dtype, 2.0, 2.0)  # ε = 2 blur², squared in the closed form
     eps = 2 * blur**2
     P = 2 * torch.eye(m0.shape[-1], dtype=m0.dtype, device=m0.device)
 
@@ -108,6 +131,15 @@ def _particle_divergence(mu, nu, blur: float, scaling: float, engine: str) -> to
         from geomloss import SamplesLoss
 
     x, a, y, b = particle_pair(mu, nu, "sinkhorn_divergence")
+    _check_blur_range(blur, x.dtype, 1.0, 1.0)
+    span = x.detach().abs().max() + y.detach().abs().max()
+    if not bool(torch.isfinite(span * span)):
+        raise OverflowError(
+            f"sinkhorn_divergence: the squared distances between these points overflow "
+            f"{x.dtype} (largest |coordinate| {float(x.detach().abs().max()):.3g} and "
+            f"{float(y.detach().abs().max()):.3g}). Compute in float64 "
+            "(mu.to(dtype=torch.float64)), or rescale both measures."
+        )
     d = x.shape[1]
     if engine == "auto":
         engine = pick_sinkhorn_engine(x.shape[0], y.shape[0], d)
