@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tpde.measures import Empirical, Gaussian, Grid
+from tpde.measures import Empirical, Gaussian, Grid, Measure
 
 __all__ = ["animate", "draw"]
 
@@ -46,6 +46,17 @@ def _check_dims(dims, d: int) -> tuple[int, int]:
     if dims[0] == dims[1]:
         raise ValueError(f"dims must be two different coordinates; received {dims!r}.")
     return dims
+
+
+def _positive(value, name: str) -> float:
+    """A finite number > 0 (a size, a scale, a rate)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a number; received {value!r}.") from None
+    if not (number > 0 and math.isfinite(number)):
+        raise ValueError(f"{name} must be > 0 and finite; received {value!r}.")
+    return number
 
 
 def _numpy(t: torch.Tensor) -> np.ndarray:
@@ -107,8 +118,13 @@ def draw(
         import matplotlib.pyplot as plt
 
         ax = plt.gca()
-    if not sigmas > 0:
-        raise ValueError(f"sigmas must be > 0; received {sigmas!r}.")
+    elif not callable(getattr(ax, "scatter", None)):
+        raise TypeError(f"ax must be a matplotlib Axes; received {type(ax).__name__}.")
+    _positive(sigmas, "sigmas")
+    if size is not None:
+        _positive(size, "size")
+    if vmax is not None:
+        _positive(vmax, "vmax")
     if kind is Grid:
         image = _grid_image(measure)
         lower, upper = _numpy(measure.lower), _numpy(measure.upper)
@@ -173,6 +189,32 @@ def _limits(measures, dims, sigmas: float):
     return (lo[0] - pad[0], hi[0] + pad[0]), (lo[1] - pad[1], hi[1] + pad[1])
 
 
+def _check_frame_options(fps, figsize, dpi, xlim, ylim, draw_options) -> None:
+    """The options of :func:`animate`, before any figure is made."""
+    _positive(fps, "fps")
+    if isinstance(dpi, bool) or not isinstance(dpi, int) or dpi < 1:
+        raise ValueError(f"dpi must be a positive int (dots per inch); received {dpi!r}.")
+    for value, name in ((figsize, "figsize"), (xlim, "xlim"), (ylim, "ylim")):
+        if value is None and name != "figsize":
+            continue
+        try:
+            pair = [float(v) for v in value]
+        except (TypeError, ValueError):
+            pair = []
+        if len(pair) != 2 or not all(math.isfinite(v) for v in pair):
+            raise ValueError(f"{name} must be two finite numbers; received {value!r}.")
+        if name == "figsize" and min(pair) <= 0:
+            raise ValueError(f"figsize must be two sizes > 0 (inches); received {value!r}.")
+        if name != "figsize" and pair[0] == pair[1]:
+            raise ValueError(f"{name} must be two different limits; received {value!r}.")
+    unknown = sorted(set(draw_options) - {"color", "size", "cmap", "vmax", "label"})
+    if unknown:
+        raise TypeError(
+            f"animate passes color, size, cmap, vmax and label to draw; received unknown "
+            f"option(s) {', '.join(unknown)}."
+        )
+
+
 def animate(
     trajectory,
     path,
@@ -213,6 +255,17 @@ def animate(
     path = Path(path)
     if path.suffix.lower() != ".gif":
         raise ValueError(f"animate writes a GIF: path must end in '.gif'; received {str(path)!r}.")
+    if not path.parent.is_dir():
+        raise FileNotFoundError(
+            f"animate writes {path}, but its folder {path.parent} does not exist; create it "
+            "first (Path(...).mkdir(parents=True))."
+        )
+    if isinstance(trajectory, Measure):
+        raise TypeError(
+            f"animate takes a Trajectory or a sequence of measures; received one "
+            f"{type(trajectory).__name__}. Draw it with tpde.plot.draw, or pass [measure]."
+        )
+    _check_frame_options(fps, figsize, dpi, xlim, ylim, draw_options)
     measures = list(trajectory.measures if hasattr(trajectory, "measures") else trajectory)
     if not measures:
         raise ValueError("nothing to animate: the trajectory holds no measure.")
@@ -228,8 +281,6 @@ def animate(
             raise ValueError(
                 f"times has {len(times)} entries for {len(measures)} measures; pass one per frame."
             )
-    if not fps > 0:
-        raise ValueError(f"fps must be > 0; received {fps!r}.")
     kind = kinds.pop()
     if kind is not Grid:
         _check_dims(dims, measures[0].dim)
@@ -264,6 +315,7 @@ def animate(
         ax.set_title("   ".join(parts), fontsize=10)
         return artists
 
+    frame(0)  # errors in drawing surface here (the GIF writer would hide them behind its own)
     movie = FuncAnimation(fig, frame, frames=len(measures), blit=False, repeat=False)
     movie.save(path, writer=PillowWriter(fps=fps), dpi=dpi)
     return path
