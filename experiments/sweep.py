@@ -290,7 +290,7 @@ def _client(scheduler: str | None, workers: int | None):
             raise SweepError("--scheduler and --workers exclude each other: pick one.")
         try:
             client = Client(scheduler, timeout=f"{CONNECT_TIMEOUT_S}s")
-        except (OSError, TimeoutError) as err:
+        except (OSError, TimeoutError, ValueError) as err:  # ValueError: a malformed address
             raise SweepError(
                 f"cannot reach the Dask scheduler at {scheduler} within {CONNECT_TIMEOUT_S} s "
                 f"({type(err).__name__}: {err}). Start it (dask scheduler) or check the address."
@@ -311,6 +311,8 @@ def _client(scheduler: str | None, workers: int | None):
 
 
 def _prepare(out: Path, spec: dict, force: bool) -> None:
+    if out.exists() and not out.is_dir():
+        raise SweepError(f"{out} is a file, not a folder; pass another --out.")
     manifest = out / "sweep.json"
     record = {k: spec[k] for k in ("study", "grid", "fixed", "seeds")}
     if force:
