@@ -48,6 +48,7 @@ def _covariance(x, fname: str) -> torch.Tensor:
                 f"{fname} takes a measure or a covariance (..., d, d); received a tensor of "
                 f"shape {tuple(cov.shape)}."
             )
+        check_linalg_dtype(cov.dtype, f"{fname}: the covariance")
         check_finite(cov, "cov")
         check_symmetric(cov, "cov")
         check_psd(cov, "cov")
