@@ -12,6 +12,7 @@ matplotlib is imported inside the functions, so ``import tpde`` does not load it
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -50,10 +51,9 @@ def _check_dims(dims, d: int) -> tuple[int, int]:
 
 def _positive(value, name: str) -> float:
     """A finite number > 0 (a size, a scale, a rate)."""
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise TypeError(f"{name} must be a number; received {value!r}.") from None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number; received {value!r}.")
+    number = float(value)
     if not (number > 0 and math.isfinite(number)):
         raise ValueError(f"{name} must be > 0 and finite; received {value!r}.")
     return number
@@ -120,7 +120,7 @@ def draw(
         ax = plt.gca()
     elif not callable(getattr(ax, "scatter", None)):
         raise TypeError(f"ax must be a matplotlib Axes; received {type(ax).__name__}.")
-    _positive(sigmas, "sigmas")
+    sigmas = _positive(sigmas, "sigmas")
     if size is not None:
         _positive(size, "size")
     if vmax is not None:
@@ -145,6 +145,11 @@ def draw(
         )
         return [art]
     dims = _check_dims(dims, measure.dim)
+    if kind is Empirical and measure.batch_shape != ():
+        raise ValueError(
+            f"draw shows one particle cloud; received a batch of shape "
+            f"{tuple(measure.batch_shape)}. Draw each element, mu[i], on its own."
+        )
     if kind is Empirical:
         points = _numpy(measure.points[:, list(dims)])
         n = measure.n
