@@ -322,6 +322,14 @@ def expand(spec: dict) -> list[tuple[str, dict]]:
 
 
 # ---------------------------------------------------------------------- running
+def _check_client_options(scheduler: str | None, workers: int | None) -> None:
+    """--scheduler and --workers, checked before anything is written."""
+    if scheduler is not None and workers is not None:
+        raise SweepError("--scheduler and --workers exclude each other: pick one.")
+    if workers is not None and workers < 1:
+        raise SweepError(f"--workers must be >= 1; received {workers}.")
+
+
 @contextlib.contextmanager
 def _client(scheduler: str | None, workers: int | None):
     """A Dask client (closed on exit, with the LocalCluster it started, if any)."""
@@ -329,9 +337,8 @@ def _client(scheduler: str | None, workers: int | None):
         from dask.distributed import Client, LocalCluster
     except ModuleNotFoundError:
         raise SweepError("tpde sweep needs Dask distributed: pip install 'tpde[dask]'.") from None
+    _check_client_options(scheduler, workers)
     if scheduler is not None:
-        if workers is not None:
-            raise SweepError("--scheduler and --workers exclude each other: pick one.")
         try:
             client = Client(scheduler, timeout=f"{CONNECT_TIMEOUT_S}s")
         except (OSError, TimeoutError, ValueError) as err:  # ValueError: a malformed address
@@ -342,8 +349,6 @@ def _client(scheduler: str | None, workers: int | None):
         with client:
             yield client
         return
-    if workers is not None and workers < 1:
-        raise SweepError(f"--workers must be >= 1; received {workers}.")
     cluster = LocalCluster(
         n_workers=workers or 1,
         threads_per_worker=1,
@@ -391,6 +396,7 @@ def run_sweep(
     kill a worker or interrupt the client).
     """
     out = Path(out)
+    _check_client_options(scheduler, workers)
     _prepare(out, spec, force)
     tasks = expand(spec)
     todo = [(tid, p) for tid, p in tasks if not (out / "tasks" / f"{tid}.json").is_file()]
