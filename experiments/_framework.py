@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import math
 import os
 import platform
 import subprocess
@@ -71,14 +72,20 @@ def _parse_scalar(text: str, kind, key: str):
         raise ConfigError(f"{key} expects a bool (true/false); received {text!r}.")
     if kind is int:
         try:
-            return int(text)
+            value = int(text)
         except ValueError:
             raise ConfigError(f"{key} expects an int; received {text!r}.") from None
+        if not -(2**63) <= value < 2**63:
+            raise ConfigError(f"{key} expects an int of at most 19 digits; received {text!r}.")
+        return value
     if kind is float:
         try:
-            return float(text)
+            value = float(text)
         except ValueError:
             raise ConfigError(f"{key} expects a float; received {text!r}.") from None
+        if not math.isfinite(value):
+            raise ConfigError(f"{key} expects a finite float; received {text!r}.")
+        return value
     if kind is str:
         return text
     raise ConfigError(f"{key} has a type ({kind}) that cannot be set from the command line.")
@@ -119,19 +126,35 @@ def apply_overrides(config, overrides: dict[str, str], experiment: str = ""):
             raise ConfigError(f"unknown config key {key!r}{where}; known keys: {known}.")
         label = f"{experiment}.{key}" if experiment else key
         changes[key] = parse_value(text, types_[key], label)
+        if _is_seed(key):
+            _check_seed(changes[key], label)
     new = dataclasses.replace(config, **changes)
     check = getattr(new, "check", None)
     if check is not None:
         try:
             check()
         except ValueError as err:
-            raise ConfigError(f"{experiment or 'config'}: {err}") from None
+            given = ", ".join(f"{k}={v!r}" for k, v in changes.items())
+            received = f" (received {given})" if given else ""
+            raise ConfigError(f"{experiment or 'config'}: {err}{received}") from None
     return new
+
+
+def _is_seed(key: str) -> bool:
+    return key == "seed" or key.endswith("_seed")
+
+
+def _check_seed(value, label: str) -> None:
+    """Seeds seed torch and numpy generators alike: numpy takes 0 … 2³² − 1."""
+    if not 0 <= value < 2**32:
+        raise ConfigError(f"{label} is a generator seed in 0 … 2**32 - 1; received {value}.")
 
 
 def check_choices(name: str, values, choices) -> None:
     """Raise ValueError when ``values`` (a str or tuple of str) holds an unknown choice."""
     values = (values,) if isinstance(values, str) else tuple(values)
+    if not values:
+        raise ValueError(f"{name} must name at least one of {', '.join(choices)}; received none.")
     bad = [v for v in values if v not in choices]
     if bad:
         raise ValueError(f"{name} must be among {', '.join(choices)}; received {', '.join(bad)}.")

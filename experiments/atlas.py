@@ -62,6 +62,8 @@ class Config:
             raise ValueError("n, cells, saves, particle_steps and w2_points must be >= 2.")
         if self.t1 <= 0 or self.box <= 0 or self.blowup_trace <= 0:
             raise ValueError("t1, box and blowup_trace must be > 0.")
+        if self.sinkhorn_cells < 2 or self.cluster_resolution <= 0:
+            raise ValueError("sinkhorn_cells must be >= 2 and cluster_resolution > 0.")
 
 
 QUICK = {

@@ -60,6 +60,11 @@ class Config:
             raise ValueError("path_points must be >= 2 and rtol, atol > 0.")
         if min(self.two_lines_grid, self.blowup_grid, self.initial_grid) < 2:
             raise ValueError("grid sizes must be >= 2.")
+        if self.finite_time_factor <= 1 or self.finite_time_starts < 0:
+            raise ValueError(
+                "finite_time_factor must be > 1 (the second threshold lies above the first) "
+                "and finite_time_starts >= 0."
+            )
 
 
 QUICK = {

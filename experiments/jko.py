@@ -55,6 +55,8 @@ class Config:
         fw.check_choices("geometries", self.geometries, GEOMETRIES)
         if len(self.taus) < 2 or min(self.taus) <= 0 or self.t1 <= 0 or self.n < 2:
             raise ValueError("taus needs two values > 0, t1 > 0 and n >= 2.")
+        if not 0 < self.reference_dt <= self.t1:
+            raise ValueError("reference_dt must lie in (0, t1].")
 
 
 QUICK = {"taus": "0.2,0.1,0.05,0.025", "n": "32"}

@@ -46,6 +46,13 @@ class Config:
         fw.check_choices("variants", self.variants, VARIANTS)
         if len(self.sizes) < 2 or min(self.sizes) < 2 or self.seeds < 1 or self.t1 <= 0:
             raise ValueError("sizes needs two values >= 2, seeds >= 1 and t1 > 0.")
+        if self.particle_steps < 1:
+            raise ValueError("particle_steps must be >= 1.")
+        if "sinkhorn" in self.variants and sum(n <= self.sinkhorn_max_n for n in self.sizes) < 2:
+            raise ValueError(
+                "sinkhorn_max_n must admit at least two of the sizes (the rate in n needs two); "
+                f"sizes {self.sizes}."
+            )
 
 
 QUICK = {"sizes": "100,200,400,800", "seeds": "12", "sinkhorn_max_n": "800"}

@@ -30,6 +30,11 @@ paper's rules (tr Σ > tol_high: blow-up; ‖Σ̇‖_F < tol_low: converged; hor
 paper's scalings (:func:`tpde.experiments._paper.paper_field`). Result: the fractions
 blown up / converged / neither, the median blow-up time, the median λ_max/tr of the
 converged limits.
+
+The spec is checked before any worker starts: every value's type and range, a parameter in
+grid or fixed but not both, no repeated grid value, at most 100 000 tasks, and per task
+multihead's d % heads = 0, samples · d² ≤ 2²⁷ (one batch of covariances in 1 GiB) and
+tol_high above the mean initial trace init_scale · d (below it no sample can blow up).
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ from ._framework import atomic_write, exit_on_ctrl_c
 __all__ = ["STUDIES", "SweepError", "expand", "load_spec", "main", "merge", "run_sweep"]
 
 CONNECT_TIMEOUT_S = 5
+MAX_TASKS = 100_000  # tasks of one sweep (one JSON result file each)
 
 
 class SweepError(Exception):
@@ -161,6 +167,11 @@ def _blowup_allowed() -> dict[str, Allowed]:
     }
 
 
+#: Largest batch of covariances one blowup task holds (samples · d² float64 entries, 1 GiB);
+#: the Dormand–Prince stages hold about ten such tensors.
+BLOWUP_MAX_ENTRIES = 2**27
+
+
 def _blowup_combined(params: dict) -> str | None:
     """What is wrong with one task's parameters taken together (None: nothing)."""
     p = {**BLOWUP_DEFAULTS, **params}
@@ -168,6 +179,21 @@ def _blowup_combined(params: dict) -> str | None:
         return (
             f"variant 'multihead' splits d into heads blocks of equal size; d = {p['d']} is "
             f"not a multiple of heads = {p['heads']}"
+        )
+    entries = p["samples"] * p["d"] ** 2
+    if entries > BLOWUP_MAX_ENTRIES:
+        return (
+            f"samples · d² = {entries:.3g} covariance entries per task exceed "
+            f"{BLOWUP_MAX_ENTRIES} (1 GiB of float64, about ten times that while integrating); "
+            "use fewer samples per task and more seeds"
+        )
+    start = p["init_scale"] * p["d"]  # E tr Σ₀ = init_scale · E tr(GGᵀ)/d = init_scale · d
+    if p["tol_high"] <= start:
+        return (
+            f"tol_high = {p['tol_high']:g} is not above the mean initial trace "
+            f"init_scale · d = {start:g}: the samples start above the blow-up threshold (the "
+            "event fires on upward crossings only), so none can blow up; raise tol_high or "
+            "lower init_scale"
         )
     return None
 
@@ -229,6 +255,18 @@ def check_spec(spec, where: str = "sweep") -> dict:
         raise SweepError(f"{where}: grid must map parameter names to non-empty lists.")
     if not isinstance(fixed, dict):
         raise SweepError(f"{where}: fixed must map parameter names to values.")
+    both = sorted(set(grid) & set(fixed))
+    if both:
+        raise SweepError(
+            f"{where}: {', '.join(both)} is both in grid and in fixed; keep it in one of them."
+        )
+    for name, values in grid.items():
+        repeated = sorted({repr(v) for v in values if values.count(v) > 1})
+        if repeated:
+            raise SweepError(
+                f"{where}: grid values of {name} repeat ({', '.join(repeated)}): each would run "
+                "the same tasks again; list every value once."
+            )
     allowed_of, combined = CHECKS[study]
     allowed = allowed_of()
     for name, value in [*grid.items(), *fixed.items()]:
@@ -253,6 +291,12 @@ def check_spec(spec, where: str = "sweep") -> dict:
     seeds = spec.get("seeds", 1)
     if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
         raise SweepError(f"{where}: seeds must be a positive int; received {seeds!r}.")
+    count = math.prod(len(v) for v in grid.values()) * seeds
+    if count > MAX_TASKS:
+        raise SweepError(
+            f"{where}: the grid and seeds make {count} tasks, more than {MAX_TASKS} (each writes "
+            "its own result file); batch more samples per task, or split the sweep."
+        )
     out = spec.get("out")
     if out is not None and not isinstance(out, str):
         raise SweepError(f"{where}: out must be a folder name (a string); received {out!r}.")
@@ -278,6 +322,14 @@ def expand(spec: dict) -> list[tuple[str, dict]]:
 
 
 # ---------------------------------------------------------------------- running
+def _check_client_options(scheduler: str | None, workers: int | None) -> None:
+    """--scheduler and --workers, checked before anything is written."""
+    if scheduler is not None and workers is not None:
+        raise SweepError("--scheduler and --workers exclude each other: pick one.")
+    if workers is not None and workers < 1:
+        raise SweepError(f"--workers must be >= 1; received {workers}.")
+
+
 @contextlib.contextmanager
 def _client(scheduler: str | None, workers: int | None):
     """A Dask client (closed on exit, with the LocalCluster it started, if any)."""
@@ -285,12 +337,11 @@ def _client(scheduler: str | None, workers: int | None):
         from dask.distributed import Client, LocalCluster
     except ModuleNotFoundError:
         raise SweepError("tpde sweep needs Dask distributed: pip install 'tpde[dask]'.") from None
+    _check_client_options(scheduler, workers)
     if scheduler is not None:
-        if workers is not None:
-            raise SweepError("--scheduler and --workers exclude each other: pick one.")
         try:
             client = Client(scheduler, timeout=f"{CONNECT_TIMEOUT_S}s")
-        except (OSError, TimeoutError) as err:
+        except (OSError, TimeoutError, ValueError) as err:  # ValueError: a malformed address
             raise SweepError(
                 f"cannot reach the Dask scheduler at {scheduler} within {CONNECT_TIMEOUT_S} s "
                 f"({type(err).__name__}: {err}). Start it (dask scheduler) or check the address."
@@ -298,8 +349,6 @@ def _client(scheduler: str | None, workers: int | None):
         with client:
             yield client
         return
-    if workers is not None and workers < 1:
-        raise SweepError(f"--workers must be >= 1; received {workers}.")
     cluster = LocalCluster(
         n_workers=workers or 1,
         threads_per_worker=1,
@@ -311,6 +360,8 @@ def _client(scheduler: str | None, workers: int | None):
 
 
 def _prepare(out: Path, spec: dict, force: bool) -> None:
+    if out.exists() and not out.is_dir():
+        raise SweepError(f"{out} is a file, not a folder; pass another --out.")
     manifest = out / "sweep.json"
     record = {k: spec[k] for k in ("study", "grid", "fixed", "seeds")}
     if force:
@@ -345,6 +396,7 @@ def run_sweep(
     kill a worker or interrupt the client).
     """
     out = Path(out)
+    _check_client_options(scheduler, workers)
     _prepare(out, spec, force)
     tasks = expand(spec)
     todo = [(tid, p) for tid, p in tasks if not (out / "tasks" / f"{tid}.json").is_file()]

@@ -17,8 +17,11 @@ __all__ = [
     "as_tensor",
     "check_choice",
     "check_finite",
+    "check_float_dtype",
+    "check_linalg_dtype",
     "check_positive",
     "check_psd",
+    "check_real",
     "check_symmetric",
 ]
 
@@ -49,6 +52,12 @@ def as_tensor(
         raise TypeError(
             f"{name} must be a torch tensor or a numpy array; received "
             f"{type(value).__name__}. Convert it with torch.as_tensor first."
+        )
+    if tensor.device.type == "meta":
+        raise ValueError(
+            f"{name} is a 'meta' tensor, which has a shape but no values; tpde checks values "
+            "(finiteness, weights, covariances) at the boundary. Pass a tensor on a device that "
+            "holds data (cpu, cuda, …)."
         )
     if tensor.dtype == torch.bool or not (tensor.is_floating_point() or tensor.is_complex()):
         tensor = tensor.to(torch.get_default_dtype())
@@ -82,6 +91,41 @@ def check_positive(value, name: str, *, strict: bool = True) -> float:
         bound = "> 0" if strict else ">= 0"
         raise ValueError(f"{name} must be finite and {bound}; received {number!r}.")
     return number
+
+
+def check_real(value, name: str, *, finite: bool = True) -> float:
+    """``value`` as a float (finite unless ``finite=False``): a Python or numpy number, or a
+    one-element tensor; bools, strings and None are refused."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real | np.ndarray | torch.Tensor):
+        raise TypeError(f"{name} must be a real number; received {value!r}.")
+    try:
+        number = float(value)
+    except (TypeError, ValueError, RuntimeError):
+        raise TypeError(f"{name} must be a real number; received {value!r}.") from None
+    if finite and not np.isfinite(number):
+        raise ValueError(f"{name} must be finite; received {number!r}.")
+    return number
+
+
+def check_float_dtype(dtype, name: str = "dtype") -> torch.dtype:
+    """A floating torch dtype (torch.float32, torch.float64, …); anything else raises."""
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(
+            f"{name} must be a floating torch dtype such as torch.float32 or torch.float64; "
+            f"received {dtype!r}."
+        )
+    return dtype
+
+
+def check_linalg_dtype(dtype: torch.dtype, name: str) -> None:
+    """Raise for half precision: eigendecompositions and Cholesky have no float16 or
+    bfloat16 kernels, so covariances (Gaussians, spectra) need float32 or float64."""
+    if dtype in (torch.float16, torch.bfloat16):
+        raise TypeError(
+            f"{name} is {dtype}: covariances need linear algebra (eigenvalues, "
+            "Cholesky), which torch has no half-precision kernels for. Pass float32 or float64 "
+            "(tensor.float() or tensor.double())."
+        )
 
 
 def check_choice(value: str, name: str, choices: Sequence[str]) -> str:

@@ -29,6 +29,7 @@ import argparse
 import dataclasses
 import datetime
 import json
+import os
 import shutil
 import sys
 import time
@@ -108,6 +109,12 @@ def build_configs(names, quick: bool, sets: dict) -> dict:
 
 
 # ---------------------------------------------------------------------- the output folder
+def check_out(out: Path) -> None:
+    """An output folder must be a folder (or not exist yet)."""
+    if out.exists() and not out.is_dir():
+        raise CLIError(f"--out {out} is a file, not a folder; pass a folder for the results.")
+
+
 def prepare_out(out: Path, force: bool) -> None:
     """Check the output folder of a new run (``--resume`` goes through :func:`resume_plan`).
 
@@ -278,14 +285,21 @@ def cmd_run(args) -> int:
 
     from tpde.experiments import framework as fw
 
+    cpus = os.cpu_count() or 1
     if args.threads < 1:
         raise CLIError(f"--threads must be >= 1; received {args.threads}.")
+    if args.threads > cpus:
+        raise CLIError(
+            f"--threads must be at most the {cpus} CPUs of this machine (more threads only "
+            f"contend for them); received {args.threads}."
+        )
     if args.resume and args.force:
         raise CLIError("--resume and --force exclude each other: pick one.")
     # The experiments are dominated by small tensor operations, which slow down 10–40× with
     # two threads when the other core is busy (docs/DESIGN.md): one thread by default.
     torch.set_num_threads(args.threads)
     out = args.out or Path("results") / ("quick" if args.quick else "full")
+    check_out(out)
     if args.resume:
         names, configs, previous = resume_plan(out, args)
         done = finished(out, configs)
@@ -306,7 +320,10 @@ def cmd_run(args) -> int:
     args.interrupted = (
         f"finished experiments are kept in {out}; `tpde run --out {out} --resume` finishes the run."
     )
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise CLIError(f"--out {out}: cannot create the folder ({err.strerror}).") from None
     fw.atomic_write(out / RUN_FILE, json.dumps(record, indent=1))
     with fw.exit_on_ctrl_c(args.interrupted):  # Ctrl-C: one line, exit status 130
         registry = _experiments()
@@ -348,6 +365,13 @@ def cmd_list(args) -> int:
 def cmd_sweep(args) -> int:
     from tpde.experiments import sweep
 
+    if args.resume and args.force:
+        raise CLIError(
+            "--resume and --force exclude each other: --resume (the default) keeps finished "
+            "tasks, --force deletes them. Pick one."
+        )
+    if args.out is not None:
+        check_out(args.out)
     return sweep.main(args)
 
 

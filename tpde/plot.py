@@ -12,13 +12,14 @@ matplotlib is imported inside the functions, so ``import tpde`` does not load it
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from tpde.measures import Empirical, Gaussian, Grid
+from tpde.measures import Empirical, Gaussian, Grid, Measure
 
 __all__ = ["animate", "draw"]
 
@@ -46,6 +47,16 @@ def _check_dims(dims, d: int) -> tuple[int, int]:
     if dims[0] == dims[1]:
         raise ValueError(f"dims must be two different coordinates; received {dims!r}.")
     return dims
+
+
+def _positive(value, name: str) -> float:
+    """A finite number > 0 (a size, a scale, a rate)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number; received {value!r}.")
+    number = float(value)
+    if not (number > 0 and math.isfinite(number)):
+        raise ValueError(f"{name} must be > 0 and finite; received {value!r}.")
+    return number
 
 
 def _numpy(t: torch.Tensor) -> np.ndarray:
@@ -107,8 +118,13 @@ def draw(
         import matplotlib.pyplot as plt
 
         ax = plt.gca()
-    if not sigmas > 0:
-        raise ValueError(f"sigmas must be > 0; received {sigmas!r}.")
+    elif not callable(getattr(ax, "scatter", None)):
+        raise TypeError(f"ax must be a matplotlib Axes; received {type(ax).__name__}.")
+    sigmas = _positive(sigmas, "sigmas")
+    if size is not None:
+        _positive(size, "size")
+    if vmax is not None:
+        _positive(vmax, "vmax")
     if kind is Grid:
         image = _grid_image(measure)
         lower, upper = _numpy(measure.lower), _numpy(measure.upper)
@@ -129,6 +145,11 @@ def draw(
         )
         return [art]
     dims = _check_dims(dims, measure.dim)
+    if kind is Empirical and measure.batch_shape != ():
+        raise ValueError(
+            f"draw shows one particle cloud; received a batch of shape "
+            f"{tuple(measure.batch_shape)}. Draw each element, mu[i], on its own."
+        )
     if kind is Empirical:
         points = _numpy(measure.points[:, list(dims)])
         n = measure.n
@@ -173,6 +194,32 @@ def _limits(measures, dims, sigmas: float):
     return (lo[0] - pad[0], hi[0] + pad[0]), (lo[1] - pad[1], hi[1] + pad[1])
 
 
+def _check_frame_options(fps, figsize, dpi, xlim, ylim, draw_options) -> None:
+    """The options of :func:`animate`, before any figure is made."""
+    _positive(fps, "fps")
+    if isinstance(dpi, bool) or not isinstance(dpi, int) or dpi < 1:
+        raise ValueError(f"dpi must be a positive int (dots per inch); received {dpi!r}.")
+    for value, name in ((figsize, "figsize"), (xlim, "xlim"), (ylim, "ylim")):
+        if value is None and name != "figsize":
+            continue
+        try:
+            pair = [float(v) for v in value]
+        except (TypeError, ValueError):
+            pair = []
+        if len(pair) != 2 or not all(math.isfinite(v) for v in pair):
+            raise ValueError(f"{name} must be two finite numbers; received {value!r}.")
+        if name == "figsize" and min(pair) <= 0:
+            raise ValueError(f"figsize must be two sizes > 0 (inches); received {value!r}.")
+        if name != "figsize" and pair[0] == pair[1]:
+            raise ValueError(f"{name} must be two different limits; received {value!r}.")
+    unknown = sorted(set(draw_options) - {"color", "size", "cmap", "vmax", "label"})
+    if unknown:
+        raise TypeError(
+            f"animate passes color, size, cmap, vmax and label to draw; received unknown "
+            f"option(s) {', '.join(unknown)}."
+        )
+
+
 def animate(
     trajectory,
     path,
@@ -213,6 +260,17 @@ def animate(
     path = Path(path)
     if path.suffix.lower() != ".gif":
         raise ValueError(f"animate writes a GIF: path must end in '.gif'; received {str(path)!r}.")
+    if not path.parent.is_dir():
+        raise FileNotFoundError(
+            f"animate writes {path}, but its folder {path.parent} does not exist; create it "
+            "first (Path(...).mkdir(parents=True))."
+        )
+    if isinstance(trajectory, Measure):
+        raise TypeError(
+            f"animate takes a Trajectory or a sequence of measures; received one "
+            f"{type(trajectory).__name__}. Draw it with tpde.plot.draw, or pass [measure]."
+        )
+    _check_frame_options(fps, figsize, dpi, xlim, ylim, draw_options)
     measures = list(trajectory.measures if hasattr(trajectory, "measures") else trajectory)
     if not measures:
         raise ValueError("nothing to animate: the trajectory holds no measure.")
@@ -228,8 +286,6 @@ def animate(
             raise ValueError(
                 f"times has {len(times)} entries for {len(measures)} measures; pass one per frame."
             )
-    if not fps > 0:
-        raise ValueError(f"fps must be > 0; received {fps!r}.")
     kind = kinds.pop()
     if kind is not Grid:
         _check_dims(dims, measures[0].dim)
@@ -252,22 +308,27 @@ def animate(
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     writer = PillowWriter(fps=fps)
-    drawn = []
-    # Each frame replaces the previous frame's artists and is drawn once (clearing the Axes
-    # and FuncAnimation's second draw per frame took half the time).
+
+    def frame(k: int, previous: list) -> list:
+        """Replace the previous frame's artists by frame k's (each frame drawn once)."""
+        for artist in previous:
+            artist.remove()
+        artists = draw(measures[k], ax, dims=dims, sigmas=sigmas, **draw_options)
+        if xlim is not None:
+            ax.set_xlim(*xlim)
+        if ylim is not None:
+            ax.set_ylim(*ylim)
+        parts = [title] if title else []
+        parts.append(f"frame {k + 1}/{len(measures)}" if times is None else f"t = {times[k]:.3g}")
+        ax.set_title("   ".join(parts), fontsize=10)
+        return artists
+
+    # The first frame is drawn before the writer starts: an error in drawing surfaces as
+    # itself, not behind the writer's own error on an empty movie.
+    drawn = frame(0, [])
     with writer.saving(fig, path, dpi):
-        for k, measure in enumerate(measures):
-            for artist in drawn:
-                artist.remove()
-            drawn = draw(measure, ax, dims=dims, sigmas=sigmas, **draw_options)
-            if xlim is not None:
-                ax.set_xlim(*xlim)
-            if ylim is not None:
-                ax.set_ylim(*ylim)
-            parts = [title] if title else []
-            parts.append(
-                f"frame {k + 1}/{len(measures)}" if times is None else f"t = {times[k]:.3g}"
-            )
-            ax.set_title("   ".join(parts), fontsize=10)
+        writer.grab_frame()
+        for k in range(1, len(measures)):
+            drawn = frame(k, drawn)
             writer.grab_frame()
     return path

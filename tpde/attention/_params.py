@@ -81,7 +81,18 @@ class QKV:
                 "A single query vector is Q of shape (1, d)."
             )
         self.k, self.dim = q0.shape[-2], q0.shape[-1]
-        self._check_shapes(self._evaluate_all(0.0))
+        if self.k == 0 or self.dim == 0:
+            raise ValueError(
+                f"Q must have shape (..., k, d) with k >= 1 query rows and d >= 1 token "
+                f"coordinates; received shape {tuple(q0.shape)}."
+            )
+        values = self._evaluate_all(0.0)
+        self._check_shapes(values)
+        #: Broadcast batch shape of the parameters at t = 0 (empty for one parameter set).
+        self.batch_shape = torch.broadcast_shapes(
+            *(p.shape[:-2] for p in values[:3]),
+            *(b.shape[:-1] for b in values[3:] if b is not None),
+        )
         self.scale = 1.0 / math.sqrt(self.k) if scale is None else check_positive(scale, "scale")
 
     @property

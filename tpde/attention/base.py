@@ -13,7 +13,7 @@ import warnings
 import torch
 
 from tpde._engines import check_engine
-from tpde._validation import as_tensor, check_finite
+from tpde._validation import as_tensor, check_finite, check_real
 from tpde.attention.structure import gradient_structure
 from tpde.measures import Empirical, Gaussian, Grid, Measure
 from tpde.metrics.mobility import NotAGradientFlow
@@ -214,6 +214,7 @@ class Field:
         tensor, shape (..., m, d) (leading dimensions from batched parameters).
         """
         engine = check_engine(engine)
+        t = check_real(t, "t")
         self.check_measure(mu)
         if x is not None:
             x = self.check_points(x, mu)
@@ -301,6 +302,17 @@ class Field:
                 f"dimension mismatch: the measure lives in d = {mu.dim} but the field's "
                 f"parameters act on d = {self.dim} (Q, K: (k, d), V: (d, d))."
             )
+        params = getattr(self, "params", None)
+        batch = getattr(mu, "batch_shape", ())
+        if params is not None and batch != () and params.batch_shape != ():
+            try:
+                torch.broadcast_shapes(params.batch_shape, batch)
+            except RuntimeError:
+                raise ValueError(
+                    f"batch mismatch: the measure is a batch of shape {tuple(batch)} and the "
+                    f"field's parameters a batch of shape {tuple(params.batch_shape)}; they "
+                    "must broadcast (equal sizes, or 1), e.g. one parameter set per element."
+                ) from None
 
     def check_points(self, x, mu) -> torch.Tensor:
         """x as a (m, d) tensor in μ's dtype (after :meth:`check_measure`: μ.dim = d)."""

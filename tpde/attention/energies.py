@@ -15,7 +15,7 @@ from collections.abc import Callable
 import torch
 
 from tpde._linalg import symmetrize, trace
-from tpde._validation import as_tensor
+from tpde._validation import as_tensor, check_finite
 from tpde.measures import Gaussian, Grid
 
 __all__ = ["Energy", "InteractionEnergy", "PotentialEnergy", "as_energy"]
@@ -95,8 +95,18 @@ class PotentialEnergy(Energy):
     @classmethod
     def quadratic(cls, P, b=None) -> PotentialEnergy:
         """U(x) = ½ xᵀPx + bᵀx (P symmetric (d, d), b (d,) or None)."""
-        P = symmetrize(as_tensor(P, "P"))
+        P = as_tensor(P, "P")
+        if P.ndim != 2 or P.shape[0] != P.shape[1]:
+            raise ValueError(f"P must be a square (d, d) matrix; received shape {tuple(P.shape)}.")
+        check_finite(P, "P")
+        P = symmetrize(P)
         b = P.new_zeros(P.shape[-1]) if b is None else as_tensor(b, "b", device=P.device)
+        if b.shape != (P.shape[0],):
+            raise ValueError(
+                f"b must have shape ({P.shape[0]},) to match P {tuple(P.shape)}; received "
+                f"{tuple(b.shape)}."
+            )
+        check_finite(b, "b")
 
         def potential(x):
             Pl, bl = P.to(x), b.to(x)
@@ -104,7 +114,27 @@ class PotentialEnergy(Energy):
 
         return cls(potential, _quadratic=(P, b))
 
+    def _check_dim(self, mu) -> None:
+        d = None if self._quadratic is None else self._quadratic[0].shape[0]
+        if d is not None and getattr(mu, "dim", d) != d:
+            raise ValueError(
+                f"dimension mismatch: the quadratic potential acts on d = {d} (P is {d} × {d}) "
+                f"but the measure lives in d = {mu.dim}."
+            )
+
+    def _values(self, points: torch.Tensor) -> torch.Tensor:
+        values = self.potential(points)
+        if not isinstance(values, torch.Tensor) or values.shape != points.shape[:-1]:
+            shape = tuple(values.shape) if isinstance(values, torch.Tensor) else type(values)
+            raise ValueError(
+                f"the potential must map points {tuple(points.shape)} to one value per point, "
+                f"shape {tuple(points.shape[:-1])}; it returned {shape}. Reduce over the last "
+                "axis, e.g. (x ** 2).sum(-1)."
+            )
+        return values
+
     def __call__(self, mu, engine: str = "auto") -> torch.Tensor:
+        self._check_dim(mu)
         if isinstance(mu, Gaussian):
             if self._quadratic is None:
                 raise NotImplementedError(
@@ -114,10 +144,11 @@ class PotentialEnergy(Energy):
             P = self._quadratic[0].to(mu.mean())
             return 0.5 * trace(P @ mu.cov()) + self.potential(mu.mean().unsqueeze(-2))[..., 0]
         mu = _particles(mu)
-        return (mu.weights * self.potential(mu.points)).sum(-1)
+        return (mu.weights * self._values(mu.points)).sum(-1)
 
     def first_variation(self, mu, x, engine: str = "auto") -> torch.Tensor:
-        return self.potential(x)
+        self._check_dim(mu)
+        return self._values(x)
 
     def __repr__(self) -> str:
         return "PotentialEnergy(quadratic)" if self._quadratic else "PotentialEnergy()"

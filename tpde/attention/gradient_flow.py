@@ -103,6 +103,7 @@ class GradientFlowField(Field):
             m = mean.detach().requires_grad_(True)
             S = cov.detach().requires_grad_(True)
             value = self.energy_functional(Gaussian._trusted(m, S)).sum()
+            _check_autograd_path(value, self.energy_functional)
             grad_m, grad_S = torch.autograd.grad(value, (m, S))
         g = symmetrize(grad_S)
         if self.mobility is None:
@@ -130,8 +131,20 @@ def _particle_gradient(energy, mu: Empirical, engine: str) -> torch.Tensor:
     with torch.enable_grad():
         x = mu.points.detach().requires_grad_(True)
         value = energy(mu.with_points(x), engine)
+        _check_autograd_path(value, energy)
         (grad,) = torch.autograd.grad(value, x)
     return grad / mu.weights[:, None]
+
+
+def _check_autograd_path(value: torch.Tensor, energy) -> None:
+    """A gradient flow differentiates the energy: its value must depend on the state."""
+    if not value.requires_grad:
+        raise ValueError(
+            f"the energy {energy!r} has no autograd path to the measure (its value does not "
+            "depend on the points, mean or covariance as torch sees them), so it has no "
+            "gradient flow: compute it from mu's tensors in torch, without .detach(), "
+            ".item() or numpy."
+        )
 
 
 # ============================================================================ checks
@@ -165,9 +178,16 @@ def gradient_flow_gap(field, mu, *, t: float = 0.0, x=None, engine: str = "auto"
     x (default: α and α ± √d columns of Σ^{1/2}), for Sinkhorn the closure (α̇, Σ̇) is
     compared with the Bures gradient (−M∇_αF, −2(M∇_ΣFΣ + Σ∇_ΣFM)) of the closed-form F.
     """
+    if not isinstance(field, Field):
+        raise TypeError(f"gradient_flow_gap checks a tpde field; received {type(field).__name__}.")
     structure = field.gradient_structure(t=t)
     c = structure.lyapunov_sign
     if isinstance(mu, Empirical):
+        if x is not None:
+            raise ValueError(
+                "gradient_flow_gap compares the fields at the particles of an Empirical; x= "
+                "applies to Gaussians (points where the affine fields are compared). Drop x."
+            )
         velocity = field.velocity(mu, t=t, engine=engine)
         grad = _particle_gradient(lambda m, e: field.energy(m, t=t, engine=e), mu, engine)
         weight = structure.log_weight(mu, mu.points, engine).exp().unsqueeze(-1)
@@ -277,6 +297,13 @@ def energy_dissipation(field, trajectory, *, t: float = 0.0, engine: str = "auto
     uniform fixed-step run (``save="steps"``) for the O(h⁴) Simpson rule. Parameters are
     taken at time ``t`` (autonomous fields).
     """
+    if not isinstance(field, Field):
+        raise TypeError(f"energy_dissipation checks a tpde field; received {type(field).__name__}.")
+    if not hasattr(trajectory, "measures") or not hasattr(trajectory, "times"):
+        raise TypeError(
+            "energy_dissipation takes the Trajectory of a flow (tpde.flows.integrate); "
+            f"received {type(trajectory).__name__}."
+        )
     structure = field.gradient_structure(t=t)
     energies, rates = [], []
     with torch.no_grad():

@@ -136,9 +136,11 @@ class Normalized(Field):
         if not isinstance(field, Field):
             raise TypeError(f"Normalized wraps a tpde field; received {type(field).__name__}.")
         self.field, self.scheme = field, check_choice(scheme, "normalisation scheme", SCHEMES)
-        self.dim, self.tangent = field.dim, bool(tangent)
+        if not isinstance(tangent, bool):
+            raise TypeError(f"tangent must be True or False; received {tangent!r}.")
+        self.dim, self.tangent = field.dim, tangent
         self.atol = None if atol is None else check_positive(atol, "atol")
-        self._check_options(switch, alpha, gamma, bias)
+        self._check_options(switch, alpha, gamma, bias, depth, eps)
         projects = scheme in (*ON_SPHERE, "layernorm")
         self.capabilities = frozenset({"projection"}) if projects else frozenset()
         if scheme == "mix-ln":
@@ -151,9 +153,11 @@ class Normalized(Field):
             self.eps = check_positive(eps, "eps")
 
     # ------------------------------------------------------------------ construction
-    def _check_options(self, switch, alpha, gamma, bias) -> None:
+    def _check_options(self, switch, alpha, gamma, bias, depth, eps) -> None:
         given = {
             "switch": (switch is not None, "mix-ln"),
+            "depth": (not (isinstance(depth, int | float) and depth == 1.0), "mix-ln"),
+            "eps": (not (isinstance(eps, int | float) and eps == 1e-12), "layernorm"),
             "alpha": (not (isinstance(alpha, int | float) and alpha == 1.0), "ngpt"),
             "gamma": (gamma is not None, "layernorm"),
             "bias": (bias is not None, "layernorm"),

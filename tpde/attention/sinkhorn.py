@@ -197,6 +197,7 @@ class Sinkhorn(Field):
 
     def energy(self, mu: Measure, *, t: float = 0.0, engine: str = "auto", info=None):
         """F(μ) = ½ OT_ε(μ, μ) (:func:`tpde.attention.sinkhorn_energy.sinkhorn_energy`)."""
+        self.check_measure(mu)
         return sinkhorn_energy(self, mu, t=t, engine=engine, info=info)
 
     def first_variation(self, mu, x, *, t: float = 0.0, engine: str = "auto", info=None):

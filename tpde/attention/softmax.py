@@ -113,6 +113,7 @@ class Softmax(Field):
 
     def energy(self, mu, *, t: float = 0.0, engine: str = "auto", info=None) -> torch.Tensor:
         """E(μ) = ½ ∬ e^{yᵀAx} dμ(x) dμ(y) (:mod:`tpde.attention.softmax_energy`)."""
+        self.check_measure(mu)
         return softmax_energy(self, mu, t=t, engine=engine)
 
     def first_variation(self, mu, x, *, t: float = 0.0, engine: str = "auto", info=None):

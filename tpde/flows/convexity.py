@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from tpde._linalg import symmetrize, trace
-from tpde._validation import check_positive_int
+from tpde._validation import check_positive, check_positive_int, check_real
 from tpde.attention.energies import as_energy
 from tpde.measures import Empirical, Gaussian
 from tpde.metrics import bures_monge_map
@@ -163,7 +163,7 @@ def geodesic_second_derivative(energy, mu0, mu1, times=(0.0, 0.5, 1.0), *, engin
     engine : pairwise engine of field energies; "dense" supports double backward.
     """
     G = as_energy(energy)
-    times = [float(t) for t in np.asarray(times, dtype=float).reshape(-1)]
+    times = _check_times(times)
     if isinstance(mu0, Gaussian) and isinstance(mu1, Gaussian):
         path, _ = _gaussian_path(mu0, mu1)
     elif isinstance(mu0, Empirical) and isinstance(mu1, Empirical):
@@ -219,6 +219,20 @@ def _random_geodesics(mu, n: int, radius: float, generator):
     return paths
 
 
+def _check_times(times) -> list[float]:
+    """Geodesic times: at least one, each finite and in [0, 1]."""
+    try:
+        values = [float(t) for t in np.asarray(times, dtype=float).reshape(-1)]
+    except (TypeError, ValueError):
+        raise TypeError(f"times must be numbers in [0, 1]; received {times!r}.") from None
+    if not values or not all(0.0 <= t <= 1.0 for t in values):
+        raise ValueError(
+            f"times must hold at least one time in [0, 1] (the geodesic's parameter); "
+            f"received {values}."
+        )
+    return values
+
+
 def convexity_probe(
     energy,
     mu,
@@ -251,6 +265,7 @@ def convexity_probe(
     ConvexityProbe
     """
     check_positive_int(n_geodesics, "n_geodesics")
+    radius = check_real(radius, "radius")
     if not 0 < float(radius) < 1 and isinstance(mu, Gaussian):
         raise ValueError(
             f"radius must lie in (0, 1) for Gaussians (I + S must stay the Monge map); "
@@ -259,7 +274,8 @@ def convexity_probe(
     if float(radius) <= 0:
         raise ValueError(f"radius must be > 0; received {radius}.")
     G = as_energy(energy)
-    times_t = [float(t) for t in np.asarray(times, dtype=float).reshape(-1)]
+    times_t = _check_times(times)
+    check_positive(rtol, "rtol", strict=False)
     raw, lengths = [], []
     for path, length2 in _random_geodesics(mu, n_geodesics, float(radius), generator):
         raw.append(_second_derivative(G, path, times_t, engine, mu.device).to(torch.float64))

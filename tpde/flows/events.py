@@ -34,6 +34,11 @@ class Event:
         raise NotImplementedError
 
 
+def _check_flag(value, name: str) -> None:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False; received {value!r}.")
+
+
 @dataclass(frozen=True)
 class BlowUp(Event):
     """Stop an element when its size passes ``threshold`` upward (status ``"blow_up"``).
@@ -61,6 +66,7 @@ class BlowUp(Event):
     requires = "size"
 
     def __post_init__(self):
+        _check_flag(self.relative, "BlowUp relative")
         check_positive(self.threshold, "BlowUp threshold")
         check_choice(self.size, "BlowUp size", ("max", "trace"))
         if self.relative and self.threshold <= 1:
@@ -123,6 +129,7 @@ class Converged(Event):
     requires = "rhs_norm"
 
     def __post_init__(self):
+        _check_flag(self.relative, "Converged relative")
         check_positive(self.tol, "Converged tol")
         if self.relative and self.tol >= 1:
             raise ValueError(

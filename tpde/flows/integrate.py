@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from tpde._engines import check_engine
-from tpde._validation import check_choice, check_positive, check_positive_int
+from tpde._validation import check_choice, check_positive, check_positive_int, check_real
 from tpde.attention.base import Field
 from tpde.flows.eulerian import FiniteVolumes, GridSystem
 from tpde.flows.events import parse_events
@@ -20,24 +20,50 @@ from tpde.measures import Empirical, Gaussian, Grid
 __all__ = ["integrate"]
 
 
-def _save_times(save, t0: float, t1: float) -> list[float] | None:
-    """Requested save times in [t0, t1] (t0 and t1 always included); None = every step."""
+def _save_times(save, t0: float, t1: float, max_steps: int) -> list[float] | None:
+    """Requested save times in [t0, t1] (t0 and t1 always included); None = every step.
+
+    At most ``max_steps + 1`` times: each is a stored copy of the state (and, in a run that
+    lands on its save times, the end of a step)."""
     if isinstance(save, str):
         check_choice(save, "save", ("steps",))
         return None
+    if isinstance(save, bool):
+        raise TypeError(
+            f"save must be None, an int (a number of times), a sequence of times or 'steps'; "
+            f"received {save!r}."
+        )
     if save is None:
         times = [t0, t1]
-    elif isinstance(save, int) and not isinstance(save, bool):
+    elif isinstance(save, int):
         if save < 2:
             raise ValueError(f"save as an int is a number of saved times >= 2; received {save}.")
+        _check_save_count(save, max_steps)
         times = np.linspace(t0, t1, save).tolist()
     else:
-        times = [float(s) for s in np.asarray(save, dtype=float).ravel()]
+        try:
+            values = np.asarray(save, dtype=float).ravel()
+        except (TypeError, ValueError):
+            raise TypeError(
+                f"save times must be numbers; received {save!r}. Pass a sequence of times in "
+                "[t0, t1], an int (that many equally spaced times) or 'steps'."
+            ) from None
+        _check_save_count(len(values), max_steps)
+        times = [float(s) for s in values]
         if not all(math.isfinite(s) for s in times):
             raise ValueError(f"save times must be finite; received {times}.")
         if any(s < t0 or s > t1 for s in times):
             raise ValueError(f"save times must lie in [t0, t1] = [{t0}, {t1}]; received {times}.")
     return sorted({t0, t1, *times})
+
+
+def _check_save_count(count: int, max_steps: int) -> None:
+    if count > max_steps + 1:
+        raise ValueError(
+            f"save asks for {count} saved times, more than max_steps + 1 = {max_steps + 1}: "
+            "every saved time is a stored copy of the state. Ask for fewer times, or raise "
+            "max_steps."
+        )
 
 
 def _grid_method(method, spec: FiniteVolumes):
@@ -130,8 +156,8 @@ def integrate(
     -------
     Trajectory
     """
-    t0 = float(t0)
-    t1 = float(t1)
+    t0 = check_real(t0, "t0")
+    t1 = check_real(t1, "t1", finite=False)
     if not math.isfinite(t1) or t1 < t0:
         raise ValueError(f"t1 must be finite and >= t0 = {t0}; received t1 = {t1}.")
     if t0 < 0:
@@ -142,7 +168,7 @@ def integrate(
     check_positive(rtol, "rtol")
     check_positive(atol, "atol")
     check_positive_int(max_steps, "max_steps")
-    save_times = _save_times(save, t0, t1)
+    save_times = _save_times(save, t0, t1, max_steps)
     system, chosen, first = _system(field, mu0, t0, t1, dt, method, check_engine(engine))
     parsed = parse_events(events)
     for event in parsed:

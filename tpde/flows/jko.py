@@ -48,7 +48,7 @@ import time
 
 import torch
 
-from tpde._validation import check_choice, check_positive, check_positive_int
+from tpde._validation import check_choice, check_positive, check_positive_int, check_real
 from tpde.attention.base import Field
 from tpde.attention.energies import as_energy
 from tpde.flows.jko_grid import default_epsilon, entropic_step
@@ -89,6 +89,11 @@ def _resolve(mu, energy, geometry: str, mobility):
             f"geometry {geometry!r} steps {kind.__name__} measures; received "
             f"{type(mu).__name__}. Particles: 'w2', 'twisted'; Gaussians: 'bures', "
             "'twisted-bures'; grids: 'entropic'."
+        )
+    if isinstance(mu, Empirical) and mu.batch_shape != ():
+        raise ValueError(
+            f"a JKO step moves one particle cloud; received a batch of shape "
+            f"{tuple(mu.batch_shape)}. Step each element, mu[i], on its own."
         )
     twisted = geometry in ("twisted", "twisted-bures")
     if isinstance(energy, Field):
@@ -229,11 +234,13 @@ def jko_flow(
     engine: str = "auto",
     mobility=None,
     epsilon: float | None = None,
+    max_steps: int = 100_000,
 ) -> Trajectory:
     """JKO steps of size τ from μ(0) = mu0 to t1 (the last step shortened to land on t1).
 
     Parameters are those of :func:`jko_step` (``epsilon`` of "entropic" steps is fixed for
-    the whole flow: default from the first step's τ and the grid).
+    the whole flow: default from the first step's τ and the grid); ``max_steps`` bounds the
+    number of steps ⌈t1/τ⌉ (checked before any step, like :func:`integrate`'s budget).
 
     Returns
     -------
@@ -247,9 +254,15 @@ def jko_flow(
         ``n_steps``, ``wall_time_s``; grids add ``epsilon`` and ``mass_error``.
     """
     tau = _check_tau(tau)
-    t1 = float(t1)
+    t1 = check_real(t1, "t1", finite=False)
     if not math.isfinite(t1) or t1 <= 0:
         raise ValueError(f"t1 must be finite and > 0; received {t1}.")
+    check_positive_int(max_steps, "max_steps")
+    if t1 / tau > max_steps:
+        raise ValueError(
+            f"t1 / tau = {t1 / tau:.3g} JKO steps exceed max_steps = {max_steps} (each step is "
+            "an inner optimisation): raise tau, or max_steps if you mean it."
+        )
     start = time.perf_counter()
     G, M, weighted = _resolve(mu0, energy, geometry, mobility)  # once: parameters are fixed
     tol = _check_options(mu0, geometry, tol, max_iter, epsilon)

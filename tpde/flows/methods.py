@@ -37,6 +37,24 @@ def _axpy(y: State, h, terms: list[tuple[float, State]]) -> State:
     return tuple(out)
 
 
+def _check_coefficients(tableau) -> None:
+    """Every coefficient of a, b, c (and b_error) is a finite real number."""
+    groups = {"a": [x for row in tableau.a for x in row], "b": tableau.b, "c": tableau.c}
+    if tableau.b_error is not None:
+        groups["b_error"] = tableau.b_error
+    for name, values in groups.items():
+        bad = [
+            v
+            for v in values
+            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v)
+        ]
+        if bad:
+            raise ValueError(
+                f"ExplicitRK {tableau.name!r}: the coefficients of {name} must be finite real "
+                f"numbers; received {bad[0]!r}."
+            )
+
+
 @dataclass(frozen=True)
 class ExplicitRK:
     """Butcher tableau (a, b, c) of an explicit Runge–Kutta method.
@@ -70,11 +88,17 @@ class ExplicitRK:
         if isinstance(self.order, bool) or not isinstance(self.order, int) or self.order < 1:
             raise ValueError(f"ExplicitRK {self.name!r}: order must be an int >= 1; "
                              f"received {self.order!r}.")  # fmt: skip
+        _check_coefficients(self)
         sizes = {"a": len(self.a), "c": len(self.c)}
         if self.b_error is not None:
             sizes["b_error"] = len(self.b_error)
         wrong = {k: v for k, v in sizes.items() if v != stages}
-        if stages == 0 or wrong:
+        if stages == 0:
+            raise ValueError(
+                f"ExplicitRK {self.name!r}: the tableau has no stage (b is empty); give one row "
+                "of a, one node c and one weight b per stage."
+            )
+        if wrong:
             raise ValueError(
                 f"ExplicitRK {self.name!r}: inconsistent tableau sizes: b has {stages} "
                 f"stages but {', '.join(f'{k} has {v}' for k, v in wrong.items())}. Give one "

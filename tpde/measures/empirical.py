@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from tpde._validation import as_tensor, check_finite
+from tpde._validation import as_tensor, check_finite, check_float_dtype
 from tpde.measures._base import Measure, check_sample_size
 
 __all__ = ["Empirical"]
@@ -211,6 +211,9 @@ class Empirical(Measure):
         return self._points[index.to(self._points.device)]
 
     def to(self, device=None, dtype=None) -> Empirical:
+        if dtype is not None:
+            check_float_dtype(dtype)
+
         def move(t):
             return None if t is None else t.to(device=device or t.device, dtype=dtype or t.dtype)
 

@@ -5,7 +5,14 @@ from __future__ import annotations
 import torch
 
 from tpde._linalg import sqrtm_psd
-from tpde._validation import as_tensor, check_finite, check_psd, check_symmetric
+from tpde._validation import (
+    as_tensor,
+    check_finite,
+    check_float_dtype,
+    check_linalg_dtype,
+    check_psd,
+    check_symmetric,
+)
 from tpde.measures._base import Measure, check_sample_size
 
 __all__ = ["Gaussian"]
@@ -41,6 +48,7 @@ class Gaussian(Measure):
             )
         dtype = torch.promote_types(mean.dtype, cov.dtype)
         mean, cov = mean.to(dtype), cov.to(dtype)
+        check_linalg_dtype(cov.dtype, "cov")
         try:
             batch = torch.broadcast_shapes(mean.shape[:-1], cov.shape[:-2])
         except RuntimeError:
@@ -100,6 +108,8 @@ class Gaussian(Measure):
         return self._mean.unsqueeze(-2) + z @ root.transpose(-1, -2)
 
     def to(self, device=None, dtype=None) -> Gaussian:
+        if dtype is not None:
+            check_linalg_dtype(check_float_dtype(dtype), "dtype")
         return Gaussian._trusted(
             self._mean.to(device=device or self.device, dtype=dtype or self.dtype),
             self._cov.to(device=device or self.device, dtype=dtype or self.dtype),

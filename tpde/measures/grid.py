@@ -7,7 +7,13 @@ import warnings
 
 import torch
 
-from tpde._validation import as_tensor, check_choice, check_finite, check_positive_int
+from tpde._validation import (
+    as_tensor,
+    check_choice,
+    check_finite,
+    check_float_dtype,
+    check_positive_int,
+)
 from tpde.measures._base import Measure, check_sample_size
 from tpde.measures.empirical import Empirical, weight_tolerance
 from tpde.measures.gaussian import Gaussian
@@ -215,6 +221,9 @@ class Grid(Measure):
         return self.centres()[index] + (offset - 0.5) * self.cell_size
 
     def to(self, device=None, dtype=None) -> Grid:
+        if dtype is not None:
+            check_float_dtype(dtype)
+
         def move(t):
             return t.to(device=device or t.device, dtype=dtype or t.dtype)
 
@@ -265,6 +274,11 @@ class Grid(Measure):
             raise TypeError(f"mu must be an Empirical; received {type(mu).__name__}.")
         if mu.dim > 2:
             raise _too_many_dims(mu.dim)
+        if mu.batch_shape != ():
+            raise ValueError(
+                f"from_empirical deposits one cloud; received a batch of shape "
+                f"{tuple(mu.batch_shape)}. Deposit each element, mu[i], on its own grid."
+            )
         check_choice(assignment, "assignment", ("cic", "ngp"))
         shape = _check_shape(shape, mu.dim)
         lower, upper = _check_box(lower, upper, mu.points, dim=mu.dim)
@@ -373,7 +387,7 @@ def _check_box(lower, upper, like: torch.Tensor, dim: int | None = None):
     dim = like.ndim if dim is None else dim
     corners = []
     for value, name in ((lower, "lower"), (upper, "upper")):
-        t = as_tensor(value, name, dtype=like.dtype, device=like.device)
+        t = as_tensor(value, name, device=like.device)
         if t.ndim == 0:
             t = t.expand(dim)
         if t.shape != (dim,):
@@ -382,12 +396,24 @@ def _check_box(lower, upper, like: torch.Tensor, dim: int | None = None):
                 f"received shape {tuple(t.shape)}."
             )
         check_finite(t, name)
-        corners.append(t.detach().clone())
+        converted = t.detach().to(like.dtype).clone()
+        if not bool(torch.isfinite(converted).all()):
+            raise OverflowError(
+                f"{name} = {t.tolist()} does not fit in {like.dtype}, the dtype of the "
+                "masses; use a smaller box or float64 masses."
+            )
+        corners.append(converted)
     lower, upper = corners
     if not bool((lower < upper).all()):
         raise ValueError(
             f"the box needs lower < upper on every axis; received lower = {lower.tolist()}, "
             f"upper = {upper.tolist()}."
+        )
+    if not bool(torch.isfinite((upper - lower) ** 2).all()):
+        raise OverflowError(
+            f"the box [{lower.tolist()}, {upper.tolist()}] is too wide for {like.dtype}: its "
+            "squared cell sizes (the covariance of a cell) overflow. Use a smaller box, or "
+            "float64 cell masses."
         )
     return lower, upper
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from tpde._validation import check_positive_int
+from tpde._validation import check_float_dtype, check_positive_int
 from tpde.measures.empirical import Empirical
 
 __all__ = ["uniform_on_sphere"]
@@ -30,6 +30,9 @@ def uniform_on_sphere(
     n, d = check_positive_int(n, "n"), check_positive_int(d, "d")
     if d < 2:
         raise ValueError(f"the sphere S^(d-1) needs d >= 2; received d = {d}.")
+    check_float_dtype(dtype)
+    if isinstance(batch, int):
+        raise TypeError(f"batch must be a tuple of sizes, e.g. ({batch},); received {batch!r}.")
     shape = (*(check_positive_int(b, "batch size") for b in batch), n, d)
     draw_device = generator.device if generator is not None else "cpu"
     z = torch.randn(shape, generator=generator, dtype=dtype, device=draw_device)

@@ -20,6 +20,7 @@ Peyré & Cuturi, "Computational Optimal Transport", Remark 2.31.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -288,8 +289,30 @@ def _geodesic_by_map(S0, S1, t):
     """((1−t)I + tT) S₀ ((1−t)I + tT), T the Monge matrix from S₀ (nondegenerate) to S₁."""
     eye = torch.eye(S0.shape[-1], dtype=S0.dtype, device=S0.device)
     tt = t[..., None, None]
-    push = (1 - tt) * eye + tt * _monge_matrix(S0, S1)
+    T = _monge_matrix(S0, S1)
+    if bool(((t < 0) | (t > 1)).any()):
+        _check_extension(T, t)
+    push = (1 - tt) * eye + tt * T
     return symmetrize(push @ S0 @ push)
+
+
+def _check_extension(T: torch.Tensor, t: torch.Tensor) -> None:
+    """Beyond [0, 1] the geodesic extends while (1−t)I + tT ⪰ 0 (a Monge map); past that the
+    formula returns the push-forward by a non-monotone map, a point off the geodesic."""
+    lam = torch.linalg.eigvalsh(symmetrize(T.detach()))
+    lo, hi = lam[..., 0], lam[..., -1]
+    tol = 1e3 * torch.finfo(T.dtype).eps * (1 + t.detach().abs() * hi)
+    bad = ((1 - t) + t * lo < -tol) | ((1 - t) + t * hi < -tol)
+    if bool(bad.any()):
+        k = int(bad.nonzero()[0, 0])
+        start = -1 / (hi[k] - 1) if hi[k] > 1 else -math.inf
+        end = 1 / (1 - lo[k]) if lo[k] < 1 else math.inf
+        raise ValueError(
+            f"bures_geodesic: t = {float(t[k]):.6g} lies beyond the geodesic's extension, "
+            f"[{float(start):.6g}, {float(end):.6g}] for these Gaussians ((1−t)I + tT must stay "
+            "positive semidefinite, T the Monge matrix); past it the formula is no point of "
+            "the geodesic. Keep t inside that range."
+        )
 
 
 def _geodesic_by_polar(S0, S1, t):

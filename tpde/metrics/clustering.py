@@ -112,6 +112,11 @@ def cluster_density(mu, delta: float = 1e-3) -> torch.Tensor:
 
 def clusters_over_time(trajectory, delta: float = 1e-3) -> torch.Tensor:
     """Angular cluster counts at every saved time of a particle flow, shape (T, ...)."""
+    if not hasattr(trajectory, "measures") or not hasattr(trajectory, "times"):
+        raise TypeError(
+            "clusters_over_time takes the Trajectory of a particle flow (tpde.flows.integrate);"
+            f" received {type(trajectory).__name__}. For one cloud use angular_cluster_count."
+        )
     return torch.stack([angular_cluster_count(mu, delta) for mu in trajectory.measures])
 
 

@@ -15,8 +15,10 @@ from tpde._linalg import symmetrize
 from tpde._validation import (
     as_tensor,
     check_finite,
+    check_linalg_dtype,
     check_positive,
     check_positive_int,
+    check_psd,
     check_symmetric,
 )
 from tpde.measures import Empirical, Gaussian, Measure
@@ -46,19 +48,27 @@ def _covariance(x, fname: str) -> torch.Tensor:
                 f"{fname} takes a measure or a covariance (..., d, d); received a tensor of "
                 f"shape {tuple(cov.shape)}."
             )
+        check_linalg_dtype(cov.dtype, f"{fname}: the covariance")
+        check_finite(cov, "cov")
         check_symmetric(cov, "cov")
+        check_psd(cov, "cov")
+    check_linalg_dtype(cov.dtype, f"{fname}: the covariance")
     check_finite(cov, "cov")
     return cov
+
+
+def _spectrum(x, fname: str) -> torch.Tensor:
+    cov = _covariance(x, fname)
+    return torch.linalg.eigvalsh(symmetrize(cov)).flip(-1)
 
 
 def spectrum(x) -> torch.Tensor:
     """Eigenvalues of the covariance, descending, shape (..., d).
 
-    ``x``: a measure (its ``cov()``) or a symmetric covariance tensor (..., d, d).
-    Differentiable (torch's ``eigvalsh``).
+    ``x``: a measure (its ``cov()``) or a symmetric positive semidefinite covariance tensor
+    (..., d, d). Differentiable (torch's ``eigvalsh``).
     """
-    cov = _covariance(x, "spectrum")
-    return torch.linalg.eigvalsh(symmetrize(cov)).flip(-1)
+    return _spectrum(x, "spectrum")
 
 
 def numerical_rank(x, *, rtol: float | None = None, atol: float = 0.0) -> torch.Tensor:
@@ -68,7 +78,7 @@ def numerical_rank(x, *, rtol: float | None = None, atol: float = 0.0) -> torch.
     tell from zero). The paper's rank histograms count eigenvalues > 0.1 of a converged Σ
     (MATH.md §6): ``numerical_rank(cov, rtol=0, atol=0.1)``.
     """
-    evals = spectrum(x)
+    evals = _spectrum(x, "numerical_rank")
     if rtol is None:
         rtol = evals.shape[-1] * torch.finfo(evals.dtype).eps
     rtol = check_positive(rtol, "rtol", strict=False)
@@ -85,7 +95,7 @@ def effective_rank(x) -> torch.Tensor:
     eigenvalues are clamped to 0, and 0 · log 0 = 0. A zero covariance (a collapsed point)
     has no spectrum to normalise: its effective rank is reported as 0.
     """
-    evals = spectrum(x).clamp_min(0)
+    evals = _spectrum(x, "effective_rank").clamp_min(0)
     total = evals.sum(-1, keepdim=True)
     p = evals / torch.where(total > 0, total, 1)
     entropy = -(torch.where(p > 0, p * torch.log(torch.where(p > 0, p, 1)), 0)).sum(-1)
@@ -98,7 +108,7 @@ def anisotropy(x) -> torch.Tensor:
     The quantity whose limit 1 marks the rank-one collapse of Σ/tr Σ at a blow-up (MATH.md
     §4 item 2). A zero covariance has no direction: reported as 0 (outside [1/d, 1]).
     """
-    evals = spectrum(x).clamp_min(0)
+    evals = _spectrum(x, "anisotropy").clamp_min(0)
     total = evals.sum(-1)
     return torch.where(total > 0, evals[..., 0] / torch.where(total > 0, total, 1), 0)
 
@@ -160,6 +170,10 @@ def distance_to_gaussian(mu, *, n_samples: int | None = None, seed: int = 0) -> 
     emp = as_empirical(mu, "mu", "distance_to_gaussian")
     n = emp.n if n_samples is None else n_samples
     check_positive_int(n, "n_samples")  # n = n_samples whenever it can fail
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer):
+        raise TypeError(f"seed must be an int (a generator seed); received {seed!r}.")
+    if seed < 0:
+        raise ValueError(f"seed must be >= 0; received {seed}.")
     generator = torch.Generator(device=emp.device).manual_seed(int(seed))
     gaussian = Gaussian(emp.mean().detach(), emp.cov().detach())
     sample = Empirical(gaussian.sample(n, generator=generator))

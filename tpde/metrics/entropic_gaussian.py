@@ -113,6 +113,25 @@ def _bilinear(cost: str, A, d: int, like: torch.Tensor) -> torch.Tensor:
     return A.mT
 
 
+def _entropic_part(inner: torch.Tensor, eps: float) -> torch.Tensor:
+    """−½ tr(D − εI) + (ε/2) log det((D + εI)/(2ε)), from the eigenvalues λ_i of ``inner``.
+
+    With r_i = √(ε² + 4λ_i) and q_i = (r_i − ε)/2 = 2λ_i/(r_i + ε) it is
+    Σ_i −q_i + (ε/2) log(1 + q_i/ε): no difference of nearly equal terms (r − ε, or
+    log(r + ε) − log 2ε multiplied by a large ε), so it is accurate for every ε > 0 (the
+    matrix form lost all digits near ε = 1e150 and overflowed beyond 1e154). Eigenvalues
+    only: torch's eigvalsh has a stable gradient, also at repeated eigenvalues.
+    """
+    lam = torch.linalg.eigvalsh(symmetrize(inner)).clamp_min(0)
+    r = eps * torch.sqrt(1 + (4 / eps / eps) * lam) if eps > 1 else torch.sqrt(eps**2 + 4 * lam)
+    q = 2 * lam / (r + eps)
+    small = q < eps  # log1p(q/ε) where q/ε is moderate; log(ε + q) − log ε where it is large
+    log_term = torch.where(
+        small, torch.log1p(torch.where(small, q, 0) / eps), torch.log(q + eps) - math.log(eps)
+    )
+    return (0.5 * eps * log_term - q).sum(-1)
+
+
 def entropic_terms(m0, S0, m1, S1, P, eps: float, quadratic: bool, with_cross: bool = True):
     """Value and cross-covariance from tensors (see the module docstring); no checks.
 
@@ -123,17 +142,18 @@ def entropic_terms(m0, S0, m1, S1, P, eps: float, quadratic: bool, with_cross: b
     eye = torch.eye(d, dtype=S0.dtype, device=S0.device)
     root0 = sqrtm_psd(S0)
     inner = symmetrize(root0 @ P @ S1 @ P.mT @ root0)
-    D = sqrtm_psd(eps**2 * eye + 4 * inner)
-    shifted = D + eps * eye
-    logdet = torch.linalg.cholesky(symmetrize(shifted)).diagonal(dim1=-2, dim2=-1).log().sum(-1)
-    entropic = -0.5 * (trace(D) - d * eps) + 0.5 * eps * (2 * logdet - d * math.log(2 * eps))
+    entropic = _entropic_part(inner, eps)
     if quadratic:
         linear = ((m0 - m1) ** 2).sum(-1) + trace(S0) + trace(S1)
     else:
         linear = -(m0.unsqueeze(-2) @ P @ m1.unsqueeze(-1)).squeeze(-1).squeeze(-1)
     if not with_cross:
         return linear + entropic, None
-    cross = 2 * root0 @ torch.linalg.solve(shifted, root0 @ P @ S1)
+    if eps > 1:  # D = ε (I + 4 inner/ε²)^{1/2}: ε² would overflow beyond 1e154
+        D = eps * sqrtm_psd(eye + (4 / eps / eps) * inner)
+    else:
+        D = sqrtm_psd(eps**2 * eye + 4 * inner)
+    cross = 2 * root0 @ torch.linalg.solve(D + eps * eye, root0 @ P @ S1)
     return linear + entropic, cross
 
 

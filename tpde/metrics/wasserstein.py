@@ -90,6 +90,14 @@ def solve_emd(a, b, cost, max_iter: int, fname: str):
     b64 = b.detach().cpu().to(torch.float64).numpy()
     a64, b64 = a64 / a64.sum(), b64 / b64.sum()
     cost64 = np.ascontiguousarray(cost.detach().cpu().to(torch.float64).numpy())
+    largest = float(np.abs(cost64).max()) if cost64.size else 0.0
+    if not np.isfinite(largest) or largest > np.finfo(np.float64).max / max(cost64.size, 1):
+        raise OverflowError(
+            f"{fname}: the transport costs of these measures overflow (largest cost "
+            f"{largest:.3g} in {cost.dtype}; the network simplex sums up to n·m of them in "
+            "float64). Rescale both measures (W2 is homogeneous: w2(c·μ, c·ν) = c·w2(μ, ν))"
+            + (" or compute in float64." if cost.dtype != torch.float64 else ".")
+        )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # POT's own warning; we raise below
         with quiet_keops_import():  # POT may import GeomLoss, hence pykeops and its banner

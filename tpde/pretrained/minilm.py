@@ -13,6 +13,7 @@ from importlib import resources
 
 import torch
 
+from tpde._validation import check_float_dtype
 from tpde.attention import LayerSchedule, MultiHead, Softmax
 from tpde.measures import Empirical
 from tpde.pretrained import _model
@@ -92,6 +93,7 @@ def _layer_field(layer: int, config: BertConfig, weights, dtype) -> MultiHead:
 
 def load_minilm(dtype: torch.dtype = torch.float32) -> MiniLM:
     """Read the packaged safetensors and build one multi-head field per layer."""
+    check_float_dtype(dtype)
     config, weights = _model.load_config(), _model.load_weights()
     fields = tuple(_layer_field(l, config, weights, dtype) for l in range(config.layers))
     return MiniLM(fields=fields, schedule=LayerSchedule(fields), config=config)
@@ -100,7 +102,12 @@ def load_minilm(dtype: torch.dtype = torch.float32) -> MiniLM:
 def _check_sentences(sentences) -> list[str]:
     if isinstance(sentences, str):
         sentences = [sentences]
-    sentences = list(sentences)
+    try:
+        sentences = list(sentences)
+    except TypeError:
+        raise TypeError(
+            f"sentences must be a str or a list of str; received {type(sentences).__name__}."
+        ) from None
     if not sentences:
         raise ValueError("sentences is empty; pass at least one sentence (a list of str).")
     for index, sentence in enumerate(sentences):
@@ -116,6 +123,7 @@ def embed(sentences, dtype: torch.dtype = torch.float32) -> list[Empirical]:
     the token indices scaled to [0, 1] (i / (n − 1)); weights are uniform. A sentence
     longer than the model's 512 positions is truncated with a warning.
     """
+    check_float_dtype(dtype)
     measures = []
     for sentence in _check_sentences(sentences):
         ids = _model.token_ids(sentence)
@@ -134,6 +142,7 @@ def hidden_states(sentences, dtype: torch.dtype = torch.float32) -> list[torch.T
     residual, LayerNorm, MLP, residual, LayerNorm), computed by a plain forward with the
     packaged weights (it matches the transformers library to ~3e-7 relative).
     """
+    check_float_dtype(dtype)
     states = []
     for sentence in _check_sentences(sentences):
         ids = _model.token_ids(sentence)
