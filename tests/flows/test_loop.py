@@ -86,12 +86,15 @@ def test_a_step_that_ends_on_a_save_time_saves_its_state_without_a_new_derivativ
 def test_non_finite_states_are_found_per_element():
     from tpde.flows.systems import ParticleSystem
 
-    # One min/max reduction per element: NaN reaches both, +inf the max, −inf the min.
-    mu = Empirical(torch.zeros(4, 3, 2, dtype=F64))
+    # One sum per element (NaN and ±inf make it non-finite); an element whose sum
+    # overflows (entries near the largest float) is rechecked entry by entry and kept.
+    mu = Empirical(torch.zeros(5, 3, 2, dtype=F64))
     system = ParticleSystem(_one_d(), mu, "dense")
     points = mu.points.clone()
     points[1, 0, 1], points[2, 2, 0], points[3, 1, 1] = math.nan, math.inf, -math.inf
-    assert system.finite((points,)).tolist() == [True, False, False, False]
+    points[4] = torch.finfo(F64).max / 2
+    assert torch.isinf(points[4].sum())
+    assert system.finite((points,)).tolist() == [True, False, False, False, True]
 
 
 def test_time_dependent_fields_step_in_lockstep():

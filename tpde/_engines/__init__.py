@@ -112,9 +112,7 @@ def _warn_keops_fallback(reason: str, fallback: str) -> None:
     )
 
 
-def pick_engine(
-    n: int, m: int, device: torch.device, dtype: torch.dtype, batch: int = 1
-) -> str:
+def pick_engine(n: int, m: int, device: torch.device, dtype: torch.dtype, batch: int = 1) -> str:
     """The ``"auto"`` rule for softmax averages with n queries and m keys (``batch`` clouds).
 
     Measured on a 2-core CPU (benchmarks/fields.py): the fused SDPA flash kernel beats the
@@ -123,9 +121,10 @@ def pick_engine(
     CPU the rule counts the score entries of the whole batch, batch·n·m: a batch of small
     clouds (a phase diagram: 90 × 256 clouds of 32 tokens, d = 2, float64) costs 2.2–2.3×
     less on SDPA than as one dense (batch, n, m) tensor, and 2.3–2.6× less than in row
-    blocks (one core, two runs; benchmarks/glpr.py times the whole diagram). On CUDA, SDPA's fused kernels do not take float64, so float64
-    goes to KeOps (or to the chunked engine, with a one-time warning, when KeOps cannot
-    compile); a batch of small clouds stays dense there.
+    blocks (one core, two runs; benchmarks/glpr.py times the whole diagram). On CUDA,
+    SDPA's fused kernels do not take float64, so float64 goes to KeOps (or to the chunked
+    engine, with a one-time warning, when KeOps cannot compile); a batch of small clouds
+    stays dense there.
     """
     entries = n * m * (batch if device.type == "cpu" else 1)
     if entries <= DENSE_LIMIT:
@@ -140,9 +139,12 @@ def pick_engine(
 
 
 def _broadcast_batch(q, k, v, key_bias):
-    batch = torch.broadcast_shapes(
-        q.shape[:-2], k.shape[:-2], v.shape[:-2], () if key_bias is None else key_bias.shape[:-1]
-    )
+    shapes = [q.shape[:-2], k.shape[:-2], v.shape[:-2]]
+    if key_bias is not None:
+        shapes.append(key_bias.shape[:-1])
+    if all(shape == shapes[0] for shape in shapes):  # torch.broadcast_shapes costs ~0.5 ms
+        return q, k, v, key_bias
+    batch = torch.broadcast_shapes(*shapes)
     q = q.expand(*batch, *q.shape[-2:])
     k = k.expand(*batch, *k.shape[-2:])
     v = v.expand(*batch, *v.shape[-2:])

@@ -103,9 +103,13 @@ class Loop:
         return None if self.active.all() else self._device_mask(self.active, like)
 
     def _steps_for(self, h_try: np.ndarray, like: torch.Tensor):
-        """The step of each element as the method wants it: a float, or one tensor per part."""
+        """The step of each element as the method wants it: a float (unbatched, or one step
+        shared by every element: fixed steps; no broadcast product), or one tensor per part."""
         if not self.batched:
             return float(h_try)
+        first = h_try.flat[0]
+        if (h_try == first).all():
+            return float(first)
         step = torch.as_tensor(h_try, dtype=like.dtype, device=like.device)
         return self.system.per_part(step)
 
@@ -131,7 +135,7 @@ class Loop:
         if self.synchronous:
             saves = LandingSaves(save_times, t0, state)
         else:
-            saves = DenseSaves(save_times, t0, state, system.part_dims)
+            saves = DenseSaves(save_times, t0, state, system.part_dims, t1)
         jumps = [b for b in system.base_field.breakpoints if t0 < b < t1]
         k1, iterations = None, 0
         if self.need_derivative:

@@ -72,8 +72,11 @@ class DenseSaves:
     flattened to B; each step fills exactly the (save time, element) pairs it crossed.
     """
 
-    def __init__(self, times, t0: float, state, part_dims):
-        self.requested = np.asarray([s for s in times if s > t0], dtype=float)
+    def __init__(self, times, t0: float, state, part_dims, t1: float | None = None):
+        # The state at t1 is the final state of every element (each lands on t1 or is
+        # frozen before it): no buffer, no copy for it.
+        last = max(times) if t1 is None else t1
+        self.requested = np.asarray([s for s in times if t0 < s < last], dtype=float)
         self.part_dims = part_dims
         self.batch = state[0].shape[: state[0].ndim - part_dims[0]]
         flat = self._flat(state)
@@ -160,9 +163,12 @@ class DenseSaves:
         for k, s in enumerate(self.requested):
             if s > t_end:
                 break
-            unreached = torch.as_tensor(t < s, device=state[0].device)
             saved = tuple(b[k].reshape(p.shape) for b, p in zip(self.buffers, state, strict=True))
-            states.append(system.mask(unreached, state, saved))
+            unreached = t < s
+            if unreached.any():
+                saved = system.mask(torch.as_tensor(unreached, device=state[0].device), state,
+                                    saved)  # fmt: skip
+            states.append(saved)
             times.append(float(s))
         if times[-1] != t_end:
             times.append(t_end)
