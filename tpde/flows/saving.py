@@ -14,11 +14,12 @@ Two policies (:mod:`tpde.flows.loop` picks one):
   accurate to O(h⁴) of the element's own step (Hairer, Nørsett & Wanner, *Solving ODEs I*,
   §II.6), then projected like any state (covariances symmetrised, tokens on the sphere put
   back on it). No element shortens a step for a save, and none waits for the others. A
-  step that ends exactly on a save time (the run's end t1, which every element lands on)
-  saves its end state as it is: no interpolation, and no derivative at the new state (a
-  run chained over short segments, as a phase diagram's checkpoints, would otherwise pay
-  one more evaluation of the field per segment). An element stopped by an event is
-  frozen: later saved states repeat it.
+  step that ends exactly on a save time saves its end state as it is (no interpolation,
+  no derivative at the new state), and the run's end t1 is no save slot at all: every
+  element lands on it or is frozen before it, so the final state is the state there (a
+  run chained over short segments, as a phase diagram's checkpoints, paid one more
+  evaluation of the field and two copies of the state per segment). An element stopped by
+  an event is frozen: later saved states repeat it.
 
 Both save t0, every requested time up to the last time an element reached, and that time.
 """
