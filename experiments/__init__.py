@@ -29,6 +29,7 @@ REGISTRY = {
     "jko": "jko",
     "convexity": "convexity",
     "real-attention": "real_attention",
+    "sphere": "sphere",
 }
 
 

@@ -35,6 +35,18 @@ The spec is checked before any worker starts: every value's type and range, a pa
 grid or fixed but not both, no repeated grid value, at most 100 000 tasks, and per task
 multihead's d % heads = 0, samples · d² ≤ 2²⁷ (one batch of covariances in 1 GiB) and
 tol_high above the mean initial trace init_scale · d (below it no sample can blow up).
+
+Study "clustering" (normalised tokens, MATH.md §7): ``samples`` clouds of ``n`` tokens
+uniform on S^{d−1}, softmax with Q = K = V = I and score ``beta``·⟨x, y⟩, wrapped by the
+normalisation ``scheme`` (:class:`tpde.attention.Normalized`: "post-ln", "pre-ln",
+"peri-ln", "mix-ln" with the hand-over at ``switch`` × horizon, "ngpt" with α =
+``ngpt_alpha``, "layernorm" from the layer-normed tokens), one batched RK4 run of step
+``dt`` to ``horizon`` saved at ``saves`` times. Angular clusters link tokens with
+cos > 1 − ``delta`` (GLPR's 10⁻³). Result: the fraction of clouds that form one cluster and
+the median time they take (at the resolution of the saves; empty when none does), the mean
+and median final cluster counts, the final cluster density (GLPR's), and the fraction
+stopped by a non-finite state. E.g. ``{"study": "clustering", "grid": {"scheme":
+["post-ln", "pre-ln"], "beta": [1, 4]}, "fixed": {"d": 3}, "seeds": 4}``.
 """
 
 from __future__ import annotations
@@ -115,7 +127,63 @@ def blowup(params: dict) -> dict:
     }
 
 
-STUDIES = {"blowup": (blowup, BLOWUP_DEFAULTS)}
+CLUSTERING_DEFAULTS = {
+    "scheme": "post-ln",
+    "beta": 1.0,
+    "d": 3,
+    "n": 32,
+    "samples": 16,
+    "horizon": 30.0,
+    "dt": 0.05,
+    "saves": 301,
+    "delta": 1e-3,
+    "ngpt_alpha": 1.0,
+    "switch": 0.5,
+}
+
+
+def clustering(params: dict) -> dict:
+    """Angular clustering of ``samples`` uniform clouds under one normalisation (one task)."""
+    import torch
+
+    from tpde.attention import Normalized, Softmax
+    from tpde.flows import integrate
+    from tpde.measures import uniform_on_sphere
+    from tpde.metrics import cluster_density, clusters_over_time, time_to_single_cluster
+
+    torch.set_num_threads(1)
+    p = {**CLUSTERING_DEFAULTS, **params}
+    d, horizon, scheme = int(p["d"]), float(p["horizon"]), p["scheme"]
+    eye = torch.eye(d, dtype=torch.float64)
+    options = {
+        "mix-ln": {"switch": p["switch"] * horizon, "depth": horizon},
+        "ngpt": {"alpha": float(p["ngpt_alpha"])},
+    }.get(scheme, {})
+    field = Normalized(Softmax.from_interaction(p["beta"] * eye, eye), scheme, **options)
+    gen = torch.Generator().manual_seed(int(p["seed"]))
+    mu = uniform_on_sphere(int(p["n"]), d, batch=(int(p["samples"]),), generator=gen)
+    if scheme == "layernorm":  # from the tokens after the model's own LayerNorm
+        mu = mu.with_points(field.project(mu.points))
+    traj = integrate(field, mu, horizon, dt=float(p["dt"]), method="rk4", save=int(p["saves"]),
+                     events=())  # fmt: skip
+    delta = float(p["delta"])
+    times = time_to_single_cluster(traj, delta).numpy()
+    reached = np.isfinite(times)
+    final = clusters_over_time(traj, delta)[-1].numpy()
+    return {
+        "one_cluster_fraction": float(reached.mean()),
+        "median_time_to_one_cluster": float(np.median(times[reached])) if reached.any() else None,
+        "mean_final_clusters": float(final.mean()),
+        "median_final_clusters": float(np.median(final)),
+        "final_density": float(cluster_density(traj.final, delta).mean()),
+        "blow_up_fraction": float((np.asarray(traj.status) == "blow_up").mean()),
+    }
+
+
+STUDIES = {
+    "blowup": (blowup, BLOWUP_DEFAULTS),
+    "clustering": (clustering, CLUSTERING_DEFAULTS),
+}
 
 
 @dataclass(frozen=True)
@@ -198,9 +266,44 @@ def _blowup_combined(params: dict) -> str | None:
     return None
 
 
+def _clustering_allowed() -> dict[str, Allowed]:
+    from tpde.attention.normalized import SCHEMES
+
+    return {
+        "scheme": Allowed(str, choices=SCHEMES),
+        "beta": Allowed(float, 0),
+        "d": Allowed(int, 2),
+        "n": Allowed(int, 2),
+        "samples": Allowed(int, 1),
+        "horizon": Allowed(float, 0, strict=True),
+        "dt": Allowed(float, 0, strict=True),
+        "saves": Allowed(int, 2),
+        "delta": Allowed(float, 0, strict=True),
+        "ngpt_alpha": Allowed(float, 0, strict=True),
+        "switch": Allowed(float, 0, strict=True),
+    }
+
+
+def _clustering_combined(params: dict) -> str | None:
+    """Upper bounds of the clustering study (δ < 2: cos > 1 − δ > −1; the Mix-LN switch
+    inside the horizon, as a fraction of it)."""
+    p = {**CLUSTERING_DEFAULTS, **params}
+    if p["delta"] >= 2:
+        return f"delta must lie in (0, 2) (links need cos > 1 − δ > −1); received {p['delta']}"
+    if p["scheme"] == "mix-ln" and p["switch"] >= 1:
+        return (
+            f"switch is the fraction of the horizon where Mix-LN hands over to Pre-LN and "
+            f"must lie in (0, 1); received {p['switch']}"
+        )
+    return None
+
+
 #: study -> (allowed values per parameter (a function: it may import the study's code),
 #: check of one task's parameters together).
-CHECKS = {"blowup": (_blowup_allowed, _blowup_combined)}
+CHECKS = {
+    "blowup": (_blowup_allowed, _blowup_combined),
+    "clustering": (_clustering_allowed, _clustering_combined),
+}
 
 
 def task_status(result: dict) -> str:

@@ -298,6 +298,7 @@ def cmd_run(args) -> int:
     # The experiments are dominated by small tensor operations, which slow down 10–40× with
     # two threads when the other core is busy (docs/DESIGN.md): one thread by default.
     torch.set_num_threads(args.threads)
+    fw.reuse_large_allocations()  # tensors above 32 MB: no page faults at every allocation
     out = args.out or Path("results") / ("quick" if args.quick else "full")
     check_out(out)
     if args.resume:

@@ -22,6 +22,34 @@ def test_interaction_matrix_and_default_scale(generator):
     torch.testing.assert_close(p.A, 0.5 * K.T @ Q)
 
 
+def test_isotropic_parameters_take_the_short_route(generator):
+    # A = cI and V = I (GLPR's model, here batched over c) are detected once: queries c·x,
+    # no product with V. The velocity equals the general route's (a zero query bias forces
+    # it) to rounding; a parameter changed in place, or one under autograd, goes back to
+    # the general route.
+    d = 3
+    c = torch.tensor([0.5, 2.0], dtype=F64).reshape(2, 1, 1, 1)
+    A, V = c * torch.eye(d, dtype=F64), torch.eye(d, dtype=F64)
+    field = Softmax.from_interaction(A, V)
+    general = Softmax(A, torch.eye(d, dtype=F64), V, scale=1.0, query_bias=torch.zeros(d))
+    mu = Empirical(torch.randn(2, 5, 7, d, generator=generator, dtype=F64))
+    torch.testing.assert_close(field.params.isotropic_interaction(mu.points), c)
+    assert (
+        field.params.value_is_identity and general.params.isotropic_interaction(mu.points) is None
+    )
+    torch.testing.assert_close(field.velocity(mu), general.velocity(mu), rtol=1e-14, atol=1e-14)
+    field.params.Q[..., 0, 1] += 0.3  # in place: the version counter changes
+    assert field.params.isotropic_interaction(mu.points) is None
+    moved = Softmax(field.params.Q.clone(), torch.eye(d, dtype=F64), V, scale=1.0,
+                    query_bias=torch.zeros(d))  # fmt: skip
+    torch.testing.assert_close(field.velocity(mu), moved.velocity(mu), rtol=1e-14, atol=1e-14)
+    tracked = A.clone().requires_grad_()
+    under_grad = Softmax.from_interaction(tracked, V)
+    assert under_grad.params.isotropic_interaction(mu.points) is None
+    under_grad.velocity(mu).sum().backward()
+    assert tracked.grad is not None and float(tracked.grad.abs().max()) > 0
+
+
 def test_particle_velocity_is_the_defining_sum(generator):
     # ẋ_i = V Σ_j w_j e^{x_jᵀAx_i} x_j / Σ_j w_j e^{x_jᵀAx_i}, written out with loops.
     A = torch.randn(2, 2, generator=generator, dtype=F64)

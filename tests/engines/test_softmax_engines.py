@@ -1,5 +1,7 @@
 """Every engine against the dense reference: values and gradients (points, Q, K, V)."""
 
+import math
+
 import pytest
 import torch
 
@@ -116,3 +118,28 @@ def test_auto_rule():
     cpu = torch.device("cpu")
     assert pick_engine(100, 100, cpu, torch.float32) == "dense"
     assert pick_engine(10_000, 10_000, cpu, torch.float64) == "sdpa"
+    # A batch of small clouds (a phase diagram) counts all its scores on the CPU.
+    assert pick_engine(32, 32, cpu, torch.float64, batch=64) == "dense"
+    assert pick_engine(32, 32, cpu, torch.float64, batch=4096) == "sdpa"
+    assert pick_engine(32, 32, torch.device("cuda"), torch.float64, batch=4096) == "dense"
+
+
+@pytest.mark.parametrize("engine", ["dense", "chunked", "sdpa"])
+def test_a_key_bias_equal_on_every_key_cancels(engine, generator):
+    # Uniform weights give the key bias log(1/n) on every key: the softmax does not see it,
+    # so it is dropped (SDPA then runs at width e, not e + 1), the result unchanged. A bias
+    # under autograd is kept: its gradient is not zero entry by entry.
+    q = torch.randn(3, 5, 2, generator=generator, dtype=torch.float64)
+    k = torch.randn(3, 7, 2, generator=generator, dtype=torch.float64)
+    v = torch.randn(3, 7, 4, generator=generator, dtype=torch.float64)
+    bias = torch.full((7,), -math.log(7), dtype=torch.float64)
+    expected = torch.softmax(q @ k.mT, dim=-1) @ v
+    torch.testing.assert_close(softmax_average(q, k, v, bias, engine=engine), expected)
+    bias.requires_grad_()
+    weights = torch.randn(3, 5, 4, generator=generator, dtype=torch.float64)
+    (softmax_average(q, k, v, bias, engine=engine) * weights).sum().backward()
+    # ∂out_i/∂b_j = p_ij (v_j − out_i), so ∂L/∂b_j = Σ_i p_ij (w_i·v_j − w_i·out_i).
+    p = torch.softmax(q @ k.mT, dim=-1)
+    exact = (p * (weights @ v.mT - (weights * expected).sum(-1, keepdim=True))).sum((0, 1))
+    torch.testing.assert_close(bias.grad, exact)
+    assert float(bias.grad.abs().max()) > 1e-3

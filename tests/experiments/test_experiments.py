@@ -30,6 +30,7 @@ def test_registry_lists_the_experiments_in_order():
         "jko",
         "convexity",
         "real-attention",
+        "sphere",
     ]
     with pytest.raises(KeyError, match="unknown experiment 'x'; known experiments: cones"):
         experiments.get("x")

@@ -116,3 +116,11 @@ def test_every_experiment_checks_its_config(name, overrides, match):
 
     with pytest.raises(fw.ConfigError, match=match):
         fw.apply_overrides(experiments.get(name).Config(), overrides, name)
+
+
+def test_large_allocations_are_reused_from_glibcs_heap():
+    # tpde run and the benchmarks raise glibc's mmap threshold (tensors above 32 MB were
+    # mapped afresh at every allocation); without glibc there is nothing to set.
+    import platform
+
+    assert fw.reuse_large_allocations() is (platform.libc_ver()[0] == "glibc")

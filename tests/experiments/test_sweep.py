@@ -233,3 +233,53 @@ def test_a_non_finite_result_is_recorded_and_the_command_fails(tmp_path, capsys,
     rows = list(csv.DictReader(io.StringIO((tmp_path / "o" / "table.csv").read_text())))
     assert [r["status"] for r in rows] == ["ok", "non_finite: fraction"]
     assert rows[1]["fraction"] == "nan"
+
+
+# ---------------------------------------------------------------------- the clustering study
+CLUSTERING = {"d": 3, "n": 8, "samples": 3, "horizon": 20.0, "dt": 0.1, "saves": 41}
+
+
+def test_clustering_tasks_cluster_on_the_sphere_and_are_deterministic():
+    # d = 3, β = 1, post-LN: every cloud forms one cluster (GLPR; 8 tokens take t ≈ 5–10);
+    # pre-LN slows the angles down by 1/r: later, or not within the horizon.
+    params = {**CLUSTERING, "scheme": "post-ln", "seed": 0}
+    first, second = sweep.run_task("clustering", params), sweep.run_task("clustering", params)
+    assert first == second
+    assert first["one_cluster_fraction"] == 1.0 and first["median_final_clusters"] == 1.0
+    assert 0 < first["median_time_to_one_cluster"] < 20 and first["final_density"] == 1.0
+    pre = sweep.run_task("clustering", {**params, "scheme": "pre-ln"})
+    later = pre["median_time_to_one_cluster"]
+    assert later is None or later > first["median_time_to_one_cluster"]
+    assert sweep.task_status(pre) == "ok" and pre["blow_up_fraction"] == 0.0
+    for scheme in ("mix-ln", "ngpt", "layernorm", "peri-ln"):
+        result = sweep.run_task("clustering", {**params, "scheme": scheme, "horizon": 4.0})
+        assert sweep.task_status(result) == "ok" and 1 <= result["mean_final_clusters"] <= 8
+
+
+@pytest.mark.parametrize(
+    ("grid", "fixed", "match"),
+    [
+        ({"scheme": ["post-ln", "rms"]}, {}, "scheme = 'rms' is out of range; scheme must be one "
+         "of 'post-ln', 'pre-ln', 'peri-ln', 'mix-ln', 'ngpt', 'layernorm'"),
+        ({}, {"d": 1}, "fixed value d = 1 is out of range; d must be an int >= 2"),
+        ({}, {"n": 1}, "n = 1 is out of range; n must be an int >= 2"),
+        ({"beta": [1.0, -1.0]}, {}, r"beta = -1\.0 is out of range; beta must be a finite "
+         "number >= 0"),
+        ({}, {"samples": 0}, "samples = 0 is out of range; samples must be an int >= 1"),
+        ({}, {"dt": 0.0}, rf"dt = 0\.0 is out of range; dt {POSITIVE}"),
+        ({}, {"beta": "big"}, r"beta expects float values; received 'big'"),
+        ({}, {"delta": 2.5}, r"delta must lie in \(0, 2\)"),
+        ({"scheme": ["mix-ln"]}, {"switch": 1.5}, r"switch is the fraction of the horizon .* "
+         r"\(0, 1\); received 1\.5"),
+    ],
+)  # fmt: skip
+def test_clustering_values_are_checked_before_any_worker_starts(grid, fixed, match, tmp_path,
+                                                                monkeypatch):  # fmt: skip
+    def no_cluster(*args, **kwargs):
+        raise AssertionError("a Dask client was started")
+
+    monkeypatch.setattr(sweep, "_client", no_cluster)
+    spec = {"study": "clustering", "grid": grid or {"beta": [1.0]}, "fixed": fixed}
+    with pytest.raises(sweep.SweepError, match=match):
+        sweep.run_sweep(sweep.check_spec(spec), tmp_path / "out", progress=False)
+    assert not (tmp_path / "out").exists()

@@ -63,6 +63,40 @@ def test_saved_states_are_interpolated_per_element():
     assert (dense.stats["steps"] == steps).all() and len(dense.times) == 200
 
 
+def test_a_step_that_ends_on_a_save_time_saves_its_state_without_a_new_derivative():
+    # A batched fixed-step run: every element lands on t1 and on the save times that are
+    # multiples of dt; those states are the steps' own (bitwise), and no evaluation of the
+    # field is spent on a derivative at t1 (chained runs, e.g. a phase diagram's checkpoints,
+    # would pay one per segment): Euler takes one evaluation per step.
+    s0 = torch.tensor([0.2, 0.5, 1.0], dtype=F64).reshape(3, 1, 1)
+    g0 = Gaussian(torch.zeros(3, 1, dtype=F64), s0)
+    field = _one_d(a=-1.0)  # Σ̇ = −2Σ²: decreasing
+    traj = integrate(field, g0, 1.0, dt=0.25, method="euler", save=[0.5])
+    assert not traj.stats["synchronous"]
+    assert traj.stats["n_rhs"] == traj.stats["n_iterations"] == 4
+    half = integrate(field, g0, 0.5, dt=0.25, method="euler")
+    assert torch.equal(traj.measures[1].cov(), half.final.cov())
+    # A save time inside a step is still interpolated, between the step's ends (the
+    # derivative at its end is then the next step's first stage: no extra evaluation).
+    inside = integrate(field, g0, 1.0, dt=0.25, method="euler", save=[0.5, 0.6, 0.75])
+    low, mid, high = (inside.measures[k].cov().flatten() for k in (1, 2, 3))
+    assert ((mid < low) & (mid > high)).all() and inside.stats["n_rhs"] == 4
+
+
+def test_non_finite_states_are_found_per_element():
+    from tpde.flows.systems import ParticleSystem
+
+    # One sum per element (NaN and ±inf make it non-finite); an element whose sum
+    # overflows (entries near the largest float) is rechecked entry by entry and kept.
+    mu = Empirical(torch.zeros(5, 3, 2, dtype=F64))
+    system = ParticleSystem(_one_d(), mu, "dense")
+    points = mu.points.clone()
+    points[1, 0, 1], points[2, 2, 0], points[3, 1, 1] = math.nan, math.inf, -math.inf
+    points[4] = torch.finfo(F64).max / 2
+    assert torch.isinf(points[4].sum())
+    assert system.finite((points,)).tolist() == [True, False, False, False, True]
+
+
 def test_time_dependent_fields_step_in_lockstep():
     # A(t) = cos t: the field is evaluated at one time for the whole batch.
     field = Softmax.from_interaction(

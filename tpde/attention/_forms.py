@@ -23,12 +23,12 @@ class SoftmaxForm(NamedTuple):
     keys: torch.Tensor  # (..., n, e)
     key_bias: torch.Tensor  # (..., n)
     points: torch.Tensor  # (n, d)
-    V: torch.Tensor  # (..., d, d)
+    V: torch.Tensor | None  # (..., d, d); None for V = I (the values are the points)
     value_bias: torch.Tensor | None  # (..., d) or None
 
     def finish(self, averaged: torch.Tensor) -> torch.Tensor:
         """V applied to the averaged points, plus the value bias: (..., m, d)."""
-        out = averaged @ self.V.transpose(-1, -2)
+        out = averaged if self.V is None else averaged @ self.V.transpose(-1, -2)
         return out if self.value_bias is None else out + self.value_bias.unsqueeze(-2)
 
     def velocity(self, engine: str, **mask) -> torch.Tensor:

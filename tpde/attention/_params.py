@@ -153,6 +153,39 @@ class QKV:
     def time_dependent(self) -> bool:
         return any(p is not None and not isinstance(p, torch.Tensor) for p in self._params)
 
+    def _isotropic(self) -> tuple[torch.Tensor | None, bool]:
+        """(c, V is I) for constant, bias-free parameters outside autograd: c (..., 1, 1)
+        where A = cI, else None. Recomputed when a parameter tensor changes in place (its
+        version counter), so a stale answer is never used."""
+        Q, K, V = self._params[:3]
+        if self.time_dependent or self.has_bias or self.k != self.dim:
+            return None, False
+        if Q.requires_grad or K.requires_grad or V.requires_grad:
+            return None, False
+        key = tuple((id(p), p._version) for p in (Q, K, V))
+        if getattr(self, "_isotropic_key", None) != key:
+            dtype = torch.promote_types(torch.promote_types(Q.dtype, K.dtype), V.dtype)
+            Q, K, V = (p.to(dtype) for p in (Q, K, V))  # parameters may mix dtypes
+            eye = torch.eye(self.dim, dtype=dtype, device=V.device)
+            A = self.scale * K.transpose(-1, -2) @ Q
+            c = A[..., :1, :1]
+            scalar = c if bool((A == c * eye).all()) else None
+            self._isotropic_key, self._isotropic_value = key, (scalar, bool((V == eye).all()))
+        return self._isotropic_value
+
+    def isotropic_interaction(self, like: torch.Tensor) -> torch.Tensor | None:
+        """c of shape (..., 1, 1) when the interaction A = scale·KᵀQ is cI (constant, no
+        bias, outside autograd; GLPR's A = βI), in ``like``'s dtype and device: the queries
+        are then c·x, one product per coordinate instead of a d × d product per token."""
+        scalar = self._isotropic()[0]
+        return None if scalar is None else scalar.to(dtype=like.dtype, device=like.device)
+
+    @property
+    def value_is_identity(self) -> bool:
+        """Whether V is the constant identity (every batch element; conditions as for
+        :meth:`isotropic_interaction`): the values are the points, no product with V."""
+        return self._isotropic()[1]
+
     def at(self, t: float, like: torch.Tensor) -> HeadParams:
         """Resolve at time ``t`` in ``like``'s dtype and device (autograd preserved)."""
         values = self._evaluate_all(t)

@@ -275,7 +275,8 @@ class Normalized(Field):
     def _check_on_sphere(self, mu: Empirical) -> None:
         norms = mu.points.detach().norm(dim=-1)
         atol = self.atol if self.atol is not None else 1e3 * torch.finfo(norms.dtype).eps
-        worst = float((norms - 1).abs().max())
+        low, high = torch.aminmax(norms)  # one pass: max | |x| − 1 | from the extremes
+        worst = max(float(high) - 1, 1 - float(low))
         if worst > atol:
             raise ValueError(
                 f"{self.scheme} attention moves tokens on the unit sphere, but the tokens have "

@@ -77,6 +77,10 @@ class Softmax(Field):
         """
         p = self.params.at(t, like=x)
         points, log_w = key_log_weights(mu)
+        value = None if self.params.value_is_identity else p.V
+        scalar = self.params.isotropic_interaction(x)
+        if scalar is not None:  # A = cI: queries c·x, no d × d product per token
+            return SoftmaxForm(scalar * x, points, log_w, points, value, p.bv)
         if self.params.k < self.dim:
             queries = x @ p.Q.transpose(-1, -2)
             if p.bq is not None:
@@ -86,7 +90,7 @@ class Softmax(Field):
             queries, keys = x @ p.A.transpose(-1, -2), points
             if p.bq is not None:
                 queries = queries + p.query_shift.unsqueeze(-2)
-        return SoftmaxForm(queries, keys, log_w, points, p.V, p.bv)
+        return SoftmaxForm(queries, keys, log_w, points, value, p.bv)
 
     def particle_velocity(self, t, mu: Empirical, x, engine: str, info=None) -> torch.Tensor:
         return self.softmax_form(t, mu, x).velocity(engine)

@@ -57,7 +57,7 @@ class _RHS:
     def __call__(self, t, state):
         self.calls += 1
         derivative = self.system.rhs(t, state)
-        if not self.batched:
+        if not self.batched or self.active is None:  # None: every element is active
             return derivative
         zeros = tuple(map(torch.zeros_like, derivative))
         return self.system.mask(self.active, derivative, zeros)
@@ -98,10 +98,18 @@ class Loop:
     def _device_mask(self, mask: np.ndarray, like: torch.Tensor) -> torch.Tensor:
         return torch.as_tensor(mask, device=like.device)
 
+    def _active_mask(self, like: torch.Tensor) -> torch.Tensor | None:
+        """The active elements for the right-hand side; None when all are (no masking)."""
+        return None if self.active.all() else self._device_mask(self.active, like)
+
     def _steps_for(self, h_try: np.ndarray, like: torch.Tensor):
-        """The step of each element as the method wants it: a float, or one tensor per part."""
+        """The step of each element as the method wants it: a float (unbatched, or one step
+        shared by every element: fixed steps; no broadcast product), or one tensor per part."""
         if not self.batched:
             return float(h_try)
+        first = h_try.flat[0]
+        if (h_try == first).all():
+            return float(first)
         step = torch.as_tensor(h_try, dtype=like.dtype, device=like.device)
         return self.system.per_part(step)
 
@@ -127,11 +135,11 @@ class Loop:
         if self.synchronous:
             saves = LandingSaves(save_times, t0, state)
         else:
-            saves = DenseSaves(save_times, t0, state, system.part_dims)
+            saves = DenseSaves(save_times, t0, state, system.part_dims, t1)
         jumps = [b for b in system.base_field.breakpoints if t0 < b < t1]
         k1, iterations = None, 0
         if self.need_derivative:
-            rhs.active = self._device_mask(self.active, state[0])
+            rhs.active = self._active_mask(state[0])
             k1 = rhs(float(t0), state)
         self.memory = [event.start(system, state, k1) for event in self.events]
         while True:
@@ -156,7 +164,7 @@ class Loop:
             clock = float(t[moving].min())
             if system.enter(clock):
                 k1 = None  # a cached derivative belongs to the previous piece
-            rhs.active = self._device_mask(self.active, state[0])
+            rhs.active = self._active_mask(state[0])
             if k1 is None:
                 k1 = rhs(clock, state)
             h_prop = np.asarray(system.propose_step(clock, state, h), dtype=float)
@@ -206,19 +214,20 @@ class Loop:
         if system.inner.failure is not None:  # the step used an unconverged inner solve
             self._stop(accept, Status.NOT_CONVERGED, t)
         advanced = accept & self.active
-        if self.batched:
+        everyone = bool(advanced.all())  # no element to hold back: no masking
+        if self.batched and not everyone:
             new = system.mask(self._device_mask(advanced, state[0]), new, state)
-        elif not advanced:
+        elif not self.batched and not advanced:
             new = state
         if k_new is not None:  # FSAL: the derivative at the new state, valid where it moved
-            if self.batched and k1 is not None:
+            if self.batched and k1 is not None and not everyone:
                 k_new = system.mask(self._device_mask(advanced, state[0]), k_new, k1)
             elif not self.batched and not advanced:
                 k_new = k1
         elif advanced.any() and (
             self.need_derivative or saves.needs_derivative(t, t_new, advanced)
         ):
-            rhs.active = self._device_mask(self.active, state[0])
+            rhs.active = self._active_mask(state[0])
             k_new = rhs(float(t_new[advanced].max()), new)  # at every element's own state
         for i, event in enumerate(self.events):
             check = advanced & self.active

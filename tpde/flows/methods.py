@@ -25,14 +25,18 @@ def _part_step(h, index: int):
 
 
 def _axpy(y: State, h, terms: list[tuple[float, State]]) -> State:
-    """y + h Σ_s a_s k_s, part by part."""
+    """y + h Σ_s a_s k_s, part by part (a float step: one fused pass per term)."""
     out = []
     for index, part in enumerate(y):
         step = _part_step(h, index)
         acc = part
         for coef, k in terms:
-            if coef != 0.0:
+            if coef == 0.0:
+                continue
+            if isinstance(step, torch.Tensor):
                 acc = acc + (step * coef) * k[index]
+            else:
+                acc = torch.add(acc, k[index], alpha=step * coef)
         out.append(acc)
     return tuple(out)
 

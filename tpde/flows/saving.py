@@ -13,8 +13,13 @@ Two policies (:mod:`tpde.flows.loop` picks one):
 
   accurate to O(h⁴) of the element's own step (Hairer, Nørsett & Wanner, *Solving ODEs I*,
   §II.6), then projected like any state (covariances symmetrised, tokens on the sphere put
-  back on it). No element shortens a step for a save, and none waits for the others. An
-  element stopped by an event is frozen: later saved states repeat it.
+  back on it). No element shortens a step for a save, and none waits for the others. A
+  step that ends exactly on a save time saves its end state as it is (no interpolation,
+  no derivative at the new state), and the run's end t1 is no save slot at all: every
+  element lands on it or is frozen before it, so the final state is the state there (a
+  run chained over short segments, as a phase diagram's checkpoints, paid one more
+  evaluation of the field and two copies of the state per segment). An element stopped by
+  an event is frozen: later saved states repeat it.
 
 Both save t0, every requested time up to the last time an element reached, and that time.
 """
@@ -68,8 +73,11 @@ class DenseSaves:
     flattened to B; each step fills exactly the (save time, element) pairs it crossed.
     """
 
-    def __init__(self, times, t0: float, state, part_dims):
-        self.requested = np.asarray([s for s in times if s > t0], dtype=float)
+    def __init__(self, times, t0: float, state, part_dims, t1: float | None = None):
+        # The state at t1 is the final state of every element (each lands on t1 or is
+        # frozen before it): no buffer, no copy for it.
+        last = max(times) if t1 is None else t1
+        self.requested = np.asarray([s for s in times if t0 < s < last], dtype=float)
         self.part_dims = part_dims
         self.batch = state[0].shape[: state[0].ndim - part_dims[0]]
         flat = self._flat(state)
@@ -105,21 +113,42 @@ class DenseSaves:
         k = np.repeat(start - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())
         return k, b
 
+    def _interior(self, k, b, t_new) -> np.ndarray:
+        """Which pairs (k, b) lie strictly inside their step (the others end on s_k)."""
+        return self.requested[k] < t_new.reshape(-1)[b]
+
     def needs_derivative(self, t, t_new, advanced) -> bool:
-        return bool(len(self._pairs(t, t_new, advanced)[0]))
+        k, b = self._pairs(t, t_new, advanced)
+        return bool(self._interior(k, b, t_new).any())
 
     def after_step(self, t, t_new, old, new, f_old, f_new, advanced, system) -> None:
         k, b = self._pairs(t, t_new, advanced)
         if not len(k):
             return
+        inside = self._interior(k, b, t_new)
+        if not inside.all():  # steps that end on their save time: the state as it is
+            self._store(k[~inside], b[~inside], new)
+        k, b = k[inside], b[inside]
+        if not len(k):
+            return
         t_b, h = t.reshape(-1)[b], (t_new - t).reshape(-1)[b]
         theta = (self.requested[k] - t_b) / h
-        device = old[0].device
-        index = torch.as_tensor(b, device=device)
-        pick = lambda y: tuple(p.index_select(0, index) for p in self._flat(y))  # noqa: E731
+        pick = self._picker(b, old[0].device)
         value = system.project(
             _hermite(system, pick(old), pick(new), pick(f_old), pick(f_new), h, theta)
         )
+        self._store(k, b, value, picked=True)
+
+    def _picker(self, b, device):
+        index = torch.as_tensor(b, device=device)
+        return lambda y: tuple(p.index_select(0, index) for p in self._flat(y))
+
+    def _store(self, k, b, value, picked: bool = False) -> None:
+        """Write ``value`` (elements b of a state, or a whole state) into save slots k."""
+        device = self.buffers[0].device
+        if not picked:
+            value = self._picker(b, device)(value)
+        index = torch.as_tensor(b, device=device)
         where = (torch.as_tensor(k, device=device), index)
         if not self.differentiable:
             for buffer, part in zip(self.buffers, value, strict=True):
@@ -135,9 +164,12 @@ class DenseSaves:
         for k, s in enumerate(self.requested):
             if s > t_end:
                 break
-            unreached = torch.as_tensor(t < s, device=state[0].device)
             saved = tuple(b[k].reshape(p.shape) for b, p in zip(self.buffers, state, strict=True))
-            states.append(system.mask(unreached, state, saved))
+            unreached = t < s
+            if unreached.any():
+                saved = system.mask(torch.as_tensor(unreached, device=state[0].device), state,
+                                    saved)  # fmt: skip
+            states.append(saved)
             times.append(float(s))
         if times[-1] != t_end:
             times.append(t_end)
