@@ -33,9 +33,9 @@ SPECS = {
     ),
     "unknown-study": (
         _with(study="clusters"),
-        "study must be one of ['blowup']; received 'clusters'",
+        "study must be one of ['blowup', 'clustering']; received 'clusters'",
     ),
-    "no-study": ({"fixed": {}}, "study must be one of ['blowup']; received None"),
+    "no-study": ({"fixed": {}}, "study must be one of ['blowup', 'clustering']; received None"),
     "grid-not-mapping": (_with(grid=[1]), "grid must map parameter names to non-empty lists"),
     "grid-empty-list": (_with(grid={"d": []}), "grid must map parameter names to non-empty lists"),
     "grid-scalar": (_with(grid={"d": 2}), "non-empty lists"),

@@ -267,7 +267,7 @@ def test_clustering_tasks_cluster_on_the_sphere_and_are_deterministic():
          "number >= 0"),
         ({}, {"samples": 0}, "samples = 0 is out of range; samples must be an int >= 1"),
         ({}, {"dt": 0.0}, rf"dt = 0\.0 is out of range; dt {POSITIVE}"),
-        ({}, {"beta": "big"}, r"beta expects float values; received 'big'"),
+        ({"d": [2]}, {"beta": "big"}, r"beta expects float values; received 'big'"),
         ({}, {"delta": 2.5}, r"delta must lie in \(0, 2\)"),
         ({"scheme": ["mix-ln"]}, {"switch": 1.5}, r"switch is the fraction of the horizon .* "
          r"\(0, 1\); received 1\.5"),
