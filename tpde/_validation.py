@@ -179,10 +179,13 @@ def check_psd(matrix: torch.Tensor, name: str) -> None:
 
 
 def check_positive_int(value, name: str) -> int:
-    """An int ≥ 1 (bools refused): a count, a size or an iteration cap."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    """An integer ≥ 1 as a Python int: a count, a size or an iteration cap.
+
+    Any integral type is accepted (``numpy.int64`` from an array's shape or ``arange``);
+    bools, floats and 0-dim tensors are refused."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
         raise ValueError(f"{name} must be a positive int; received {value!r}.")
-    return value
+    return int(value)
 
 
 def resolve(param, t) -> torch.Tensor:

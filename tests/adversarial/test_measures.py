@@ -565,3 +565,15 @@ def test_a_zero_covariance_discretises_into_one_cell():
         Gaussian(torch.zeros(1, dtype=F64), torch.zeros(1, 1, dtype=F64)), 4, -1, 1
     )
     assert torch.isfinite(grid.density).all() and float(grid.density.sum()) == pytest.approx(1.0)
+
+
+def test_numpy_integers_are_counts():
+    # A count taken from an array (a shape entry, arange) is a numpy integer: accepted as
+    # an int; a float count and a bool stay refused.
+    points = uniform_on_sphere(np.int64(6), np.int32(3)).points
+    assert points.shape == (6, 3)
+    assert Gaussian(torch.zeros(2), torch.eye(2)).sample(np.int64(4)).shape == (4, 2)
+    with pytest.raises(ValueError, match=r"n must be a positive int; received 6\.0"):
+        uniform_on_sphere(6.0, 3)
+    with pytest.raises(ValueError, match=r"n must be a positive int; received np\.True_"):
+        uniform_on_sphere(np.True_, 3)
