@@ -85,7 +85,7 @@ ERRORS = {
     "registry-bad-option": (
         lambda: registry.build("softmax", I2, I2, I2, eps=1.0),
         TypeError,
-        "unexpected keyword argument 'eps'",
+        "variant 'softmax' takes no option 'eps'; its options are: query_bias",
     ),
     # Q, K, V, biases, scale
     "Q-meta": (
@@ -765,3 +765,16 @@ def test_a_callable_energy_with_an_autograd_path_drives_a_flow():
     field = GradientFlowField(lambda m: 0.5 * (m.weights * (m.points**2).sum(-1)).sum())
     traj = integrate(field, MU, 0.1, dt=0.05)
     assert traj.status == "completed" and torch.isfinite(traj.final.points).all()
+
+
+def test_registry_build_names_the_options_a_variant_takes():
+    Q = torch.eye(2, dtype=torch.float64)
+    with pytest.raises(
+        TypeError,
+        match=r"variant 'softmax' takes no option 'iters'; its options are: query_bias, "
+        r"key_bias, value_bias\.",
+    ):
+        registry.build("softmax", Q, Q, Q, iters=5)
+    with pytest.raises(TypeError, match=r"variant 'linear' takes no option 'eps'.*none\."):
+        registry.build("linear", Q, Q, Q, eps=1.0)
+    assert registry.build("sinkhorn", Q, Q, Q, iters=5).iters == 5

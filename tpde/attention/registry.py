@@ -12,6 +12,7 @@ A new variant is its own module that decorates its class (or a builder) with
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -99,5 +100,24 @@ def variant_names(*, head: bool = False) -> list[str]:
 
 
 def build(name: str, Q, K, V, scale=None, **options):
-    """Build the variant ``name`` from (Q, K, V, scale) and its options (and defaults)."""
-    return variant(name).build(Q, K, V, scale, **options)
+    """Build the variant ``name`` from (Q, K, V, scale) and its options (no defaults added).
+
+    An option the variant's builder does not take is refused with the options it takes.
+    """
+    entry = variant(name)
+    _check_options(entry, options)
+    return entry.build(Q, K, V, scale, **options)
+
+
+def _check_options(entry: Variant, options: dict) -> None:
+    params = inspect.signature(entry.build).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return  # a builder that forwards its options checks them itself
+    known = [p.name for p in params if p.kind is not inspect.Parameter.VAR_POSITIONAL]
+    known = [k for k in known if k not in ("self", "Q", "K", "V", "scale")]
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise TypeError(
+            f"variant {entry.name!r} takes no option {', '.join(map(repr, unknown))}; its "
+            f"options are: {', '.join(known) or 'none'}."
+        )
