@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -102,3 +103,16 @@ def not_positive():
 def non_int_counts():
     """Values refused by every positive-int count (bools, floats, zero, negatives)."""
     return st.sampled_from((0, -1, -(2**40), 1.5, 2.0, True, False, "3", None))
+
+
+def error_table_test(cases: dict):
+    """The test over a table ``{id: (build, error type, message regex)}``: each ``build()``
+    raises that error with a message matching the regex (assign it to a ``test_`` name)."""
+
+    @pytest.mark.parametrize("case", cases.values(), ids=cases.keys())
+    def test_bad_input_raises_a_clear_error(case):
+        build, error, match = case
+        with pytest.raises(error, match=match):
+            build()
+
+    return test_bad_input_raises_a_clear_error

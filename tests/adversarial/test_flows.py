@@ -21,6 +21,7 @@ from tests.adversarial.strategies import (
     NOT_POSITIVE,
     NOT_POSITIVE_IDS,
     cloud,
+    error_table_test,
     eye,
     non_int_counts,
 )
@@ -559,11 +560,7 @@ ERRORS = {
 }
 
 
-@pytest.mark.parametrize("case", ERRORS.values(), ids=ERRORS.keys())
-def test_bad_input_raises_a_clear_error(case):
-    build, error, match = case
-    with pytest.raises(error, match=match):
-        build()
+test_bad_input_raises_a_clear_error = error_table_test(ERRORS)
 
 
 @pytest.mark.parametrize("value", NOT_POSITIVE, ids=NOT_POSITIVE_IDS)

