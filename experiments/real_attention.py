@@ -71,7 +71,7 @@ class Config:
     sample_sizes: tuple[int, ...] = (250, 1000)  # Gaussian-sampled clouds of sentence 0
     sample_t1: float = 0.5  # … followed over [0, sample_t1] of layer 0
     sphere_scale: float = 1.0  # sphere model: R_l = sphere_scale · |γ|₂ of layer l's input LN
-    sphere_dt: float = 0.1  # its RK4 step: tokens within 4e-3 of dt = 0.0125 (W2 gaps ≥ 0.1)
+    sphere_dt: float = 0.1  # its RK4 step: tokens within 3.3e-4 of dt = 0.025 (sentence 0)
     seed: int = 0
 
     def check(self) -> None:
