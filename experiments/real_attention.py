@@ -26,6 +26,13 @@ Measured per depth (and per layer × head where a head is involved):
 - Effective rank and anisotropy λ_max / tr Σ of the covariance (real, pde, ode).
 - Closure error: ‖Σ_ode − Σ_pde‖_F / ‖Σ_pde‖_F and |m_ode − m_pde| / √tr Σ_pde along
   depth, until the ODE's blow-up.
+
+Part 2 (``tpde.experiments._real_normalised``): the real clouds against the attention-only
+PDE, attention with the model's own attention-output LayerNorm (BERT's Post-LN sublayer, no
+MLP), attention with both of a layer's LayerNorms (BERT with its MLPs set to zero) and the
+post-LN sphere model with the same weights — W2 between the clouds mapped to the unit
+sphere, cosine similarities, effective rank and anisotropy by depth: which model tracks the
+real clouds, and by how much.
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ from tpde.measures import Empirical, Gaussian
 from tpde.metrics.diagnostics import anisotropy, distance_to_gaussian, effective_rank
 
 from . import _framework as fw
+from . import _real_normalised as nm
 
 NAME = "real-attention"
 TITLE = "Experiment 7 — real attention: all-MiniLM-L6-v2 token clouds vs the Gaussian picture"
@@ -62,6 +70,8 @@ class Config:
     floor_draws: int = 4  # Gaussian clouds of the same n for the ratio's denominator
     sample_sizes: tuple[int, ...] = (250, 1000)  # Gaussian-sampled clouds of sentence 0
     sample_t1: float = 0.5  # … followed over [0, sample_t1] of layer 0
+    sphere_scale: float = 1.0  # sphere model: R_l = sphere_scale · |γ|₂ of layer l's input LN
+    sphere_dt: float = 0.1  # its RK4 step: tokens within 3.3e-4 of dt = 0.025 (sentence 0)
     seed: int = 0
 
     def check(self) -> None:
@@ -75,6 +85,8 @@ class Config:
             raise ValueError("gaussian_samples must be >= 2 and floor_draws >= 1.")
         if any(n < 2 for n in self.sample_sizes) or not 0 < self.sample_t1 <= 1:
             raise ValueError("sample_sizes must be >= 2 and sample_t1 in (0, 1].")
+        if not 0 < self.sphere_scale < float("inf") or not 0 < self.sphere_dt <= 1:
+            raise ValueError("sphere_scale must be finite and > 0, sphere_dt in (0, 1].")
 
 
 QUICK = {
@@ -87,17 +99,9 @@ QUICK = {
 
 
 # ---------------------------------------------------------------------- measurements
-def span_coordinates(points: torch.Tensor) -> torch.Tensor:
-    """The centred cloud in an orthonormal basis of its span, shape (n, rank)."""
-    centred = points - points.mean(0)
-    _, s, vh = torch.linalg.svd(centred, full_matrices=False)
-    rank = int((s > s[0] * 1e-10).sum()) if s.numel() and s[0] > 0 else 1
-    return centred @ vh[:rank].T
-
-
 def gaussianity_ratio(points: torch.Tensor, config: Config, gen: torch.Generator) -> float:
     """W2(cloud, its Gaussian) / median W2(n-point Gaussian cloud, its Gaussian)."""
-    coords = span_coordinates(points)
+    coords = nm.span_coordinates(points)
     seed = int(torch.randint(2**31 - 1, (1,), generator=gen))
     value = distance_to_gaussian(Empirical(coords), n_samples=config.gaussian_samples, seed=seed)
     gauss = Gaussian(torch.zeros(coords.shape[1], dtype=F64), Empirical(coords).cov())
@@ -138,9 +142,18 @@ def _integer_indices(times: torch.Tensor) -> list[int]:
 
 
 def one_sentence(
-    model, tokens: Empirical, states: torch.Tensor, config: Config, gen, times: torch.Tensor
+    model,
+    tokens: Empirical,
+    states: torch.Tensor,
+    config: Config,
+    gen,
+    times: torch.Tensor,
+    schedules: dict,
 ) -> dict:
-    """Every measurement of one sentence (arrays keyed as in :func:`run`) at save ``times``."""
+    """Every measurement of one sentence (arrays keyed as in :func:`run`) at save ``times``.
+
+    ``schedules``: route -> schedule of the normalised models (``_real_normalised``).
+    """
     at_layers = _integer_indices(times)
     pde = integrate(model.schedule, tokens, 6.0, dt=config.particle_dt, save=times, events=())
     gauss = Gaussian(tokens.mean(), tokens.cov())
@@ -153,7 +166,7 @@ def one_sentence(
     row = {"ode_event_time": event, "ode_status": ode.status, "pde_status": pde.status}
     for route, layers in clouds.items():
         row[f"gauss_{route}"] = [gaussianity_ratio(x, config, gen) for x in layers]
-        shapes = [_shape(Empirical(x).cov()) for x in layers]
+        shapes = [nm.cloud_shape(x) for x in layers]
         row[f"erank_{route}"], row[f"aniso_{route}"] = map(list, zip(*shapes, strict=True))
         # The input of layer l is the cloud at depth l: (2, layers, heads).
         row[f"heads_{route}"] = np.stack(
@@ -178,6 +191,11 @@ def one_sentence(
     ]
     row["erank_ode"], row["aniso_ode"] = map(list, zip(*ode_shapes, strict=True))
     row["closure_cov"], row["closure_mean"] = cov_err, mean_err
+    more, statuses = nm.normalised_flows(schedules, tokens, config.sphere_dt)
+    sphere = [layer.field for layer in schedules["sphere"].layers]  # the rescaled fields
+    fields = {"postln": model.fields, "postln2": model.fields, "sphere": sphere}
+    row["normalised"] = nm.compare({**clouds, **more}, fields)
+    row.update({f"{route}_status": status for route, status in statuses.items()})
     return row
 
 
@@ -235,18 +253,25 @@ def run(config: Config, out: Path) -> None:
     sentences = corpus()[: config.sentences]
     tokens, states = embed(sentences, F64), hidden_states(sentences, F64)
     times = _closure_times(config)  # the same save times for every sentence
+    radii = [config.sphere_scale * norm.radius for norm in model.input_norms]
+    schedules = {
+        "postln": model.post_ln_schedule(),
+        "postln2": model.post_ln_schedule(output_norm=True),
+        "sphere": model.sphere_schedule(radii),
+    }
     rows = [
-        one_sentence(model, mu, h, config, gen, times)
+        one_sentence(model, mu, h, config, gen, times, schedules)
         for mu, h in fw.progress(zip(tokens, states, strict=True), "real-attention", len(tokens))
     ]
-    keys = [k for k in rows[0] if not k.endswith("_status")]
+    keys = [k for k in rows[0] if not k.endswith("_status") and k != "normalised"]
     arrays = {k: np.array([row[k] for row in rows], dtype=float) for k in keys}
+    arrays.update(nm.stack_rows([row["normalised"] for row in rows]))
+    arrays["sphere_radii"] = np.array(radii)
     arrays["lengths"] = np.array([mu.n for mu in tokens])
     arrays["closure_times"] = times.numpy()
     arrays.update(sampled_clouds(model, tokens[0], config, gen))
     results = {
-        "ode_status": [row["ode_status"] for row in rows],
-        "pde_status": [row["pde_status"] for row in rows],
+        **{f"{r}_status": [row[f"{r}_status"] for row in rows] for r in ("ode", *nm.MODELS)},
         **summarise(arrays),
     }
     fw.save(out, config, arrays, results, started)
@@ -298,20 +323,11 @@ def summarise(arrays: dict) -> dict:
             for i, name in enumerate(("gauss", "ess"))
             for route in ROUTES
         },
+        **nm.summarise(arrays),
     }
 
 
 # ---------------------------------------------------------------------- figures
-def _band(ax, x, values, label, color, style="-"):
-    if len(x) == 0:  # nothing saved before the ODE's blow-up
-        return
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        lo, mid, hi = np.nanpercentile(values, [25, 50, 75], axis=0)
-    ax.plot(x, mid, style, color=color, label=label, marker="o", ms=3)
-    ax.fill_between(x, lo, hi, color=color, alpha=0.2, lw=0)
-
-
 def plot(out: Path) -> list[Path]:
     plt = fw.pyplot()
     _, arrays, _ = fw.load(out)
@@ -324,13 +340,13 @@ def plot(out: Path) -> list[Path]:
     }
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     for route in ROUTES:
-        _band(axes[0], depth, arrays[f"gauss_{route}"], labels[route], colors[route])
+        nm.band(axes[0], depth, arrays[f"gauss_{route}"], labels[route], colors[route])
     axes[0].axhline(1, color="k", lw=0.8, ls="--")
     axes[0].set_ylabel("W2(cloud, its Gaussian) / same for a Gaussian cloud")
     axes[0].set_title("non-Gaussianity of the token cloud (1 = Gaussian)")
     for ax, q, title in ((axes[1], "erank", "effective rank"), (axes[2], "aniso", "λ_max / tr Σ")):
         for route in (*ROUTES, "ode"):
-            _band(ax, depth, arrays[f"{q}_{route}"], labels[route], colors[route])
+            nm.band(ax, depth, arrays[f"{q}_{route}"], labels[route], colors[route])
         ax.set_title(title)
     axes[2].set_yscale("log")
     for ax in axes:
@@ -355,8 +371,10 @@ def plot(out: Path) -> list[Path]:
     fig, axes = plt.subplots(1, 3, figsize=(17, 4.2))
     times = arrays["closure_times"]
     alive = np.isfinite(arrays["closure_cov"]).any(0) & (times > 0)  # both gaps are 0 at t = 0
-    _band(axes[0], times[alive], arrays["closure_cov"][:, alive], "‖Σ_ode − Σ_pde‖ / ‖Σ_pde‖", "C3")
-    _band(
+    nm.band(
+        axes[0], times[alive], arrays["closure_cov"][:, alive], "‖Σ_ode − Σ_pde‖ / ‖Σ_pde‖", "C3"
+    )
+    nm.band(
         axes[0], times[alive], arrays["closure_mean"][:, alive], "|m_ode − m_pde| / √tr Σ_pde", "C4"
     )
     axes[0].set_yscale("log")
@@ -383,7 +401,7 @@ def plot(out: Path) -> list[Path]:
     axes[2].legend(fontsize=8)
     fig.tight_layout()
     paths.append(fw.savefig(fig, out / "real_attention_closure.png"))
-    return paths
+    return paths + nm.plot(plt, arrays, out)
 
 
 # ---------------------------------------------------------------------- report
@@ -440,7 +458,14 @@ def report(out: Path) -> fw.Report:
             f"{_fmt(r['aniso_pde'])}",
             "agrees" if r["erank_pde"][-1] < r["erank_pde"][0] else "differs",
         ),
+        *nm.claims(r, n),
     ]
+    best = r["best_model"]
+    closest = (
+        f" Closest to the real clouds (W2 on the unit sphere, mean over depths 1–6): "
+        f"{nm.SHORT[best]} {r[f'track_{best}']:.3f}, {r['best_margin']:.2f}× below the next "
+        f"model (tokens left at depth 0: {r['track_still']:.3f})."
+    )
     summary = (
         f"{n} sentences × 6 real layers: the Gaussian moment ODE blows up in {blow:.0%} "
         f"(median t = {t_blow:.3g}); attended-token ESS/n per layer "
@@ -448,7 +473,7 @@ def report(out: Path) -> fw.Report:
         f"{r['erank_real'][0]:.1f} → {r['erank_real'][-1]:.1f}, PDE {r['erank_pde'][-1]:.1f}."
         if t_blow is not None
         else f"{n} sentences: the Gaussian moment ODE stays finite on all 6 layers."
-    )
+    ) + closest
     notes = [
         "Why the closure breaks: on a Gaussian, the softmax tilt e^{qᵀK y} of head h moves the "
         "mean to α + ΣAᵀx, and the covariance obeys a Riccati equation that blows up in finite "
@@ -461,11 +486,20 @@ def report(out: Path) -> fw.Report:
         "ratios of 1.1–1.3 say only that the clouds are not grossly non-Gaussian.",
         "The real model renormalises every layer (LayerNorm) and adds an MLP: its clouds keep "
         "their scale, while the attention-only PDE grows tr Σ; effective rank and anisotropy "
-        "are scale-free and comparable.",
+        "are scale-free and comparable. What the LayerNorms do without the MLP is "
+        "measured by the two attention + LayerNorm models above.",
+        *nm.notes(r),
     ]
     figures = [
         ("real_attention_depth.png", "Non-Gaussianity, effective rank and anisotropy by depth."),
         ("real_attention_heads.png", "Per layer and head: key-space non-Gaussianity and ESS/n."),
         ("real_attention_closure.png", "Moment ODE vs particles; blow-up times of the ODE."),
+        (
+            "real_attention_normalised.png",
+            "The real clouds against the attention-only PDE, attention + the model's "
+            "LayerNorm(s) and the sphere model: W2 on the unit sphere, effective rank, "
+            "anisotropy.",
+        ),
+        ("real_attention_cosines.png", "Pairwise cosine similarities by depth, every model."),
     ]
     return fw.Report(summary, claims, figures, notes=notes)

