@@ -6,7 +6,7 @@
     python benchmarks/paper.py --all --full-paper  # the loop on its whole protocol (an hour)
 
 tpde: the experiment's batched Gaussian ODE (:func:`tpde.experiments.ranks.ode_protocol`:
-every d of a row in one padded batch, events ‖Σ̇‖_F < tol_low and tr Σ > 1e3, horizon
+one batch per d of a row, events ‖Σ̇‖_F < tol_low and tr Σ > 1e3, horizon
 max_iter · h, all protocol rounds) with the row's method (dopri5 for V = I, the L-stable
 Rosenbrock method rodas4 for the stiff V = GᵀG rows), after a warm-up.
 

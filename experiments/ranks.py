@@ -7,7 +7,7 @@ Q = randn(d//2, d) (``np.random.seed(40)``, 100 per d), K = −Q, so A = −Qᵀ
 to the next Q only when a run converges (‖Σ̇‖_F < tol before max_iter · h, tr Σ ≤ 1e3);
 rank = #{eigenvalues > 0.1} of the converged Σ, and ranks above ⌈d/2⌉ are left out.
 
-Here every run is a batched Gaussian ODE (tpde, one padded batch for all three d at once)
+Here every run is a batched Gaussian ODE (tpde, one batch per d, each to its own horizon)
 with the same stopping rules and horizons. The protocol's pairing of Q's with draws depends
 on which runs fail; it is resolved by speculative rounds (each round evaluates the pairs
 every possible shift may need, in one batch), so the pairs are exactly those the authors'
