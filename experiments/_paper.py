@@ -96,10 +96,12 @@ def flow(
     atol: float = 1e-9,
     save: str | int | None = None,
     max_steps: int = 200_000,
+    method: str = "dopri5",
 ) -> FlowResult:
     """Integrate covariances S0 (B, d, d), centred, with the paper's stopping rules.
 
-    tpde's batched Gaussian ODE with Dormand–Prince steps; ``tol_low`` None disables
+    tpde's batched Gaussian ODE with Dormand–Prince steps (``method="rodas4"``: the
+    L-stable Rosenbrock method, for stiff flows); ``tol_low`` None disables
     convergence. Means are zero, so the velocity norm of :class:`Converged` is ‖Σ̇‖_F,
     the paper's ‖rhs‖_F.
     """
@@ -112,7 +114,7 @@ def flow(
         field,
         g0,
         horizon,
-        method="dopri5",
+        method=method,
         dt=first_step,
         rtol=rtol,
         atol=atol,

@@ -67,6 +67,10 @@ def test_flows_metrics_and_energies_stay_on_the_device(device):
         traj = integrate(field, mu, 0.2, dt=0.05)
         assert traj.final.mean().device.type == device
         assert traj.times.device.type == device
+    # The stiff method: its Jacobian, closed form (softmax) and autograd (Sinkhorn), and LU.
+    for gaussian_field in (field, Sinkhorn(A, torch.eye(2, **f64), -torch.eye(2, **f64), 1.0)):
+        traj = integrate(gaussian_field, g0, 0.2, method="rodas4")
+        assert traj.final.cov().device.type == device and traj.status == "completed"
     step = jko_step(cloud, field, 0.05, geometry="twisted")
     assert step.measure.points.device.type == device
     assert field.energy(g0).device.type == device

@@ -10,6 +10,7 @@ energies: :mod:`tpde.attention.energies`.
 from tpde.attention import registry
 from tpde.attention.base import (
     CAPABILITIES,
+    AffineDerivative,
     Field,
     GaussianNotPreserved,
     InnerSolves,
@@ -38,6 +39,7 @@ from tpde.attention.structure import GradientStructure, gradient_structure
 __all__ = [
     "CAPABILITIES",
     "L2",
+    "AffineDerivative",
     "Cosine",
     "Dissipation",
     "Energy",

@@ -9,6 +9,7 @@ public names of :class:`Field` below.
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 
 import torch
 
@@ -18,7 +19,14 @@ from tpde.attention.structure import gradient_structure
 from tpde.measures import Empirical, Gaussian, Grid, Measure
 from tpde.metrics.mobility import NotAGradientFlow
 
-__all__ = ["CAPABILITIES", "Field", "GaussianNotPreserved", "InnerSolves", "NotAGradientFlow"]
+__all__ = [
+    "CAPABILITIES",
+    "AffineDerivative",
+    "Field",
+    "GaussianNotPreserved",
+    "InnerSolves",
+    "NotAGradientFlow",
+]
 
 
 def check_no_overflow(value: torch.Tensor, mu, what: str) -> None:
@@ -82,6 +90,9 @@ class InnerSolves:
 CAPABILITIES = {
     # Γ[N(α, Σ)] is affine: gaussian_affine(t, mean, cov) -> (c, B); moment ODEs exist.
     "gaussian": ("gaussian_affine",),
+    # (c, B) with their derivative in (α, Σ) in closed form (AffineDerivative): the stiff
+    # methods' Jacobian without autograd (:meth:`tpde.flows.GaussianSystem.jacobian`).
+    "gaussian_derivative": ("gaussian_affine", "gaussian_affine_derivative"),
     # Γ is one key-biased softmax average: every softmax engine, Masked, the engine table.
     "softmax_form": ("softmax_form",),
     # Γ = −(sM)∇(δG/δμ)/ω_μ (MATH.md §5): energies, JKO steps, the twisted metric.
@@ -97,6 +108,32 @@ CAPABILITIES = {
     # Tokens on a manifold (the sphere): ``project(points)`` retracts after every step.
     "projection": ("project",),
 }
+
+
+@dataclass(frozen=True)
+class AffineDerivative:
+    r"""The Gaussian closure Γ[N(α, Σ)](x) = c + Bx and its derivative in (α, Σ).
+
+    For a perturbation (dα, dΣ), dΣ symmetric,
+
+        dc = C dα + Σ_h P_h dΣ r_h,        dB = Σ_h P_h dΣ R_h,
+
+    B does not depend on α (true of softmax, L2 and multi-head attention: their covariance
+    equations do not involve the mean, MATH.md §3). What the capability
+    ``"gaussian_derivative"`` returns, and what the stiff methods' Jacobian of the moment
+    ODE α̇ = c + Bα, Σ̇ = BΣ + ΣBᵀ is assembled from
+    (:meth:`tpde.flows.GaussianSystem.jacobian`).
+
+    Attributes
+    ----------
+    c : (..., d);  B : (..., d, d);  C : (..., d, d);
+    terms : tuple of (P_h (..., d, d), R_h (..., d, d), r_h (..., d) or None).
+    """
+
+    c: torch.Tensor
+    B: torch.Tensor
+    C: torch.Tensor
+    terms: tuple
 
 
 class Field:
@@ -124,6 +161,8 @@ class Field:
     is a ``TypeError`` when the class is defined, so nothing fails deep in a run.
 
     - ``"gaussian"``: ``gaussian_affine``;
+    - ``"gaussian_derivative"``: also ``gaussian_affine_derivative(t, mean, cov) ->``
+      :class:`AffineDerivative` (the closure's derivative in closed form);
     - ``"softmax_form"``: ``softmax_form(t, mu, x) -> SoftmaxForm``;
     - ``"gradient_flow"``: ``interaction(t) -> (A, V, dtype)``, ``energy``,
       ``first_variation``, ``first_variation_grad``, ``log_metric_weight`` and the class

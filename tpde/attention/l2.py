@@ -7,7 +7,7 @@ import torch
 from tpde._validation import check_choice
 from tpde.attention._forms import SoftmaxForm, key_log_weights
 from tpde.attention._params import QKV, HeadParams
-from tpde.attention.base import Field
+from tpde.attention.base import AffineDerivative, Field
 from tpde.attention.registry import register
 from tpde.measures import Empirical
 
@@ -55,7 +55,7 @@ class L2(Field):
     Mnih, "The Lipschitz constant of self-attention", ICML 2021 (L2 attention).
     """
 
-    capabilities = frozenset({"gaussian", "softmax_form"})
+    capabilities = frozenset({"gaussian", "gaussian_derivative", "softmax_form"})
 
     def __init__(
         self,
@@ -99,25 +99,48 @@ class L2(Field):
     def particle_velocity(self, t, mu: Empirical, x, engine: str, info=None) -> torch.Tensor:
         return self.softmax_form(t, mu, x).velocity(engine)
 
+    def _closure(self, t, mean, cov):
+        """(params, c, KᵀK, M, s, X): X = M⁻¹[α + Σs, 2ΣA] (one LU for both columns),
+        M = I + 2cΣKᵀK, s = 2·scale·Kᵀb_q − 2c·Kᵀb_k the biases' linear tilt (or None)."""
+        p = self.params.at(t, like=mean)
+        eye = torch.eye(self.dim, dtype=mean.dtype, device=mean.device)
+        coef = self._key_coefficient(p)
+        KtK = p.K.transpose(-1, -2) @ p.K
+        M = eye + 2 * coef * cov @ KtK
+        shift = None
+        for bias, factor in ((p.bq, 2 * p.scale), (p.bk, -2 * coef)):
+            if bias is not None:
+                term = factor * (p.K.transpose(-1, -2) @ bias.unsqueeze(-1)).squeeze(-1)
+                shift = term if shift is None else shift + term
+        tilt = mean if shift is None else mean + (cov @ shift.unsqueeze(-1)).squeeze(-1)
+        rhs = 2 * cov @ p.A
+        tilt = tilt.unsqueeze(-1).expand(*rhs.shape[:-1], 1)
+        X = torch.linalg.solve(M, torch.cat([tilt, rhs], dim=-1))
+        return p, coef, KtK, M, shift, X
+
     def gaussian_affine(self, t, mean, cov):
         """Γ[N(α, Σ)](x) = V M⁻¹(α + Σb + 2ΣAx) + b_v with M = I + 2cΣKᵀK.
 
         b = 2·scale·Kᵀb_q − 2c·Kᵀb_k collects the biases' linear tilt (0 without biases).
         """
-        p = self.params.at(t, like=mean)
-        eye = torch.eye(self.dim, dtype=mean.dtype, device=mean.device)
-        coef = self._key_coefficient(p)
-        M = eye + 2 * coef * cov @ (p.K.transpose(-1, -2) @ p.K)
-        tilt = mean
-        for bias, factor in ((p.bq, 2 * p.scale), (p.bk, -2 * coef)):
-            if bias is not None:
-                shift = factor * (p.K.transpose(-1, -2) @ bias.unsqueeze(-1))
-                tilt = tilt + (cov @ shift).squeeze(-1)
-        rhs = 2 * cov @ p.A
-        tilt = tilt.unsqueeze(-1).expand(*rhs.shape[:-1], 1)
-        solved = p.V @ torch.linalg.solve(M, torch.cat([tilt, rhs], dim=-1))  # one LU for both
+        p, _, _, _, _, X = self._closure(t, mean, cov)
+        solved = p.V @ X
         c = solved[..., 0]
         return (c if p.bv is None else c + p.bv), solved[..., 1:]
+
+    def gaussian_affine_derivative(self, t, mean, cov) -> AffineDerivative:
+        """(c, B) and their derivative. With X = M⁻¹[α + Σb, 2ΣA] = [x₀, X₁] and
+        dM = 2c dΣ KᵀK: dc = P dα + P dΣ (b − 2cKᵀK x₀), dB = P dΣ (2A − 2cKᵀK X₁), where
+        P = VM⁻¹ (d(M⁻¹N) = M⁻¹(dN − dM M⁻¹N))."""
+        p, coef, KtK, M, shift, X = self._closure(t, mean, cov)
+        solved = p.V @ X
+        c = solved[..., 0] if p.bv is None else solved[..., 0] + p.bv
+        P = torch.linalg.solve(M.transpose(-1, -2), p.V.transpose(-1, -2)).transpose(-1, -2)
+        R = 2 * p.A - 2 * coef * KtK @ X[..., 1:]
+        r = -2 * coef * (KtK @ X[..., :1]).squeeze(-1)
+        if shift is not None:
+            r = r + shift
+        return AffineDerivative(c, solved[..., 1:], P, ((P, R, r),))
 
     def __repr__(self) -> str:
         return (

@@ -7,7 +7,7 @@ import torch
 from tpde._validation import as_tensor
 from tpde.attention._forms import SoftmaxForm, key_log_weights
 from tpde.attention._params import QKV, qkv_interaction
-from tpde.attention.base import Field
+from tpde.attention.base import AffineDerivative, Field
 from tpde.attention.registry import register
 from tpde.attention.softmax_energy import (
     softmax_domain,
@@ -54,7 +54,7 @@ class Softmax(Field):
     Deep Transformers", arXiv:2501.18322 (2025).
     """
 
-    capabilities = frozenset({"gaussian", "softmax_form", "gradient_flow"})
+    capabilities = frozenset({"gaussian", "gaussian_derivative", "softmax_form", "gradient_flow"})
 
     def __init__(self, Q, K, V, scale=None, *, query_bias=None, key_bias=None, value_bias=None):
         self.params = QKV(
@@ -105,6 +105,12 @@ class Softmax(Field):
         else:
             slope = p.V @ cov @ p.A
         return (c if p.bv is None else c + p.bv), slope
+
+    def gaussian_affine_derivative(self, t, mean, cov) -> AffineDerivative:
+        """(c, B) and their derivative: dc = V dα + V dΣ c_q, dB = V dΣ A (c_q = scale·Kᵀb_q)."""
+        c, B = self.gaussian_affine(t, mean, cov)
+        p = self.params.at(t, like=mean)
+        return AffineDerivative(c, B, p.V, ((p.V, p.A, p.query_shift),))
 
     # ------------------------------------------------------------------ gradient flow
     #: Capability "gradient_flow": Γ = s·grad_g E in the Z-weighted metric (MATH.md §5).

@@ -3,7 +3,8 @@
 :func:`integrate` is the façade over one stepping loop (:mod:`tpde.flows.loop`) and its
 systems (:mod:`tpde.flows.systems`: particles, Gaussians; :class:`GridSystem`);
 :class:`Trajectory` the result, its :class:`Status`; :class:`BlowUp` and :class:`Converged`
-the events; ``METHODS`` the Runge–Kutta tableaux with their orders (:class:`ExplicitRK`);
+the events; ``METHODS`` the Runge–Kutta tableaux with their orders (:class:`ExplicitRK`) and the
+L-stable Rosenbrock method for stiff flows (:data:`RODAS4`, :class:`Rosenbrock`);
 ``SCHEMES`` the finite-volume schemes of grid flows, chosen with :class:`FiniteVolumes`
 (:mod:`tpde.flows.eulerian`);
 :func:`compare` the agreement harness (Gaussian ODE vs particles vs grid);
@@ -18,12 +19,14 @@ from tpde.flows.events import BlowUp, Clustered, Converged
 from tpde.flows.integrate import integrate
 from tpde.flows.jko import GEOMETRIES, jko_flow, jko_step
 from tpde.flows.methods import METHODS, ExplicitRK
+from tpde.flows.rosenbrock import RODAS4, Rosenbrock
 from tpde.flows.systems import GaussianSystem, ParticleSystem, System
 from tpde.flows.trajectory import STATUSES, JKOStep, Status, Trajectory
 
 __all__ = [
     "GEOMETRIES",
     "METHODS",
+    "RODAS4",
     "SCHEMES",
     "STATUSES",
     "BlowUp",
@@ -38,6 +41,7 @@ __all__ = [
     "GridSystem",
     "JKOStep",
     "ParticleSystem",
+    "Rosenbrock",
     "Status",
     "System",
     "Trajectory",

@@ -78,12 +78,36 @@ def _grid_method(method, spec: FiniteVolumes):
     return chosen
 
 
+#: The systems of :func:`integrate`, with the measure each steps (for error messages).
+_SYSTEMS = {
+    ParticleSystem: "an Empirical mu0 (particles)",
+    GaussianSystem: "a Gaussian mu0 (the moment ODE)",
+    GridSystem: "a Grid or FiniteVolumes mu0 (finite volumes)",
+}
+
+
+def _check_jacobian(method, system: type) -> None:
+    """A stiff method needs the system's Jacobian: refuse it, naming who has one."""
+    if not getattr(method, "uses_jacobian", False) or callable(getattr(system, "jacobian", None)):
+        return
+    able = [f"{c.__name__} ({kind})" for c, kind in _SYSTEMS.items() if hasattr(c, "jacobian")]
+    raise ValueError(
+        f"method {getattr(method, 'name', method)!r} is a stiff (Rosenbrock) method: it "
+        f"solves with the Jacobian of the right-hand side, which only {', '.join(able)} "
+        f"provides; a {system.__name__} ({_SYSTEMS.get(system, 'this state')}) has none. "
+        "Integrate a Gaussian, or use an explicit method ('dopri5', 'rk4'; grids: 'euler', "
+        "'heun')."
+    )
+
+
 def _system(field: Field, mu0, t0: float, t1: float, dt, method, engine: str):
     """(system, method, first step) for the measure's kind."""
     if isinstance(mu0, Grid):
         mu0 = FiniteVolumes(mu0)
     if isinstance(mu0, FiniteVolumes):
         field.check_measure(mu0.grid)
+        if method is not None:
+            _check_jacobian(resolve_method(method), GridSystem)
         chosen = _grid_method(method, mu0)
         system = GridSystem(field, mu0, engine, dt, t1 - t0)
         return system, chosen, system.dt_cap if dt is None else dt
@@ -92,6 +116,7 @@ def _system(field: Field, mu0, t0: float, t1: float, dt, method, engine: str):
     first = 1.0 if first == 0 else first  # t1 == t0 and no dt given
     if isinstance(mu0, Empirical):
         field.check_measure(mu0)
+        _check_jacobian(chosen, ParticleSystem)
         return ParticleSystem(field, mu0, engine), chosen, first
     if isinstance(mu0, Gaussian):
         field.check_measure(mu0)
@@ -138,10 +163,14 @@ def integrate(
         (t1 − t0)/100. Grids: default None = adaptive CFL steps; an explicit dt that
         breaks the CFL condition raises an error.
     method : a name of :data:`~tpde.flows.methods.METHODS` ("euler" (order 1), "heun" (2),
-        "rk4" (4), "dopri5" (adaptive 5(4))) or a method object (an
-        :class:`~tpde.flows.methods.ExplicitRK` tableau). Default "rk4"; grids take the
+        "rk4" (4), "dopri5" (adaptive 5(4)), "rodas4" (adaptive 4(3), L-stable
+        Rosenbrock, for stiff flows; Gaussians only)) or a method object (an
+        :class:`~tpde.flows.methods.ExplicitRK` tableau, a
+        :class:`~tpde.flows.rosenbrock.Rosenbrock` method). Default "rk4"; grids take the
         strong-stability-preserving methods only, default "euler" with scheme "upwind"
-        and "heun" (SSP-RK2) with "muscl".
+        and "heun" (SSP-RK2) with "muscl". Use "rodas4" where an explicit step is bounded
+        by stability rather than accuracy (fast decaying modes beside slow ones, e.g. the
+        rank histograms with V = GᵀG, MATH.md §6): its step follows the accuracy only.
     save : None (t0 and t1), an int (that many equally spaced times), a sequence of
         times, or "steps" (every accepted step; the batch then steps in lockstep). Every
         element lands exactly on every save time.

@@ -7,7 +7,8 @@ stepped here, by the same method objects (:mod:`tpde.flows.methods`).
 keeps for each element its own time t_b, step size h_b, accept/reject decision, step
 counts, event and status, vectorised over the batch with masks (no Python loop over
 elements). An adaptive method accepts element b when its own error norm is ≤ 1 and
-updates h_b from its own error (the standard factor 0.9·err^{-1/5}, capped by Gustafsson's
+updates h_b from its own error (the standard factor 0.9·err^{-1/(q+1)}, q the order of the
+method's embedded solution — 1/5 for dopri5, 1/4 for rodas4 — capped by Gustafsson's
 predictive factor; Hairer & Wanner, *Solving ODEs II*, §IV.8). So a batch whose elements
 approach singularities at different times costs about what its slowest element costs
 alone. Save times are common to the batch: every element lands exactly on each save time
@@ -85,6 +86,8 @@ class Loop:
         self.rtol, self.atol, self.max_steps = rtol, atol, int(max_steps)
         self.synchronous = synchronous
         self.need_derivative = any(e.requires == "rhs_norm" for e in events)
+        # Step-size exponent 1/(q + 1), q the order of the embedded solution (dopri5: 1/5).
+        self.exponent = float(getattr(method, "error_exponent", 0.2))
 
     # ------------------------------------------------------------------ bookkeeping
     def _stop(self, which: np.ndarray, status: Status, times) -> None:
@@ -247,13 +250,14 @@ class Loop:
         norm = np.where(moving, norm, 0.0)
         decision = np.full_like(norm, norm.max()) if self.synchronous else norm
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            factor = np.clip(0.9 * decision ** (-0.2), 0.2, 5.0)
+            factor = np.clip(0.9 * decision ** (-self.exponent), 0.2, 5.0)
         factor = np.where(np.isfinite(decision), factor, 0.2)
         accept = moving & (decision <= 1.0)
         shortened = h_try < h  # shortened to land on a save time: keep h
         prev_h, prev_err = self.previous
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            predictive = 0.9 * decision ** (-0.2) * (h_try / prev_h) * (prev_err / decision) ** 0.2
+            e = self.exponent
+            predictive = 0.9 * decision ** (-e) * (h_try / prev_h) * (prev_err / decision) ** e
         usable = np.isfinite(predictive) & (decision > 0) & (prev_err > 0)
         predictive = np.where(usable, np.clip(predictive, 0.2, 5.0), 5.0)
         grown = h_try * np.minimum(factor, predictive)

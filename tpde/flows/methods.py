@@ -1,4 +1,6 @@
-"""Explicit Runge–Kutta time-stepping methods, each a tableau that declares its order.
+"""Time-stepping methods: explicit Runge–Kutta tableaux, each declaring its order, and the
+table :data:`METHODS` of every method by name (with the stiff "rodas4",
+:mod:`tpde.flows.rosenbrock`).
 
 A state is a tuple of tensors (particles: ``(points,)``; Gaussians: ``(mean, cov)``; grids:
 ``(masses, outflow)``). ``step(f, t, y, h, k1)`` returns the new state, the embedded error
@@ -13,6 +15,8 @@ import math
 from dataclasses import dataclass
 
 import torch
+
+from tpde.flows.rosenbrock import RODAS4
 
 __all__ = ["DOPRI5", "EULER", "HEUN", "METHODS", "RK4", "ExplicitRK", "State", "resolve_method"]
 
@@ -184,8 +188,9 @@ DOPRI5 = ExplicitRK(
     fsal=True,
 )
 
-#: Every declared method, by name (the order test iterates over this table).
-METHODS = {m.name: m for m in (EULER, HEUN, RK4, DOPRI5)}
+#: Every declared method, by name (the order test iterates over this table); "rodas4" is
+#: the L-stable Rosenbrock method for stiff flows (:mod:`tpde.flows.rosenbrock`).
+METHODS = {m.name: m for m in (EULER, HEUN, RK4, DOPRI5, RODAS4)}
 
 
 def resolve_method(method, default: str = "rk4"):
