@@ -233,6 +233,19 @@ def band(ax, x, values, label, color, style="-"):
     ax.fill_between(x, lo, hi, color=color, alpha=0.2, lw=0)
 
 
+def shape_panels(axes, depth, arrays, routes, labels, colors, fontsize=8) -> None:
+    """Effective rank and anisotropy by depth in axes[1] and axes[2] (one band per route);
+    every panel labelled by depth, with a legend."""
+    for ax, q, title in ((axes[1], "erank", "effective rank"), (axes[2], "aniso", "λ_max / tr Σ")):
+        for route in routes:
+            band(ax, depth, arrays[f"{q}_{route}"], labels[route], colors[route])
+        ax.set_title(title)
+    axes[2].set_yscale("log")
+    for ax in axes:
+        ax.set_xlabel("depth (layer boundary)")
+        ax.legend(fontsize=fontsize)
+
+
 def plot(plt, arrays: dict, out) -> list:
     """Two figures: W2, effective rank, anisotropy by depth; the cosine distributions."""
     depth = np.arange(LAYERS + 1)
@@ -242,14 +255,7 @@ def plot(plt, arrays: dict, out) -> list:
         band(axes[0], depth, arrays[f"w2_{route}"], LABELS[route], COLORS[route])
     axes[0].set_ylabel("W2 to the real cloud (tokens mapped to the unit sphere)")
     axes[0].set_title("distance to the real token cloud")
-    for ax, q, title in ((axes[1], "erank", "effective rank"), (axes[2], "aniso", "λ_max / tr Σ")):
-        for route in ROUTES:
-            band(ax, depth, arrays[f"{q}_{route}"], LABELS[route], COLORS[route])
-        ax.set_title(title)
-    axes[2].set_yscale("log")
-    for ax in axes:
-        ax.set_xlabel("depth (layer boundary)")
-        ax.legend(fontsize=7)
+    shape_panels(axes, depth, arrays, ROUTES, LABELS, COLORS, fontsize=7)
     fig.tight_layout()
     paths = [fw.savefig(fig, out / "real_attention_normalised.png")]
 

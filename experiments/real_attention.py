@@ -344,14 +344,7 @@ def plot(out: Path) -> list[Path]:
     axes[0].axhline(1, color="k", lw=0.8, ls="--")
     axes[0].set_ylabel("W2(cloud, its Gaussian) / same for a Gaussian cloud")
     axes[0].set_title("non-Gaussianity of the token cloud (1 = Gaussian)")
-    for ax, q, title in ((axes[1], "erank", "effective rank"), (axes[2], "aniso", "λ_max / tr Σ")):
-        for route in (*ROUTES, "ode"):
-            nm.band(ax, depth, arrays[f"{q}_{route}"], labels[route], colors[route])
-        ax.set_title(title)
-    axes[2].set_yscale("log")
-    for ax in axes:
-        ax.set_xlabel("depth (layer boundary)")
-        ax.legend(fontsize=8)
+    nm.shape_panels(axes, depth, arrays, (*ROUTES, "ode"), labels, colors)
     fig.tight_layout()
     paths = [fw.savefig(fig, out / "real_attention_depth.png")]
 

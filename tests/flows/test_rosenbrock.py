@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.flows.test_loop import _RHS
 from tpde.attention import L2, Field, MultiHead, Sinkhorn, Softmax
 from tpde.flows import METHODS, RODAS4, BlowUp, Converged, Rosenbrock, integrate
 from tpde.flows.systems import GaussianSystem
@@ -46,19 +47,6 @@ def _stiff_linear(smooth=False):
     return _Affine(torch.diag(b)), Gaussian(torch.zeros(2, dtype=F64), cov0), exact
 
 
-class _WithJacobian:
-    """The right-hand side as the loop passes it: callable, with the system's Jacobian."""
-
-    def __init__(self, system):
-        self.system = system
-
-    def __call__(self, t, y):
-        return self.system.rhs(t, y)
-
-    def jacobian(self, t, y):
-        return self.system.jacobian(t, y)
-
-
 def _gram_fields(d=3, batch=4, seed=0):
     """Softmax and L2 (code form) with V = GᵀG, K = −Q, the paper's rank-histogram fields
     (MATH.md §6): stiff, with fast modes of rate ~‖V‖‖A‖‖Σ‖."""
@@ -86,7 +74,7 @@ def test_one_step_damps_an_infinitely_stiff_mode():
     system = GaussianSystem(field, g0, 0.0)
     cov0 = g0.cov()
     for h in (1.0, 100.0):
-        y, error, _ = RODAS4.step(_WithJacobian(system), 0.0, system.initial(), h, h_clock=h)
+        y, error, _ = RODAS4.step(_RHS(system), 0.0, system.initial(), h, h_clock=h)
         for (i, j), rate in (((0, 1), 5000.5), ((1, 1), 1e4)):
             assert abs(float(y[1][i, j] / cov0[i, j])) < 20 / (h * rate)
         assert torch.isfinite(error[1]).all()
@@ -174,7 +162,7 @@ def _fixed_step_error(field, g0, t1, exact, h):
     system = GaussianSystem(field, g0, 0.0)
     y, t, n = system.initial(), 0.0, round(t1 / h)
     for _ in range(n):
-        y, _, _ = RODAS4.step(_WithJacobian(system), t, y, t1 / n, h_clock=t1 / n)
+        y, _, _ = RODAS4.step(_RHS(system), t, y, t1 / n, h_clock=t1 / n)
         t += t1 / n
     return float((y[1] - exact).abs().max() / exact.abs().max())
 
