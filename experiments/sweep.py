@@ -45,7 +45,8 @@ normalisation ``scheme`` (:class:`tpde.attention.Normalized`: "post-ln", "pre-ln
 cos > 1 − ``delta`` (GLPR's 10⁻³). Result: the fraction of clouds that form one cluster and
 the median time they take (at the resolution of the saves; empty when none does), the mean
 and median final cluster counts, the final cluster density (GLPR's), and the fraction
-stopped by a non-finite state. E.g. ``{"study": "clustering", "grid": {"scheme":
+stopped by a non-finite state. Per task, saves · samples · n · d and samples · n² are at
+most 2²⁷ (1 GiB of float64 each). E.g. ``{"study": "clustering", "grid": {"scheme":
 ["post-ln", "pre-ln"], "beta": [1, 4]}, "fixed": {"d": 3}, "seeds": 4}``.
 """
 
@@ -284,10 +285,22 @@ def _clustering_allowed() -> dict[str, Allowed]:
     }
 
 
+CLUSTERING_MAX_ENTRIES = 2**27
+
+
 def _clustering_combined(params: dict) -> str | None:
-    """Upper bounds of the clustering study (δ < 2: cos > 1 − δ > −1; the Mix-LN switch
-    inside the horizon, as a fraction of it)."""
+    """Upper bounds of the clustering study (memory: the saved states and one step's scores
+    each within 2²⁷ float64; δ < 2: cos > 1 − δ > −1; the Mix-LN switch inside the horizon,
+    as a fraction of it)."""
     p = {**CLUSTERING_DEFAULTS, **params}
+    saved = p["saves"] * p["samples"] * p["n"] * p["d"]
+    scores = p["samples"] * p["n"] ** 2
+    if max(saved, scores) > CLUSTERING_MAX_ENTRIES:
+        return (
+            f"saves · samples · n · d = {saved:.3g} saved coordinates and samples · n² = "
+            f"{scores:.3g} scores per task may not exceed {CLUSTERING_MAX_ENTRIES} (1 GiB of "
+            "float64 each); use fewer samples per task and more seeds, or fewer saves"
+        )
     if p["delta"] >= 2:
         return f"delta must lie in (0, 2) (links need cos > 1 − δ > −1); received {p['delta']}"
     if p["scheme"] == "mix-ln" and p["switch"] >= 1:

@@ -269,6 +269,9 @@ def test_clustering_tasks_cluster_on_the_sphere_and_are_deterministic():
         ({}, {"dt": 0.0}, rf"dt = 0\.0 is out of range; dt {POSITIVE}"),
         ({"d": [2]}, {"beta": "big"}, r"beta expects float values; received 'big'"),
         ({}, {"delta": 2.5}, r"delta must lie in \(0, 2\)"),
+        ({}, {"samples": 4096, "n": 4096}, r"samples · n² = 6\.87e\+10 scores per task may not "
+         r"exceed 134217728"),
+        ({}, {"samples": 2**20}, r"saves · samples · n · d = 3\.03e\+10 saved coordinates"),
         ({"scheme": ["mix-ln"]}, {"switch": 1.5}, r"switch is the fraction of the horizon .* "
          r"\(0, 1\); received 1\.5"),
     ],
