@@ -236,9 +236,10 @@ def _blowup_allowed() -> dict[str, Allowed]:
     }
 
 
-#: Largest batch of covariances one blowup task holds (samples · d² float64 entries, 1 GiB);
-#: the Dormand–Prince stages hold about ten such tensors.
-BLOWUP_MAX_ENTRIES = 2**27
+#: The studies' memory cap: entries of one float64 array of one task (1 GiB), e.g. a
+#: blowup task's batch of covariances, samples · d² (its Dormand–Prince stages hold about
+#: ten such tensors), or a clustering task's saved states or scores.
+TASK_MAX_ENTRIES = 2**27
 
 
 def _blowup_combined(params: dict) -> str | None:
@@ -250,10 +251,10 @@ def _blowup_combined(params: dict) -> str | None:
             f"not a multiple of heads = {p['heads']}"
         )
     entries = p["samples"] * p["d"] ** 2
-    if entries > BLOWUP_MAX_ENTRIES:
+    if entries > TASK_MAX_ENTRIES:
         return (
             f"samples · d² = {entries:.3g} covariance entries per task exceed "
-            f"{BLOWUP_MAX_ENTRIES} (1 GiB of float64, about ten times that while integrating); "
+            f"{TASK_MAX_ENTRIES} (1 GiB of float64, about ten times that while integrating); "
             "use fewer samples per task and more seeds"
         )
     start = p["init_scale"] * p["d"]  # E tr Σ₀ = init_scale · E tr(GGᵀ)/d = init_scale · d
@@ -285,9 +286,6 @@ def _clustering_allowed() -> dict[str, Allowed]:
     }
 
 
-CLUSTERING_MAX_ENTRIES = 2**27
-
-
 def _clustering_combined(params: dict) -> str | None:
     """Upper bounds of the clustering study (memory: the saved states and one step's scores
     each within 2²⁷ float64; δ < 2: cos > 1 − δ > −1; the Mix-LN switch inside the horizon,
@@ -295,10 +293,10 @@ def _clustering_combined(params: dict) -> str | None:
     p = {**CLUSTERING_DEFAULTS, **params}
     saved = p["saves"] * p["samples"] * p["n"] * p["d"]
     scores = p["samples"] * p["n"] ** 2
-    if max(saved, scores) > CLUSTERING_MAX_ENTRIES:
+    if max(saved, scores) > TASK_MAX_ENTRIES:
         return (
             f"saves · samples · n · d = {saved:.3g} saved coordinates and samples · n² = "
-            f"{scores:.3g} scores per task may not exceed {CLUSTERING_MAX_ENTRIES} (1 GiB of "
+            f"{scores:.3g} scores per task may not exceed {TASK_MAX_ENTRIES} (1 GiB of "
             "float64 each); use fewer samples per task and more seeds, or fewer saves"
         )
     if p["delta"] >= 2:
