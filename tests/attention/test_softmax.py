@@ -50,6 +50,16 @@ def test_isotropic_parameters_take_the_short_route(generator):
     assert tracked.grad is not None and float(tracked.grad.abs().max()) > 0
 
 
+def test_a_batched_identity_value_keeps_its_batch(generator):
+    # V = I batched over 3 (with unbatched Q, K and points) gives a velocity per batch
+    # element, (3, n, d), as any batched V does: it is not the V = I short route.
+    eye = torch.eye(2, dtype=F64)
+    mu = Empirical(torch.randn(5, 2, generator=generator, dtype=F64))
+    batched = Softmax(eye, eye, eye.expand(3, 2, 2).clone()).velocity(mu)
+    assert batched.shape == (3, 5, 2)
+    torch.testing.assert_close(batched, Softmax(eye, eye, eye).velocity(mu).expand(3, 5, 2))
+
+
 def test_particle_velocity_is_the_defining_sum(generator):
     # ẋ_i = V Σ_j w_j e^{x_jᵀAx_i} x_j / Σ_j w_j e^{x_jᵀAx_i}, written out with loops.
     A = torch.randn(2, 2, generator=generator, dtype=F64)

@@ -170,7 +170,9 @@ class QKV:
             A = self.scale * K.transpose(-1, -2) @ Q
             c = A[..., :1, :1]
             scalar = c if bool((A == c * eye).all()) else None
-            self._isotropic_key, self._isotropic_value = key, (scalar, bool((V == eye).all()))
+            # a batched identity V still carries the batch shape into the velocity: not skipped
+            identity = V.ndim == 2 and bool((V == eye).all())
+            self._isotropic_key, self._isotropic_value = key, (scalar, identity)
         return self._isotropic_value
 
     def isotropic_interaction(self, like: torch.Tensor) -> torch.Tensor | None:
@@ -182,7 +184,7 @@ class QKV:
 
     @property
     def value_is_identity(self) -> bool:
-        """Whether V is the constant identity (every batch element; conditions as for
+        """Whether V is the constant, unbatched identity (d, d) (conditions as for
         :meth:`isotropic_interaction`): the values are the points, no product with V."""
         return self._isotropic()[1]
 
