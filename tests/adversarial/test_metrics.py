@@ -252,6 +252,15 @@ ERRORS = {
         ValueError,
         r"t = -2 lies beyond the geodesic's extension, \[-1, inf\]",
     ),  # fixed
+    "geodesic-beyond-extension-backwards": (  # Σ₀ near-singular: computed from g1 back
+        lambda: bures_geodesic(
+            Gaussian(torch.zeros(2, dtype=F64), torch.diag(torch.tensor([1.0, 1e-12], dtype=F64))),
+            Gaussian(torch.zeros(2, dtype=F64), torch.diag(torch.tensor([4.0, 1.0], dtype=F64))),
+            -5.0,
+        ),
+        ValueError,
+        r"t = -5 lies beyond the geodesic's extension, \[-1e-06, inf\]",
+    ),  # fixed: it reported t = 6 and the reversed geodesic's range
     "geodesic-particles": (lambda: bures_geodesic(MU, H, 0.5), TypeError, "g0 is a Empirical"),
     "exp-tensor": (
         lambda: bures_exp(G, I2),

@@ -285,20 +285,24 @@ def bures_inner(g: Gaussian, u: BuresTangent, v: BuresTangent) -> torch.Tensor:
 # ----------------------------------------------------------------------------- geodesic
 
 
-def _geodesic_by_map(S0, S1, t):
-    """((1−t)I + tT) S₀ ((1−t)I + tT), T the Monge matrix from S₀ (nondegenerate) to S₁."""
+def _geodesic_by_map(S0, S1, t, backwards: bool = False):
+    """((1−t)I + tT) S₀ ((1−t)I + tT), T the Monge matrix from S₀ (nondegenerate) to S₁.
+
+    ``backwards``: S₀, S₁ and t are the caller's endpoints swapped and 1 − t (errors then
+    speak of the caller's t)."""
     eye = torch.eye(S0.shape[-1], dtype=S0.dtype, device=S0.device)
     tt = t[..., None, None]
     T = _monge_matrix(S0, S1)
     if bool(((t < 0) | (t > 1)).any()):
-        _check_extension(T, t)
+        _check_extension(T, t, backwards)
     push = (1 - tt) * eye + tt * T
     return symmetrize(push @ S0 @ push)
 
 
-def _check_extension(T: torch.Tensor, t: torch.Tensor) -> None:
+def _check_extension(T: torch.Tensor, t: torch.Tensor, backwards: bool = False) -> None:
     """Beyond [0, 1] the geodesic extends while (1−t)I + tT ⪰ 0 (a Monge map); past that the
-    formula returns the push-forward by a non-monotone map, a point off the geodesic."""
+    formula returns the push-forward by a non-monotone map, a point off the geodesic.
+    ``backwards``: t is 1 − the caller's t; the message maps t and the range back."""
     lam = torch.linalg.eigvalsh(symmetrize(T.detach()))
     lo, hi = lam[..., 0], lam[..., -1]
     tol = 1e3 * torch.finfo(T.dtype).eps * (1 + t.detach().abs() * hi)
@@ -307,8 +311,11 @@ def _check_extension(T: torch.Tensor, t: torch.Tensor) -> None:
         k = int(bad.nonzero()[0, 0])
         start = -1 / (hi[k] - 1) if hi[k] > 1 else -math.inf
         end = 1 / (1 - lo[k]) if lo[k] < 1 else math.inf
+        shown = float(t[k])
+        if backwards:
+            shown, start, end = 1 - shown, 1 - end, 1 - start
         raise ValueError(
-            f"bures_geodesic: t = {float(t[k]):.6g} lies beyond the geodesic's extension, "
+            f"bures_geodesic: t = {shown:.6g} lies beyond the geodesic's extension, "
             f"[{float(start):.6g}, {float(end):.6g}] for these Gaussians ((1−t)I + tT must stay "
             "positive semidefinite, T the Monge matrix); past it the formula is no point of "
             "the geodesic. Keep t inside that range."
@@ -359,7 +366,7 @@ def bures_geodesic(g0: Gaussian, g1: Gaussian, t) -> Gaussian:
     ok0, ok1 = _nondegenerate(flat0, rtol), _nondegenerate(flat1, rtol)
     routes = (
         (ok0, lambda i: _geodesic_by_map(flat0[i], flat1[i], flat_t[i])),
-        (~ok0 & ok1, lambda i: _geodesic_by_map(flat1[i], flat0[i], 1 - flat_t[i])),
+        (~ok0 & ok1, lambda i: _geodesic_by_map(flat1[i], flat0[i], 1 - flat_t[i], True)),
         (~ok0 & ~ok1, lambda i: _geodesic_by_polar(flat0[i], flat1[i], flat_t[i])),
     )
     if bool((~ok0 & ~ok1).any()) and any(x.requires_grad for x in (S0, S1, t)):
