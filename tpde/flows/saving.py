@@ -73,11 +73,10 @@ class DenseSaves:
     flattened to B; each step fills exactly the (save time, element) pairs it crossed.
     """
 
-    def __init__(self, times, t0: float, state, part_dims, t1: float | None = None):
+    def __init__(self, times, t0: float, state, part_dims, t1: float):
         # The state at t1 is the final state of every element (each lands on t1 or is
         # frozen before it): no buffer, no copy for it.
-        last = max(times) if t1 is None else t1
-        self.requested = np.asarray([s for s in times if t0 < s < last], dtype=float)
+        self.requested = np.asarray([s for s in times if t0 < s < t1], dtype=float)
         self.part_dims = part_dims
         self.batch = state[0].shape[: state[0].ndim - part_dims[0]]
         flat = self._flat(state)
@@ -127,7 +126,8 @@ class DenseSaves:
             return
         inside = self._interior(k, b, t_new)
         if not inside.all():  # steps that end on their save time: the state as it is
-            self._store(k[~inside], b[~inside], new)
+            ends = b[~inside]
+            self._store(k[~inside], ends, self._picker(ends, new[0].device)(new))
         k, b = k[inside], b[inside]
         if not len(k):
             return
@@ -137,19 +137,16 @@ class DenseSaves:
         value = system.project(
             _hermite(system, pick(old), pick(new), pick(f_old), pick(f_new), h, theta)
         )
-        self._store(k, b, value, picked=True)
+        self._store(k, b, value)
 
     def _picker(self, b, device):
         index = torch.as_tensor(b, device=device)
         return lambda y: tuple(p.index_select(0, index) for p in self._flat(y))
 
-    def _store(self, k, b, value, picked: bool = False) -> None:
-        """Write ``value`` (elements b of a state, or a whole state) into save slots k."""
+    def _store(self, k, b, value) -> None:
+        """Write ``value`` (the parts of elements b, one row per pair) into save slots k."""
         device = self.buffers[0].device
-        if not picked:
-            value = self._picker(b, device)(value)
-        index = torch.as_tensor(b, device=device)
-        where = (torch.as_tensor(k, device=device), index)
+        where = (torch.as_tensor(k, device=device), torch.as_tensor(b, device=device))
         if not self.differentiable:
             for buffer, part in zip(self.buffers, value, strict=True):
                 buffer[where] = part.detach()
