@@ -173,25 +173,27 @@ def rounding_bound(mu, nu, blur: float) -> float:
     by 3.7e-4 at blur 100 and 0.062 at 1e3 in float32; the bound exceeds every one of those
     errors, by factors 1.8–4.2 up to blur 3e7 (float64) and 1.9–6.8 up to 3e3 (float32).
     """
-    return torch.finfo(_dtype(mu, nu)).eps * (blur * blur + _span2(mu, nu))
-
-
-def _dtype(mu, nu) -> torch.dtype:
-    return particle_pair(mu, nu, "sinkhorn_divergence")[0].dtype
-
-
-def _span2(mu, nu) -> float:
-    """D², D the diagonal of the box holding both clouds."""
     x, _, y, _ = particle_pair(mu, nu, "sinkhorn_divergence")
+    return _bound(x.dtype, blur, _span2(x, y))
+
+
+def _bound(dtype: torch.dtype, blur: float, span2: float) -> float:
+    return torch.finfo(dtype).eps * (blur * blur + span2)
+
+
+def _span2(x: torch.Tensor, y: torch.Tensor) -> float:
+    """D², D the diagonal of the box holding both point sets (n, d), (m, d)."""
     both = torch.cat([x.detach(), y.detach()])
     return float(((both.amax(0) - both.amin(0)) ** 2).sum())
 
 
 def _warn_rounding(mu, nu, value: torch.Tensor, blur: float) -> None:
     """Warn where the blur outgrows the clouds and the rounding bound outgrows 0.1 % of S."""
-    if blur * blur <= _span2(mu, nu):
+    x, _, y, _ = particle_pair(mu, nu, "sinkhorn_divergence")
+    span2 = _span2(x, y)
+    if blur * blur <= span2:
         return
-    bound = rounding_bound(mu, nu, blur)
+    bound = _bound(x.dtype, blur, span2)
     if bound > ROUNDING_WARN * abs(float(value.detach())):
         warnings.warn(
             f"sinkhorn_divergence: at blur = {blur:g} the value {float(value.detach()):.6g} "
