@@ -97,7 +97,10 @@ class Softmax(Field):
 
     def gaussian_affine(self, t, mean, cov):
         """Γ[N(α, Σ)](x) = V(α + Σc) + b_v + VΣA x (c = scale·Kᵀb_q, 0 without bias)."""
-        p = self.params.at(t, like=mean)
+        return self._affine(self.params.at(t, like=mean), mean, cov)
+
+    def _affine(self, p, mean, cov):
+        """(c, B) of :meth:`gaussian_affine` from parameters ``p`` resolved at t."""
         tilt = mean if p.bq is None else mean + (cov @ p.query_shift.unsqueeze(-1)).squeeze(-1)
         c = (p.V @ tilt.unsqueeze(-1)).squeeze(-1)
         if self.params.k < self.dim:  # A = scale·KᵀQ of rank k: O(d²k) instead of O(d³)
@@ -108,8 +111,8 @@ class Softmax(Field):
 
     def gaussian_affine_derivative(self, t, mean, cov) -> AffineDerivative:
         """(c, B) and their derivative: dc = V dα + V dΣ c_q, dB = V dΣ A (c_q = scale·Kᵀb_q)."""
-        c, B = self.gaussian_affine(t, mean, cov)
         p = self.params.at(t, like=mean)
+        c, B = self._affine(p, mean, cov)
         return AffineDerivative(c, B, p.V, ((p.V, p.A, p.query_shift),))
 
     # ------------------------------------------------------------------ gradient flow
