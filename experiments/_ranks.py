@@ -246,16 +246,10 @@ def tight_summary(config, d, data, tight) -> dict:
     every status agrees, the reference's protocol visits the same pairs: its counts are the
     converged histogram."""
     counts, too_high, _ = rank_counts(tight["status"], tight["final"], d, config.rank_tol)
-    both = (data["status"] == "converged") & (tight["status"] == "converged")
-    same = [
-        rank_of(a, config.rank_tol) == rank_of(b, config.rank_tol)
-        for a, b in zip(data["final"][both], tight["final"][both], strict=True)
-    ]
     return {
         "counts": counts.tolist(),
         "too_high": too_high,
-        "status_agreement": float(np.mean(data["status"] == tight["status"])),
-        "rank_agreement": float(np.mean(same)) if same else None,
+        **matching(config, data["status"], data["final"], tight["status"], tight["final"]),
     }
 
 
