@@ -190,14 +190,22 @@ def run_one_cluster(config: Config) -> dict:
 
 
 # ---------------------------------------------------------------------- (b) schemes
-def scheme_field(scheme: str, config: Config) -> Normalized:
-    base = _sa(config.scheme_beta, config.scheme_dim)
-    options = {}
-    if scheme == "mix-ln":
-        options = {"switch": config.scheme_t1 / 2, "depth": config.scheme_t1}
-    elif scheme == "ngpt":
-        options = {"alpha": config.ngpt_alpha}
-    return Normalized(base, scheme, **options)
+def scheme_field(scheme: str, beta: float, d: int, horizon: float, *, switch: float = 0.5,
+                 alpha: float = 1.0) -> Normalized:  # fmt: skip
+    """GLPR's softmax (Q = K = V = I, score β⟨x, y⟩) under ``scheme``: Mix-LN hands over at
+    ``switch`` × ``horizon`` (its depth), nGPT steps by ``alpha`` (also the clustering sweep)."""
+    options = {
+        "mix-ln": {"switch": switch * horizon, "depth": horizon},
+        "ngpt": {"alpha": alpha},
+    }.get(scheme, {})
+    return Normalized(_sa(beta, d), scheme, **options)
+
+
+def scheme_start(field: Normalized, mu):
+    """The start of a scheme's run: LayerNorm from the tokens after the model's own LayerNorm
+    (BERT's embeddings end with one), so that no step is spent jumping onto its manifold;
+    the others from ``mu``."""
+    return mu.with_points(field.project(mu.points)) if field.scheme == "layernorm" else mu
 
 
 def angular_profile(traj) -> dict:
@@ -226,10 +234,9 @@ def run_schemes(config: Config) -> tuple[dict, dict]:
     times = np.linspace(0, config.scheme_t1, config.scheme_saves).tolist()
     arrays, results = {}, {}
     for scheme in config.schemes:
-        field = scheme_field(scheme, config)
-        # LayerNorm: from the tokens after the model's own LayerNorm (BERT's embeddings end
-        # with one), so that no step is spent jumping onto its manifold.
-        start = mu.with_points(field.project(mu.points)) if scheme == "layernorm" else mu
+        field = scheme_field(scheme, config.scheme_beta, config.scheme_dim, config.scheme_t1,
+                             alpha=config.ngpt_alpha)  # fmt: skip
+        start = scheme_start(field, mu)
         traj = integrate(field, start, config.scheme_t1, dt=config.scheme_dt, method="rk4",
                          save=times, events=())  # fmt: skip
         profile = angular_profile(traj)

@@ -147,30 +147,26 @@ def clustering(params: dict) -> dict:
     """Angular clustering of ``samples`` uniform clouds under one normalisation (one task)."""
     import torch
 
-    from tpde.attention import Normalized, Softmax
     from tpde.flows import integrate
     from tpde.measures import uniform_on_sphere
-    from tpde.metrics import cluster_density, clusters_over_time, time_to_single_cluster
+    from tpde.metrics import angular_cluster_count, cluster_density, time_to_single_cluster
+
+    from .sphere import scheme_field, scheme_start
 
     torch.set_num_threads(1)
     p = {**CLUSTERING_DEFAULTS, **params}
-    d, horizon, scheme = int(p["d"]), float(p["horizon"]), p["scheme"]
-    eye = torch.eye(d, dtype=torch.float64)
-    options = {
-        "mix-ln": {"switch": p["switch"] * horizon, "depth": horizon},
-        "ngpt": {"alpha": float(p["ngpt_alpha"])},
-    }.get(scheme, {})
-    field = Normalized(Softmax.from_interaction(p["beta"] * eye, eye), scheme, **options)
+    d, horizon = int(p["d"]), float(p["horizon"])
+    field = scheme_field(p["scheme"], p["beta"], d, horizon, switch=p["switch"],
+                         alpha=float(p["ngpt_alpha"]))  # fmt: skip
     gen = torch.Generator().manual_seed(int(p["seed"]))
-    mu = uniform_on_sphere(int(p["n"]), d, batch=(int(p["samples"]),), generator=gen)
-    if scheme == "layernorm":  # from the tokens after the model's own LayerNorm
-        mu = mu.with_points(field.project(mu.points))
+    mu = scheme_start(field, uniform_on_sphere(int(p["n"]), d, batch=(int(p["samples"]),),
+                                               generator=gen))  # fmt: skip
     traj = integrate(field, mu, horizon, dt=float(p["dt"]), method="rk4", save=int(p["saves"]),
                      events=())  # fmt: skip
     delta = float(p["delta"])
     times = time_to_single_cluster(traj, delta).numpy()
     reached = np.isfinite(times)
-    final = clusters_over_time(traj, delta)[-1].numpy()
+    final = angular_cluster_count(traj.final, delta).numpy()
     return {
         "one_cluster_fraction": float(reached.mean()),
         "median_time_to_one_cluster": float(np.median(times[reached])) if reached.any() else None,
@@ -446,12 +442,12 @@ def _check_client_options(scheduler: str | None, workers: int | None) -> None:
 
 @contextlib.contextmanager
 def _client(scheduler: str | None, workers: int | None):
-    """A Dask client (closed on exit, with the LocalCluster it started, if any)."""
+    """A Dask client (closed on exit, with the LocalCluster it started, if any); the
+    options were checked by :func:`run_sweep` before the output folder was prepared."""
     try:
         from dask.distributed import Client, LocalCluster
     except ModuleNotFoundError:
         raise SweepError("tpde sweep needs Dask distributed: pip install 'tpde[dask]'.") from None
-    _check_client_options(scheduler, workers)
     if scheduler is not None:
         try:
             client = Client(scheduler, timeout=f"{CONNECT_TIMEOUT_S}s")
