@@ -96,7 +96,11 @@ def cloud_shape(points: torch.Tensor) -> tuple[float, float]:
     Computed in the cloud's span (rank ≤ n − 1): the covariance there has the same nonzero
     eigenvalues as the d × d one, and both measures depend on those only.
     """
-    cov = Empirical(span_coordinates(points)).cov()
+    return covariance_shape(Empirical(span_coordinates(points)).cov())
+
+
+def covariance_shape(cov: torch.Tensor) -> tuple[float, float]:
+    """(effective rank, λ_max / tr Σ) of a covariance (d, d)."""
     return float(effective_rank(cov)), float(anisotropy(cov))
 
 
@@ -176,7 +180,8 @@ def stack_rows(rows: list[dict]) -> dict:
 
 
 # ---------------------------------------------------------------------- summary
-def _median(x, axis=0):
+def nanmedian(x, axis=0):
+    """numpy's nanmedian without its all-NaN warning (such columns stay NaN)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         return np.nanmedian(x, axis=axis)
@@ -202,7 +207,7 @@ def summarise(arrays: dict) -> dict:
         **{f"track_{r}": float(np.median(v)) for r, v in track.items()},
         **{f"track_std_{r}": float(np.median(v)) for r, v in shape.items()},
         "best_model_std": min(MODELS, key=lambda r: float(np.median(shape[r]))),
-        **{f"w2_{r}": _median(arrays[f"w2_{r}"]).tolist() for r in ("still", *MODELS)},
+        **{f"w2_{r}": nanmedian(arrays[f"w2_{r}"]).tolist() for r in ("still", *MODELS)},
         **{f"cos_median_{r}": np.median(arrays[f"cos_{r}"], axis=1).tolist() for r in ROUTES},
         **{
             f"cos_w1_{r}": [
@@ -210,14 +215,14 @@ def summarise(arrays: dict) -> dict:
             ]
             for r in MODELS
         },
-        **{f"norm_{r}": _median(arrays[f"norm_{r}"]).tolist() for r in ROUTES},
+        **{f"norm_{r}": nanmedian(arrays[f"norm_{r}"]).tolist() for r in ROUTES},
         "sphere_radii": arrays["sphere_radii"].tolist(),
     }
     for route in NORMALISED:
-        out[f"erank_{route}"] = _median(arrays[f"erank_{route}"]).tolist()
-        out[f"aniso_{route}"] = _median(arrays[f"aniso_{route}"]).tolist()
+        out[f"erank_{route}"] = nanmedian(arrays[f"erank_{route}"]).tolist()
+        out[f"aniso_{route}"] = nanmedian(arrays[f"aniso_{route}"]).tolist()
         ess = arrays[f"ess_{route}"]  # (sentences, layers, heads): median over both
-        out[f"ess_{route}"] = _median(ess.transpose(0, 2, 1).reshape(-1, LAYERS)).tolist()
+        out[f"ess_{route}"] = nanmedian(ess.transpose(0, 2, 1).reshape(-1, LAYERS)).tolist()
     return out
 
 
@@ -277,7 +282,8 @@ def plot(plt, arrays: dict, out) -> list:
 
 
 # ---------------------------------------------------------------------- report
-def _fmt(values, digits: int = 2) -> str:
+def fmt(values, digits: int = 2) -> str:
+    """Values joined by commas at ``digits`` decimals, None as a dash."""
     return ", ".join("—" if v is None else f"{v:.{digits}f}" for v in values)
 
 
@@ -318,7 +324,7 @@ def claims(r: dict, n: int) -> list:
             f"over {n} sentences: {tracks}; tokens left at depth 0 {r['track_still']:.3f}. "
             f"Best: {SHORT[best]}, {r['best_margin']:.2f}× below the next model, lowest in "
             f"{r['best_share']:.0%} of sentences, {ratio:.2f}× the still tokens' distance. At "
-            f"depth 6: {_fmt([r[f'w2_{m}'][-1] for m in MODELS], 3)} ({', '.join(MODELS)}) "
+            f"depth 6: {fmt([r[f'w2_{m}'][-1] for m in MODELS], 3)} ({', '.join(MODELS)}) "
             f"vs {r['w2_still'][-1]:.3f} still. Standardised clouds (centred, unit RMS "
             f"radius), same mean: {shapes}, still {r['track_std_still']:.3f}",
             "agrees" if ratio < 0.5 else "partly" if ratio < 1 else "differs",
@@ -338,19 +344,19 @@ def notes(r: dict) -> list[str]:
         f"Sphere radius: the sphere model moves layer l's tokens on the sphere of radius R_l "
         f"= |γ|₂ = √d·rms(γ) of the LayerNorm whose output layer l's attention reads in the "
         f"real model (embedding LN, then the previous layer's MLP-output LN): "
-        f"{_fmt(r['sphere_radii'], 1)}, the norm of γ ⊙ z + b for |z| = √d spread evenly "
+        f"{fmt(r['sphere_radii'], 1)}, the norm of γ ⊙ z + b for |z| = √d spread evenly "
         f"over the coordinates. Softmax attention is not scale-invariant (scores grow as R²), "
         f"so R_l must be the scale at which the real attention acts: the real clouds' RMS "
-        f"token norms at depths 0 … 5 are {_fmt(r['norm_real'][:-1], 1)} (medians over "
+        f"token norms at depths 0 … 5 are {fmt(r['norm_real'][:-1], 1)} (medians over "
         f"sentences). On the unit sphere the same weights would attend almost uniformly. "
         f"Attended-token ESS/n per layer (median over heads and sentences): sphere "
-        f"{_fmt(r['ess_sphere'])}, + LayerNorm {_fmt(r['ess_postln'])}, + both LayerNorms "
-        f"{_fmt(r['ess_postln2'])}. RMS token norms at depths 1 … 6: + LayerNorm "
-        f"{_fmt(r['norm_postln'][1:], 1)} (the attention-output LN with no LN after it), + "
-        f"both LayerNorms {_fmt(r['norm_postln2'][1:], 1)}, real {_fmt(r['norm_real'][1:], 1)}.",
+        f"{fmt(r['ess_sphere'])}, + LayerNorm {fmt(r['ess_postln'])}, + both LayerNorms "
+        f"{fmt(r['ess_postln2'])}. RMS token norms at depths 1 … 6: + LayerNorm "
+        f"{fmt(r['norm_postln'][1:], 1)} (the attention-output LN with no LN after it), + "
+        f"both LayerNorms {fmt(r['norm_postln2'][1:], 1)}, real {fmt(r['norm_real'][1:], 1)}.",
         f"One LayerNorm is not the whole story: with the attention-output LayerNorm alone "
-        f"the tokens sit at RMS norm {_fmt(r['norm_postln'][1:], 1)} (depths 1 … 6) where the "
-        f"real next layer reads them at {_fmt(r['norm_real'][1:], 1)} (its MLP-output "
+        f"the tokens sit at RMS norm {fmt(r['norm_postln'][1:], 1)} (depths 1 … 6) where the "
+        f"real next layer reads them at {fmt(r['norm_real'][1:], 1)} (its MLP-output "
         f"LayerNorm rescales them); scores grow as the norm squared, the heads sharpen "
         f"(ESS/n above) and the effective rank at depth 6 is {r['erank_postln'][-1]:.1f}, "
         f"against {r['erank_pde'][-1]:.1f} for attention alone and {r['erank_postln2'][-1]:.1f} "

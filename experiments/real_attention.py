@@ -38,7 +38,6 @@ real clouds, and by how much.
 from __future__ import annotations
 
 import time
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,10 +46,11 @@ import torch
 
 from tpde.flows import BlowUp, integrate
 from tpde.measures import Empirical, Gaussian
-from tpde.metrics.diagnostics import anisotropy, distance_to_gaussian, effective_rank
+from tpde.metrics.diagnostics import distance_to_gaussian
 
 from . import _framework as fw
 from . import _real_normalised as nm
+from ._real_normalised import fmt, nanmedian
 
 NAME = "real-attention"
 TITLE = "Experiment 7 — real attention: all-MiniLM-L6-v2 token clouds vs the Gaussian picture"
@@ -120,15 +120,10 @@ def head_statistics(field, layer: int, points: torch.Tensor, config: Config, gen
     mu = Empirical(points)
     out = np.empty((2, len(field.heads)))
     for h, head in enumerate(field.heads):
-        form = head.softmax_form(float(layer), mu, points)
-        w = torch.softmax(form.queries @ form.keys.transpose(-1, -2) + form.key_bias, dim=-1)
-        out[0, h] = gaussianity_ratio(form.keys, config, gen)
-        out[1, h] = float((1 / (w**2).sum(-1)).mean()) / points.shape[0]
+        out[0, h] = gaussianity_ratio(head.softmax_form(float(layer), mu, points).keys, config,
+                                      gen)  # fmt: skip
+    out[1] = nm.ess_fraction(field, layer, points)
     return out
-
-
-def _shape(cov: torch.Tensor) -> tuple[float, float]:
-    return float(effective_rank(cov)), float(anisotropy(cov))
 
 
 # ---------------------------------------------------------------------- the run
@@ -184,7 +179,7 @@ def one_sentence(
         cov_err.append(float((g.cov() - c_pde).norm() / c_pde.norm()))
         mean_err.append(float((g.mean() - cloud.mean()).norm() / c_pde.trace().sqrt()))
     ode_shapes = [
-        _shape(ode.measures[i].cov())
+        nm.covariance_shape(ode.measures[i].cov())
         if i < len(ode.measures) and times[i] <= event
         else (np.nan, np.nan)
         for i in at_layers
@@ -277,12 +272,6 @@ def run(config: Config, out: Path) -> None:
     fw.save(out, config, arrays, results, started)
 
 
-def _median(x, axis=0):
-    with warnings.catch_warnings():  # all-NaN columns (after the ODE's blow-up) give NaN
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return np.nanmedian(x, axis=axis)
-
-
 def summarise(arrays: dict) -> dict:
     """Medians over sentences that the report quotes."""
     times, event = arrays["closure_times"], arrays["ode_event_time"]
@@ -305,21 +294,21 @@ def summarise(arrays: dict) -> dict:
         },
         "tokens_median": float(np.median(arrays["lengths"])),
         "ode_blowup_fraction": float(np.isfinite(event).mean()),
-        "ode_blowup_time_median": float(_median(np.where(np.isfinite(event), event, np.nan))),
+        "ode_blowup_time_median": float(nanmedian(np.where(np.isfinite(event), event, np.nan))),
         "ode_blowup_time_range": [float(np.nanmin(event)), float(np.nanmax(event))]
         if np.isfinite(event).any()
         else None,
         "closure_cov_at": {
-            f"{times[i]:g}": float(_median(arrays["closure_cov"][:, i])) for i in first
+            f"{times[i]:g}": float(nanmedian(arrays["closure_cov"][:, i])) for i in first
         },
         **{
-            f"{q}_{route}": _median(arrays[f"{q}_{route}"]).tolist()
+            f"{q}_{route}": nanmedian(arrays[f"{q}_{route}"]).tolist()
             for q in ("gauss", "erank", "aniso")
             for route in ("real", "pde")
         },
-        "erank_ode": _median(arrays["erank_ode"]).tolist(),
+        "erank_ode": nanmedian(arrays["erank_ode"]).tolist(),
         **{
-            f"heads_{name}_{route}": _median(arrays[f"heads_{route}"][:, i]).tolist()
+            f"heads_{name}_{route}": nanmedian(arrays[f"heads_{route}"][:, i]).tolist()
             for i, name in enumerate(("gauss", "ess"))
             for route in ROUTES
         },
@@ -332,19 +321,13 @@ def plot(out: Path) -> list[Path]:
     plt = fw.pyplot()
     _, arrays, _ = fw.load(out)
     depth = np.arange(LAYERS + 1)
-    colors = {"real": "C0", "pde": "C1", "ode": "C2"}
-    labels = {
-        "real": "real model",
-        "pde": "attention-only PDE",
-        "ode": "Gaussian moment ODE (until blow-up)",
-    }
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     for route in ROUTES:
-        nm.band(axes[0], depth, arrays[f"gauss_{route}"], labels[route], colors[route])
+        nm.band(axes[0], depth, arrays[f"gauss_{route}"], nm.LABELS[route], nm.COLORS[route])
     axes[0].axhline(1, color="k", lw=0.8, ls="--")
     axes[0].set_ylabel("W2(cloud, its Gaussian) / same for a Gaussian cloud")
     axes[0].set_title("non-Gaussianity of the token cloud (1 = Gaussian)")
-    nm.shape_panels(axes, depth, arrays, (*ROUTES, "ode"), labels, colors)
+    nm.shape_panels(axes, depth, arrays, (*ROUTES, "ode"), nm.LABELS, nm.COLORS)
     fig.tight_layout()
     paths = [fw.savefig(fig, out / "real_attention_depth.png")]
 
@@ -352,10 +335,10 @@ def plot(out: Path) -> list[Path]:
     titles = ("key-space non-Gaussianity (median over sentences)", "attended tokens ESS / n")
     for row, route in enumerate(ROUTES):
         for col in range(2):
-            ax, data = axes[row, col], _median(arrays[f"heads_{route}"][:, col])
+            ax, data = axes[row, col], nanmedian(arrays[f"heads_{route}"][:, col])
             image = ax.imshow(data, aspect="auto", cmap="viridis" if col else "magma")
             fig.colorbar(image, ax=ax)
-            ax.set_title(f"{labels[route]}: {titles[col]}", fontsize=10)
+            ax.set_title(f"{nm.LABELS[route]}: {titles[col]}", fontsize=10)
             ax.set_xlabel("head")
             ax.set_ylabel("layer")
     fig.tight_layout()
@@ -398,10 +381,6 @@ def plot(out: Path) -> list[Path]:
 
 
 # ---------------------------------------------------------------------- report
-def _fmt(values) -> str:
-    return ", ".join("—" if v is None else f"{v:.2f}" for v in values)
-
-
 def report(out: Path) -> fw.Report:
     _, arrays, r = fw.load(out)
     n = len(arrays["lengths"])
@@ -439,16 +418,16 @@ def report(out: Path) -> fw.Report:
         ),
         fw.Claim(
             "Real token clouds are Gaussian (the closure's premise)",
-            f"non-Gaussianity ratio of the real clouds by depth: {_fmt(r['gauss_real'])}; "
+            f"non-Gaussianity ratio of the real clouds by depth: {fmt(r['gauss_real'])}; "
             f"per head in key space {np.nanmin(gauss_heads):.2f} … {np.nanmax(gauss_heads):.2f} "
             f"(1 = an n-point Gaussian sample; median {r['tokens_median']:.0f} tokens)",
             "partly",
         ),
         fw.Claim(
             "Attention contracts the cloud toward low rank (MATH.md §4; rank collapse)",
-            f"effective rank real {_fmt(r['erank_real'])}; attention-only PDE "
-            f"{_fmt(r['erank_pde'])}; anisotropy real {_fmt(r['aniso_real'])}, PDE "
-            f"{_fmt(r['aniso_pde'])}",
+            f"effective rank real {fmt(r['erank_real'])}; attention-only PDE "
+            f"{fmt(r['erank_pde'])}; anisotropy real {fmt(r['aniso_real'])}, PDE "
+            f"{fmt(r['aniso_pde'])}",
             "agrees" if r["erank_pde"][-1] < r["erank_pde"][0] else "differs",
         ),
         *nm.claims(r, n),
@@ -462,7 +441,7 @@ def report(out: Path) -> fw.Report:
     summary = (
         f"{n} sentences × 6 real layers: the Gaussian moment ODE blows up in {blow:.0%} "
         f"(median t = {t_blow:.3g}); attended-token ESS/n per layer "
-        f"{_fmt(np.nanmedian(ess_real, axis=1))}; effective rank real "
+        f"{fmt(np.nanmedian(ess_real, axis=1))}; effective rank real "
         f"{r['erank_real'][0]:.1f} → {r['erank_real'][-1]:.1f}, PDE {r['erank_pde'][-1]:.1f}."
         if t_blow is not None
         else f"{n} sentences: the Gaussian moment ODE stays finite on all 6 layers."
