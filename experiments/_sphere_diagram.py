@@ -44,11 +44,11 @@ def checkpoint_times(t1: float, count: int) -> np.ndarray:
     return torch.linspace(0.0, float(t1), int(count), dtype=torch.float64).numpy()
 
 
-def sa_field(betas, d: int, *, dtype=torch.float64) -> Softmax:
+def sa_field(betas, d: int) -> Softmax:
     """Softmax with Q = K = V = I and score β⟨x, y⟩ for every β at once: A = βI of shape
     (nβ, 1, d, d), broadcasting over a batch of systems (nβ, S, n, d)."""
-    beta = torch.as_tensor(np.asarray(betas, dtype=float), dtype=dtype)
-    eye = torch.eye(d, dtype=dtype)
+    beta = torch.as_tensor(np.asarray(betas, dtype=float), dtype=torch.float64)
+    eye = torch.eye(d, dtype=torch.float64)
     return Softmax.from_interaction(beta.reshape(-1, 1, 1, 1) * eye, eye)
 
 
@@ -113,12 +113,9 @@ class DiagramRun:
     ``rhs`` (field evaluations) accumulate.
     """
 
-    def __init__(self, field, mu0, *, method="rk4", steps_per_interval=1, dt=None,
-                 engine="auto"):  # fmt: skip
+    def __init__(self, field, mu0, *, method="rk4", steps_per_interval=1, dt=None):
         self.field, self.mu, self.time = field, mu0, 0.0
-        self.method, self.steps_per_interval, self.dt, self.engine = (
-            method, int(steps_per_interval), dt, engine,
-        )  # fmt: skip
+        self.method, self.steps_per_interval, self.dt = method, int(steps_per_interval), dt
         self.seconds, self.steps, self.rhs = 0.0, 0, 0
         self.statuses: set[str] = set()
 
@@ -129,7 +126,7 @@ class DiagramRun:
         h = self.dt if self.dt is not None else (target - self.time) / self.steps_per_interval
         start = time.perf_counter()
         traj = integrate(self.field, self.mu, target, t0=self.time, dt=h, method=self.method,
-                         events=(), engine=self.engine)  # fmt: skip
+                         events=())  # fmt: skip
         self.seconds += time.perf_counter() - start
         self.steps += traj.stats["n_iterations"]
         self.rhs += traj.stats["n_rhs"]
@@ -141,7 +138,7 @@ def density_table(field, mu0, times, *, delta: float = 1e-3, progress=None,
                   **options) -> DiagramTable:  # fmt: skip
     """Cluster density of a batch of token clouds (nβ, S, n, d) at each of ``times``
     (increasing, ≥ 0): a :class:`DiagramRun` (``options``: its method, steps_per_interval,
-    dt, engine) through the times. ``progress``: an optional wrapper of the iterator."""
+    dt) through the times. ``progress``: an optional wrapper of the iterator."""
     run = DiagramRun(field, mu0, **options)
     times = np.asarray(times, dtype=float)
     means, ses = [], []
@@ -154,7 +151,7 @@ def density_table(field, mu0, times, *, delta: float = 1e-3, progress=None,
                         run.rhs, sorted(run.statuses))  # fmt: skip
 
 
-def post_ln(betas, d: int, *, tangent: bool = True, dtype=torch.float64) -> Normalized:
+def post_ln(betas, d: int, *, tangent: bool = True) -> Normalized:
     """The sphere model (post-LN) of :func:`sa_field`: tangent velocity (every method keeps its
     order) or, ``tangent=False``, GLPR's layer x ← N(x + hΓ) under Euler."""
-    return Normalized(sa_field(betas, d, dtype=dtype), "post-ln", tangent=tangent)
+    return Normalized(sa_field(betas, d), "post-ln", tangent=tangent)
