@@ -192,11 +192,7 @@ def paper_protocol(config, variant, value, d, Qs, Vs, per_dim, stream, refine: i
     clock = time.process_time()
     too_high = 0
     for k in range(n_max):
-        index = PAPER_DIMS.index(d) * per_dim + i
-        run_ = projected_euler(
-            stream[k], Qs[index], -Qs[index], Vs[index], variant=variant, step=h,
-            tol_low=tol, max_iter=max_iter,
-        )  # fmt: skip
+        run_ = _loop_run(variant, d, i, k, Qs, Vs, per_dim, stream, h, tol, max_iter)
         if run_.status == "converged":
             rank = rank_of(run_.final, config.rank_tol)
             if rank <= (d + 1) // 2:
@@ -253,17 +249,22 @@ def tight_summary(config, d, data, tight) -> dict:
     }
 
 
+def _loop_run(variant, d, i, k, Qs, Vs, per_dim, stream, h, tol, max_iter):
+    """The paper's loop on pair (i, k) of dimension d: the i-th (Q, V) of d from Σ₀ = stream[k],
+    step h, K = −Q."""
+    index = PAPER_DIMS.index(d) * per_dim + i
+    return projected_euler(stream[k], Qs[index], -Qs[index], Vs[index], variant=variant, step=h,
+                           tol_low=tol, max_iter=max_iter)  # fmt: skip
+
+
 def loop_runs(config, variant, value, d, picks, Qs, Vs, per_dim, stream, refine: int = 1):
     """The paper's loop at h / refine (max_iter × refine) on pairs ``picks``: statuses,
     finals, CPU seconds per run and per iteration."""
     steps, tol, max_iter, _, _ = SETTINGS[(variant, value)]
     runs, clock = [], time.process_time()
+    h = steps[PAPER_DIMS.index(d)] / refine
     for i, k in picks:
-        index = PAPER_DIMS.index(d) * per_dim + i
-        runs.append(projected_euler(
-            stream[k], Qs[index], -Qs[index], Vs[index], variant=variant,
-            step=steps[PAPER_DIMS.index(d)] / refine, tol_low=tol, max_iter=max_iter * refine,
-        ))  # fmt: skip
+        runs.append(_loop_run(variant, d, i, k, Qs, Vs, per_dim, stream, h, tol, max_iter * refine))
     seconds = time.process_time() - clock
     iterations = sum(r.iterations + 1 for r in runs)
     status, finals = np.array([r.status for r in runs]), np.array([r.final for r in runs])
