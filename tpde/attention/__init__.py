@@ -15,6 +15,7 @@ from tpde.attention.base import (
     GaussianNotPreserved,
     InnerSolves,
     NotAGradientFlow,
+    supports,
 )
 from tpde.attention.cosine import Cosine
 from tpde.attention.energies import Energy, InteractionEnergy, PotentialEnergy, as_energy
@@ -30,15 +31,27 @@ from tpde.attention.linear import Linear
 from tpde.attention.masked import Masked
 from tpde.attention.multihead import MultiHead
 from tpde.attention.normalized import Normalized
+from tpde.attention.norms import (
+    NGPT,
+    LayerNorm,
+    MixLN,
+    NormScheme,
+    PeriLN,
+    PostLN,
+    PreLN,
+    RMSNorm,
+)
 from tpde.attention.schedule import LayerSchedule
 from tpde.attention.sigmoid import Sigmoid
 from tpde.attention.sinkhorn import Sinkhorn, SinkhornInfo, SinkhornNotConverged
 from tpde.attention.softmax import Softmax
 from tpde.attention.structure import GradientStructure, gradient_structure
+from tpde.attention.sum import Sum
 
 __all__ = [
     "CAPABILITIES",
     "L2",
+    "NGPT",
     "AffineDerivative",
     "Cosine",
     "Dissipation",
@@ -50,21 +63,30 @@ __all__ = [
     "GradientStructure",
     "InnerSolves",
     "InteractionEnergy",
+    "LayerNorm",
     "LayerSchedule",
     "Linear",
     "Masked",
+    "MixLN",
     "MultiHead",
+    "NormScheme",
     "Normalized",
     "NotAGradientFlow",
+    "PeriLN",
+    "PostLN",
     "PotentialEnergy",
+    "PreLN",
+    "RMSNorm",
     "Sigmoid",
     "Sinkhorn",
     "SinkhornInfo",
     "SinkhornNotConverged",
     "Softmax",
+    "Sum",
     "as_energy",
     "energy_dissipation",
     "gradient_flow_gap",
     "gradient_structure",
     "registry",
+    "supports",
 ]
