@@ -736,7 +736,7 @@ def test_softmax_energy_outside_its_domain_is_inf_not_nan():
 
 
 def test_declared_capabilities_are_refused_when_the_class_is_defined():
-    with pytest.raises(TypeError, match="Broken declares capabilities = frozenset.*remove the"):
+    with pytest.raises(TypeError, match=r"Broken declares capabilities = frozenset.*remove the"):
 
         class Broken(Field):
             capabilities = frozenset({"gaussian"})

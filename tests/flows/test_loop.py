@@ -224,7 +224,7 @@ def test_capabilities_are_derived_from_the_methods_a_class_implements():
             return mu.points.sum()
 
     assert not _Partial().supports("gradient_flow") and _Partial().capabilities == frozenset()
-    with pytest.raises(TypeError, match="declares capabilities = .*derived from the methods"):
+    with pytest.raises(TypeError, match=r"declares capabilities = .*derived from the methods"):
 
         class _Claims(Field):
             capabilities = frozenset({"gradient_flow"})

@@ -139,9 +139,7 @@ def supports(field, capability: str) -> bool:
     its parts (its ``capabilities`` property).
     """
     if capability not in CAPABILITIES:
-        raise ValueError(
-            f"unknown capability {capability!r}; known: {', '.join(CAPABILITIES)}."
-        )
+        raise ValueError(f"unknown capability {capability!r}; known: {', '.join(CAPABILITIES)}.")
     return capability in field.capabilities
 
 

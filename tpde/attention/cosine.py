@@ -44,7 +44,6 @@ class Cosine(Field):
     attention).
     """
 
-
     def __init__(self, Q, K, V, scale=None):
         self.params = QKV(Q, K, V, scale)
         self.dim = self.params.dim

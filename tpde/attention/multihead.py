@@ -61,7 +61,7 @@ class MultiHead(Field):
 
     @property
     def capabilities(self) -> frozenset:
-        """"gaussian" when every head keeps Gaussians Gaussian (the sum of affine closures)."""
+        """ "gaussian" when every head keeps Gaussians Gaussian (the sum of affine closures)."""
         return shared_capabilities(self.heads)
 
     # ------------------------------------------------------------------ construction

@@ -79,7 +79,7 @@ class Normalized(Field):
     # ------------------------------------------------------------------ protocol
     @property
     def capabilities(self) -> frozenset:
-        """"projection" where the scheme has one; nothing else (no Gaussian closure)."""
+        """ "projection" where the scheme has one; nothing else (no Gaussian closure)."""
         return frozenset({"projection"}) if self.scheme.projects else frozenset()
 
     @property

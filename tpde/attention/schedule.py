@@ -45,7 +45,7 @@ class LayerSchedule(Field):
 
     @property
     def capabilities(self) -> frozenset:
-        """"gaussian" when every layer has it; projections are the pieces' own (the flow
+        """ "gaussian" when every layer has it; projections are the pieces' own (the flow
         asks the layer acting at t)."""
         return shared_capabilities(self.layers)
 

@@ -9,7 +9,7 @@ import torch
 from tpde._engines import kernel_sum
 from tpde.attention._forms import key_log_weights
 from tpde.attention._params import QKV
-from tpde.attention.base import Field, GaussianNotPreserved
+from tpde.attention.base import Field
 from tpde.attention.registry import register
 from tpde.measures import Empirical
 

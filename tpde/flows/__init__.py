@@ -5,8 +5,8 @@ systems (:mod:`tpde.flows.systems`: particles, Gaussians; :class:`GridSystem`);
 :class:`Trajectory` the result, its :class:`Status`; :class:`BlowUp` and :class:`Converged`
 the events; ``SYSTEMS`` the table from a measure's type to its system (a ready system is
 accepted too); ``SPLITTINGS`` the Lie–Trotter and Strang splittings over a sum's parts
-(:class:`Splitting`); ``METHODS`` the Runge–Kutta tableaux with their orders (:class:`ExplicitRK`) and the
-L-stable Rosenbrock method for stiff flows (:data:`RODAS4`, :class:`Rosenbrock`);
+(:class:`Splitting`); ``METHODS`` the Runge–Kutta tableaux with their orders
+(:class:`ExplicitRK`) and the L-stable Rosenbrock method for stiff flows (:data:`RODAS4`, :class:`Rosenbrock`);
 ``SCHEMES`` the finite-volume schemes of grid flows, chosen with :class:`FiniteVolumes`
 (:mod:`tpde.flows.eulerian`);
 :func:`compare` the agreement harness (Gaussian ODE vs particles vs grid);
@@ -33,8 +33,8 @@ __all__ = [
     "RODAS4",
     "SCHEMES",
     "SPLITTINGS",
-    "STRANG",
     "STATUSES",
+    "STRANG",
     "SYSTEMS",
     "BlowUp",
     "CFLViolation",
