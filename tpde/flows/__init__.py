@@ -6,7 +6,8 @@ systems (:mod:`tpde.flows.systems`: particles, Gaussians; :class:`GridSystem`);
 the events; ``SYSTEMS`` the table from a measure's type to its system (a ready system is
 accepted too); ``SPLITTINGS`` the Lie–Trotter and Strang splittings over a sum's parts
 (:class:`Splitting`); ``METHODS`` the Runge–Kutta tableaux with their orders
-(:class:`ExplicitRK`) and the L-stable Rosenbrock method for stiff flows (:data:`RODAS4`, :class:`Rosenbrock`);
+(:class:`ExplicitRK`) and the L-stable Rosenbrock method for stiff flows (:data:`RODAS4`,
+:class:`Rosenbrock`);
 ``SCHEMES`` the finite-volume schemes of grid flows, chosen with :class:`FiniteVolumes`
 (:mod:`tpde.flows.eulerian`);
 :func:`compare` the agreement harness (Gaussian ODE vs particles vs grid);
