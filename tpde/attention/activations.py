@@ -1,9 +1,16 @@
 """Activation functions of the feed-forward fields: one table, name → elementwise function.
 
-:class:`~tpde.attention.MLP` reads its ``activation`` here. A new activation is one line
+=========  ==========================================================================
+relu       max(z, 0)
+gelu       z·Φ(z), Φ the standard normal CDF (the erf form; BERT, GPT-2's paper)
+silu       z·sigmoid(z) (swish with β = 1; SwiGLU's gate)
+=========  ==========================================================================
+
+:class:`~tpde.attention.MLP` reads its ``activation`` here. A new activation is one entry
 of :data:`ACTIVATIONS` (an elementwise torch function that keeps its input's dtype, device
-and autograd graph) and one line of the reference table of
-``tests/attention/test_mlp.py`` (its formula written out); docs/EXTENDING.md says so.
+and autograd graph) with its row above, and its formula written out in
+``tests/attention/test_mlp.py`` (``REFERENCE``, and torch's module in ``MODULES``); the
+tests then check it, in an MLP, against torch (docs/EXTENDING.md).
 """
 
 from __future__ import annotations
@@ -19,9 +26,9 @@ Activation = Callable[[torch.Tensor], torch.Tensor]
 
 #: name -> σ, applied elementwise to the hidden pre-activations z = W₁x + b₁ (MATH.md §8).
 ACTIVATIONS: dict[str, Activation] = {
-    "relu": F.relu,  # max(z, 0)
-    "gelu": F.gelu,  # z·Φ(z), Φ the standard normal CDF (erf form; BERT, GPT-2's paper form)
-    "silu": F.silu,  # z·sigmoid(z) (swish with β = 1; SwiGLU's gate)
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "silu": F.silu,
 }
 
 

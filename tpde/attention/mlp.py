@@ -25,8 +25,8 @@ class MLP(FeedForward):
         Second bias.
     activation : str or callable, default "gelu"
         σ, applied elementwise: a name of :data:`tpde.attention.activations.ACTIVATIONS`
-        ("relu"; "gelu", the erf form z·Φ(z) of BERT and GPT-2's paper; "silu", z·sigmoid(z))
-        or a callable ``tensor -> tensor`` that keeps its input's shape, dtype and device.
+        (the table lists them with their formulas; "gelu" is the erf form z·Φ(z)), or a
+        callable ``tensor -> tensor`` that keeps its input's shape, dtype and device.
 
     Notes
     -----
