@@ -19,10 +19,18 @@ REFERENCE = {
     "relu": lambda z: torch.where(z > 0, z, torch.zeros_like(z)),
     "gelu": lambda z: z * 0.5 * (1 + torch.erf(z / math.sqrt(2))),  # z·Φ(z)
     "silu": lambda z: z / (1 + torch.exp(-z)),  # z·sigmoid(z)
+    "gelu-tanh": lambda z: (
+        0.5 * z * (1 + torch.tanh(math.sqrt(2 / math.pi) * (z + 0.044715 * z**3)))
+    ),
 }
 
 #: torch's module for each activation (the nn.Sequential reference).
-MODULES = {"relu": nn.ReLU(), "gelu": nn.GELU(), "silu": nn.SiLU()}
+MODULES = {
+    "relu": nn.ReLU(),
+    "gelu": nn.GELU(),
+    "silu": nn.SiLU(),
+    "gelu-tanh": nn.GELU(approximate="tanh"),
+}
 
 
 def _weights(generator, d=3, m=5, batch=(), dtype=F64):
