@@ -256,3 +256,15 @@ def test_dimension_mismatch_with_the_measure(generator):
         field.velocity(Empirical(torch.zeros(4, 2, dtype=F64)))
     with pytest.raises(ValueError, match="measure lives in d = 2 but the MLP acts on d = 3"):
         integrate(field, Empirical(torch.zeros(4, 2, dtype=F64)), 1.0)
+
+
+def test_a_feed_forward_field_without_its_map():
+    from tpde.attention._ffn import FeedForward, Weights
+
+    class Unfinished(FeedForward):
+        def __init__(self):
+            self.params = Weights("Unfinished", {"W": ("d", "d")}, {"W": torch.eye(2)})
+            self.dim = 2
+
+    with pytest.raises(NotImplementedError, match=r"Unfinished does not implement feed_forward"):
+        Unfinished().velocity(Empirical(torch.zeros(3, 2)))
