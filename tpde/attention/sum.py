@@ -20,8 +20,8 @@ from collections.abc import Sequence
 
 import torch
 
-from tpde.attention.base import Field, shared_capabilities
-from tpde.measures import Empirical
+from tpde.attention.base import Field, GaussianNotPreserved, shared_capabilities
+from tpde.measures import Empirical, Gaussian
 
 __all__ = ["Sum"]
 
@@ -138,6 +138,8 @@ class Sum(Field):
 
     def check_measure(self, mu) -> None:
         super().check_measure(mu)
+        if isinstance(mu, Gaussian) and not self.supports("gaussian"):
+            raise GaussianNotPreserved(self.gaussian_refusal())
         for part in self.parts:
             part.check_measure(mu)
 

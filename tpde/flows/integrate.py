@@ -158,12 +158,12 @@ def _arguments(field, mu0, t1):
                 "a ready System carries its own state: call integrate(system, t1), without "
                 f"mu0; received a {type(mu0).__name__} as well."
             )
+        if t1 is None:
+            raise TypeError("integrate needs the final time t1: integrate(system, t1).")
     elif not isinstance(field, Field):
         raise TypeError(
             f"field must be a tpde field (or a ready System); received {type(field).__name__}."
         )
-        if t1 is None:
-            raise TypeError("integrate needs the final time t1: integrate(system, t1).")
     return field, mu0, t1
 
 
