@@ -105,13 +105,13 @@ def test_splitting_on_gaussians_and_batches(generator):
 def test_splitting_refuses_fields_that_are_not_sums(generator):
     field = Softmax(torch.eye(2, dtype=F64), torch.eye(2, dtype=F64), torch.eye(2, dtype=F64))
     mu = Empirical(_draw(generator, 4, 2))
-    with pytest.raises(ValueError, match="'strang' splits a sum.*a Softmax, not a sum.*rk4"):
+    with pytest.raises(ValueError, match=r"'strang' splits a sum.*a Softmax, not a sum.*rk4"):
         integrate(field, mu, 1.0, method="strang")
     with pytest.raises(ValueError, match="not a sum"):
         integrate(LayerSchedule([field + field, field]), mu, 2.0, method="lie-trotter")
     grid = Grid(torch.full((8,), 1 / 8, dtype=F64), [-1.0], [1.0])
     one_d = Softmax(torch.eye(1, dtype=F64), torch.eye(1, dtype=F64), torch.eye(1, dtype=F64))
-    with pytest.raises(ValueError, match="strong-stability-preserving.*'lie-trotter'"):
+    with pytest.raises(ValueError, match=r"strong-stability-preserving.*'lie-trotter'"):
         integrate(one_d + one_d, grid, 1.0, method="lie-trotter")
 
 
@@ -149,7 +149,7 @@ def test_integrate_takes_a_ready_system_and_the_table_takes_new_states(generator
     finally:
         del SYSTEMS[Tokens]
     np.testing.assert_allclose(out.numpy(), ready.numpy(), rtol=1e-14)
-    with pytest.raises(TypeError, match="carries its own state.*received a Empirical"):
+    with pytest.raises(TypeError, match=r"carries its own state.*received a Empirical"):
         integrate(ParticleSystem(field, mu), mu, 1.0)
     with pytest.raises(TypeError, match=r"needs the final time t1: integrate\(system, t1\)"):
         integrate(ParticleSystem(field, mu))
