@@ -168,8 +168,9 @@ def _check_atol(value):
 
 def _pre_velocity(norm, field, t, mu, x, engine, info) -> torch.Tensor:
     """Γ[N#μ](N(x)): the field sees normalised keys and queries (every pre-norm scheme)."""
-    keys = mu.with_points(norm(mu.points))
-    return field.particle_velocity(t, keys, norm(x), engine, info)
+    keys = norm(mu.points)
+    queries = keys if x is mu.points else norm(x)  # a flow evaluates at its own tokens
+    return field.particle_velocity(t, mu.with_points(keys), queries, engine, info)
 
 
 # ---------------------------------------------------------------------- sphere schemes
