@@ -25,11 +25,13 @@ from tpde.attention.gradient_flow import (
     energy_dissipation,
     gradient_flow_gap,
 )
+from tpde.attention.grouped import GroupedQueryAttention
 from tpde.attention.l2 import L2
 from tpde.attention.linear import Linear
 from tpde.attention.masked import Masked
 from tpde.attention.multihead import MultiHead
 from tpde.attention.normalized import Normalized
+from tpde.attention.positions import ALiBi, PositionalEncoding, RoPE
 from tpde.attention.schedule import LayerSchedule
 from tpde.attention.sigmoid import Sigmoid
 from tpde.attention.sinkhorn import Sinkhorn, SinkhornInfo, SinkhornNotConverged
@@ -39,6 +41,7 @@ from tpde.attention.structure import GradientStructure, gradient_structure
 __all__ = [
     "CAPABILITIES",
     "L2",
+    "ALiBi",
     "AffineDerivative",
     "Cosine",
     "Dissipation",
@@ -48,6 +51,7 @@ __all__ = [
     "GradientFlowField",
     "GradientFlowGap",
     "GradientStructure",
+    "GroupedQueryAttention",
     "InnerSolves",
     "InteractionEnergy",
     "LayerSchedule",
@@ -56,7 +60,9 @@ __all__ = [
     "MultiHead",
     "Normalized",
     "NotAGradientFlow",
+    "PositionalEncoding",
     "PotentialEnergy",
+    "RoPE",
     "Sigmoid",
     "Sinkhorn",
     "SinkhornInfo",
