@@ -194,7 +194,9 @@ class GroupedQueryAttention(Field):
             mask = {"query_positions": query_positions, "key_positions": key_positions}
             if self.window is not None:
                 mask["window"] = self.window
-        out = softmax_average(q, k.unsqueeze(-3), v.unsqueeze(-3), bias, engine, **mask)
+        # the G query heads of a group share its key/value head: broadcast views
+        k, v = (t.unsqueeze(-3).expand(*q.shape[:-2], *t.shape[-2:]) for t in (k, v))
+        out = softmax_average(q, k, v, bias, engine, **mask)
         out = out.flatten(-4, -3).transpose(-3, -2).flatten(-2)  # (..., n, H·d_h)
         return _affine(out, Wo, bo)
 
