@@ -186,7 +186,8 @@ def test_biases_ties_and_zero_mass_tokens_against_the_reference(generator):
 
 
 def test_alibi_slopes_match_bloom_for_any_head_count():
-    from transformers.models.bloom.modeling_bloom import build_alibi_tensor
+    bloom = pytest.importorskip("transformers.models.bloom.modeling_bloom")
+    build_alibi_tensor = bloom.build_alibi_tensor
 
     for heads in (4, 8, 12, 9):
         alibi = build_alibi_tensor(torch.ones(1, 6), heads, F64)  # slopes · position
@@ -199,8 +200,9 @@ def test_alibi_slopes_match_bloom_for_any_head_count():
 
 def test_against_transformers_llama_attention(generator):
     """The convention the SmolLM2 loader uses: rotate-half RoPE, causal, GQA (1e-10)."""
-    from transformers import LlamaConfig
-    from transformers.models.llama.modeling_llama import LlamaAttention
+    transformers = pytest.importorskip("transformers")
+    LlamaConfig = transformers.LlamaConfig
+    LlamaAttention = transformers.models.llama.modeling_llama.LlamaAttention
 
     d, heads, kv_heads, dh, n, base = 12, 6, 2, 4, 11, 500.0
     config = LlamaConfig(
@@ -240,19 +242,88 @@ def test_against_transformers_llama_attention(generator):
 ENGINES = ["dense", "chunked", "sdpa", pytest.param("keops", marks=[pytest.mark.keops])]
 
 
+@pytest.mark.parametrize(
+    "options",
+    [{"position": RoPE(base=100.0), "window": 7}, {"position": ALiBi()}],
+    ids=["rope-window", "alibi"],
+)
 @pytest.mark.parametrize("engine", ENGINES)
-def test_grouped_equals_repeated_key_value_heads_on_every_engine(engine, generator):
+def test_grouped_equals_repeated_key_value_heads_on_every_engine(engine, options, generator):
     if engine == "keops" and not keops_ok():
         pytest.skip("KeOps cannot compile here")
     Wq, Wk, Wv, Wo = _weights(generator, heads=6, kv_heads=2)
-    mu = _tokens(generator, n=40)
-    options = {"position": RoPE(base=100.0), "window": 7}
+    weights = torch.rand(40, generator=generator, dtype=F64) + 0.2
+    mu = _tokens(generator, n=40, weights=weights / weights.sum())
     grouped = GroupedQueryAttention(Wq, Wk, Wv, Wo, heads=6, kv_heads=2, **options)
     # kv head g repeated for query heads 3g, 3g + 1, 3g + 2: H_kv = H, the weights repeated
     repeat = lambda W: W.unflatten(0, (2, 1, -1)).expand(2, 3, -1, -1).flatten(0, 2)  # noqa: E731
     full = GroupedQueryAttention(Wq, repeat(Wk), repeat(Wv), Wo, heads=6, kv_heads=6, **options)
     expected = full.velocity(mu, engine="dense")
     assert _relative(grouped.velocity(mu, engine=engine), expected) < ENGINE_TOL
+
+
+def test_time_dependent_and_batched_parameters(generator):
+    Wq, Wk, Wv, Wo = _weights(generator)
+    mu = _tokens(generator)
+    moving = GroupedQueryAttention(
+        lambda t: (1 + t) * Wq, Wk, Wv, Wo, heads=4, kv_heads=2, position=RoPE()
+    )
+    assert moving.time_dependent
+    fixed = GroupedQueryAttention(1.5 * Wq, Wk, Wv, Wo, heads=4, kv_heads=2, position=RoPE())
+    assert _relative(moving.velocity(mu, t=0.5), fixed.velocity(mu)) < TIGHT
+    batched = GroupedQueryAttention(
+        torch.stack([Wq, 1.5 * Wq]), Wk, Wv, Wo, heads=4, kv_heads=2, position=RoPE()
+    )
+    out = batched.velocity(mu)
+    assert out.shape == (2, 9, 6)
+    assert _relative(out[1], fixed.velocity(mu)) < TIGHT
+    clouds = Empirical(torch.stack([mu.points, 2 * mu.points]), positions=mu.positions)
+    both = fixed.velocity(clouds)
+    assert (
+        _relative(both[1], fixed.velocity(Empirical(2 * mu.points, positions=mu.positions))) < TIGHT
+    )
+
+
+def test_rope_tables_follow_in_place_edits_of_the_positions(generator):
+    x = torch.randn(4, 5, 8, generator=generator, dtype=F64)
+    p = torch.arange(5, dtype=F64)
+    rope = RoPE()
+    first = rope.rotate(x, p)
+    p.add_(3.0)  # same tensor, new values: the cached table must not be reused
+    assert _relative(rope.rotate(x, p), RoPE().rotate(x, p.clone())) < TIGHT
+    assert not torch.allclose(rope.rotate(x, p), first)
+    assert rope == RoPE()  # the cache is no field: equality and hashing unchanged
+    assert hash(rope) == hash(RoPE())
+
+
+def test_window_mask_of_the_engine_primitive(generator):
+    from tpde._engines import softmax_average
+
+    q = torch.randn(2, 3, 4, generator=generator, dtype=F64)
+    k = torch.randn(2, 5, 4, generator=generator, dtype=F64)
+    v = torch.randn(2, 5, 3, generator=generator, dtype=F64)
+    keys = torch.tensor([0.0, 1, 2, 3, 4], dtype=F64)
+    queries = torch.tensor([4.0, 2.5, 1.0], dtype=F64)
+    expected = torch.cat(
+        [
+            torch.softmax(q[:, i : i + 1] @ k[:, lo:hi].mT, dim=-1) @ v[:, lo:hi]
+            for i, (lo, hi) in enumerate([(3, 5), (1, 3), (0, 2)])  # keys in (p − 2, p]
+        ],
+        dim=-2,
+    )
+    for engine in ("dense", "chunked", "sdpa"):
+        got = softmax_average(
+            q, k, v, engine=engine, query_positions=queries, key_positions=keys, window=2.0
+        )
+        assert _relative(got, expected) < TIGHT
+    with pytest.raises(
+        ValueError, match=r"a query at position 9 sees no key in its window \(7, 9\]"
+    ):
+        softmax_average(q, k, v, query_positions=queries + 5, key_positions=keys, window=2.0)
+    with pytest.raises(ValueError, match="a sliding window needs query_positions"):
+        softmax_average(q, k, v, window=2.0)
+    with pytest.raises(ValueError, match=r"window must be > 0; received 0\.0"):
+        softmax_average(q, k, v, query_positions=queries, key_positions=keys, window=0.0)
 
 
 def test_evaluation_points_with_positions(generator):
@@ -290,6 +361,16 @@ def test_a_field_without_positions_runs_on_grids(generator):
 
 def test_bad_input_raises(generator):
     Wq, Wk, Wv, Wo = _weights(generator)
+    with pytest.raises(TypeError, match="causal must be True or False; received 1"):
+        GroupedQueryAttention(Wq, Wk, Wv, Wo, heads=4, kv_heads=2, causal=1)
+    with pytest.raises(ValueError, match=r"batch shapes of the parameters do not broadcast"):
+        GroupedQueryAttention(
+            torch.stack([Wq] * 2), torch.stack([Wk] * 3), Wv, Wo, heads=4, kv_heads=2
+        )
+    field = GroupedQueryAttention(Wq, Wk, Wv, Wo, heads=4, kv_heads=2)
+    tokens = _tokens(generator)
+    with pytest.raises(ValueError, match="evaluates at μ's own tokens here"):
+        field.particle_velocity(0.0, tokens, tokens.points[:3], "dense")
     with pytest.raises(ValueError, match="heads = 4 is not a multiple of kv_heads = 3"):
         GroupedQueryAttention(Wq, Wk, Wv, Wo, heads=4, kv_heads=3)
     with pytest.raises(ValueError, match="kv_heads must be a positive integer"):
