@@ -134,10 +134,10 @@ class RoPE(PositionalEncoding):
             object.__setattr__(self, "_cached", cached)  # not a field: no effect on ==, hash
         return cached[1]
 
-    def frequencies(self, head_dim: int) -> torch.Tensor:
+    def frequencies(self, head_dim: int, device=None) -> torch.Tensor:
         """θ_m = base^{−2m/r}, m = 0 … r/2 − 1, in float64 (r = dims or d_h)."""
         r = self.dims or head_dim
-        return self.base ** (-torch.arange(0, r, 2, dtype=torch.float64) / r)
+        return self.base ** (-torch.arange(0, r, 2, dtype=torch.float64, device=device) / r)
 
     def rotate(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         r = self.dims or x.shape[-1]
@@ -187,7 +187,8 @@ class ALiBi(PositionalEncoding):
     def __post_init__(self):
         if self.slopes is None:
             return
-        values = torch.as_tensor(self.slopes, dtype=torch.float64).reshape(-1).tolist()
+        values = torch.as_tensor(self.slopes, dtype=torch.float64, device="cpu").reshape(-1)
+        values = values.tolist()  # a few numbers of the configuration, not a computation
         if not values or not all(math.isfinite(m) and m > 0 for m in values):
             raise ValueError(
                 f"ALiBi slopes must be a non-empty sequence of finite positive numbers, one per "
@@ -209,14 +210,16 @@ class ALiBi(PositionalEncoding):
         return tuple(_paper_slopes(heads))
 
     def key_bias(self, positions: torch.Tensor, heads: int) -> torch.Tensor:
-        slopes = torch.tensor(self.head_slopes(heads), dtype=positions.dtype)
-        return slopes.to(positions.device).unsqueeze(-1) * positions  # (H, m): +m_h p_j
+        slopes = torch.tensor(
+            self.head_slopes(heads), dtype=positions.dtype, device=positions.device
+        )
+        return slopes.unsqueeze(-1) * positions  # (H, m): +m_h p_j
 
 
 def _cos_sin(rope: RoPE, positions: torch.Tensor, head_dim: int, dtype) -> tuple:
     """(n, r) tables C, S with rotate(x) = x·C + partner(x)·S: in pair (a, b) at angle φ,
     C = (cos φ, cos φ) and S = (−sin φ, sin φ), laid out as the pairs are."""
-    theta = rope.frequencies(head_dim).to(positions.device)
+    theta = rope.frequencies(head_dim, positions.device)
     angles = positions.to(torch.float64).unsqueeze(-1) * theta  # (n, r/2)
     cos, sin = angles.cos(), angles.sin()
     if rope.style == "half":
