@@ -262,6 +262,21 @@ def test_grouped_equals_repeated_key_value_heads_on_every_engine(engine, options
     assert _relative(grouped.velocity(mu, engine=engine), expected) < ENGINE_TOL
 
 
+@pytest.mark.parametrize("engine", ["chunked", "sdpa"])
+def test_gradients_match_dense(engine, generator):
+    Wq, Wk, Wv, Wo = (W.requires_grad_() for W in _weights(generator))
+    points = torch.randn(20, 6, generator=generator, dtype=F64).requires_grad_()
+    probe = torch.randn(20, 6, generator=generator, dtype=F64)
+    field = GroupedQueryAttention(Wq, Wk, Wv, Wo, heads=4, kv_heads=2, position=RoPE(base=50.0))
+
+    def grads(name):
+        out = field.velocity(Empirical(points, positions=torch.arange(20)), engine=name)
+        return torch.autograd.grad((out * probe).sum(), (points, Wq, Wk, Wv, Wo))
+
+    for got, expected in zip(grads(engine), grads("dense"), strict=True):
+        assert _relative(got, expected) < ENGINE_TOL
+
+
 def test_time_dependent_and_batched_parameters(generator):
     Wq, Wk, Wv, Wo = _weights(generator)
     mu = _tokens(generator)
@@ -363,7 +378,9 @@ def test_bad_input_raises(generator):
     Wq, Wk, Wv, Wo = _weights(generator)
     with pytest.raises(TypeError, match="causal must be True or False; received 1"):
         GroupedQueryAttention(Wq, Wk, Wv, Wo, heads=4, kv_heads=2, causal=1)
-    with pytest.raises(ValueError, match=r"batch shapes of the parameters do not broadcast"):
+    with pytest.raises(
+        ValueError, match=r"batch shapes of the weights do not broadcast: Wq \(2,\), Wk \(3,\)"
+    ):
         GroupedQueryAttention(
             torch.stack([Wq] * 2), torch.stack([Wk] * 3), Wv, Wo, heads=4, kv_heads=2
         )
@@ -377,14 +394,24 @@ def test_bad_input_raises(generator):
         GroupedQueryAttention(Wq, Wk, Wv, Wo, heads=4, kv_heads=0)
     with pytest.raises(
         ValueError,
-        match=r"Wk must have shape \(\.\.\., 8, 6\) to fit Wq of shape "
-        r"\(16, 6\).*received Wk of shape \(7, 6\)",
+        match=r"Wk must have shape \(\.\.\., 8, 6\) = \(\.\.\., H_kv·d_h, d\) to fit Wq of "
+        r"shape \(16, 6\).*received Wk of shape \(6, 6\)",
     ):
+        GroupedQueryAttention(Wq, Wk[:6], Wv[:6], Wo, heads=4, kv_heads=2)
+    with pytest.raises(ValueError, match=r"Wv has shape \(8, 6\) but Wk has shape \(7, 6\)"):
         GroupedQueryAttention(Wq, Wk[:7], Wv, Wo, heads=4, kv_heads=2)
-    with pytest.raises(ValueError, match=r"Wo must have shape \(\.\.\., 6, 16\).*\(16, 6\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"Wo has shape \(16, 6\) but Wq has shape \(16, 6\), so Wo"
+        r" must have shape \(\.\.\., 6, 16\)",
+    ):
         GroupedQueryAttention(Wq, Wk, Wv, Wo.T, heads=4, kv_heads=2)
-    with pytest.raises(ValueError, match=r"Wq must have shape \(\.\.\., H·d_h, d\).*\(15, 6\)"):
-        GroupedQueryAttention(Wq[:15], Wk, Wv, Wo, heads=4, kv_heads=2)
+    with pytest.raises(
+        ValueError,
+        match=r"a multiple of H = 4 query heads; received Wq of shape "
+        r"\(15, 6\)",
+    ):
+        GroupedQueryAttention(Wq[:15], Wk, Wv, Wo[:, :15], heads=4, kv_heads=2)
     odd = _weights(generator, heads=2, kv_heads=1, head_dim=3)
     with pytest.raises(ValueError, match="head dimension d_h = 3 is odd"):
         GroupedQueryAttention(*odd, heads=2, kv_heads=1, position=RoPE())

@@ -213,7 +213,7 @@ def softmax_average(
     if window is not None:
         _check_window_sees_keys(query_positions, key_positions, window)
         return average(q, k, v, key_bias, query_positions, key_positions, window)
-    if bool(query_positions.min() < key_positions.min()):
+    if query_positions is not key_positions and bool(query_positions.min() < key_positions.min()):
         raise ValueError(
             f"a query at position {float(query_positions.min()):.4g} sees no key: the "
             f"earliest key is at {float(key_positions.min()):.4g}. Add a key (a sink) at a "
