@@ -28,6 +28,7 @@ from tpde.attention.gradient_flow import (
     energy_dissipation,
     gradient_flow_gap,
 )
+from tpde.attention.grouped import GroupedQueryAttention
 from tpde.attention.l2 import L2
 from tpde.attention.linear import Linear
 from tpde.attention.masked import Masked
@@ -44,6 +45,7 @@ from tpde.attention.norms import (
     PreLN,
     RMSNorm,
 )
+from tpde.attention.positions import ALiBi, PositionalEncoding, RoPE
 from tpde.attention.schedule import LayerSchedule
 from tpde.attention.sigmoid import Sigmoid
 from tpde.attention.sinkhorn import Sinkhorn, SinkhornInfo, SinkhornNotConverged
@@ -57,6 +59,7 @@ __all__ = [
     "L2",
     "MLP",
     "NGPT",
+    "ALiBi",
     "AffineDerivative",
     "Cosine",
     "Dissipation",
@@ -66,6 +69,7 @@ __all__ = [
     "GradientFlowField",
     "GradientFlowGap",
     "GradientStructure",
+    "GroupedQueryAttention",
     "InnerSolves",
     "InteractionEnergy",
     "LayerNorm",
@@ -78,10 +82,12 @@ __all__ = [
     "Normalized",
     "NotAGradientFlow",
     "PeriLN",
+    "PositionalEncoding",
     "PostLN",
     "PotentialEnergy",
     "PreLN",
     "RMSNorm",
+    "RoPE",
     "Sigmoid",
     "Sinkhorn",
     "SinkhornInfo",
