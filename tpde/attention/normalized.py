@@ -27,13 +27,17 @@ tokens cluster.
 The sphere schemes (post-ln, ngpt) declare a projection: flows renormalise the tokens after
 every accepted step (:class:`~tpde.flows.systems.ParticleSystem`), and since their velocity
 is tangent (P⊥_x, extended off the sphere by P⊥_x = I − xxᵀ/|x|², which keeps |x|
-constant) every method keeps its order. ``tangent=False`` uses the discrete layer's own
-direction instead (Γ for post-LN, α(N(Γ) − x) for nGPT): then an Euler step followed by the
-projection *is* the layer, x ← N(x + hΓ) (the loop of Geshkovski et al.'s phase diagrams),
-first order for any method. ``layernorm`` applies the real LayerNorm,
-LN(x) = γ ⊙ (x − m(x)1)/√(v(x) + ε) + b (m, v the mean and variance over the d coordinates),
-after every step: with Euler and h = 1 per layer it is BERT's Post-LN sublayer
-h ← LN(h + Attn(h)). LN is not idempotent for general γ, b, so no h → 0 limit is claimed.
+constant) every method keeps its order. The wrapped field is evaluated at the normalised
+tokens, Γ[N#μ](N(x)) — equal to Γ[μ](x) on the sphere, and off it (where Runge–Kutta
+stages evaluate) the 0-homogeneous extension, so that a field with a circle-only engine
+(softmax and exponential with A = βI on S¹: "spectral") keeps it at every stage.
+``tangent=False`` uses the discrete layer's own direction instead (Γ for post-LN,
+α(N(Γ) − x) for nGPT): then an Euler step followed by the projection *is* the layer,
+x ← N(x + hΓ) (the loop of Geshkovski et al.'s phase diagrams), first order for any method.
+``layernorm`` applies the real LayerNorm, LN(x) = γ ⊙ (x − m(x)1)/√(v(x) + ε) + b (m, v the
+mean and variance over the d coordinates), after every step: with Euler and h = 1 per layer
+it is BERT's Post-LN sublayer h ← LN(h + Attn(h)). LN is not idempotent for general γ, b,
+so no h → 0 limit is claimed.
 """
 
 from __future__ import annotations
@@ -228,7 +232,10 @@ class Normalized(Field):
             keys = mu.with_points(normalize(mu.points))
             out = self.field.particle_velocity(t, keys, normalize(x), engine, info)
             return normalize(out) if scheme == "peri-ln" else out
-        out = self.field.particle_velocity(t, mu, x, engine, info)
+        if scheme in ON_SPHERE and self.tangent:
+            out = self._on_sphere(t, mu, x, engine, info)
+        else:
+            out = self.field.particle_velocity(t, mu, x, engine, info)
         if scheme == "layernorm":
             return out
         if scheme == "ngpt":
@@ -237,6 +244,14 @@ class Normalized(Field):
                 return alpha * (normalize(out) - normalize(x))
             return alpha * tangent(x, normalize(out))
         return tangent(x, out) if self.tangent else out  # post-ln
+
+    def _on_sphere(self, t, mu: Empirical, x, engine: str, info) -> torch.Tensor:
+        """Γ[N#μ](N(x)): Γ[μ](x) on the sphere, and the extension off it that Runge–Kutta
+        stages see (module notes); queries that are μ's tokens stay μ's tokens."""
+        keys = mu.with_points(normalize(mu.points))
+        return self.field.particle_velocity(
+            t, keys, keys.points if x is mu.points else normalize(x), engine, info
+        )
 
     def _alpha(self, t) -> float:
         if not callable(self.alpha):
