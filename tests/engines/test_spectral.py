@@ -196,6 +196,9 @@ def test_engine_spectral_refusals(generator):
         field.velocity(
             Empirical(mu.points, torch.tensor([0.5, 0.5, 0, 0, 0, 0])), engine="spectral"
         )
+    with pytest.raises(ValueError, match=match + "it computes in float32 or float64"):
+        half = torch.eye(2, dtype=torch.float16)
+        Softmax(half, half, half, scale=1.0).velocity(mu.to(dtype=torch.float16), engine="spectral")
     with pytest.raises(ValueError, match=match + "it needs every token on the unit circle"):
         field.velocity(Empirical(1.01 * mu.points), engine="spectral")
     with pytest.raises(ValueError, match="engine 'spectral' does not compute general softmax"):

@@ -252,12 +252,14 @@ def exp_sum_spectral(points, weights, beta, K=None) -> torch.Tensor:
 def spectral_refusal(points, weights, beta) -> str | None:
     """Why the spectral engine does not apply to this cloud, or None where it does.
 
-    It needs d = 2, β > 0, every token on the unit circle (| |x| − 1 | ≤ 16 eps: the
-    kernel is e^{β cos(θ − φ)} only there) and every weight > 0 (the truncation's bound
-    uses each token's own weight).
+    It needs d = 2, float32 or float64, β > 0, every token on the unit circle
+    (| |x| − 1 | ≤ 16 eps: the kernel is e^{β cos(θ − φ)} only there) and every weight > 0
+    (the truncation's bound uses each token's own weight).
     """
     if points.shape[-1] != 2:
         return f"it needs tokens in d = 2 (the circle S¹); these have d = {points.shape[-1]}"
+    if points.dtype not in (torch.float32, torch.float64):
+        return f"it computes in float32 or float64; the tokens are {points.dtype}"
     if not bool((beta > 0).all()):
         return f"it needs β > 0 (A = βI); received β = {float(beta.min()):.4g}"
     if not bool((weights > 0).all()):
