@@ -21,6 +21,7 @@ from tpde.attention.base import (
 )
 from tpde.attention.cosine import Cosine
 from tpde.attention.energies import Energy, InteractionEnergy, PotentialEnergy, as_energy
+from tpde.attention.exponential import Exponential
 from tpde.attention.gradient_flow import (
     Dissipation,
     GradientFlowField,
@@ -64,6 +65,7 @@ __all__ = [
     "Cosine",
     "Dissipation",
     "Energy",
+    "Exponential",
     "Field",
     "GaussianNotPreserved",
     "GradientFlowField",
