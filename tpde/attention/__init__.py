@@ -25,6 +25,7 @@ from tpde.attention.gradient_flow import (
     energy_dissipation,
     gradient_flow_gap,
 )
+from tpde.attention.hardmax import Hardmax
 from tpde.attention.l2 import L2
 from tpde.attention.linear import Linear
 from tpde.attention.masked import Masked
@@ -48,6 +49,7 @@ __all__ = [
     "GradientFlowField",
     "GradientFlowGap",
     "GradientStructure",
+    "Hardmax",
     "InnerSolves",
     "InteractionEnergy",
     "LayerSchedule",
