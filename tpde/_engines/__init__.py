@@ -15,7 +15,7 @@ Engines (the word *engine* is used for nothing else in tpde):
 - ``"auto"``: the rule of :func:`pick_engine`, from measurements in ``benchmarks/fields.py``.
 
 Primitives: :func:`softmax_average` (every engine) and :func:`kernel_sum`, the
-unnormalised sum Σ_j φ(q_i·k_j + b_j) v_j of sigmoid and linear attention (dense,
+unnormalised sum Σ_j φ(q_i·k_j + b_j) v_j of sigmoid, linear and exponential (USA) attention (dense,
 chunked, tiled, keops; its "auto" rule is :func:`pick_kernel_sum_engine`), and :func:`logsumexp`,
 log Σ_j exp(q_i·k_j + b_j), of Sinkhorn attention (every engine, "sdpa" on the CPU only;
 "auto": :func:`pick_logsumexp_engine`).
@@ -76,7 +76,7 @@ _SOFTMAX_AVERAGE = {
     "keops": softmax_average_keops,
 }
 
-# Unnormalised kernel sums (sigmoid, linear): SDPA always normalises, so it is absent.
+# Unnormalised kernel sums (sigmoid, linear, exp): SDPA always normalises, so it is absent.
 _KERNEL_SUM = {
     "dense": kernel_sum_dense,
     "chunked": kernel_sum_chunked,
@@ -238,7 +238,8 @@ def pick_kernel_sum_engine(n: int, m: int, device: torch.device, dtype: torch.dt
 def kernel_sum(q, k, v, key_bias=None, kernel: str = "sigmoid", engine: str = "auto"):
     """Unnormalised kernel sum on the chosen engine.
 
-    out_i = Σ_j φ(q_i·k_j + b_j) v_j,   φ = σ ("sigmoid") or the identity ("linear").
+    out_i = Σ_j φ(q_i·k_j + b_j) v_j,   φ = σ ("sigmoid"), exp ("exp": the USA model's
+    kernel) or the identity ("linear").
 
     Parameters
     ----------

@@ -18,6 +18,7 @@ from tpde.attention.base import (
 )
 from tpde.attention.cosine import Cosine
 from tpde.attention.energies import Energy, InteractionEnergy, PotentialEnergy, as_energy
+from tpde.attention.exponential import Exponential
 from tpde.attention.gradient_flow import (
     Dissipation,
     GradientFlowField,
@@ -44,6 +45,7 @@ __all__ = [
     "Cosine",
     "Dissipation",
     "Energy",
+    "Exponential",
     "Field",
     "GaussianNotPreserved",
     "GradientFlowField",
