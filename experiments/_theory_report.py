@@ -56,6 +56,11 @@ def _claims_equiangular(config, results) -> list[fw.Claim]:
     return out
 
 
+def _forcing(rates, k: int) -> float:
+    """max over 1 ≤ j < k of λ_j + λ_{k−j}: the growth of the quadratic forcing of mode k."""
+    return max((rates[j - 1] + rates[k - j - 1] for j in range(1, k)), default=-math.inf)
+
+
 def _claims_instability(config, arrays, results) -> list[fw.Claim]:
     r = results["instability"]
     out = []
@@ -75,6 +80,7 @@ def _claims_instability(config, arrays, results) -> list[fw.Claim]:
         good, bad = [], []
         for beta in config["inst_betas"]:
             run = r[f"random/{kernel}/{beta:g}"]
+            pred = arrays[f"inst__{kernel}__{beta:g}__predicted"]
             for k, (rel, se, growth) in enumerate(
                 zip(run["rel_error"], run["rel_se"], run["growth"], strict=True), start=1
             ):
@@ -85,8 +91,13 @@ def _claims_instability(config, arrays, results) -> list[fw.Claim]:
                     bad.append(cell + ", within 2 s.e.: Monte-Carlo noise)")
                 elif growth < 1:
                     bad.append(cell + ", too little growth in the linear window)")
+                elif rel > 0 and _forcing(pred, k) > pred[k - 1]:
+                    bad.append(
+                        cell + f", beyond 2 s.e.: forced by a_j a_(k−j), which grows at "
+                        f"max λ_j + λ_(k−j) = {_forcing(pred, k):.3g} > λ_k)"
+                    )
                 else:
-                    bad.append(cell + ", beyond 2 s.e.: finite-N or nonlinear bias)")
+                    bad.append(cell + ", beyond 2 s.e.: finite-N or saturation bias)")
         reason = ""
         if bad:
             reason = (
