@@ -153,6 +153,31 @@ def test_rates_match_a_numerical_linearisation_of_tpdes_field(kernel, beta):
         assert rate == pytest.approx(instability_rate(k, beta, kernel=kernel), rel=1e-5)
 
 
+@pytest.mark.parametrize("kernel", ["sa", "usa"])
+@pytest.mark.parametrize("beta", [1.0, 5.0])
+def test_sphere_rates_match_a_numerical_linearisation_on_s2(kernel, beta):
+    # Density 1 + ε P_ℓ(z) on S² as a quadrature measure (Gauss–Legendre in z, uniform in
+    # φ); M_ℓ = ∫ρ P_ℓ(z) grows at λ_ℓ: dM/dt = Σ_j w_j P'_ℓ(z_j) ż_j with ż the z
+    # component of tpde's post-LN velocity.
+    from numpy.polynomial import legendre
+
+    nodes, gl = legendre.leggauss(40)
+    phi = 2 * np.pi * np.arange(80) / 80
+    z, ph = np.repeat(nodes, 80), np.tile(phi, 40)
+    s = np.sqrt(1 - z**2)
+    points = torch.as_tensor(np.stack([s * np.cos(ph), s * np.sin(ph), z], -1))
+    field = Normalized(_field(kernel, beta, 3))
+    eps = 1e-6
+    for ell in range(1, 7):
+        P = legendre.Legendre.basis(ell)
+        density = np.repeat(gl, 80) * (1 + eps * P(z))
+        w = density / density.sum()
+        v = field.velocity(Empirical(points, torch.as_tensor(w)))[:, 2].numpy()
+        rate = np.sum(w * P.deriv()(z) * v) / np.sum(w * P(z))
+        assert rate == pytest.approx(instability_rate(ell, beta, kernel=kernel, d=3), rel=1e-5)
+    assert dominant_mode(5.0, d=3) == 3 and dominant_mode(1.0, d=3) == 1
+
+
 def test_rates_use_the_scaled_bessel_functions():
     k = np.arange(1, 7)
     np.testing.assert_allclose(
@@ -182,6 +207,13 @@ def test_beta_must_be_positive_for_the_fourier_formulas(beta):
 def test_modes_below_one_are_refused(k):
     with pytest.raises(ValueError, match="Fourier modes k must be"):
         instability_rate(k, 1.0)
+
+
+def test_sphere_dimension_must_be_at_least_two():
+    with pytest.raises(ValueError, match=r"an int >= 2 \(S\^\(d-1\)\); received 1"):
+        instability_rate(1, 1.0, d=1)
+    with pytest.raises(ValueError, match=r"received 2\.5"):
+        dominant_mode(1.0, d=2.5)
 
 
 # ---------------------------------------------------------------------- causal clustering

@@ -331,54 +331,80 @@ def _check_modes(k) -> np.ndarray:
     return modes.astype(int)
 
 
-def instability_rate(k, beta: float, *, kernel: str = "sa"):
-    r"""Growth rate λ_k of Fourier mode k of the uniform measure on S¹ (post-LN).
+def _check_dim(d) -> int:
+    if isinstance(d, bool) or not isinstance(d, int | np.integer) or d < 2:
+        raise ValueError(f"d is the dimension of the sphere's ambient space, an int >= 2 "
+                         f"(S^(d-1)); received {d!r}.")  # fmt: skip
+    return int(d)
 
-    ρ(t, θ) = 1/2π + Σ_k a_k(t)e^{ikθ} linearised (MATH.md §9; ∫cos(ku)e^{β cos u}du =
-    2πI_k(β)): ȧ_k = λ_k a_k with
+
+def instability_rate(k, beta: float, *, kernel: str = "sa", d: int = 2):
+    r"""Growth rate λ_k of mode k of the uniform measure on S^{d−1} (post-LN, Q = K = V = I).
+
+    On the circle (d = 2), ρ(t, θ) = 1/2π + Σ_k a_k(t)e^{ikθ} linearised (MATH.md §9;
+    ∫cos(ku)e^{β cos u}du = 2πI_k(β)) gives ȧ_k = λ_k a_k with
 
         λ_k = k² I_k(β) / (β I_0(β))   (SA),        λ_k = k² I_k(β) / β   (USA).
 
-    Computed with the exponentially scaled Bessel functions (scipy.special.ive), so SA is
-    stable for any β (USA overflows as e^β does, past β ≈ 709 in float64). Every λ_k is
-    positive: the uniform measure is unstable in every mode. For N tokens drawn uniformly,
-    E|(1/N)Σ_j e^{−ikθ_j}|² ≈ e^{2λ_k t}/N while the modes stay small. Regime studied by
-    Bruno, Pasqualotto, Agazzi, arXiv:2410.23228.
+    On S^{d−1} the modes are the spherical harmonics of degree k ≥ 1: the USA velocity is
+    ∇_S(K∗μ)/β with K(t) = e^{βt}, so the linearised equation is ∂tδρ = −ρ₀Δ_S(K∗δρ)/β,
+    Δ_S = −k(k + d − 2) on degree k and, by Funk–Hecke, E_{y∼unif}[e^{β⟨x,y⟩}P_k(⟨x,y⟩)] =
+    Γ(d/2)(2/β)^ν I_{k+ν}(β), ν = d/2 − 1 [ours, MATH.md §9]:
+
+        λ_k = k(k + d − 2) I_{k+ν}(β) / (β I_ν(β))                  (SA),
+        λ_k = k(k + d − 2) Γ(d/2) (2/β)^ν I_{k+ν}(β) / β             (USA);
+
+    d = 2 gives the circle's formulas, d = 3: λ_k = k(k + 1) i_k(β)/(β i_0(β)) with the
+    modified spherical Bessel functions i_k. (At uniform the SA numerator vanishes, so
+    the normaliser enters at its uniform value only.) Computed with the exponentially
+    scaled Bessel functions (scipy.special.ive): SA is stable for any β; USA overflows as
+    e^β does, past β ≈ 709 in float64. Every λ_k is positive. For N tokens drawn uniformly
+    on S¹, E|(1/N)Σ_j e^{−ikθ_j}|² ≈ e^{2λ_k t}/N while the modes stay small. The regime of
+    Bruno, Pasqualotto, Agazzi, arXiv:2410.23228 (their fastest mode maximises a rescaled
+    Gegenbauer coefficient, the same index as :func:`dominant_mode`).
 
     Parameters
     ----------
-    k : int or array of int ≥ 1
+    k : int or array of int ≥ 1 (Fourier mode on S¹, harmonic degree on S^{d−1})
     beta : float > 0 (the formula divides by β; β ≤ 0 raises)
     kernel : {"sa", "usa"}
+    d : int ≥ 2, the ambient dimension (tokens on S^{d−1}); default 2 (the circle).
 
     Returns
     -------
     float or array of the shape of k.
     """
-    from scipy.special import ive
+    from scipy.special import gammaln, ive
 
     kernel = _check_kernel(kernel)
     beta = _check_beta_positive(beta, "the instability rate k^2 I_k(beta)/beta")
     modes = _check_modes(k)
+    d = _check_dim(d)
+    nu = d / 2 - 1
+    laplacian = modes * (modes + d - 2)
     if kernel == "sa":
-        rate = modes**2 * ive(modes, beta) / (beta * ive(0, beta))
+        rate = laplacian * ive(modes + nu, beta) / (beta * ive(nu, beta))
     else:
-        rate = modes**2 * ive(modes, beta) * math.exp(beta) / beta
+        log_scale = gammaln(d / 2) + nu * math.log(2 / beta) + beta
+        rate = laplacian * ive(modes + nu, beta) * math.exp(log_scale) / beta
     return float(rate) if np.ndim(rate) == 0 else rate
 
 
-def dominant_mode(beta: float) -> int:
-    r"""k*(β) = argmax_{k ≥ 1} k² I_k(β): the fastest-growing mode (SA and USA alike).
+def dominant_mode(beta: float, *, d: int = 2) -> int:
+    r"""k*(β) = argmax_{k ≥ 1} k(k + d − 2) I_{k+d/2−1}(β): the fastest-growing mode.
 
-    I_k(β) ≈ e^β e^{−k²/2β}/√(2πβ) for large β, so k* ≈ √(2β); the search runs over
-    k ≤ 4√β + 20 with scipy.special.ive (the factor e^{−β} does not change the argmax).
-    k*(1) = 1, k*(5) = 3, k*(10) = 4. Raises ValueError for β ≤ 0.
+    The same for SA and USA (they differ by a factor free of k). On the circle (d = 2)
+    k* = argmax k²I_k(β): k*(1) = 1, k*(5) = 3, k*(10) = 4. I_k(β) ≈ e^β e^{−k²/2β}/√(2πβ)
+    for large β, so k* ≈ √(2β); the search runs over k ≤ 4√β + 20 with
+    scipy.special.ive (the factor e^{−β} does not change the argmax). Raises ValueError
+    for β ≤ 0.
     """
     from scipy.special import ive
 
     beta = _check_beta_positive(beta, "the dominant mode argmax_k k^2 I_k(beta)")
+    d = _check_dim(d)
     modes = np.arange(1, int(4 * math.sqrt(beta)) + 21)
-    return int(modes[np.argmax(modes**2 * ive(modes, beta))])
+    return int(modes[np.argmax(modes * (modes + d - 2) * ive(modes + d / 2 - 1, beta))])
 
 
 # ---------------------------------------------------------------------- causal clustering
