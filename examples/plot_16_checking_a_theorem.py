@@ -23,6 +23,8 @@ and the fastest mode is :math:`k^* = \arg\max_k k^2 I_k(\beta)` (3 at :math:`\be
 formulas; below, tpde's particles measure them two ways.
 """
 
+import os
+
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
@@ -31,6 +33,8 @@ from tpde.attention import Normalized, Softmax
 from tpde.flows import integrate
 from tpde.measures import Empirical, uniform_on_sphere
 from tpde.theory import dominant_mode, instability_rate
+
+SMALL = os.environ.get("TPDE_EXAMPLE_SIZE") == "small"  # the test suite runs a small size
 
 beta, modes = 5.0, np.arange(1, 9)
 eye = torch.eye(2, dtype=torch.float64)
@@ -69,7 +73,7 @@ print("relative error, one mode at a time:",
 # The ratio :math:`\sum_s |m_k(t)|^2 / \sum_s |m_k(0)|^2` over seeds s is fitted in the
 # window where every mode is still small (``tpde run theory`` does this at N = 10⁴).
 
-N, seeds = 1000, 4
+N, seeds = (400, 2) if SMALL else (1000, 4)
 cloud = uniform_on_sphere(N, 2, batch=(seeds,), generator=torch.Generator().manual_seed(0))
 horizon = np.log(0.5 * N * 0.1) / (2 * instability_rate(dominant_mode(beta), beta))
 times = np.linspace(0, horizon, 11)
