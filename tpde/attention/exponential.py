@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 
 from tpde._engines import kernel_sum
+from tpde._engines.spectral import exp_sum_spectral
+from tpde.attention._circle import circle_route
 from tpde.attention._params import QKV
 from tpde.attention.base import Field, GaussianNotPreserved
 from tpde.attention.registry import register
@@ -41,8 +43,11 @@ class Exponential(Field):
 
     Engines: the unnormalised kernel sums ("dense", "chunked", "tiled", "keops"; "auto":
     dense for small n, then tiled on the CPU, KeOps on CUDA); "sdpa" always normalises and
-    raises. Scores beyond the dtype's exponent range overflow (e^{710} in float64): the
-    velocity then raises OverflowError.
+    raises. On the circle (d = 2, tokens of norm 1) with A = βI, β > 0, and V = vI, the
+    "spectral" engine sums the Fourier series of e^{β cos(θ − φ)} exactly to rounding in
+    O(n·K) (:mod:`tpde._engines.spectral`), and "auto" takes it for large clouds. Scores
+    beyond the dtype's exponent range overflow (e^{710} in float64): the velocity then
+    raises OverflowError.
 
     No Gaussian closure: for μ = N(α, Σ) the tilt lemma gives
     Γ[μ](x) = e^{xᵀAᵀα + ½ xᵀAᵀΣAx} V(α + ΣAx), which is not affine in x, so Gaussians do
@@ -57,6 +62,10 @@ class Exponential(Field):
         self.dim = self.params.dim
 
     def particle_velocity(self, t, mu: Empirical, x, engine: str, info=None) -> torch.Tensor:
+        route = circle_route(self, mu, x, engine)
+        if route is not None:  # A = βI, V = vI on the circle: the Fourier series
+            beta, value = route
+            return value * exp_sum_spectral(x, mu.weights, beta)
         p = self.params.at(t, like=x)
         points, weights = mu.points, mu.weights
         scalar = self.params.isotropic_interaction(x)

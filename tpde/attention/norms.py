@@ -201,8 +201,9 @@ class PostLN(NormScheme):
         object.__setattr__(self, "atol", _check_atol(self.atol))
 
     def velocity(self, field, t, mu, x, engine, info):
-        out = field.particle_velocity(t, mu, x, engine, info)
-        return tangent(x, out) if self.tangent else out
+        if not self.tangent:
+            return field.particle_velocity(t, mu, x, engine, info)
+        return tangent(x, _on_sphere(field, t, mu, x, engine, info))
 
     def project(self, points):
         return normalize(points)
@@ -272,11 +273,11 @@ class NGPT(NormScheme):
         return value
 
     def velocity(self, field, t, mu, x, engine, info):
-        out = field.particle_velocity(t, mu, x, engine, info)
         alpha = self.alpha_at(t)
         if not self.tangent:
+            out = field.particle_velocity(t, mu, x, engine, info)
             return alpha * (normalize(out) - normalize(x))
-        return alpha * tangent(x, normalize(out))
+        return alpha * tangent(x, normalize(_on_sphere(field, t, mu, x, engine, info)))
 
     def project(self, points):
         return normalize(points)
@@ -284,6 +285,16 @@ class NGPT(NormScheme):
     def describe(self) -> str:
         extra = "" if self.tangent else ", tangent=False"
         return f"NGPT(alpha={'<callable>' if callable(self.alpha) else self.alpha}{extra})"
+
+
+def _on_sphere(field, t, mu, x, engine, info):
+    """Γ[N#μ](N(x)): Γ[μ](x) on the sphere, and the extension off it that Runge–Kutta stages
+    see (module notes of :mod:`tpde.attention.normalized`); queries that are μ's tokens stay
+    μ's tokens."""
+    keys = mu.with_points(normalize(mu.points))
+    return field.particle_velocity(
+        t, keys, keys.points if x is mu.points else normalize(x), engine, info
+    )
 
 
 # ---------------------------------------------------------------------- R^d schemes
