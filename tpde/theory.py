@@ -120,14 +120,10 @@ def equiangular_velocity(rho, r=1.0, *, beta: float, n: int, scheme: str = "post
         |Γ_i|² = w_s² + (n − 1)w_o² + (n − 1)ρ(2w_s w_o + (n − 2)w_o²),
         c = 2 w_o (1 − ρ)(1 + (n − 1)ρ)   (= 2(⟨Γ_i, θ_j⟩ − gρ), the post-LN rate).
 
-    ========  ======================  ============
-    scheme    ρ̇                       ṙ
-    ========  ======================  ============
-    post-ln   c                       0
-    pre-ln    c / r                   g
-    peri-ln   c / (r |Γ|)             g / |Γ|
-    ngpt      α c / |Γ|               0
-    ========  ======================  ============
+    - post-ln: ρ̇ = c, ṙ = 0;
+    - pre-ln: ρ̇ = c/r, ṙ = g;
+    - peri-ln: ρ̇ = c/(r|Γ|), ṙ = g/|Γ|;
+    - ngpt: ρ̇ = αc/|Γ|, ṙ = 0.
 
     "mix-ln" is post-ln before its switch and pre-ln after (:func:`equiangular_solution`;
     here it raises, having no single velocity). Post-LN SA/USA and pre-LN SA are MATH.md
@@ -210,11 +206,21 @@ def equiangular_solution(times, rho0: float, *, beta: float, n: int, scheme: str
     ----------
     times : array (T,)
         Increasing times ≥ 0 at which to report the solution.
-    rho0, r0 : the start (r0 is read by pre-ln, peri-ln and mix-ln after its switch).
-    switch : float
+    rho0 : float
+        The common inner product at t = 0, in [−1/(n − 1), 1].
+    beta, n, scheme, kernel, alpha
+        As in :func:`equiangular_velocity` ("mix-ln" allowed here).
+    r0 : float
+        The common radius at t = 0 (read by pre-ln, peri-ln and mix-ln after its switch).
+    switch : float, optional
         "mix-ln" only: post-ln on [0, switch), pre-ln after (with r = r0 at the switch).
-    rtol, atol : DOP853's tolerances (the defaults resolve ρ to about 1e-13).
-    Other parameters as in :func:`equiangular_velocity`.
+    rtol, atol : float
+        DOP853's tolerances (the defaults resolve ρ to about 1e-13).
+
+    Returns
+    -------
+    EquiangularSolution
+        ``times``, ``rho`` and ``r``, arrays (T,).
     """
     from scipy.integrate import solve_ivp
 
@@ -458,10 +464,17 @@ def hardmax_vertices(points, A) -> tuple[torch.Tensor, torch.Tensor]:
     valid when v(i) is such a stationary vertex: for PSD A, along the segment from x_i to
     x_v the score of v stays maximal iff it is maximal at both ends.
 
+    Parameters
+    ----------
+    points : tensor (n, d)
+    A : tensor (d, d)
+
     Returns
     -------
-    (targets, valid) : int64 tensor (n,) of v(i) (the first index among exact ties) and a
-    bool tensor (n,), True where v(v(i)) = v(i).
+    targets : int64 tensor (n,)
+        v(i) (the first index among exact ties).
+    valid : bool tensor (n,)
+        True where v(v(i)) = v(i): the target is a stationary vertex.
     """
     x = as_tensor(points, "points")
     if x.ndim != 2:
