@@ -30,6 +30,7 @@ from tpde.attention.gradient_flow import (
     gradient_flow_gap,
 )
 from tpde.attention.grouped import GroupedQueryAttention
+from tpde.attention.hardmax import Hardmax
 from tpde.attention.l2 import L2
 from tpde.attention.linear import Linear
 from tpde.attention.masked import Masked
@@ -72,6 +73,7 @@ __all__ = [
     "GradientFlowGap",
     "GradientStructure",
     "GroupedQueryAttention",
+    "Hardmax",
     "InnerSolves",
     "InteractionEnergy",
     "LayerNorm",
