@@ -4,7 +4,9 @@ Every variant is one :class:`Field` with the same public protocol (``particle_ve
 ``check_measure``, ``gaussian_affine`` where Gaussians stay Gaussian, and the optional
 capabilities of :data:`CAPABILITIES`); the variants are registered by name in
 :mod:`tpde.attention.registry`. Gradient-flow structure: :mod:`tpde.attention.structure`;
-energies: :mod:`tpde.attention.energies`.
+energies: :mod:`tpde.attention.energies`. Per-token feed-forward fields (:class:`MLP`,
+:class:`SwiGLU`, activations in :mod:`tpde.attention.activations`) are fields too, outside
+the registry (they have no Q, K, V).
 """
 
 from tpde.attention import registry
@@ -28,6 +30,7 @@ from tpde.attention.gradient_flow import (
 from tpde.attention.l2 import L2
 from tpde.attention.linear import Linear
 from tpde.attention.masked import Masked
+from tpde.attention.mlp import MLP
 from tpde.attention.multihead import MultiHead
 from tpde.attention.normalized import Normalized
 from tpde.attention.schedule import LayerSchedule
@@ -35,10 +38,12 @@ from tpde.attention.sigmoid import Sigmoid
 from tpde.attention.sinkhorn import Sinkhorn, SinkhornInfo, SinkhornNotConverged
 from tpde.attention.softmax import Softmax
 from tpde.attention.structure import GradientStructure, gradient_structure
+from tpde.attention.swiglu import SwiGLU
 
 __all__ = [
     "CAPABILITIES",
     "L2",
+    "MLP",
     "AffineDerivative",
     "Cosine",
     "Dissipation",
@@ -62,6 +67,7 @@ __all__ = [
     "SinkhornInfo",
     "SinkhornNotConverged",
     "Softmax",
+    "SwiGLU",
     "as_energy",
     "energy_dissipation",
     "gradient_flow_gap",
