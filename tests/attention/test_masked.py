@@ -177,12 +177,12 @@ def test_missing_positions_raise(generator):
         field.velocity(_tokens(generator), positions=POSITIONS)
 
 
-def test_positions_outside_the_unit_interval_raise(generator):
+def test_negative_positions_raise(generator):
     Q, K, V = _params(generator)
     points = torch.randn(3, 3, generator=generator, dtype=F64)
-    with pytest.raises(ValueError, match=r"positions must lie in \[0, 1\]"):
-        Empirical(points, positions=[0.0, 0.5, 1.5])
-    with pytest.raises(ValueError, match=r"positions must lie in \[0, 1\]"):
+    with pytest.raises(ValueError, match=r"positions must be ≥ 0.*received a minimum of -1.5"):
+        Empirical(points, positions=[0.0, -1.5, 1.5])
+    with pytest.raises(ValueError, match=r"positions must be ≥ 0.*received a minimum of -0.1"):
         Masked(Softmax(Q, K, V)).velocity(_tokens(generator), points, positions=[-0.1, 0.2, 0.3])
     with pytest.raises(ValueError, match=r"positions must have shape \(3,\)"):
         Masked(Softmax(Q, K, V)).velocity(_tokens(generator), points, positions=[0.1, 0.2])

@@ -27,12 +27,14 @@ from tpde.attention.gradient_flow import (
     energy_dissipation,
     gradient_flow_gap,
 )
+from tpde.attention.grouped import GroupedQueryAttention
 from tpde.attention.l2 import L2
 from tpde.attention.linear import Linear
 from tpde.attention.masked import Masked
 from tpde.attention.mlp import MLP
 from tpde.attention.multihead import MultiHead
 from tpde.attention.normalized import Normalized
+from tpde.attention.positions import ALiBi, PositionalEncoding, RoPE
 from tpde.attention.schedule import LayerSchedule
 from tpde.attention.sigmoid import Sigmoid
 from tpde.attention.sinkhorn import Sinkhorn, SinkhornInfo, SinkhornNotConverged
@@ -44,6 +46,7 @@ __all__ = [
     "CAPABILITIES",
     "L2",
     "MLP",
+    "ALiBi",
     "AffineDerivative",
     "Cosine",
     "Dissipation",
@@ -53,6 +56,7 @@ __all__ = [
     "GradientFlowField",
     "GradientFlowGap",
     "GradientStructure",
+    "GroupedQueryAttention",
     "InnerSolves",
     "InteractionEnergy",
     "LayerSchedule",
@@ -61,7 +65,9 @@ __all__ = [
     "MultiHead",
     "Normalized",
     "NotAGradientFlow",
+    "PositionalEncoding",
     "PotentialEnergy",
+    "RoPE",
     "Sigmoid",
     "Sinkhorn",
     "SinkhornInfo",
