@@ -117,13 +117,24 @@ def test_other_architecture_is_refused(tmp_path):
 
 def test_corrupt_and_truncated_files(tmp_path):
     (tmp_path / "noise.gguf").write_bytes(b"not a gguf file at all" * 10)
-    with pytest.raises(GGUFError, match=r"noise.gguf is not a readable GGUF file \("):
+    match = r"noise.gguf is not a readable GGUF file \(it starts with b'not '"
+    with pytest.raises(GGUFError, match=match):
         read_llama(tmp_path / "noise.gguf")
     write_tiny(tmp_path / "whole.gguf")
     data = (tmp_path / "whole.gguf").read_bytes()
     (tmp_path / "cut.gguf").write_bytes(data[: len(data) // 2])
     with pytest.raises(GGUFError, match=r"cut.gguf is not a readable GGUF.*written completely"):
         read_llama(tmp_path / "cut.gguf")
+    # The header whole, the last tensor cut short; then a header cut inside a string.
+    (tmp_path / "short.gguf").write_bytes(data[:-8])
+    with pytest.raises(GGUFError, match=r"'blk.1.ffn_down.weight' runs past the end of the file"):
+        read_llama(tmp_path / "short.gguf")
+    (tmp_path / "head.gguf").write_bytes(data[:40])
+    with pytest.raises(GGUFError, match=r"its header ends early or is malformed"):
+        read_llama(tmp_path / "head.gguf")
+    (tmp_path / "v9.gguf").write_bytes(b"GGUF" + (9).to_bytes(4, "little") + data[8:])
+    with pytest.raises(GGUFError, match=r"GGUF version 9 \(this reader knows 2 and 3"):
+        read_llama(tmp_path / "v9.gguf")
     with pytest.raises(FileNotFoundError, match="no GGUF file at"):
         read_llama(tmp_path / "absent.gguf")
 

@@ -2,9 +2,9 @@
 
 GGUF (the file format of llama.cpp) stores a model's hyper-parameters and tokenizer as
 key–value metadata and its tensors quantised block by block (Q4_1: 32 weights share a scale
-and a minimum, 4 bits each; Q8_0: 32 weights share a scale, 8 bits each). The ``gguf``
-package (optional extra ``tpde[real]``) parses the file and dequantises every tensor to
-float32 in numpy; nothing here reaches the network.
+and a minimum, 4 bits each; Q8_0: 32 weights share a scale, 8 bits each). The header is
+decoded by :mod:`tpde.pretrained._gguf_file`, every tensor dequantised to float32 in numpy
+by the ``gguf`` package (optional extra ``tpde[real]``); nothing here reaches the network.
 
 Two conventions of the llama.cpp converter are undone here so that the weights are those
 of the Hugging Face checkpoint the file was made from:
@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tpde.pretrained._gguf_file import read_container
 from tpde.pretrained._model import _require
 
 __all__ = [
@@ -150,36 +151,35 @@ def unpermute_rotary_rows(weight: np.ndarray, heads: int) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------- reading
-def _field(reader, key: str, path: Path, *, required: bool = True):
-    field = reader.fields.get(key)
-    if field is None:
+def _get(metadata: dict, key: str, path: Path, *, required: bool = True):
+    if key not in metadata:
         if required:
             raise GGUFError(f"{path.name}: the metadata key {key!r} is missing.")
         return None
-    return field.contents()
+    return metadata[key]
 
 
-def _open(path: Path):
-    gguf = _require("gguf")
+def _open(path: Path) -> tuple[dict, dict]:
+    _require("gguf")
     if not path.is_file():
         raise FileNotFoundError(f"no GGUF file at {path}.")
     try:
-        return gguf.GGUFReader(str(path))
-    except Exception as err:  # the gguf package raises ValueError, struct.error, IndexError …
+        return read_container(path)
+    except ValueError as err:
         raise GGUFError(
-            f"{path.name} is not a readable GGUF file ({type(err).__name__}: {err}); "
-            "check that it was written completely (e.g. compare its size with the original)."
+            f"{path.name} is not a readable GGUF file ({err}); check that it was written "
+            "completely (e.g. compare its size with the original)."
         ) from None
 
 
-def _config(reader, path: Path, names: set[str]) -> LlamaConfig:
-    architecture = _field(reader, "general.architecture", path)
+def _config(metadata: dict, path: Path, names: set[str]) -> LlamaConfig:
+    architecture = _get(metadata, "general.architecture", path)
     if architecture != "llama":
         raise GGUFError(
             f"{path.name} holds a model of architecture {architecture!r}; this reader knows "
             "only 'llama' (Pre-RMSNorm decoders with rotary GQA attention and SwiGLU MLPs)."
         )
-    get = functools.partial(_field, reader, path=path)
+    get = functools.partial(_get, metadata, path=path)
     hidden, heads = int(get("llama.embedding_length")), int(get("llama.attention.head_count"))
     kv_heads = int(get("llama.attention.head_count_kv", required=False) or heads)
     head_dim = hidden // heads
@@ -190,8 +190,8 @@ def _config(reader, path: Path, names: set[str]) -> LlamaConfig:
             f"rotary dimension {rope_dims} do not fit together (d/H heads of equal size, H a "
             "multiple of H_kv, rotation over the whole head)."
         )
-    tokens = reader.fields.get("tokenizer.ggml.tokens")
-    vocab = get("llama.vocab_size", required=False) or (len(tokens.data) if tokens else 0)
+    tokens = metadata.get("tokenizer.ggml.tokens") or ()
+    vocab = get("llama.vocab_size", required=False) or len(tokens)
     return LlamaConfig(
         layers=int(get("llama.block_count")),
         hidden=hidden,
@@ -227,27 +227,27 @@ def _expected_shapes(config: LlamaConfig) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def _tensors(reader, config: LlamaConfig, path: Path) -> dict[str, np.ndarray]:
+def _tensors(stored: dict, config: LlamaConfig, path: Path) -> dict[str, np.ndarray]:
     gguf = _require("gguf")
-    by_name = {t.name: t for t in reader.tensors}
     out = {}
     for name, shape in _expected_shapes(config).items():
-        if name not in by_name:
+        if name not in stored:
             raise GGUFError(f"{path.name}: the tensor {name!r} is missing.")
-        tensor = by_name[name]
-        try:
-            array = gguf.quants.dequantize(tensor.data, tensor.tensor_type)
-        except NotImplementedError:
+        qtype, stored_shape, raw = stored[name]
+        if stored_shape != shape:
             raise GGUFError(
-                f"{path.name}: the tensor {name!r} is stored as {tensor.tensor_type.name}, "
-                "which the gguf package cannot dequantise."
-            ) from None
-        array = np.array(array, dtype=np.float32)  # a writable copy (torch shares it)
-        if array.shape != shape:
-            raise GGUFError(
-                f"{path.name}: the tensor {name!r} has shape {array.shape}; the metadata "
+                f"{path.name}: the tensor {name!r} has shape {stored_shape}; the metadata "
                 f"implies {shape}."
             )
+        try:
+            array = gguf.quants.dequantize(raw, qtype)
+        except NotImplementedError:
+            raise GGUFError(
+                f"{path.name}: the tensor {name!r} is stored as {qtype.name}, which the gguf "
+                "package cannot dequantise."
+            ) from None
+        if not array.flags.writeable:  # F32 tensors are views of the read-only file
+            array = array.copy()
         if not np.isfinite(array).all():
             raise GGUFError(f"{path.name}: the tensor {name!r} holds NaN or infinite values.")
         if ".attn_q." in name:
@@ -280,18 +280,18 @@ def read_llama(path) -> LlamaFile:
     FileNotFoundError
         No file at ``path``.
     GGUFError
-        The file is not a readable GGUF file, its architecture is not llama, a metadata key
+        The file is not a readable GGUF file (wrong magic, unknown version, a header or a
+        tensor that runs past the end of the file), its architecture is not llama, a metadata key
         or tensor is missing, a tensor's shape disagrees with the metadata, or a tensor
         holds non-finite values.
     """
     path = Path(path)
-    reader = _open(path)
-    names = {t.name for t in reader.tensors}
-    config = _config(reader, path, names)
+    metadata, stored = _open(path)
+    config = _config(metadata, path, set(stored))
     tokenizer = {
-        key: _field(reader, f"tokenizer.ggml.{key}", path, required=key in ("model", "tokens"))
+        key: _get(metadata, f"tokenizer.ggml.{key}", path, required=key in ("model", "tokens"))
         for key in _TOKENIZER_KEYS
     }
-    tensors = _tensors(reader, config, path)
-    name = _field(reader, "general.name", path, required=False) or path.stem
+    tensors = _tensors(stored, config, path)
+    name = metadata.get("general.name") or path.stem
     return LlamaFile(path, str(name), config, tokenizer, tensors)
