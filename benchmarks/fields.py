@@ -12,12 +12,21 @@ against SDPA measured in the same run; ×chunked compares with the chunked engin
 variant, ×softmax with softmax on the same engine and ×softmax-sdpa with softmax on SDPA
 (the fused kernel every variant is measured against). Engines whose time, extrapolated
 quadratically from the previous n, would exceed the per-call budget are skipped ("skip").
+
+Feed-forward fields (``--variants swiglu``; per token, no engine) are timed at a real
+model's size against the same block written in plain torch, in a table of their own:
+SwiGLU at SmolLM2-135M's d = 576, m = 1536 for n = 128 and 2048 tokens (float32),
+``field.velocity(cloud)`` against ``(silu(x W_gateᵀ) ⊙ x W_upᵀ) W_downᵀ``, one torch
+thread, calls alternating: ×torch is the ratio of median times, ×torch best of best times
+(the bar of issue 19 is 1.2).
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import statistics
+import time
 
 import torch
 from _common import print_table, timed
@@ -33,6 +42,7 @@ from tpde.attention import (
     Sigmoid,
     Sinkhorn,
     Softmax,
+    SwiGLU,
 )
 from tpde.measures import Empirical
 
@@ -97,12 +107,105 @@ AUTO_RULE = {
 }
 
 
+def swiglu_weights(d: int, m: int, generator: torch.Generator):
+    """W_gate, W_up (m, d) and W_down (d, m), entries of variance 1/fan-in (|F(x)| ~ |x|)."""
+    gate, up = (torch.randn(m, d, generator=generator) / math.sqrt(d) for _ in range(2))
+    return gate, up, torch.randn(d, m, generator=generator) / math.sqrt(m)
+
+
+def swiglu_torch(x, W_gate, W_up, W_down):
+    """The block as a model writes it: three products, silu, one elementwise product."""
+    return (torch.nn.functional.silu(x @ W_gate.T) * (x @ W_up.T)) @ W_down.T
+
+
+# name -> (weights(d, m, generator), tpde field class, plain torch block, (d, m) of the model)
+FEEDFORWARD = {"swiglu": (swiglu_weights, SwiGLU, swiglu_torch, (576, 1536))}  # SmolLM2-135M
+FEEDFORWARD_SIZES = (128, 2048)  # tokens: a short prompt and SmolLM2's context length
+
+
+def alternating(routes: dict, rounds: int, budget_s: float = 20.0) -> dict:
+    """Time each route of ``routes`` (name -> fn) once per round, in turn, after one warm-up
+    call each: {name: (median s, best s, last result)}.
+
+    Calls alternate, and the order reverses every round, so that load from other processes
+    on a shared machine falls on every route alike (timing one route's repeats, then the
+    other's, showed swings of 1.5× at n = 128 on 2 busy cores). Stops early after
+    ``budget_s`` seconds of rounds.
+    """
+    results = {name: fn() for name, fn in routes.items()}
+    times = {name: [] for name in routes}
+    start = time.perf_counter()
+    for round_ in range(rounds):
+        order = list(routes.items())
+        for name, fn in order if round_ % 2 == 0 else order[::-1]:
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            begin = time.perf_counter()
+            results[name] = fn()
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            times[name].append(time.perf_counter() - begin)
+        if time.perf_counter() - start > budget_s:
+            break
+    return {n: (statistics.median(t), min(t), results[n]) for n, t in times.items()}
+
+
+def run_feedforward(names, sizes=FEEDFORWARD_SIZES, rounds=15, threads=1):
+    """Feed-forward fields against their plain torch block, same weights, same run.
+
+    At ``threads`` torch threads (restored after): with 2 threads on 2 cores that other
+    processes share, every small elementwise op stalls for ~15 ms (measured: 73k-entry ops
+    at 15-18 ms each), so the ratio counted ops, not work; tpde's ``velocity`` adds the
+    overflow check of its output (a few elementwise passes, < 1 % of the products at one
+    thread).
+    """
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        return _run_feedforward(names, sizes, rounds)
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _run_feedforward(names, sizes, rounds):
+    rows = []
+    for name in names:
+        weights_of, field_class, plain, (d, m) = FEEDFORWARD[name]
+        generator = torch.Generator().manual_seed(0)
+        weights = weights_of(d, m, generator)
+        field = field_class(*weights)
+        for n in sizes:
+            cloud = Empirical(torch.randn(n, d, generator=generator))
+            routes = {
+                "torch": lambda x=cloud.points, w=weights, f=plain: f(x, *w),
+                "tpde": lambda c=cloud, f=field: f.velocity(c),
+            }
+            with torch.no_grad():
+                timing = alternating(routes, rounds)
+            (plain_s, plain_best, expected), (seconds, best, out) = timing["torch"], timing["tpde"]
+            error = float((out - expected).abs().max() / expected.abs().max())
+            rows.append(
+                {
+                    "variant": name,
+                    "d": d,
+                    "m": m,
+                    "n": n,
+                    "s": seconds,
+                    "torch s": plain_s,
+                    "×torch": seconds / plain_s,
+                    "×torch best": best / plain_best,
+                    "rel.err": error,
+                }
+            )
+    return rows
+
+
 def run(variants, sizes, dims, budget=BUDGET_S, only=None):
     rows = []
     keops_ok, reason = keops_status()
     if not keops_ok:
         print(f"KeOps skipped: {reason}")
-    for name in variants:
+    for name in (v for v in variants if v in VARIANTS):
         factory, engines = VARIANTS[name]
         for d in dims:
             generator = torch.Generator().manual_seed(0)
@@ -188,7 +291,8 @@ def add_softmax_ratio(rows) -> None:
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--variants", nargs="*", default=list(VARIANTS))
+    names = [*VARIANTS, *FEEDFORWARD]
+    parser.add_argument("--variants", nargs="*", default=names, choices=names)
     parser.add_argument("--sizes", nargs="*", type=int, help="n values (default: by --quick)")
     parser.add_argument("--dims", nargs="*", type=int, help="d values (default: by --quick)")
     parser.add_argument("--budget", type=float, default=BUDGET_S, help="seconds per call")
@@ -203,7 +307,14 @@ def main():
     columns += ["×chunked", "×best", "×softmax", "×softmax-sdpa"]
     if any("iters" in row for row in rows):
         columns += ["iters", "s/iter"]
-    print_table(rows, columns)
+    if rows:
+        print_table(rows, columns)
+    feedforward = [name for name in args.variants if name in FEEDFORWARD]
+    if feedforward:
+        print("\nFeed-forward fields against the same block in plain torch (float32, 1 thread)")
+        table = run_feedforward(feedforward, rounds=5 if args.quick else 15)
+        columns = ["variant", "d", "m", "n", "s", "torch s", "×torch", "×torch best", "rel.err"]
+        print_table(table, columns)
 
 
 if __name__ == "__main__":

@@ -19,10 +19,18 @@ REFERENCE = {
     "relu": lambda z: torch.where(z > 0, z, torch.zeros_like(z)),
     "gelu": lambda z: z * 0.5 * (1 + torch.erf(z / math.sqrt(2))),  # z·Φ(z)
     "silu": lambda z: z / (1 + torch.exp(-z)),  # z·sigmoid(z)
+    "gelu-tanh": lambda z: (
+        0.5 * z * (1 + torch.tanh(math.sqrt(2 / math.pi) * (z + 0.044715 * z**3)))
+    ),
 }
 
 #: torch's module for each activation (the nn.Sequential reference).
-MODULES = {"relu": nn.ReLU(), "gelu": nn.GELU(), "silu": nn.SiLU()}
+MODULES = {
+    "relu": nn.ReLU(),
+    "gelu": nn.GELU(),
+    "silu": nn.SiLU(),
+    "gelu-tanh": nn.GELU(approximate="tanh"),
+}
 
 
 def _weights(generator, d=3, m=5, batch=(), dtype=F64):
@@ -168,9 +176,11 @@ def test_grid_velocity_and_flow_match_particles():
 def test_gaussians_are_refused(generator):
     field = MLP(*_weights(generator))
     g = Gaussian(torch.zeros(3, dtype=F64), torch.eye(3, dtype=F64))
-    with pytest.raises(GaussianNotPreserved, match="does not keep Gaussians Gaussian"):
+    with pytest.raises(
+        GaussianNotPreserved, match="nonlinear per-token field.*no closed moment ODE"
+    ):
         field.velocity(g, torch.zeros(1, 3, dtype=F64))
-    with pytest.raises(GaussianNotPreserved, match="integrate particles"):
+    with pytest.raises(GaussianNotPreserved, match="Integrate particles instead"):
         integrate(field, g, 1.0)
     assert "no closed moment ODE" in field.gaussian_refusal()
 
@@ -248,3 +258,15 @@ def test_dimension_mismatch_with_the_measure(generator):
         field.velocity(Empirical(torch.zeros(4, 2, dtype=F64)))
     with pytest.raises(ValueError, match="measure lives in d = 2 but the MLP acts on d = 3"):
         integrate(field, Empirical(torch.zeros(4, 2, dtype=F64)), 1.0)
+
+
+def test_a_feed_forward_field_without_its_map():
+    from tpde.attention._ffn import FeedForward, Weights
+
+    class Unfinished(FeedForward):
+        def __init__(self):
+            self.params = Weights("Unfinished", {"W": ("d", "d")}, {"W": torch.eye(2)})
+            self.dim = 2
+
+    with pytest.raises(NotImplementedError, match=r"Unfinished does not implement feed_forward"):
+        Unfinished().velocity(Empirical(torch.zeros(3, 2)))

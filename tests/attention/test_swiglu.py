@@ -124,7 +124,9 @@ def test_two_d_grid(generator):
 def test_gaussians_are_refused(generator):
     field = SwiGLU(*_weights(generator))
     g = Gaussian(torch.zeros(4, dtype=F64), torch.eye(4, dtype=F64))
-    with pytest.raises(GaussianNotPreserved, match="does not keep Gaussians Gaussian"):
+    with pytest.raises(
+        GaussianNotPreserved, match="nonlinear per-token field.*no closed moment ODE"
+    ):
         integrate(field, g, 1.0)
     assert "no closed moment ODE" in field.gaussian_refusal()
 
@@ -171,3 +173,9 @@ def test_dimension_mismatch_with_the_measure(generator):
         ValueError, match=r"measure lives in d = 1 but the SwiGLU acts on d = 4 \(W_gate has"
     ):
         integrate(field, grid, 1.0)
+
+
+def test_batches_of_weights_and_points_that_do_not_broadcast(generator):
+    field = SwiGLU(*_weights(generator, batch=(2,)))
+    with pytest.raises(ValueError, match=r"batch mismatch: the measure is a batch of shape \(3,\)"):
+        integrate(field, Empirical(torch.zeros(3, 5, 4, dtype=F64)), 1.0)

@@ -17,6 +17,7 @@ from tpde.attention.base import (
     GaussianNotPreserved,
     InnerSolves,
     NotAGradientFlow,
+    supports,
 )
 from tpde.attention.cosine import Cosine
 from tpde.attention.energies import Energy, InteractionEnergy, PotentialEnergy, as_energy
@@ -34,18 +35,30 @@ from tpde.attention.masked import Masked
 from tpde.attention.mlp import MLP
 from tpde.attention.multihead import MultiHead
 from tpde.attention.normalized import Normalized
+from tpde.attention.norms import (
+    NGPT,
+    LayerNorm,
+    MixLN,
+    NormScheme,
+    PeriLN,
+    PostLN,
+    PreLN,
+    RMSNorm,
+)
 from tpde.attention.positions import ALiBi, PositionalEncoding, RoPE
 from tpde.attention.schedule import LayerSchedule
 from tpde.attention.sigmoid import Sigmoid
 from tpde.attention.sinkhorn import Sinkhorn, SinkhornInfo, SinkhornNotConverged
 from tpde.attention.softmax import Softmax
 from tpde.attention.structure import GradientStructure, gradient_structure
+from tpde.attention.sum import Sum
 from tpde.attention.swiglu import SwiGLU
 
 __all__ = [
     "CAPABILITIES",
     "L2",
     "MLP",
+    "NGPT",
     "ALiBi",
     "AffineDerivative",
     "Cosine",
@@ -59,24 +72,33 @@ __all__ = [
     "GroupedQueryAttention",
     "InnerSolves",
     "InteractionEnergy",
+    "LayerNorm",
     "LayerSchedule",
     "Linear",
     "Masked",
+    "MixLN",
     "MultiHead",
+    "NormScheme",
     "Normalized",
     "NotAGradientFlow",
+    "PeriLN",
     "PositionalEncoding",
+    "PostLN",
     "PotentialEnergy",
+    "PreLN",
+    "RMSNorm",
     "RoPE",
     "Sigmoid",
     "Sinkhorn",
     "SinkhornInfo",
     "SinkhornNotConverged",
     "Softmax",
+    "Sum",
     "SwiGLU",
     "as_energy",
     "energy_dissipation",
     "gradient_flow_gap",
     "gradient_structure",
     "registry",
+    "supports",
 ]

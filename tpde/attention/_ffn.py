@@ -148,7 +148,10 @@ class FeedForward(Field):
 
     def feed_forward(self, t: float, x: torch.Tensor) -> torch.Tensor:
         """F(x) for x (..., n, d)."""
-        raise NotImplementedError
+        raise NotImplementedError(
+            f"{type(self).__name__} does not implement feed_forward(t, x), the map F(x) every "
+            "feed-forward field defines (docs/EXTENDING.md, 'A feed-forward field')."
+        )
 
     def particle_velocity(self, t, mu, x, engine: str, info=None) -> torch.Tensor:
         """F(x): μ, the engine and ``info`` play no part (no interaction)."""

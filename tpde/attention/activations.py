@@ -1,10 +1,11 @@
 """Activation functions of the feed-forward fields: one table, name → elementwise function.
 
-=========  ==========================================================================
+=========  ===========================================================================
 relu       max(z, 0)
-gelu       z·Φ(z), Φ the standard normal CDF (the erf form; BERT, GPT-2's paper)
+gelu       z·Φ(z), Φ the standard normal CDF (the erf form; hidden_act "gelu" of BERT, MiniLM)
 silu       z·sigmoid(z) (swish with β = 1; SwiGLU's gate)
-=========  ==========================================================================
+gelu-tanh  ½z(1 + tanh(√(2/π)(z + 0.044715z³))) (GPT-2's "gelu_new"; torch approximate="tanh")
+=========  ===========================================================================
 
 :class:`~tpde.attention.MLP` reads its ``activation`` here. A new activation is one entry
 of :data:`ACTIVATIONS` (an elementwise torch function that keeps its input's dtype, device
@@ -16,6 +17,7 @@ tests then check it, in an MLP, against torch (docs/EXTENDING.md).
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -29,6 +31,7 @@ ACTIVATIONS: dict[str, Activation] = {
     "relu": F.relu,
     "gelu": F.gelu,
     "silu": F.silu,
+    "gelu-tanh": partial(F.gelu, approximate="tanh"),
 }
 
 

@@ -154,8 +154,8 @@ class Masked(Field):
         )
 
     # ------------------------------------------------------------------ Gaussians
-    def gaussian_affine(self, t, mean, cov):
-        raise GaussianNotPreserved(NO_GAUSSIAN)
+    def gaussian_refusal(self) -> str:
+        return NO_GAUSSIAN
 
     # ------------------------------------------------------------------ checks
     def check_measure(self, mu) -> None:
