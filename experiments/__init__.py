@@ -30,6 +30,7 @@ REGISTRY = {
     "convexity": "convexity",
     "real-attention": "real_attention",
     "sphere": "sphere",
+    "real-decoder": "real_decoder",
 }
 
 

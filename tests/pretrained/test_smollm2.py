@@ -115,6 +115,13 @@ def test_lie_trotter_at_h1_is_the_network_float64_and_float32():
             assert _relative(states32[l].double(), states64[l]) < 1e-4, f"layer {l} float32"
         logits = model64.logits(states64[-1])
         assert _relative(logits, _llama.logits(reference[-1], w, model64.config)) < 1e-10
+    # The attention probabilities, from the fields' weights and from the file's.
+    for l in (0, 29):
+        _, expected = _llama.attention(reference[l], l, w, model64.config, probabilities=True)
+        got = model64.attention_weights(reference[l], l)
+        assert got.shape == (9, len(ids), len(ids))
+        torch.testing.assert_close(got, expected, rtol=0, atol=1e-12)
+        assert float(got[:, 0, 1:].abs().max()) == 0  # causal: the first query sees itself
 
 
 def test_batched_sentences_run_as_one_flow():
