@@ -230,11 +230,12 @@ def _causal_sdpa(q, k, v, key_bias, query_positions, key_positions):
 #
 #     out_i = Σ_j φ(q_i·k_j + b_j) v_j        (no normalisation over j)
 #
-# for the pointwise kernels φ of KERNELS: sigmoid attention (φ = σ) and linear attention
-# (φ = identity). SDPA cannot express these (it always normalises), so they run on
-# dense, chunked and keops.
+# for the pointwise kernels φ of KERNELS: sigmoid attention (φ = σ), linear attention
+# (φ = identity) and the unnormalised exponential of the USA model (φ = exp, softmax's
+# numerator without its normaliser). SDPA cannot express these (it always normalises), so
+# they run on dense, chunked, tiled and keops.
 
-KERNELS = {"sigmoid": torch.sigmoid, "linear": lambda s: s}
+KERNELS = {"sigmoid": torch.sigmoid, "linear": lambda s: s, "exp": torch.exp}
 
 
 def kernel_sum_dense(q, k, v, key_bias=None, kernel: str = "sigmoid"):

@@ -276,9 +276,10 @@ class Field:
             all its cell centres, in the order of :meth:`Grid.centres`).
         t : float
             Depth-time, for time-dependent parameters.
-        engine : {"auto", "dense", "chunked", "sdpa", "keops", "tiled"}
-            How the pairwise sum is computed (see :mod:`tpde._engines`; "tiled": sigmoid
-            and linear attention only).
+        engine : {"auto", "dense", "chunked", "sdpa", "keops", "tiled", "spectral"}
+            How the pairwise sum is computed (see :mod:`tpde._engines`; "spectral": softmax
+            and exponential attention with A = βI, V = vI on the circle; "tiled": the
+            unnormalised kernel sums of sigmoid, linear and exponential attention).
         info : InnerSolves, optional
             Collects the reports of inner solves (Sinkhorn scalings); a failed solve also
             warns (e.g. :class:`~tpde.attention.SinkhornNotConverged`).
