@@ -15,12 +15,8 @@ from tpde.attention import (
     ALiBi,
     GaussianNotPreserved,
     GroupedQueryAttention,
-    LayerSchedule,
-    Normalized,
     PositionalEncoding,
-    RMSNorm,
     RoPE,
-    SwiGLU,
 )
 from tpde.attention.positions import POSITIONAL_ENCODINGS, positional_encoding
 from tpde.flows import integrate
