@@ -15,12 +15,8 @@ from tpde.attention import (
     ALiBi,
     GaussianNotPreserved,
     GroupedQueryAttention,
-    LayerSchedule,
-    Normalized,
     PositionalEncoding,
-    RMSNorm,
     RoPE,
-    SwiGLU,
 )
 from tpde.attention.positions import POSITIONAL_ENCODINGS, positional_encoding
 from tpde.flows import integrate
@@ -375,40 +371,6 @@ def test_window_mask_of_the_engine_primitive(generator):
         softmax_average(q, k, v, window=2.0)
     with pytest.raises(ValueError, match=r"window must be > 0; received 0\.0"):
         softmax_average(q, k, v, query_positions=queries, key_positions=keys, window=0.0)
-
-
-def test_lie_trotter_at_h1_is_a_hand_written_llama_decoder(generator):
-    """Four Pre-RMSNorm layers (causal GQA with RoPE, then SwiGLU), written out by hand:
-    h = x + Attn(RMS₁(x)), x ← h + W_down(silu(W_gate RMS₂(h)) ⊙ W_up RMS₂(h)) (1e-12)."""
-    d, heads, kv_heads, dh, m, n, base, eps = 8, 4, 2, 4, 12, 7, 500.0, 1e-6
-    layers, fields = [], []
-    for _ in range(4):
-        W = _weights(generator, d=d, heads=heads, kv_heads=kv_heads, head_dim=dh)
-        gates = [torch.randn(m, d, generator=generator, dtype=F64) / 3 for _ in range(2)]
-        down = torch.randn(d, m, generator=generator, dtype=F64) / 4
-        g1, g2 = (torch.rand(d, generator=generator, dtype=F64) + 0.5 for _ in range(2))
-        layers.append((W, gates, down, g1, g2))
-        attention = GroupedQueryAttention(
-            *W, heads=heads, kv_heads=kv_heads, position=RoPE(base=base)
-        )
-        fields.append(
-            Normalized(attention, RMSNorm(g1, eps=eps))
-            + Normalized(SwiGLU(*gates, down), RMSNorm(g2, eps=eps))
-        )
-    mu = _tokens(generator, n=n, d=d)
-    final = integrate(LayerSchedule(fields), mu, 4.0, dt=1.0, method="lie-trotter").final
-
-    def rms(x, gamma):
-        return gamma * x / torch.sqrt((x**2).mean(-1, keepdim=True) + eps)
-
-    x = mu.points
-    for W, (W_gate, W_up), W_down, g1, g2 in layers:
-        normed = Empirical(rms(x, g1), positions=mu.positions)
-        h = x + _reference(normed, *W, heads, kv_heads, rope=base)
-        z = rms(h, g2)
-        x = h + (torch.nn.functional.silu(z @ W_gate.T) * (z @ W_up.T)) @ W_down.T
-    torch.testing.assert_close(final.positions, mu.positions, rtol=0, atol=0)
-    assert _relative(final.points, x) < TIGHT
 
 
 def test_evaluation_points_with_positions(generator):
