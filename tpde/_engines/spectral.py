@@ -128,8 +128,8 @@ def _tables(points: torch.Tensor, R: int, H: int) -> tuple[torch.Tensor, torch.T
     def powers(c1, s1, count):
         cos, sin = [torch.ones_like(c1), c1], [torch.zeros_like(s1), s1]
         while len(cos) < count:
-            cos.append(cos[-1] * c1 - sin[-1] * s1)
-            sin.append(sin[-1] * c1 + cos[-2] * s1)
+            cos.append(torch.addcmul(cos[-1] * c1, sin[-1], s1, value=-1))
+            sin.append(torch.addcmul(sin[-1] * c1, cos[-2], s1))
         return cos[:count], sin[:count]
 
     cos, sin = powers(points[..., 0, :], points[..., 1, :], R + 1)
