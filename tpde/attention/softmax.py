@@ -59,8 +59,6 @@ class Softmax(Field):
     Deep Transformers", arXiv:2501.18322 (2025).
     """
 
-    capabilities = frozenset({"gaussian", "gaussian_derivative", "softmax_form", "gradient_flow"})
-
     def __init__(self, Q, K, V, scale=None, *, query_bias=None, key_bias=None, value_bias=None):
         self.params = QKV(
             Q, K, V, scale, query_bias=query_bias, key_bias=key_bias, value_bias=value_bias
