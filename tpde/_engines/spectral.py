@@ -86,7 +86,7 @@ def bessel_ive(beta: torch.Tensor, kmax: int) -> torch.Tensor:
     Miller's backward recurrence on the ratios r_k = I_k/I_{k−1} from k = M ≫ β,
     normalised by e^{−β}(I_0 + 2 Σ_{k≥1} I_k) = 1 (the generating function at u = 0).
     """
-    beta = torch.as_tensor(beta, dtype=torch.float64)
+    beta = torch.as_tensor(beta, dtype=torch.float64, device=getattr(beta, "device", "cpu"))
     length = max(kmax, _recurrence_length(float(beta.max())))
     ratios = []
     r = torch.zeros_like(beta)
@@ -111,7 +111,7 @@ def truncation(beta_max: float, dtype: torch.dtype, floor: float) -> int:
 def _coefficients(betas: tuple[float, ...], target: float) -> tuple[int, torch.Tensor]:
     """(K, e^{−β}I_k(β) for k ≤ K, shape (len(betas), K + 1)): K the smallest with
     τ(K) ≤ target for every β. Cached: a flow asks for the same β at every step."""
-    beta = torch.tensor(betas, dtype=torch.float64)
+    beta = torch.tensor(betas, dtype=torch.float64, device="cpu")  # a host table, cached
     ive = bessel_ive(beta, _recurrence_length(max(betas)))
     tails = 2 * torch.flip(torch.cumsum(torch.flip(ive, [-1]), -1), [-1])  # τ(K − 1)
     above = (tails > target).any(0).nonzero()
@@ -218,7 +218,7 @@ def circle_sums(points: torch.Tensor, weights: torch.Tensor, beta, K: int | None
         K, ive = _coefficients(tuple(distinct), torch.finfo(points.dtype).eps * floor)
         ive = ive[[distinct.index(b) for b in betas]] if len(distinct) > 1 else ive
     else:
-        ive = bessel_ive(torch.tensor(betas, dtype=torch.float64), K)
+        ive = bessel_ive(torch.tensor(betas, dtype=torch.float64, device="cpu"), K)
     R, H = _sizes(K)
 
     tokens = points.transpose(-1, -2)  # (B, 2, n): one row per coordinate
