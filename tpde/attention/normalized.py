@@ -56,13 +56,18 @@ ON_SPHERE = ("post-ln", "ngpt")
 
 
 def normalize(x: torch.Tensor) -> torch.Tensor:
-    """N(x) = x/|x| over the last dimension (a zero vector stays 0)."""
-    return torch.nn.functional.normalize(x, dim=-1)
+    """N(x) = x/|x| over the last dimension (a zero vector stays 0), at every scale."""
+    from tpde._normalize import unit
+
+    return unit(x)
 
 
 def tangent(x: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """P⊥_x v = v − x⟨x, v⟩/|x|²: the part of v tangent to the sphere through x."""
-    return v - x * ((x * v).sum(-1, keepdim=True) / (x * x).sum(-1, keepdim=True))
+    """P⊥_x v = v − x⟨x, v⟩/|x|²: the part of v tangent to the sphere through x (at every
+    scale of x; v itself at x = 0, which has no direction)."""
+    from tpde._normalize import tangent_part, unit
+
+    return tangent_part(unit(x), v)
 
 
 def layer_norm(x: torch.Tensor, gamma, bias, eps: float) -> torch.Tensor:

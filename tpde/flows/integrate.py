@@ -101,11 +101,15 @@ def _check_jacobian(method, system: type) -> None:
 
 
 def _system(field: Field, mu0, t0: float, t1: float, dt, method, engine: str):
-    """(system, method, first step) for the measure's kind."""
+    """(system, method, first step) for the measure's kind.
+
+    The measure is checked by the piece of the field acting at t0 (a Mix-LN stack started
+    after its switch: Pre-LN, which takes tokens off the sphere)."""
+    acting = field.piece(t0)
     if isinstance(mu0, Grid):
         mu0 = FiniteVolumes(mu0)
     if isinstance(mu0, FiniteVolumes):
-        field.check_measure(mu0.grid)
+        acting.check_measure(mu0.grid)
         if method is not None:
             _check_jacobian(resolve_method(method), GridSystem)
         chosen = _grid_method(method, mu0)
@@ -115,11 +119,11 @@ def _system(field: Field, mu0, t0: float, t1: float, dt, method, engine: str):
     first = (t1 - t0) / 100 if dt is None else dt
     first = 1.0 if first == 0 else first  # t1 == t0 and no dt given
     if isinstance(mu0, Empirical):
-        field.check_measure(mu0)
+        acting.check_measure(mu0)
         _check_jacobian(chosen, ParticleSystem)
         return ParticleSystem(field, mu0, engine), chosen, first
     if isinstance(mu0, Gaussian):
-        field.check_measure(mu0)
+        acting.check_measure(mu0)
         return GaussianSystem(field, mu0, t0), chosen, first
     raise TypeError(
         "mu0 must be an Empirical (particles), a Gaussian (moment ODE), a Grid or "
