@@ -189,7 +189,7 @@ def test_nan_from_a_flow_field_is_not_called_an_overflow():
 
 @pytest.mark.xfail(strict=True, reason="scheme objects of issue 19 parse switch")
 def test_mix_ln_switch_text_is_refused_clearly():
-    with pytest.raises(TypeError, match="switch must be a number"):
+    with pytest.raises(TypeError, match="switch must be a real number"):
         Normalized(Softmax.from_interaction(I2, I2), "mix-ln", switch="abc")
 
 
