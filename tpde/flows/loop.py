@@ -195,7 +195,8 @@ class Loop:
             ok, retry = system.check_step(float(h_try.max()) if not self.batched else h_try)
             if not ok:
                 accept, h_next = np.zeros_like(accept), np.where(moving, retry, h_next)
-            left = system.degenerate(state, new)
+            tolerance = (self.rtol, self.atol) if method.adaptive else None
+            left = system.degenerate(state, new, tolerance)
             if left is not None:
                 accept, h_next = self._left_domain(left, accept, h_next, moving, h_try, t)
             rejected += moving & ~accept

@@ -136,8 +136,11 @@ class System:
     def project(self, state):
         return state
 
-    def degenerate(self, old, new) -> torch.Tensor | None:
-        """Per element: whether ``new`` left the state's domain (module notes); None: never."""
+    def degenerate(self, old, new, tolerance=None) -> torch.Tensor | None:
+        """Per element: whether ``new`` left the state's domain (module notes); None: never.
+
+        ``tolerance``: (rtol, atol) of an adaptive method (a state within its error
+        tolerance of the domain is accepted), None for fixed steps."""
         return None
 
     def propose_step(self, t: float, state, h):
@@ -206,7 +209,7 @@ class ParticleSystem(System):
 
     domain_status = Status.LOST_TOKEN
 
-    def degenerate(self, old, new) -> torch.Tensor | None:
+    def degenerate(self, old, new, tolerance=None) -> torch.Tensor | None:
         """Elements with a token that the projection sent to the origin (a norm scheme that
         loses a token: nGPT or post-LN with ``tangent=False`` landing on 0) and that was not
         there before the step. Fields without a projection: None."""
@@ -305,15 +308,20 @@ class GaussianSystem(System):
 
     domain_status = Status.STIFF
 
-    def degenerate(self, old, new) -> torch.Tensor | None:
-        """Elements whose covariance left the PSD cone: Cholesky fails on Σ + τI with
-        τ = d·1e3·eps·max(1, max |Σ_ij|) (rounding of a singular Σ is accepted, as in
-        :func:`tpde._validation.check_psd`). Non-finite covariances are left to the
+    def degenerate(self, old, new, tolerance=None) -> torch.Tensor | None:
+        """Elements whose covariance left the PSD cone: Cholesky fails on Σ + τI, with
+        τ = atol + rtol·s for an adaptive method (an eigenvalue below 0 by less than the
+        step's error tolerance is the integration's own error: accepted) and τ = √eps·s for
+        fixed steps, s = max(1, max |Σ_ij|). Non-finite covariances are left to the
         overflow check ("blow_up")."""
         cov = new[1].detach()
         d = cov.shape[-1]
         scale = cov.abs().amax((-2, -1), keepdim=True).clamp_min(1.0)
-        tau = d * 1e3 * torch.finfo(cov.dtype).eps * scale
+        if tolerance is None:
+            tau = math.sqrt(torch.finfo(cov.dtype).eps) * scale
+        else:
+            rtol, atol = tolerance
+            tau = atol + rtol * scale
         eye = torch.eye(d, dtype=cov.dtype, device=cov.device)
         _, info = torch.linalg.cholesky_ex(torch.nan_to_num(cov) + tau * eye)
         finite = torch.isfinite(cov).all(-1).all(-1)
