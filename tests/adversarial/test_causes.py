@@ -239,3 +239,9 @@ def test_adaptive_methods_are_unchanged_on_the_stiff_flow():
 def test_rk4_default_is_still_fixed_step_where_stable():
     traj = integrate(Softmax.from_interaction(I2, I2), G, 0.1)
     assert traj.stats["method"] == RK4.name and traj.stats["n_steps"] == 100
+
+
+def test_a_query_point_at_the_origin_is_not_an_overflow():
+    field = Normalized(Softmax.from_interaction(I2, I2))
+    out = field.velocity(MU.normalized(), torch.zeros(1, 2, dtype=F64))
+    assert torch.isfinite(out).all()  # P⊥ at the origin (no direction) is the identity

@@ -175,6 +175,9 @@ def integrate(
         and "heun" (SSP-RK2) with "muscl". Use "rodas4" where an explicit step is bounded
         by stability rather than accuracy (fast decaying modes beside slow ones, e.g. the
         rank histograms with V = GᵀG, MATH.md §6): its step follows the accuracy only.
+        A Gaussian state outside the PSD cone is never returned: an adaptive method
+        rejects such a step, a fixed-step one stops the element before it with status
+        "stiff" and a warning naming method="rodas4" (:class:`~tpde._status.Status`).
     save : None (t0 and t1), an int (that many equally spaced times), a sequence of
         times, or "steps" (every accepted step; the batch then steps in lockstep). Every
         element lands exactly on every save time.
