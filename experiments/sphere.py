@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from tpde.attention import Normalized, Softmax
-from tpde.attention.normalized import SCHEMES
+from tpde.attention.norms import NGPT, SCHEMES, LayerNorm, MixLN, NormScheme
 from tpde.flows import BlowUp, Clustered, integrate
 from tpde.measures import Empirical, Gaussian, uniform_on_sphere
 from tpde.metrics import angular_cluster_count, clusters_over_time, time_to_single_cluster
@@ -55,6 +55,8 @@ from ._sphere_diagram import (
 )
 
 NAME = "sphere"
+#: The schemes of part (b), in the report's order (the quick run's summary lines name them).
+SPHERE_SCHEMES = ("post-ln", "pre-ln", "peri-ln", "mix-ln", "ngpt", "layernorm")
 TITLE = "Experiment 8 — normalised tokens: GLPR's phase diagram, LayerNorm schemes, blow-up"
 F64 = torch.float64
 DELTA = 1e-3  # GLPR: tokens i, j are clustered when ⟨x_i, x_j⟩ > 1 − δ = 0.999
@@ -76,7 +78,7 @@ class Config:
     cluster_beta: float = 1.0
     cluster_dim: int = 3
     cluster_t1: float = 60.0
-    schemes: tuple[str, ...] = SCHEMES
+    schemes: tuple[str, ...] = SPHERE_SCHEMES
     scheme_tokens: int = 64
     scheme_dim: int = 3
     scheme_beta: float = 1.0
@@ -94,7 +96,7 @@ class Config:
 
     def check(self) -> None:
         check_diagram_size(self.betas, self.systems, self.tokens)
-        fw.check_choices("schemes", self.schemes, SCHEMES)
+        fw.check_choices("schemes", self.schemes, tuple(SCHEMES))
         if not self.dims or min(self.dims) < 2:
             raise ValueError(f"dims must be dimensions d >= 2 (tokens on S^(d-1)); received "
                              f"{self.dims}.")  # fmt: skip
@@ -223,18 +225,24 @@ def scheme_field(scheme: str, beta: float, d: int, horizon: float, *, switch: fl
                  alpha: float = 1.0) -> Normalized:  # fmt: skip
     """GLPR's softmax (Q = K = V = I, score β⟨x, y⟩) under ``scheme``: Mix-LN hands over at
     ``switch`` × ``horizon`` (its depth), nGPT steps by ``alpha`` (also the clustering sweep)."""
-    options = {
-        "mix-ln": {"switch": switch * horizon, "depth": horizon},
-        "ngpt": {"alpha": alpha},
-    }.get(scheme, {})
-    return Normalized(_sa(beta, d), scheme, **options)
+    return Normalized(_sa(beta, d), scheme_object(scheme, horizon, switch=switch, alpha=alpha))
+
+
+def scheme_object(name: str, horizon: float, *, switch: float = 0.5, alpha: float = 1.0
+                  ) -> NormScheme:  # fmt: skip
+    """The scheme named ``name`` (a key of :data:`SCHEMES`) with this experiment's options."""
+    if name == "mix-ln":
+        return MixLN(switch=switch * horizon, depth=horizon)
+    if name == "ngpt":
+        return NGPT(alpha=alpha)
+    return SCHEMES[name]()
 
 
 def scheme_start(field: Normalized, mu):
     """The start of a scheme's run: LayerNorm from the tokens after the model's own LayerNorm
     (BERT's embeddings end with one), so that no step is spent jumping onto its manifold;
     the others from ``mu``."""
-    return mu.with_points(field.project(mu.points)) if field.scheme == "layernorm" else mu
+    return mu.with_points(field.project(mu.points)) if isinstance(field.scheme, LayerNorm) else mu
 
 
 def angular_profile(traj) -> dict:

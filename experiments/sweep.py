@@ -278,10 +278,10 @@ def _blowup_combined(params: dict) -> str | None:
 
 
 def _clustering_allowed() -> dict[str, Allowed]:
-    from tpde.attention.normalized import SCHEMES
+    from tpde.attention.norms import SCHEMES
 
     return {
-        "scheme": Allowed(str, choices=SCHEMES),
+        "scheme": Allowed(str, choices=tuple(SCHEMES)),
         "beta": Allowed(float, 0),
         "d": Allowed(int, 2),
         "n": Allowed(int, 2),

@@ -187,13 +187,11 @@ def test_nan_from_a_flow_field_is_not_called_an_overflow():
     assert "overflowed" not in str(info.value)
 
 
-@pytest.mark.xfail(strict=True, reason="scheme objects of issue 19 parse switch")
 def test_mix_ln_switch_text_is_refused_clearly():
-    with pytest.raises(TypeError, match="switch must be a real number"):
+    with pytest.raises(TypeError, match="switch is a depth-time .*received the string 'abc'"):
         Normalized(Softmax.from_interaction(I2, I2), "mix-ln", switch="abc")
 
 
-@pytest.mark.xfail(strict=True, reason="scheme objects of issue 19 check alpha(t)")
 def test_ngpt_alpha_returning_a_vector_is_refused_clearly():
     field = Normalized(Softmax.from_interaction(I2, I2), "ngpt", alpha=lambda t: torch.ones(2))
     with pytest.raises(ValueError, match="alpha"):

@@ -264,7 +264,7 @@ ERRORS = {
     "field-int": (
         lambda: integrate(3, MU, 1.0),
         TypeError,
-        "field must be a tpde attention field; received int",
+        "field must be a tpde field \\(or a ready System\\); received int",
     ),
     "field-function": (lambda: integrate(lambda x: x, MU, 1.0), TypeError, "received function"),
     "mu-dim": (

@@ -195,7 +195,6 @@ def test_unknown_methods_are_refused():
 class _Shrinking(Field):
     """A field whose projection drops a particle (a broken retraction)."""
 
-    capabilities = frozenset({"projection"})
     dim = 1
 
     @property
@@ -214,19 +213,21 @@ def test_a_projection_that_changes_the_shape_is_refused():
         integrate(_Shrinking(), Empirical(torch.zeros(3, 1, dtype=F64)), 1.0)
 
 
-def test_a_capability_without_its_methods_fails_when_the_class_is_defined():
-    with pytest.raises(TypeError, match="declares the capability 'gradient_flow' but does not"):
+def test_capabilities_are_derived_from_the_methods_a_class_implements():
+    # A projection is a capability because _Shrinking implements project; nothing declared.
+    assert _Shrinking().capabilities == frozenset({"projection"})
+
+    class _Partial(Field):  # energy alone is not the gradient_flow capability
+        dim = 1
+
+        def energy(self, mu, *, t=0.0, engine="auto", info=None):
+            return mu.points.sum()
+
+    assert not _Partial().supports("gradient_flow") and _Partial().capabilities == frozenset()
+    with pytest.raises(TypeError, match=r"declares capabilities = .*derived from the methods"):
 
         class _Claims(Field):
             capabilities = frozenset({"gradient_flow"})
-
-            def particle_velocity(self, t, mu, x, engine, info=None):
-                return x
-
-    with pytest.raises(TypeError, match="unknown capabilities"):
-
-        class _Typo(Field):
-            capabilities = frozenset({"gradient-flow"})
 
 
 def test_statuses_are_one_enum_and_unknown_names_raise():

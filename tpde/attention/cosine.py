@@ -44,8 +44,6 @@ class Cosine(Field):
     attention).
     """
 
-    capabilities = frozenset({"softmax_form"})
-
     def __init__(self, Q, K, V, scale=None):
         self.params = QKV(Q, K, V, scale)
         self.dim = self.params.dim

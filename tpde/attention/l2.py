@@ -55,8 +55,6 @@ class L2(Field):
     Mnih, "The Lipschitz constant of self-attention", ICML 2021 (L2 attention).
     """
 
-    capabilities = frozenset({"gaussian", "gaussian_derivative", "softmax_form"})
-
     def __init__(
         self,
         Q,

@@ -44,8 +44,6 @@ class Linear(Field):
     Castin, Ablin, Carrillo, Peyré, arXiv:2501.18322 (2025).
     """
 
-    capabilities = frozenset({"gaussian"})
-
     def __init__(self, Q, K, V, scale=None):
         self.params = QKV(Q, K, V, scale)
         self.dim = self.params.dim

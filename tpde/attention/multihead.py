@@ -8,7 +8,7 @@ import torch
 
 from tpde._validation import as_parameter, as_tensor
 from tpde.attention._params import evaluate_parameter as _evaluate
-from tpde.attention.base import Field, GaussianNotPreserved
+from tpde.attention.base import Field, GaussianNotPreserved, shared_capabilities
 from tpde.attention.registry import register, variant
 from tpde.measures import Empirical
 
@@ -51,8 +51,6 @@ class MultiHead(Field):
     Carrillo, Peyré, arXiv:2501.18322 (2025) and its code (``rhs_multihead``).
     """
 
-    capabilities = frozenset({"gaussian"})
-
     def __init__(self, heads: Sequence[Field], W=None, bias=None):
         self.heads = _check_heads(heads)
         self.dim = self.heads[0].dim
@@ -60,8 +58,11 @@ class MultiHead(Field):
         self.bias = None if bias is None else as_parameter(bias, "bias")
         self._W_at(0.0, None)  # shapes checked now, not in the first step of a run
         self._bias_at(0.0, None)
-        if not all(head.supports("gaussian") for head in self.heads):
-            self.capabilities = frozenset()  # the sum keeps Gaussians only if every head does
+
+    @property
+    def capabilities(self) -> frozenset:
+        """ "gaussian" when every head keeps Gaussians Gaussian (the sum of affine closures)."""
+        return shared_capabilities(self.heads)
 
     # ------------------------------------------------------------------ construction
     @classmethod

@@ -8,6 +8,10 @@ here) and by the engine agreement tests (every variant with the capability
 ``"softmax_form"`` runs on every softmax engine and under :class:`~tpde.attention.Masked`).
 A new variant is its own module that decorates its class (or a builder) with
 :func:`register`, plus its test (docs/EXTENDING.md).
+
+Feed-forward fields (:class:`~tpde.attention.MLP`, :class:`~tpde.attention.SwiGLU`) are not
+registered: they have no Q, K, V to build from, cannot be a head of ``MultiHead.split`` and
+do not interact, so nothing that reads this table applies to them.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import torch
 
-from tpde.attention.base import Field
+from tpde.attention.base import Field, shared_capabilities
 from tpde.measures import Empirical
 
 
@@ -28,8 +28,6 @@ class LayerSchedule(Field):
     higher-order method never mixes two layers inside one step.
     """
 
-    capabilities = frozenset({"piecewise", "gaussian"})
-
     def __init__(self, layers: Sequence[Field]):
         if isinstance(layers, Field) or not isinstance(layers, Sequence) or not layers:
             raise TypeError(
@@ -44,6 +42,19 @@ class LayerSchedule(Field):
         self.layers = tuple(layers)
         self.dim = self.layers[0].dim
         self.breakpoints = tuple(float(b) for b in range(1, len(self.layers)))
+
+    @property
+    def capabilities(self) -> frozenset:
+        """ "gaussian" when every layer has it; projections are the pieces' own (the flow
+        asks the layer acting at t)."""
+        return shared_capabilities(self.layers)
+
+    def check_measure(self, mu) -> None:
+        """Every layer checks the measure (a masked layer needs positions, a sphere scheme
+        tokens on the sphere): a run fails at its start, not at the layer that objects."""
+        super().check_measure(mu)
+        for layer in self.layers:
+            layer.check_measure(mu)
 
     def piece(self, t: float) -> Field:
         """The layer acting at depth-time t (layer l on [l, l + 1))."""

@@ -9,7 +9,7 @@ import torch
 from tpde._engines import kernel_sum
 from tpde.attention._forms import key_log_weights
 from tpde.attention._params import QKV
-from tpde.attention.base import Field, GaussianNotPreserved
+from tpde.attention.base import Field
 from tpde.attention.registry import register
 from tpde.measures import Empirical
 
@@ -86,8 +86,8 @@ class Sigmoid(Field):
             bias = torch.full_like(weights, self.bias)
         return kernel_sum(queries, points, values, key_bias=bias, kernel="sigmoid", engine=engine)
 
-    def gaussian_affine(self, t, mean, cov):
-        raise GaussianNotPreserved(
+    def gaussian_refusal(self) -> str:
+        return (
             "Sigmoid attention does not keep Gaussians Gaussian (σ(yᵀAx + b) is not an "
             "exponential in y, so the tilt lemma of MATH.md §3 does not apply): there is no "
             "moment ODE. Integrate particles instead: "

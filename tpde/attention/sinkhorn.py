@@ -94,8 +94,6 @@ class Sinkhorn(Field):
     Stochastic Attention", AISTATS 2022; Castin, Ablin, Carrillo, Peyré, arXiv:2501.18322.
     """
 
-    capabilities = frozenset({"gaussian", "gradient_flow"})
-
     def __init__(
         self,
         Q,

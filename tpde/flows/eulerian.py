@@ -60,6 +60,7 @@ from dataclasses import dataclass
 
 import torch
 
+from tpde._engines import check_engine
 from tpde._validation import check_choice, check_positive
 from tpde.flows.systems import System
 from tpde.measures import Empirical, Grid
@@ -204,27 +205,47 @@ class GridSystem(System):
     (:meth:`propose_step`, :meth:`check_step`; module notes).
     """
 
-    def __init__(self, field, spec: FiniteVolumes, engine: str, dt: float | None, span: float):
+    #: Grids step with the strong-stability-preserving methods only (module notes).
+    default_method = None  # the reconstruction's own (upwind: euler, muscl: heun)
+
+    def __init__(self, field, grid, engine: str = "auto", *, scheme: str = "muscl",
+                 cfl: float = 0.5):  # fmt: skip
         super().__init__(field)
+        spec = grid if isinstance(grid, FiniteVolumes) else FiniteVolumes(grid, scheme, cfl)
         grid = spec.grid
-        self.scheme, self.cfl, self.engine, self.fixed_dt = (
-            spec.reconstruction,
-            spec.cfl,
-            engine,
-            dt,
-        )
+        field.check_measure(grid)
+        self.scheme, self.cfl, self.engine = spec.reconstruction, spec.cfl, check_engine(engine)
+        self.default_method = spec.reconstruction.default_method
+        self.fixed_dt, self.dt_cap = None, 1.0
         self.part_dims = (grid.dim, 0)
         self.lower, self.upper, self.shape = grid.lower, grid.upper, grid.shape
         self.h = [float(v) for v in grid.cell_size]
         self.centres = grid.centres()
         self.faces, self.face_shapes = self._faces(grid)
         self._initial = (grid.density, grid.density.new_zeros(()))
-        self.dt_cap = span / 10 if span > 0 else 1.0
         self.n_field_evals = 0
         self._cache = None  # (masses, face velocities, rate) of the last evaluation
         self._step_rates: list[tuple[float, float]] = []
         self._retry = None
         self.nu_max, self.dt_seen, self.min_mass = 0.0, [], float(grid.density.detach().min())
+
+    def check_method(self, method) -> None:
+        """Grids take the strong-stability-preserving methods (positivity under the CFL
+        condition): 'euler' and 'heun'."""
+        if not getattr(method, "ssp", False):
+            raise ValueError(
+                f"grid (Eulerian) flows step with the strong-stability-preserving methods "
+                f"'euler' or 'heun' (positivity under the CFL condition); received method "
+                f"{getattr(method, 'name', method)!r}. Leave method=None for the scheme's "
+                "default."
+            )
+
+    def first_step(self, t0: float, t1: float, dt):
+        """A fixed dt as given (checked against the CFL condition at every stage), else
+        adaptive steps at ν = cfl, capped at 1/10 of the run."""
+        span = t1 - t0
+        self.fixed_dt, self.dt_cap = dt, (span / 10 if span > 0 else 1.0)
+        return self.dt_cap if dt is None else dt
 
     @staticmethod
     def _faces(grid: Grid):

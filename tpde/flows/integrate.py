@@ -9,15 +9,16 @@ import numpy as np
 from tpde._engines import check_engine
 from tpde._validation import check_choice, check_positive, check_positive_int, check_real
 from tpde.attention.base import Field
+from tpde.attention.sum import Sum
 from tpde.flows.eulerian import FiniteVolumes, GridSystem
 from tpde.flows.events import parse_events
 from tpde.flows.loop import Loop
-from tpde.flows.methods import resolve_method
-from tpde.flows.systems import GaussianSystem, ParticleSystem
+from tpde.flows.methods import METHODS, resolve_method
+from tpde.flows.systems import GaussianSystem, ParticleSystem, System
 from tpde.flows.trajectory import Trajectory
-from tpde.measures import Empirical, Gaussian, Grid
+from tpde.measures import Empirical, Gaussian, Grid, Measure
 
-__all__ = ["integrate"]
+__all__ = ["SYSTEMS", "integrate", "register_system"]
 
 
 def _save_times(save, t0: float, t1: float, max_steps: int) -> list[float] | None:
@@ -66,75 +67,112 @@ def _check_save_count(count: int, max_steps: int) -> None:
         )
 
 
-def _grid_method(method, spec: FiniteVolumes):
-    """The method of a grid flow: a strong-stability-preserving one (the scheme's default)."""
-    chosen = resolve_method(spec.reconstruction.default_method if method is None else method)
-    if not getattr(chosen, "ssp", False):
-        raise ValueError(
-            f"grid (Eulerian) flows step with the strong-stability-preserving methods "
-            f"'euler' or 'heun' (positivity under the CFL condition); received method "
-            f"{getattr(chosen, 'name', chosen)!r}. Leave method=None for the scheme's default."
-        )
-    return chosen
-
-
-#: The systems of :func:`integrate`, with the measure each steps (for error messages).
-_SYSTEMS = {
-    ParticleSystem: "an Empirical mu0 (particles)",
-    GaussianSystem: "a Gaussian mu0 (the moment ODE)",
-    GridSystem: "a Grid or FiniteVolumes mu0 (finite volumes)",
+#: Which system steps which kind of initial measure: ``SYSTEMS[type(mu0)](field, mu0, t0,
+#: engine)``. A new kind of state is one entry (:func:`register_system`), or a ready
+#: :class:`~tpde.flows.systems.System` passed to :func:`integrate` in place of the field.
+SYSTEMS: dict[type, object] = {
+    Empirical: lambda field, mu0, t0, engine: ParticleSystem(field, mu0, engine),
+    Gaussian: lambda field, mu0, t0, engine: GaussianSystem(field, mu0, t0),
+    Grid: lambda field, mu0, t0, engine: GridSystem(field, mu0, engine),
+    FiniteVolumes: lambda field, mu0, t0, engine: GridSystem(field, mu0, engine),
 }
 
 
-def _check_jacobian(method, system: type) -> None:
+def register_system(kind: type, build) -> None:
+    """Make :func:`integrate` step measures of type ``kind`` with ``build(field, mu0, t0,
+    engine) -> System`` (checks of the measure included)."""
+    if not isinstance(kind, type) or not callable(build):
+        raise TypeError("register_system takes a measure type and a callable building its system.")
+    SYSTEMS[kind] = build
+
+
+def _build_system(field: Field, mu0, t0: float, engine: str) -> System:
+    build = next((b for kind, b in SYSTEMS.items() if isinstance(mu0, kind)), None)
+    if build is None:
+        raise TypeError(
+            "mu0 must be an Empirical (particles), a Gaussian (moment ODE), a Grid or "
+            f"FiniteVolumes(grid, ...) (finite volumes); received {type(mu0).__name__}. A "
+            "ready System is passed in place of the field: integrate(system, t1)."
+        )
+    if not isinstance(mu0, Grid | FiniteVolumes):  # grid systems check their own grid
+        # by the piece acting at t0: a Mix-LN stack started after its switch is Pre-LN,
+        # which takes tokens off the sphere
+        field.piece(t0).check_measure(mu0)
+    return build(field, mu0, t0, engine)
+
+
+def _check_jacobian(method, system: System) -> None:
     """A stiff method needs the system's Jacobian: refuse it, naming who has one."""
     if not getattr(method, "uses_jacobian", False) or callable(getattr(system, "jacobian", None)):
         return
-    able = [f"{c.__name__} ({kind})" for c, kind in _SYSTEMS.items() if hasattr(c, "jacobian")]
     raise ValueError(
         f"method {getattr(method, 'name', method)!r} is a stiff (Rosenbrock) method: it "
-        f"solves with the Jacobian of the right-hand side, which only {', '.join(able)} "
-        f"provides; a {system.__name__} ({_SYSTEMS.get(system, 'this state')}) has none. "
+        f"solves with the Jacobian of the right-hand side, which only GaussianSystem (a "
+        f"Gaussian mu0, the moment ODE) provides; a {type(system).__name__} has none. "
         "Integrate a Gaussian, or use an explicit method ('dopri5', 'rk4'; grids: 'euler', "
         "'heun')."
     )
 
 
-def _system(field: Field, mu0, t0: float, t1: float, dt, method, engine: str):
-    """(system, method, first step) for the measure's kind.
+def _pieces(field: Field, t0: float, t1: float) -> list[Field]:
+    """The fields acting on [t0, t1]: the piece at t0 and after every jump inside."""
+    times = [t0, *(b for b in field.breakpoints if t0 < b < t1)]
+    return [field.piece(t) for t in times]
 
-    The measure is checked by the piece of the field acting at t0 (a Mix-LN stack started
-    after its switch: Pre-LN, which takes tokens off the sphere)."""
-    acting = field.piece(t0)
-    if isinstance(mu0, Grid):
-        mu0 = FiniteVolumes(mu0)
-    if isinstance(mu0, FiniteVolumes):
-        acting.check_measure(mu0.grid)
-        if method is not None:
-            _check_jacobian(resolve_method(method), GridSystem)
-        chosen = _grid_method(method, mu0)
-        system = GridSystem(field, mu0, engine, dt, t1 - t0)
-        return system, chosen, system.dt_cap if dt is None else dt
-    chosen = resolve_method(method)
-    first = (t1 - t0) / 100 if dt is None else dt
-    first = 1.0 if first == 0 else first  # t1 == t0 and no dt given
-    if isinstance(mu0, Empirical):
-        acting.check_measure(mu0)
-        _check_jacobian(chosen, ParticleSystem)
-        return ParticleSystem(field, mu0, engine), chosen, first
-    if isinstance(mu0, Gaussian):
-        acting.check_measure(mu0)
-        return GaussianSystem(field, mu0, t0), chosen, first
-    raise TypeError(
-        "mu0 must be an Empirical (particles), a Gaussian (moment ODE), a Grid or "
-        f"FiniteVolumes(grid, ...) (finite volumes); received {type(mu0).__name__}."
-    )
+
+def _check_splitting(method, field: Field, t0: float, t1: float) -> None:
+    """A splitting method needs sums; a sum whose parts project differently needs one."""
+    splits = getattr(method, "splits", False)
+    for piece in _pieces(field, t0, t1):
+        if splits and not isinstance(piece, Sum):
+            raise ValueError(
+                f"method {method.name!r} splits a sum of fields into its parts, but the field "
+                f"acting here is a {type(piece).__name__}, not a sum. Write the layer as a sum "
+                "(attention + mlp, tpde.attention.Sum), or use a method that steps any field: "
+                f"{', '.join(METHODS)}."
+            )
+        if not splits and isinstance(piece, Sum) and piece.projection_needs_split():
+            raise ValueError(
+                "the parts of this sum project differently (each behind its own norm scheme's "
+                "retraction, e.g. two post-LayerNorms): only a splitting method applies each "
+                "projection after its own part's step. Use method='lie-trotter' or 'strang' "
+                "(tpde.flows.Splitting for another inner method)."
+            )
+
+
+def _start(system: System, field: Field, method, t0: float, t1: float, dt):
+    """The method object and first step of a run (each system's rules)."""
+    chosen = resolve_method(method if method is not None else system.default_method)
+    _check_jacobian(chosen, system)
+    system.check_method(chosen)
+    _check_splitting(chosen, field, t0, t1)
+    return chosen, system.first_step(t0, t1, dt)
+
+
+def _arguments(field, mu0, t1):
+    """(field or system, mu0, t1) from the two call forms integrate(field, mu0, t1) and
+    integrate(system, t1)."""
+    if isinstance(field, System):
+        if t1 is None and mu0 is not None and not isinstance(mu0, Measure | FiniteVolumes):
+            mu0, t1 = None, mu0  # integrate(system, t1)
+        if mu0 is not None:
+            raise TypeError(
+                "a ready System carries its own state: call integrate(system, t1), without "
+                f"mu0; received a {type(mu0).__name__} as well."
+            )
+        if t1 is None:
+            raise TypeError("integrate needs the final time t1: integrate(system, t1).")
+    elif not isinstance(field, Field):
+        raise TypeError(
+            f"field must be a tpde field (or a ready System); received {type(field).__name__}."
+        )
+    return field, mu0, t1
 
 
 def integrate(
-    field: Field,
-    mu0,
-    t1: float,
+    field: Field | System,
+    mu0=None,
+    t1: float | None = None,
     *,
     dt: float | None = None,
     method=None,
@@ -160,8 +198,12 @@ def integrate(
 
     Parameters
     ----------
-    field : a tpde attention field.
-    mu0 : Empirical, Gaussian, Grid or FiniteVolumes.
+    field : a tpde field, or a ready :class:`~tpde.flows.systems.System` (its field and
+        state included; then ``integrate(system, t1)``): a new kind of state needs no
+        edit here, and grid options live on the system, ``GridSystem(field, grid,
+        scheme="upwind", cfl=0.4)``.
+    mu0 : Empirical, Gaussian, Grid (or FiniteVolumes(grid, scheme, cfl)); a table from
+        the measure's type to its system (:data:`SYSTEMS`, :func:`register_system`).
     t1 : final time (>= t0).
     dt : step size (fixed methods) or first step (adaptive methods). Default
         (t1 − t0)/100. Grids: default None = adaptive CFL steps; an explicit dt that
@@ -178,6 +220,10 @@ def integrate(
         A Gaussian state outside the PSD cone is never returned: an adaptive method
         rejects such a step, a fixed-step one stops the element before it with status
         "stiff" and a warning naming method="rodas4" (:class:`~tpde._status.Status`).
+        For a sum of fields (:class:`~tpde.attention.Sum`, a whole Transformer layer):
+        "lie-trotter" (order 1) and "strang" (order 2) step its parts one after the other
+        (:mod:`tpde.flows.splitting`; Euler sub-steps, or ``Splitting(kind, inner=...)``);
+        Lie–Trotter with Euler at dt = 1 over a layer schedule is the discrete network.
     save : None (t0 and t1), an int (that many equally spaced times), a sequence of
         times, or "steps" (every accepted step; the batch then steps in lockstep). Every
         element lands exactly on every save time.
@@ -192,20 +238,24 @@ def integrate(
     -------
     Trajectory
     """
+    field, mu0, t1 = _arguments(field, mu0, t1)
     t0 = check_real(t0, "t0")
     t1 = check_real(t1, "t1", finite=False)
     if not math.isfinite(t1) or t1 < t0:
         raise ValueError(f"t1 must be finite and >= t0 = {t0}; received t1 = {t1}.")
     if t0 < 0:
         raise ValueError(f"t0 must be >= 0 (depth-time); received {t0}.")
-    if not isinstance(field, Field):
-        raise TypeError(f"field must be a tpde attention field; received {type(field).__name__}.")
     dt = None if dt is None else check_positive(dt, "dt")
     check_positive(rtol, "rtol")
     check_positive(atol, "atol")
     check_positive_int(max_steps, "max_steps")
     save_times = _save_times(save, t0, t1, max_steps)
-    system, chosen, first = _system(field, mu0, t0, t1, dt, method, check_engine(engine))
+    engine = check_engine(engine)
+    if isinstance(field, System):
+        system, field = field, field.base_field
+    else:
+        system = _build_system(field, mu0, t0, engine)
+    chosen, first = _start(system, field, method, t0, t1, dt)
     parsed = parse_events(events)
     for event in parsed:
         if not callable(getattr(system, event.requires, None)):
@@ -214,7 +264,12 @@ def integrate(
                 f"which a {type(system).__name__} does not have: it applies to particle flows "
                 "(Empirical measures)."
             )
-    synchronous = field.time_dependent or bool(field.breakpoints) or save_times is None
+    synchronous = (
+        field.time_dependent
+        or bool(field.breakpoints)
+        or save_times is None
+        or getattr(chosen, "splits", False)  # sub-steps land on save times, no interpolation
+    )
     loop = Loop(
         system,
         chosen,

@@ -71,6 +71,27 @@ class _RHS:
     def jacobian(self, t, state):
         return self.system.jacobian(t, state)
 
+    # Splitting methods (:mod:`tpde.flows.splitting`) step one part of a sum at a time.
+    @property
+    def parts(self) -> int:
+        return self.system.parts
+
+    def part(self, index: int):
+        """The right-hand side of part ``index`` alone, stopped elements zeroed."""
+
+        def f(t, state):
+            self.calls += 1
+            derivative = self.system.rhs_part(index, t, state)
+            if not self.batched or self.active is None:
+                return derivative
+            zeros = tuple(map(torch.zeros_like, derivative))
+            return self.system.mask(self.active, derivative, zeros)
+
+        return f
+
+    def project_part(self, index: int, state):
+        return self.system.project_part(index, state)
+
 
 class Loop:
     """Steps one system with one method to t1 (module notes).
@@ -93,6 +114,10 @@ class Loop:
         self.need_derivative = any(e.requires == "rhs_norm" for e in events)
         # Step-size exponent 1/(q + 1), q the order of the embedded solution (dopri5: 1/5).
         self.exponent = float(getattr(method, "error_exponent", 0.2))
+        # A splitting method projects after each part's sub-step itself, and does not use
+        # the derivative at the start of a step.
+        self.splits = bool(getattr(method, "splits", False))
+        self.uses_k1 = bool(getattr(method, "uses_k1", True))
 
     # ------------------------------------------------------------------ bookkeeping
     def _stop(self, which: np.ndarray, status: Status, times) -> None:
@@ -173,7 +198,7 @@ class Loop:
             if system.enter(clock):
                 k1 = None  # a cached derivative belongs to the previous piece
             rhs.active = self._active_mask(state[0])
-            if k1 is None:
+            if k1 is None and self.uses_k1:
                 k1 = rhs(clock, state)
             h_prop = np.asarray(system.propose_step(clock, state, h), dtype=float)
             remaining = target - t
@@ -186,7 +211,8 @@ class Loop:
                 ),
                 state,
             )
-            new = system.project(new)
+            if not self.splits:
+                new = system.project(new)
             if method.adaptive:
                 norm = system.error_norm(error, state, new, self.rtol, self.atol)
                 accept, h_next = self._control(norm, moving, h_try, h_prop, t)

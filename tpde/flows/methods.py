@@ -198,8 +198,12 @@ def resolve_method(method, default: str = "rk4"):
     if method is None:
         return METHODS[default]
     if isinstance(method, str):
+        from tpde.flows.splitting import SPLITTINGS  # splitting.py builds on this module
+
+        if method in SPLITTINGS:
+            return SPLITTINGS[method]
         if method not in METHODS:
-            known = ", ".join(repr(k) for k in METHODS)
+            known = ", ".join(repr(k) for k in (*METHODS, *SPLITTINGS))
             raise ValueError(f"unknown method {method!r}; choose one of {known}, or pass an "
                              "ExplicitRK tableau.")  # fmt: skip
         return METHODS[method]

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 
 import torch
 
+from tpde._engines import check_engine
 from tpde._linalg import trace as matrix_trace
 from tpde._status import Status
 from tpde.attention import InnerSolves
@@ -63,6 +64,8 @@ class System:
     """Base class of systems: per-element reductions and the default hooks (module notes)."""
 
     part_dims: tuple[int, ...]
+    #: The method :func:`tpde.flows.integrate` uses when none is given.
+    default_method: str | None = "rk4"
 
     def __init__(self, field):
         self.base_field = self.field = field
@@ -129,6 +132,37 @@ class System:
         """A per-element step (batch shape) as one broadcastable tensor per state part."""
         return tuple(step.reshape(*step.shape, *(1,) * k) for k in self.part_dims)
 
+    # ------------------------------------------------------------------ starting a run
+    def check_method(self, method) -> None:
+        """Raise if this system cannot be stepped by ``method`` (default: any)."""
+
+    def first_step(self, t0: float, t1: float, dt):
+        """The first (or fixed) step: ``dt``, default (t1 − t0)/100."""
+        if dt is not None:
+            return dt
+        first = (t1 - t0) / 100
+        return 1.0 if first == 0 else first  # t1 == t0 and no dt given
+
+    # ------------------------------------------------------------------ splitting
+    @property
+    def parts(self) -> int:
+        """Number of parts of the field acting now (a :class:`~tpde.attention.Sum`'s parts;
+        1 for any other field): what a splitting method steps one at a time."""
+        return len(getattr(self.field, "parts", (None,)))
+
+    def part_field(self, index: int):
+        """The field of part ``index`` acting now."""
+        parts = getattr(self.field, "parts", None)
+        return self.field if parts is None else parts[index]
+
+    def rhs_part(self, index: int, t, state):
+        """The right-hand side of one part alone (splitting methods)."""
+        return self.rhs(t, state, field=self.part_field(index))
+
+    def project_part(self, index: int, state):
+        """The retraction of one part after its sub-step (default: the system's own)."""
+        return self.project(state)
+
     # ------------------------------------------------------------------ default hooks
     #: The status of an element whose state left the domain (see ``degenerate``).
     domain_status = None
@@ -168,19 +202,20 @@ class ParticleSystem(System):
 
     part_dims = (2,)
 
-    def __init__(self, field, mu: Empirical, engine: str):
+    def __init__(self, field, mu: Empirical, engine: str = "auto"):
         super().__init__(field)
-        self.mu, self.engine = mu, engine
+        self.mu, self.engine = mu, check_engine(engine)
 
     def initial(self):
         return (self.mu.points,)
 
-    def rhs(self, t, state):
+    def rhs(self, t, state, field=None):
         (points,) = state
-        velocity = self.field.particle_velocity(
+        field = self.field if field is None else field
+        velocity = field.particle_velocity(
             t, self.mu.with_points(points), points, self.engine, info=self.inner
         )
-        check_velocity_type(velocity, self.field)
+        check_velocity_type(velocity, field)
         if velocity.shape != points.shape:
             raise ValueError(
                 f"particle flows need unbatched field parameters, or parameters whose batch "
@@ -194,8 +229,13 @@ class ParticleSystem(System):
     def measure(self, state) -> Empirical:
         return self.mu.with_points(state[0])
 
-    def project(self, state):
-        field = self.field  # the piece acting now (a Mix-LN stack projects in its first part)
+    def project_part(self, index: int, state):
+        """Part ``index``'s own projection (its norm scheme's retraction), if it has one."""
+        return self.project(state, field=self.part_field(index))
+
+    def project(self, state, field=None):
+        # The piece acting now (a Mix-LN stack projects in its first part), or one part.
+        field = self.field if field is None else field
         if not field.supports("projection"):
             return state
         projected = field.project(state[0])
@@ -283,7 +323,7 @@ class GaussianSystem(System):
 
     part_dims = (1, 2)
 
-    def __init__(self, field, mu: Gaussian, t0: float):
+    def __init__(self, field, mu: Gaussian, t0: float = 0.0):
         super().__init__(field)
         # The batch shape of the run broadcasts the measure's with the parameters'.
         dmean, _ = field.gaussian_rhs(t0, mu.mean(), mu.cov())
@@ -296,8 +336,8 @@ class GaussianSystem(System):
     def initial(self):
         return self._initial
 
-    def rhs(self, t, state):
-        return self.field.gaussian_rhs(t, *state)
+    def rhs(self, t, state, field=None):
+        return (self.field if field is None else field).gaussian_rhs(t, *state)
 
     def measure(self, state) -> Gaussian:
         return Gaussian._trusted(*state)

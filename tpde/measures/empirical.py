@@ -32,7 +32,10 @@ class Empirical(Measure):
         renormalised exactly). Default: uniform 1/n. Zero weights are allowed: such a
         particle moves with the flow but attracts no attention.
     positions : tensor or array, shape (n,), optional
-        Token positions s_i ∈ [0, 1] for masked (causal) attention. Positions never move.
+        Token positions, finite and ≥ 0, for causal attention and positional encodings:
+        integer token indices p_i = i for a model's sequence, or s_i = i/(n − 1) ∈ [0, 1]
+        for a mean-field limit (the causal mask depends only on their order; RoPE and ALiBi
+        on their values, :mod:`tpde.attention.positions`). Positions never move.
 
     Notes
     -----
@@ -96,10 +99,10 @@ class Empirical(Measure):
                 f"{tuple(points.shape)}; received shape {tuple(positions.shape)}."
             )
         check_finite(positions, "positions")
-        if (positions < 0).any() or (positions > 1).any():
+        if (positions < 0).any():
             raise ValueError(
-                f"positions must lie in [0, 1]; received values in [{float(positions.min()):.3g}"
-                f", {float(positions.max()):.3g}]. Rescale token indices i to i / (n - 1)."
+                f"positions must be ≥ 0 (integer token indices, or s ∈ [0, 1] for a "
+                f"mean-field limit); received a minimum of {float(positions.min()):.4g}."
             )
         return positions.detach()
 
@@ -168,7 +171,7 @@ class Empirical(Measure):
 
     @property
     def positions(self) -> torch.Tensor | None:
-        """Token positions in [0, 1], shape (n,), or None."""
+        """Token positions (finite, ≥ 0), shape (n,), or None."""
         return self._positions
 
     @property

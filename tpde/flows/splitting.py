@@ -1,0 +1,118 @@
+r"""Splitting methods over the parts of a sum of fields (MATH.md §8).
+
+For ẏ = Σ_p F_p(y) (a :class:`~tpde.attention.Sum`: a Transformer layer's attention and
+feed-forward parts), a splitting step advances each part on its own with an inner method:
+
+- **Lie–Trotter** (order 1): y ← Φ_{F_P}^h ∘ … ∘ Φ_{F_1}^h (y), parts in order;
+- **Strang** (order 2): the symmetric composition
+  Φ_{F_1}^{h/2} ∘ … ∘ Φ_{F_{P−1}}^{h/2} ∘ Φ_{F_P}^h ∘ Φ_{F_{P−1}}^{h/2} ∘ … ∘ Φ_{F_1}^{h/2}.
+
+Φ^h is one step of the inner method (Euler by default). After each sub-step the part's own
+projection is applied (its norm scheme's retraction, when it has one): so Lie–Trotter with
+Euler sub-steps at h = 1 *is* the discrete sequential layer, x ← x + Attn(N₁x);
+x ← x + F(N₂x) for a Pre-norm layer and x ← LN₁(x + Attn x); x ← LN₂(x + F x) for a
+Post-norm one (Lu et al., "Understanding and improving Transformer from a multi-particle
+dynamic system point of view", arXiv:1906.02762, read the Transformer as this splitting;
+Strang is their "Macaron" layer). The order is that of the composition, capped by the inner
+method's: min(1, q) for Lie–Trotter, min(2, q) for Strang (Hairer, Lubich & Wanner,
+*Geometric Numerical Integration*, §II.5). Splitting steps are fixed (no error estimate).
+
+Part p's sub-step over [t, t + τ] evaluates the part at the times of the inner method's
+stages in that interval (Strang's two half steps of a part cover [t, t + h/2] and
+[t + h/2, t + h]).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tpde.flows.methods import EULER, resolve_method
+
+__all__ = ["LIE_TROTTER", "SPLITTINGS", "STRANG", "Splitting"]
+
+KINDS = ("lie-trotter", "strang")
+
+
+def _scaled(h, fraction: float):
+    """A step (a float, or one tensor per state part) times ``fraction``."""
+    if isinstance(h, tuple):
+        return tuple(part * fraction for part in h)
+    return h * fraction
+
+
+@dataclass(frozen=True)
+class Splitting:
+    """A splitting method: Lie–Trotter or Strang over a sum's parts (module notes).
+
+    Parameters
+    ----------
+    kind : "lie-trotter" or "strang".
+    inner : a method name or object (default Euler): the scheme of each sub-step; fixed
+        step (an adaptive inner method is stepped without its error estimate).
+
+    Attributes
+    ----------
+    name, order (min of the composition's order and the inner method's), adaptive = False,
+    splits = True (the loop hands it the parts: ``f.part(p)`` and ``f.project_part(p, y)``).
+    """
+
+    kind: str = "lie-trotter"
+    inner: object = EULER
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(
+                f"unknown splitting {self.kind!r}; choose 'lie-trotter' (order 1) or 'strang' "
+                "(order 2)."
+            )
+        inner = resolve_method(self.inner, default="euler")
+        if getattr(inner, "splits", False):
+            raise ValueError("the inner method of a splitting cannot be a splitting itself.")
+        if getattr(inner, "uses_jacobian", False):
+            raise ValueError(
+                f"the inner method of a splitting must be explicit; received {inner.name!r}, "
+                "which needs the Jacobian of the whole system."
+            )
+        object.__setattr__(self, "inner", inner)
+
+    adaptive = False
+    splits = True
+    uses_k1 = False
+
+    @property
+    def name(self) -> str:
+        return self.kind if self.inner is EULER else f"{self.kind}({self.inner.name})"
+
+    @property
+    def order(self) -> int:
+        return min(1 if self.kind == "lie-trotter" else 2, self.inner.order)
+
+    def sequence(self, parts: int) -> list[tuple[int, float, float]]:
+        """(part, start fraction, length fraction) of each sub-step of one step."""
+        if self.kind == "lie-trotter" or parts == 1:
+            return [(p, 0.0, 1.0) for p in range(parts)]
+        first = [(p, 0.0, 0.5) for p in range(parts - 1)]
+        last = [(p, 0.5, 0.5) for p in reversed(range(parts - 1))]
+        return [*first, (parts - 1, 0.0, 1.0), *last]
+
+    def step(self, f, t: float, y, h, k1=None, h_clock: float = 0.0):
+        """One splitting step of ``f`` (the loop's right-hand side, with its parts)."""
+        for part, start, length in self.sequence(f.parts):
+            y, _, _ = self.inner.step(
+                f.part(part),
+                t + start * h_clock,
+                y,
+                _scaled(h, length),
+                None,
+                h_clock=h_clock * length,
+            )
+            y = f.project_part(part, y)
+        return y, None, None
+
+
+LIE_TROTTER = Splitting("lie-trotter")
+STRANG = Splitting("strang")
+
+#: The splitting methods by name (``integrate(method="lie-trotter")``); any inner method:
+#: ``Splitting("strang", inner="rk4")``.
+SPLITTINGS = {m.kind: m for m in (LIE_TROTTER, STRANG)}
