@@ -11,7 +11,13 @@ import pytest
 import torch
 
 from tests.conftest import keops_ok
-from tpde.attention import ALiBi, GaussianNotPreserved, GroupedQueryAttention, RoPE
+from tpde.attention import (
+    ALiBi,
+    GaussianNotPreserved,
+    GroupedQueryAttention,
+    PositionalEncoding,
+    RoPE,
+)
 from tpde.attention.positions import POSITIONAL_ENCODINGS, positional_encoding
 from tpde.flows import integrate
 from tpde.measures import Empirical, Gaussian, Grid
@@ -183,6 +189,27 @@ def test_biases_ties_and_zero_mass_tokens_against_the_reference(generator):
     expected = _reference(mu, *W, 4, 2, rope=30.0, biases=biases, keys=keys)
     for engine in ("dense", "sdpa"):
         assert _relative(field.velocity(mu, engine=engine), expected) < ENGINE_TOL
+
+
+def test_a_new_encoding_is_one_class(generator):
+    """The extension point of docs/EXTENDING.md: a key bias alone, no other edit."""
+
+    class Recency(PositionalEncoding):
+        def key_bias(self, positions, heads):
+            return 0.3 * positions.expand(heads, -1)  # +0.3 p_j: ALiBi with one slope
+
+    W = _weights(generator)
+    mu = _tokens(generator)
+    field = GroupedQueryAttention(*W, heads=4, kv_heads=2, position=Recency())
+    alibi = GroupedQueryAttention(*W, heads=4, kv_heads=2, position=ALiBi([0.3] * 4))
+    for engine in ("dense", "sdpa"):
+        got, expected = field.velocity(mu, engine=engine), alibi.velocity(mu, engine=engine)
+        assert _relative(got, expected) < TIGHT
+    plain = GroupedQueryAttention(*W, heads=4, kv_heads=2, position=PositionalEncoding())
+    assert (
+        _relative(plain.velocity(mu), GroupedQueryAttention(*W, heads=4, kv_heads=2).velocity(mu))
+        < TIGHT
+    )
 
 
 def test_alibi_slopes_match_bloom_for_any_head_count():

@@ -42,7 +42,8 @@ class PositionalEncoding:
     - ``key_bias(positions, heads)``: a score bias (H, m) added to key j of head h, or None.
     """
 
-    #: Its name in :data:`POSITIONAL_ENCODINGS` (``position="rope"`` builds it with defaults).
+    # Its name in POSITIONAL_ENCODINGS (position="rope" builds it with its defaults); not a
+    # documented attribute, so that the docs' cross-references to `name` stay unambiguous.
     name: ClassVar[str] = ""
 
     def check(self, head_dim: int, heads: int) -> None:
