@@ -188,7 +188,7 @@ def test_nan_from_a_flow_field_is_not_called_an_overflow():
 
 
 def test_mix_ln_switch_text_is_refused_clearly():
-    with pytest.raises(TypeError, match="switch is a depth-time .*received the string 'abc'"):
+    with pytest.raises(TypeError, match=r"switch is a depth-time .*received the string 'abc'"):
         Normalized(Softmax.from_interaction(I2, I2), "mix-ln", switch="abc")
 
 

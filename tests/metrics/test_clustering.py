@@ -1,6 +1,5 @@
 """Angular clustering diagnostics: labels, counts, GLPR's density, times; batched."""
 
-
 import pytest
 import torch
 
