@@ -77,6 +77,13 @@ class Config:
         if any(k < 2 for k in self.splits) or self.loop_passes < 1:
             raise ValueError("splits must be integers >= 2 (h = 1/k) and loop_passes >= 1.")
 
+    def memory_bytes(self) -> int:
+        """The model's float32 weights (SmolLM2-135M: ~0.6 GB) and the float64 hidden states
+        of every sentence (≤ 128 tokens × 576 coordinates × 31 depths × (max split + 2)
+        routes)."""
+        states = self.sentences * 128 * 576 * 31 * (max(self.splits) + 2)
+        return 6 * 10**8 + 8 * states
+
 
 QUICK = {"sentences": "4", "flow_sentences": "1", "splits": "2,4", "loop_sentences": "1",
          "loop_passes": "10"}  # fmt: skip

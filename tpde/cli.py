@@ -242,6 +242,15 @@ def finished(out: Path, configs: dict) -> set[str]:
     return done
 
 
+def report_failure(err: BaseException) -> str:
+    """One line naming what failed while a report was built: the error and where."""
+    import traceback
+
+    frames = traceback.extract_tb(err.__traceback__)
+    where = f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
+    return f"{type(err).__name__}: {err}{where}"
+
+
 def write_report(out: Path, record: dict, built: dict | None = None) -> Path:
     """report.md: header, then each finished experiment's section (from saved data only).
 
@@ -268,9 +277,18 @@ def write_report(out: Path, record: dict, built: dict | None = None) -> Path:
         if not (out / name / "meta.json").is_file():
             rows.append([f"`{name}`", "not run (interrupted or failed)", "—"])
             continue
-        section = (built or {}).get(name) or module.report(out / name)
         seconds = record.get("seconds", {}).get(name)
-        rows.append([f"`{name}`", section.summary, "—" if seconds is None else f"{seconds:.0f}"])
+        shown = "—" if seconds is None else f"{seconds:.0f}"
+        section = (built or {}).get(name)
+        try:
+            section = section or module.report(out / name)
+        except Exception as err:  # a broken section must not lose the others
+            failure = report_failure(err)
+            rows.append([f"`{name}`", f"report failed: {failure}", shown])
+            sections.append(f"## {module.TITLE}\n\nThe report of `{name}` failed: {failure}. "
+                            f"Its data are in `{name}/`.\n")  # fmt: skip
+            continue
+        rows.append([f"`{name}`", section.summary, shown])
         sections.append(section.markdown(name, module.TITLE))
     lines += [fw.markdown_table(["experiment", "summary", "seconds"], rows), ""]
     lines += sections
@@ -335,6 +353,7 @@ def cmd_run(args) -> int:
         registry = _experiments()
         total = time.perf_counter()
         built = {}  # report sections, each built once from the saved data
+        failed = []  # experiments whose report section could not be built
         todo = [name for name in names if name not in done]
         with _Runner(args.jobs, args.threads, todo, configs, out) as runner:
             for name in names:
@@ -344,11 +363,19 @@ def cmd_run(args) -> int:
                 else:
                     record["seconds"][name] = runner.result(name)
                     fw.atomic_write(out / RUN_FILE, json.dumps(record, indent=1))
-                built[name] = section = module.report(out / name)
                 seconds = record["seconds"].get(name, float("nan"))
-                print(f"[{name}] {section.summary} ({seconds:.0f} s)", flush=True)
+                try:
+                    built[name] = section = module.report(out / name)
+                except Exception as err:  # reported, and the run goes on
+                    failed.append(name)
+                    print(f"[{name}] report failed: {report_failure(err)}", file=sys.stderr)
+                else:
+                    print(f"[{name}] {section.summary} ({seconds:.0f} s)", flush=True)
                 path = write_report(out, record, built)  # after each: a readable report
         print(f"done in {time.perf_counter() - total:.0f} s; report: {path}")
+    if failed:
+        print(f"tpde: the report of {', '.join(failed)} failed (see {path}).", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -124,7 +124,7 @@ class Masked(Field):
         return self.field.time_dependent
 
     def particle_velocity(self, t, mu: Empirical, x, engine: str, info=None) -> torch.Tensor:
-        if x.shape[-2] != mu.n:
+        if x.shape[-2] != mu.n:  # x: (…, n, d), a batch of clouds or one
             raise ValueError(
                 "masked attention evaluates at μ's own tokens here; use "
                 "Masked.velocity(mu, x, positions=...) for other points."
@@ -147,8 +147,9 @@ class Masked(Field):
         else:
             point = self.sink_point.to(dtype=like.dtype, device=like.device)
         mass = torch.full((1,), self.sink_mass, dtype=like.dtype, device=like.device)
+        point = point.expand(*like.shape[:-2], 1, self.dim)  # one sink per cloud of a batch
         return Empirical(
-            torch.cat([like, point.unsqueeze(0)]),
+            torch.cat([like, point], dim=-2),
             torch.cat([mu.weights, mass]) / (1 + self.sink_mass),
             torch.cat([mu.positions, torch.zeros_like(mass)]),
         )

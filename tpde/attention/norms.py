@@ -38,6 +38,7 @@ from typing import ClassVar
 
 import torch
 
+from tpde._normalize import tangent_part, unit
 from tpde._validation import as_tensor, check_finite, check_positive, check_real
 from tpde.attention._params import evaluate_parameter
 from tpde.metrics.mobility import NotAGradientFlow
@@ -62,13 +63,15 @@ __all__ = [
 
 # ---------------------------------------------------------------------- the maps
 def normalize(x: torch.Tensor) -> torch.Tensor:
-    """N(x) = x/|x| over the last dimension (a zero vector stays 0)."""
-    return torch.nn.functional.normalize(x, dim=-1)
+    """N(x) = x/|x| over the last dimension (a zero vector stays 0), right at every scale
+    of the dtype (:mod:`tpde._normalize`)."""
+    return unit(x)
 
 
 def tangent(x: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """P⊥_x v = v − x⟨x, v⟩/|x|²: the part of v tangent to the sphere through x."""
-    return v - x * ((x * v).sum(-1, keepdim=True) / (x * x).sum(-1, keepdim=True))
+    """P⊥_x v = v − x⟨x, v⟩/|x|²: the part of v tangent to the sphere through x (at every
+    scale of x, without forming |x|²; v itself at x = 0, which has no direction)."""
+    return tangent_part(unit(x), v)
 
 
 def layer_norm(x: torch.Tensor, gamma, bias, eps: float) -> torch.Tensor:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from tpde._normalize import unit
 from tpde._validation import as_tensor, check_finite, check_float_dtype
 from tpde.measures._base import Measure, check_sample_size
 
@@ -117,14 +118,14 @@ class Empirical(Measure):
 
     def normalized(self) -> Empirical:
         """The same measure with every point divided by its norm: tokens on the unit sphere
-        S^{d−1} (x ↦ x/|x|, the normalisation of a Post-LN Transformer). Zero points raise."""
-        norms = self._points.norm(dim=-1, keepdim=True)
-        if bool((norms == 0).any()):
+        S^{d−1} (x ↦ x/|x|, the normalisation of a Post-LN Transformer), right at every scale of
+        the dtype (:mod:`tpde._normalize`). Zero points raise."""
+        if bool((self._points == 0).all(-1).any()):
             raise ValueError(
                 "normalized() needs nonzero points: a point at the origin has no direction. "
                 "Move or drop it first."
             )
-        return self.with_points(self._points / norms)
+        return self.with_points(unit(self._points))
 
     @property
     def batch_shape(self) -> torch.Size:
