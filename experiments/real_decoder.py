@@ -85,13 +85,13 @@ QUICK = {"sentences": "4", "flow_sentences": "1", "splits": "2,4", "loop_sentenc
 # ---------------------------------------------------------------------- the models
 def variant_schedule(model, kind: str):
     """The network's weights with parts removed (question 2; module notes)."""
-    from tpde.attention import GroupedQueryAttention, LayerSchedule, Normalized, RMSNorm
+    from tpde.attention import GroupedQueryAttention, LayerSchedule, Normalized
 
     layers = []
     for layer in model.layers:
-        attention, (gamma, eps) = layer.attention, layer.attention_norm
+        attention, gamma = layer.attention, layer.attention_norm.gamma
         if kind == "attn+norm":
-            layers.append(Normalized(attention, RMSNorm(gamma, eps)))
+            layers.append(Normalized(attention, layer.attention_norm))
         elif kind == "attn":
             layers.append(attention)
         elif kind == "attn+mlp":

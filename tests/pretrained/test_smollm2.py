@@ -180,7 +180,7 @@ def test_plain_forward_equals_transformers():
     expected = torch.stack(out.hidden_states)[:, 0]  # the last one after the final norm
     for l in range(30):
         assert _relative(states[l], expected[l]) < 1e-5, f"layer {l}"
-    assert _relative(model.final_norm(states[30]), expected[30]) < 1e-5
+    assert _relative(model.final_norm.norm(states[30]), expected[30]) < 1e-5
     assert _relative(_llama.logits(states[30], w, model.config), out.logits[0]) < 1e-5
 
 
@@ -200,7 +200,7 @@ def test_tpde_schedule_equals_transformers_on_the_corpus():
         expected = torch.stack(out.hidden_states)[:, 0]
         for l in range(30):
             worst_state = max(worst_state, _relative(states[l], expected[l]))
-        worst_state = max(worst_state, _relative(model.final_norm(states[30]), expected[30]))
+        worst_state = max(worst_state, _relative(model.final_norm.norm(states[30]), expected[30]))
         worst_logits = max(worst_logits, _relative(logits, out.logits[0]))
         assert torch.equal(logits.argmax(-1), out.logits[0].argmax(-1)), sentence
         tokens += len(ids)
