@@ -346,7 +346,7 @@ def plot(out: Path) -> list[Path]:
             nm.band(ax, depth, data, LABELS[route], COLORS[route])
         ax.set_title(title)
         ax.set_xlabel("depth (layer)")
-    axes[0].legend(fontsize=8)
+    axes[1].legend(fontsize=8)
     fig.tight_layout()
     paths.append(fw.savefig(fig, out / "real_decoder_parts.png"))
 
@@ -376,6 +376,13 @@ def plot(out: Path) -> list[Path]:
 
 
 # ---------------------------------------------------------------------- report
+def _first_jump(r: dict) -> int:
+    """The first depth where the first token's norm exceeds 10× the others' (median)."""
+    ratio = np.array(r["norm_first"]) / np.array(r["norm_rest"])
+    above = np.flatnonzero(ratio > 10)
+    return int(above[0]) if above.size else -1
+
+
 def report(out: Path) -> fw.Report:
     config, arrays, r = fw.load(out)
     n = len(arrays["lengths"])
@@ -427,7 +434,11 @@ def report(out: Path) -> fw.Report:
         f"attention on the first token, mean over heads by layer: {fmt(sink[:3])} … "
         f"{fmt(sink[-3:])} (all layers {r['sink_mean']:.2f}; {r['sink_heads_over_half']:.0%} "
         f"of heads put > 1/2 there); mean cos(x_0, x_j) by depth {cos[0]:.2f} → "
-        f"{max(cos):.2f} (max) → {cos[-1]:.2f}; flow {r['first_cos_flow'][-1]:.2f} at depth 30",
+        f"{max(cos):.2f} (max) → {cos[-1]:.2f}; flow {r['first_cos_flow'][-1]:.2f} at depth 30. "
+        f"The first token's norm grows ×{max(r['norm_first']):.0f} (max over depth; the other "
+        f"tokens ×{max(r['norm_rest']):.0f}): from depth {_first_jump(r)} on it dominates the "
+        f"cloud (effective rank of the network's cloud {min(r['erank_network']):.2f} at its "
+        "lowest)",
         "partly" if max(cos) > 0.5 else "differs",
     )
     loop = r["loop_mlp"], r["loop_nomlp"]
