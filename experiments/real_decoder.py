@@ -13,7 +13,8 @@ tokens at their integer positions. Four questions:
    hidden states by depth, W2 of the final clouds (on the unit sphere, and relative to the
    cloud's RMS radius), next-token top-1 agreement with the network and cross-entropy of the
    sentence's own next tokens.
-2. **Which parts make the clouds?** The network against the same weights with parts
+2. **Which parts make the clouds?** (SmolLM2, and MiniLM with its MLP as a field.) The
+   network against the same weights with parts
    removed, each run as the network is (Lie–Trotter, Euler, h = 1): attention behind its
    RMSNorm with the MLP set to zero ("attn+norm"); attention alone with no norm, x ←
    x + Attn(x) ("attn"); attention and MLP with no norms ("attn+mlp"); and the post-LN
@@ -212,6 +213,45 @@ def parts_question(model, net: torch.Tensor, sentence: str, schedules: dict, del
     return row
 
 
+MINILM_ROUTES = ("whole", "attn+ln", "attn", "attn+mlp")
+
+
+def minilm_question(sentences: list[str]) -> dict:
+    """Question 2 for MiniLM: its real clouds against its layers with parts removed.
+
+    "whole": attention and MLP, both LayerNorms (``MiniLM.layer_schedule()``, Lie–Trotter
+    h = 1: the network itself); "attn+ln": MLP = 0, both LayerNorms kept; "attn": attention
+    alone, x ← x + Attn(x); "attn+mlp": attention and MLP without LayerNorms.
+    """
+    from tpde.attention import LayerSchedule
+    from tpde.pretrained import embed, hidden_states, load_minilm
+
+    model = load_minilm(F64)
+    mlps = model.mlp_fields()
+    schedules = {
+        "whole": (model.layer_schedule(), "lie-trotter"),
+        "attn+ln": (model.layer_schedule(mlp=False), "euler"),
+        "attn": (model.schedule, "euler"),
+        "attn+mlp": (LayerSchedule([a + m for a, m in zip(model.fields, mlps, strict=True)]),
+                     "lie-trotter"),
+    }  # fmt: skip
+    rows = []
+    for mu, real in zip(embed(sentences, F64), hidden_states(sentences, F64), strict=True):
+        row = {}
+        for route, (schedule, method) in schedules.items():
+            flow = integrate(schedule, mu, 6.0, dt=1.0, method=method, save=7, events=())
+            states = torch.stack([m.points for m in flow.measures])
+            pairs = list(zip(states, real, strict=True))
+            row[f"minilm_w2_{route}"] = [nm.sphere_w2(x, y) for x, y in pairs]
+            row[f"minilm_dist_{route}"] = [relative(x, y) for x, y in pairs]
+            row[f"minilm_erank_{route}"] = [nm.cloud_shape(x)[0] for x in states]
+            row[f"minilm_cos_{route}"] = [float(np.mean(nm.cosines(x))) for x in states]
+        row["minilm_erank_real"] = [nm.cloud_shape(x)[0] for x in real]
+        row["minilm_cos_real"] = [float(np.mean(nm.cosines(x))) for x in real]
+        rows.append(row)
+    return {k: np.array([row[k] for row in rows], dtype=float) for k in rows[0]}
+
+
 def loop_question(model, sentence: str, passes: int) -> dict:
     """Question 4: the consensus gap after every pass through the stack, with/without MLP."""
     mu = model.embed(sentence)[0]
@@ -250,6 +290,7 @@ def run(config: Config, out: Path) -> None:
     loops = [loop_question(model32, s, config.loop_passes)
              for s in corpus()[: config.loop_sentences]]  # fmt: skip
     arrays.update({k: np.array([r[k] for r in loops]) for k in loops[0]})
+    arrays.update(minilm_question(sentences))
     arrays["lengths"] = np.array([len(model64.token_ids(s)) for s in sentences])
     arrays["splits"] = np.array(config.splits)
     fw.save(out, config, arrays, summarise(arrays, config), started)
@@ -289,6 +330,17 @@ def summarise(arrays: dict, config: Config) -> dict:
         finite = w2_by_depth[np.isfinite(w2_by_depth)]
         r[f"track_{route}"] = float(finite.mean()) if finite.size else None
         r[f"finite_{route}"] = int(np.min(arrays[f"finite_{route}"]))
+    for route in MINILM_ROUTES:
+        r[f"minilm_{route}"] = {
+            "w2": float(np.mean(_median(arrays[f"minilm_w2_{route}"])[1:])),
+            "dist_final": float(np.median(arrays[f"minilm_dist_{route}"][:, -1])),
+            "erank_final": float(np.median(arrays[f"minilm_erank_{route}"][:, -1])),
+            "cos_final": float(np.median(arrays[f"minilm_cos_{route}"][:, -1])),
+        }
+    r["minilm_real"] = {
+        "erank_final": float(np.median(arrays["minilm_erank_real"][:, -1])),
+        "cos_final": float(np.median(arrays["minilm_cos_real"][:, -1])),
+    }
     for name in ("mlp", "nomlp"):
         gap = arrays[f"loop_gap_{name}"]
         norms = arrays[f"loop_norm_{name}"]
@@ -427,6 +479,19 @@ def report(out: Path) -> fw.Report:
         + f"; effective rank at depth 30: network {r['erank_network'][-1]:.2f}",
         "partly",
     )
+    mini = {route: r[f"minilm_{route}"] for route in MINILM_ROUTES}
+    q2b = fw.Claim(
+        "MiniLM: which parts of the layer make its real clouds (its MLP now a field too)",
+        f"whole layers as fields (Lie–Trotter h = 1) reproduce the network: relative distance "
+        f"{mini['whole']['dist_final']:.1g} at depth 6 (float32 reference). W2 to the real "
+        f"clouds on the unit sphere, mean over depths 1–6: "
+        + ", ".join(f"{route} {mini[route]['w2']:.3f}" for route in MINILM_ROUTES[1:])
+        + f"; mean cosine at depth 6: real {r['minilm_real']['cos_final']:.2f}, "
+        + ", ".join(f"{route} {mini[route]['cos_final']:.2f}" for route in MINILM_ROUTES[1:])
+        + f"; effective rank at depth 6: real {r['minilm_real']['erank_final']:.1f}, "
+        + ", ".join(f"{route} {mini[route]['erank_final']:.1f}" for route in MINILM_ROUTES[1:]),
+        "agrees" if mini["whole"]["dist_final"] < 1e-5 else "differs",
+    )
     sink = r["sink_by_layer"]
     cos = r["first_cos_network"]
     q3 = fw.Claim(
@@ -475,6 +540,8 @@ def report(out: Path) -> fw.Report:
         "The splittings at h = 1/k run Lie–Trotter (attention part, then MLP part) with Euler "
         "sub-steps k times per layer: as k grows they converge (order 1) to the flow.",
         "Cross-entropy: the sentence's own next tokens, positions 0 … n − 2 (no BOS).",
-        "Question 2 for MiniLM (its MLP as a field) is not run here.",
+        "MiniLM (question 2, second line): attn+ln is the network with its MLPs set to zero "
+        "(both LayerNorms kept); attn is the attention-only PDE at h = 1; attn+mlp drops both "
+        "LayerNorms.",
     ]
-    return fw.Report(summary, [q1, q2, q3, q4], figures, notes=notes)
+    return fw.Report(summary, [q1, q2, q2b, q3, q4], figures, notes=notes)
