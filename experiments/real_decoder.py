@@ -28,6 +28,11 @@ tokens at their integer positions. Four questions:
 4. **Consensus when the stack is looped** (Rodríguez Abella, Silvestre, Tabuada,
    arXiv:2412.02682): the diagnostic 1 − mean_j |cos(x_0, x_j)| after each of
    ``loop_passes`` passes through the 30 layers, with and without the MLP.
+
+Sizes: ``--quick`` (4 sentences, 1 through the flow, h = 1/2 and 1/4, 10 loop passes) takes
+about 25 s of one CPU thread; the full size (the defaults: 48 sentences, 8 through the flow,
+h = 1/2 … 1/16, 2 sentences × 1000 loop passes) about 20 minutes. Each dopri5 flow through
+the 30 layers takes ~150 steps at rtol 1e-6 (~17 s in float64 for 12 tokens).
 """
 
 from __future__ import annotations
