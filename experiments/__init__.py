@@ -30,6 +30,7 @@ REGISTRY = {
     "convexity": "convexity",
     "real-attention": "real_attention",
     "sphere": "sphere",
+    "theory": "theory",
     "real-decoder": "real_decoder",
 }
 

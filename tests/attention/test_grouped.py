@@ -11,7 +11,13 @@ import pytest
 import torch
 
 from tests.conftest import keops_ok
-from tpde.attention import ALiBi, GaussianNotPreserved, GroupedQueryAttention, RoPE
+from tpde.attention import (
+    ALiBi,
+    GaussianNotPreserved,
+    GroupedQueryAttention,
+    PositionalEncoding,
+    RoPE,
+)
 from tpde.attention.positions import POSITIONAL_ENCODINGS, positional_encoding
 from tpde.flows import integrate
 from tpde.measures import Empirical, Gaussian, Grid
@@ -185,8 +191,30 @@ def test_biases_ties_and_zero_mass_tokens_against_the_reference(generator):
         assert _relative(field.velocity(mu, engine=engine), expected) < ENGINE_TOL
 
 
+def test_a_new_encoding_is_one_class(generator):
+    """The extension point of docs/EXTENDING.md: a key bias alone, no other edit."""
+
+    class Recency(PositionalEncoding):
+        def key_bias(self, positions, heads):
+            return 0.3 * positions.expand(heads, -1)  # +0.3 p_j: ALiBi with one slope
+
+    W = _weights(generator)
+    mu = _tokens(generator)
+    field = GroupedQueryAttention(*W, heads=4, kv_heads=2, position=Recency())
+    alibi = GroupedQueryAttention(*W, heads=4, kv_heads=2, position=ALiBi([0.3] * 4))
+    for engine in ("dense", "sdpa"):
+        got, expected = field.velocity(mu, engine=engine), alibi.velocity(mu, engine=engine)
+        assert _relative(got, expected) < TIGHT
+    plain = GroupedQueryAttention(*W, heads=4, kv_heads=2, position=PositionalEncoding())
+    assert (
+        _relative(plain.velocity(mu), GroupedQueryAttention(*W, heads=4, kv_heads=2).velocity(mu))
+        < TIGHT
+    )
+
+
 def test_alibi_slopes_match_bloom_for_any_head_count():
-    from transformers.models.bloom.modeling_bloom import build_alibi_tensor
+    bloom = pytest.importorskip("transformers.models.bloom.modeling_bloom")
+    build_alibi_tensor = bloom.build_alibi_tensor
 
     for heads in (4, 8, 12, 9):
         alibi = build_alibi_tensor(torch.ones(1, 6), heads, F64)  # slopes · position
@@ -199,8 +227,9 @@ def test_alibi_slopes_match_bloom_for_any_head_count():
 
 def test_against_transformers_llama_attention(generator):
     """The convention the SmolLM2 loader uses: rotate-half RoPE, causal, GQA (1e-10)."""
-    from transformers import LlamaConfig
-    from transformers.models.llama.modeling_llama import LlamaAttention
+    transformers = pytest.importorskip("transformers")
+    LlamaConfig = transformers.LlamaConfig
+    LlamaAttention = transformers.models.llama.modeling_llama.LlamaAttention
 
     d, heads, kv_heads, dh, n, base = 12, 6, 2, 4, 11, 500.0
     config = LlamaConfig(
@@ -240,19 +269,108 @@ def test_against_transformers_llama_attention(generator):
 ENGINES = ["dense", "chunked", "sdpa", pytest.param("keops", marks=[pytest.mark.keops])]
 
 
+@pytest.mark.parametrize(
+    "options",
+    [{"position": RoPE(base=100.0), "window": 7}, {"position": ALiBi()}],
+    ids=["rope-window", "alibi"],
+)
 @pytest.mark.parametrize("engine", ENGINES)
-def test_grouped_equals_repeated_key_value_heads_on_every_engine(engine, generator):
+@pytest.mark.parametrize("dtype", [F64, torch.float32])
+def test_grouped_equals_repeated_key_value_heads_on_every_engine(dtype, engine, options, generator):
+    """float64 to 1e-10; float32 (KeOps: slow suite) to 1e-5 of the float64 dense field."""
     if engine == "keops" and not keops_ok():
         pytest.skip("KeOps cannot compile here")
     Wq, Wk, Wv, Wo = _weights(generator, heads=6, kv_heads=2)
-    mu = _tokens(generator, n=40)
-    options = {"position": RoPE(base=100.0), "window": 7}
-    grouped = GroupedQueryAttention(Wq, Wk, Wv, Wo, heads=6, kv_heads=2, **options)
+    weights = torch.rand(40, generator=generator, dtype=F64) + 0.2
+    mu = _tokens(generator, n=40, weights=weights / weights.sum())
     # kv head g repeated for query heads 3g, 3g + 1, 3g + 2: H_kv = H, the weights repeated
     repeat = lambda W: W.unflatten(0, (2, 1, -1)).expand(2, 3, -1, -1).flatten(0, 2)  # noqa: E731
     full = GroupedQueryAttention(Wq, repeat(Wk), repeat(Wv), Wo, heads=6, kv_heads=6, **options)
     expected = full.velocity(mu, engine="dense")
-    assert _relative(grouped.velocity(mu, engine=engine), expected) < ENGINE_TOL
+    cast = [W.to(dtype) for W in (Wq, Wk, Wv, Wo)]
+    grouped = GroupedQueryAttention(*cast, heads=6, kv_heads=2, **options)
+    got = grouped.velocity(mu.to(dtype=dtype), engine=engine)
+    assert got.dtype == dtype
+    assert _relative(got.double(), expected) < (ENGINE_TOL if dtype == F64 else 1e-5)
+
+
+@pytest.mark.parametrize("engine", ["chunked", "sdpa"])
+def test_gradients_match_dense(engine, generator):
+    Wq, Wk, Wv, Wo = (W.requires_grad_() for W in _weights(generator))
+    points = torch.randn(20, 6, generator=generator, dtype=F64).requires_grad_()
+    probe = torch.randn(20, 6, generator=generator, dtype=F64)
+    field = GroupedQueryAttention(Wq, Wk, Wv, Wo, heads=4, kv_heads=2, position=RoPE(base=50.0))
+
+    def grads(name):
+        out = field.velocity(Empirical(points, positions=torch.arange(20)), engine=name)
+        return torch.autograd.grad((out * probe).sum(), (points, Wq, Wk, Wv, Wo))
+
+    for got, expected in zip(grads(engine), grads("dense"), strict=True):
+        assert _relative(got, expected) < ENGINE_TOL
+
+
+def test_time_dependent_and_batched_parameters(generator):
+    Wq, Wk, Wv, Wo = _weights(generator)
+    mu = _tokens(generator)
+    moving = GroupedQueryAttention(
+        lambda t: (1 + t) * Wq, Wk, Wv, Wo, heads=4, kv_heads=2, position=RoPE()
+    )
+    assert moving.time_dependent
+    fixed = GroupedQueryAttention(1.5 * Wq, Wk, Wv, Wo, heads=4, kv_heads=2, position=RoPE())
+    assert _relative(moving.velocity(mu, t=0.5), fixed.velocity(mu)) < TIGHT
+    batched = GroupedQueryAttention(
+        torch.stack([Wq, 1.5 * Wq]), Wk, Wv, Wo, heads=4, kv_heads=2, position=RoPE()
+    )
+    out = batched.velocity(mu)
+    assert out.shape == (2, 9, 6)
+    assert _relative(out[1], fixed.velocity(mu)) < TIGHT
+    clouds = Empirical(torch.stack([mu.points, 2 * mu.points]), positions=mu.positions)
+    both = fixed.velocity(clouds)
+    assert (
+        _relative(both[1], fixed.velocity(Empirical(2 * mu.points, positions=mu.positions))) < TIGHT
+    )
+
+
+def test_rope_tables_follow_in_place_edits_of_the_positions(generator):
+    x = torch.randn(4, 5, 8, generator=generator, dtype=F64)
+    p = torch.arange(5, dtype=F64)
+    rope = RoPE()
+    first = rope.rotate(x, p)
+    p.add_(3.0)  # same tensor, new values: the cached table must not be reused
+    assert _relative(rope.rotate(x, p), RoPE().rotate(x, p.clone())) < TIGHT
+    assert not torch.allclose(rope.rotate(x, p), first)
+    assert rope == RoPE()  # the cache is no field: equality and hashing unchanged
+    assert hash(rope) == hash(RoPE())
+
+
+def test_window_mask_of_the_engine_primitive(generator):
+    from tpde._engines import softmax_average
+
+    q = torch.randn(2, 3, 4, generator=generator, dtype=F64)
+    k = torch.randn(2, 5, 4, generator=generator, dtype=F64)
+    v = torch.randn(2, 5, 3, generator=generator, dtype=F64)
+    keys = torch.tensor([0.0, 1, 2, 3, 4], dtype=F64)
+    queries = torch.tensor([4.0, 2.5, 1.0], dtype=F64)
+    expected = torch.cat(
+        [
+            torch.softmax(q[:, i : i + 1] @ k[:, lo:hi].mT, dim=-1) @ v[:, lo:hi]
+            for i, (lo, hi) in enumerate([(3, 5), (1, 3), (0, 2)])  # keys in (p − 2, p]
+        ],
+        dim=-2,
+    )
+    for engine in ("dense", "chunked", "sdpa"):
+        got = softmax_average(
+            q, k, v, engine=engine, query_positions=queries, key_positions=keys, window=2.0
+        )
+        assert _relative(got, expected) < TIGHT
+    with pytest.raises(
+        ValueError, match=r"a query at position 9 sees no key in its window \(7, 9\]"
+    ):
+        softmax_average(q, k, v, query_positions=queries + 5, key_positions=keys, window=2.0)
+    with pytest.raises(ValueError, match="a sliding window needs query_positions"):
+        softmax_average(q, k, v, window=2.0)
+    with pytest.raises(ValueError, match=r"window must be > 0; received 0\.0"):
+        softmax_average(q, k, v, query_positions=queries, key_positions=keys, window=0.0)
 
 
 def test_evaluation_points_with_positions(generator):
@@ -290,20 +408,42 @@ def test_a_field_without_positions_runs_on_grids(generator):
 
 def test_bad_input_raises(generator):
     Wq, Wk, Wv, Wo = _weights(generator)
+    with pytest.raises(TypeError, match="causal must be True or False; received 1"):
+        GroupedQueryAttention(Wq, Wk, Wv, Wo, heads=4, kv_heads=2, causal=1)
+    with pytest.raises(
+        ValueError, match=r"batch shapes of the weights do not broadcast: Wq \(2,\), Wk \(3,\)"
+    ):
+        GroupedQueryAttention(
+            torch.stack([Wq] * 2), torch.stack([Wk] * 3), Wv, Wo, heads=4, kv_heads=2
+        )
+    field = GroupedQueryAttention(Wq, Wk, Wv, Wo, heads=4, kv_heads=2)
+    tokens = _tokens(generator)
+    with pytest.raises(ValueError, match="evaluates at μ's own tokens here"):
+        field.particle_velocity(0.0, tokens, tokens.points[:3], "dense")
     with pytest.raises(ValueError, match="heads = 4 is not a multiple of kv_heads = 3"):
         GroupedQueryAttention(Wq, Wk, Wv, Wo, heads=4, kv_heads=3)
     with pytest.raises(ValueError, match="kv_heads must be a positive integer"):
         GroupedQueryAttention(Wq, Wk, Wv, Wo, heads=4, kv_heads=0)
     with pytest.raises(
         ValueError,
-        match=r"Wk must have shape \(\.\.\., 8, 6\) to fit Wq of shape "
-        r"\(16, 6\).*received Wk of shape \(7, 6\)",
+        match=r"Wk must have shape \(\.\.\., 8, 6\) = \(\.\.\., H_kv·d_h, d\) to fit Wq of "
+        r"shape \(16, 6\).*received Wk of shape \(6, 6\)",
     ):
+        GroupedQueryAttention(Wq, Wk[:6], Wv[:6], Wo, heads=4, kv_heads=2)
+    with pytest.raises(ValueError, match=r"Wv has shape \(8, 6\) but Wk has shape \(7, 6\)"):
         GroupedQueryAttention(Wq, Wk[:7], Wv, Wo, heads=4, kv_heads=2)
-    with pytest.raises(ValueError, match=r"Wo must have shape \(\.\.\., 6, 16\).*\(16, 6\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"Wo has shape \(16, 6\) but Wq has shape \(16, 6\), so Wo"
+        r" must have shape \(\.\.\., 6, 16\)",
+    ):
         GroupedQueryAttention(Wq, Wk, Wv, Wo.T, heads=4, kv_heads=2)
-    with pytest.raises(ValueError, match=r"Wq must have shape \(\.\.\., H·d_h, d\).*\(15, 6\)"):
-        GroupedQueryAttention(Wq[:15], Wk, Wv, Wo, heads=4, kv_heads=2)
+    with pytest.raises(
+        ValueError,
+        match=r"a multiple of H = 4 query heads; received Wq of shape "
+        r"\(15, 6\)",
+    ):
+        GroupedQueryAttention(Wq[:15], Wk, Wv, Wo[:, :15], heads=4, kv_heads=2)
     odd = _weights(generator, heads=2, kv_heads=1, head_dim=3)
     with pytest.raises(ValueError, match="head dimension d_h = 3 is odd"):
         GroupedQueryAttention(*odd, heads=2, kv_heads=1, position=RoPE())

@@ -177,7 +177,7 @@ def test_gaussians_are_refused(generator):
     field = MLP(*_weights(generator))
     g = Gaussian(torch.zeros(3, dtype=F64), torch.eye(3, dtype=F64))
     with pytest.raises(
-        GaussianNotPreserved, match="nonlinear per-token field.*no closed moment ODE"
+        GaussianNotPreserved, match=r"nonlinear per-token field.*no closed moment ODE"
     ):
         field.velocity(g, torch.zeros(1, 3, dtype=F64))
     with pytest.raises(GaussianNotPreserved, match="Integrate particles instead"):

@@ -149,7 +149,7 @@ def test_mix_ln_is_piecewise_and_its_pieces_are_built_once(generator):
             ValueError,
             r"RMSNorm gamma must have "
             r"shape \(4,\).*received \(3,\)",
-        ),  # fmt: skip
+        ),
         (lambda f: RMSNorm(torch.ones(2, 2)), ValueError, r"must be a vector \(d,\)"),
         (lambda f: RMSNorm(eps=0), ValueError, "eps must be"),
         (lambda f: LayerNorm(placement="middle"), ValueError, "placement must be 'pre'"),

@@ -60,7 +60,7 @@ def test_sums_flatten_and_keep_gaussians_only_when_every_part_does(generator):
     torch.testing.assert_close(three.velocity(g, x), expected, rtol=1e-13, atol=1e-13)
     flow = integrate(three, g, 0.2, dt=0.01).final.cov()
     assert torch.isfinite(flow).all()
-    with pytest.raises(Exception, match="a sum keeps Gaussians Gaussian only if every part.*MLP"):
+    with pytest.raises(Exception, match=r"a sum keeps Gaussians Gaussian only if every part.*MLP"):
         integrate(softmax + mlp, g, 0.2)
 
 
@@ -83,7 +83,7 @@ def test_a_post_norm_sum_needs_a_splitting_method(generator):
     softmax, mlp = _parts(generator)
     layer = Normalized(softmax, "layernorm") + Normalized(mlp, "layernorm")
     mu = Empirical(_draw(generator, 5, 2))
-    with pytest.raises(ValueError, match="project differently.*method='lie-trotter'"):
+    with pytest.raises(ValueError, match=r"project differently.*method='lie-trotter'"):
         integrate(layer, mu, 1.0)
     with pytest.raises(ValueError, match="has no single projection"):
         layer.project(mu.points)

@@ -125,7 +125,7 @@ def test_gaussians_are_refused(generator):
     field = SwiGLU(*_weights(generator))
     g = Gaussian(torch.zeros(4, dtype=F64), torch.eye(4, dtype=F64))
     with pytest.raises(
-        GaussianNotPreserved, match="nonlinear per-token field.*no closed moment ODE"
+        GaussianNotPreserved, match=r"nonlinear per-token field.*no closed moment ODE"
     ):
         integrate(field, g, 1.0)
     assert "no closed moment ODE" in field.gaussian_refusal()

@@ -27,6 +27,7 @@ API_MODULES = (
     "tpde.metrics",
     "tpde.metrics.diagnostics",
     "tpde.plot",
+    "tpde.theory",
     "tpde.pretrained",
     "tpde.experiments",
     "tpde.experiments._framework",

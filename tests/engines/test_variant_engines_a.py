@@ -1,7 +1,7 @@
-"""L2, linear, sigmoid and multi-head on every engine that expresses them, against dense.
+"""L2, linear, sigmoid, exponential and multi-head on every engine that expresses them.
 
-Values and gradients in the points and in Q, K, V; plus the unnormalised kernel-sum
-primitive itself (sigmoid, linear) on dense, chunked, tiled and KeOps.
+Values and gradients in the points and in Q, K, V against dense; plus the unnormalised
+kernel-sum primitive itself (sigmoid, linear, exp) on dense, chunked, tiled and KeOps.
 """
 
 import pytest
@@ -9,7 +9,7 @@ import torch
 
 from tests.conftest import keops_ok
 from tpde._engines import kernel_sum, logsumexp, pick_kernel_sum_engine, softmax_average
-from tpde.attention import L2, Linear, MultiHead, Sigmoid, Softmax
+from tpde.attention import L2, Exponential, Linear, MultiHead, Sigmoid, Softmax
 from tpde.measures import Empirical
 
 KEOPS = pytest.param("keops", marks=[pytest.mark.keops])
@@ -37,12 +37,14 @@ CASES = [
     *[("l2-code", "sdpa", t) for t in (F32, F64)],
     *[
         (v, e, t)
-        for v in ("linear", "sigmoid", "sigmoid-mean-field")
+        for v in ("linear", "sigmoid", "sigmoid-mean-field", "exponential")
         for e in ("auto", "chunked", "tiled")
         for t in (F32, F64)
     ],
     *[_keops_case(v, t) for v in ("l2", "multihead") for t in (F32, F64)],
     *[_keops_case(v, F64) for v in ("linear", "sigmoid")],
+    # a new formula (~10–40 s to compile): with make test-slow
+    pytest.param("exponential", "keops", F64, marks=[pytest.mark.keops, pytest.mark.slow]),
 ]
 
 
@@ -69,6 +71,8 @@ def _field(variant, Q, K, V):
         return MultiHead.split(Q, K, V, heads=3)
     if variant == "linear":
         return Linear(Q, K, V / 3)
+    if variant == "exponential":  # USA: e^{yᵀAx}, weights outside
+        return Exponential(Q, K, V / 3)
     if variant == "sigmoid-mean-field":  # weights outside σ, a numeric bias inside
         return Sigmoid(Q, K, V, bias=-0.5)
     return Sigmoid(Q, K, V)  # the literature layer: log-weights inside σ
@@ -106,7 +110,7 @@ def test_engine_values_and_gradients_match_dense(variant, engine, dtype, generat
         assert _relative_error(g, g_ref) < 10 * tol, f"gradient in {name}"
 
 
-@pytest.mark.parametrize("kernel", ["sigmoid", "linear"])
+@pytest.mark.parametrize("kernel", ["sigmoid", "linear", "exp"])
 @pytest.mark.parametrize("engine", ["dense", "chunked", "tiled", "auto"])
 def test_kernel_sum_primitive_batched_with_bias(kernel, engine, generator):
     # out_i = Σ_j φ(q_i·k_j + b_j) v_j, with a batch dimension on the queries and a value
@@ -115,7 +119,7 @@ def test_kernel_sum_primitive_batched_with_bias(kernel, engine, generator):
     k = torch.randn(9, 4, generator=generator, dtype=F64)
     v = torch.randn(9, 5, generator=generator, dtype=F64)
     bias = torch.randn(9, generator=generator, dtype=F64)
-    phi = torch.sigmoid if kernel == "sigmoid" else (lambda s: s)
+    phi = {"sigmoid": torch.sigmoid, "exp": torch.exp, "linear": lambda s: s}[kernel]
     expected = phi(q @ k.T + bias) @ v
     got = kernel_sum(q, k, v, bias, kernel=kernel, engine=engine)
     torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)

@@ -12,10 +12,16 @@ Engines (the word *engine* is used for nothing else in tpde):
 - ``"tiled"``: cache-sized tiles of in-place torch operations, threads as one parallel
   region, a tiled backward (:mod:`tpde._engines.tiled`); the fused kernel that the CPU lacks
   for unnormalised kernel sums, so kernel sums only.
-- ``"auto"``: the rule of :func:`pick_engine`, from measurements in ``benchmarks/fields.py``.
+- ``"spectral"``: the isotropic kernel e^{β⟨x, y⟩} of tokens on the circle S¹ as a Fourier
+  series (:mod:`tpde._engines.spectral`), exact to rounding in O(n·K); not a general q, k, v
+  reduction: the fields whose sums it expresses (:class:`~tpde.attention.Softmax`,
+  :class:`~tpde.attention.Exponential` with A = βI, V = vI, d = 2, at the tokens themselves)
+  call it directly.
+- ``"auto"``: the rule of :func:`pick_engine`, from measurements in ``benchmarks/fields.py``
+  (and :func:`~tpde._engines.spectral.pick_spectral`, ``benchmarks/spectral.py``).
 
 Primitives: :func:`softmax_average` (every engine) and :func:`kernel_sum`, the
-unnormalised sum Σ_j φ(q_i·k_j + b_j) v_j of sigmoid and linear attention (dense,
+unnormalised sum Σ_j φ(q_i·k_j + b_j) v_j of sigmoid, linear and exponential (USA) attention (dense,
 chunked, tiled, keops; its "auto" rule is :func:`pick_kernel_sum_engine`), and :func:`logsumexp`,
 log Σ_j exp(q_i·k_j + b_j), of Sinkhorn attention (every engine, "sdpa" on the CPU only;
 "auto": :func:`pick_logsumexp_engine`).
@@ -64,7 +70,7 @@ __all__ = [
     "softmax_average",
 ]
 
-ENGINES = ("auto", "dense", "chunked", "sdpa", "keops", "tiled")
+ENGINES = ("auto", "dense", "chunked", "sdpa", "keops", "tiled", "spectral")
 
 # Below this many score entries the dense matrix is cheapest and its memory negligible.
 DENSE_LIMIT = 2**16
@@ -76,7 +82,7 @@ _SOFTMAX_AVERAGE = {
     "keops": softmax_average_keops,
 }
 
-# Unnormalised kernel sums (sigmoid, linear): SDPA always normalises, so it is absent.
+# Unnormalised kernel sums (sigmoid, linear, exp): SDPA always normalises, so it is absent.
 _KERNEL_SUM = {
     "dense": kernel_sum_dense,
     "chunked": kernel_sum_chunked,
@@ -87,6 +93,13 @@ _KERNEL_SUM = {
 
 def _engine_for(table: dict, engine: str, what: str):
     """The implementation of ``what`` on ``engine``; a ValueError names the engines with one."""
+    if engine == "spectral":
+        raise ValueError(
+            f"engine 'spectral' does not compute general {what}: it sums the isotropic kernel "
+            "e^{β⟨x, y⟩} of tokens on the unit circle, for Softmax and Exponential attention "
+            "with A = βI (β > 0), V = vI and d = 2, at the tokens themselves. Use "
+            f"engine='auto' or one of {', '.join(repr(e) for e in table)}."
+        )
     if engine not in table:
         raise ValueError(
             f"engine '{engine}' does not compute {what}; use engine='auto' or one of "
@@ -213,7 +226,7 @@ def softmax_average(
     if window is not None:
         _check_window_sees_keys(query_positions, key_positions, window)
         return average(q, k, v, key_bias, query_positions, key_positions, window)
-    if bool(query_positions.min() < key_positions.min()):
+    if query_positions is not key_positions and bool(query_positions.min() < key_positions.min()):
         raise ValueError(
             f"a query at position {float(query_positions.min()):.4g} sees no key: the "
             f"earliest key is at {float(key_positions.min()):.4g}. Add a key (a sink) at a "
@@ -263,7 +276,8 @@ def pick_kernel_sum_engine(n: int, m: int, device: torch.device, dtype: torch.dt
 def kernel_sum(q, k, v, key_bias=None, kernel: str = "sigmoid", engine: str = "auto"):
     """Unnormalised kernel sum on the chosen engine.
 
-    out_i = Σ_j φ(q_i·k_j + b_j) v_j,   φ = σ ("sigmoid") or the identity ("linear").
+    out_i = Σ_j φ(q_i·k_j + b_j) v_j,   φ = σ ("sigmoid"), exp ("exp": the USA model's
+    kernel) or the identity ("linear").
 
     Parameters
     ----------
@@ -279,6 +293,8 @@ def kernel_sum(q, k, v, key_bias=None, kernel: str = "sigmoid", engine: str = "a
     "tiled"; "dense" and "chunked" to any order).
     """
     check_choice(kernel, "kernel", tuple(KERNELS))
+    if engine == "spectral":
+        _engine_for(_KERNEL_SUM, engine, "kernel sums")
     if engine == "sdpa":
         raise ValueError(
             f"engine 'sdpa' only computes softmax-normalised averages and cannot express the "

@@ -119,6 +119,8 @@ def _keops_kernel(scores, kernel: str):
     """φ(scores) as a KeOps formula; σ(s) written overflow-free as e^{−relu(−s)}/(1 + e^{−|s|})."""
     if kernel == "sigmoid":
         return (-(-scores).relu()).exp() / (1 + (-scores.abs()).exp())
+    if kernel == "exp":
+        return scores.exp()
     return scores  # "linear": φ = identity
 
 

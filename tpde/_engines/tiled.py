@@ -1,6 +1,6 @@
 """Tiled kernel sums: Σ_j φ(q_i·k_j) v_j in cache-sized tiles, forward and backward.
 
-    out_i = Σ_j φ(q_i·k_j) v_j,   φ = σ ("sigmoid") or the identity ("linear"),
+    out_i = Σ_j φ(q_i·k_j) v_j,   φ = σ ("sigmoid"), exp ("exp") or the identity ("linear"),
 
 q (B, n, e), k (B, m, e), v (B, m, f); a key bias enters as one more coordinate of q and k
 (:func:`~tpde._engines.torch_engines.augment_with_bias`).
@@ -46,12 +46,17 @@ PARALLEL_SCORES = 2**20
 
 def _phi_(kernel: str, scores: torch.Tensor) -> torch.Tensor:
     """φ(scores) in place."""
-    return scores.sigmoid_() if kernel == "sigmoid" else scores
+    if kernel == "sigmoid":
+        return scores.sigmoid_()
+    return scores.exp_() if kernel == "exp" else scores
 
 
 def _phi_prime_(kernel: str, values: torch.Tensor) -> torch.Tensor | None:
-    """φ' from the values P = φ(s), in place: σ' = P − P²; None for the identity (φ' = 1)."""
-    return values.addcmul_(values, values, value=-1) if kernel == "sigmoid" else None
+    """φ' from the values P = φ(s), in place: σ' = P − P², exp' = P itself; None for the
+    identity (φ' = 1)."""
+    if kernel == "sigmoid":
+        return values.addcmul_(values, values, value=-1)
+    return values if kernel == "exp" else None
 
 
 def _tiles(n: int, m: int) -> tuple[int, int]:
@@ -221,7 +226,7 @@ def kernel_sum_tiled(q, k, v, key_bias=None, kernel: str = "sigmoid"):
     ----------
     q : (..., n, e);  k : (..., m, e);  v : (..., m, f);  key_bias : (..., m) or None
         Equal batch shapes (``tpde._engines.kernel_sum`` broadcasts them).
-    kernel : "sigmoid" or "linear".
+    kernel : "sigmoid", "exp" or "linear".
 
     Returns
     -------

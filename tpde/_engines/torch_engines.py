@@ -185,8 +185,27 @@ def causal_slots(query_positions, key_positions):
     return key_slot, query_slot, int(gaps.sum())
 
 
+def _in_sequence_order(query_positions, key_positions) -> bool:
+    """Whether queries and keys are the same tokens at strictly increasing positions: then
+    slot i holds key i and query i, and ``is_causal`` applies to the inputs as they are."""
+    if query_positions is not key_positions:
+        if query_positions.shape != key_positions.shape:
+            return False
+        if not torch.equal(query_positions, key_positions):
+            return False
+    return bool((query_positions[1:] > query_positions[:-1]).all())
+
+
 def _causal_sdpa(q, k, v, key_bias, query_positions, key_positions):
-    """Causal softmax average as one ``is_causal`` SDPA call on the slots of causal_slots."""
+    """Causal softmax average as one ``is_causal`` SDPA call on the slots of causal_slots.
+
+    Self-attention of a sequence (queries = keys at increasing positions, the decoder's
+    case) needs no slots: one ``is_causal`` call on the inputs, without the gathers and
+    without the bias coordinate when there is no bias.
+    """
+    if _in_sequence_order(query_positions, key_positions):
+        q, k = augment_with_bias(q, k, key_bias)
+        return _sdpa(q, k, v, is_causal=True)
     key_slot, query_slot, length = causal_slots(query_positions, key_positions)
     n, m = q.shape[-2], k.shape[-2]
     if key_bias is None:
@@ -211,11 +230,12 @@ def _causal_sdpa(q, k, v, key_bias, query_positions, key_positions):
 #
 #     out_i = Σ_j φ(q_i·k_j + b_j) v_j        (no normalisation over j)
 #
-# for the pointwise kernels φ of KERNELS: sigmoid attention (φ = σ) and linear attention
-# (φ = identity). SDPA cannot express these (it always normalises), so they run on
-# dense, chunked and keops.
+# for the pointwise kernels φ of KERNELS: sigmoid attention (φ = σ), linear attention
+# (φ = identity) and the unnormalised exponential of the USA model (φ = exp, softmax's
+# numerator without its normaliser). SDPA cannot express these (it always normalises), so
+# they run on dense, chunked, tiled and keops.
 
-KERNELS = {"sigmoid": torch.sigmoid, "linear": lambda s: s}
+KERNELS = {"sigmoid": torch.sigmoid, "linear": lambda s: s, "exp": torch.exp}
 
 
 def kernel_sum_dense(q, k, v, key_bias=None, kernel: str = "sigmoid"):

@@ -21,6 +21,7 @@ from tpde.attention.base import (
 )
 from tpde.attention.cosine import Cosine
 from tpde.attention.energies import Energy, InteractionEnergy, PotentialEnergy, as_energy
+from tpde.attention.exponential import Exponential
 from tpde.attention.gradient_flow import (
     Dissipation,
     GradientFlowField,
@@ -29,6 +30,7 @@ from tpde.attention.gradient_flow import (
     gradient_flow_gap,
 )
 from tpde.attention.grouped import GroupedQueryAttention
+from tpde.attention.hardmax import Hardmax
 from tpde.attention.l2 import L2
 from tpde.attention.linear import Linear
 from tpde.attention.masked import Masked
@@ -64,12 +66,14 @@ __all__ = [
     "Cosine",
     "Dissipation",
     "Energy",
+    "Exponential",
     "Field",
     "GaussianNotPreserved",
     "GradientFlowField",
     "GradientFlowGap",
     "GradientStructure",
     "GroupedQueryAttention",
+    "Hardmax",
     "InnerSolves",
     "InteractionEnergy",
     "LayerNorm",

@@ -153,26 +153,28 @@ class QKV:
     def time_dependent(self) -> bool:
         return any(p is not None and not isinstance(p, torch.Tensor) for p in self._params)
 
-    def _isotropic(self) -> tuple[torch.Tensor | None, bool]:
-        """(c, V is I) for constant, bias-free parameters outside autograd: c (..., 1, 1)
-        where A = cI, else None. Recomputed when a parameter tensor changes in place (its
-        version counter), so a stale answer is never used."""
+    def _isotropic(self) -> tuple[torch.Tensor | None, bool, torch.Tensor | None]:
+        """(c, V is I, v) for constant, bias-free parameters outside autograd: c (..., 1, 1)
+        where A = cI, else None; v (..., 1, 1) where V = vI, else None. Recomputed when a
+        parameter tensor changes in place (its version counter), so a stale answer is never
+        used."""
         Q, K, V = self._params[:3]
         if self.time_dependent or self.has_bias or self.k != self.dim:
-            return None, False
+            return None, False, None
         if Q.requires_grad or K.requires_grad or V.requires_grad:
-            return None, False
+            return None, False, None
         key = tuple((id(p), p._version) for p in (Q, K, V))
         if getattr(self, "_isotropic_key", None) != key:
             dtype = torch.promote_types(torch.promote_types(Q.dtype, K.dtype), V.dtype)
             Q, K, V = (p.to(dtype) for p in (Q, K, V))  # parameters may mix dtypes
             eye = torch.eye(self.dim, dtype=dtype, device=V.device)
             A = self.scale * K.transpose(-1, -2) @ Q
-            c = A[..., :1, :1]
+            c, v = A[..., :1, :1], V[..., :1, :1]
             scalar = c if bool((A == c * eye).all()) else None
+            value = v if bool((V == v * eye).all()) else None
             # a batched identity V still carries the batch shape into the velocity: not skipped
             identity = V.ndim == 2 and bool((V == eye).all())
-            self._isotropic_key, self._isotropic_value = key, (scalar, identity)
+            self._isotropic_key, self._isotropic_value = key, (scalar, identity, value)
         return self._isotropic_value
 
     def isotropic_interaction(self, like: torch.Tensor) -> torch.Tensor | None:
@@ -181,6 +183,12 @@ class QKV:
         are then c·x, one product per coordinate instead of a d × d product per token."""
         scalar = self._isotropic()[0]
         return None if scalar is None else scalar.to(dtype=like.dtype, device=like.device)
+
+    def isotropic_value(self, like: torch.Tensor) -> torch.Tensor | None:
+        """v of shape (..., 1, 1) when V = vI (conditions as for
+        :meth:`isotropic_interaction`), in ``like``'s dtype and device, else None."""
+        value = self._isotropic()[2]
+        return None if value is None else value.to(dtype=like.dtype, device=like.device)
 
     @property
     def value_is_identity(self) -> bool:

@@ -37,9 +37,11 @@ def check_no_overflow(value: torch.Tensor, mu, what: str) -> None:
     """Raise OverflowError when a computation on finite tokens produced Inf or NaN.
 
     The tokens are finite (checked when the measure was built), so a non-finite result is
-    an overflow of the dtype: attention scores xᵀAy beyond its range.
+    an overflow of the dtype: attention scores xᵀAy beyond its range. The sum is checked
+    first (Inf and NaN propagate into it; 15× cheaper than an elementwise check at 10⁵
+    entries), the entries only when the sum is not finite.
     """
-    if bool(torch.isfinite(value).all()):
+    if bool(torch.isfinite(value.detach().sum())) or bool(torch.isfinite(value).all()):
         return
     largest = float(mu.points.detach().abs().max())
     raise OverflowError(
@@ -274,9 +276,10 @@ class Field:
             all its cell centres, in the order of :meth:`Grid.centres`).
         t : float
             Depth-time, for time-dependent parameters.
-        engine : {"auto", "dense", "chunked", "sdpa", "keops", "tiled"}
-            How the pairwise sum is computed (see :mod:`tpde._engines`; "tiled": sigmoid
-            and linear attention only).
+        engine : {"auto", "dense", "chunked", "sdpa", "keops", "tiled", "spectral"}
+            How the pairwise sum is computed (see :mod:`tpde._engines`; "spectral": softmax
+            and exponential attention with A = βI, V = vI on the circle; "tiled": the
+            unnormalised kernel sums of sigmoid, linear and exponential attention).
         info : InnerSolves, optional
             Collects the reports of inner solves (Sinkhorn scalings); a failed solve also
             warns (e.g. :class:`~tpde.attention.SinkhornNotConverged`).

@@ -124,7 +124,7 @@ class Masked(Field):
         return self.field.time_dependent
 
     def particle_velocity(self, t, mu: Empirical, x, engine: str, info=None) -> torch.Tensor:
-        if x.shape[0] != mu.n:
+        if x.shape[-2] != mu.n:
             raise ValueError(
                 "masked attention evaluates at μ's own tokens here; use "
                 "Masked.velocity(mu, x, positions=...) for other points."

@@ -166,10 +166,19 @@ def _check_atol(value):
     return None if value is None else check_positive(value, "atol")
 
 
+def _on_sphere(field, t, mu, x, engine, info) -> torch.Tensor:
+    """Γ[N#μ](N(x)) for the tangent sphere schemes: Γ[μ](x) on the sphere, and off it
+    (where Runge–Kutta stages evaluate) the 0-homogeneous extension, so that a field with a
+    circle-only engine (softmax and exponential with A = βI on S¹: "spectral") keeps it at
+    every stage."""
+    return _pre_velocity(normalize, field, t, mu, x, engine, info)
+
+
 def _pre_velocity(norm, field, t, mu, x, engine, info) -> torch.Tensor:
     """Γ[N#μ](N(x)): the field sees normalised keys and queries (every pre-norm scheme)."""
-    keys = mu.with_points(norm(mu.points))
-    return field.particle_velocity(t, keys, norm(x), engine, info)
+    keys = norm(mu.points)
+    queries = keys if x is mu.points else norm(x)  # a flow evaluates at its own tokens
+    return field.particle_velocity(t, mu.with_points(keys), queries, engine, info)
 
 
 # ---------------------------------------------------------------------- sphere schemes
@@ -177,7 +186,9 @@ def _pre_velocity(norm, field, t, mu, x, engine, info) -> torch.Tensor:
 class PostLN(NormScheme):
     """Post-LN, the sphere model: ẋ = P⊥_x Γ[μ](x) (``tangent=True``), or the discrete
     layer's direction Γ (``tangent=False``: Euler + renormalisation is x ← N(x + hΓ), GLPR's
-    loop; first order for any method).
+    loop; first order for any method). With the tangent velocity the field is evaluated at
+    N(x) against N#μ, equal to Γ[μ](x) on the sphere; off it, where Runge–Kutta stages
+    evaluate, this 0-homogeneous extension keeps circle-only engines usable at every stage.
 
     Parameters
     ----------
@@ -201,8 +212,9 @@ class PostLN(NormScheme):
         object.__setattr__(self, "atol", _check_atol(self.atol))
 
     def velocity(self, field, t, mu, x, engine, info):
-        out = field.particle_velocity(t, mu, x, engine, info)
-        return tangent(x, out) if self.tangent else out
+        if not self.tangent:
+            return field.particle_velocity(t, mu, x, engine, info)
+        return tangent(x, _on_sphere(field, t, mu, x, engine, info))
 
     def project(self, points):
         return normalize(points)
@@ -272,11 +284,11 @@ class NGPT(NormScheme):
         return value
 
     def velocity(self, field, t, mu, x, engine, info):
-        out = field.particle_velocity(t, mu, x, engine, info)
         alpha = self.alpha_at(t)
         if not self.tangent:
+            out = field.particle_velocity(t, mu, x, engine, info)
             return alpha * (normalize(out) - normalize(x))
-        return alpha * tangent(x, normalize(out))
+        return alpha * tangent(x, normalize(_on_sphere(field, t, mu, x, engine, info)))
 
     def project(self, points):
         return normalize(points)

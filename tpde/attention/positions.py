@@ -42,7 +42,8 @@ class PositionalEncoding:
     - ``key_bias(positions, heads)``: a score bias (H, m) added to key j of head h, or None.
     """
 
-    #: Its name in :data:`POSITIONAL_ENCODINGS` (``position="rope"`` builds it with defaults).
+    # Its name in POSITIONAL_ENCODINGS (position="rope" builds it with its defaults); not a
+    # documented attribute, so that the docs' cross-references to `name` stay unambiguous.
     name: ClassVar[str] = ""
 
     def check(self, head_dim: int, heads: int) -> None:
@@ -123,24 +124,32 @@ class RoPE(PositionalEncoding):
                 f"dims ≤ {head_dim}."
             )
 
-    def frequencies(self, head_dim: int) -> torch.Tensor:
+    def _table(self, positions: torch.Tensor, head_dim: int, dtype) -> tuple:
+        """The tables of :func:`_cos_sin`, remembered for the last positions tensor (a flow's
+        positions never change, and queries and keys share them): recomputed when the tensor,
+        its version counter (in-place edits), the head dimension or the dtype change."""
+        key = (positions, positions._version, head_dim, dtype)
+        cached = self.__dict__.get("_cached")
+        if cached is None or cached[0][0] is not positions or cached[0][1:] != key[1:]:
+            cached = (key, _cos_sin(self, positions, head_dim, dtype))
+            object.__setattr__(self, "_cached", cached)  # not a field: no effect on ==, hash
+        return cached[1]
+
+    def frequencies(self, head_dim: int, device=None) -> torch.Tensor:
         """θ_m = base^{−2m/r}, m = 0 … r/2 − 1, in float64 (r = dims or d_h)."""
         r = self.dims or head_dim
-        return self.base ** (-torch.arange(0, r, 2, dtype=torch.float64) / r)
+        return self.base ** (-torch.arange(0, r, 2, dtype=torch.float64, device=device) / r)
 
     def rotate(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         r = self.dims or x.shape[-1]
-        theta = self.frequencies(x.shape[-1]).to(x.device)
-        angles = positions.to(torch.float64).unsqueeze(-1) * theta  # (n, r/2)
-        cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
-        part, rest = x[..., :r], x[..., r:]
-        if self.style == "half":
-            a, b = part[..., : r // 2], part[..., r // 2 :]
-            rotated = torch.cat([a * cos - b * sin, b * cos + a * sin], dim=-1)
+        cos, sin = self._table(positions, x.shape[-1], x.dtype)
+        part = x[..., :r]
+        if self.style == "half":  # partner of a is b, of b is a: a half turn of the pairs
+            partner = part.roll(r // 2, dims=-1)
         else:
-            a, b = part[..., 0::2], part[..., 1::2]
-            rotated = torch.stack([a * cos - b * sin, b * cos + a * sin], dim=-1).flatten(-2)
-        return rotated if r == x.shape[-1] else torch.cat([rotated, rest], dim=-1)
+            partner = part.unflatten(-1, (-1, 2)).flip(-1).flatten(-2)
+        rotated = part * cos + partner * sin
+        return rotated if r == x.shape[-1] else torch.cat([rotated, x[..., r:]], dim=-1)
 
 
 @dataclass(frozen=True)
@@ -179,7 +188,8 @@ class ALiBi(PositionalEncoding):
     def __post_init__(self):
         if self.slopes is None:
             return
-        values = torch.as_tensor(self.slopes, dtype=torch.float64).reshape(-1).tolist()
+        values = torch.as_tensor(self.slopes, dtype=torch.float64, device="cpu").reshape(-1)
+        values = values.tolist()  # a few numbers of the configuration, not a computation
         if not values or not all(math.isfinite(m) and m > 0 for m in values):
             raise ValueError(
                 f"ALiBi slopes must be a non-empty sequence of finite positive numbers, one per "
@@ -201,8 +211,24 @@ class ALiBi(PositionalEncoding):
         return tuple(_paper_slopes(heads))
 
     def key_bias(self, positions: torch.Tensor, heads: int) -> torch.Tensor:
-        slopes = torch.tensor(self.head_slopes(heads), dtype=positions.dtype)
-        return slopes.to(positions.device).unsqueeze(-1) * positions  # (H, m): +m_h p_j
+        slopes = torch.tensor(
+            self.head_slopes(heads), dtype=positions.dtype, device=positions.device
+        )
+        return slopes.unsqueeze(-1) * positions  # (H, m): +m_h p_j
+
+
+def _cos_sin(rope: RoPE, positions: torch.Tensor, head_dim: int, dtype) -> tuple:
+    """(n, r) tables C, S with rotate(x) = x·C + partner(x)·S: in pair (a, b) at angle φ,
+    C = (cos φ, cos φ) and S = (−sin φ, sin φ), laid out as the pairs are."""
+    theta = rope.frequencies(head_dim, positions.device)
+    angles = positions.to(torch.float64).unsqueeze(-1) * theta  # (n, r/2)
+    cos, sin = angles.cos(), angles.sin()
+    if rope.style == "half":
+        C, S = torch.cat([cos, cos], dim=-1), torch.cat([-sin, sin], dim=-1)
+    else:
+        C = torch.stack([cos, cos], dim=-1).flatten(-2)
+        S = torch.stack([-sin, sin], dim=-1).flatten(-2)
+    return C.to(dtype), S.to(dtype)
 
 
 def _paper_slopes(heads: int) -> list[float]:

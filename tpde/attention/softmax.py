@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import torch
 
+from tpde._engines.spectral import softmax_average_spectral
 from tpde._validation import as_tensor
+from tpde.attention._circle import circle_route
 from tpde.attention._forms import SoftmaxForm, key_log_weights
 from tpde.attention._params import QKV, qkv_interaction
 from tpde.attention.base import AffineDerivative, Field
@@ -46,6 +48,9 @@ class Softmax(Field):
     -----
     Particles: ẋ_i = V Σ_j w_j e^{x_jᵀAx_i} x_j / Σ_j w_j e^{x_jᵀAx_i}; the weights enter
     the softmax as log-weights, so a particle of weight 2/n equals two copies of weight 1/n.
+    On the circle (d = 2, tokens of norm 1) with A = βI, β > 0, and V = vI the sum is a
+    Fourier series in the tokens' angles, exact to rounding in O(n·K): the "spectral" engine
+    (:mod:`tpde._engines.spectral`), taken by ``engine="auto"`` for large clouds.
     Gaussian closure (tilt lemma, MATH.md §3): Γ[N(α, Σ)](x) = V(α + ΣAx), so
     α̇ = V(I + ΣA)α and Σ̇ = VΣAΣ + ΣAᵀΣVᵀ. With biases the tilt is by Ax + c:
     Γ[N(α, Σ)](x) = V(α + Σc) + b_v + VΣAx, still affine.
@@ -91,6 +96,10 @@ class Softmax(Field):
         return SoftmaxForm(queries, keys, log_w, points, value, p.bv)
 
     def particle_velocity(self, t, mu: Empirical, x, engine: str, info=None) -> torch.Tensor:
+        route = circle_route(self, mu, x, engine)
+        if route is not None:  # A = βI, V = vI on the circle: the Fourier series
+            beta, value = route
+            return value * softmax_average_spectral(x, mu.weights, beta)
         return self.softmax_form(t, mu, x).velocity(engine)
 
     def gaussian_affine(self, t, mean, cov):

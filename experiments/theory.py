@@ -1,0 +1,189 @@
+r"""Experiment 9: the mean-field theory of attention as executed checks (MATH.md §9).
+
+Each part states one prediction of a paper (or of MATH.md §9), computes it with tpde and
+sets the measured number beside it (:mod:`tpde.theory` holds the closed forms;
+:mod:`._theory_runs` the computations).
+
+1. **Equiangular laws** (Rigollet, arXiv:2512.01868): n tokens with equal pairwise inner
+   products ρ stay so, and ρ(t) (with the common radius r(t) where it moves) follows a
+   scalar ODE per normalisation scheme and kernel (SA: softmax, USA: 1/n normaliser). Particles
+   started on an equiangular frame (ρ0 = −1/(2(n − 1)), d = n + 1), dopri5 at rtol
+   ``eq_rtol``, against the law solved by DOP853 at 1e-13, for post-LN, pre-LN, peri-LN,
+   mix-LN, nGPT; LayerNorm (no law at finite step) against its h → 0 limit, at steps h and
+   h/2.
+2. **Linear instability of the uniform measure on S¹** (Bruno, Pasqualotto, Agazzi,
+   arXiv:2410.23228): λ_k = k²I_k(β)/(βI_0(β)) (SA), k²I_k(β)/β (USA). (a) From
+   ``inst_tokens`` i.i.d. uniform tokens × ``inst_seeds`` seeds: the slope of
+   log(Σ_s|m_k(t)|²/Σ_s|m_k(0)|²) over the window where every mode's mean power is
+   ≤ ``inst_level`` (E|m_k|² ≈ e^{2λ_k t}/N), jackknife errors over the seeds. (b) Each mode
+   alone on a lattice of ``lat_tokens`` tokens (amplitude ~kδ), which pins λ_k to ~1e-8
+   and the dominant mode argmax_k k²I_k(β) for β = 1 … ``lat_beta_max``.
+3. **Causal clustering** (Karagodin, Polyanskiy, Rigollet, arXiv:2411.04990): post-LN,
+   causal softmax, V = I, random Q, K: token 1 never moves, every token converges to it
+   (stopped when the diameter is < ``causal_tol``). At large β (Q = K = V = I_2,
+   β = ``renyi_beta``) the metastable cluster counts against their Rényi centres
+   (δ = ``renyi_delta``/√β, their Fig. 2): between the strong and the plain Rényi counts.
+4. **Zero temperature** (Alcalde, Geshkovski, Ruiz-Balet, arXiv:2508.09628): the
+   Frank-Wolfe ODE ẋ = Γ(x) − x with hardmax Γ and a positive definite A: interior tokens go
+   to the vertex of their Voronoi cell (:func:`tpde.theory.hardmax_vertices`); softmax with
+   βA for β in ``hard_betas``: the share that still does by t = ``hard_t1``, and the mean
+   distance to the hardmax solution against β.
+5. **Synchronisation on S¹** (Criscitiello, Rebjock, McRae, Boumal, arXiv:2405.18273):
+   the USA gradient ascent synchronises from almost every start for β ∈ (0, 1] (their
+   corollary for φ(t) = e^{βt}, any n); the share of ``sync_seeds`` random starts that
+   reach diameter < 1e-4 by t = ``sync_t1`` (time rescaled by e^{β}), against β and n.
+
+Full size: the defaults (about 25 minutes on one core without a spectral engine for part
+2's N = 10⁴ tokens; ``inst_tokens=1000000`` where the spectral engine is available).
+Quick: ``QUICK`` (under a minute).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import _framework as fw
+from . import _theory_runs as runs
+from ._theory_report import claims, figures_of, plot_all, tables
+
+NAME = "theory"
+TITLE = "Experiment 9 — mean-field theory as executed checks"
+
+
+@dataclass(frozen=True)
+class Config:
+    kernels: tuple[str, ...] = ("sa", "usa")
+    eq_ns: tuple[int, ...] = (3, 8, 32)
+    eq_beta: float = 2.0
+    eq_t1: float = 5.0
+    eq_saves: int = 11
+    eq_rtol: float = 1e-12
+    ngpt_alpha: float = 0.7
+    ln_dt: float = 0.01
+    inst_kernels: tuple[str, ...] = ("sa", "usa")
+    inst_betas: tuple[float, ...] = (1.0, 5.0, 10.0)
+    inst_tokens: int = 10_000
+    inst_seeds: int = 8
+    inst_modes: int = 6
+    inst_level: float = 0.01
+    inst_saves: int = 25
+    inst_steps: int = 40
+    lat_tokens: int = 256
+    lat_modes: int = 12
+    lat_beta_max: int = 20
+    lat_delta: float = 1e-6
+    causal_dims: tuple[int, ...] = (2, 3, 8)
+    causal_tokens: int = 32
+    causal_seeds: int = 20
+    causal_t1: float = 1000.0
+    causal_tol: float = 1e-7
+    renyi_beta: float = 64.0
+    renyi_tokens: int = 200
+    renyi_seeds: int = 20
+    renyi_delta: float = 4.0
+    renyi_times: tuple[float, ...] = (5.0, 10.0, 20.0, 40.0, 80.0, 160.0)
+    hard_seeds: int = 40
+    hard_vertices: int = 5
+    hard_interior: int = 30
+    hard_betas: tuple[float, ...] = (10.0, 30.0, 100.0, 300.0)
+    hard_t1: float = 8.0
+    sync_ns: tuple[int, ...] = (4, 8, 16, 32, 64)
+    sync_betas: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
+    sync_seeds: int = 100
+    sync_t1: float = 1000.0
+    seed: int = 0
+
+    def check(self) -> None:
+        fw.check_choices("kernels", self.kernels, ("sa", "usa"))
+        fw.check_choices("inst_kernels", self.inst_kernels, ("sa", "usa"))
+        if not self.eq_ns or min(self.eq_ns) < 2:
+            raise ValueError(f"eq_ns are token counts >= 2; received {self.eq_ns}.")
+        positive = ("eq_t1", "eq_rtol", "ngpt_alpha", "ln_dt", "inst_level", "lat_delta",
+                    "causal_t1", "causal_tol", "renyi_beta", "renyi_delta", "hard_t1",
+                    "sync_t1")  # fmt: skip
+        bad = [f"{k} = {getattr(self, k)}" for k in positive if not getattr(self, k) > 0]
+        betas = (*self.inst_betas, *self.hard_betas, *self.sync_betas)
+        if bad or not betas or min(betas) <= 0:
+            raise ValueError(f"these must be > 0: {', '.join(bad) or 'every β'}.")
+        counts = ("eq_saves", "inst_tokens", "inst_saves", "inst_steps", "lat_tokens",
+                  "causal_tokens", "renyi_tokens", "hard_vertices")  # fmt: skip
+        small = [f"{k} = {getattr(self, k)}" for k in counts if getattr(self, k) < 3]
+        if small:
+            raise ValueError(f"these must be >= 3: {', '.join(small)}.")
+        ones = ("inst_seeds", "inst_modes", "lat_modes", "lat_beta_max", "causal_seeds",
+                "renyi_seeds", "hard_seeds", "hard_interior", "sync_seeds")  # fmt: skip
+        zero = [f"{k} = {getattr(self, k)}" for k in ones if getattr(self, k) < 1]
+        if zero:
+            raise ValueError(f"these must be >= 1: {', '.join(zero)}.")
+        if 2 * self.lat_modes >= self.lat_tokens:
+            raise ValueError(f"lat_modes must be below lat_tokens/2 (aliasing); received "
+                             f"{self.lat_modes} modes on {self.lat_tokens} tokens.")  # fmt: skip
+        if not self.causal_dims or min(self.causal_dims) < 2 or not self.sync_ns:
+            raise ValueError("causal_dims need d >= 2 and sync_ns at least one n.")
+        if not self.renyi_times or min(self.renyi_times) <= 0:
+            raise ValueError(f"renyi_times must be times > 0; received {self.renyi_times}.")
+
+
+QUICK = {
+    "eq_t1": "2",
+    "eq_saves": "5",
+    "eq_rtol": "1e-10",
+    "ln_dt": "0.04",
+    "inst_tokens": "500",
+    "inst_seeds": "4",
+    "inst_level": "0.05",
+    "inst_steps": "24",
+    "inst_saves": "13",
+    "lat_tokens": "64",
+    "lat_modes": "10",
+    "causal_tokens": "8",
+    "causal_t1": "600",
+    "renyi_tokens": "64",
+    "renyi_seeds": "6",
+    "renyi_times": "10,40",
+    "hard_seeds": "10",
+    "hard_interior": "20",
+    "sync_ns": "4,8,16",
+    "sync_betas": "0.5,1,4",
+    "sync_seeds": "12",
+    "sync_t1": "300",
+}
+
+
+def run(config: Config, out: Path) -> None:
+    started = time.perf_counter()
+    arrays, results = {}, {}
+    for name, part in (("equiangular", runs.part1), ("instability", runs.part2),
+                       ("causal", runs.part3), ("hardmax", runs.part4),
+                       ("sync", runs.part5)):  # fmt: skip
+        tic = time.perf_counter()
+        data, summary = part(config)
+        arrays.update(data)
+        results[name] = {**summary, "part_seconds": time.perf_counter() - tic}
+    fw.save(out, config, arrays, results, started)
+
+
+def plot(out: Path) -> list[Path]:
+    config, arrays, results = fw.load(out)
+    return plot_all(fw.pyplot(), Path(out), config, arrays, results)
+
+
+def report(out: Path) -> fw.Report:
+    config, arrays, results = fw.load(out)
+    seconds = ", ".join(f"{k} {v['part_seconds']:.0f} s" for k, v in results.items())
+    summary = (
+        "Five predictions of the mean-field theory against tpde's particles: equiangular "
+        "laws for every scheme, Fourier growth rates and dominant modes on S¹, causal "
+        "clustering and Rényi centres, the hardmax Voronoi rule and softmax's approach to "
+        f"it, synchronisation of the USA ascent on S¹ ({seconds})."
+    )
+    notes = [
+        "Monte-Carlo errors: rates ± jackknife standard errors over the seeds; shares with "
+        "Wilson 95 % intervals; counts and deviations ± standard errors over the seeds.",
+        "USA runs of parts 2 and 5 use V = e^{−β}I: the same orbits with time rescaled by "
+        "e^{β} (rates are reported in the original time).",
+    ]
+    return fw.Report(summary, claims(config, arrays, results), figures_of(config),
+                     tables(config, arrays, results), notes)  # fmt: skip

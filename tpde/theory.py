@@ -1,0 +1,489 @@
+r"""Closed forms of the mean-field theory of attention, as functions (MATH.md §9).
+
+Tokens on the sphere S^{d−1}, Q = K = V = I, score β⟨x, y⟩, self-attention included;
+"sa": the softmax normaliser, Γ[μ](x) = ∫e^{β⟨x, y⟩} y dμ(y) / ∫e^{β⟨x, y⟩} dμ(y);
+"usa": the 1/n normaliser, Γ[μ](x) = ∫e^{β⟨x, y⟩} y dμ(y) (Geshkovski, Letrouit,
+Polyanskiy, Rigollet, "A mathematical perspective on Transformers", arXiv:2312.10794).
+
+- **Equiangular laws** (:func:`equiangular_velocity`, :func:`equiangular_solution`,
+  :func:`equiangular_frame`): n tokens with equal pairwise inner products stay equiangular
+  under every normalisation scheme of :class:`tpde.attention.Normalized`, and their common
+  inner product ρ (and common radius r) follow a scalar ODE (the reduction used in
+  Rigollet's survey "The mean-field dynamics of transformers", arXiv:2512.01868).
+- **Linear instability of the uniform measure on S¹** (:func:`instability_rate`,
+  :func:`dominant_mode`): Fourier mode k grows at λ_k = k² I_k(β)/(β I_0(β)) (SA) or
+  k² I_k(β)/β (USA) (the regime of Bruno, Pasqualotto, Agazzi, arXiv:2410.23228).
+- **Rényi centres** (:func:`renyi_centres`): the long-lived centres of causal attention at
+  large β (Karagodin, Polyanskiy, Rigollet, "Clustering in causal attention masking",
+  arXiv:2411.04990, §5).
+- **Voronoi rule of hardmax** (:func:`hardmax_vertices`): where each token goes under the
+  zero-temperature dynamics with a positive semidefinite interaction (Alcalde, Geshkovski,
+  Ruiz-Balet, "Attention's forward pass and Frank-Wolfe", arXiv:2508.09628).
+
+The derivations marked [ours] in MATH.md §9 are tpde's; the experiment ``tpde run theory``
+checks every formula here against particles.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+import torch
+
+from tpde._validation import as_tensor, check_choice, check_finite, check_float_dtype, check_real
+
+__all__ = [
+    "KERNELS",
+    "SCHEMES_WITH_LAW",
+    "EquiangularSolution",
+    "dominant_mode",
+    "equiangular_frame",
+    "equiangular_solution",
+    "equiangular_velocity",
+    "hardmax_vertices",
+    "instability_rate",
+    "renyi_centres",
+]
+
+#: Normalisers of the attention kernel: softmax ("sa") or 1/n ("usa").
+KERNELS = ("sa", "usa")
+#: Schemes of :class:`tpde.attention.Normalized` with an equiangular law ("layernorm" has
+#: none: see :func:`equiangular_velocity`).
+SCHEMES_WITH_LAW = ("post-ln", "pre-ln", "peri-ln", "mix-ln", "ngpt")
+_LAYERNORM_WHY = (
+    "the 'layernorm' scheme has no equiangular law: it applies LayerNorm after every finite "
+    "step (x <- LN(x + hΓ)), LN is not idempotent for a general gain, bias or eps > 0, and no "
+    "h -> 0 limit exists in general (MATH.md §7). For gain 1, bias 0 and eps -> 0 its h -> 0 "
+    "limit is post-LN on the sphere of radius sqrt(d) in the centred hyperplane, i.e. the "
+    "post-ln law of the unit directions with beta*d in place of beta: call it with "
+    "scheme='post-ln', beta=beta*d."
+)
+
+
+# ---------------------------------------------------------------------- checks
+def _check_n(n) -> int:
+    if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 2:
+        raise ValueError(f"n is a number of tokens, an int >= 2; received {n!r}.")
+    return int(n)
+
+
+def _check_kernel(kernel: str) -> str:
+    return check_choice(kernel, "kernel (normaliser)", KERNELS)
+
+
+def _check_beta_positive(beta, what: str) -> float:
+    beta = check_real(beta, "beta")
+    if beta <= 0:
+        raise ValueError(
+            f"{what} needs beta > 0 (the kernel e^(beta<x, y>) with a positive inverse "
+            f"temperature); received beta = {beta}."
+        )
+    return beta
+
+
+def _rho_bounds(rho, n: int, name: str = "rho") -> np.ndarray:
+    rho = np.asarray(rho, dtype=float)
+    if not np.all(np.isfinite(rho)):
+        raise ValueError(f"{name} must be finite; received {rho}.")
+    low, tol = -1.0 / (n - 1), 1e-12
+    if np.any(rho < low - tol) or np.any(rho > 1 + tol):
+        bad = rho[(rho < low - tol) | (rho > 1 + tol)].ravel()[0]
+        raise ValueError(
+            f"n = {n} unit vectors with equal pairwise inner products rho exist only for "
+            f"rho in [-1/(n-1), 1] = [{low:.6g}, 1] (the Gram matrix (1-rho)I + rho 11ᵀ must "
+            f"be positive semidefinite); received {name} = {float(bad):.6g}."
+        )
+    return np.clip(rho, low, 1.0)
+
+
+# ---------------------------------------------------------------------- equiangular
+def _weights(rho, beta: float, n: int, kernel: str):
+    """(w_s, w_o): the attention weight of a token on itself and on each other token."""
+    gap = beta * (1.0 - rho)  # β − βρ ≥ 0 for β ≥ 0
+    if kernel == "usa":
+        return np.full_like(rho, math.exp(beta) / n), np.exp(beta * rho) / n
+    # softmax: w_s = e^β/Z, w_o = e^{βρ}/Z, Z = e^β + (n − 1)e^{βρ}, written without overflow
+    return 1.0 / (1.0 + (n - 1) * np.exp(-gap)), 1.0 / (np.exp(gap) + (n - 1))
+
+
+def equiangular_velocity(rho, r=1.0, *, beta: float, n: int, scheme: str = "post-ln",
+                         kernel: str = "sa", alpha: float = 1.0):  # fmt: skip
+    r"""(ρ̇, ṙ) of n equiangular tokens x_i = rθ_i, ⟨θ_i, θ_j⟩ = ρ (i ≠ j), |θ_i| = 1.
+
+    Q = K = V = I and score β⟨θ_i, θ_j⟩; w_s and w_o the weights of a token on itself and on
+    each other one (SA: w_s = e^β/Z, w_o = e^{βρ}/Z, Z = e^β + (n − 1)e^{βρ}; USA:
+    w_s = e^β/n, w_o = e^{βρ}/n); Γ_i = Σ_j w_j θ_j the attention of θ_i, with
+
+        g = ⟨θ_i, Γ_i⟩ = w_s + (n − 1)w_o ρ,
+        |Γ_i|² = w_s² + (n − 1)w_o² + (n − 1)ρ(2w_s w_o + (n − 2)w_o²),
+        c = 2 w_o (1 − ρ)(1 + (n − 1)ρ)   (= 2(⟨Γ_i, θ_j⟩ − gρ), the post-LN rate).
+
+    - post-ln: ρ̇ = c, ṙ = 0;
+    - pre-ln: ρ̇ = c/r, ṙ = g;
+    - peri-ln: ρ̇ = c/(r|Γ|), ṙ = g/|Γ|;
+    - ngpt: ρ̇ = αc/|Γ|, ṙ = 0.
+
+    "mix-ln" is post-ln before its switch and pre-ln after (:func:`equiangular_solution`;
+    here it raises, having no single velocity). Post-LN SA/USA and pre-LN SA are MATH.md
+    §9; pre-LN USA, peri-LN and nGPT are derived the same way [ours]: the symmetric
+    configuration stays symmetric, so ρ̇ = 2⟨θ̇_i, θ_j⟩ and ṙ = ⟨θ_i, ẋ_i⟩. In peri-LN and
+    nGPT the normaliser cancels (w_o/|Γ| does not depend on it): their SA and USA laws are
+    the same. n = 2 gives the two-token laws of MATH.md §7 (ρ = cos θ). The laws hold for
+    any real β (β ≤ 0 included).
+
+    Parameters
+    ----------
+    rho : float or array
+        Common inner product, in [−1/(n − 1), 1].
+    r : float or array
+        Common radius (> 0); only pre-ln and peri-ln read it (1 on the sphere).
+    beta : float
+        Inverse temperature.
+    n : int
+        Number of tokens (≥ 2).
+    scheme : {"post-ln", "pre-ln", "peri-ln", "ngpt"}
+        "layernorm" raises ValueError saying why it has no law and what its limit is.
+    kernel : {"sa", "usa"}
+    alpha : float
+        nGPT's step α > 0.
+
+    Returns
+    -------
+    (drho, dr) : arrays of the broadcast shape of rho and r.
+    """
+    n = _check_n(n)
+    if scheme == "layernorm":
+        raise ValueError(_LAYERNORM_WHY)
+    if scheme == "mix-ln":
+        raise ValueError(
+            "mix-ln is post-ln before its switch and pre-ln after: it has no single "
+            "velocity. Call with scheme='post-ln' or 'pre-ln', or use equiangular_solution("
+            "..., scheme='mix-ln', switch=t)."
+        )
+    check_choice(scheme, "scheme", SCHEMES_WITH_LAW)
+    kernel = _check_kernel(kernel)
+    beta = check_real(beta, "beta")
+    rho = _rho_bounds(rho, n)
+    r = np.asarray(r, dtype=float)
+    if not np.all(np.isfinite(r) & (r > 0)):
+        raise ValueError(f"the radius r must be finite and > 0; received {r}.")
+    w_s, w_o = _weights(rho, beta, n, kernel)
+    c = 2 * w_o * (1 - rho) * (1 + (n - 1) * rho)
+    g = w_s + (n - 1) * w_o * rho
+    zero = np.zeros(np.broadcast(rho, r).shape)
+    if scheme == "post-ln":
+        return c + zero, zero
+    if scheme == "pre-ln":
+        return c / r, g + zero
+    norm2 = w_s**2 + (n - 1) * w_o**2 + (n - 1) * rho * (2 * w_s * w_o + (n - 2) * w_o**2)
+    norm = np.sqrt(np.maximum(norm2, 0.0))
+    safe = np.where(norm > 0, norm, 1.0)  # Γ = 0: N(0) = 0, no motion (tpde's normalize)
+    if scheme == "peri-ln":
+        return np.where(norm > 0, c / (r * safe), 0.0), np.where(norm > 0, g / safe, 0.0) + zero
+    alpha = check_real(alpha, "alpha")
+    if alpha <= 0:
+        raise ValueError(f"nGPT's step alpha must be > 0; received alpha = {alpha}.")
+    return np.where(norm > 0, alpha * c / safe, 0.0) + zero, zero
+
+
+class EquiangularSolution(NamedTuple):
+    """The equiangular law solved: ``rho`` and ``r`` at ``times`` (arrays (T,))."""
+
+    times: np.ndarray
+    rho: np.ndarray
+    r: np.ndarray
+
+
+def equiangular_solution(times, rho0: float, *, beta: float, n: int, scheme: str = "post-ln",
+                         kernel: str = "sa", r0: float = 1.0, alpha: float = 1.0,
+                         switch: float | None = None, rtol: float = 1e-13,
+                         atol: float = 1e-15) -> EquiangularSolution:  # fmt: skip
+    """ρ(t) and r(t) of :func:`equiangular_velocity` from (ρ0, r0) at t = 0 (scipy DOP853).
+
+    Parameters
+    ----------
+    times : array (T,)
+        Increasing times ≥ 0 at which to report the solution.
+    rho0 : float
+        The common inner product at t = 0, in [−1/(n − 1), 1].
+    beta, n, scheme, kernel, alpha
+        As in :func:`equiangular_velocity` ("mix-ln" allowed here).
+    r0 : float
+        The common radius at t = 0 (read by pre-ln, peri-ln and mix-ln after its switch).
+    switch : float, optional
+        "mix-ln" only: post-ln on [0, switch), pre-ln after (with r = r0 at the switch).
+    rtol, atol : float
+        DOP853's tolerances (the defaults resolve ρ to about 1e-13).
+
+    Returns
+    -------
+    EquiangularSolution
+        ``times``, ``rho`` and ``r``, arrays (T,).
+    """
+    from scipy.integrate import solve_ivp
+
+    n = _check_n(n)
+    times = np.asarray(times, dtype=float).ravel()
+    if times.size == 0 or not np.all(np.isfinite(times)) or times[0] < 0:
+        raise ValueError(f"times must be finite and >= 0; received {times}.")
+    if np.any(np.diff(times) < 0):
+        raise ValueError("times must be increasing.")
+    rho0 = float(_rho_bounds(rho0, n, "rho0"))
+    if scheme == "mix-ln":
+        if switch is None or not switch > 0:
+            raise ValueError(
+                f"mix-ln needs switch > 0, the time where post-ln hands over to pre-ln; "
+                f"received switch = {switch}."
+            )
+        pieces = [("post-ln", 0.0, float(switch)), ("pre-ln", float(switch), math.inf)]
+    else:
+        if switch is not None:
+            raise ValueError(f"switch applies to scheme 'mix-ln' only; received scheme {scheme!r}.")
+        equiangular_velocity(rho0, r0, beta=beta, n=n, scheme=scheme, kernel=kernel, alpha=alpha)
+        pieces = [(scheme, 0.0, math.inf)]
+    state = np.array([rho0, float(r0)])
+    rho, r = np.empty_like(times), np.empty_like(times)
+    for piece, start, end in pieces:
+
+        def rhs(_t, y, piece=piece):
+            rho_t = np.clip(y[0], -1 / (n - 1), 1.0)
+            drho, dr = equiangular_velocity(
+                rho_t, y[1], beta=beta, n=n, scheme=piece, kernel=kernel, alpha=alpha
+            )
+            return [float(drho), float(dr)]
+
+        inside = (times >= start) & (times < end)
+        stop = min(end, float(times[-1])) if math.isfinite(end) else float(times[-1])
+        if stop > start:
+            at = times[inside] if inside.any() else None
+            sol = solve_ivp(rhs, (start, stop), state, method="DOP853", rtol=rtol, atol=atol,
+                            dense_output=True, t_eval=at)  # fmt: skip
+            if not sol.success:
+                raise RuntimeError(f"the equiangular ODE solve failed: {sol.message}")
+            if inside.any():
+                rho[inside], r[inside] = sol.y[0], sol.y[1]
+            state = sol.sol(stop)
+        elif inside.any():
+            rho[inside], r[inside] = state
+    return EquiangularSolution(times, rho, r)
+
+
+def equiangular_frame(n: int, d: int, rho: float, *, generator: torch.Generator | None = None,
+                      dtype: torch.dtype = torch.float64) -> torch.Tensor:  # fmt: skip
+    r"""n unit vectors of R^d with pairwise inner products ρ: a tensor (n, d).
+
+    The Gram matrix G = (1 − ρ)I + ρ11ᵀ has eigenvalues 1 + (n − 1)ρ (once) and 1 − ρ
+    (n − 1 times), so the frame exists iff ρ ∈ [−1/(n − 1), 1], and its rank (the least
+    dimension d) is n inside that range, n − 1 at the regular simplex ρ = −1/(n − 1) and
+    1 at ρ = 1. Built as X = U Λ^{1/2} from G = UΛUᵀ (the zero eigenvalues dropped), padded
+    with zeros to d columns; ``generator`` then rotates it by a Haar-random orthogonal
+    matrix (so that it is not aligned with the axes). Rows are renormalised to unit length
+    (the Gram matrix is then exact to rounding).
+
+    Raises
+    ------
+    ValueError
+        For ρ outside [−1/(n − 1), 1], or d below the bound (naming it).
+    """
+    n = _check_n(n)
+    if isinstance(d, bool) or not isinstance(d, int | np.integer) or d < 1:
+        raise ValueError(f"d is a dimension, an int >= 1; received {d!r}.")
+    check_float_dtype(dtype)
+    rho = float(check_real(rho, "rho"))
+    low = -1.0 / (n - 1)
+    if rho < low - 1e-12 or rho > 1 + 1e-12:
+        raise ValueError(
+            f"no {n} unit vectors have pairwise inner product rho = {rho:.6g}: an equiangular "
+            f"frame of n = {n} vectors needs rho in [-1/(n-1), 1] = [{low:.6g}, 1]."
+        )
+    simplex, collinear = abs(rho - low) <= 1e-12, abs(rho - 1) <= 1e-12
+    need = 1 if collinear else (n - 1 if simplex else n)
+    if d < need:
+        what = (
+            "the regular simplex rho = -1/(n-1) spans n - 1 dimensions: it needs d >= n - 1"
+            if simplex
+            else "an equiangular frame with -1/(n-1) < rho < 1 has a Gram matrix of full "
+            "rank n: it needs d >= n"
+        )
+        raise ValueError(f"{what}; received n = {n}, d = {d}, rho = {rho:.6g}.")
+    gram = (1 - rho) * np.eye(n) + rho * np.ones((n, n))
+    values, vectors = np.linalg.eigh(gram)
+    keep = values > 1e-12
+    frame = vectors[:, keep] * np.sqrt(values[keep])
+    points = np.zeros((n, d))
+    points[:, : frame.shape[1]] = frame
+    out = torch.as_tensor(points, dtype=torch.float64)
+    if generator is not None:
+        z = torch.randn(d, d, generator=generator, dtype=torch.float64)
+        q, upper = torch.linalg.qr(z)
+        out = out @ (q * torch.sign(torch.diagonal(upper))).T  # Haar (Mezzadri's sign fix)
+    return torch.nn.functional.normalize(out, dim=-1).to(dtype)
+
+
+# ---------------------------------------------------------------------- instability on S¹
+def _check_modes(k) -> np.ndarray:
+    modes = np.asarray(k)
+    if modes.dtype.kind not in "iu" and not (
+        modes.dtype.kind == "f" and np.all(np.isfinite(modes)) and np.all(modes == np.round(modes))
+    ):
+        raise ValueError(f"Fourier modes k must be integers >= 1; received {k!r}.")
+    if np.any(modes < 1):
+        raise ValueError(
+            f"Fourier modes k must be >= 1 (k = 0 is the total mass, which does not move); "
+            f"received {k!r}."
+        )
+    return modes.astype(int)
+
+
+def _check_dim(d) -> int:
+    if isinstance(d, bool) or not isinstance(d, int | np.integer) or d < 2:
+        raise ValueError(f"d is the dimension of the sphere's ambient space, an int >= 2 "
+                         f"(S^(d-1)); received {d!r}.")  # fmt: skip
+    return int(d)
+
+
+def instability_rate(k, beta: float, *, kernel: str = "sa", d: int = 2):
+    r"""Growth rate λ_k of mode k of the uniform measure on S^{d−1} (post-LN, Q = K = V = I).
+
+    On the circle (d = 2), ρ(t, θ) = 1/2π + Σ_k a_k(t)e^{ikθ} linearised (MATH.md §9;
+    ∫cos(ku)e^{β cos u}du = 2πI_k(β)) gives ȧ_k = λ_k a_k with
+
+        λ_k = k² I_k(β) / (β I_0(β))   (SA),        λ_k = k² I_k(β) / β   (USA).
+
+    On S^{d−1} the modes are the spherical harmonics of degree k ≥ 1: the USA velocity is
+    ∇_S(K∗μ)/β with K(t) = e^{βt}, so the linearised equation is ∂tδρ = −ρ₀Δ_S(K∗δρ)/β,
+    Δ_S = −k(k + d − 2) on degree k and, by Funk–Hecke, E_{y∼unif}[e^{β⟨x,y⟩}P_k(⟨x,y⟩)] =
+    Γ(d/2)(2/β)^ν I_{k+ν}(β), ν = d/2 − 1 [ours, MATH.md §9]:
+
+        λ_k = k(k + d − 2) I_{k+ν}(β) / (β I_ν(β))                  (SA),
+        λ_k = k(k + d − 2) Γ(d/2) (2/β)^ν I_{k+ν}(β) / β             (USA);
+
+    d = 2 gives the circle's formulas, d = 3: λ_k = k(k + 1) i_k(β)/(β i_0(β)) with the
+    modified spherical Bessel functions i_k. (At uniform the SA numerator vanishes, so
+    the normaliser enters at its uniform value only.) Computed with the exponentially
+    scaled Bessel functions (scipy.special.ive): SA is stable for any β; USA overflows as
+    e^β does, past β ≈ 709 in float64. Every λ_k is positive. For N tokens drawn uniformly
+    on S¹, E|(1/N)Σ_j e^{−ikθ_j}|² ≈ e^{2λ_k t}/N while the modes stay small. The regime of
+    Bruno, Pasqualotto, Agazzi, arXiv:2410.23228 (their fastest mode maximises a rescaled
+    Gegenbauer coefficient, the same index as :func:`dominant_mode`).
+
+    Parameters
+    ----------
+    k : int or array of int ≥ 1 (Fourier mode on S¹, harmonic degree on S^{d−1})
+    beta : float > 0 (the formula divides by β; β ≤ 0 raises)
+    kernel : {"sa", "usa"}
+    d : int ≥ 2, the ambient dimension (tokens on S^{d−1}); default 2 (the circle).
+
+    Returns
+    -------
+    float or array of the shape of k.
+    """
+    from scipy.special import gammaln, ive
+
+    kernel = _check_kernel(kernel)
+    beta = _check_beta_positive(beta, "the instability rate k^2 I_k(beta)/beta")
+    modes = _check_modes(k)
+    d = _check_dim(d)
+    nu = d / 2 - 1
+    laplacian = modes * (modes + d - 2)
+    if kernel == "sa":
+        rate = laplacian * ive(modes + nu, beta) / (beta * ive(nu, beta))
+    else:
+        log_scale = gammaln(d / 2) + nu * math.log(2 / beta) + beta
+        rate = laplacian * ive(modes + nu, beta) * math.exp(log_scale) / beta
+    return float(rate) if np.ndim(rate) == 0 else rate
+
+
+def dominant_mode(beta: float, *, d: int = 2) -> int:
+    r"""k*(β) = argmax_{k ≥ 1} k(k + d − 2) I_{k+d/2−1}(β): the fastest-growing mode.
+
+    The same for SA and USA (they differ by a factor free of k). On the circle (d = 2)
+    k* = argmax k²I_k(β): k*(1) = 1, k*(5) = 3, k*(10) = 4. I_k(β) ≈ e^β e^{−k²/2β}/√(2πβ)
+    for large β, so k* ≈ √(2β); the search runs over k ≤ 4√β + 20 with
+    scipy.special.ive (the factor e^{−β} does not change the argmax). Raises ValueError
+    for β ≤ 0.
+    """
+    from scipy.special import ive
+
+    beta = _check_beta_positive(beta, "the dominant mode argmax_k k^2 I_k(beta)")
+    d = _check_dim(d)
+    modes = np.arange(1, int(4 * math.sqrt(beta)) + 21)
+    return int(modes[np.argmax(modes * (modes + d - 2) * ive(modes + d / 2 - 1, beta))])
+
+
+# ---------------------------------------------------------------------- causal clustering
+def renyi_centres(points, delta: float, *, strong: bool = False) -> torch.Tensor:
+    r"""Indices of the Rényi centres of a causal token sequence (Karagodin et al. §5).
+
+    Tokens x_1, …, x_n in causal order on the unit sphere. Token 1 is a centre; token i is a
+    centre when it is at distance > δ from every earlier centre (Rényi's sequential
+    parking; ``strong=True``: from every earlier *token*, Karagodin et al.'s "strong" Rényi
+    centres, which stay nearly fixed for a long time at large β). Karagodin, Polyanskiy,
+    Rigollet (arXiv:2411.04990, their Fig. 2: n = 200, d = 2, β = 64, δ = 4β^{−1/2}) read
+    the meta-stable clusters of causal attention off these centres: strong centres are
+    stationary but do not explain all clusters; Rényi centres capture more.
+
+    Parameters
+    ----------
+    points : tensor (n, d)
+    delta : float > 0, the parking distance (Euclidean).
+
+    Returns
+    -------
+    tensor of int64 indices, increasing.
+    """
+    x = as_tensor(points, "points")
+    if x.ndim != 2 or x.shape[0] < 1:
+        raise ValueError(f"points must have shape (n, d) with n >= 1; received {tuple(x.shape)}.")
+    check_finite(x, "points")
+    delta = check_real(delta, "delta")
+    if delta <= 0:
+        raise ValueError(f"the parking distance delta must be > 0; received {delta}.")
+    distances = torch.cdist(x, x)
+    centres = [0]
+    for i in range(1, x.shape[0]):
+        earlier = torch.arange(i) if strong else torch.as_tensor(centres)
+        if bool((distances[i, earlier] > delta).all()):
+            centres.append(i)
+    return torch.as_tensor(centres, dtype=torch.int64)
+
+
+# ---------------------------------------------------------------------- zero temperature
+def hardmax_vertices(points, A) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""The Voronoi rule of zero-temperature attention: each token's target and its validity.
+
+    For tokens x_1, …, x_n and an interaction A (score of query x on key y: yᵀAx), token i
+    heads for v(i) = argmax_j x_jᵀAx_i (a vertex of the convex hull of the tokens: a linear
+    function is maximised there). Alcalde, Geshkovski, Ruiz-Balet (arXiv:2508.09628) show,
+    for A positive semidefinite and the hardmax rule x_i ← x_i + h(x_{v(i)} − x_i) (a
+    Frank-Wolfe step, ẋ_i = x_{v(i)} − x_i as h → 0), that vertices with v(v) = v are
+    stationary, interior tokens keep their Voronoi cell {x : argmax_j x_jᵀAx = v} and
+    move in a straight line to its vertex. The rule's prediction for token i is v(i),
+    valid when v(i) is such a stationary vertex: for PSD A, along the segment from x_i to
+    x_v the score of v stays maximal iff it is maximal at both ends.
+
+    Parameters
+    ----------
+    points : tensor (n, d)
+    A : tensor (d, d)
+
+    Returns
+    -------
+    targets : int64 tensor (n,)
+        v(i) (the first index among exact ties).
+    valid : bool tensor (n,)
+        True where v(v(i)) = v(i): the target is a stationary vertex.
+    """
+    x = as_tensor(points, "points")
+    if x.ndim != 2:
+        raise ValueError(f"points must have shape (n, d); received {tuple(x.shape)}.")
+    A = as_tensor(A, "A", dtype=x.dtype)
+    if A.shape != (x.shape[1], x.shape[1]):
+        raise ValueError(f"A must have shape ({x.shape[1]}, {x.shape[1]}); received "
+                         f"{tuple(A.shape)}.")  # fmt: skip
+    check_finite(x, "points")
+    scores = (x @ A.T) @ x.T  # [i, j] = x_jᵀ A x_i
+    targets = scores.argmax(-1)
+    return targets, targets[targets] == targets
