@@ -31,6 +31,7 @@ def test_registry_lists_the_experiments_in_order():
         "convexity",
         "real-attention",
         "sphere",
+        "theory",
         "real-decoder",
     ]
     with pytest.raises(KeyError, match="unknown experiment 'x'; known experiments: cones"):
