@@ -70,7 +70,6 @@ def load_transformers():
     path = smollm2_path()
     transformers.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
-    os.environ.setdefault("TQDM_DISABLE", "1")  # its GGUF conversion bar is a plain tqdm
     model = transformers.LlamaForCausalLM.from_pretrained(
         str(path.parent), gguf_file=path.name, dtype=torch.float32
     )

@@ -31,6 +31,7 @@ def test_registry_lists_the_experiments_in_order():
         "convexity",
         "real-attention",
         "sphere",
+        "theory",
         "real-decoder",
     ]
     with pytest.raises(KeyError, match="unknown experiment 'x'; known experiments: cones"):
@@ -220,5 +221,8 @@ def test_real_decoder_tiny(tmp_path):
     assert (arrays["clusters_sphere"] <= arrays["lengths"][:, None]).all()
     gap = arrays["loop_gap_nomlp"]
     assert gap.shape == (1, 4) and ((gap >= 0) & (gap <= 1)).all()
-    assert len(report.claims) == 4
+    # MiniLM: its whole layers as fields are the network (float32 reference: ~1e-6).
+    assert arrays["minilm_dist_whole"].shape == (2, 7) and arrays["minilm_dist_whole"].max() < 1e-5
+    assert results["minilm_attn+ln"]["dist_final"] > 1e-2  # the MLP matters
+    assert len(report.claims) == 5 and report.claims[2].verdict == "agrees"
     assert {c.verdict for c in report.claims} <= {"agrees", "partly", "differs"}

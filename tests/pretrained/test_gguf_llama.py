@@ -186,6 +186,21 @@ def test_missing_gguf_package_names_the_extra(monkeypatch, tmp_path):
         read_llama(tmp_path / "t.gguf")
 
 
+def test_missing_tokenizers_package_names_the_extra(monkeypatch, tmp_path):
+    write_tiny(tmp_path / "t.gguf")
+    metadata = read_llama(tmp_path / "t.gguf").tokenizer
+    real_import = builtins.__import__
+
+    def fake_import(name, *args, **kwargs):
+        if name == "tokenizers":
+            raise ImportError("No module named 'tokenizers'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", fake_import)
+    with pytest.raises(ImportError, match=r"package 'tokenizers' .*pip install 'tpde\[real\]'"):
+        build_tokenizer(metadata)
+
+
 def test_missing_wheel_names_it(monkeypatch):
     real_find = importlib.util.find_spec
     monkeypatch.setattr(

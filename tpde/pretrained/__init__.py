@@ -16,13 +16,12 @@ from tpde.pretrained.minilm import (
     hidden_states,
     load_minilm,
 )
-from tpde.pretrained.smollm2 import DecoderLayer, RMSNormWeights, SmolLM2, load_smollm2
+from tpde.pretrained.smollm2 import DecoderLayer, SmolLM2, load_smollm2
 
 __all__ = [
     "DecoderLayer",
     "LayerNormWeights",
     "MiniLM",
-    "RMSNormWeights",
     "SmolLM2",
     "corpus",
     "embed",

@@ -16,7 +16,7 @@ from typing import NamedTuple
 import torch
 
 from tpde._validation import check_float_dtype, check_positive
-from tpde.attention import LayerSchedule, MultiHead, Normalized, Softmax
+from tpde.attention import MLP, LayerSchedule, MultiHead, Normalized, Softmax
 from tpde.attention.normalized import layer_norm
 from tpde.measures import Empirical
 from tpde.pretrained import _model
@@ -178,6 +178,47 @@ class MiniLM:
                 for l, r in enumerate(radii)
             ]
         )
+
+    def mlp_fields(self) -> tuple[MLP, ...]:
+        """Layer l's feed-forward block as a field, F_l(x) = W₂ gelu(W₁x + b₁) + b₂
+        (``intermediate.dense``, then ``output.dense``; erf GELU as BERT), in the dtype of
+        the model's fields."""
+        weights, dtype = _model.load_weights(), self.attention_norms[0].gamma.dtype
+
+        def get(l, name):
+            return weights[f"encoder.layer.{l}.{name}"].to(dtype)
+
+        return tuple(
+            MLP(get(l, "intermediate.dense.weight"), get(l, "intermediate.dense.bias"),
+                get(l, "output.dense.weight"), get(l, "output.dense.bias"), activation="gelu")
+            for l in range(len(self.fields))
+        )  # fmt: skip
+
+    def layer_schedule(self, *, mlp: bool = True) -> LayerSchedule:
+        r"""The whole BERT layers as fields: with Lie–Trotter at h = 1, the network exactly.
+
+        Layer l is ``Normalized(Attn_l, LayerNorm(γ_l, b_l)) + Normalized(F_l,
+        LayerNorm(γ'_l, b'_l))`` (post placement): one Lie–Trotter step of size 1 with Euler
+        sub-steps is h ← LN_l(h + Attn_l(h)), h ← LN'_l(h + F_l(h)), BERT's layer
+        (``integrate(schedule, mu, 6.0, dt=1.0, method="lie-trotter")``). With
+        ``mlp=False`` the MLP part is F = 0 (its LayerNorm kept): the same as
+        ``post_ln_schedule(output_norm=True)``.
+        """
+        from tpde.attention import LayerNorm
+
+        self._check_norms("attention_norms", "attention-output")
+        self._check_norms("output_norms", "MLP-output")
+        mlps = self.mlp_fields()
+        layers = []
+        for l, field in enumerate(self.fields):
+            first, second = self.attention_norms[l], self.output_norms[l]
+            attention = Normalized(field, LayerNorm(first.gamma, first.bias, first.eps))
+            if mlp:
+                norm = LayerNorm(second.gamma, second.bias, second.eps)
+                layers.append(attention + Normalized(mlps[l], norm))
+            else:
+                layers.append(_LayerWithoutMLP(field, first, second))
+        return LayerSchedule(layers)
 
     def _check_norms(self, attribute: str, kind: str) -> None:
         """One LayerNorm per layer, each with γ and b of shape (d,): a clear error otherwise."""

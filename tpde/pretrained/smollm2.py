@@ -28,28 +28,25 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import torch
 
 from tpde._validation import check_float_dtype
-from tpde.attention import LayerSchedule, SwiGLU
+from tpde.attention import (
+    Field,
+    GroupedQueryAttention,
+    LayerSchedule,
+    Normalized,
+    RMSNorm,
+    RoPE,
+    SwiGLU,
+)
 from tpde.measures import Empirical
 from tpde.pretrained import gguf_llama
 from tpde.pretrained._bpe import build_tokenizer
 from tpde.pretrained.gguf_llama import LlamaConfig
 
-__all__ = ["DecoderLayer", "RMSNormWeights", "SmolLM2", "load_smollm2"]
-
-
-class RMSNormWeights(NamedTuple):
-    """One RMSNorm of the model: N(x) = γ ⊙ x/√(mean(x²) + ε) (γ: ``….norm.weight``)."""
-
-    gamma: torch.Tensor
-    eps: float
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return self.gamma * (x * torch.rsqrt((x * x).mean(-1, keepdim=True) + self.eps))
+__all__ = ["DecoderLayer", "SmolLM2", "load_smollm2"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -62,18 +59,19 @@ class DecoderLayer:
         Causal GQA with RoPE, (W_Q, W_K, W_V, W_O) of the block; no norm, no residual.
     mlp : SwiGLU
         W_down (silu(W_gate x) ⊙ W_up x); no norm, no residual.
-    attention_norm, mlp_norm : RMSNormWeights
-        N₁ (``attn_norm``) read by the attention, N₂ (``ffn_norm``) read by the MLP.
+    attention_norm, mlp_norm : RMSNorm
+        N₁ (``attn_norm``) read by the attention, N₂ (``ffn_norm``) read by the MLP:
+        N(x) = γ ⊙ x/√(mean(x²) + ε) (``.norm(x)``; γ and ε as attributes).
     field : Field
-        The block as one field, ``Normalized(attention, RMSNorm(N₁)) + Normalized(mlp,
-        RMSNorm(N₂))``: its Lie–Trotter step of size 1 with Euler sub-steps is the block.
+        The block as one field, ``Normalized(attention, attention_norm) + Normalized(mlp,
+        mlp_norm)``: its Lie–Trotter step of size 1 with Euler sub-steps is the block.
     """
 
-    attention: object
+    attention: GroupedQueryAttention
     mlp: SwiGLU
-    attention_norm: RMSNormWeights
-    mlp_norm: RMSNormWeights
-    field: object
+    attention_norm: RMSNorm
+    mlp_norm: RMSNorm
+    field: Field
 
 
 @dataclass(frozen=True, eq=False)
@@ -89,7 +87,7 @@ class SmolLM2:
         ``layers[l].field`` on depth-time [l, l + 1).
     embeddings : tensor (V, d)
         The token embedding matrix E (row i: token i's vector, depth 0).
-    final_norm : RMSNormWeights
+    final_norm : RMSNorm
         The RMSNorm before the output head (``output_norm``).
     head : tensor (V, d)
         The output head: logits = head · N(x). ``head is embeddings`` when the file ties them.
@@ -101,7 +99,7 @@ class SmolLM2:
     layers: tuple[DecoderLayer, ...]
     schedule: LayerSchedule
     embeddings: torch.Tensor
-    final_norm: RMSNormWeights
+    final_norm: RMSNorm
     head: torch.Tensor
     tokenizer: object
 
@@ -164,7 +162,7 @@ class SmolLM2:
 
     def logits(self, points: torch.Tensor) -> torch.Tensor:
         """head · N_out(x): next-token logits (..., n, V) of the last hidden states."""
-        return self.final_norm(points) @ self.head.T
+        return self.final_norm.norm(points) @ self.head.T
 
     def attention_weights(self, points: torch.Tensor, index: int) -> torch.Tensor:
         r"""The attention probabilities of layer ``index`` on tokens x (..., n, d).
@@ -176,7 +174,7 @@ class SmolLM2:
         attention on the first token (the "attention sink").
         """
         layer = self.layer(index)
-        attention, y = layer.attention, layer.attention_norm(points)
+        attention, y = layer.attention, layer.attention_norm.norm(points)
         Wq, Wk, *_ = attention.params.at(0.0, y)
         n, k = y.shape[-2], attention.head_dim
         positions = torch.arange(n, device=y.device)
@@ -207,14 +205,12 @@ class SmolLM2:
         return torch.stack([m.points for m in trajectory.measures])
 
 
-def _rms(w: dict, name: str, config: LlamaConfig) -> RMSNormWeights:
-    return RMSNormWeights(w[name], config.rms_eps)
+def _rms(w: dict, name: str, config: LlamaConfig) -> RMSNorm:
+    return RMSNorm(w[name], config.rms_eps)
 
 
 def _decoder_layer(l: int, w: dict, config: LlamaConfig) -> DecoderLayer:
     """Block l from the tensors ``w`` (GGUF names): its fields and norms."""
-    from tpde.attention import GroupedQueryAttention, Normalized, RMSNorm, RoPE
-
     p = f"blk.{l}"
     attention = GroupedQueryAttention(
         w[f"{p}.attn_q.weight"], w[f"{p}.attn_k.weight"], w[f"{p}.attn_v.weight"],
@@ -224,7 +220,7 @@ def _decoder_layer(l: int, w: dict, config: LlamaConfig) -> DecoderLayer:
     )  # fmt: skip
     mlp = SwiGLU(w[f"{p}.ffn_gate.weight"], w[f"{p}.ffn_up.weight"], w[f"{p}.ffn_down.weight"])
     n1, n2 = _rms(w, f"{p}.attn_norm.weight", config), _rms(w, f"{p}.ffn_norm.weight", config)
-    field = Normalized(attention, RMSNorm(*n1)) + Normalized(mlp, RMSNorm(*n2))
+    field = Normalized(attention, n1) + Normalized(mlp, n2)
     return DecoderLayer(attention, mlp, n1, n2, field)
 
 
