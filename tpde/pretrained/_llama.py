@@ -28,10 +28,13 @@ def rms_norm(x: torch.Tensor, gamma: torch.Tensor, eps: float) -> torch.Tensor:
     return gamma * (x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps))
 
 
-def rope_tables(n: int, head_dim: int, base: float, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+def rope_tables(
+    n: int, head_dim: int, base: float, dtype, device=None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin of the angles p·θ^(−2i/k), shape (n, k) (each half repeated)."""
-    inv = 1.0 / base ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
-    angles = torch.arange(n, dtype=torch.float64)[:, None] * inv[None]
+    exponents = torch.arange(0, head_dim, 2, dtype=torch.float64, device=device) / head_dim
+    inv = 1.0 / base**exponents
+    angles = torch.arange(n, dtype=torch.float64, device=device)[:, None] * inv[None]
     angles = torch.cat([angles, angles], -1)
     return angles.cos().to(dtype), angles.sin().to(dtype)
 
@@ -55,13 +58,13 @@ def attention(x, l: int, w: dict, cfg, *, probabilities: bool = False):
     def heads(weight, count):
         return (y @ weight.T).unflatten(-1, (count, k)).transpose(-2, -3)  # (..., count, n, k)
 
-    cos, sin = rope_tables(n, k, cfg.rope_base, x.dtype)
+    cos, sin = rope_tables(n, k, cfg.rope_base, x.dtype, x.device)
     q = rotate(heads(w[f"blk.{l}.attn_q.weight"], H), cos, sin)
     key = rotate(heads(w[f"blk.{l}.attn_k.weight"], Hkv), cos, sin)
     v = heads(w[f"blk.{l}.attn_v.weight"], Hkv)
     key, v = (t.repeat_interleave(H // Hkv, dim=-3) for t in (key, v))
     scores = q @ key.transpose(-1, -2) / k**0.5
-    future = torch.ones(n, n, dtype=torch.bool).triu(1)
+    future = torch.ones(n, n, dtype=torch.bool, device=scores.device).triu(1)
     weights = torch.softmax(scores.masked_fill(future, float("-inf")), -1)
     out = (weights @ v).transpose(-2, -3).flatten(-2) @ w[f"blk.{l}.attn_output.weight"].T
     return (out, weights) if probabilities else out

@@ -132,7 +132,7 @@ class SmolLM2:
                 f"a sentence of {len(ids)} tokens is longer than the model's context length "
                 f"({self.config.context} tokens); split it into shorter sentences."
             )
-        return torch.tensor(ids, dtype=torch.long)  # token ids: host data
+        return torch.tensor(ids, dtype=torch.long, device="cpu")  # token ids: host data
 
     def embed(self, sentences) -> list[Empirical]:
         """One token measure per sentence: rows of E, integer positions 0 … n − 1.
