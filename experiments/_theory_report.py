@@ -338,6 +338,7 @@ def _plot_causal(plt, out, config, arrays):
     axes[1].axhline(
         arrays["renyi__strong"].mean(), color="C2", ls=":", label="strong Rényi centres"
     )
+    axes[1].set_xlim(left=0)
     axes[1].set(xscale="symlog", yscale="log", xlabel="t", title=f"β = {config['renyi_beta']:g}, "
                 f"n = {config['renyi_tokens']}, d = 2")  # fmt: skip
     axes[1].legend(fontsize=8)
