@@ -19,6 +19,11 @@ SwiGLU at SmolLM2-135M's d = 576, m = 1536 for n = 128 and 2048 tokens (float32)
 ``field.velocity(cloud)`` against ``(silu(x W_gateᵀ) ⊙ x W_upᵀ) W_downᵀ``, one torch
 thread, calls alternating: ×torch is the ratio of median times, ×torch best of best times
 (the bar of issue 19 is 1.2).
+
+Grouped-query attention (``--variants gqa``) is timed the same way at SmolLM2-135M's size
+(d = 576, H = 9, H_kv = 3, d_h = 64, RoPE, causal; n = 128 and 1024, float32) against
+the block in plain torch: RoPE from cached tables, key/value heads repeated, one causal
+SDPA call (:func:`gqa_torch`).
 """
 
 from __future__ import annotations
@@ -35,10 +40,12 @@ from tpde._engines import pick_engine, pick_kernel_sum_engine, pick_logsumexp_en
 from tpde._engines.keops import keops_status
 from tpde.attention import (
     L2,
+    GroupedQueryAttention,
     InnerSolves,
     Linear,
     Masked,
     MultiHead,
+    RoPE,
     Sigmoid,
     Sinkhorn,
     Softmax,
@@ -200,6 +207,87 @@ def _run_feedforward(names, sizes, rounds):
     return rows
 
 
+# SmolLM2-135M's attention block: d = 576, H = 9 query heads, H_kv = 3 key/value heads,
+# d_h = 64, RoPE base 10⁵, causal (https://huggingface.co/HuggingFaceTB/SmolLM2-135M).
+DECODER = {"d": 576, "heads": 9, "kv_heads": 3, "head_dim": 64, "base": 1e5}
+DECODER_SIZES = (128, 1024)
+DECODER_ENGINES = ("auto", "sdpa", "chunked")
+
+
+def gqa_torch(x, Wq, Wk, Wv, Wo, cos, sin, heads, kv_heads):
+    """Llama's attention as a model writes it in plain torch: rotate-half RoPE from cached
+    cos/sin tables, key/value heads repeated, one causal SDPA call on 4-D inputs (a 3-D call
+    misses the CPU flash kernel: 2.5× slower at n = 1024)."""
+    n, dh = x.shape[0], Wq.shape[0] // heads
+
+    def split(t, h):
+        return t.view(n, h, dh).transpose(0, 1)
+
+    def rope(t):
+        return t * cos + torch.cat([-t[..., dh // 2 :], t[..., : dh // 2]], dim=-1) * sin
+
+    q, k, v = split(x @ Wq.T, heads), split(x @ Wk.T, kv_heads), split(x @ Wv.T, kv_heads)
+    q, k = rope(q), rope(k)
+    k, v = (t.repeat_interleave(heads // kv_heads, dim=0) for t in (k, v))
+    out = torch.nn.functional.scaled_dot_product_attention(
+        q[None], k[None], v[None], is_causal=True
+    )
+    return out[0].transpose(0, 1).reshape(n, heads * dh) @ Wo.T
+
+
+def run_decoder(sizes=DECODER_SIZES, engines=DECODER_ENGINES, rounds=15, threads=1):
+    """GQA + RoPE (causal) at SmolLM2's size against :func:`gqa_torch`, same weights, same
+    run, calls alternating (:func:`alternating`), at ``threads`` torch threads (restored)."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        return _run_decoder(sizes, engines, rounds)
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _run_decoder(sizes, engines, rounds):
+    c = DECODER
+    H, G, dh, d = c["heads"], c["kv_heads"], c["head_dim"], c["d"]
+    generator = torch.Generator().manual_seed(0)
+    Wq, Wk, Wv, Wo = (
+        torch.randn(rows, cols, generator=generator) / math.sqrt(cols)
+        for rows, cols in ((H * dh, d), (G * dh, d), (G * dh, d), (d, H * dh))
+    )
+    rope = RoPE(base=c["base"])
+    field = GroupedQueryAttention(Wq, Wk, Wv, Wo, heads=H, kv_heads=G, position=rope)
+    rows = []
+    for n in sizes:
+        cloud = Empirical(torch.randn(n, d, generator=generator), positions=torch.arange(n))
+        angles = torch.arange(n, dtype=torch.float64)[:, None] * rope.frequencies(dh)
+        cos, sin = (f(torch.cat([angles, angles], dim=-1)).float() for f in (torch.cos, torch.sin))
+        routes = {
+            "torch": lambda x=cloud.points, cs=(cos, sin): gqa_torch(x, Wq, Wk, Wv, Wo, *cs, H, G)
+        }
+        for engine in engines:
+            routes[engine] = lambda e=engine, c=cloud: field.velocity(c, engine=e)
+        with torch.no_grad():
+            timing = alternating(routes, rounds)
+        plain_s, plain_best, expected = timing["torch"]
+        auto = pick_engine(n, n, cloud.device, cloud.dtype, H)
+        for engine in engines:
+            seconds, best, out = timing[engine]
+            rows.append(
+                {
+                    "variant": "gqa+rope",
+                    "d": d,
+                    "n": n,
+                    "engine": engine if engine != "auto" else f"auto→{auto}",
+                    "s": seconds,
+                    "torch s": plain_s,
+                    "×torch": seconds / plain_s,
+                    "×torch best": best / plain_best,
+                    "rel.err": float((out - expected).abs().max() / expected.abs().max()),
+                }
+            )
+    return rows
+
+
 def run(variants, sizes, dims, budget=BUDGET_S, only=None):
     rows = []
     keops_ok, reason = keops_status()
@@ -291,7 +379,7 @@ def add_softmax_ratio(rows) -> None:
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true")
-    names = [*VARIANTS, *FEEDFORWARD]
+    names = [*VARIANTS, *FEEDFORWARD, "gqa"]
     parser.add_argument("--variants", nargs="*", default=names, choices=names)
     parser.add_argument("--sizes", nargs="*", type=int, help="n values (default: by --quick)")
     parser.add_argument("--dims", nargs="*", type=int, help="d values (default: by --quick)")
@@ -315,6 +403,11 @@ def main():
         table = run_feedforward(feedforward, rounds=5 if args.quick else 15)
         columns = ["variant", "d", "m", "n", "s", "torch s", "×torch", "×torch best", "rel.err"]
         print_table(table, columns)
+    if "gqa" in args.variants:
+        print("\nGrouped-query attention + RoPE (causal) against plain torch (float32, 1 thread)")
+        table = run_decoder(rounds=10 if args.quick else 40)  # n = 128: 15 rounds swing ±20 %
+        columns = ["variant", "d", "n", "engine", "s", "torch s", "×torch", "×torch best"]
+        print_table(table, [*columns, "rel.err"])
 
 
 if __name__ == "__main__":

@@ -14,8 +14,17 @@ largest entry of the pairwise engine's output. At N = 10⁶ no pairwise engine f
 (10¹² pairs): the error is taken on 64 tokens drawn at random, against their dense rows
 (64 × 10⁶ kernel values in float64).
 
-Measured on the shared 2-core machine (load 5–6 from other jobs, float64): see the report
-of the issue's closing note (the numbers change with the load; the ratios are what counts).
+Measured on the shared 2-core machine (float64, other jobs at load 5–10: the seconds move
+with the load, the ratios much less), ``--betas 5`` at full size:
+
+    N = 10⁴:  SA  spectral 0.024 s, SDPA 0.96 s (×40);   USA spectral 0.012 s, tiled 1.09 s (×91)
+    N = 10⁵:  SA  spectral 0.13 s,  SDPA 82.7 s (×634);  USA spectral 0.088 s, tiled 104 s (×1190)
+    N = 10⁶:  SA  0.83 s (1 thread), 1.22 s (2 threads); USA 0.53 s, 0.90 s (K = 29)
+    max relative error: 1e-14 (10⁴), 3–5e-14 (10⁵), 7e-14 SA / 1.2e-13 USA (10⁶, sampled rows)
+
+``--quick`` (β = 1, 5, 20; load 9–10): ×38–79 against SDPA and ×60–148 against tiled at
+N = 10⁴; N = 10⁶ in 0.8–3.1 s; errors ≤ 7.5e-13 (β = 20, N = 10⁶). With a second thread on
+a machine whose other core is busy the blocks wait for each other: no gain there.
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ REGISTRY = {
     "real-attention": "real_attention",
     "sphere": "sphere",
     "theory": "theory",
+    "real-decoder": "real_decoder",
 }
 
 

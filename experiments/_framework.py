@@ -5,6 +5,8 @@ An experiment is a module with
 - ``NAME``, ``TITLE``: its command-line name and its title in the report;
 - ``Config``: a dataclass of simple fields (int, float, bool, str, tuples of them), every
   field with a default (the full-size run) and ``QUICK``: the overrides of ``--quick``;
+  ``check()`` refuses values out of range and ``memory_bytes()`` estimates the memory of
+  the largest arrays (both run before any work: :func:`apply_overrides`);
 - ``run(config, out)``: computes and writes the raw data with :func:`save` (``data.npz``
   holds the arrays, ``meta.json`` the config, the results, the package versions and the git
   commit);
@@ -44,6 +46,7 @@ __all__ = [
     "config_dict",
     "exit_on_ctrl_c",
     "load",
+    "memory_estimate",
     "metadata",
     "progress",
     "reuse_large_allocations",
@@ -131,14 +134,44 @@ def apply_overrides(config, overrides: dict[str, str], experiment: str = ""):
             _check_seed(changes[key], label)
     new = dataclasses.replace(config, **changes)
     check = getattr(new, "check", None)
+    given = ", ".join(f"{k}={v!r}" for k, v in changes.items())
+    received = f" (received {given})" if given else ""
     if check is not None:
         try:
             check()
         except ValueError as err:
-            given = ", ".join(f"{k}={v!r}" for k, v in changes.items())
-            received = f" (received {given})" if given else ""
             raise ConfigError(f"{experiment or 'config'}: {err}{received}") from None
+    problem = memory_problem(new)
+    if problem is not None:
+        raise ConfigError(f"{experiment or 'config'}: {problem}{received}")
     return new
+
+
+def memory_estimate(config) -> int:
+    """Bytes the experiment's largest arrays need together (``Config.memory_bytes()``; an
+    order of magnitude from its sizes, checked before any work starts), 0 if not declared."""
+    estimate = getattr(config, "memory_bytes", None)
+    return int(estimate()) if estimate is not None else 0
+
+
+def memory_limit() -> int:
+    """This machine's physical memory in bytes (64 GiB where the system does not say)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, OSError, ValueError):
+        return 64 * 2**30
+
+
+def memory_problem(config) -> str | None:
+    """A sentence when the estimate exceeds the machine's memory (None: it fits)."""
+    need, have = memory_estimate(config), memory_limit()
+    if need <= have:
+        return None
+    return (
+        f"this configuration needs about {need / 2**30:.3g} GiB of memory (estimate of its "
+        f"largest arrays, Config.memory_bytes), more than this machine's {have / 2**30:.3g} "
+        "GiB; lower the sizes (systems, tokens, samples, …)"
+    )
 
 
 def _is_seed(key: str) -> bool:

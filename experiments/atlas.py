@@ -65,6 +65,11 @@ class Config:
         if self.sinkhorn_cells < 2 or self.cluster_resolution <= 0:
             raise ValueError("sinkhorn_cells must be >= 2 and cluster_resolution > 0.")
 
+    def memory_bytes(self) -> int:
+        """float64 pairwise matrices: particles n², grid cells⁴ (cells² cells), Sinkhorn's
+        grid sinkhorn_cells⁴, exact W2 w2_points²; four at once (stages, gradients)."""
+        return 8 * 4 * max(self.n**2, self.cells**4, self.sinkhorn_cells**4, self.w2_points**2)
+
 
 QUICK = {
     "n": "400",

@@ -66,6 +66,12 @@ class Config:
                 "and finite_time_starts >= 0."
             )
 
+    def memory_bytes(self) -> int:
+        """float64 saved paths: starts (grid²) × path_points × a 2 × 2 covariance, and the
+        solver's ~10 stage copies of every start."""
+        starts = max(self.two_lines_grid, self.blowup_grid, self.initial_grid) ** 2
+        return 8 * starts * 4 * (self.path_points + 10)
+
 
 QUICK = {
     "paper_starts": "3",

@@ -47,6 +47,11 @@ class Config:
         if self.cloud_scale <= 0 or self.gaussian_var <= 0 or self.shift <= 0:
             raise ValueError("cloud_scale, gaussian_var and shift must be > 0.")
 
+    def memory_bytes(self) -> int:
+        """float64 n × n pairwise matrices of the probed cloud, with autograd's second
+        derivatives (~8 copies) per geodesic (geodesics probed one at a time)."""
+        return 8 * 8 * self.n**2
+
 
 QUICK = {"n": "48", "geodesics": "16"}
 

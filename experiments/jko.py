@@ -58,6 +58,12 @@ class Config:
         if not 0 < self.reference_dt <= self.t1:
             raise ValueError("reference_dt must lie in (0, t1].")
 
+    def memory_bytes(self) -> int:
+        """float64 n × n matrices of each JKO step (~8 with the inner solve's gradients), the
+        saved steps of the finest τ and of the reference flow (n × 2 each)."""
+        steps = self.t1 / min(self.taus) + self.t1 / self.reference_dt
+        return 8 * (8 * self.n**2 + int(steps) * 2 * self.n)
+
 
 QUICK = {"taus": "0.2,0.1,0.05,0.025", "n": "32"}
 

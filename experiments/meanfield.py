@@ -54,6 +54,13 @@ class Config:
                 f"sizes {self.sizes}."
             )
 
+    def memory_bytes(self) -> int:
+        """float64 scores of the largest cloud (n², in chunks of ~2²³ beyond the dense limit;
+        ~6 at once: RK4 stages), and the saved clouds of every size and seed (n × 2, twice)."""
+        n = max(self.sizes)
+        saved = self.seeds * sum(self.sizes) * 2 * 2
+        return 8 * (6 * min(n * n, 2**23) + saved)
+
 
 QUICK = {"sizes": "100,200,400,800", "seeds": "12", "sinkhorn_max_n": "800"}
 

@@ -133,6 +133,13 @@ class Config:
         if self.refine_runs < 0:
             raise ValueError("refine_runs must be >= 0.")
 
+    def memory_bytes(self) -> int:
+        """float64 batches of covariances (runs × d²) and the Jacobians of the stiff method
+        (runs × (d + d(d+1)/2)²), ~10 copies each, for the largest d."""
+        d = max(self.dims)
+        n = d + d * (d + 1) // 2
+        return 8 * 10 * self.runs * (d * d + n * n)
+
     def method(self, value: str) -> str:
         """The time-stepping method of the rows with this value of V."""
         return self.method_identity if value == "identity" else self.method_random

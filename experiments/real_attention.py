@@ -88,6 +88,13 @@ class Config:
         if not 0 < self.sphere_scale < float("inf") or not 0 < self.sphere_dt <= 1:
             raise ValueError("sphere_scale must be finite and > 0, sphere_dt in (0, 1].")
 
+    def memory_bytes(self) -> int:
+        """float64 clouds of the largest sample (n² scores, ~6 at once) and the saved token
+        states of every sentence (≤ 128 tokens × 384 coordinates × closure_saves × 6)."""
+        n = max(self.sample_sizes)
+        saved = self.sentences * 128 * 384 * self.closure_saves * 6
+        return 8 * (6 * n * n + saved)
+
 
 QUICK = {
     "sentences": "12",

@@ -121,6 +121,35 @@ class Config:
         if not 0 <= self.beta_min <= self.beta_max:
             raise ValueError(f"need 0 <= beta_min <= beta_max; received {self.beta_min}, "
                              f"{self.beta_max}.")  # fmt: skip
+        t_star = 1 / (2 * self.blowup_beta)  # Σ₀ = I: t* = 1/(2β λ_max(Σ₀))
+        if self.blowup_t1 <= t_star:
+            raise ValueError(
+                f"blowup_t1 must exceed the blow-up time t* = 1/(2·blowup_beta) = {t_star:.3g} "
+                f"of the R^d flow (part (c) compares the blow-up with clustering); received "
+                f"blowup_t1 = {self.blowup_t1}."
+            )
+        if self.ngpt_alpha * self.scheme_dt > 1:
+            raise ValueError(
+                f"ngpt_alpha · scheme_dt must be <= 1 (nGPT's step x + αh(N(Γ) − x) moves "
+                f"each token at most to N(Γ)); received {self.ngpt_alpha} · {self.scheme_dt} "
+                f"= {self.ngpt_alpha * self.scheme_dt:.3g}."
+            )
+
+    def memory_bytes(self) -> int:
+        """float64 arrays of the largest part: the phase diagram's betas · systems clouds
+        (n² scores and ~6 RK4 copies of n × d each), the schemes' and the blow-up's saved
+        clouds with their scores, the clustering seeds."""
+        d = max(self.dims)
+        diagram = self.betas * self.systems * self.tokens * (self.tokens + 6 * d)
+        schemes = (
+            len(self.schemes)
+            * self.scheme_tokens
+            * (self.scheme_tokens + self.scheme_saves * self.scheme_dim)
+        )
+        blowup = 3 * self.blowup_tokens * (self.blowup_tokens + 121 * self.blowup_dim)
+        seeds = self.cluster_seeds * self.tokens * (self.tokens + 6 * self.cluster_dim)
+        movie = self.tokens * (self.tokens + 2 * self.movie_frames)
+        return 8 * max(diagram, schemes, blowup, seeds, movie)
 
 
 QUICK = {

@@ -117,7 +117,8 @@ def blowup(params: dict) -> dict:
         tol_high=float(p["tol_high"]),
         first_step=0.01,
     )
-    blown, conv = res.status == "blow_up", res.status == "converged"
+    status = np.asarray(res.status).astype(str)
+    blown, conv = status == "blow_up", status == "converged"
     evals = np.linalg.eigvalsh(res.final[conv]) if conv.any() else np.zeros((0, d))
     return {
         "blow_up_fraction": float(blown.mean()),
@@ -125,6 +126,7 @@ def blowup(params: dict) -> dict:
         "neither_fraction": float(1 - blown.mean() - conv.mean()),
         "median_blow_up_time": float(np.median(res.event_time[blown])) if blown.any() else None,
         "median_anisotropy": float(np.median(evals[:, -1] / evals.sum(-1))) if conv.any() else None,
+        "flow_status": flow_status(status, ("blow_up", "converged", "completed")),
     }
 
 
@@ -140,7 +142,17 @@ CLUSTERING_DEFAULTS = {
     "delta": 1e-3,
     "ngpt_alpha": 1.0,
     "switch": 0.5,
+    "max_steps": 100_000,
 }
+
+
+def flow_status(status: np.ndarray, finished: tuple[str, ...] = ("completed",)) -> str:
+    """The statuses of a task's runs that mean it did not finish, as "max_steps: 3/16"
+    (status: count/runs, joined by "; "), or "completed" when every run finished."""
+    status = np.asarray(status).astype(str).ravel()
+    names, counts = np.unique(status[~np.isin(status, finished)], return_counts=True)
+    parts = [f"{n}: {c}/{status.size}" for n, c in zip(names, counts, strict=True)]
+    return "; ".join(parts) or "completed"
 
 
 def clustering(params: dict) -> dict:
@@ -162,7 +174,7 @@ def clustering(params: dict) -> dict:
     mu = scheme_start(field, uniform_on_sphere(int(p["n"]), d, batch=(int(p["samples"]),),
                                                generator=gen))  # fmt: skip
     traj = integrate(field, mu, horizon, dt=float(p["dt"]), method="rk4", save=int(p["saves"]),
-                     events=())  # fmt: skip
+                     events=(), max_steps=int(p["max_steps"]))  # fmt: skip
     delta = float(p["delta"])
     times = time_to_single_cluster(traj, delta).numpy()
     reached = np.isfinite(times)
@@ -174,6 +186,7 @@ def clustering(params: dict) -> dict:
         "median_final_clusters": float(np.median(final)),
         "final_density": float(cluster_density(traj.final, delta).mean()),
         "blow_up_fraction": float((np.asarray(traj.status) == "blow_up").mean()),
+        "flow_status": flow_status(traj.status),
     }
 
 
@@ -279,6 +292,7 @@ def _clustering_allowed() -> dict[str, Allowed]:
         "delta": Allowed(float, 0, strict=True),
         "ngpt_alpha": Allowed(float, 0, strict=True),
         "switch": Allowed(float, 0, strict=True),
+        "max_steps": Allowed(int, 1),
     }
 
 
@@ -294,6 +308,11 @@ def _clustering_combined(params: dict) -> str | None:
             f"saves · samples · n · d = {saved:.3g} saved coordinates and samples · n² = "
             f"{scores:.3g} scores per task may not exceed {TASK_MAX_ENTRIES} (1 GiB of "
             "float64 each); use fewer samples per task and more seeds, or fewer saves"
+        )
+    if p["saves"] > p["max_steps"] + 1:
+        return (
+            f"saves = {p['saves']} may not exceed max_steps + 1 = {p['max_steps'] + 1} (every "
+            "saved time ends a step)"
         )
     if p["delta"] >= 2:
         return f"delta must lie in (0, 2) (links need cos > 1 − δ > −1); received {p['delta']}"
@@ -314,7 +333,12 @@ CHECKS = {
 
 
 def task_status(result: dict) -> str:
-    """ "ok", or "non_finite: KEYS" naming the result values that are NaN or ±Inf."""
+    """ "ok"; the runs that did not finish (the result's ``flow_status``, e.g. "max_steps:
+    2/16": the values are those of unfinished runs); or "non_finite: KEYS" naming the
+    result values that are NaN or ±Inf."""
+    unfinished = result.get("flow_status", "completed")
+    if unfinished != "completed":
+        return unfinished
     bad = [k for k, v in sorted(result.items()) if isinstance(v, float) and not math.isfinite(v)]
     return "non_finite: " + ", ".join(bad) if bad else "ok"
 
@@ -587,9 +611,9 @@ def failures(out: Path, tasks) -> list[tuple[str, str]]:
 def main(args) -> int:
     """``tpde sweep`` (argparse namespace from :mod:`tpde.cli`).
 
-    Exit status 0 when every task's result is finite, 1 when some are not (one line names
-    how many and the first; the table's status column has each), 2 for a bad sweep, 130
-    after Ctrl-C.
+    Exit status 0 when every task finished with finite results, 1 when some did not (one
+    line names how many and the first; the table's status column has each), 2 for a bad
+    sweep, 130 after Ctrl-C.
     """
     import logging
 
@@ -610,8 +634,9 @@ def main(args) -> int:
     if bad:
         tid, status = bad[0]
         print(
-            f"sweep done with problems: {len(bad)} of {len(tasks)} tasks have non-finite "
-            f"results (first: task {tid}, {status}); see the status column of {table}",
+            f"sweep done with problems: {len(bad)} of {len(tasks)} tasks did not finish or "
+            f"have non-finite results (first: task {tid}, {status}); see the status column "
+            f"of {table}",
             file=sys.stderr,
         )
         return 1

@@ -126,6 +126,19 @@ class Config:
         if not self.renyi_times or min(self.renyi_times) <= 0:
             raise ValueError(f"renyi_times must be times > 0; received {self.renyi_times}.")
 
+    def memory_bytes(self) -> int:
+        """float64 arrays of the largest part: the instability clouds (inst_seeds ×
+        inst_tokens tokens, chunked scores of ≤ 2²³ entries, ~6 RK4 copies, inst_saves
+        saved), the Rényi clouds (renyi_seeds × renyi_tokens², ~6 copies), the
+        synchronisation runs (sync_seeds × max(sync_ns)², ~6 copies)."""
+        d = max(3, *self.causal_dims)
+        inst = 6 * min(self.inst_tokens**2, 2**23) + self.inst_seeds * self.inst_tokens * d * (
+            6 + self.inst_saves
+        )
+        renyi = 6 * self.renyi_seeds * self.renyi_tokens**2
+        sync = 6 * self.sync_seeds * max(self.sync_ns) ** 2
+        return 8 * max(inst, renyi, sync)
+
 
 QUICK = {
     "eq_t1": "2",

@@ -263,3 +263,23 @@ def test_ctrl_c_during_sweep_ends_with_one_line(tmp_path):
         f"tpde: interrupted (Ctrl-C); finished tasks are kept in {out / 'tasks'}; rerun the "
         "same command to finish."
     )
+
+
+def test_jobs_run_experiments_in_worker_processes_with_identical_results(capsys, tmp_path):
+    # An experiment on a spawned worker against the same run in this process: the same saved
+    # arrays (each experiment seeds its own generators) and the same summary line.
+    outputs, lines = {}, {}
+    for jobs in ("1", "2"):
+        out = tmp_path / f"jobs{jobs}"
+        code, stdout, _ = _run(
+            capsys, "run", "convexity", "--quick", "--out", str(out), "--jobs", jobs, *TINY
+        )
+        assert code == 0
+        outputs[jobs], lines[jobs] = out, stdout.splitlines()[0].rsplit("(", 1)[0]
+    assert lines["1"] == lines["2"] and lines["1"].startswith("[convexity]")
+    first, second = (fw.load(outputs[j] / "convexity")[0] for j in ("1", "2"))
+    assert first.keys() == second.keys()
+    for key in first:
+        np.testing.assert_array_equal(first[key], second[key], err_msg=key)
+    code, _, err = _run(capsys, "run", "convexity", "--jobs", "0", "--out", str(tmp_path / "x"))
+    assert code == 2 and "--jobs must be >= 1 and jobs × threads at most" in err

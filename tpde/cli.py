@@ -242,6 +242,15 @@ def finished(out: Path, configs: dict) -> set[str]:
     return done
 
 
+def report_failure(err: BaseException) -> str:
+    """One line naming what failed while a report was built: the error and where."""
+    import traceback
+
+    frames = traceback.extract_tb(err.__traceback__)
+    where = f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
+    return f"{type(err).__name__}: {err}{where}"
+
+
 def write_report(out: Path, record: dict, built: dict | None = None) -> Path:
     """report.md: header, then each finished experiment's section (from saved data only).
 
@@ -268,9 +277,18 @@ def write_report(out: Path, record: dict, built: dict | None = None) -> Path:
         if not (out / name / "meta.json").is_file():
             rows.append([f"`{name}`", "not run (interrupted or failed)", "—"])
             continue
-        section = (built or {}).get(name) or module.report(out / name)
         seconds = record.get("seconds", {}).get(name)
-        rows.append([f"`{name}`", section.summary, "—" if seconds is None else f"{seconds:.0f}"])
+        shown = "—" if seconds is None else f"{seconds:.0f}"
+        section = (built or {}).get(name)
+        try:
+            section = section or module.report(out / name)
+        except Exception as err:  # a broken section must not lose the others
+            failure = report_failure(err)
+            rows.append([f"`{name}`", f"report failed: {failure}", shown])
+            sections.append(f"## {module.TITLE}\n\nThe report of `{name}` failed: {failure}. "
+                            f"Its data are in `{name}/`.\n")  # fmt: skip
+            continue
+        rows.append([f"`{name}`", section.summary, shown])
         sections.append(section.markdown(name, module.TITLE))
     lines += [fw.markdown_table(["experiment", "summary", "seconds"], rows), ""]
     lines += sections
@@ -292,6 +310,11 @@ def cmd_run(args) -> int:
         raise CLIError(
             f"--threads must be at most the {cpus} CPUs of this machine (more threads only "
             f"contend for them); received {args.threads}."
+        )
+    if args.jobs < 1 or args.jobs * args.threads > cpus:
+        raise CLIError(
+            f"--jobs must be >= 1 and jobs × threads at most the {cpus} CPUs of this machine; "
+            f"received --jobs {args.jobs} with --threads {args.threads}."
         )
     if args.resume and args.force:
         raise CLIError("--resume and --force exclude each other: pick one.")
@@ -330,22 +353,80 @@ def cmd_run(args) -> int:
         registry = _experiments()
         total = time.perf_counter()
         built = {}  # report sections, each built once from the saved data
-        for name in names:
-            module = registry.get(name)
-            if name in done:
-                print(f"[{name}] already done with this config: kept ({out / name})")
-            else:
-                start = time.perf_counter()
-                module.run(configs[name], out / name)
-                module.plot(out / name)
-                record["seconds"][name] = time.perf_counter() - start
-                fw.atomic_write(out / RUN_FILE, json.dumps(record, indent=1))
-            built[name] = section = module.report(out / name)
-            seconds = record["seconds"].get(name, float("nan"))
-            print(f"[{name}] {section.summary} ({seconds:.0f} s)", flush=True)
-            path = write_report(out, record, built)  # after each experiment: a readable report
+        failed = []  # experiments whose report section could not be built
+        todo = [name for name in names if name not in done]
+        with _Runner(args.jobs, args.threads, todo, configs, out) as runner:
+            for name in names:
+                module = registry.get(name)
+                if name in done:
+                    print(f"[{name}] already done with this config: kept ({out / name})")
+                else:
+                    record["seconds"][name] = runner.result(name)
+                    fw.atomic_write(out / RUN_FILE, json.dumps(record, indent=1))
+                seconds = record["seconds"].get(name, float("nan"))
+                try:
+                    built[name] = section = module.report(out / name)
+                except Exception as err:  # reported, and the run goes on
+                    failed.append(name)
+                    print(f"[{name}] report failed: {report_failure(err)}", file=sys.stderr)
+                else:
+                    print(f"[{name}] {section.summary} ({seconds:.0f} s)", flush=True)
+                path = write_report(out, record, built)  # after each: a readable report
         print(f"done in {time.perf_counter() - total:.0f} s; report: {path}")
+    if failed:
+        print(f"tpde: the report of {', '.join(failed)} failed (see {path}).", file=sys.stderr)
+        return 1
     return 0
+
+
+def _run_experiment(name: str, config, out: Path, threads: int) -> float:
+    """Run and plot one experiment (in this process or a worker); its wall time in s."""
+    import torch
+
+    from tpde.experiments import framework as fw
+
+    torch.set_num_threads(threads)
+    fw.reuse_large_allocations()
+    module = _experiments().get(name)
+    start = time.perf_counter()
+    module.run(config, out / name)
+    module.plot(out / name)
+    return time.perf_counter() - start
+
+
+class _Runner:
+    """Runs the experiments of a ``tpde run``: in order in this process (``--jobs 1``), or
+    on ``jobs`` worker processes (spawned: each imports torch afresh), the summaries still
+    printed in the selection's order. Results are identical: every experiment seeds its
+    own generators and writes its own folder."""
+
+    def __init__(self, jobs: int, threads: int, names: list[str], configs: dict, out: Path):
+        self.jobs, self.threads, self.configs, self.out = jobs, threads, configs, out
+        self.pool, self.futures = None, {}
+        if jobs > 1 and names:
+            import concurrent.futures
+            import multiprocessing
+
+            self.pool = concurrent.futures.ProcessPoolExecutor(
+                max_workers=jobs, mp_context=multiprocessing.get_context("spawn")
+            )
+            for name in names:
+                self.futures[name] = self.pool.submit(
+                    _run_experiment, name, configs[name], out, threads
+                )
+
+    def result(self, name: str) -> float:
+        if name in self.futures:
+            return self.futures[name].result()
+        return _run_experiment(name, self.configs[name], self.out, self.threads)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self.pool is not None:
+            self.pool.shutdown(wait=exc[0] is None, cancel_futures=True)
+        return False
 
 
 def cmd_list(args) -> int:
@@ -400,6 +481,13 @@ def parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--force", action="store_true", help="replace the run held by --out")
     run.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    run.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="experiments run at once, each in its own process (default 1; jobs × threads "
+        "at most the CPUs)",
+    )
     run.set_defaults(handler=cmd_run)
     lst = sub.add_parser("list", help="list experiments (with names: their config keys)")
     lst.add_argument("experiments", nargs="*", metavar="EXPERIMENT")

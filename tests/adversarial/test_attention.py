@@ -76,7 +76,7 @@ ERRORS = {
     "registry-head-kind": (
         lambda: registry.variant("masked", head=True),
         ValueError,
-        "unknown kind 'masked'; choose one of 'softmax'",
+        "'masked' is registered but cannot be a head of MultiHead.split .*; heads: 'softmax'",
     ),
     "registry-duplicate": (
         lambda: registry.register("softmax")(Softmax),
@@ -352,7 +352,7 @@ ERRORS = {
     "split-kind": (
         lambda: MultiHead.split(I2, I2, I2, heads=2, kind="masked"),
         ValueError,
-        "unknown kind 'masked'",
+        "'masked' is registered but cannot be a head",
     ),
     # Masked
     "masked-no-positions": (

@@ -134,9 +134,9 @@ ERRORS = {
     ),  # fixed
     # Empirical: positions
     "positions-range": (
-        lambda: Empirical(X, positions=torch.tensor([0, 0.5, 1, 1.5, 2.0])),
+        lambda: Empirical(X, positions=torch.tensor([0, 0.5, 1, -1.5, 2.0])),
         ValueError,
-        r"\[0, 1\]; received values in \[0, 2\]. Rescale",
+        r"positions must be ≥ 0 .*; received a minimum of -1.5",
     ),
     "positions-nan": (
         lambda: Empirical(X, positions=_nan_at((5,), 3)),

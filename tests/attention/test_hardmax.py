@@ -68,9 +68,11 @@ def test_softmax_at_large_beta_tends_to_hardmax_and_batches_broadcast():
         assert torch.equal(hard[b], one)
     soft = Softmax.from_interaction(1e5 * A, V).velocity(Empirical(points), engine="dense")
     assert float((soft - hard).abs().max()) < 1e-10
-    assert Hardmax.from_field(Softmax.from_interaction(A[0], V)).velocity(
-        Empirical(points[0])
-    ).equal(hard[0])
+    assert (
+        Hardmax.from_field(Softmax.from_interaction(A[0], V))
+        .velocity(Empirical(points[0]))
+        .equal(hard[0])
+    )
 
 
 def test_hardmax_flows_under_a_norm_scheme():

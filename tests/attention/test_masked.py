@@ -177,12 +177,28 @@ def test_missing_positions_raise(generator):
         field.velocity(_tokens(generator), positions=POSITIONS)
 
 
-def test_positions_outside_the_unit_interval_raise(generator):
+@pytest.mark.parametrize("engine", ["dense", "sdpa"])
+def test_the_mask_depends_only_on_the_order_of_positions(engine, generator):
+    # integer token indices and s = p / (n - 1) give the same causal field (ties kept)
+    Q, K, V = _params(generator)
+    mu = _tokens(generator)
+    integers = torch.tensor([2.0, 0, 3, 2, 7, 6, 2, 4], dtype=F64)  # the order of POSITIONS
+    field = Masked(Softmax(Q, K, V))
+    relabelled = Empirical(mu.points, mu.weights, positions=integers)
+    torch.testing.assert_close(
+        field.velocity(relabelled, engine=engine),
+        field.velocity(mu, engine=engine),
+        rtol=1e-12,
+        atol=0,
+    )
+
+
+def test_negative_positions_raise(generator):
     Q, K, V = _params(generator)
     points = torch.randn(3, 3, generator=generator, dtype=F64)
-    with pytest.raises(ValueError, match=r"positions must lie in \[0, 1\]"):
-        Empirical(points, positions=[0.0, 0.5, 1.5])
-    with pytest.raises(ValueError, match=r"positions must lie in \[0, 1\]"):
+    with pytest.raises(ValueError, match=r"positions must be ≥ 0.*received a minimum of -1.5"):
+        Empirical(points, positions=[0.0, -1.5, 1.5])
+    with pytest.raises(ValueError, match=r"positions must be ≥ 0.*received a minimum of -0.1"):
         Masked(Softmax(Q, K, V)).velocity(_tokens(generator), points, positions=[-0.1, 0.2, 0.3])
     with pytest.raises(ValueError, match=r"positions must have shape \(3,\)"):
         Masked(Softmax(Q, K, V)).velocity(_tokens(generator), points, positions=[0.1, 0.2])

@@ -136,6 +136,13 @@ def test_gradients_along_the_circle_match_dense(generator):
         x = points.detach()
         g, ref = (v - x * (x * v).sum(-1, keepdim=True) for v in (g, ref))  # tangential
         assert _relative(g, ref) < 1e-11
+        weights = torch.full((40,), 1 / 40, dtype=F64, requires_grad=True)  # and in w
+        sums = [
+            spectral.exp_sum_spectral(x, weights, 3.0),
+            _reference(Exponential, x, weights, 3.0),
+        ]
+        g, ref = (torch.autograd.grad((s * probe).sum(), weights)[0] for s in sums)
+        assert _relative(g, ref) < 1e-12
         sphere = Normalized(field, "post-ln")
         outs = [sphere.velocity(Empirical(points), engine=e) for e in ("spectral", "dense")]
         grads = [torch.autograd.grad((o * probe).sum(), points)[0] for o in outs]

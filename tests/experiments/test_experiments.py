@@ -31,6 +31,7 @@ def test_registry_lists_the_experiments_in_order():
         "convexity",
         "real-attention",
         "sphere",
+        "real-decoder",
     ]
     with pytest.raises(KeyError, match="unknown experiment 'x'; known experiments: cones"):
         experiments.get("x")
@@ -193,3 +194,31 @@ def test_real_attention_tiny(tmp_path):
         assert ((arrays[f"ess_{route}"] > 0) & (arrays[f"ess_{route}"] <= 1)).all()
     assert len(report.claims) == 6
     assert {c.verdict for c in report.claims[4:]} <= {"agrees", "partly", "differs"}
+
+
+@pytest.mark.slow  # dopri5 through 30 real layers: ~20 s on top of the model's load
+def test_real_decoder_tiny(tmp_path):
+    pytest.importorskip("gguf", reason="the real extra (tpde[real]) is not installed")
+    (_, arrays, results), report = _run(
+        "real-decoder", tmp_path, sentences=2, flow_sentences=1, flow_rtol=1e-4, splits="2",
+        loop_sentences=1, loop_passes=3,
+    )  # fmt: skip
+    # Every route starts from the embeddings: distance 0 at depth 0, then the routes move.
+    for route in ("flow", "h1/2"):
+        dist = arrays[f"dist_{route}"]
+        assert dist.shape == (1, 31) and dist[0, 0] == 0 and dist[0, 1] > 1e-3
+        assert 0 <= results[route]["top1"] <= 1 and results[route]["ce"] > 0
+    # Attention shares on the first token are probabilities; the network's own W2 is 0.
+    sink = arrays["sink"]
+    assert sink.shape == (2, 30, 9) and ((sink >= 0) & (sink <= 1 + 1e-12)).all()
+    assert np.nanmax(arrays["w2_network"]) < 1e-6
+    for route in ("network", "attn+norm", "attn", "attn+mlp", "sphere"):
+        assert arrays[f"w2_{route}"].shape == (2, 31) and arrays[f"w2_{route}"][:, 0].max() < 1e-6
+        assert results[f"finite_{route}"] <= 30
+    # A layer of the sphere model keeps its tokens on the unit sphere: at most one cluster
+    # count per token, and the looped stack's diagnostic is in [0, 1].
+    assert (arrays["clusters_sphere"] <= arrays["lengths"][:, None]).all()
+    gap = arrays["loop_gap_nomlp"]
+    assert gap.shape == (1, 4) and ((gap >= 0) & (gap <= 1)).all()
+    assert len(report.claims) == 4
+    assert {c.verdict for c in report.claims} <= {"agrees", "partly", "differs"}

@@ -227,7 +227,7 @@ def test_a_non_finite_result_is_recorded_and_the_command_fails(tmp_path, capsys,
     assert code == 1 and "sweep done" not in out
     assert (
         err.strip().splitlines() == [err.strip()]
-        and "1 of 2 tasks have non-finite results (first: task 00001-" in err
+        and "1 of 2 tasks did not finish or have non-finite results (first: task 00001-" in err
     )
     assert "non_finite: fraction" in err
     rows = list(csv.DictReader(io.StringIO((tmp_path / "o" / "table.csv").read_text())))

@@ -189,6 +189,7 @@ def softmax_average(
     *,
     query_positions=None,
     key_positions=None,
+    window: float | None = None,
 ) -> torch.Tensor:
     """Key-biased softmax average on the chosen engine.
 
@@ -202,6 +203,9 @@ def softmax_average(
     query_positions, key_positions : (n,) and (m,), optional, both or neither
         Causal mask (masked attention): the sums run over the keys with s_j ≤ s_i, ties
         included. Every query must see at least one key.
+    window : float, optional (with positions)
+        Sliding window w > 0: the sums run over the keys with 0 ≤ s_i − s_j < w only
+        (a window of w = 4 on integer positions: the query and its 3 predecessors).
 
     Returns
     -------
@@ -214,16 +218,37 @@ def softmax_average(
         engine = pick_engine(q.shape[-2], k.shape[-2], q.device, q.dtype, batch)
     average = _engine_for(_SOFTMAX_AVERAGE, engine, "softmax averages")
     if query_positions is None and key_positions is None:
+        if window is not None:
+            raise ValueError("a sliding window needs query_positions and key_positions.")
         return average(q, k, v, key_bias)
     if query_positions is None or key_positions is None:
         raise ValueError("a causal mask needs both query_positions and key_positions.")
-    if bool(query_positions.min() < key_positions.min()):
+    if window is not None:
+        _check_window_sees_keys(query_positions, key_positions, window)
+        return average(q, k, v, key_bias, query_positions, key_positions, window)
+    if query_positions is not key_positions and bool(query_positions.min() < key_positions.min()):
         raise ValueError(
             f"a query at position {float(query_positions.min()):.4g} sees no key: the "
             f"earliest key is at {float(key_positions.min()):.4g}. Add a key (a sink) at a "
             "position ≤ every query's."
         )
     return average(q, k, v, key_bias, query_positions, key_positions)
+
+
+def _check_window_sees_keys(query_positions, key_positions, window: float) -> None:
+    """Raise unless every query sees a key s_j with 0 ≤ s_i − s_j < window (O((n + m) log m))."""
+    if not window > 0:
+        raise ValueError(f"window must be > 0; received {window!r}.")
+    keys = torch.sort(key_positions).values
+    seen = torch.searchsorted(keys, query_positions, right=True)
+    too_old = torch.searchsorted(keys, query_positions - window, right=True)
+    blind = seen <= too_old
+    if bool(blind.any()):
+        where = float(query_positions[blind][0])
+        raise ValueError(
+            f"a query at position {where:.4g} sees no key in its window ({where - window:.4g}, "
+            f"{where:.4g}]: widen the window or add a key in it."
+        )
 
 
 def pick_kernel_sum_engine(n: int, m: int, device: torch.device, dtype: torch.dtype) -> str:

@@ -89,11 +89,14 @@ def require_keops():
     return LazyTensor
 
 
-def softmax_average_keops(q, k, v, key_bias=None, query_positions=None, key_positions=None):
+def softmax_average_keops(
+    q, k, v, key_bias=None, query_positions=None, key_positions=None, window=None
+):
     """Σ_j softmax_j(q_i·k_j + b_j) v_j as one KeOps ``sumsoftmaxweight`` reduction.
 
     With positions, keys with s_j > s_i score −10³⁰ for query i (KeOps ``ifelse``; the
-    comparison is s_i − s_j ≥ 0, ties included).
+    comparison is s_i − s_j ≥ 0, ties included); with a ``window`` w, so do the keys with
+    s_i − s_j − w ≥ 0.
     """
     LazyTensor = require_keops()
     q, k = augment_with_bias(q, k, key_bias)
@@ -107,6 +110,8 @@ def softmax_average_keops(q, k, v, key_bias=None, query_positions=None, key_posi
         s_j = key_positions.to(q.dtype).expand(*batch, -1).unsqueeze(-1).unsqueeze(-3)
         gap = LazyTensor(s_i.contiguous()) - LazyTensor(s_j.contiguous())
         scores = gap.ifelse(scores, -1e30)
+        if window is not None:
+            scores = (gap - float(window)).ifelse(-1e30, scores)
     return scores.sumsoftmaxweight(v_j, dim=q.ndim - 1)
 
 

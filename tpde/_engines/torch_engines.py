@@ -37,14 +37,24 @@ def dense_scores(q, k, key_bias):
     return scores
 
 
-def softmax_average_dense(q, k, v, key_bias=None, query_positions=None, key_positions=None):
+def hidden_keys(query_positions, key_positions, window=None):
+    """Boolean (n, m) mask of the keys query i does not see: s_j > s_i, or s_i − s_j ≥ window."""
+    gap = query_positions.unsqueeze(-1) - key_positions.unsqueeze(-2)
+    hidden = gap < 0
+    return hidden if window is None else hidden | (gap >= window)
+
+
+def softmax_average_dense(
+    q, k, v, key_bias=None, query_positions=None, key_positions=None, window=None
+):
     """One (..., n, m) score matrix; O(n·m) memory.
 
-    With positions (n,) and (m,), key j is seen by query i only if s_j ≤ s_i (causal).
+    With positions (n,) and (m,), key j is seen by query i only if s_j ≤ s_i (causal), and
+    with a ``window`` w only if also s_i − s_j < w (sliding window).
     """
     scores = dense_scores(q, k, key_bias)
     if query_positions is not None:
-        hidden = key_positions.unsqueeze(-2) > query_positions.unsqueeze(-1)
+        hidden = hidden_keys(query_positions, key_positions, window)
         scores = scores.masked_fill(hidden, -math.inf)
     return torch.softmax(scores, dim=-1) @ v
 
@@ -79,21 +89,38 @@ def in_row_blocks(dense, q, k, *rest, cat_dim: int = -2, sliced: tuple[int, ...]
     return torch.cat(blocks, dim=cat_dim)
 
 
-def softmax_average_chunked(q, k, v, key_bias=None, query_positions=None, key_positions=None):
-    """Row blocks of the dense computation (:func:`in_row_blocks`); causal mask as in dense."""
+def softmax_average_chunked(
+    q, k, v, key_bias=None, query_positions=None, key_positions=None, window=None
+):
+    """Row blocks of the dense computation (:func:`in_row_blocks`); masks as in dense."""
     return in_row_blocks(
-        softmax_average_dense, q, k, v, key_bias, query_positions, key_positions, sliced=(2,)
+        softmax_average_dense,
+        q,
+        k,
+        v,
+        key_bias,
+        query_positions,
+        key_positions,
+        window,
+        sliced=(2,),
     )
 
 
-def softmax_average_sdpa(q, k, v, key_bias=None, query_positions=None, key_positions=None):
+def softmax_average_sdpa(
+    q, k, v, key_bias=None, query_positions=None, key_positions=None, window=None
+):
     """torch's fused scaled_dot_product_attention (flash kernel on CPU, O(n) memory).
 
     The flash kernels need 4-D inputs and equal head sizes for queries and values, so the
     key bias becomes one extra query/key coordinate and the narrower side is zero-padded.
     With positions, the causal mask s_j ≤ s_i runs as ``is_causal`` on one merged sequence
-    (:func:`causal_slots`): no mask is materialised.
+    (:func:`causal_slots`): no mask is materialised. A sliding window is a boolean
+    (n, m) ``attn_mask`` (n·m bytes).
     """
+    if window is not None:
+        q, k = augment_with_bias(q, k, key_bias)
+        visible = ~hidden_keys(query_positions, key_positions, window)
+        return _sdpa(q, k, v, is_causal=False, attn_mask=visible)
     if query_positions is not None:
         return _causal_sdpa(q, k, v, key_bias, query_positions, key_positions)
     q, k = augment_with_bias(q, k, key_bias)
@@ -105,11 +132,12 @@ def softmax_average_sdpa(q, k, v, key_bias=None, query_positions=None, key_posit
 _SDPA_MIN_WIDTH = {torch.float32: 16}
 
 
-def _sdpa(q, k, v, is_causal: bool):
+def _sdpa(q, k, v, is_causal: bool, attn_mask=None):
     """SDPA with scale 1 on (..., L, e) inputs; q, k and v are zero-padded to one width.
 
     The flash kernel needs equal query and value widths; float32 widths below 16 are
     padded to 16, where the kernel is fastest (zero coordinates change no score).
+    ``attn_mask``: boolean (n, m), True where a key is seen.
     """
     e, f = q.shape[-1], v.shape[-1]
     width = max(e, f, _SDPA_MIN_WIDTH.get(q.dtype, 0))
@@ -119,7 +147,9 @@ def _sdpa(q, k, v, is_causal: bool):
         v = F.pad(v, (0, width - f))
     batch = q.shape[:-2]
     q4, k4, v4 = (t.reshape(-1, 1, *t.shape[-2:]) for t in (q, k, v))
-    out = F.scaled_dot_product_attention(q4, k4, v4, scale=1.0, is_causal=is_causal)
+    out = F.scaled_dot_product_attention(
+        q4, k4, v4, attn_mask=attn_mask, scale=1.0, is_causal=is_causal
+    )
     return out.reshape(*batch, q.shape[-2], -1)[..., :f]
 
 
@@ -155,8 +185,27 @@ def causal_slots(query_positions, key_positions):
     return key_slot, query_slot, int(gaps.sum())
 
 
+def _in_sequence_order(query_positions, key_positions) -> bool:
+    """Whether queries and keys are the same tokens at strictly increasing positions: then
+    slot i holds key i and query i, and ``is_causal`` applies to the inputs as they are."""
+    if query_positions is not key_positions:
+        if query_positions.shape != key_positions.shape:
+            return False
+        if not torch.equal(query_positions, key_positions):
+            return False
+    return bool((query_positions[1:] > query_positions[:-1]).all())
+
+
 def _causal_sdpa(q, k, v, key_bias, query_positions, key_positions):
-    """Causal softmax average as one ``is_causal`` SDPA call on the slots of causal_slots."""
+    """Causal softmax average as one ``is_causal`` SDPA call on the slots of causal_slots.
+
+    Self-attention of a sequence (queries = keys at increasing positions, the decoder's
+    case) needs no slots: one ``is_causal`` call on the inputs, without the gathers and
+    without the bias coordinate when there is no bias.
+    """
+    if _in_sequence_order(query_positions, key_positions):
+        q, k = augment_with_bias(q, k, key_bias)
+        return _sdpa(q, k, v, is_causal=True)
     key_slot, query_slot, length = causal_slots(query_positions, key_positions)
     n, m = q.shape[-2], k.shape[-2]
     if key_bias is None:

@@ -29,6 +29,7 @@ from tpde.attention.gradient_flow import (
     energy_dissipation,
     gradient_flow_gap,
 )
+from tpde.attention.grouped import GroupedQueryAttention
 from tpde.attention.hardmax import Hardmax
 from tpde.attention.l2 import L2
 from tpde.attention.linear import Linear
@@ -46,6 +47,7 @@ from tpde.attention.norms import (
     PreLN,
     RMSNorm,
 )
+from tpde.attention.positions import ALiBi, PositionalEncoding, RoPE
 from tpde.attention.schedule import LayerSchedule
 from tpde.attention.sigmoid import Sigmoid
 from tpde.attention.sinkhorn import Sinkhorn, SinkhornInfo, SinkhornNotConverged
@@ -59,6 +61,7 @@ __all__ = [
     "L2",
     "MLP",
     "NGPT",
+    "ALiBi",
     "AffineDerivative",
     "Cosine",
     "Dissipation",
@@ -69,6 +72,7 @@ __all__ = [
     "GradientFlowField",
     "GradientFlowGap",
     "GradientStructure",
+    "GroupedQueryAttention",
     "Hardmax",
     "InnerSolves",
     "InteractionEnergy",
@@ -82,10 +86,12 @@ __all__ = [
     "Normalized",
     "NotAGradientFlow",
     "PeriLN",
+    "PositionalEncoding",
     "PostLN",
     "PotentialEnergy",
     "PreLN",
     "RMSNorm",
+    "RoPE",
     "Sigmoid",
     "Sinkhorn",
     "SinkhornInfo",

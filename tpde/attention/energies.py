@@ -162,7 +162,9 @@ class InteractionEnergy(Energy):
     kernel : callable, differences (..., d) -> values (...), even (W(z) = W(−z)).
 
     Particles and grids only (dense n × n differences: for a few thousand particles).
-    δE/δμ(x) = ∫ W(x − y) dμ(y). A convex W gives a geodesically convex energy.
+    δE/δμ(x) = ∫ W(x − y) dμ(y). A convex W gives a geodesically convex energy. A batch of
+    clouds (points (..., n, d)) gives one value per cloud, each cloud paired with itself
+    only.
     """
 
     def __init__(self, kernel: Callable):
@@ -174,12 +176,14 @@ class InteractionEnergy(Energy):
         if isinstance(mu, Gaussian):
             raise NotImplementedError("InteractionEnergy is evaluated on particles and grids.")
         mu = _particles(mu)
-        values = self.kernel(mu.points[:, None, :] - mu.points[None, :, :])
-        return 0.5 * (mu.weights @ values @ mu.weights)
+        points = mu.points
+        values = self.kernel(points.unsqueeze(-2) - points.unsqueeze(-3))  # (..., n, n)
+        return 0.5 * ((values @ mu.weights) @ mu.weights)
 
     def first_variation(self, mu, x, engine: str = "auto") -> torch.Tensor:
+        """∫ W(x − y) dμ(y) at points x (..., m, d), one cloud of μ per batch element."""
         mu = _particles(mu)
-        return self.kernel(x[:, None, :] - mu.points[None, :, :]) @ mu.weights
+        return self.kernel(x.unsqueeze(-2) - mu.points.unsqueeze(-3)) @ mu.weights
 
 
 def as_energy(energy) -> Energy:

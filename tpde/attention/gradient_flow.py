@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from tpde._linalg import psd_factor, sqrtm_psd, symmetrize, trace
+from tpde._normalize import safe_norm
 from tpde._validation import as_tensor
 from tpde.attention.base import Field
 from tpde.attention.energies import as_energy
@@ -211,7 +212,7 @@ def gradient_flow_gap(field, mu, *, t: float = 0.0, x=None, engine: str = "auto"
             log_z = structure.log_weight(mu, xg).sum()
             (grad,) = torch.autograd.grad(log_z, xg)
         gradient = grad @ structure.M.to(grad).mT  # s · sM ∇log Z = M ∇log Z
-        gap = (velocity - gradient).norm() / velocity.norm()
+        gap = safe_norm((velocity - gradient).flatten()) / safe_norm(velocity.flatten())
         return GradientFlowGap(gap, velocity, gradient)
     velocity = field.gaussian_rhs(t, mean, cov)
     gradient = GradientFlowField(field, mobility=structure.mobility).gaussian_rhs(t, mean, cov)

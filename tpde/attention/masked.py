@@ -37,8 +37,9 @@ class Masked(Field):
 
     Notes
     -----
-    Tokens are the particles of an :class:`Empirical` built with ``positions`` s_i ∈ [0, 1]
-    (for a sequence, s_i = i/(n − 1)); positions never move. Particles:
+    Tokens are the particles of an :class:`Empirical` built with ``positions`` s_i ≥ 0
+    (for a sequence, s_i = i/(n − 1) ∈ [0, 1], or the integer indices i: the mask depends
+    only on the order); positions never move. Particles:
     ẋ_i = V Σ_{j: s_j ≤ s_i} w_j k(x_i, x_j) x_j / Σ_{j: s_j ≤ s_i} w_j k(x_i, x_j), ties
     included, so a token always sees itself and the token at the smallest position only
     sees itself (and its ties): ẋ = Vx under softmax.
@@ -95,7 +96,7 @@ class Masked(Field):
     ):
         """Γ[μ](s, x): at μ's own tokens, or at points ``x`` (m, d) with ``positions`` (m,).
 
-        See :meth:`Field.velocity`; ``positions`` are the query positions in [0, 1] and are
+        See :meth:`Field.velocity`; ``positions`` are the query positions (≥ 0) and are
         required with ``x`` (and refused without it).
         """
         if x is None:
@@ -111,7 +112,7 @@ class Masked(Field):
         if positions is None:
             raise ValueError(
                 f"masked attention at points x needs their positions: pass positions of "
-                f"shape ({x.shape[0]},) in [0, 1]."
+                f"shape ({x.shape[0]},)."
             )
         positions = _check_positions(positions, x)
         out = self._masked_velocity(t, mu, x, positions, engine)
@@ -123,7 +124,7 @@ class Masked(Field):
         return self.field.time_dependent
 
     def particle_velocity(self, t, mu: Empirical, x, engine: str, info=None) -> torch.Tensor:
-        if x.shape[-2] != mu.n:
+        if x.shape[-2] != mu.n:  # x: (…, n, d), a batch of clouds or one
             raise ValueError(
                 "masked attention evaluates at μ's own tokens here; use "
                 "Masked.velocity(mu, x, positions=...) for other points."
@@ -146,8 +147,9 @@ class Masked(Field):
         else:
             point = self.sink_point.to(dtype=like.dtype, device=like.device)
         mass = torch.full((1,), self.sink_mass, dtype=like.dtype, device=like.device)
+        point = point.expand(*like.shape[:-2], 1, self.dim)  # one sink per cloud of a batch
         return Empirical(
-            torch.cat([like, point.unsqueeze(0)]),
+            torch.cat([like, point], dim=-2),
             torch.cat([mu.weights, mass]) / (1 + self.sink_mass),
             torch.cat([mu.positions, torch.zeros_like(mass)]),
         )
@@ -167,7 +169,7 @@ class Masked(Field):
         if isinstance(mu, Empirical) and mu.positions is None:
             raise ValueError(
                 "masked attention needs token positions, but this Empirical has none: build "
-                "it with Empirical(points, positions=s), s of shape (n,) in [0, 1] (for a "
+                "it with Empirical(points, positions=s), s of shape (n,), s ≥ 0 (for a "
                 "sequence, s_i = i / (n - 1))."
             )
         if isinstance(mu, Gaussian):
@@ -186,10 +188,10 @@ def _check_positions(positions, x) -> torch.Tensor:
             f"received {tuple(positions.shape)}."
         )
     check_finite(positions, "positions")
-    if bool((positions < 0).any() or (positions > 1).any()):
+    if bool((positions < 0).any()):
         raise ValueError(
-            f"positions must lie in [0, 1]; received values in [{float(positions.min()):.3g}, "
-            f"{float(positions.max()):.3g}]. Rescale token indices i to i / (n - 1)."
+            f"positions must be ≥ 0 (integer token indices, or s ∈ [0, 1] for a mean-field "
+            f"limit); received a minimum of {float(positions.min()):.4g}."
         )
     return positions.detach()
 

@@ -38,6 +38,7 @@ from typing import ClassVar
 
 import torch
 
+from tpde._normalize import tangent_part, unit
 from tpde._validation import as_tensor, check_finite, check_positive, check_real
 from tpde.attention._params import evaluate_parameter
 from tpde.metrics.mobility import NotAGradientFlow
@@ -62,13 +63,15 @@ __all__ = [
 
 # ---------------------------------------------------------------------- the maps
 def normalize(x: torch.Tensor) -> torch.Tensor:
-    """N(x) = x/|x| over the last dimension (a zero vector stays 0)."""
-    return torch.nn.functional.normalize(x, dim=-1)
+    """N(x) = x/|x| over the last dimension (a zero vector stays 0), right at every scale
+    of the dtype (:mod:`tpde._normalize`)."""
+    return unit(x)
 
 
 def tangent(x: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """P⊥_x v = v − x⟨x, v⟩/|x|²: the part of v tangent to the sphere through x."""
-    return v - x * ((x * v).sum(-1, keepdim=True) / (x * x).sum(-1, keepdim=True))
+    """P⊥_x v = v − x⟨x, v⟩/|x|²: the part of v tangent to the sphere through x (at every
+    scale of x, without forming |x|²; v itself at x = 0, which has no direction)."""
+    return tangent_part(unit(x), v)
 
 
 def layer_norm(x: torch.Tensor, gamma, bias, eps: float) -> torch.Tensor:
@@ -166,10 +169,19 @@ def _check_atol(value):
     return None if value is None else check_positive(value, "atol")
 
 
+def _on_sphere(field, t, mu, x, engine, info) -> torch.Tensor:
+    """Γ[N#μ](N(x)) for the tangent sphere schemes: Γ[μ](x) on the sphere, and off it
+    (where Runge–Kutta stages evaluate) the 0-homogeneous extension, so that a field with a
+    circle-only engine (softmax and exponential with A = βI on S¹: "spectral") keeps it at
+    every stage."""
+    return _pre_velocity(normalize, field, t, mu, x, engine, info)
+
+
 def _pre_velocity(norm, field, t, mu, x, engine, info) -> torch.Tensor:
     """Γ[N#μ](N(x)): the field sees normalised keys and queries (every pre-norm scheme)."""
-    keys = mu.with_points(norm(mu.points))
-    return field.particle_velocity(t, keys, norm(x), engine, info)
+    keys = norm(mu.points)
+    queries = keys if x is mu.points else norm(x)  # a flow evaluates at its own tokens
+    return field.particle_velocity(t, mu.with_points(keys), queries, engine, info)
 
 
 # ---------------------------------------------------------------------- sphere schemes
@@ -177,7 +189,9 @@ def _pre_velocity(norm, field, t, mu, x, engine, info) -> torch.Tensor:
 class PostLN(NormScheme):
     """Post-LN, the sphere model: ẋ = P⊥_x Γ[μ](x) (``tangent=True``), or the discrete
     layer's direction Γ (``tangent=False``: Euler + renormalisation is x ← N(x + hΓ), GLPR's
-    loop; first order for any method).
+    loop; first order for any method). With the tangent velocity the field is evaluated at
+    N(x) against N#μ, equal to Γ[μ](x) on the sphere; off it, where Runge–Kutta stages
+    evaluate, this 0-homogeneous extension keeps circle-only engines usable at every stage.
 
     Parameters
     ----------
@@ -285,16 +299,6 @@ class NGPT(NormScheme):
     def describe(self) -> str:
         extra = "" if self.tangent else ", tangent=False"
         return f"NGPT(alpha={'<callable>' if callable(self.alpha) else self.alpha}{extra})"
-
-
-def _on_sphere(field, t, mu, x, engine, info):
-    """Γ[N#μ](N(x)): Γ[μ](x) on the sphere, and the extension off it that Runge–Kutta stages
-    see (module notes of :mod:`tpde.attention.normalized`); queries that are μ's tokens stay
-    μ's tokens."""
-    keys = mu.with_points(normalize(mu.points))
-    return field.particle_velocity(
-        t, keys, keys.points if x is mu.points else normalize(x), engine, info
-    )
 
 
 # ---------------------------------------------------------------------- R^d schemes

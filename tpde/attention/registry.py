@@ -82,6 +82,13 @@ def register(name: str, *, head: bool = True, positions: bool = False, defaults=
 def variant(name: str, *, head: bool = False) -> Variant:
     """The registered variant ``name`` (``head=True``: one that can be a MultiHead head)."""
     known = variant_names(head=head)
+    if head and name in VARIANTS and name not in known:
+        raise ValueError(
+            f"{name!r} is registered but cannot be a head of MultiHead.split (it is not a "
+            f"single-head field: head=False in tpde.attention.registry); heads: "
+            f"{', '.join(map(repr, known))}. Build it on its own with "
+            f"tpde.attention.registry.build({name!r}, Q, K, V)."
+        )
     if name not in known:
         what = "kind" if head else "variant"
         raise ValueError(

@@ -120,7 +120,7 @@ def gradient_structure(field, t: float = 0.0) -> GradientStructure:
     condition that fails.
     """
     name = type(field).__name__
-    if "gradient_flow" not in field.capabilities:
+    if not field.supports("gradient_flow"):
         raise NotAGradientFlow(
             f"{name} attention is not a gradient flow in tpde: only softmax (A symmetric, "
             "V A⁻¹ symmetric definite) and Sinkhorn (A symmetric, V = MA, M symmetric "

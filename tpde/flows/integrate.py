@@ -95,7 +95,9 @@ def _build_system(field: Field, mu0, t0: float, engine: str) -> System:
             "ready System is passed in place of the field: integrate(system, t1)."
         )
     if not isinstance(mu0, Grid | FiniteVolumes):  # grid systems check their own grid
-        field.check_measure(mu0)
+        # by the piece acting at t0: a Mix-LN stack started after its switch is Pre-LN,
+        # which takes tokens off the sphere
+        field.piece(t0).check_measure(mu0)
     return build(field, mu0, t0, engine)
 
 
@@ -215,6 +217,9 @@ def integrate(
         and "heun" (SSP-RK2) with "muscl". Use "rodas4" where an explicit step is bounded
         by stability rather than accuracy (fast decaying modes beside slow ones, e.g. the
         rank histograms with V = GᵀG, MATH.md §6): its step follows the accuracy only.
+        A Gaussian state outside the PSD cone is never returned: an adaptive method
+        rejects such a step, a fixed-step one stops the element before it with status
+        "stiff" and a warning naming method="rodas4" (:class:`~tpde._status.Status`).
         For a sum of fields (:class:`~tpde.attention.Sum`, a whole Transformer layer):
         "lie-trotter" (order 1) and "strang" (order 2) step its parts one after the other
         (:mod:`tpde.flows.splitting`; Euler sub-steps, or ``Splitting(kind, inner=...)``);

@@ -25,7 +25,11 @@ element's error norm is ≤ 1, as in a classical integrator.
 **Events and statuses.** After every accepted step: a non-finite state stops its element
 with "blow_up" (the state before the step is kept), an inner solve that missed its
 tolerance stops the moving elements with "not_converged" (same), then each event object
-is checked on the new state. An adaptive step that collapses below 1e-12·max(1, |t|)
+is checked on the new state. A step whose new state leaves the system's domain (a
+covariance outside the PSD cone, a token the projection sent to the origin:
+``System.degenerate``) is rejected: an adaptive method retries a quarter step, a
+fixed-step method stops the element there with "stiff" or "lost_token" (and a warning
+naming the fix). An adaptive step that collapses below 1e-12·max(1, |t|)
 stops the elements that refuse it with "blow_up"; an element that used up ``max_steps``
 attempts (accepted and rejected) stops with "max_steps".
 """
@@ -34,6 +38,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 
 import numpy as np
 import torch
@@ -200,8 +205,11 @@ class Loop:
             landing = moving & (remaining <= h_prop * (1 + 1e-9))
             h_try = np.where(moving, np.where(landing, remaining, h_prop), 0.0)
             h_clock = float(h_try[moving].max()) if self.synchronous else 0.0
-            new, error, k_new = method.step(
-                rhs, clock, state, self._steps_for(h_try, state[0]), k1, h_clock=h_clock
+            new, error, k_new = self._unpack(
+                method.step(
+                    rhs, clock, state, self._steps_for(h_try, state[0]), k1, h_clock=h_clock
+                ),
+                state,
             )
             if not self.splits:
                 new = system.project(new)
@@ -213,6 +221,10 @@ class Loop:
             ok, retry = system.check_step(float(h_try.max()) if not self.batched else h_try)
             if not ok:
                 accept, h_next = np.zeros_like(accept), np.where(moving, retry, h_next)
+            tolerance = (self.rtol, self.atol) if method.adaptive else None
+            left = system.degenerate(state, new, tolerance)
+            if left is not None:
+                accept, h_next = self._left_domain(left, accept, h_next, moving, h_try, t)
             rejected += moving & ~accept
             iterations += 1
             h = h_next
@@ -230,6 +242,57 @@ class Loop:
         t_end = float(t.max())
         times, states = saves.finish(t_end, state, t, system)
         return self._trajectory(times, states, steps, rejected, iterations, rhs, h, start)
+
+    def _unpack(self, result, state):
+        """The method's (new state, error, derivative), checked against the state."""
+        name = getattr(self.method, "name", type(self.method).__name__)
+        if not isinstance(result, tuple) or len(result) != 3:
+            raise TypeError(
+                f"method {name!r}: step must return (new state, error estimate, derivative) "
+                f"(error and derivative may be None); received {type(result).__name__}."
+            )
+        new = result[0]
+        if not isinstance(new, tuple) or len(new) != len(state):
+            raise TypeError(
+                f"method {name!r}: the new state must be a tuple of {len(state)} tensor(s), "
+                f"like the state it was given; received {type(new).__name__}."
+            )
+        for part, old in zip(new, state, strict=True):
+            if not isinstance(part, torch.Tensor) or part.shape != old.shape:
+                shape = tuple(part.shape) if isinstance(part, torch.Tensor) else type(part)
+                raise ValueError(
+                    f"method {name!r}: step changed the shape of the state from "
+                    f"{tuple(old.shape)} to {shape}; a step must return a state of the same "
+                    "structure and shapes."
+                )
+        return result
+
+    def _left_domain(self, left, accept, h_next, moving, h_try, t):
+        """Reject the steps that left the state's domain (``System.degenerate``): an
+        adaptive method retries a quarter step (and stops an element whose step collapses),
+        a fixed-step method stops the element there, with the system's domain status."""
+        left = np.broadcast_to(left.detach().cpu().numpy(), moving.shape) & moving
+        if not left.any():
+            return accept, h_next
+        status = self.system.domain_status
+        if self.method.adaptive:
+            shorter = h_try * 0.25
+            stop = left & (shorter < COLLAPSE * np.maximum(1.0, np.abs(t)))
+            everyone = self.synchronous
+            accept = np.zeros_like(accept) if everyone else accept & ~left
+            h_next = np.where(moving if everyone else left, shorter, h_next)
+        else:
+            stop = left
+            accept = accept & ~left
+        if stop.any():
+            self._stop(stop, status, t)
+            warnings.warn(
+                f"{int(stop.sum())} element(s) stopped at t = {float(np.max(t[stop])):.6g} "
+                f"with status {str(status)!r}: {status.meaning}. Fix: {status.fix}",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+        return accept & self.active, h_next
 
     def _after_step(self, rhs, state, new, k_new, k1, accept, t, t_new, saves):
         """Freeze, stop on overflow, inner failure and events.

@@ -208,6 +208,13 @@ def resolve_method(method, default: str = "rk4"):
                              "ExplicitRK tableau.")  # fmt: skip
         return METHODS[method]
     if callable(getattr(method, "step", None)) and hasattr(method, "order"):
+        if not isinstance(getattr(method, "adaptive", None), bool):
+            raise TypeError(
+                f"method {getattr(method, 'name', type(method).__name__)!r} must say whether "
+                "it is adaptive: a bool attribute `adaptive` (True: step returns an error "
+                "estimate and the loop controls the step size; False: fixed steps); received "
+                f"{getattr(method, 'adaptive', 'no such attribute')!r}."
+            )
         return method
     raise TypeError(
         f"method must be a name ({', '.join(METHODS)}) or a method object such as an "

@@ -85,9 +85,19 @@ class Rosenbrock:
                         f"Rosenbrock {self.name!r}: row {i} of {name} must have {i} entries "
                         f"(stage i uses the i earlier stages); received {len(row)}."
                     )
-        if not 0 < self.embedded_order < self.order or self.gamma <= 0:
+        for name in ("a", "C", "c", "d", "m", "e"):
+            values = getattr(self, name)
+            flat = [x for row in values for x in row] if name in ("a", "C") else list(values)
+            if not all(math.isfinite(x) for x in flat):
+                raise ValueError(
+                    f"Rosenbrock {self.name!r}: the coefficients of {name} must be finite."
+                )
+        if not (
+            0 < self.embedded_order < self.order and math.isfinite(self.gamma) and self.gamma > 0
+        ):
             raise ValueError(
-                f"Rosenbrock {self.name!r}: needs 0 < embedded_order < order and gamma > 0; "
+                f"Rosenbrock {self.name!r}: needs 0 < embedded_order < order and a finite "
+                "gamma > 0; "
                 f"received {self.embedded_order}, {self.order}, {self.gamma}."
             )
 

@@ -17,6 +17,12 @@ default):
   R^d, symmetrisation of covariances, renormalisation onto the sphere, a LayerNorm.
   Applying it after whole steps only keeps the method's order (stages may leave the
   manifold by O(h^{p+1}));
+- ``degenerate(old, new) -> mask or None``: the elements whose new state (after
+  ``project``) left the state's domain, with ``domain_status`` the status that says so:
+  a covariance outside the PSD cone ("stiff": the exact flow keeps Σ PSD, only a too
+  long explicit step leaves it), a token the projection sent to the origin
+  ("lost_token"). The loop rejects such a step (adaptive methods retry a shorter one)
+  or stops the element there (fixed steps); None: no domain to leave;
 - ``propose_step(t, state, h) -> h`` and ``check_step(h) -> (ok, retry)``: a step-size
   controller of the system's own (the CFL condition of grids) besides the method's error
   estimate; ``record_step(h, state)`` sees every accepted step; ``stats()`` adds the
@@ -39,7 +45,9 @@ import torch
 
 from tpde._engines import check_engine
 from tpde._linalg import trace as matrix_trace
+from tpde._status import Status
 from tpde.attention import InnerSolves
+from tpde.attention.base import check_velocity_type
 from tpde.measures import Empirical, Gaussian
 
 __all__ = ["GaussianSystem", "Linearization", "ParticleSystem", "System"]
@@ -156,8 +164,18 @@ class System:
         return self.project(state)
 
     # ------------------------------------------------------------------ default hooks
+    #: The status of an element whose state left the domain (see ``degenerate``).
+    domain_status = None
+
     def project(self, state):
         return state
+
+    def degenerate(self, old, new, tolerance=None) -> torch.Tensor | None:
+        """Per element: whether ``new`` left the state's domain (module notes); None: never.
+
+        ``tolerance``: (rtol, atol) of an adaptive method (a state within its error
+        tolerance of the domain is accepted), None for fixed steps."""
+        return None
 
     def propose_step(self, t: float, state, h):
         return h
@@ -197,6 +215,7 @@ class ParticleSystem(System):
         velocity = field.particle_velocity(
             t, self.mu.with_points(points), points, self.engine, info=self.inner
         )
+        check_velocity_type(velocity, field)
         if velocity.shape != points.shape:
             raise ValueError(
                 f"particle flows need unbatched field parameters, or parameters whose batch "
@@ -227,6 +246,18 @@ class ParticleSystem(System):
                 "(retraction) must return points of the same shape."
             )
         return (projected,)
+
+    domain_status = Status.LOST_TOKEN
+
+    def degenerate(self, old, new, tolerance=None) -> torch.Tensor | None:
+        """Elements with a token that the projection sent to the origin (a norm scheme that
+        loses a token: nGPT or post-LN with ``tangent=False`` landing on 0) and that was not
+        there before the step. Fields without a projection: None."""
+        if not self.field.supports("projection"):
+            return None
+        zero_new = (new[0].detach() == 0).all(-1)
+        zero_old = (old[0].detach() == 0).all(-1)
+        return (zero_new & ~zero_old).any(-1)
 
     def _squared_spread(self, state) -> tuple[torch.Tensor, torch.Tensor]:
         """(weights, |x_i − m|²) of the detached particles."""
@@ -314,6 +345,27 @@ class GaussianSystem(System):
     def project(self, state):
         mean, cov = state
         return mean, 0.5 * (cov + cov.transpose(-1, -2))
+
+    domain_status = Status.STIFF
+
+    def degenerate(self, old, new, tolerance=None) -> torch.Tensor | None:
+        """Elements whose covariance left the PSD cone: Cholesky fails on Σ + τI, with
+        τ = atol + rtol·s for an adaptive method (an eigenvalue below 0 by less than the
+        step's error tolerance is the integration's own error: accepted) and τ = √eps·s for
+        fixed steps, s = max(1, max |Σ_ij|). Non-finite covariances are left to the
+        overflow check ("blow_up")."""
+        cov = new[1].detach()
+        d = cov.shape[-1]
+        scale = cov.abs().amax((-2, -1), keepdim=True).clamp_min(1.0)
+        if tolerance is None:
+            tau = math.sqrt(torch.finfo(cov.dtype).eps) * scale
+        else:
+            rtol, atol = tolerance
+            tau = atol + rtol * scale
+        eye = torch.eye(d, dtype=cov.dtype, device=cov.device)
+        _, info = torch.linalg.cholesky_ex(torch.nan_to_num(cov) + tau * eye)
+        finite = torch.isfinite(cov).all(-1).all(-1)
+        return (info != 0) & finite
 
     @staticmethod
     def _finite_cov(state) -> torch.Tensor:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from tpde._normalize import unit
 from tpde._validation import as_tensor, check_finite, check_float_dtype
 from tpde.measures._base import Measure, check_sample_size
 
@@ -31,7 +32,10 @@ class Empirical(Measure):
         renormalised exactly). Default: uniform 1/n. Zero weights are allowed: such a
         particle moves with the flow but attracts no attention.
     positions : tensor or array, shape (n,), optional
-        Token positions s_i ∈ [0, 1] for masked (causal) attention. Positions never move.
+        Token positions, finite and ≥ 0, for causal attention and positional encodings:
+        integer token indices p_i = i for a model's sequence, or s_i = i/(n − 1) ∈ [0, 1]
+        for a mean-field limit (the causal mask depends only on their order; RoPE and ALiBi
+        on their values, :mod:`tpde.attention.positions`). Positions never move.
 
     Notes
     -----
@@ -95,10 +99,10 @@ class Empirical(Measure):
                 f"{tuple(points.shape)}; received shape {tuple(positions.shape)}."
             )
         check_finite(positions, "positions")
-        if (positions < 0).any() or (positions > 1).any():
+        if (positions < 0).any():
             raise ValueError(
-                f"positions must lie in [0, 1]; received values in [{float(positions.min()):.3g}"
-                f", {float(positions.max()):.3g}]. Rescale token indices i to i / (n - 1)."
+                f"positions must be ≥ 0 (integer token indices, or s ∈ [0, 1] for a "
+                f"mean-field limit); received a minimum of {float(positions.min()):.4g}."
             )
         return positions.detach()
 
@@ -114,14 +118,14 @@ class Empirical(Measure):
 
     def normalized(self) -> Empirical:
         """The same measure with every point divided by its norm: tokens on the unit sphere
-        S^{d−1} (x ↦ x/|x|, the normalisation of a Post-LN Transformer). Zero points raise."""
-        norms = self._points.norm(dim=-1, keepdim=True)
-        if bool((norms == 0).any()):
+        S^{d−1} (x ↦ x/|x|, the normalisation of a Post-LN Transformer), right at every scale of
+        the dtype (:mod:`tpde._normalize`). Zero points raise."""
+        if bool((self._points == 0).all(-1).any()):
             raise ValueError(
                 "normalized() needs nonzero points: a point at the origin has no direction. "
                 "Move or drop it first."
             )
-        return self.with_points(self._points / norms)
+        return self.with_points(unit(self._points))
 
     @property
     def batch_shape(self) -> torch.Size:
@@ -167,7 +171,7 @@ class Empirical(Measure):
 
     @property
     def positions(self) -> torch.Tensor | None:
-        """Token positions in [0, 1], shape (n,), or None."""
+        """Token positions (finite, ≥ 0), shape (n,), or None."""
         return self._positions
 
     @property

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from tpde._normalize import unit
 from tpde._validation import check_float_dtype, check_positive_int
 from tpde.measures.empirical import Empirical
 
@@ -36,4 +37,4 @@ def uniform_on_sphere(
     shape = (*(check_positive_int(b, "batch size") for b in batch), n, d)
     draw_device = generator.device if generator is not None else "cpu"
     z = torch.randn(shape, generator=generator, dtype=dtype, device=draw_device)
-    return Empirical(torch.nn.functional.normalize(z, dim=-1).to(device or draw_device))
+    return Empirical(unit(z).to(device or draw_device))

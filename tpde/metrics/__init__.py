@@ -39,6 +39,7 @@ from tpde.metrics.clustering import (
     angular_cluster_count,
     angular_cluster_labels,
     cluster_density,
+    cluster_diameter,
     clusters_over_time,
     time_to_single_cluster,
 )
@@ -64,6 +65,7 @@ __all__ = [
     "bures_monge_map",
     "bures_wasserstein",
     "cluster_density",
+    "cluster_diameter",
     "clustering",
     "clusters_over_time",
     "conditional_w2",

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from tpde._linalg import sqrtm_psd, symmetrize, trace
+from tpde._status import Status, status_array
 from tpde._validation import as_tensor, check_finite, check_positive, check_positive_int, check_psd
 from tpde.measures import Gaussian
 from tpde.metrics._common import kind
@@ -51,8 +52,9 @@ class BuresBarycenter:
     ----------
     gaussian : Gaussian with the batch shape (...)
         The barycenter N(m*, Σ*) (the last iterate where the run did not converge).
-    status : str, or numpy array of str with the batch shape
-        "converged" (residual ≤ tol) or "not_converged" (the iteration cap came first).
+    status : :class:`~tpde._status.Status`, or a numpy array of them with the batch shape
+        "converged" (residual ≤ tol) or "not_converged" (the iteration cap came first);
+        comparing with an unknown name (a typo) raises.
     iterations : tensor (...) of int64
         Fixed-point iterations made by each batch element until it converged (or the cap).
     residual : tensor (...)
@@ -60,7 +62,7 @@ class BuresBarycenter:
     """
 
     gaussian: Gaussian
-    status: str | np.ndarray
+    status: Status | np.ndarray
     iterations: torch.Tensor
     residual: torch.Tensor
 
@@ -70,8 +72,8 @@ class BuresBarycenter:
         return bool(np.all(np.asarray(self.status) == "converged"))
 
     def __repr__(self) -> str:
-        status = self.status if isinstance(self.status, str) else dict(
-            zip(*np.unique(self.status, return_counts=True), strict=True)
+        status = str(self.status) if isinstance(self.status, str) else dict(
+            zip(*np.unique(self.status.astype(str), return_counts=True), strict=True)
         )  # fmt: skip
         return (
             f"BuresBarycenter(d={self.gaussian.dim}, batch={tuple(self.gaussian.batch_shape)}, "
@@ -234,7 +236,14 @@ def bures_barycenter(
     check_finite(covs, f"{FNAME}: covariances")
     check_psd(covs, f"{FNAME}: every covariance")
     w = _weights(weights, covs.shape[-3], covs)
-    batch = torch.broadcast_shapes(covs.shape[:-3], w.shape[:-1])
+    try:
+        batch = torch.broadcast_shapes(covs.shape[:-3], w.shape[:-1])
+    except RuntimeError:
+        raise ValueError(
+            f"{FNAME}: the weights' batch shape {tuple(w.shape[:-1])} does not broadcast with "
+            f"the Gaussians' batch shape {tuple(covs.shape[:-3])}; pass weights (K,) or one "
+            "row per batch element (..., K)."
+        ) from None
     d = covs.shape[-1]
     K = covs.shape[-3]
     means, covs = means.expand(*batch, K, d), covs.expand(*batch, K, d, d)
@@ -262,6 +271,7 @@ def bures_barycenter(
         T_bar = _mean_map(S, covs, w)
         residual = _residual(T_bar, S)
     ok = (residual.detach() <= tol).cpu().numpy()
-    status = np.where(ok, "converged", "not_converged")
-    status = str(status) if status.ndim == 0 else status.astype(str)
+    status = status_array(ok.shape, Status.NOT_CONVERGED)
+    status[ok] = Status.CONVERGED
+    status = status[()] if status.ndim == 0 else status
     return BuresBarycenter(Gaussian._trusted(mean, S), status, iterations, residual.detach())

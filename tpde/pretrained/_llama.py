@@ -1,0 +1,96 @@
+"""A plain torch forward of a llama decoder (the network's own equations, no tpde fields).
+
+Independent of tpde's fields: the tests hold tpde's layer schedule against it and it
+against transformers' ``LlamaForCausalLM``; the ``real-decoder`` experiment reads the
+attention probabilities of every head from it. ``w`` is a dict of torch tensors named as
+in the GGUF file (:class:`~tpde.pretrained.gguf_llama.LlamaFile`), ``cfg`` a
+:class:`~tpde.pretrained.gguf_llama.LlamaConfig`. Tokens are (..., n, d), positions
+0 … n − 1 (one sentence per batch row, no padding).
+
+One block l (Pre-RMSNorm), with N_γ(x) = γ ⊙ x/√(mean(x²) + ε):
+
+    h = x + W_O concat_h softmax_causal(R_p q_h · R_p' k_{g(h)} / √k) v_{g(h)},
+        q = W_Q N_γ1(x), k = W_K N_γ1(x), v = W_V N_γ1(x), g(h) = ⌊h H_kv / H⌋,
+    x' = h + W_down (silu(W_gate N_γ2(h)) ⊙ W_up N_γ2(h)),
+
+R_p the rotation by angles p·θ^(−2i/k) of the pairs (i, i + k/2) of a head ("rotate half").
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["attention", "block", "forward", "logits", "rms_norm", "rope_tables", "rotate"]
+
+
+def rms_norm(x: torch.Tensor, gamma: torch.Tensor, eps: float) -> torch.Tensor:
+    """N_γ(x) = γ ⊙ x/√(mean(x²) + ε) over the last dimension."""
+    return gamma * (x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps))
+
+
+def rope_tables(n: int, head_dim: int, base: float, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of the angles p·θ^(−2i/k), shape (n, k) (each half repeated)."""
+    inv = 1.0 / base ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+    angles = torch.arange(n, dtype=torch.float64)[:, None] * inv[None]
+    angles = torch.cat([angles, angles], -1)
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """R_p x = x cos + rotate_half(x) sin, rotate_half(x1, x2) = (−x2, x1)."""
+    half = x.shape[-1] // 2
+    turned = torch.cat([-x[..., half:], x[..., :half]], -1)
+    return x * cos + turned * sin
+
+
+def attention(x, l: int, w: dict, cfg, *, probabilities: bool = False):
+    """Layer l's attention sublayer on x (its RMSNorm included, no residual).
+
+    Returns the (..., n, d) output, and with ``probabilities=True`` also the attention
+    weights (..., H, n, n) (row i: the causal softmax of query i over keys j ≤ i).
+    """
+    n, k, H, Hkv = x.shape[-2], cfg.head_dim, cfg.heads, cfg.kv_heads
+    y = rms_norm(x, w[f"blk.{l}.attn_norm.weight"], cfg.rms_eps)
+
+    def heads(weight, count):
+        return (y @ weight.T).unflatten(-1, (count, k)).transpose(-2, -3)  # (..., count, n, k)
+
+    cos, sin = rope_tables(n, k, cfg.rope_base, x.dtype)
+    q = rotate(heads(w[f"blk.{l}.attn_q.weight"], H), cos, sin)
+    key = rotate(heads(w[f"blk.{l}.attn_k.weight"], Hkv), cos, sin)
+    v = heads(w[f"blk.{l}.attn_v.weight"], Hkv)
+    key, v = (t.repeat_interleave(H // Hkv, dim=-3) for t in (key, v))
+    scores = q @ key.transpose(-1, -2) / k**0.5
+    future = torch.ones(n, n, dtype=torch.bool).triu(1)
+    weights = torch.softmax(scores.masked_fill(future, float("-inf")), -1)
+    out = (weights @ v).transpose(-2, -3).flatten(-2) @ w[f"blk.{l}.attn_output.weight"].T
+    return (out, weights) if probabilities else out
+
+
+def mlp(h, l: int, w: dict, cfg):
+    """Layer l's SwiGLU sublayer on h (its RMSNorm included, no residual)."""
+    y = rms_norm(h, w[f"blk.{l}.ffn_norm.weight"], cfg.rms_eps)
+    gate = torch.nn.functional.silu(y @ w[f"blk.{l}.ffn_gate.weight"].T)
+    return (gate * (y @ w[f"blk.{l}.ffn_up.weight"].T)) @ w[f"blk.{l}.ffn_down.weight"].T
+
+
+def block(x, l: int, w: dict, cfg):
+    """One Pre-RMSNorm decoder block: h = x + Attn(x), x' = h + MLP(h)."""
+    h = x + attention(x, l, w, cfg)
+    return h + mlp(h, l, w, cfg)
+
+
+def forward(ids: torch.Tensor, w: dict, cfg) -> torch.Tensor:
+    """Hidden states (L + 1, ..., n, d): the embeddings, then the output of every block."""
+    x = w["token_embd.weight"][ids]
+    states = [x]
+    for l in range(cfg.layers):
+        x = block(x, l, w, cfg)
+        states.append(x)
+    return torch.stack(states)
+
+
+def logits(x: torch.Tensor, w: dict, cfg) -> torch.Tensor:
+    """Final RMSNorm then the output head (the embedding matrix when tied): (..., n, V)."""
+    head = w["token_embd.weight"] if cfg.tied_embeddings else w["output.weight"]
+    return rms_norm(x, w["output_norm.weight"], cfg.rms_eps) @ head.T
