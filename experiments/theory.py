@@ -33,9 +33,10 @@ sets the measured number beside it (:mod:`tpde.theory` holds the closed forms;
    corollary for φ(t) = e^{βt}, any n); the share of ``sync_seeds`` random starts that
    reach diameter < 1e-4 by t = ``sync_t1`` (time rescaled by e^{β}), against β and n.
 
-Full size: the defaults (about 25 minutes on one core without a spectral engine for part
-2's N = 10⁴ tokens; ``inst_tokens=1000000`` where the spectral engine is available).
-Quick: ``QUICK`` (under a minute).
+Full size: the defaults; part 2 then flows 4 × 10⁶ tokens per β on the spectral engine
+(about 1 s per field evaluation per 10⁶ tokens on one core, 80 evaluations per β and kernel).
+``--set inst_tokens=10000 --set inst_seeds=8`` is the size of the issue's first check (N ≥ 10⁴
+averaged over seeds). Quick: ``QUICK`` (under a minute on one core).
 """
 
 from __future__ import annotations
@@ -64,12 +65,12 @@ class Config:
     ln_dt: float = 0.01
     inst_kernels: tuple[str, ...] = ("sa", "usa")
     inst_betas: tuple[float, ...] = (1.0, 5.0, 10.0)
-    inst_tokens: int = 10_000
-    inst_seeds: int = 8
+    inst_tokens: int = 1_000_000
+    inst_seeds: int = 4
     inst_modes: int = 6
     inst_level: float = 0.01
-    inst_saves: int = 25
-    inst_steps: int = 40
+    inst_saves: int = 21
+    inst_steps: int = 20
     lat_tokens: int = 256
     lat_modes: int = 12
     lat_beta_max: int = 20
@@ -147,8 +148,8 @@ QUICK = {
     "inst_tokens": "500",
     "inst_seeds": "4",
     "inst_level": "0.05",
-    "inst_steps": "24",
-    "inst_saves": "13",
+    "inst_steps": "20",
+    "inst_saves": "11",
     "lat_tokens": "64",
     "lat_modes": "10",
     "causal_tokens": "8",
