@@ -314,9 +314,10 @@ def equiangular_frame(n: int, d: int, rho: float, *, generator: torch.Generator 
     frame = vectors[:, keep] * np.sqrt(values[keep])
     points = np.zeros((n, d))
     points[:, : frame.shape[1]] = frame
-    out = torch.as_tensor(points, dtype=torch.float64)
+    device = generator.device if generator is not None else "cpu"  # built from numpy: host
+    out = torch.as_tensor(points, dtype=torch.float64, device=device)
     if generator is not None:
-        z = torch.randn(d, d, generator=generator, dtype=torch.float64)
+        z = torch.randn(d, d, generator=generator, dtype=torch.float64, device=device)
         q, upper = torch.linalg.qr(z)
         out = out @ (q * torch.sign(torch.diagonal(upper))).T  # Haar (Mezzadri's sign fix)
     return torch.nn.functional.normalize(out, dim=-1).to(dtype)
@@ -444,10 +445,14 @@ def renyi_centres(points, delta: float, *, strong: bool = False) -> torch.Tensor
     distances = torch.cdist(x, x)
     centres = [0]
     for i in range(1, x.shape[0]):
-        earlier = torch.arange(i) if strong else torch.as_tensor(centres)
+        earlier = (
+            torch.arange(i, device=x.device)
+            if strong
+            else torch.as_tensor(centres, device=x.device)
+        )
         if bool((distances[i, earlier] > delta).all()):
             centres.append(i)
-    return torch.as_tensor(centres, dtype=torch.int64)
+    return torch.as_tensor(centres, dtype=torch.int64, device=x.device)
 
 
 # ---------------------------------------------------------------------- zero temperature
