@@ -6,12 +6,12 @@ import math
 
 import torch
 
-from tpde._engines import check_engine, softmax_average
+from tpde._engines import softmax_average
 from tpde._validation import check_positive
 from tpde.attention._ffn import Weights, linear
 from tpde.attention._forms import key_log_weights
-from tpde.attention.base import Field, GaussianNotPreserved, check_no_overflow
-from tpde.attention.masked import _check_positions
+from tpde.attention.base import Field, GaussianNotPreserved
+from tpde.attention.masked import velocity_at_positions
 from tpde.attention.positions import positional_encoding
 from tpde.measures import Empirical, Gaussian, Grid, Measure
 
@@ -155,18 +155,9 @@ class GroupedQueryAttention(Field):
                     "that uses positions; pass x too, or drop positions."
                 )
             return super().velocity(mu, x, t=t, engine=engine, info=info)
-        engine = check_engine(engine)
-        self.check_measure(mu)
-        x = self.check_points(x, mu)
-        if positions is None:
-            raise ValueError(
-                f"{self._why_positions()} at points x needs their positions: pass positions "
-                f"of shape ({x.shape[0]},)."
-            )
-        positions = _check_positions(positions, x)
-        out = self._velocity(t, mu, x, positions, engine)
-        check_no_overflow(out, mu, "the velocity Γ[μ]")
-        return out
+        return velocity_at_positions(
+            self, mu, x, positions, engine, self._why_positions(), self._velocity, t=t
+        )
 
     def particle_velocity(self, t, mu: Empirical, x, engine: str, info=None) -> torch.Tensor:
         if self.needs_positions and x.shape[-2] != mu.n:

@@ -106,18 +106,9 @@ class Masked(Field):
                     "drop positions to evaluate at μ's own tokens."
                 )
             return super().velocity(mu, t=t, engine=engine)
-        engine = check_engine(engine)
-        self.check_measure(mu)
-        x = self.check_points(x, mu)
-        if positions is None:
-            raise ValueError(
-                f"masked attention at points x needs their positions: pass positions of "
-                f"shape ({x.shape[0]},)."
-            )
-        positions = _check_positions(positions, x)
-        out = self._masked_velocity(t, mu, x, positions, engine)
-        check_no_overflow(out, mu, "the masked velocity Γ[μ]")
-        return out
+        return velocity_at_positions(
+            self, mu, x, positions, engine, "masked attention", self._masked_velocity, t=t
+        )
 
     @property
     def time_dependent(self) -> bool:
@@ -178,6 +169,22 @@ class Masked(Field):
     def __repr__(self) -> str:
         sink = f", sink_mass={self.sink_mass:g}" if self.sink_mass else ""
         return f"Masked({self.field!r}{sink})"
+
+
+def velocity_at_positions(field, mu, x, positions, engine, who: str, evaluate, *, t: float):
+    """Γ[μ](s, x) of a field with positions at points x with ``positions`` (the public
+    boundary of :meth:`Masked.velocity` and of the decoder attention): checks, then
+    ``evaluate(t, mu, x, positions, engine)``, then the overflow check."""
+    engine = check_engine(engine)
+    field.check_measure(mu)
+    x = field.check_points(x, mu)
+    if positions is None:
+        raise ValueError(
+            f"{who} at points x needs their positions: pass positions of shape ({x.shape[0]},)."
+        )
+    out = evaluate(t, mu, x, _check_positions(positions, x), engine)
+    check_no_overflow(out, mu, f"the velocity Γ[μ] of {who}")
+    return out
 
 
 def _check_positions(positions, x) -> torch.Tensor:
