@@ -320,3 +320,20 @@ def test_rejects_batched_parameters_on_grids():
     field = Softmax.from_interaction(-torch.ones(3, 1, 1), torch.ones(1, 1))
     with pytest.raises(ValueError, match="unbatched field parameters"):
         integrate(field, _small_grid(), 0.1)
+
+
+def test_a_cfl_step_cut_to_nothing_is_a_blow_up_not_a_long_run():
+    # Unnormalised exponential attention e^{yᵀAx} with A = 40·I on the box [−3, 3]²: speeds of
+    # order e^{360}·3 at the corners, so the CFL step is ~1e-150. The run used to crawl through
+    # max_steps = 10⁵ such steps; now the cut step stops it at once with "blow_up".
+    from tpde.attention import Exponential
+
+    field = Exponential(
+        40 * torch.eye(2, dtype=F64), torch.eye(2, dtype=F64), torch.eye(2, dtype=F64), scale=1.0
+    )
+    grid = Grid.from_gaussian(
+        Gaussian(torch.zeros(2, dtype=F64), 0.3 * torch.eye(2, dtype=F64)), (12, 12), -3.0, 3.0
+    )
+    traj = integrate(field, grid, 1.0)
+    assert traj.status == "blow_up" and traj.stats["n_steps"] == 0
+    assert float(traj.event_time) == 0.0

@@ -30,7 +30,8 @@ covariance outside the PSD cone, a token the projection sent to the origin:
 ``System.degenerate``) is rejected: an adaptive method retries a quarter step, a
 fixed-step method stops the element there with "stiff" or "lost_token" (and a warning
 naming the fix). An adaptive step that collapses below 1e-12·max(1, |t|)
-stops the elements that refuse it with "blow_up"; an element that used up ``max_steps``
+stops the elements that refuse it with "blow_up", and so does a step that the system's own
+controller (a grid's CFL condition) cuts below that floor; an element that used up ``max_steps``
 attempts (accepted and rejected) stops with "max_steps".
 """
 
@@ -201,6 +202,12 @@ class Loop:
             if k1 is None and self.uses_k1:
                 k1 = rhs(clock, state)
             h_prop = np.asarray(system.propose_step(clock, state, h), dtype=float)
+            # A step the system itself cut below 1e-12·max(1, |t|) (a grid's CFL step at a
+            # velocity that overflows the box) is a blow-up, as a collapsed adaptive step is.
+            cut = moving & (h_prop < h) & (h_prop < COLLAPSE * np.maximum(1.0, np.abs(t)))
+            if cut.any():
+                self._stop(cut, Status.BLOW_UP, t)
+                continue
             remaining = target - t
             landing = moving & (remaining <= h_prop * (1 + 1e-9))
             h_try = np.where(moving, np.where(landing, remaining, h_prop), 0.0)
