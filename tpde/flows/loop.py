@@ -276,21 +276,24 @@ class Loop:
 
     def _left_domain(self, left, accept, h_next, moving, h_try, t):
         """Reject the steps that left the state's domain (``System.degenerate``): an
-        adaptive method retries a quarter step (and stops an element whose step collapses),
-        a fixed-step method stops the element there, with the system's domain status."""
+        adaptive method retries a quarter step, and an element whose step collapses there
+        stops with "blow_up" (a finite-time singularity: every step, however short, leaves
+        the domain); a fixed-step method stops the element there, with the system's domain
+        status ("stiff", "lost_token") and a warning naming the fix."""
         left = np.broadcast_to(left.detach().cpu().numpy(), moving.shape) & moving
         if not left.any():
             return accept, h_next
         status = self.system.domain_status
         if self.method.adaptive:
             shorter = h_try * 0.25
-            stop = left & (shorter < COLLAPSE * np.maximum(1.0, np.abs(t)))
+            collapsed = left & (shorter < COLLAPSE * np.maximum(1.0, np.abs(t)))
+            self._stop(collapsed, Status.BLOW_UP, t)
             everyone = self.synchronous
             accept = np.zeros_like(accept) if everyone else accept & ~left
             h_next = np.where(moving if everyone else left, shorter, h_next)
-        else:
-            stop = left
-            accept = accept & ~left
+            return accept & self.active, h_next
+        stop = left
+        accept = accept & ~left
         if stop.any():
             self._stop(stop, status, t)
             warnings.warn(
