@@ -352,20 +352,28 @@ class GaussianSystem(System):
         """Elements whose covariance left the PSD cone: Cholesky fails on Σ + τI, with
         τ = atol + rtol·s for an adaptive method (an eigenvalue below 0 by less than the
         step's error tolerance is the integration's own error: accepted) and τ = √eps·s for
-        fixed steps, s = max(1, max |Σ_ij|). Non-finite covariances are left to the
-        overflow check ("blow_up")."""
+        fixed steps, s = max(1, max |Σ_ij|). Only a step that *leaves* the cone is
+        degenerate: a state already outside by more than τ (rounding drift of a
+        rank-deficient Σ, e.g. a real model's n tokens in d > n, which no shorter step can
+        undo) is left to the blow-up event. Non-finite covariances are left to the overflow
+        check ("blow_up")."""
         cov = new[1].detach()
-        d = cov.shape[-1]
+        was_inside = self._inside_cone(old[1].detach(), tolerance)
+        finite = torch.isfinite(cov).all(-1).all(-1)
+        return ~self._inside_cone(cov, tolerance) & was_inside & finite
+
+    @staticmethod
+    def _inside_cone(cov, tolerance) -> torch.Tensor:
+        """Whether Σ + τI is positive definite (τ as in :meth:`degenerate`), per element."""
         scale = cov.abs().amax((-2, -1), keepdim=True).clamp_min(1.0)
         if tolerance is None:
             tau = math.sqrt(torch.finfo(cov.dtype).eps) * scale
         else:
             rtol, atol = tolerance
             tau = atol + rtol * scale
-        eye = torch.eye(d, dtype=cov.dtype, device=cov.device)
+        eye = torch.eye(cov.shape[-1], dtype=cov.dtype, device=cov.device)
         _, info = torch.linalg.cholesky_ex(torch.nan_to_num(cov) + tau * eye)
-        finite = torch.isfinite(cov).all(-1).all(-1)
-        return (info != 0) & finite
+        return info == 0
 
     @staticmethod
     def _finite_cov(state) -> torch.Tensor:
