@@ -357,6 +357,12 @@ class GaussianSystem(System):
         rank-deficient Σ, e.g. a real model's n tokens in d > n, which no shorter step can
         undo) is left to the blow-up event. Non-finite covariances are left to the overflow
         check ("blow_up")."""
+        if tolerance is not None:
+            # Adaptive methods: their error control keeps a PSD flow inside the cone to
+            # their tolerance (dopri5 and rodas4 are right on the stiff flows), and near a
+            # blow-up a rank-deficient Σ (a real model's n tokens in d > n) drifts out by
+            # rounding that no shorter step undoes: the blow-up event judges those runs.
+            return None
         cov = new[1].detach()
         was_inside = self._inside_cone(old[1].detach(), tolerance)
         finite = torch.isfinite(cov).all(-1).all(-1)
