@@ -267,8 +267,8 @@ def test_against_transformers_llama_attention(generator):
 # ---------------------------------------------------------------------- GQA and engines
 
 # KeOps compiles each new formula at first use (25–50 s on a fresh clone): its GQA cases run
-# with `make test-slow`; GQA on KeOps is the softmax primitive's keops route with rotated,
-# repeated heads, which the default suite checks through the Masked/softmax engine tests.
+# with `make test-slow` (the window mask on KeOps is checked there only; the causal and
+# key-bias routes are also in the default suite's Masked and softmax engine tests).
 ENGINES = [
     "dense",
     "chunked",
