@@ -148,16 +148,10 @@ class GroupedQueryAttention(Field):
         See :meth:`Field.velocity`; ``positions`` are the positions of the evaluation points,
         required with ``x`` when the field needs positions (:attr:`needs_positions`).
         """
-        if x is None or not self.needs_positions:
-            if positions is not None:
-                raise ValueError(
-                    "positions are the positions of the evaluation points x, for a field "
-                    "that uses positions; pass x too, or drop positions."
-                )
-            return super().velocity(mu, x, t=t, engine=engine, info=info)
         return velocity_at_positions(
-            self, mu, x, positions, engine, self._why_positions(), self._velocity, t=t
-        )
+            self, mu, x, positions, engine, self._why_positions(), self._velocity, t=t,
+            info=info, uses=self.needs_positions,
+        )  # fmt: skip
 
     def particle_velocity(self, t, mu: Empirical, x, engine: str, info=None) -> torch.Tensor:
         if self.needs_positions and x.shape[-2] != mu.n:

@@ -99,13 +99,6 @@ class Masked(Field):
         See :meth:`Field.velocity`; ``positions`` are the query positions (≥ 0) and are
         required with ``x`` (and refused without it).
         """
-        if x is None:
-            if positions is not None:
-                raise ValueError(
-                    "positions are the positions of the evaluation points x; pass x too, or "
-                    "drop positions to evaluate at μ's own tokens."
-                )
-            return super().velocity(mu, t=t, engine=engine)
         return velocity_at_positions(
             self, mu, x, positions, engine, "masked attention", self._masked_velocity, t=t
         )
@@ -171,10 +164,20 @@ class Masked(Field):
         return f"Masked({self.field!r}{sink})"
 
 
-def velocity_at_positions(field, mu, x, positions, engine, who: str, evaluate, *, t: float):
-    """Γ[μ](s, x) of a field with positions at points x with ``positions`` (the public
-    boundary of :meth:`Masked.velocity` and of the decoder attention): checks, then
+def velocity_at_positions(
+    field, mu, x, positions, engine, who: str, evaluate, *, t: float, info=None, uses=True
+):
+    """The public velocity of a field with positions (:meth:`Masked.velocity` and the
+    decoder attention's): at μ's own tokens (x None, or a field that ``uses`` no positions)
+    through :meth:`Field.velocity`; at points x with their ``positions``: checks, then
     ``evaluate(t, mu, x, positions, engine)``, then the overflow check."""
+    if x is None or not uses:
+        if positions is not None:
+            raise ValueError(
+                "positions are the positions of the evaluation points x, for a field that "
+                "uses positions; pass x too, or drop positions to evaluate at μ's own tokens."
+            )
+        return Field.velocity(field, mu, x, t=t, engine=engine, info=info)
     engine = check_engine(engine)
     field.check_measure(mu)
     x = field.check_points(x, mu)
