@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
+from dataclasses import field as dataclass_field
 from typing import ClassVar
 
 import torch
@@ -186,7 +187,25 @@ def _pre_velocity(norm, field, t, mu, x, engine, info) -> torch.Tensor:
 
 # ---------------------------------------------------------------------- sphere schemes
 @dataclass(frozen=True, eq=False)
-class PostLN(NormScheme):
+class _OnSphere(NormScheme):
+    """The sphere schemes' common part: tokens on S^{d−1}, N after every step, and the
+    choice of the tangent velocity (keyword fields ``tangent`` and ``atol``, see PostLN)."""
+
+    tangent: bool = dataclass_field(default=True, kw_only=True)
+    atol: float | None = dataclass_field(default=None, kw_only=True)
+    projects: ClassVar[bool] = True
+    on_sphere: ClassVar[bool] = True
+
+    def __post_init__(self):
+        object.__setattr__(self, "tangent", _check_tangent(self.tangent))
+        object.__setattr__(self, "atol", _check_atol(self.atol))
+
+    def project(self, points):
+        return normalize(points)
+
+
+@dataclass(frozen=True, eq=False)
+class PostLN(_OnSphere):
     """Post-LN, the sphere model: ẋ = P⊥_x Γ[μ](x) (``tangent=True``), or the discrete
     layer's direction Γ (``tangent=False``: Euler + renormalisation is x ← N(x + hΓ), GLPR's
     loop; first order for any method). With the tangent velocity the field is evaluated at
@@ -204,23 +223,12 @@ class PostLN(NormScheme):
     is non-increasing along the post-LN flow (Geshkovski et al. §3; MATH.md §7).
     """
 
-    tangent: bool = True
-    atol: float | None = None
     name: ClassVar[str] = "post-ln"
-    projects: ClassVar[bool] = True
-    on_sphere: ClassVar[bool] = True
-
-    def __post_init__(self):
-        object.__setattr__(self, "tangent", _check_tangent(self.tangent))
-        object.__setattr__(self, "atol", _check_atol(self.atol))
 
     def velocity(self, field, t, mu, x, engine, info):
         if not self.tangent:
             return field.particle_velocity(t, mu, x, engine, info)
         return tangent(x, _on_sphere(field, t, mu, x, engine, info))
-
-    def project(self, points):
-        return normalize(points)
 
     def gradient_structure(self, field, t: float):
         if not self.tangent:
@@ -242,7 +250,7 @@ class PostLN(NormScheme):
 
 
 @dataclass(frozen=True, eq=False)
-class NGPT(NormScheme):
+class NGPT(_OnSphere):
     """nGPT: ẋ = α(t) P⊥_x N(Γ[μ](x)) on the sphere (speed ≤ α); ``tangent=False`` flows
     the layer's direction α(N(Γ) − x) (Euler + renormalisation is the layer).
 
@@ -253,17 +261,12 @@ class NGPT(NormScheme):
     """
 
     alpha: object = 1.0
-    tangent: bool = True
-    atol: float | None = None
     name: ClassVar[str] = "ngpt"
-    projects: ClassVar[bool] = True
-    on_sphere: ClassVar[bool] = True
 
     def __post_init__(self):
         if not callable(self.alpha):
             object.__setattr__(self, "alpha", check_positive(self.alpha, "nGPT alpha"))
-        object.__setattr__(self, "tangent", _check_tangent(self.tangent))
-        object.__setattr__(self, "atol", _check_atol(self.atol))
+        super().__post_init__()
 
     @property
     def time_dependent(self) -> bool:
@@ -292,9 +295,6 @@ class NGPT(NormScheme):
             out = field.particle_velocity(t, mu, x, engine, info)
             return alpha * (normalize(out) - normalize(x))
         return alpha * tangent(x, normalize(_on_sphere(field, t, mu, x, engine, info)))
-
-    def project(self, points):
-        return normalize(points)
 
     def describe(self) -> str:
         extra = "" if self.tangent else ", tangent=False"
