@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import resource
@@ -37,6 +38,17 @@ class PeakRSS:
         self._thread.join()
         self.peak = max(self.peak, _rss())
         self.extra = self.peak - self.base
+
+
+@contextlib.contextmanager
+def torch_threads(threads: int):
+    """Run a block at ``threads`` torch threads, restoring the previous count after."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
 
 
 def _rss() -> int:

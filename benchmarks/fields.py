@@ -34,7 +34,7 @@ import statistics
 import time
 
 import torch
-from _common import print_table, timed
+from _common import print_table, timed, torch_threads
 
 from tpde._engines import pick_engine, pick_kernel_sum_engine, pick_logsumexp_engine
 from tpde._engines.keops import keops_status
@@ -166,12 +166,8 @@ def run_feedforward(names, sizes=FEEDFORWARD_SIZES, rounds=15, threads=1):
     overflow check of its output (a few elementwise passes, < 1 % of the products at one
     thread).
     """
-    previous = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with torch_threads(threads):
         return _run_feedforward(names, sizes, rounds)
-    finally:
-        torch.set_num_threads(previous)
 
 
 def _run_feedforward(names, sizes, rounds):
@@ -238,12 +234,8 @@ def gqa_torch(x, Wq, Wk, Wv, Wo, cos, sin, heads, kv_heads):
 def run_decoder(sizes=DECODER_SIZES, engines=DECODER_ENGINES, rounds=15, threads=1):
     """GQA + RoPE (causal) at SmolLM2's size against :func:`gqa_torch`, same weights, same
     run, calls alternating (:func:`alternating`), at ``threads`` torch threads (restored)."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with torch_threads(threads):
         return _run_decoder(sizes, engines, rounds)
-    finally:
-        torch.set_num_threads(previous)
 
 
 def _run_decoder(sizes, engines, rounds):
