@@ -224,7 +224,10 @@ def softmax_average(
     if query_positions is None or key_positions is None:
         raise ValueError("a causal mask needs both query_positions and key_positions.")
     if window is not None:
-        _check_window_sees_keys(query_positions, key_positions, window)
+        if not window > 0:
+            raise ValueError(f"window must be > 0; received {window!r}.")
+        if query_positions is not key_positions:  # self-attention: each query sees itself
+            _check_window_sees_keys(query_positions, key_positions, window)
         return average(q, k, v, key_bias, query_positions, key_positions, window)
     if query_positions is not key_positions and bool(query_positions.min() < key_positions.min()):
         raise ValueError(
@@ -237,8 +240,6 @@ def softmax_average(
 
 def _check_window_sees_keys(query_positions, key_positions, window: float) -> None:
     """Raise unless every query sees a key s_j with 0 ≤ s_i − s_j < window (O((n + m) log m))."""
-    if not window > 0:
-        raise ValueError(f"window must be > 0; received {window!r}.")
     keys = torch.sort(key_positions).values
     seen = torch.searchsorted(keys, query_positions, right=True)
     too_old = torch.searchsorted(keys, query_positions - window, right=True)
@@ -293,8 +294,6 @@ def kernel_sum(q, k, v, key_bias=None, kernel: str = "sigmoid", engine: str = "a
     "tiled"; "dense" and "chunked" to any order).
     """
     check_choice(kernel, "kernel", tuple(KERNELS))
-    if engine == "spectral":
-        _engine_for(_KERNEL_SUM, engine, "kernel sums")
     if engine == "sdpa":
         raise ValueError(
             f"engine 'sdpa' only computes softmax-normalised averages and cannot express the "
@@ -304,7 +303,7 @@ def kernel_sum(q, k, v, key_bias=None, kernel: str = "sigmoid", engine: str = "a
     q, k, v, key_bias = _broadcast_batch(q, k, v, key_bias)
     if engine == "auto":
         engine = pick_kernel_sum_engine(q.shape[-2], k.shape[-2], q.device, q.dtype)
-    return _KERNEL_SUM[engine](q, k, v, key_bias, kernel)
+    return _engine_for(_KERNEL_SUM, engine, "kernel sums")(q, k, v, key_bias, kernel)
 
 
 _LOGSUMEXP = {

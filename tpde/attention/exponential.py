@@ -8,9 +8,9 @@ from tpde._engines import kernel_sum
 from tpde._engines.spectral import exp_sum_spectral
 from tpde.attention._circle import circle_route
 from tpde.attention._params import QKV
-from tpde.attention.base import Field, GaussianNotPreserved
+from tpde.attention.base import Field
 from tpde.attention.registry import register
-from tpde.measures import Empirical, Gaussian
+from tpde.measures import Empirical
 
 __all__ = ["Exponential"]
 
@@ -75,15 +75,13 @@ class Exponential(Field):
             values = values @ p.V.transpose(-1, -2)
         return kernel_sum(queries, points, values, kernel="exp", engine=engine)
 
-    def check_measure(self, mu) -> None:
-        super().check_measure(mu)
-        if isinstance(mu, Gaussian):
-            raise GaussianNotPreserved(
-                "exponential (USA) attention does not keep Gaussians Gaussian: "
-                "Γ[N(α, Σ)](x) = e^{xᵀAᵀα + ½xᵀAᵀΣAx} V(α + ΣAx) is not affine in x, so there "
-                "is no moment closure. Integrate particles instead: "
-                "integrate(field, Empirical.from_gaussian(gaussian, n), t1)."
-            )
+    def gaussian_refusal(self) -> str:
+        return (
+            "exponential (USA) attention does not keep Gaussians Gaussian: "
+            "Γ[N(α, Σ)](x) = e^{xᵀAᵀα + ½xᵀAᵀΣAx} V(α + ΣAx) is not affine in x, so there "
+            "is no moment closure. Integrate particles instead: "
+            "integrate(field, Empirical.from_gaussian(gaussian, n), t1)."
+        )
 
     def __repr__(self) -> str:
         return f"Exponential(d={self.dim}, k={self.params.k}, scale={self.params.scale:.4g})"
