@@ -170,19 +170,24 @@ def _check_atol(value):
     return None if value is None else check_positive(value, "atol")
 
 
-def _on_sphere(field, t, mu, x, engine, info) -> torch.Tensor:
-    """Γ[N#μ](N(x)) for the tangent sphere schemes: Γ[μ](x) on the sphere, and off it
-    (where Runge–Kutta stages evaluate) the 0-homogeneous extension, so that a field with a
-    circle-only engine (softmax and exponential with A = βI on S¹: "spectral") keeps it at
-    every stage."""
-    return _pre_velocity(normalize, field, t, mu, x, engine, info)
+def _on_sphere(field, t, mu, x, engine, info) -> tuple[torch.Tensor, torch.Tensor]:
+    """(Γ[N#μ](N(x)), N(x)) for the tangent sphere schemes: Γ[μ](x) on the sphere, and off
+    it (where Runge–Kutta stages evaluate) the 0-homogeneous extension, so that a field with
+    a circle-only engine (softmax and exponential with A = βI on S¹: "spectral") keeps it at
+    every stage; N(x) is returned for the tangent projection (computed once)."""
+    return _normalised_call(normalize, field, t, mu, x, engine, info)
+
+
+def _normalised_call(norm, field, t, mu, x, engine, info):
+    """(Γ[N#μ](N(x)), N(x)): the field on normalised keys and queries."""
+    keys = norm(mu.points)
+    queries = keys if x is mu.points else norm(x)  # a flow evaluates at its own tokens
+    return field.particle_velocity(t, mu.with_points(keys), queries, engine, info), queries
 
 
 def _pre_velocity(norm, field, t, mu, x, engine, info) -> torch.Tensor:
     """Γ[N#μ](N(x)): the field sees normalised keys and queries (every pre-norm scheme)."""
-    keys = norm(mu.points)
-    queries = keys if x is mu.points else norm(x)  # a flow evaluates at its own tokens
-    return field.particle_velocity(t, mu.with_points(keys), queries, engine, info)
+    return _normalised_call(norm, field, t, mu, x, engine, info)[0]
 
 
 # ---------------------------------------------------------------------- sphere schemes
@@ -228,7 +233,8 @@ class PostLN(_OnSphere):
     def velocity(self, field, t, mu, x, engine, info):
         if not self.tangent:
             return field.particle_velocity(t, mu, x, engine, info)
-        return tangent(x, _on_sphere(field, t, mu, x, engine, info))
+        out, directions = _on_sphere(field, t, mu, x, engine, info)
+        return tangent_part(directions, out)  # = P⊥_x out, N(x) computed once
 
     def gradient_structure(self, field, t: float):
         if not self.tangent:
@@ -294,7 +300,8 @@ class NGPT(_OnSphere):
         if not self.tangent:
             out = field.particle_velocity(t, mu, x, engine, info)
             return alpha * (normalize(out) - normalize(x))
-        return alpha * tangent(x, normalize(_on_sphere(field, t, mu, x, engine, info)))
+        out, directions = _on_sphere(field, t, mu, x, engine, info)
+        return alpha * tangent_part(directions, normalize(out))
 
     def describe(self) -> str:
         extra = "" if self.tangent else ", tangent=False"
@@ -358,7 +365,7 @@ class MixLN(NormScheme):
             )
         object.__setattr__(self, "switch", switch)
         object.__setattr__(self, "depth", depth)
-        post = PostLN(tangent=_check_tangent(self.tangent), atol=_check_atol(self.atol))
+        post = PostLN(tangent=self.tangent, atol=self.atol)  # checks them
         object.__setattr__(self, "_pieces", (post, PreLN()))
 
     @property
