@@ -89,7 +89,8 @@ def test_non_finite_states_are_found_per_element():
     # One sum per element (NaN and ±inf make it non-finite); an element whose sum
     # overflows (entries near the largest float) is rechecked entry by entry and kept.
     mu = Empirical(torch.zeros(5, 3, 2, dtype=F64))
-    system = ParticleSystem(_one_d(), mu, "dense")
+    eye = torch.eye(2, dtype=F64)
+    system = ParticleSystem(Softmax.from_interaction(eye, eye), mu, "dense")
     points = mu.points.clone()
     points[1, 0, 1], points[2, 2, 0], points[3, 1, 1] = math.nan, math.inf, -math.inf
     points[4] = torch.finfo(F64).max / 2

@@ -60,6 +60,12 @@ def _reduce(part: torch.Tensor, dims: int, op) -> torch.Tensor:
     return op(part.reshape(*part.shape[: part.ndim - dims], -1), dim=-1)
 
 
+def check_start(field, mu, t0: float) -> None:
+    """Raise unless the field acting at t0 takes ``mu`` (a Mix-LN stack started after its
+    switch is Pre-LN, which takes tokens off the sphere)."""
+    field.piece(t0).check_measure(mu)
+
+
 class System:
     """Base class of systems: per-element reductions and the default hooks (module notes)."""
 
@@ -202,8 +208,9 @@ class ParticleSystem(System):
 
     part_dims = (2,)
 
-    def __init__(self, field, mu: Empirical, engine: str = "auto"):
+    def __init__(self, field, mu: Empirical, engine: str = "auto", t0: float = 0.0):
         super().__init__(field)
+        check_start(field, mu, t0)
         self.mu, self.engine = mu, check_engine(engine)
 
     def initial(self):
@@ -325,6 +332,7 @@ class GaussianSystem(System):
 
     def __init__(self, field, mu: Gaussian, t0: float = 0.0):
         super().__init__(field)
+        check_start(field, mu, t0)
         # The batch shape of the run broadcasts the measure's with the parameters'.
         dmean, _ = field.gaussian_rhs(t0, mu.mean(), mu.cov())
         batch = dmean.shape[:-1]
