@@ -63,8 +63,11 @@ class _RHS:
 
     def __call__(self, t, state):
         self.calls += 1
-        derivative = self.system.rhs(t, state)
-        if not self.batched or self.active is None:  # None: every element is active
+        return self._masked(self.system.rhs(t, state))
+
+    def _masked(self, derivative):
+        """The derivative with stopped elements zeroed (None: every element is active)."""
+        if not self.batched or self.active is None:
             return derivative
         zeros = tuple(map(torch.zeros_like, derivative))
         return self.system.mask(self.active, derivative, zeros)
@@ -82,11 +85,7 @@ class _RHS:
 
         def f(t, state):
             self.calls += 1
-            derivative = self.system.rhs_part(index, t, state)
-            if not self.batched or self.active is None:
-                return derivative
-            zeros = tuple(map(torch.zeros_like, derivative))
-            return self.system.mask(self.active, derivative, zeros)
+            return self._masked(self.system.rhs_part(index, t, state))
 
         return f
 
@@ -228,8 +227,7 @@ class Loop:
             ok, retry = system.check_step(float(h_try.max()) if not self.batched else h_try)
             if not ok:
                 accept, h_next = np.zeros_like(accept), np.where(moving, retry, h_next)
-            tolerance = (self.rtol, self.atol) if method.adaptive else None
-            left = system.degenerate(state, new, tolerance)
+            left = system.degenerate(state, new, method.adaptive)
             if left is not None:
                 accept, h_next = self._left_domain(left, accept, h_next, moving, h_try, t)
             rejected += moving & ~accept
@@ -292,17 +290,14 @@ class Loop:
             accept = np.zeros_like(accept) if everyone else accept & ~left
             h_next = np.where(moving if everyone else left, shorter, h_next)
             return accept & self.active, h_next
-        stop = left
-        accept = accept & ~left
-        if stop.any():
-            self._stop(stop, status, t)
-            warnings.warn(
-                f"{int(stop.sum())} element(s) stopped at t = {float(np.max(t[stop])):.6g} "
-                f"with status {str(status)!r}: {status.meaning}. Fix: {status.fix}",
-                RuntimeWarning,
-                stacklevel=4,
-            )
-        return accept & self.active, h_next
+        self._stop(left, status, t)
+        warnings.warn(
+            f"{int(left.sum())} element(s) stopped at t = {float(np.max(t[left])):.6g} with "
+            f"status {str(status)!r}: {status.meaning}. Fix: {status.fix}",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+        return accept & ~left & self.active, h_next
 
     def _after_step(self, rhs, state, new, k_new, k1, accept, t, t_new, saves):
         """Freeze, stop on overflow, inner failure and events.

@@ -17,12 +17,12 @@ default):
   R^d, symmetrisation of covariances, renormalisation onto the sphere, a LayerNorm.
   Applying it after whole steps only keeps the method's order (stages may leave the
   manifold by O(h^{p+1}));
-- ``degenerate(old, new) -> mask or None``: the elements whose new state (after
-  ``project``) left the state's domain, with ``domain_status`` the status that says so:
-  a covariance outside the PSD cone ("stiff": the exact flow keeps Σ PSD, only a too
-  long explicit step leaves it), a token the projection sent to the origin
-  ("lost_token"). The loop rejects such a step (adaptive methods retry a shorter one)
-  or stops the element there (fixed steps); None: no domain to leave;
+- ``degenerate(old, new, adaptive) -> mask or None``: the elements whose new state
+  (after ``project``) left the state's domain, with ``domain_status`` the status that
+  says so: a covariance a fixed step took out of the PSD cone ("stiff": the exact flow
+  keeps Σ PSD, only a too long explicit step leaves it), a token a projection sent to
+  the origin ("lost_token"). The loop rejects such a step (adaptive methods retry a
+  shorter one) or stops the element there (fixed steps); None: no domain to leave;
 - ``propose_step(t, state, h) -> h`` and ``check_step(h) -> (ok, retry)``: a step-size
   controller of the system's own (the CFL condition of grids) besides the method's error
   estimate; ``record_step(h, state)`` sees every accepted step; ``stats()`` adds the
@@ -176,11 +176,9 @@ class System:
     def project(self, state):
         return state
 
-    def degenerate(self, old, new, tolerance=None) -> torch.Tensor | None:
-        """Per element: whether ``new`` left the state's domain (module notes); None: never.
-
-        ``tolerance``: (rtol, atol) of an adaptive method (a state within its error
-        tolerance of the domain is accepted), None for fixed steps."""
+    def degenerate(self, old, new, adaptive: bool) -> torch.Tensor | None:
+        """Per element: whether the step from ``old`` to ``new`` left the state's domain
+        (module notes; ``adaptive``: the step comes from an adaptive method); None: never."""
         return None
 
     def propose_step(self, t: float, state, h):
@@ -256,11 +254,12 @@ class ParticleSystem(System):
 
     domain_status = Status.LOST_TOKEN
 
-    def degenerate(self, old, new, tolerance=None) -> torch.Tensor | None:
-        """Elements with a token that the projection sent to the origin (a norm scheme that
+    def degenerate(self, old, new, adaptive: bool) -> torch.Tensor | None:
+        """Elements with a token that a projection sent to the origin (a norm scheme that
         loses a token: nGPT or post-LN with ``tangent=False`` landing on 0) and that was not
-        there before the step. Fields without a projection: None."""
-        if not self.field.supports("projection"):
+        there before the step. Fields without a projection (in no part): None."""
+        parts = getattr(self.field, "parts", (self.field,))
+        if not any(part.supports("projection") for part in (self.field, *parts)):
             return None
         zero_new = (new[0].detach() == 0).all(-1)
         zero_old = (old[0].detach() == 0).all(-1)
@@ -356,35 +355,32 @@ class GaussianSystem(System):
 
     domain_status = Status.STIFF
 
-    def degenerate(self, old, new, tolerance=None) -> torch.Tensor | None:
-        """Elements whose covariance left the PSD cone: Cholesky fails on Σ + τI, with
-        τ = atol + rtol·s for an adaptive method (an eigenvalue below 0 by less than the
-        step's error tolerance is the integration's own error: accepted) and τ = √eps·s for
-        fixed steps, s = max(1, max |Σ_ij|). Only a step that *leaves* the cone is
-        degenerate: a state already outside by more than τ (rounding drift of a
-        rank-deficient Σ, e.g. a real model's n tokens in d > n, which no shorter step can
-        undo) is left to the blow-up event. Non-finite covariances are left to the overflow
-        check ("blow_up")."""
-        if tolerance is not None:
-            # Adaptive methods: their error control keeps a PSD flow inside the cone to
-            # their tolerance (dopri5 and rodas4 are right on the stiff flows), and near a
-            # blow-up a rank-deficient Σ (a real model's n tokens in d > n) drifts out by
-            # rounding that no shorter step undoes: the blow-up event judges those runs.
+    def degenerate(self, old, new, adaptive: bool) -> torch.Tensor | None:
+        """Elements whose covariance a fixed step took out of the PSD cone: Cholesky fails on
+        Σ + τI, τ = √eps·s, s = max(1, max |Σ_ij|), and succeeded on the state before (a
+        state already outside by more than τ — rounding drift of a rank-deficient Σ, e.g. a
+        real model's n tokens in d > n, which no shorter step can undo — is left to the
+        blow-up event). Non-finite covariances are left to the overflow check ("blow_up").
+
+        Adaptive steps: None. Their error control keeps a PSD flow inside the cone to their
+        tolerance (dopri5 and rodas4 are right on the stiff flows), and near a blow-up the
+        drift above is no stiffness: the blow-up event judges those runs.
+        """
+        if adaptive:
             return None
         cov = new[1].detach()
-        was_inside = self._inside_cone(old[1].detach(), tolerance)
-        finite = torch.isfinite(cov).all(-1).all(-1)
-        return ~self._inside_cone(cov, tolerance) & was_inside & finite
+        last_cov, last_inside = getattr(self, "_last_verdict", (None, None))
+        # The state before the step was the last step's new state, already judged.
+        was_inside = last_inside if old[1] is last_cov else self._inside_cone(old[1].detach())
+        inside = self._inside_cone(cov)
+        self._last_verdict = (new[1], inside)
+        return ~inside & was_inside & torch.isfinite(cov).all(-1).all(-1)
 
     @staticmethod
-    def _inside_cone(cov, tolerance) -> torch.Tensor:
+    def _inside_cone(cov) -> torch.Tensor:
         """Whether Σ + τI is positive definite (τ as in :meth:`degenerate`), per element."""
         scale = cov.abs().amax((-2, -1), keepdim=True).clamp_min(1.0)
-        if tolerance is None:
-            tau = math.sqrt(torch.finfo(cov.dtype).eps) * scale
-        else:
-            rtol, atol = tolerance
-            tau = atol + rtol * scale
+        tau = math.sqrt(torch.finfo(cov.dtype).eps) * scale
         eye = torch.eye(cov.shape[-1], dtype=cov.dtype, device=cov.device)
         _, info = torch.linalg.cholesky_ex(torch.nan_to_num(cov) + tau * eye)
         return info == 0
