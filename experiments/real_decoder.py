@@ -170,8 +170,9 @@ def flow_question(model, sentence: str, net: torch.Tensor, config: Config) -> di
                                           atol=config.flow_rtol)}  # fmt: skip
     for k in config.splits:
         routes[f"h1/{k}"] = model.hidden_states(mu, dt=1.0 / k)
-    top_net = model.logits(net[-1]).argmax(-1)
-    row = {"ce_network": cross_entropy(model.logits(net[-1]), ids)}
+    net_logits = model.logits(net[-1])  # (n, vocabulary): computed once
+    top_net = net_logits.argmax(-1)
+    row = {"ce_network": cross_entropy(net_logits, ids)}
     for name, states in routes.items():
         logits = model.logits(states[-1])
         row[f"dist_{name}"] = [relative(states[l], net[l]) for l in range(len(net))]

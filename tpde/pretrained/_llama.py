@@ -1,9 +1,9 @@
 """A plain torch forward of a llama decoder (the network's own equations, no tpde fields).
 
-Independent of tpde's fields: the tests hold tpde's layer schedule against it and it
-against transformers' ``LlamaForCausalLM``; the ``real-decoder`` experiment reads the
-attention probabilities of every head from it. ``w`` is a dict of torch tensors named as
-in the GGUF file (:class:`~tpde.pretrained.gguf_llama.LlamaFile`), ``cfg`` a
+Independent of tpde's fields (an oracle: it shares no code with them): the tests hold
+tpde's layer schedule against it and it against transformers' ``LlamaForCausalLM``. ``w``
+is a dict of torch tensors named as in the GGUF file
+(:class:`~tpde.pretrained.gguf_llama.LlamaFile`), ``cfg`` a
 :class:`~tpde.pretrained.gguf_llama.LlamaConfig`. Tokens are (..., n, d), positions
 0 … n − 1 (one sentence per batch row, no padding).
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["attention", "block", "forward", "logits", "rms_norm", "rope_tables", "rotate"]
+__all__ = ["attention", "block", "forward", "logits", "mlp", "rms_norm", "rope_tables", "rotate"]
 
 
 def rms_norm(x: torch.Tensor, gamma: torch.Tensor, eps: float) -> torch.Tensor:

@@ -201,23 +201,21 @@ class MiniLM:
         LayerNorm(γ'_l, b'_l))`` (post placement): one Lie–Trotter step of size 1 with Euler
         sub-steps is h ← LN_l(h + Attn_l(h)), h ← LN'_l(h + F_l(h)), BERT's layer
         (``integrate(schedule, mu, 6.0, dt=1.0, method="lie-trotter")``). With
-        ``mlp=False`` the MLP part is F = 0 (its LayerNorm kept): the same as
-        ``post_ln_schedule(output_norm=True)``.
+        ``mlp=False`` the MLP part is F = 0 (its LayerNorm kept):
+        ``post_ln_schedule(output_norm=True)``, one field per layer (integrate it with Euler).
         """
         from tpde.attention import LayerNorm
 
+        if not mlp:
+            return self.post_ln_schedule(output_norm=True)
         self._check_norms("attention_norms", "attention-output")
         self._check_norms("output_norms", "MLP-output")
-        mlps = self.mlp_fields()
         layers = []
-        for l, field in enumerate(self.fields):
+        for l, (field, mlp_field) in enumerate(zip(self.fields, self.mlp_fields(), strict=True)):
             first, second = self.attention_norms[l], self.output_norms[l]
             attention = Normalized(field, LayerNorm(first.gamma, first.bias, first.eps))
-            if mlp:
-                norm = LayerNorm(second.gamma, second.bias, second.eps)
-                layers.append(attention + Normalized(mlps[l], norm))
-            else:
-                layers.append(_LayerWithoutMLP(field, first, second))
+            norm = LayerNorm(second.gamma, second.bias, second.eps)
+            layers.append(attention + Normalized(mlp_field, norm))
         return LayerSchedule(layers)
 
     def _check_norms(self, attribute: str, kind: str) -> None:
