@@ -19,6 +19,7 @@ from tpde.flows import Clustered, integrate
 from tpde.measures import Empirical, uniform_on_sphere
 from tpde.metrics import angular_cluster_count
 from tpde.theory import (
+    SCHEMES_WITH_LAW,
     dominant_mode,
     equiangular_frame,
     equiangular_solution,
@@ -28,10 +29,11 @@ from tpde.theory import (
 )
 
 from . import _framework as fw
+from .sphere import scheme_object
 
 F64 = torch.float64
 #: Schemes with an equiangular law (part 1); "layernorm" is run against its h → 0 limit.
-LAW_SCHEMES = ("post-ln", "pre-ln", "peri-ln", "mix-ln", "ngpt")
+LAW_SCHEMES = SCHEMES_WITH_LAW
 
 
 def wilson(successes: int, trials: int, z: float = 1.96) -> tuple[float, float]:
@@ -69,9 +71,8 @@ def _equiangular_run(config, scheme: str, kernel: str, n: int, times) -> dict:
     d = n + 1
     rho0 = -0.5 / (n - 1)
     frame = equiangular_frame(n, d, rho0, generator=fw.torch_generator(config.seed + n))
-    options = {"mix-ln": {"switch": config.eq_t1 / 2, "depth": config.eq_t1},
-               "ngpt": {"alpha": config.ngpt_alpha}}.get(scheme, {})  # fmt: skip
-    field = Normalized(kernel_field(kernel, config.eq_beta, d), scheme, **options)
+    scheme_obj = scheme_object(scheme, config.eq_t1, switch=0.5, alpha=config.ngpt_alpha)
+    field = Normalized(kernel_field(kernel, config.eq_beta, d), scheme_obj)
     start = time.perf_counter()
     traj = integrate(field, Empirical(frame), config.eq_t1, method="dopri5", rtol=config.eq_rtol,
                      atol=config.eq_rtol * 1e-2, save=times.tolist(), events=())  # fmt: skip
@@ -79,7 +80,7 @@ def _equiangular_run(config, scheme: str, kernel: str, n: int, times) -> dict:
     off, radius = _gram(torch.stack([m.points for m in traj.measures]), n)
     law = equiangular_solution(times, rho0, beta=config.eq_beta, n=n, scheme=scheme,
                                kernel=kernel, alpha=config.ngpt_alpha,
-                               switch=options.get("switch"))  # fmt: skip
+                               switch=getattr(scheme_obj, "switch", None))  # fmt: skip
     return {
         "rho": off.mean(-1).numpy(), "law_rho": law.rho, "law_r": law.r,
         "rho_error": float((off - torch.as_tensor(law.rho)[:, None]).abs().max()),

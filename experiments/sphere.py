@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from tpde.attention import Normalized, Softmax
-from tpde.attention.norms import NGPT, SCHEMES, LayerNorm, MixLN, NormScheme
+from tpde.attention.norms import SCHEMES, LayerNorm, NormScheme, scheme_from
 from tpde.flows import BlowUp, Clustered, integrate
 from tpde.measures import Empirical, Gaussian, uniform_on_sphere
 from tpde.metrics import angular_cluster_count, clusters_over_time, time_to_single_cluster
@@ -230,12 +230,13 @@ def scheme_field(scheme: str, beta: float, d: int, horizon: float, *, switch: fl
 
 def scheme_object(name: str, horizon: float, *, switch: float = 0.5, alpha: float = 1.0
                   ) -> NormScheme:  # fmt: skip
-    """The scheme named ``name`` (a key of :data:`SCHEMES`) with this experiment's options."""
-    if name == "mix-ln":
-        return MixLN(switch=switch * horizon, depth=horizon)
-    if name == "ngpt":
-        return NGPT(alpha=alpha)
-    return SCHEMES[name]()
+    """The scheme named ``name`` (a key of :data:`SCHEMES`) with this experiment's options:
+    Mix-LN hands over at ``switch`` × ``horizon`` (its depth), nGPT steps by ``alpha``."""
+    options = {
+        "mix-ln": {"switch": switch * horizon, "depth": horizon},
+        "ngpt": {"alpha": alpha},
+    }.get(name, {})
+    return scheme_from(name, options)
 
 
 def scheme_start(field: Normalized, mu):

@@ -291,13 +291,8 @@ def equiangular_frame(n: int, d: int, rho: float, *, generator: torch.Generator 
     if isinstance(d, bool) or not isinstance(d, int | np.integer) or d < 1:
         raise ValueError(f"d is a dimension, an int >= 1; received {d!r}.")
     check_float_dtype(dtype)
-    rho = float(check_real(rho, "rho"))
+    rho = float(_rho_bounds(check_real(rho, "rho"), n))
     low = -1.0 / (n - 1)
-    if rho < low - 1e-12 or rho > 1 + 1e-12:
-        raise ValueError(
-            f"no {n} unit vectors have pairwise inner product rho = {rho:.6g}: an equiangular "
-            f"frame of n = {n} vectors needs rho in [-1/(n-1), 1] = [{low:.6g}, 1]."
-        )
     simplex, collinear = abs(rho - low) <= 1e-12, abs(rho - 1) <= 1e-12
     need = 1 if collinear else (n - 1 if simplex else n)
     if d < need:
