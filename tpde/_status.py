@@ -12,7 +12,7 @@ import enum
 
 import numpy as np
 
-__all__ = ["STATUSES", "Status", "status_array"]
+__all__ = ["STATUSES", "Status", "status_array", "status_counts"]
 
 
 class Status(str, enum.Enum):
@@ -126,3 +126,9 @@ def status_array(shape: tuple[int, ...], status: Status = Status.COMPLETED) -> n
     out = np.empty(shape, dtype=object)
     out[...] = status
     return out
+
+
+def status_counts(status) -> dict[str, int]:
+    """How many elements of a status array (or one status) have each value, by name."""
+    values, counts = np.unique(np.asarray(status).astype(str), return_counts=True)
+    return dict(zip(values.tolist(), counts.tolist(), strict=True))

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from tpde._status import status_counts
 from tpde.flows.status import STATUSES, Status
 from tpde.measures import Measure
 
@@ -54,8 +55,7 @@ class Trajectory:
         return len(self.measures)
 
     def __repr__(self) -> str:
-        values, counts = np.unique(self.status.astype(str), return_counts=True)
-        status = dict(zip(values.tolist(), counts.tolist(), strict=True))
+        status = status_counts(self.status)
         return (
             f"Trajectory({len(self)} saved states, t ∈ [{float(self.times[0]):.4g}, "
             f"{float(self.times[-1]):.4g}], status={status})"

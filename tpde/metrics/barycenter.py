@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from tpde._linalg import sqrtm_psd, symmetrize, trace
-from tpde._status import Status, status_array
+from tpde._status import Status, status_array, status_counts
 from tpde._validation import as_tensor, check_finite, check_positive, check_positive_int, check_psd
 from tpde.measures import Gaussian
 from tpde.metrics._common import kind
@@ -72,9 +72,7 @@ class BuresBarycenter:
         return bool(np.all(np.asarray(self.status) == "converged"))
 
     def __repr__(self) -> str:
-        status = str(self.status) if isinstance(self.status, str) else dict(
-            zip(*np.unique(self.status.astype(str), return_counts=True), strict=True)
-        )  # fmt: skip
+        status = str(self.status) if isinstance(self.status, str) else status_counts(self.status)
         return (
             f"BuresBarycenter(d={self.gaussian.dim}, batch={tuple(self.gaussian.batch_shape)}, "
             f"status={status}, iterations ≤ {int(self.iterations.max())}, "
