@@ -205,9 +205,6 @@ class GridSystem(System):
     (:meth:`propose_step`, :meth:`check_step`; module notes).
     """
 
-    #: Grids step with the strong-stability-preserving methods only (module notes).
-    default_method = None  # the reconstruction's own (upwind: euler, muscl: heun)
-
     def __init__(self, field, grid, engine: str = "auto", *, scheme: str = "muscl",
                  cfl: float = 0.5):  # fmt: skip
         super().__init__(field)
@@ -215,6 +212,8 @@ class GridSystem(System):
         grid = spec.grid
         field.check_measure(grid)
         self.scheme, self.cfl, self.engine = spec.reconstruction, spec.cfl, check_engine(engine)
+        # Grids step with the SSP methods only: the reconstruction's own (upwind: euler,
+        # muscl: heun) by default (module notes).
         self.default_method = spec.reconstruction.default_method
         self.fixed_dt, self.dt_cap = None, 1.0
         self.part_dims = (grid.dim, 0)
