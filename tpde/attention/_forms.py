@@ -9,7 +9,7 @@ import torch
 from tpde._engines import softmax_average
 from tpde.measures import Empirical
 
-__all__ = ["SoftmaxForm", "key_log_weights"]
+__all__ = ["SoftmaxForm", "key_log_weights", "key_positions"]
 
 
 class SoftmaxForm(NamedTuple):
@@ -45,3 +45,13 @@ def key_log_weights(mu: Empirical) -> tuple[torch.Tensor, torch.Tensor]:
     if not bool(positive.all()):
         weights, points = weights[positive], points.index_select(-2, positive.nonzero()[:, 0])
     return points, weights.log()
+
+
+def key_positions(mu: Empirical):
+    """The positions of the keys of :func:`key_log_weights` (the tokens with positive mass):
+    μ's own tensor when none is dropped, so that engines can tell self-attention (queries
+    that are the keys) by identity."""
+    positions = mu.positions
+    if positions is None or bool((mu.weights > 0).all()):
+        return positions
+    return positions[mu.weights > 0]

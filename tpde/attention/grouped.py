@@ -9,7 +9,7 @@ import torch
 from tpde._engines import softmax_average
 from tpde._validation import check_positive
 from tpde.attention._ffn import Weights, linear
-from tpde.attention._forms import key_log_weights
+from tpde.attention._forms import key_log_weights, key_positions
 from tpde.attention.base import Field, GaussianNotPreserved
 from tpde.attention.masked import velocity_at_positions
 from tpde.attention.positions import positional_encoding
@@ -165,23 +165,21 @@ class GroupedQueryAttention(Field):
         Wq, Wk, Wv, Wo, bq, bk, bv, bo = self.params.at(t, x)
         G, dh = self.heads // self.kv_heads, self.head_dim
         points, log_w = key_log_weights(mu)
-        key_positions = mu.positions
-        if key_positions is not None and points.shape[-2] < mu.n:  # zero-mass keys dropped
-            key_positions = key_positions[mu.weights > 0]
+        keys_at = key_positions(mu)
         q = _heads(linear(x, Wq, bq), dh)  # (..., H, n, d_h)
         k = _heads(linear(points, Wk, bk), dh)  # (..., H_kv, m, d_h)
         v = _heads(linear(points, Wv, bv), dh)
         bias = log_w
         if self.position is not None:
             q = self.position.rotate(q, query_positions)
-            k = self.position.rotate(k, key_positions)
-            extra = self.position.key_bias(key_positions, self.heads)
+            k = self.position.rotate(k, keys_at)
+            extra = self.position.key_bias(keys_at, self.heads)
             if extra is not None:
                 bias = (log_w + extra.to(log_w.dtype)).unflatten(0, (self.kv_heads, G))
         q = (self.scale * q).unflatten(-3, (self.kv_heads, G))  # (..., H_kv, G, n, d_h)
         mask = {}
         if self.causal:
-            mask = {"query_positions": query_positions, "key_positions": key_positions}
+            mask = {"query_positions": query_positions, "key_positions": keys_at}
             if self.window is not None:
                 mask["window"] = self.window
         # the G query heads of a group share its key/value head: broadcast views

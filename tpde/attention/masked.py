@@ -6,6 +6,7 @@ import torch
 
 from tpde._engines import check_engine
 from tpde._validation import as_tensor, check_finite, check_positive
+from tpde.attention._forms import key_positions
 from tpde.attention.base import Field, GaussianNotPreserved, check_no_overflow
 from tpde.attention.registry import register, variant
 from tpde.measures import Empirical, Gaussian, Grid, Measure
@@ -118,8 +119,9 @@ class Masked(Field):
     def _masked_velocity(self, t, mu: Empirical, x, query_positions, engine):
         keys_measure = self._with_sink(mu)
         form = self.field.softmax_form(t, keys_measure, x)
-        key_positions = keys_measure.positions[keys_measure.weights > 0]
-        return form.velocity(engine, query_positions=query_positions, key_positions=key_positions)
+        return form.velocity(
+            engine, query_positions=query_positions, key_positions=key_positions(keys_measure)
+        )
 
     def _with_sink(self, mu: Empirical) -> Empirical:
         """μ plus the external sink m·δ_z at position 0 (weights renormalised by 1 + m)."""
