@@ -55,6 +55,14 @@ def cloud(n: int = 6, d: int = 2, seed: int = 0, scale: float = 1.0) -> torch.Te
     return scale * torch.randn(n, d, generator=gen, dtype=F64)
 
 
+def scales(dtype: torch.dtype) -> list[float]:
+    """Every power of ten inside the normal range of ``dtype`` (1e-306 … 1e307 in float64,
+    1e-36 … 1e37 in float32)."""
+    info = torch.finfo(dtype)
+    low, high = math.ceil(math.log10(info.tiny)), math.floor(math.log10(info.max))
+    return [10.0**e for e in range(low + 1, high)]
+
+
 @st.composite
 def poisoned(draw, max_n: int = 6, max_d: int = 3, dtype=F64):
     """(tensor (n, d), index) with one NaN, +Inf or −Inf planted at ``index``."""

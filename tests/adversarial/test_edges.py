@@ -12,7 +12,7 @@ import warnings
 import pytest
 import torch
 
-from tests.adversarial.strategies import F64, cloud
+from tests.adversarial.strategies import F64, cloud, scales
 from tpde._normalize import safe_norm, tangent_part, unit
 from tpde.attention import Normalized, Softmax
 from tpde.attention.energies import InteractionEnergy, PotentialEnergy
@@ -42,13 +42,6 @@ def two_clusters(dtype=F64, scale=1.0):
         dtype=F64,
     )
     return Empirical((base * scale).to(dtype))
-
-
-def scales(dtype):
-    """Every power of ten inside the normal range of ``dtype`` (1e-300 … 1e300 in float64)."""
-    info = torch.finfo(dtype)
-    low, high = math.ceil(math.log10(info.tiny)), math.floor(math.log10(info.max))
-    return [10.0**e for e in range(low + 1, high)]
 
 
 # ============================================================== scale-safe normalisation
