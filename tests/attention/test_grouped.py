@@ -80,15 +80,17 @@ def _reference(
     window=None,
     biases=None,
     keys=None,
+    probabilities=False,
 ):
     """Explicit n × m scores, mask and softmax, head by head (no tpde code); queries at μ's
-    tokens, keys at ``keys``' (default μ's)."""
+    tokens, keys at ``keys``' (default μ's). With ``probabilities``: also the softmax
+    weights (H, n, m)."""
     keys = mu if keys is None else keys
     x, p, y, r, w = mu.points, mu.positions, keys.points, keys.positions, keys.weights
     dh = Wq.shape[0] // heads
     bq, bk, bv, bo = biases if biases is not None else (0.0,) * 4
     q_all, k_all, v_all = x @ Wq.T + bq, y @ Wk.T + bk, y @ Wv.T + bv
-    outputs = []
+    outputs, weights = [], []
     for h in range(heads):
         g = h // (heads // kv_heads)
         q = q_all[:, h * dh : (h + 1) * dh]
@@ -105,9 +107,10 @@ def _reference(
             seen = r[None, :] <= p[:, None]
         if window is not None:
             seen = seen & (p[:, None] - r[None, :] < window)
-        scores = scores.masked_fill(~seen, -math.inf)
-        outputs.append(torch.softmax(scores, dim=-1) @ v)
-    return torch.cat(outputs, dim=-1) @ Wo.T + bo
+        weights.append(torch.softmax(scores.masked_fill(~seen, -math.inf), dim=-1))
+        outputs.append(weights[-1] @ v)
+    out = torch.cat(outputs, dim=-1) @ Wo.T + bo
+    return (out, torch.stack(weights)) if probabilities else out
 
 
 # ---------------------------------------------------------------------- RoPE

@@ -20,7 +20,8 @@ Engines (the word *engine* is used for nothing else in tpde):
 - ``"auto"``: the rule of :func:`pick_engine`, from measurements in ``benchmarks/fields.py``
   (and :func:`~tpde._engines.spectral.pick_spectral`, ``benchmarks/spectral.py``).
 
-Primitives: :func:`softmax_average` (every engine) and :func:`kernel_sum`, the
+Primitives: :func:`softmax_average` (every engine; its weights as a matrix:
+:func:`softmax_weights`, the dense engine's) and :func:`kernel_sum`, the
 unnormalised sum Σ_j φ(q_i·k_j + b_j) v_j of sigmoid, linear and exponential (USA) attention (dense,
 chunked, tiled, keops; its "auto" rule is :func:`pick_kernel_sum_engine`), and :func:`logsumexp`,
 log Σ_j exp(q_i·k_j + b_j), of Sinkhorn attention (every engine, "sdpa" on the CPU only;
@@ -54,6 +55,7 @@ from tpde._engines.torch_engines import (
     softmax_average_chunked,
     softmax_average_dense,
     softmax_average_sdpa,
+    softmax_weights_dense,
 )
 from tpde._validation import check_choice
 
@@ -68,6 +70,7 @@ __all__ = [
     "pick_kernel_sum_engine",
     "pick_logsumexp_engine",
     "softmax_average",
+    "softmax_weights",
 ]
 
 ENGINES = ("auto", "dense", "chunked", "sdpa", "keops", "tiled", "spectral")
@@ -217,10 +220,29 @@ def softmax_average(
         batch = math.prod(q.shape[:-2])
         engine = pick_engine(q.shape[-2], k.shape[-2], q.device, q.dtype, batch)
     average = _engine_for(_SOFTMAX_AVERAGE, engine, "softmax averages")
+    return average(q, k, v, key_bias, *_mask(query_positions, key_positions, window))
+
+
+def softmax_weights(
+    q, k, key_bias=None, *, query_positions=None, key_positions=None, window=None
+) -> torch.Tensor:
+    """The weights P_ij = exp(q_i·k_j + b_j)/Σ_l exp(q_i·k_l + b_l) of :func:`softmax_average`
+    as a (..., n, m) matrix (the dense engine's; rows sum to 1, hidden keys weigh 0).
+
+    Arguments and checks as :func:`softmax_average`; softmax_average(q, k, v, ...) equals
+    softmax_weights(q, k, ...) @ v on every engine, to rounding.
+    """
+    key_bias = _drop_constant_bias(key_bias)
+    return softmax_weights_dense(q, k, key_bias, *_mask(query_positions, key_positions, window))
+
+
+def _mask(query_positions, key_positions, window) -> tuple:
+    """The mask arguments of an engine, checked: () without positions, (query_positions,
+    key_positions) for a causal mask, and the window after them."""
     if query_positions is None and key_positions is None:
         if window is not None:
             raise ValueError("a sliding window needs query_positions and key_positions.")
-        return average(q, k, v, key_bias)
+        return ()
     if query_positions is None or key_positions is None:
         raise ValueError("a causal mask needs both query_positions and key_positions.")
     if window is not None:
@@ -228,14 +250,14 @@ def softmax_average(
             raise ValueError(f"window must be > 0; received {window!r}.")
         if query_positions is not key_positions:  # self-attention: each query sees itself
             _check_window_sees_keys(query_positions, key_positions, window)
-        return average(q, k, v, key_bias, query_positions, key_positions, window)
+        return query_positions, key_positions, window
     if query_positions is not key_positions and bool(query_positions.min() < key_positions.min()):
         raise ValueError(
             f"a query at position {float(query_positions.min()):.4g} sees no key: the "
             f"earliest key is at {float(key_positions.min()):.4g}. Add a key (a sink) at a "
             "position ≤ every query's."
         )
-    return average(q, k, v, key_bias, query_positions, key_positions)
+    return query_positions, key_positions
 
 
 def _check_window_sees_keys(query_positions, key_positions, window: float) -> None:

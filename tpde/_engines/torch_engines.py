@@ -44,19 +44,25 @@ def hidden_keys(query_positions, key_positions, window=None):
     return hidden if window is None else hidden | (gap >= window)
 
 
-def softmax_average_dense(
-    q, k, v, key_bias=None, query_positions=None, key_positions=None, window=None
-):
-    """One (..., n, m) score matrix; O(n·m) memory.
+def softmax_weights_dense(q, k, key_bias=None, query_positions=None, key_positions=None,
+                          window=None):  # fmt: skip
+    """The (..., n, m) softmax weights exp(q_i·k_j + b_j)/Σ_l exp(q_i·k_l + b_l); O(n·m) memory.
 
     With positions (n,) and (m,), key j is seen by query i only if s_j ≤ s_i (causal), and
-    with a ``window`` w only if also s_i − s_j < w (sliding window).
+    with a ``window`` w only if also s_i − s_j < w (sliding window): a hidden key weighs 0.
     """
     scores = dense_scores(q, k, key_bias)
     if query_positions is not None:
         hidden = hidden_keys(query_positions, key_positions, window)
         scores = scores.masked_fill(hidden, -math.inf)
-    return torch.softmax(scores, dim=-1) @ v
+    return torch.softmax(scores, dim=-1)
+
+
+def softmax_average_dense(
+    q, k, v, key_bias=None, query_positions=None, key_positions=None, window=None
+):
+    """The weights of :func:`softmax_weights_dense` times v (masks as there)."""
+    return softmax_weights_dense(q, k, key_bias, query_positions, key_positions, window) @ v
 
 
 def chunk_rows(n_rows: int, n_cols: int, itemsize: int) -> int:

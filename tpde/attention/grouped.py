@@ -6,12 +6,12 @@ import math
 
 import torch
 
-from tpde._engines import softmax_average
-from tpde._validation import check_positive
+from tpde._engines import softmax_average, softmax_weights
+from tpde._validation import check_positive, check_real
 from tpde.attention._ffn import Weights, linear
 from tpde.attention._forms import key_log_weights, key_positions
 from tpde.attention.base import Field, GaussianNotPreserved
-from tpde.attention.masked import velocity_at_positions
+from tpde.attention.masked import query_positions, velocity_at_positions
 from tpde.attention.positions import positional_encoding
 from tpde.measures import Empirical, Gaussian, Grid, Measure
 
@@ -163,6 +163,15 @@ class GroupedQueryAttention(Field):
 
     def _velocity(self, t, mu: Empirical, x, query_positions, engine):
         Wq, Wk, Wv, Wo, bq, bk, bv, bo = self.params.at(t, x)
+        q, k, v, bias, mask = self._grouped(mu, x, query_positions, Wq, Wk, Wv, bq, bk, bv)
+        out = softmax_average(q, k, v, bias, engine, **mask)
+        out = out.flatten(-4, -3).transpose(-3, -2).flatten(-2)  # (..., n, H·d_h)
+        return linear(out, Wo, bo)
+
+    def _grouped(self, mu: Empirical, x, query_positions, Wq, Wk, Wv, bq, bk, bv):
+        """(q, k, v, key bias, mask) of the softmax averages of Γ[μ](x), the G = H/H_kv query
+        heads of a group a batch dimension: q (..., H_kv, G, n, d_h) scaled and rotated, k and
+        v (..., H_kv, G, m, d_h) broadcast views over the group, over the m keys with mass."""
         G, dh = self.heads // self.kv_heads, self.head_dim
         points, log_w = key_log_weights(mu)
         keys_at = key_positions(mu)
@@ -184,9 +193,55 @@ class GroupedQueryAttention(Field):
                 mask["window"] = self.window
         # the G query heads of a group share its key/value head: broadcast views
         k, v = (kv.unsqueeze(-3).expand(*q.shape[:-2], *kv.shape[-2:]) for kv in (k, v))
-        out = softmax_average(q, k, v, bias, engine, **mask)
-        out = out.flatten(-4, -3).transpose(-3, -2).flatten(-2)  # (..., n, H·d_h)
-        return linear(out, Wo, bo)
+        return q, k, v, bias, mask
+
+    # ------------------------------------------------------------------ probabilities
+    def probabilities(self, mu: Measure, x=None, *, positions=None, t: float = 0.0):
+        r"""The attention probabilities P^h_ij of Γ[μ](x), so that (class equation)
+
+            Γ[μ](x_i) = W_o concat_h ( Σ_j P^h_ij v_{g(h), j} ) + b_o,
+            P^h_ij = w_j e^{s^h_ij} / Σ_l w_l e^{s^h_il}  (0 for a key the mask hides),
+
+        computed as the field computes its velocity (scale, RoPE/ALiBi, causal mask, window,
+        head groups, weights) and softmaxed densely (:func:`tpde._engines.softmax_weights`).
+
+        Parameters
+        ----------
+        mu : Empirical (a Grid is read through its cell masses, as by :meth:`velocity`)
+            The keys: μ's N tokens, with positions when :attr:`needs_positions`.
+        x : tensor (n, d), optional
+            The queries; default μ's own tokens (n = N).
+        positions : tensor (n,), optional
+            The positions of ``x`` (required with x when the field needs positions).
+        t : float
+            Depth-time, for time-dependent parameters.
+
+        Returns
+        -------
+        tensor (..., H, n, N)
+            Row i of head h over μ's tokens j: rows sum to 1; a key of zero mass, or hidden
+            by the causal mask or the window, has probability 0. Dense: n·N numbers per head.
+        """
+        t = check_real(t, "t")
+        self.check_measure(mu)
+        if isinstance(mu, Gaussian):
+            raise TypeError(
+                "attention probabilities are between tokens, and a Gaussian has none: sample "
+                "particles, Empirical(g.sample(n)), and ask them."
+            )
+        if isinstance(mu, Grid):
+            x = mu.centres() if x is None else x
+            mu = mu.to_empirical()
+        x = None if x is None else self.check_points(x, mu)
+        at = query_positions(positions, x, self._why_positions(), self.needs_positions)
+        x, at = (mu.points, mu.positions) if x is None else (x, at)
+        Wq, Wk, Wv, _, bq, bk, bv, _ = self.params.at(t, x)
+        q, k, _, bias, mask = self._grouped(mu, x, at, Wq, Wk, Wv, bq, bk, bv)
+        weights = softmax_weights(q, k, bias, **mask).flatten(-4, -3)  # (..., H, n, m)
+        if weights.shape[-1] == mu.n:
+            return weights
+        kept = (mu.weights > 0).nonzero()[:, 0]  # zero-mass keys: columns of zeros
+        return weights.new_zeros(*weights.shape[:-1], mu.n).index_copy(-1, kept, weights)
 
     # ------------------------------------------------------------------ checks
     def _why_positions(self) -> str:

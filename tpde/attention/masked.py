@@ -174,22 +174,32 @@ def velocity_at_positions(
     through :meth:`Field.velocity`; at points x with their ``positions``: checks, then
     ``evaluate(t, mu, x, positions, engine)``, then the overflow check."""
     if x is None or not uses:
+        query_positions(positions, x, who, uses)  # refuses positions without x
+        return Field.velocity(field, mu, x, t=t, engine=engine, info=info)
+    engine = check_engine(engine)
+    field.check_measure(mu)
+    x = field.check_points(x, mu)
+    out = evaluate(t, mu, x, query_positions(positions, x, who, uses), engine)
+    check_no_overflow(out, mu, f"the velocity Γ[μ] of {who}")
+    return out
+
+
+def query_positions(positions, x, who: str, uses: bool = True):
+    """The checked positions (m,) of evaluation points x (m, d) of a field that ``uses``
+    positions; None where x is None or the field uses none (and then ``positions`` must be
+    None: they would be ignored)."""
+    if x is None or not uses:
         if positions is not None:
             raise ValueError(
                 "positions are the positions of the evaluation points x, for a field that "
                 "uses positions; pass x too, or drop positions to evaluate at μ's own tokens."
             )
-        return Field.velocity(field, mu, x, t=t, engine=engine, info=info)
-    engine = check_engine(engine)
-    field.check_measure(mu)
-    x = field.check_points(x, mu)
+        return None
     if positions is None:
         raise ValueError(
             f"{who} at points x needs their positions: pass positions of shape ({x.shape[0]},)."
         )
-    out = evaluate(t, mu, x, _check_positions(positions, x), engine)
-    check_no_overflow(out, mu, f"the velocity Γ[μ] of {who}")
-    return out
+    return _check_positions(positions, x)
 
 
 def _check_positions(positions, x) -> torch.Tensor:

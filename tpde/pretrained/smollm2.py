@@ -168,23 +168,16 @@ class SmolLM2:
         r"""The attention probabilities of layer ``index`` on tokens x (..., n, d).
 
         Row i of head h is the causal softmax over keys j ≤ i of
-        s·⟨R(i) q_{h,i}, R(j) k_{g(h),j}⟩, with q = W_Q N₁(x), k = W_K N₁(x) (the layer's
-        attention field reads N₁#μ at positions 0 … n − 1, the weights of its own
-        parameters). Shape (..., H, n, n); rows sum to 1. Column 0 is the share of
-        attention on the first token (the "attention sink").
+        s·⟨R(i) q_{h,i}, R(j) k_{g(h),j}⟩, with q = W_Q N₁(x), k = W_K N₁(x): the
+        probabilities of the layer's attention field on N₁#μ at positions 0 … n − 1
+        (:meth:`~tpde.attention.GroupedQueryAttention.probabilities`, the field's own
+        scores). Shape (..., H, n, n); rows sum to 1. Column 0 is the share of attention on
+        the first token (the "attention sink").
         """
         layer = self.layer(index)
-        attention, y = layer.attention, layer.attention_norm.norm(points)
-        Wq, Wk, *_ = attention.params.at(0.0, y)
-        n, k = y.shape[-2], attention.head_dim
-        positions = torch.arange(n, device=y.device)
-        q = (y @ Wq.mT).unflatten(-1, (attention.heads, k)).transpose(-3, -2)
-        keys = (y @ Wk.mT).unflatten(-1, (attention.kv_heads, k)).transpose(-3, -2)
-        q, keys = (attention.position.rotate(z, positions) for z in (q, keys))
-        keys = keys.repeat_interleave(attention.heads // attention.kv_heads, dim=-3)
-        scores = attention.scale * (q @ keys.mT)
-        future = torch.ones(n, n, dtype=torch.bool, device=y.device).triu(1)
-        return torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
+        normed = layer.attention_norm.norm(points)
+        positions = torch.arange(normed.shape[-2], device=normed.device)
+        return layer.attention.probabilities(Empirical(normed, positions=positions))
 
     def hidden_states(self, mu: Empirical, *, method: str = "lie-trotter", dt: float = 1.0,
                       **options) -> torch.Tensor:  # fmt: skip
