@@ -18,6 +18,11 @@ RMSNorm        pre:  x ← x + hΓ[RMS#μ](RMS(x))              ẋ = Γ[RMS#μ]
                post: x ← RMS(x + hΓ[μ](x))
 =============  ==========================================  ==================================
 
+N, P⊥, LN and RMS are right to rounding at every scale of the dtype (tokens of norm 1e−300
+to 1e300 in float64): N and P⊥ through :mod:`tpde._normalize`, LN and RMS through
+:func:`layer_norm` and :func:`rms_norm` (their mean of squares rescaled where it would
+overflow or underflow).
+
 A scheme owns its velocity transform (:meth:`NormScheme.velocity`), its projection (the
 retraction a flow applies after every accepted step, or None), the check of the tokens it
 accepts, its pieces in depth-time (Mix-LN) and its gradient structure (PostLN only). The
