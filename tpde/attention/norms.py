@@ -44,7 +44,7 @@ from typing import ClassVar
 
 import torch
 
-from tpde._normalize import safe_norm, tangent_part, unit
+from tpde._normalize import layer_norm, rms_norm, safe_norm, tangent_part, unit
 from tpde._validation import as_tensor, check_finite, check_positive, check_real
 from tpde.attention._params import evaluate_parameter
 from tpde.metrics.mobility import NotAGradientFlow
@@ -78,84 +78,6 @@ def tangent(x: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """P⊥_x v = v − x⟨x, v⟩/|x|²: the part of v tangent to the sphere through x (at every
     scale of x, without forming |x|²; v itself at x = 0, which has no direction)."""
     return tangent_part(unit(x), v)
-
-
-def layer_norm(x: torch.Tensor, gamma, bias, eps: float) -> torch.Tensor:
-    """LN(x) = γ ⊙ (x − m(x)1)/√(v(x) + ε) + b over the last dimension (m the mean, v the
-    biased variance), right to rounding at every scale of the dtype: the textbook formula
-    where its mean of squares neither overflows nor underflows (:func:`_exact`), else
-    :func:`_scaled_layer_norm`."""
-    centred = x - x.mean(-1, keepdim=True)
-    second = (centred * centred).mean(-1, keepdim=True) + eps
-    if not _exact(second):
-        return _scaled_layer_norm(x, gamma, bias, eps)
-    return centred / torch.sqrt(second) * gamma + bias
-
-
-def rms_norm(x: torch.Tensor, gamma, eps: float) -> torch.Tensor:
-    """RMS(x) = γ ⊙ x/√(mean_k x_k² + ε) over the last dimension (Llama's RMSNorm), right to
-    rounding at every scale of the dtype (as :func:`layer_norm`; :func:`_scaled_rms_norm`)."""
-    second = (x * x).mean(-1, keepdim=True) + eps
-    if not _exact(second):
-        return _scaled_rms_norm(x, gamma, eps)
-    return x * torch.rsqrt(second) * gamma
-
-
-def _scaled_layer_norm(x: torch.Tensor, gamma, bias, eps: float) -> torch.Tensor:
-    """LN(x) from y = x/s, s = max_k |x_k|: (y − m(y))/√(v(y) + ε/s²) (:func:`_scaled_root`)."""
-    small, scale = _row_scaled(x)
-    centred = small - small.mean(-1, keepdim=True)
-    return centred / _scaled_root(centred, scale, eps) * gamma + bias
-
-
-def _scaled_rms_norm(x: torch.Tensor, gamma, eps: float) -> torch.Tensor:
-    """RMS(x) from y = x/s, s = max_k |x_k|: y/√(mean_k y_k² + ε/s²) (:func:`_scaled_root`)."""
-    small, scale = _row_scaled(x)
-    return small / _scaled_root(small, scale, eps) * gamma
-
-
-def _exact(second: torch.Tensor) -> bool:
-    """Whether the textbook mean of squares plus ε (..., 1) is right to rounding in every row.
-
-    It is unless a square or the sum overflowed (Inf, or NaN from Inf − Inf in x − m(x):
-    |x| beyond ≈ 1e154 in float64, 1e19 in float32) or the sum plus ε is so small that the
-    squares' underflow matters: each square rounds with an absolute error below the smallest
-    subnormal, so a sum above tiny/eps of the dtype (2⁻⁹⁷⁰ ≈ 1e−292 in float64, 2⁻¹⁰³ in
-    float32) is right to rounding. With ε ≥ that, as in every real model, only overflow
-    sends a batch to the scaled computation: the ordinary one costs one comparison more.
-    """
-    if second.numel() == 0:
-        return True
-    info = torch.finfo(second.dtype)
-    low, high = torch.aminmax(second.detach())  # NaN propagates and fails both tests
-    return float(low) >= info.tiny / info.eps and float(high) <= info.max
-
-
-def _row_scaled(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(x/s, s), s = max_k |x_k| per row (keepdim; at least the dtype's tiny, so that a zero
-    row gives 0), outside autograd (:func:`_scaled_root`)."""
-    scale = x.detach().abs().amax(-1, keepdim=True).clamp_min(torch.finfo(x.dtype).tiny)
-    return x / scale, scale
-
-
-def _scaled_root(small: torch.Tensor, scale: torch.Tensor, eps: float) -> torch.Tensor:
-    r"""√(mean_k y_k² + ε/s²) for y = x/s: the textbook √(mean_k x_k² + ε) divided by s.
-
-    As hypot(‖y‖/√d, √ε/s): y has entries in [−1, 1], so ‖y‖ neither overflows nor
-    underflows, and ε/s² is never formed: it may lie far outside the dtype's range, where
-    it is either negligible (huge s) or dominant (tiny s: the result tends to x/√ε, as the
-    exact formula does). √ε/s is floored at the dtype's tiny (it underflows only when ε/s² is
-    negligible; the floor keeps a zero row at 0 instead of 0/0). Differentiable, also at
-    y = 0 (a constant row of LayerNorm, a zero row of RMSNorm): the norm's gradient there is
-    0, so that of y/(√ε/s) = x/√ε is the textbook one. The scale s needs no gradient: the
-    quotient y/√(mean y² + ε/s²) is the same function of x for every s > 0.
-
-    The centred y − m(y) of LayerNorm needs no second scale: if its largest entry is below
-    1/4, every y_k lies in [1/2, 1] with one sign (one |y_k| is 1), so the differences are
-    exact multiples of the dtype's eps/2 (Sterbenz) and their squares are normal numbers.
-    """
-    rms = torch.linalg.vector_norm(small, dim=-1, keepdim=True) / math.sqrt(small.shape[-1])
-    return torch.hypot(rms, (math.sqrt(eps) / scale).clamp_min(torch.finfo(scale.dtype).tiny))
 
 
 def _on(value, like: torch.Tensor):
