@@ -40,8 +40,10 @@ def run(n: int, d: int, generator: torch.Generator) -> list[dict]:
     rows = []
     for geometry, explicit in (("w2", GradientFlowField(field)), ("twisted", field)):
         jko_s, _, step = timed(lambda g=geometry: jko_step(mu, field, TAU, g), repeat=2)
-        rk4_s, _, traj = timed(lambda e=explicit: integrate(e, mu, TAU, dt=TAU), repeat=2)
-        reference = integrate(explicit, mu, TAU, dt=TAU / 20).final.points
+        rk4_s, _, traj = timed(
+            lambda e=explicit: integrate(e, mu, TAU, dt=TAU, method="rk4"), repeat=2
+        )
+        reference = integrate(explicit, mu, TAU, dt=TAU / 20, method="rk4").final.points
         moved = (reference - mu.points).norm()
 
         def error(points, reference=reference, moved=moved):

@@ -88,7 +88,9 @@ clouds = {}
 for n in (100, 400) if SMALL else (200, 1000, 4000):
     cloud = Empirical.from_gaussian(g, n, generator=torch.Generator().manual_seed(n))
     cloud = cloud.to(dtype=torch.float32)  # float32 clouds take the fused SDPA kernel
-    clouds[n] = integrate(one, cloud, t1=1.5 * float(t_star[k]), dt=0.05, save=40, events=())
+    clouds[n] = integrate(
+        one, cloud, t1=1.5 * float(t_star[k]), dt=0.05, method="rk4", save=40, events=()
+    )
 
 # %%
 # The picture

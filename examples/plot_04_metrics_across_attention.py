@@ -54,8 +54,10 @@ save = np.linspace(0, t1, 5 if SMALL else 7).tolist()
 # ----------------------------------
 
 odes = {name: integrate(f, g0, t1, method="dopri5", save=save) for name, f in fields.items()}
-clouds = {name: integrate(f, cloud, t1, dt=0.1, save=save) for name, f in fields.items()}
-masked = integrate(Masked(fields["softmax"]), cloud, t1, dt=0.1, save=save)
+clouds = {
+    name: integrate(f, cloud, t1, dt=0.1, method="rk4", save=save) for name, f in fields.items()
+}
+masked = integrate(Masked(fields["softmax"]), cloud, t1, dt=0.1, method="rk4", save=save)
 
 # %%
 # Distances to softmax over time

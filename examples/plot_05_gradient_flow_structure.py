@@ -83,7 +83,7 @@ except NotAGradientFlow as err:
 runs = {}
 for name, field in (("softmax", softmax), ("Sinkhorn", sinkhorn)):
     for label, mu in (("particles", cloud), ("Gaussian", g0)):
-        traj = integrate(field, mu, 1.0 if SMALL else 2.0, dt=0.1, save="steps")
+        traj = integrate(field, mu, 1.0 if SMALL else 2.0, dt=0.1, method="rk4", save="steps")
         runs[name, label] = energy_dissipation(field, traj)
         print(
             f"{name:8s} {label:9s}: max |E − predicted| / |ΔE| = "

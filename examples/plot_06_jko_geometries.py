@@ -88,9 +88,9 @@ for geometry, (energy, mu0, limit, distance) in cases.items():
         start = Empirical(
             g1d.mean() + g1d.cov()[0].sqrt() * 2**0.5 * torch.erfinv(2 * levels - 1)[:, None]
         )
-        reference = integrate(limit, start, t1, dt=0.02).final
+        reference = integrate(limit, start, t1, dt=0.02, method="rk4").final
     else:
-        reference = integrate(limit, mu0, t1, dt=0.01).final
+        reference = integrate(limit, mu0, t1, dt=0.01, method="rk4").final
     measure = distance or particle_error
     errors[geometry] = []
     for tau in taus:

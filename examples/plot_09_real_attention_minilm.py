@@ -46,7 +46,9 @@ print(f"{sentence!r}: {tokens.n} tokens in d = {tokens.dim}")
 
 depth = 1.0 if SMALL else 6.0
 saves = np.linspace(0, depth, int(depth) * 4 + 1).tolist()
-pde = integrate(model.schedule, tokens, depth, dt=0.25 if SMALL else 0.05, save=saves, events=())
+pde = integrate(
+    model.schedule, tokens, depth, dt=0.25 if SMALL else 0.05, method="rk4", save=saves, events=()
+)
 gauss = Gaussian(tokens.mean(), tokens.cov())
 ode = integrate(
     model.schedule,

@@ -37,7 +37,7 @@ g0 = Gaussian(torch.tensor([0.5, -0.3], dtype=F64), torch.tensor([[1.0, 0.3], [0
 # -------------------------------------
 
 V_true = torch.tensor([[0.6, -0.8], [0.7, 0.4]], dtype=F64)
-target = integrate(Softmax.from_interaction(A, V_true), g0, 1.0, dt=0.05).final
+target = integrate(Softmax.from_interaction(A, V_true), g0, 1.0, dt=0.05, method="rk4").final
 
 # %%
 # Fit V by gradient descent through the flow
@@ -47,7 +47,7 @@ V = torch.eye(2, dtype=F64).requires_grad_(True)
 optimizer = torch.optim.Adam([V], lr=0.05)
 losses, paths = [], []
 for step in range(40 if SMALL else 200):
-    flow = integrate(Softmax.from_interaction(A, V), g0, 1.0, dt=0.05, save=11)
+    flow = integrate(Softmax.from_interaction(A, V), g0, 1.0, dt=0.05, method="rk4", save=11)
     loss = bures_wasserstein(flow.final, target) ** 2
     optimizer.zero_grad()
     loss.backward()  # through 20 RK4 steps and the Bures distance

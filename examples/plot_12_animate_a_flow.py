@@ -37,7 +37,7 @@ grid = Grid.from_gaussian(g0, (32, 32) if SMALL else (48, 48), -8.0, 8.0)
 # The GIFs are written to the current folder (the gallery shows them below).
 
 frames = 9 if SMALL else 25
-particles = integrate(field, cloud, 1.2, dt=0.05, save=frames)
+particles = integrate(field, cloud, 1.2, dt=0.05, method="rk4", save=frames)
 density = integrate(field, grid, 1.2, save=frames)
 gifs = [
     animate(particles, "softmax_particles.gif", title="particles", xlim=(-8, 8), ylim=(-8, 8)),

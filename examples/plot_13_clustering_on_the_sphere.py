@@ -74,7 +74,12 @@ def sphere_model(beta, d: int) -> Normalized:
 n_circle = 16 if SMALL else 48
 circle0 = uniform_on_sphere(n_circle, 2, generator=torch.Generator().manual_seed(1))
 circle = integrate(
-    sphere_model(2.0, 2), circle0, 40.0, dt=0.2 if SMALL else 0.1, save=41 if SMALL else 201
+    sphere_model(2.0, 2),
+    circle0,
+    40.0,
+    dt=0.2 if SMALL else 0.1,
+    method="rk4",
+    save=41 if SMALL else 201,
 )
 angles = np.stack([np.arctan2(*m.points.numpy().T[::-1]) for m in circle.measures])  # (T, n)
 counts = clusters_over_time(circle).numpy()

@@ -99,7 +99,7 @@ schemes = {
 start = uniform_on_sphere(n, d, generator=torch.Generator().manual_seed(0))
 save = np.unique(np.r_[0.0, 5.0, np.geomspace(0.05, T, 20 if SMALL else 100)])
 runs = {
-    name: integrate(field, start, T, dt=0.5 if SMALL else 0.1, save=save, events=())
+    name: integrate(field, start, T, dt=0.5 if SMALL else 0.1, method="rk4", save=save, events=())
     for name, field in schemes.items()
 }
 

@@ -75,7 +75,13 @@ def normalised_flows(schedules: dict, tokens: Empirical, dt: float) -> tuple[dic
         for route in ("postln", "postln2")
     }
     flows["sphere"] = integrate(
-        schedules["sphere"], tokens.normalized(), 6.0, dt=dt, save=saves, events=()
+        schedules["sphere"],
+        tokens.normalized(),
+        6.0,
+        dt=dt,
+        method="rk4",
+        save=saves,
+        events=(),
     )
     clouds = {route: [m.points for m in flow.measures] for route, flow in flows.items()}
     return clouds, {route: flow.status for route, flow in flows.items()}

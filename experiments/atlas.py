@@ -129,7 +129,13 @@ def run_variant(variant: str, config: Config, g0: Gaussian, cloud: Empirical):
         positions = torch.linspace(0, 1, cloud.n, dtype=torch.float64)
         cloud = Empirical(cloud.points, positions=positions)
     routes["particles"] = integrate(
-        field, cloud, config.t1, dt=config.t1 / config.particle_steps, save=times, events=event
+        field,
+        cloud,
+        config.t1,
+        dt=config.t1 / config.particle_steps,
+        method="rk4",
+        save=times,
+        events=event,
     )
     if not needs_positions:  # a grid carries no positions
         cells = config.sinkhorn_cells if variant == "sinkhorn" else config.cells

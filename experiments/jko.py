@@ -96,7 +96,8 @@ def run(config: Config, out: Path) -> None:
         field, mu0, reference = setup(geometry, config)
         steps = max(1, round(config.t1 / config.reference_dt))
         saves = round(config.t1 / min(config.taus)) + 1
-        explicit = integrate(reference, mu0, config.t1, dt=config.t1 / steps, save=saves)
+        explicit = integrate(reference, mu0, config.t1, dt=config.t1 / steps, method="rk4",
+                             save=saves)  # fmt: skip
         G = as_energy(field)
         errors, seconds, monotone = [], [], []
         for tau in config.taus:

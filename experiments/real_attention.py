@@ -157,7 +157,8 @@ def one_sentence(
     ``schedules``: route -> schedule of the normalised models (``_real_normalised``).
     """
     at_layers = _integer_indices(times)
-    pde = integrate(model.schedule, tokens, 6.0, dt=config.particle_dt, save=times, events=())
+    pde = integrate(model.schedule, tokens, 6.0, dt=config.particle_dt, method="rk4",
+                    save=times, events=())  # fmt: skip
     gauss = Gaussian(tokens.mean(), tokens.cov())
     ode = integrate(
         model.schedule, gauss, 6.0, method="dopri5", rtol=config.ode_rtol, atol=1e-6,
@@ -219,7 +220,7 @@ def sampled_clouds(model, tokens: Empirical, config: Config, gen) -> dict:
         cloud = Empirical(gauss.sample(n, generator=gen))
         tilt = logit_spread(model.fields[0], cloud)
         flow = integrate(model.schedule, cloud, config.sample_t1, dt=config.particle_dt / 2,
-                         save=times, events=())  # fmt: skip
+                         method="rk4", save=times, events=())  # fmt: skip
         trace[1 + i] = [float(m.cov().trace()) for m in flow.measures]
     return {
         "sample_times": times.numpy(),

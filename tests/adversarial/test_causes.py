@@ -203,10 +203,20 @@ def contracting():
     return Softmax.from_interaction(I2, -I2), Gaussian(torch.zeros(2, dtype=F64), 1e7 * I2)
 
 
-def test_the_default_never_returns_a_covariance_outside_the_psd_cone():
+def test_the_default_method_is_right_on_the_stiff_flow():
+    # The case: rk4 (the old default) landed on Σ = −1.3e67·I in one step.
+    field, g0 = contracting()
+    traj = integrate(field, g0, 1.0)
+    assert traj.stats["method"] == "auto" and traj.status == "completed"
+    torch.testing.assert_close(traj.final.cov(), 0.5 * I2, rtol=1e-4, atol=0)
+    for g in traj.measures:
+        assert torch.linalg.eigvalsh(g.cov()).min() > 0
+
+
+def test_a_fixed_step_never_returns_a_covariance_outside_the_psd_cone():
     field, g0 = contracting()
     with pytest.warns(RuntimeWarning, match='method="rodas4"'):
-        traj = integrate(field, g0, 1.0)
+        traj = integrate(field, g0, 1.0, method="rk4")
     for g in traj.measures:
         assert torch.linalg.eigvalsh(g.cov()).min() >= 0
     assert traj.status == "stiff"
@@ -219,11 +229,13 @@ def test_rank_row_with_v_gram_and_the_default_method():
     G_ = torch.randn(3, 3, generator=gen, dtype=F64)
     field = Softmax(Q / 3**0.5, -Q, G_.mT @ G_, scale=1.0)
     g0 = Gaussian(torch.zeros(3, dtype=F64), torch.eye(3, dtype=F64))
-    with pytest.warns(RuntimeWarning, match='method="rodas4"'):
-        traj = integrate(field, g0, 1000.0)
-    assert traj.status in ("stiff", "completed", "converged")
+    traj = integrate(field, g0, 1000.0)
+    assert traj.status == "completed" and traj.stats["switched_at"] is not None
     for g in traj.measures:
         assert torch.linalg.eigvalsh(g.cov()).min() >= -1e-12
+    with pytest.warns(RuntimeWarning, match='method="rodas4"'):
+        fixed = integrate(field, g0, 1000.0, method="rk4")
+    assert fixed.status == "stiff"
 
 
 def test_adaptive_methods_are_unchanged_on_the_stiff_flow():
@@ -234,8 +246,8 @@ def test_adaptive_methods_are_unchanged_on_the_stiff_flow():
         torch.testing.assert_close(traj.final.cov(), 0.5 * I2, rtol=1e-4, atol=0)
 
 
-def test_rk4_default_is_still_fixed_step_where_stable():
-    traj = integrate(Softmax.from_interaction(I2, I2), G, 0.1)
+def test_rk4_is_still_fixed_step_where_stable():
+    traj = integrate(Softmax.from_interaction(I2, I2), G, 0.1, method="rk4")
     assert traj.stats["method"] == RK4.name and traj.stats["n_steps"] == 100
 
 

@@ -193,7 +193,7 @@ ERRORS = {
     "method-name": (
         lambda: integrate(CONTRACT, MU, 1.0, method="rk5"),
         ValueError,
-        "unknown method 'rk5'; choose one of 'euler', 'heun', 'rk4', 'dopri5'",
+        "unknown method 'rk5'; choose one of 'auto', 'euler', 'heun', 'rk4', 'dopri5'",
     ),
     "method-int": (
         lambda: integrate(CONTRACT, MU, 1.0, method=4),

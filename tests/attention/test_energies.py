@@ -287,7 +287,7 @@ def test_dissipation_identity_along_rk4_particle_trajectory(generator):
     mu = _cloud(50, 2, generator)
     errors = []
     for dt in (0.01, 0.005):
-        traj = integrate(field, mu, 1.0, dt=dt, save="steps")
+        traj = integrate(field, mu, 1.0, dt=dt, save="steps", method="rk4")
         check = energy_dissipation(field, traj)
         assert check.quadrature == "simpson"
         assert (check.rate < 0).all()  # s = −1: E decreases
@@ -316,7 +316,7 @@ def test_dissipation_identity_on_gaussians(generator):
     # tilted Gaussian). RK4 dt = 0.01 over t ∈ [0, 1]: residuals ~1e-9 measured; < 1e-7.
     g = _gaussian(2, generator, scale=0.3)
     for field in (_sinkhorn(A_NEG, M_POS), _softmax(A_NEG, -M_POS)):
-        traj = integrate(field, g, 1.0, dt=0.01, save="steps")
+        traj = integrate(field, g, 1.0, dt=0.01, save="steps", method="rk4")
         assert float(energy_dissipation(field, traj).relative_error) < 1e-7
 
 

@@ -43,7 +43,9 @@ def test_two_tokens_on_the_circle_follow_the_closed_form():
     # Particles at rk4, dt = 1e-3 against the scalar angle ODE: 1e-8 (measured ~1e-13);
     # the projection after every step keeps the norms at 1 to 1e-12.
     beta, theta0, t1 = 1.5, 2.0, 2.0
-    traj = integrate(Normalized(_sa(beta, 2)), _two_tokens(theta0), t1, dt=1e-3, save=5)
+    traj = integrate(
+        Normalized(_sa(beta, 2)), _two_tokens(theta0), t1, dt=1e-3, save=5, method="rk4"
+    )
     assert _angle(traj.final) == pytest.approx(_two_token_angle(beta, theta0, t1), abs=1e-8)
     for mu in traj.measures:
         assert float((mu.points.norm(dim=1) - 1).abs().max()) < 1e-12

@@ -183,7 +183,7 @@ def test_one_dimensional_closed_form(v, a, s0, s2):
     # 1e-7 is their rounding plus margin.
     field = _field(torch.tensor([[a]], dtype=F64), torch.tensor([[v]], dtype=F64))
     g0 = Gaussian(torch.tensor([0.4], dtype=F64), torch.tensor([[s0]], dtype=F64))
-    traj = integrate(field, g0, 2.0, dt=0.01)
+    traj = integrate(field, g0, 2.0, dt=0.01, method="rk4")
     s = float(traj.final.cov()[0, 0])
     assert traj.status == "completed"
     assert s == pytest.approx(s2, abs=1e-7)

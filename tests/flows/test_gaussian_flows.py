@@ -185,19 +185,19 @@ def test_converged_and_max_steps_statuses():
     )
     g0 = Gaussian(torch.zeros(1, dtype=F64), torch.tensor([[1.0]], dtype=F64))
     # Σ̇ = −2Σ²: Σ ~ 1/(2t), |Σ̇| ~ 1/(2t²) < 1e-4 from t ≈ 71.
-    traj = integrate(field, g0, 1e3, dt=0.1, events=(Converged(tol=1e-4),))
+    traj = integrate(field, g0, 1e3, dt=0.1, events=(Converged(tol=1e-4),), method="rk4")
     assert traj.status == "converged" and float(traj.event_time) == pytest.approx(71, rel=0.02)
-    traj = integrate(field, g0, 10.0, dt=0.1, max_steps=5)
+    traj = integrate(field, g0, 10.0, dt=0.1, max_steps=5, method="rk4")
     assert traj.status == "max_steps" and float(traj.times[-1]) == pytest.approx(0.5)
 
 
 def test_save_options():
     field = one_d(v=-1.0)
     g0 = Gaussian(torch.zeros(1, dtype=F64), torch.tensor([[1.0]], dtype=F64))
-    assert len(integrate(field, g0, 1.0, dt=0.1, save=5).times) == 5
-    assert len(integrate(field, g0, 1.0, dt=0.1, save="steps").times) == 11
+    assert len(integrate(field, g0, 1.0, dt=0.1, save=5, method="rk4").times) == 5
+    assert len(integrate(field, g0, 1.0, dt=0.1, save="steps", method="rk4").times) == 11
     np.testing.assert_allclose(
-        integrate(field, g0, 1.0, dt=0.3, save=[0.5]).times.numpy(), [0, 0.5, 1]
+        integrate(field, g0, 1.0, dt=0.3, save=[0.5], method="rk4").times.numpy(), [0, 0.5, 1]
     )
 
 

@@ -7,7 +7,8 @@ the events; ``SYSTEMS`` the table from a measure's type to its system (a ready s
 accepted too); ``SPLITTINGS`` the Lie–Trotter and Strang splittings over a sum's parts
 (:class:`Splitting`); ``METHODS`` the Runge–Kutta tableaux with their orders
 (:class:`ExplicitRK`) and the L-stable Rosenbrock method for stiff flows (:data:`RODAS4`,
-:class:`Rosenbrock`);
+:class:`Rosenbrock`); :class:`Auto` the default "auto" (dopri5, switching to rodas4 when
+a Gaussian run turns stiff, :mod:`tpde.flows.auto`);
 ``SCHEMES`` the finite-volume schemes of grid flows, chosen with :class:`FiniteVolumes`
 (:mod:`tpde.flows.eulerian`);
 :func:`compare` the agreement harness (Gaussian ODE vs particles vs grid);
@@ -15,6 +16,7 @@ accepted too); ``SPLITTINGS`` the Lie–Trotter and Strang splittings over a sum
 :func:`convexity_probe` the geodesic convexity probe (:mod:`tpde.flows.convexity`).
 """
 
+from tpde.flows.auto import Auto
 from tpde.flows.compare import Comparison, compare
 from tpde.flows.convexity import ConvexityProbe, convexity_probe, geodesic_second_derivative
 from tpde.flows.eulerian import SCHEMES, CFLViolation, FiniteVolumes, GridSystem
@@ -37,6 +39,7 @@ __all__ = [
     "STATUSES",
     "STRANG",
     "SYSTEMS",
+    "Auto",
     "BlowUp",
     "CFLViolation",
     "Clustered",

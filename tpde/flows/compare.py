@@ -191,7 +191,7 @@ def compare(
             cloud = Empirical.from_gaussian(g0, size, generator=torch.Generator().manual_seed(seed))
             label = f"particles n={size} seed={seed}"
             runs[label] = integrate(
-                field, cloud, t1, dt=t1 / particle_steps, save=times, engine=engine
+                field, cloud, t1, dt=t1 / particle_steps, method="rk4", save=times, engine=engine
             )
             params[label] = {"kind": "particles", "n": size, "seed": seed}
     if cells:

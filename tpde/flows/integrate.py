@@ -139,6 +139,8 @@ def _check_splitting(method, field: Field, t0: float, t1: float) -> None:
 def _start(system: System, field: Field, method, t0: float, t1: float, dt):
     """The method object and first step of a run (each system's rules)."""
     chosen = resolve_method(method if method is not None else system.default_method)
+    if callable(getattr(chosen, "bind", None)):  # a method that adapts to the system ("auto")
+        chosen = chosen.bind(system)
     _check_jacobian(chosen, system)
     system.check_method(chosen)
     _check_splitting(chosen, field, t0, t1)
@@ -201,21 +203,28 @@ def integrate(
     mu0 : Empirical, Gaussian, Grid (or FiniteVolumes(grid, scheme, cfl)); a table from
         the measure's type to its system (:data:`SYSTEMS`, :func:`register_system`).
     t1 : final time (>= t0).
-    dt : step size (fixed methods) or first step (adaptive methods). Default
+    dt : step size (fixed methods) or first step (adaptive methods, the default). Default
         (t1 − t0)/100. Grids: default None = adaptive CFL steps; an explicit dt that
         breaks the CFL condition raises an error.
-    method : a name of :data:`~tpde.flows.methods.METHODS` ("euler" (order 1), "heun" (2),
-        "rk4" (4), "dopri5" (adaptive 5(4)), "rodas4" (adaptive 4(3), L-stable
-        Rosenbrock, for stiff flows; Gaussians only)) or a method object (an
+    method : "auto" (the default), a name of :data:`~tpde.flows.methods.METHODS` ("euler"
+        (order 1), "heun" (2), "rk4" (4), "dopri5" (adaptive 5(4)), "rodas4" (adaptive
+        4(3), L-stable Rosenbrock, for stiff flows; Gaussians only)) or a method object (an
         :class:`~tpde.flows.methods.ExplicitRK` tableau, a
-        :class:`~tpde.flows.rosenbrock.Rosenbrock` method). Default "rk4"; grids take the
-        strong-stability-preserving methods only, default "euler" with scheme "upwind"
-        and "heun" (SSP-RK2) with "muscl". Use "rodas4" where an explicit step is bounded
-        by stability rather than accuracy (fast decaying modes beside slow ones, e.g. the
-        rank histograms with V = GᵀG, MATH.md §6): its step follows the accuracy only.
-        A Gaussian state outside the PSD cone is never returned: an adaptive method
-        rejects such a step, a fixed-step one stops the element before it with status
-        "stiff" and a warning naming method="rodas4" (:class:`~tpde._status.Status`).
+        :class:`~tpde.flows.rosenbrock.Rosenbrock` method). "auto"
+        (:mod:`tpde.flows.auto`) steps dopri5 and tests every accepted step for stiffness
+        (Hairer's estimate hλ > 3.25 on 15 accepted steps in a row): a Gaussian run then
+        goes on with "rodas4" (``stats["switched_at"]``), a particle run with dopri5 and a
+        warning. Give a fixed method ("rk4", "euler") where ``dt`` must be the step itself
+        (a discrete network, a convergence study). Grids take the strong-stability-preserving
+        methods only, default "euler" with scheme "upwind" and "heun" (SSP-RK2) with
+        "muscl". "rodas4" is for flows where an explicit step is bounded by stability rather
+        than accuracy (fast decaying modes beside slow ones, e.g. the rank histograms with
+        V = GᵀG, MATH.md §6): its step follows the accuracy only.
+        No Gaussian state outside the PSD cone is returned: an adaptive method's error
+        control keeps the covariance inside to its tolerance (a step that leaves it is a
+        large error, rejected), and a fixed-step method that leaves the cone stops the
+        element before that step with status "stiff" and a warning naming
+        method="rodas4" (:class:`~tpde._status.Status`).
         For a sum of fields (:class:`~tpde.attention.Sum`, a whole Transformer layer):
         "lie-trotter" (order 1) and "strang" (order 2) step its parts one after the other
         (:mod:`tpde.flows.splitting`; Euler sub-steps, or ``Splitting(kind, inner=...)``);

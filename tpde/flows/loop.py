@@ -112,8 +112,6 @@ class Loop:
         self.rtol, self.atol, self.max_steps = rtol, atol, int(max_steps)
         self.synchronous = synchronous
         self.need_derivative = any(e.requires == "rhs_norm" for e in events)
-        # Step-size exponent 1/(q + 1), q the order of the embedded solution (dopri5: 1/5).
-        self.exponent = float(getattr(method, "error_exponent", 0.2))
         # A splitting method projects after each part's sub-step itself, and does not use
         # the derivative at the start of a step.
         self.splits = bool(getattr(method, "splits", False))
@@ -230,6 +228,8 @@ class Loop:
             left = system.degenerate(state, new, method.adaptive)
             if left is not None:
                 accept, h_next = self._left_domain(left, accept, h_next, moving, h_try, t)
+            if callable(getattr(method, "observe", None)):  # "auto" counts stiff steps
+                method.observe(accept, t)
             rejected += moving & ~accept
             iterations += 1
             h = h_next
@@ -336,6 +336,12 @@ class Loop:
                 self._stop(check & fired.detach().cpu().numpy(), Status.parse(event.name), t_new)
         return new, k_new, advanced
 
+    @property
+    def exponent(self) -> float:
+        """Step-size exponent 1/(q + 1), q the order of the embedded solution of the method
+        stepping now (dopri5: 1/5; "auto" may switch to rodas4: 1/4)."""
+        return float(getattr(self.method, "error_exponent", 0.2))
+
     def _control(self, norm: torch.Tensor, moving, h_try, h, t):
         """Accept where the error norm is ≤ 1 (every moving element's in a synchronous run);
         the next step from the standard and the predictive factors (module notes)."""
@@ -379,6 +385,8 @@ class Loop:
             "wall_time_s": time.perf_counter() - start,
             "method": getattr(self.method, "name", type(self.method).__name__),
         }
+        if callable(getattr(self.method, "run_stats", None)):
+            stats.update(self.method.run_stats())
         if system.inner.failure is not None:
             stats["inner_failure"] = system.inner.failure
         stats.update(system.stats(states, states[-1]))

@@ -146,9 +146,22 @@ class ExplicitRK:
         step of the clock the right-hand side sees (the common step of a synchronous run;
         0 for an autonomous field stepped per element).
         """
-        stages = [f(t, y) if k1 is None else k1]
+        stages, _ = self.stages(f, t, y, h, k1, h_clock)
+        return self.combine(y, h, stages)
+
+    def stages(self, f, t: float, y: State, h, k1: State | None = None, h_clock: float = 0.0):
+        """The stage derivatives k_s (a list of states) and the arguments of the last two
+        stages (the states they were evaluated at), which the stiffness test of the
+        "auto" method reads (:mod:`tpde.flows.auto`)."""
+        stages, last = [f(t, y) if k1 is None else k1], [y]
         for row, node in zip(self.a[1:], self.c[1:], strict=True):
-            stages.append(f(t + node * h_clock, _axpy(y, h, list(zip(row, stages, strict=False)))))
+            argument = _axpy(y, h, list(zip(row, stages, strict=False)))
+            last = [last[-1], argument]
+            stages.append(f(t + node * h_clock, argument))
+        return stages, last
+
+    def combine(self, y: State, h, stages: list[State]):
+        """(y₁, error estimate or None, derivative at y₁ or None) from the stages."""
         y_new = _axpy(y, h, list(zip(self.b, stages, strict=True)))
         if not self.adaptive:
             return y_new, None, None
@@ -193,17 +206,22 @@ DOPRI5 = ExplicitRK(
 METHODS = {m.name: m for m in (EULER, HEUN, RK4, DOPRI5, RODAS4)}
 
 
-def resolve_method(method, default: str = "rk4"):
-    """A method object from a name of :data:`METHODS` or a method object itself."""
+def resolve_method(method, default: str = "auto"):
+    """A method object from a name of :data:`METHODS`, "auto" (a fresh
+    :class:`~tpde.flows.auto.Auto` per call: it counts its run's steps), a splitting's
+    name, or a method object itself."""
     if method is None:
-        return METHODS[default]
+        method = default
     if isinstance(method, str):
-        from tpde.flows.splitting import SPLITTINGS  # splitting.py builds on this module
+        from tpde.flows.auto import Auto  # these modules build on this one
+        from tpde.flows.splitting import SPLITTINGS
 
+        if method == Auto.name:
+            return Auto()
         if method in SPLITTINGS:
             return SPLITTINGS[method]
         if method not in METHODS:
-            known = ", ".join(repr(k) for k in (*METHODS, *SPLITTINGS))
+            known = ", ".join(repr(k) for k in ("auto", *METHODS, *SPLITTINGS))
             raise ValueError(f"unknown method {method!r}; choose one of {known}, or pass an "
                              "ExplicitRK tableau.")  # fmt: skip
         return METHODS[method]

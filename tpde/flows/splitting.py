@@ -68,6 +68,12 @@ class Splitting:
         inner = resolve_method(self.inner, default="euler")
         if getattr(inner, "splits", False):
             raise ValueError("the inner method of a splitting cannot be a splitting itself.")
+        if callable(getattr(inner, "bind", None)):
+            raise ValueError(
+                f"the inner method of a splitting steps fixed sub-steps; {inner.name!r} "
+                "chooses its own steps and method. Give a fixed inner method ('euler', "
+                "'heun', 'rk4') or an explicit tableau."
+            )
         if getattr(inner, "uses_jacobian", False):
             raise ValueError(
                 f"the inner method of a splitting must be explicit; received {inner.name!r}, "

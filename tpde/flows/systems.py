@@ -71,7 +71,7 @@ class System:
 
     part_dims: tuple[int, ...]
     #: The method :func:`tpde.flows.integrate` uses when none is given.
-    default_method: str | None = "rk4"
+    default_method: str | None = "auto"
 
     def __init__(self, field):
         self.base_field = self.field = field
