@@ -40,7 +40,7 @@ def clouds(generator, count=4):
 def test_animate_particles_writes_one_frame_per_saved_measure(tmp_path, generator):
     field = Softmax.from_interaction(-torch.eye(2, dtype=F64), torch.eye(2, dtype=F64))
     cloud = Empirical.from_gaussian(G0, 40, generator=generator)
-    trajectory = integrate(field, cloud, 0.5, dt=0.1, save=6)
+    trajectory = integrate(field, cloud, 0.5, dt=0.1, save=6, method="rk4")
     path = animate(trajectory, tmp_path / "flow.gif", title="softmax")
     assert path == tmp_path / "flow.gif"
     assert gif_frames(path) == len(trajectory) == 6

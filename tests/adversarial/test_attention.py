@@ -753,7 +753,7 @@ def test_a_field_without_particle_velocity_says_so():
 def test_a_callable_energy_with_an_autograd_path_drives_a_flow():
     # The documented route for energies that are neither fields nor tpde Energies.
     field = GradientFlowField(lambda m: 0.5 * (m.weights * (m.points**2).sum(-1)).sum())
-    traj = integrate(field, MU, 0.1, dt=0.05)
+    traj = integrate(field, MU, 0.1, dt=0.05, method="rk4")
     assert traj.status == "completed" and torch.isfinite(traj.final.points).all()
 
 

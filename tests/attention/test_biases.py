@@ -113,7 +113,7 @@ def test_constant_value_bias_translates_the_gaussian_flow(generator):
         torch.eye(2, dtype=F64), torch.eye(2, dtype=F64), torch.zeros(2, 2, dtype=F64), value_bias=b
     )
     g0 = Gaussian(torch.zeros(2, dtype=F64), torch.eye(2, dtype=F64))
-    traj = integrate(field, g0, 2.0, dt=0.1)
+    traj = integrate(field, g0, 2.0, dt=0.1, method="rk4")
     torch.testing.assert_close(traj.final.mean(), 2.0 * b)
     torch.testing.assert_close(traj.final.cov(), torch.eye(2, dtype=F64))
 

@@ -63,7 +63,7 @@ def test_registry_masked_and_multihead_pick_it_up(generator):
         torch.testing.assert_close(masked.velocity(mu, engine=engine), masked.velocity(mu))
     heads = MultiHead.split(torch.cat([Q, K]), torch.cat([K, Q]), V, heads=2, kind="cosine")
     assert all(isinstance(h, Cosine) for h in heads.heads)
-    traj = integrate(Cosine(Q, K, V), Empirical(mu.points), 0.5, dt=0.1)
+    traj = integrate(Cosine(Q, K, V), Empirical(mu.points), 0.5, dt=0.1, method="rk4")
     assert traj.status == "completed"
 
 

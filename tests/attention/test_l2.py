@@ -19,12 +19,12 @@ def particles_vs_gaussian(field, g0: Gaussian, t1: float, seed: int):
     The particles use the field's "auto" engine (SDPA for the softmax-like variants) and
     RK4 with dt = t1/2; the Gaussian ODE RK4 with dt = t1/100, in float64.
     """
-    ode = integrate(field, g0, t1, dt=t1 / 100)
+    ode = integrate(field, g0, t1, dt=t1 / 100, method="rk4")
     assert ode.status == "completed"  # a blown-up Gaussian has no particle counterpart
     exact = ode.final
     generator = torch.Generator().manual_seed(seed)
     cloud = Empirical.from_gaussian(g0, 20_000, generator=generator).to(dtype=torch.float32)
-    traj = integrate(field, cloud, t1, dt=t1 / 2)
+    traj = integrate(field, cloud, t1, dt=t1 / 2, method="rk4")
     assert traj.status == "completed"
     mean, cov = traj.final.mean().double(), traj.final.cov().double()
     mean_error = (mean - exact.mean()).norm() / (1 + exact.mean().norm())

@@ -145,7 +145,7 @@ def test_flow_keeps_positions_and_the_first_token_follows_exp_tv(generator):
     Q, K, V = _params(generator)
     V = 0.5 * V
     mu = _tokens(generator)
-    traj = integrate(Masked(Softmax(Q, K, V)), mu, 1.0, dt=0.02)
+    traj = integrate(Masked(Softmax(Q, K, V)), mu, 1.0, dt=0.02, method="rk4")
     assert traj.status == "completed"
     assert torch.equal(traj.final.positions, mu.positions)
     torch.testing.assert_close(

@@ -167,7 +167,7 @@ def test_grid_velocity_and_flow_match_particles():
     )
     grid_final = integrate(field, grid, 0.5).final
     cloud = Empirical(centres, grid.density.reshape(-1))
-    particles = integrate(field, cloud, 0.5, dt=0.01).final
+    particles = integrate(field, cloud, 0.5, dt=0.01, method="rk4").final
     assert float(grid_final.density.sum()) == pytest.approx(1.0, abs=1e-12)
     assert float(grid_final.mean()[0]) == pytest.approx(float(particles.mean()[0]), abs=1e-3)
     assert float(grid_final.cov()[0, 0]) == pytest.approx(float(particles.cov()[0, 0]), abs=5e-3)

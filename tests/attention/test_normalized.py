@@ -99,7 +99,7 @@ def test_pre_ln_angular_speed_falls_as_one_over_the_radius():
     delta = 1e-4
     times = [0.5 - delta, 0.5, 0.5 + delta, 2.0 - delta, 2.0, 2.0 + delta]
     traj = integrate(Normalized(field, "pre-ln"), Empirical(start), 2.0 + delta, dt=1e-3,
-                     save=times)  # fmt: skip
+                     save=times, method="rk4")  # fmt: skip
     for k in (2, 5):
         before, now, after = (traj.measures[k + j].points for j in (-1, 0, 1))
         theta = torch.nn.functional.normalize(now, dim=1)
@@ -123,20 +123,24 @@ def test_ngpt_moves_on_the_sphere_no_faster_than_alpha():
     mu = uniform_on_sphere(20, 3, generator=torch.Generator().manual_seed(5))
     field = Normalized(_sa(1.0, 3), "ngpt", alpha=0.3)
     assert float(field.velocity(mu).norm(dim=1).max()) <= 0.3 + 1e-12
-    traj = integrate(field, mu, 3.0, dt=0.05)
+    traj = integrate(field, mu, 3.0, dt=0.05, method="rk4")
     assert float((traj.final.points.norm(dim=1) - 1).abs().max()) < 1e-12
-    slow = integrate(Normalized(_sa(1.0, 3), "ngpt", alpha=lambda t: 0.3), mu, 3.0, dt=0.05)
+    slow = integrate(
+        Normalized(_sa(1.0, 3), "ngpt", alpha=lambda t: 0.3), mu, 3.0, dt=0.05, method="rk4"
+    )
     torch.testing.assert_close(slow.final.points, traj.final.points)
 
 
 def test_mix_ln_is_post_ln_then_pre_ln():
     mu = uniform_on_sphere(16, 3, generator=torch.Generator().manual_seed(6))
     field = Normalized(_sa(1.0, 3), "mix-ln", switch=0.5, depth=1.0)
-    traj = integrate(field, mu, 1.0, dt=0.01, save=[0.5])
-    post = integrate(Normalized(_sa(1.0, 3)), mu, 0.5, dt=0.01).final
+    traj = integrate(field, mu, 1.0, dt=0.01, save=[0.5], method="rk4")
+    post = integrate(Normalized(_sa(1.0, 3)), mu, 0.5, dt=0.01, method="rk4").final
     torch.testing.assert_close(traj.measures[1].points, post.points)
     assert float((traj.measures[1].points.norm(dim=1) - 1).abs().max()) < 1e-12
-    pre = integrate(Normalized(_sa(1.0, 3), "pre-ln"), post, 1.0, t0=0.5, dt=0.01).final
+    pre = integrate(
+        Normalized(_sa(1.0, 3), "pre-ln"), post, 1.0, t0=0.5, dt=0.01, method="rk4"
+    ).final
     torch.testing.assert_close(traj.final.points, pre.points)
     # velocity(t) is the velocity of the piece acting at t, off the sphere after the switch.
     mid = traj.measures[1]
@@ -176,7 +180,7 @@ def test_energy_is_monotone_along_post_ln_flows(field, sign):
                          scale=1.0, tol=1e-10)  # fmt: skip
     normalized = Normalized(field)
     mu = uniform_on_sphere(24, 3, generator=torch.Generator().manual_seed(9))
-    traj = integrate(normalized, mu, 4.0, dt=0.05, save="steps")
+    traj = integrate(normalized, mu, 4.0, dt=0.05, save="steps", method="rk4")
     energy = torch.stack([normalized.energy(m) for m in traj.measures])
     steps = sign * energy.diff()
     assert float(steps.min()) > -1e-12 * float(energy.abs().max())

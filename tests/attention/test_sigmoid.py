@@ -97,7 +97,7 @@ def test_particle_flow_runs_and_is_time_dependent(generator):
     mu = Empirical(_draw(generator, 40, 2))
     static = Sigmoid(Q(0.5), torch.eye(2, dtype=F64), -torch.eye(2, dtype=F64))
     torch.testing.assert_close(field.velocity(mu, t=0.5), static.velocity(mu))
-    traj = integrate(field, mu, 1.0, dt=0.1)
+    traj = integrate(field, mu, 1.0, dt=0.1, method="rk4")
     assert traj.status == "completed"
     assert float(traj.final.cov().trace()) < float(mu.cov().trace())  # V = −I contracts
 

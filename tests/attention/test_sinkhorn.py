@@ -102,7 +102,7 @@ def test_non_convergence_is_reported_not_nan(generator):
     assert torch.isfinite(velocity).all() and info.failure is info.last
     assert info.last.converged is False and info.last.iterations == 3
     assert not hasattr(field, "last_info")  # the status travels with the call, not the field
-    traj = integrate(field, mu, 1.0, dt=0.1)
+    traj = integrate(field, mu, 1.0, dt=0.1, method="rk4")
     assert traj.status == "not_converged" and float(traj.event_time) == 0.0
     assert traj.stats["inner_failure"].converged is False
     torch.testing.assert_close(traj.final.points, mu.points)  # the failed step is not taken
@@ -111,7 +111,7 @@ def test_non_convergence_is_reported_not_nan(generator):
 def test_converged_particle_flow_completes(generator):
     field = _field(-0.5 * torch.eye(2, dtype=F64), torch.eye(2, dtype=F64), tol=1e-9)
     mu = Empirical(torch.randn(30, 2, generator=generator, dtype=F64))
-    traj = integrate(field, mu, 0.5, dt=0.1)
+    traj = integrate(field, mu, 0.5, dt=0.1, method="rk4")
     assert traj.status == "completed" and "inner_failure" not in traj.stats
 
 
@@ -293,9 +293,11 @@ def _mean_field_case(d: int, seed: int, contracting: bool):
 
 def _mean_field_errors(d, seed, contracting, n):
     field, g0, gen = _mean_field_case(d, seed, contracting)
-    exact = integrate(field, g0, 1.0, dt=0.01).final
+    exact = integrate(field, g0, 1.0, dt=0.01, method="rk4").final
     cloud = Empirical.from_gaussian(g0, n, generator=gen).to(dtype=torch.float32)
-    traj = integrate(field, cloud, 1.0, dt=0.5)  # RK4, 2 steps: ODE error < 1e-2 (checked)
+    traj = integrate(
+        field, cloud, 1.0, dt=0.5, method="rk4"
+    )  # RK4, 2 steps: ODE error < 1e-2 (checked)
     assert traj.status == "completed"
     mean, cov = traj.final.mean().double(), traj.final.cov().double()
     mean_error = (mean - exact.mean()).norm() / (1 + exact.mean().norm())

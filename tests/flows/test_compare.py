@@ -169,8 +169,8 @@ def test_masked_particle_flows_are_stable_in_conditional_w2():
     mu = Empirical(points, positions=positions)
     nu = Empirical(points + eps * u, positions=positions)
     t1, save = 2.0, 11
-    run_mu = integrate(field, mu, t1, dt=0.02, save=save)
-    run_nu = integrate(field, nu, t1, dt=0.02, save=save)
+    run_mu = integrate(field, mu, t1, dt=0.02, save=save, method="rk4")
+    run_nu = integrate(field, nu, t1, dt=0.02, save=save, method="rk4")
     distances = torch.stack(
         [conditional_w2(a, b) for a, b in zip(run_mu.measures, run_nu.measures, strict=True)]
     )

@@ -101,7 +101,7 @@ def test_mean_field_reference_values():
     g0 = Gaussian(
         torch.tensor([0.5, -0.3], dtype=F64), torch.tensor([[1, 0.3], [0.3, 0.5]], dtype=F64)
     )
-    traj = integrate(Softmax.from_interaction(A, V), g0, 1.0, dt=0.01)
+    traj = integrate(Softmax.from_interaction(A, V), g0, 1.0, dt=0.01, method="rk4")
     np.testing.assert_allclose(traj.final.mean().numpy(), [0.69979, -0.78527], atol=1e-5)
     np.testing.assert_allclose(
         traj.final.cov().numpy(), [[0.46417, 0.15131], [0.15131, 0.36729]], atol=1e-5

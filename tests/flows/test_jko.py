@@ -117,7 +117,7 @@ def test_particle_jko_converges_to_the_flow_at_order_one(generator, geometry):
     field = _softmax_descent()
     mu = Empirical(torch.randn(32, 2, generator=generator, dtype=F64))
     reference = GradientFlowField(field) if geometry == "w2" else field
-    target = integrate(reference, mu, 1.0, dt=0.005).final.points
+    target = integrate(reference, mu, 1.0, dt=0.005, method="rk4").final.points
     errors, trajectories = [], []
     for tau in TAUS:
         traj = jko_flow(mu, field, tau, 1.0, geometry)
@@ -132,7 +132,7 @@ def test_gaussian_jko_converges_to_the_sinkhorn_ode_at_order_one(geometry, mobil
     # of mobility M (M = I: Bures): its Gaussian ODE is the τ → 0 limit. Error: Bures
     # distance at T = 1 to the RK4 solution (dt = 0.001).
     field = _sinkhorn(mobility)
-    target = integrate(field, _g0(), 1.0, dt=0.001).final
+    target = integrate(field, _g0(), 1.0, dt=0.001, method="rk4").final
     errors, trajectories = [], []
     for tau in TAUS:
         traj = jko_flow(_g0(), field, tau, 1.0, geometry)

@@ -36,9 +36,9 @@ def test_mean_field_particles_match_gaussian_ode(d, expanding):
     # moment estimates already carry a relative error ≈ 0.01 (1/√n scale); we allow 0.05,
     # about five such standard errors. RK4 with dt = t1/2 adds < 1e-3 (checked at dt/5).
     field, g0, t1, gen = _case(d, expanding, seed=10 + d)
-    exact = integrate(field, g0, t1, dt=t1 / 100).final
+    exact = integrate(field, g0, t1, dt=t1 / 100, method="rk4").final
     cloud = Empirical.from_gaussian(g0, 20_000, generator=gen).to(dtype=torch.float32)
-    traj = integrate(field, cloud, t1, dt=t1 / 2)
+    traj = integrate(field, cloud, t1, dt=t1 / 2, method="rk4")
     assert traj.status == "completed"
     mean, cov = traj.final.mean().double(), traj.final.cov().double()
     mean_error = (mean - exact.mean()).norm() / (1 + exact.mean().norm())
@@ -51,7 +51,7 @@ def test_particle_blow_up_threshold_stops_the_run():
         torch.tensor([[2.0]], dtype=F64), torch.tensor([[1.0]], dtype=F64)
     )
     cloud = Empirical(torch.linspace(-1, 1, 50, dtype=F64)[:, None])
-    traj = integrate(field, cloud, 50.0, dt=0.05, events=(BlowUp(threshold=1e3),))
+    traj = integrate(field, cloud, 50.0, dt=0.05, events=(BlowUp(threshold=1e3),), method="rk4")
     assert traj.status == "blow_up" and float(traj.event_time) < 50
     spread = ((traj.final.points - traj.final.mean()) ** 2).sum(-1).max()
     assert float(spread) > 1e3 and torch.isfinite(traj.final.points).all()
@@ -67,8 +67,10 @@ def test_permuting_particles_permutes_the_flow(generator):
     weights = torch.rand(30, generator=generator, dtype=F64)
     weights = weights / weights.sum()
     perm = torch.randperm(30, generator=generator)
-    a = integrate(field, Empirical(points, weights), 0.5, dt=0.05).final.points
-    b = integrate(field, Empirical(points[perm], weights[perm]), 0.5, dt=0.05).final.points
+    a = integrate(field, Empirical(points, weights), 0.5, dt=0.05, method="rk4").final.points
+    b = integrate(
+        field, Empirical(points[perm], weights[perm]), 0.5, dt=0.05, method="rk4"
+    ).final.points
     torch.testing.assert_close(a[perm], b, rtol=1e-12, atol=1e-12)
 
 
@@ -76,12 +78,14 @@ def test_particle_flow_is_differentiable_in_parameters(generator):
     A = torch.tensor([[-0.3, 0.1], [0.0, -0.2]], dtype=F64, requires_grad=True)
     field = Softmax.from_interaction(A, torch.eye(2, dtype=F64))
     cloud = Empirical(torch.randn(20, 2, generator=generator, dtype=F64))
-    loss = integrate(field, cloud, 0.3, dt=0.1).final.cov().trace()
+    loss = integrate(field, cloud, 0.3, dt=0.1, method="rk4").final.cov().trace()
     (grad,) = torch.autograd.grad(loss, A)
     eps, bump = 1e-6, torch.zeros(2, 2, dtype=F64)
     bump[0, 0] = 1.0
     shifted = Softmax.from_interaction(A.detach() + eps * bump, torch.eye(2, dtype=F64))
-    fd = (integrate(shifted, cloud, 0.3, dt=0.1).final.cov().trace() - loss.detach()) / eps
+    fd = (
+        integrate(shifted, cloud, 0.3, dt=0.1, method="rk4").final.cov().trace() - loss.detach()
+    ) / eps
     assert float(grad[0, 0]) == pytest.approx(float(fd), rel=1e-4)  # forward difference, O(eps)
 
 

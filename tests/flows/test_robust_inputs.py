@@ -62,7 +62,9 @@ def test_relative_events_do_not_depend_on_the_scale(scale):
 
 def test_absolute_converged_is_documented_as_scale_dependent():
     # The paper's rule ‖rhs‖ < tol: a tiny cloud is "converged" at its first step.
-    tiny = integrate(_linear_flow(-1.0), _cloud(1e-9), 1.0, dt=0.01, events=(Converged(1e-8),))
+    tiny = integrate(
+        _linear_flow(-1.0), _cloud(1e-9), 1.0, dt=0.01, events=(Converged(1e-8),), method="rk4"
+    )
     assert tiny.status == "converged" and float(tiny.event_time) == pytest.approx(0.01)
 
 

@@ -132,8 +132,8 @@ def test_bad_splittings_name_the_cause(build, match):
 def test_integrate_takes_a_ready_system_and_the_table_takes_new_states(generator):
     field = Softmax(torch.eye(2, dtype=F64), torch.eye(2, dtype=F64), -torch.eye(2, dtype=F64))
     mu = Empirical(_draw(generator, 5, 2))
-    ready = integrate(ParticleSystem(field, mu, "dense"), 0.5, dt=0.05).final.points
-    torch.testing.assert_close(ready, integrate(field, mu, 0.5, dt=0.05).final.points)
+    ready = integrate(ParticleSystem(field, mu, "dense"), 0.5, dt=0.05, method="rk4").final.points
+    torch.testing.assert_close(ready, integrate(field, mu, 0.5, dt=0.05, method="rk4").final.points)
     # Grid options live on the system, not in the mu0 slot.
     grid = Grid(torch.full((10,), 0.1, dtype=F64), [-1.0], [1.0])
     one_d = Softmax(torch.eye(1, dtype=F64), torch.eye(1, dtype=F64), -torch.eye(1, dtype=F64))
@@ -145,7 +145,7 @@ def test_integrate_takes_a_ready_system_and_the_table_takes_new_states(generator
 
     register_system(Tokens, lambda f, m, t0, engine: ParticleSystem(f, m, engine))
     try:
-        out = integrate(field, Tokens(mu.points), 0.5, dt=0.05).final.points
+        out = integrate(field, Tokens(mu.points), 0.5, dt=0.05, method="rk4").final.points
     finally:
         del SYSTEMS[Tokens]
     np.testing.assert_allclose(out.numpy(), ready.numpy(), rtol=1e-14)

@@ -174,7 +174,9 @@ def test_sphere_schedule_is_the_rescaled_tangent_flow():
         tangent = piece.velocity(mu)
         assert float((tangent * y).sum(-1).abs().max()) < 1e-11 * float(tangent.abs().max())
         torch.testing.assert_close(tangent, got - y * (got * y).sum(-1, keepdim=True))
-    flow = integrate(schedule, mu, 6.0, dt=0.5, save=7)  # a coarse step: the projection only
+    flow = integrate(
+        schedule, mu, 6.0, dt=0.5, save=7, method="rk4"
+    )  # a coarse step: the projection only
     assert flow.status == "completed"
     assert float((flow.final.points.norm(dim=-1) - 1).abs().max()) < 1e-12  # projected
     one = model.sphere_schedule(2.0).piece(0.0).field.velocity(mu)
@@ -228,8 +230,8 @@ def _real_head_agreement(n: int) -> tuple[float, float]:
     g = Gaussian(tokens.mean(0), torch.cov(tokens.T, correction=0))
     cloud = Empirical.from_gaussian(g, n, generator=torch.Generator().manual_seed(0))
     start = Gaussian(cloud.mean(), cloud.cov())
-    ode = integrate(head, start, 1.0, dt=0.05).final
-    particles = integrate(head, cloud.to(dtype=torch.float32), 1.0, dt=0.5).final
+    ode = integrate(head, start, 1.0, dt=0.05, method="rk4").final
+    particles = integrate(head, cloud.to(dtype=torch.float32), 1.0, dt=0.5, method="rk4").final
     d_mean = (particles.mean().double() - cloud.mean()) - (ode.mean() - start.mean())
     d_cov = (particles.cov().double() - cloud.cov()) - (ode.cov() - start.cov())
     return (

@@ -110,22 +110,25 @@ class Auto:
         return self.explicit.combine(y, h, stages)
 
     def _stiffness(self, h, stages, before, after) -> np.ndarray:
-        """hλ ≈ ‖h(k₇ − k₆)‖ / ‖y₁ − ŷ₆‖ per element (0 where y₁ = ŷ₆)."""
+        """hλ ≈ ‖h(k₇ − k₆)‖ / ‖y₁ − ŷ₆‖ per element; 0 where y₁ = ŷ₆ or where the ratio is
+        undefined (∞/∞ near an overflow, which the blow-up checks judge). One transfer."""
         zeros = tuple(torch.zeros_like(part) for part in after)
         change = _axpy(zeros, h, [(1.0, stages[-1]), (-1.0, stages[-2])])
         gap = tuple(a - b for a, b in zip(after, before, strict=True))
-        numerator, denominator = self._square_norm(change), self._square_norm(gap)
-        with np.errstate(divide="ignore", invalid="ignore"):
+        squares = torch.stack([self._square_norm(change), self._square_norm(gap)])
+        numerator, denominator = squares.cpu().numpy().astype(float)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             ratio = np.sqrt(numerator / denominator)
-        return np.where(denominator > 0, np.nan_to_num(ratio, nan=math.inf), 0.0)
+        return np.where(denominator > 0, np.nan_to_num(ratio, nan=0.0, posinf=math.inf), 0.0)
 
-    def _square_norm(self, state) -> np.ndarray:
-        """Σ of squares of each element's entries (numpy, batch shape)."""
-        total = 0.0
+    def _square_norm(self, state) -> torch.Tensor:
+        """Σ of squares of each element's entries (batch shape)."""
+        total = None
         for part, k in zip(state, self.system.part_dims, strict=True):
             flat = part.detach().reshape(*part.shape[: part.ndim - k], -1)
-            total = total + flat.double().square().sum(-1)
-        return np.asarray(total.cpu().numpy() if torch.is_tensor(total) else total, dtype=float)
+            squares = flat.double().square().sum(-1)  # float32 squares overflow from 1e19
+            total = squares if total is None else total + squares
+        return total
 
     def observe(self, accepted: np.ndarray, t: np.ndarray) -> None:
         """Count the accepted steps that were stability-bound (the loop calls this after each
