@@ -61,6 +61,11 @@ class Hardmax(Field):
     def from_interaction(cls, A, V, *, tie_tol: float | None = None) -> Hardmax:
         """Build from the interaction matrix A (d × d): Q = A, K = I, scale = 1."""
         value = as_tensor(A(0.0) if callable(A) else A, "A")
+        if value.ndim < 2 or value.shape[-1] != value.shape[-2]:
+            raise ValueError(
+                f"A must be a square (..., d, d) interaction matrix (the score is yᵀAx); "
+                f"received shape {tuple(value.shape)}."
+            )
         eye = torch.eye(value.shape[-1], dtype=torch.float64, device=value.device)
         return cls(A, eye, V, scale=1.0, tie_tol=tie_tol)
 

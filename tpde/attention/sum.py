@@ -20,7 +20,13 @@ from collections.abc import Sequence
 
 import torch
 
-from tpde.attention.base import Field, GaussianNotPreserved, shared_capabilities
+from tpde.attention.base import (
+    Field,
+    GaussianNotPreserved,
+    check_velocity_shape,
+    check_velocity_type,
+    shared_capabilities,
+)
 from tpde.measures import Empirical, Gaussian
 
 __all__ = ["Sum"]
@@ -58,6 +64,12 @@ class Sum(Field):
                 raise TypeError(f"part {index} of the sum is a {type(part).__name__}, not a "
                                 "tpde field.")  # fmt: skip
             flat.extend(part.parts if isinstance(part, Sum) else [part])
+        for index, part in enumerate(flat):
+            if not hasattr(part, "dim"):
+                raise TypeError(
+                    f"part {index} of the sum, {type(part).__name__}, has no dim: every tpde "
+                    "field declares the dimension d of its tokens (self.dim = d in __init__)."
+                )
         dims = [part.dim for part in flat]
         if len(set(dims)) > 1:
             raise ValueError(
@@ -104,10 +116,28 @@ class Sum(Field):
 
     def particle_velocity(self, t, mu: Empirical, x, engine: str, info=None) -> torch.Tensor:
         total = None
-        for part in self.parts:
+        for index, part in enumerate(self.parts):
             v = part.particle_velocity(t, mu, x, engine, info)
+            who = f"part {index} of the sum, {type(part).__name__},"
+            check_velocity_type(v, part)
+            check_velocity_shape(v, x, who)  # a narrower v would broadcast into the total
+            if not type(part).__module__.startswith("tpde.") and not bool(
+                torch.isfinite(v.detach().sum())
+            ):  # a field defined outside tpde: name it, not an overflow of the sum
+                raise FloatingPointError(
+                    f"{who} returned {int((~torch.isfinite(v.detach())).sum())} non-finite "
+                    "entries (NaN or Inf) for finite tokens: its own particle_velocity "
+                    "produced them (look for 0/0 at a point, a log of 0, or an exp that "
+                    "overflows)."
+                )
             total = v if total is None else total + v
         return total
+
+    @property
+    def overflow_source(self) -> str:
+        """What overflows first in the parts (for the message of a non-finite velocity)."""
+        sources = dict.fromkeys(part.overflow_source for part in self.parts)
+        return " or ".join(sources)
 
     def project(self, points: torch.Tensor) -> torch.Tensor:
         """The projection the parts share (capability "projection" only)."""
