@@ -146,7 +146,12 @@ GQA_ERRORS = {
         ValueError,
         r"one slope per head \(a flat sequence\); received a table of shape \(2, 2\)",
     ),
-    "window-below-one": (lambda: gqa(window=0.5), ValueError, "window must be ≥ 1"),
+    "window-zero": (lambda: gqa(window=0.0), ValueError, "window must be > 0"),
+    "window-string": (  # fixed: "2" was taken as 2.0
+        lambda: gqa(window="2"),
+        TypeError,
+        "window must be a real number; received '2'",
+    ),
     "window-without-causal": (
         lambda: gqa(window=2, causal=False),
         ValueError,
@@ -578,6 +583,26 @@ def test_gqa_sdpa_equals_dense_on_unsorted_tied_positions_in_float32_and_float64
     single = field.velocity(Empirical(POINTS.float(), positions=pos), engine="sdpa")
     assert single.dtype == torch.float32
     torch.testing.assert_close(single.double(), dense, rtol=0, atol=1e-5)
+
+
+def test_gqa_window_on_mean_field_positions_is_the_integer_window():
+    """Window w = 3 over p = 0 … 7 is the window 2.5/7 over s = p/7: the same velocity (1e-14),
+    on every softmax engine (fixed: windows below 1 were refused, so no mean-field window)."""
+    points = cloud(8, D, seed=11)
+    p = torch.arange(8.0, dtype=F64)
+    for engine in ("dense", "chunked", "sdpa"):
+        integer = gqa(window=3).velocity(Empirical(points, positions=p), engine=engine)
+        mean_field = gqa(window=2.5 / 7).velocity(Empirical(points, positions=p / 7), engine=engine)
+        torch.testing.assert_close(mean_field, integer, rtol=0, atol=1e-14)
+
+
+def test_integer_positions_above_2_24_stay_exact_with_float64_tokens():
+    """Fixed: integer positions went through float32 (the default dtype) on their way to the
+    tokens' float64, so 2^24 + 1 became 2^24 and tied with its predecessor."""
+    p = torch.arange(5, dtype=torch.int64) + 2**24
+    mu = Empirical(POINTS, positions=p)
+    assert mu.positions.tolist() == [float(v) for v in p.tolist()]
+    assert torch.equal(mu.positions.diff(), torch.ones(4, dtype=F64))
 
 
 def test_gqa_probabilities_reproduce_the_velocity_with_zero_mass_keys():
