@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from tests.adversarial.strategies import F64, cloud, error_table_test
+from tests.adversarial.strategies import F64, cloud, error_table_test, scales
 from tpde.attention import (
     L2,
     MLP,
@@ -113,6 +113,15 @@ GQA_ERRORS = {
         "heads = 4 is not a multiple of kv_heads = 3",
     ),
     "heads-float": (lambda: gqa(heads=4.0), ValueError, "heads must be a positive integer"),
+    "query-positions-merge": (  # fixed: went through float32, so both became 2^24
+        lambda: gqa().velocity(
+            Empirical(POINTS.float(), positions=POS),
+            POINTS[:2].float(),
+            positions=[2**24, 2**24 + 1],
+        ),
+        ValueError,
+        "positions 16777216 and 16777217 are not distinct in torch.float32",
+    ),
     "rows-not-multiple-of-heads": (
         lambda: gqa(heads=3, kv_heads=1),
         ValueError,
@@ -572,6 +581,19 @@ def test_hardmax_ties_share_the_mass_and_from_field_keeps_the_limit():
     torch.testing.assert_close(hard.velocity(MU2, x), soft.velocity(MU2, x), rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_hardmax_is_right_at_every_scale_of_the_tokens(dtype):
+    """The maximisers of yᵀAx do not depend on the tokens' scale: Hardmax of c·X is c times
+    Hardmax of X (rounding: 4 eps) for every power of ten c of the dtype's normal range
+    (fixed: scores underflowed to ties below 1e-160 and overflowed above 1e154)."""
+    keys = cloud(7, 2, seed=2)
+    expected = Hardmax(I2, I2, I2).velocity(Empirical(keys))
+    eps = torch.finfo(dtype).eps
+    for c in scales(dtype)[1:-1:5]:
+        out = Hardmax(I2, I2, I2).velocity(Empirical((keys * c).to(dtype)))
+        torch.testing.assert_close(out.double() / c, expected, rtol=4 * eps, atol=4 * eps)
+
+
 def test_gqa_sdpa_equals_dense_on_unsorted_tied_positions_in_float32_and_float64():
     """Positions out of order with ties, RoPE + window: sdpa = dense to 1e-14 in float64,
     the float32 run within 1e-5 of the float64 one."""
@@ -594,6 +616,15 @@ def test_gqa_window_on_mean_field_positions_is_the_integer_window():
         integer = gqa(window=3).velocity(Empirical(points, positions=p), engine=engine)
         mean_field = gqa(window=2.5 / 7).velocity(Empirical(points, positions=p / 7), engine=engine)
         torch.testing.assert_close(mean_field, integer, rtol=0, atol=1e-14)
+
+
+def test_gqa_takes_numpy_head_counts():
+    """Fixed: heads=np.int64(4) (a count read from a configuration array) was refused as
+    "not a positive integer; received np.int64(4)"."""
+    np = pytest.importorskip("numpy")
+    field = gqa(heads=np.int64(4), kv_heads=np.int64(2))
+    assert (field.heads, field.kv_heads) == (4, 2)
+    torch.testing.assert_close(field.velocity(SEQ), gqa().velocity(SEQ), rtol=0, atol=0)
 
 
 def test_integer_positions_above_2_24_stay_exact_with_float64_tokens():

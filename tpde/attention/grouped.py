@@ -3,6 +3,7 @@ r"""Grouped-query causal attention with positions: the attention block of a deco
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 
@@ -323,8 +324,9 @@ def _heads(x, head_dim: int):
 
 def _check_heads(heads, kv_heads) -> tuple[int, int]:
     for value, name in ((heads, "heads"), (kv_heads, "kv_heads")):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
             raise ValueError(f"{name} must be a positive integer; received {value!r}.")
+    heads, kv_heads = int(heads), int(kv_heads)  # numpy integers from a configuration too
     if heads % kv_heads:
         raise ValueError(
             f"heads = {heads} is not a multiple of kv_heads = {kv_heads}: each key/value head "

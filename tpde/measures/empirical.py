@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from tpde._normalize import unit
-from tpde._validation import as_tensor, check_finite, check_float_dtype
+from tpde._validation import as_positions, as_tensor, check_finite, check_float_dtype
 from tpde.measures._base import Measure, check_sample_size
 
 __all__ = ["Empirical"]
@@ -93,13 +92,7 @@ class Empirical(Measure):
         if positions is None:
             return None
         points = self._points
-        given = _integer_positions(positions)  # integers: cast once, to the tokens' dtype
-        if given is None:
-            given = as_tensor(positions, "positions", device=points.device)
-        given = given.to(points.device)
-        positions = given.to(points.dtype)
-        if given.dtype != points.dtype and positions.shape == (n,):
-            _check_distinct_after_cast(given, positions)
+        positions = as_positions(positions, "positions", dtype=points.dtype, device=points.device)
         if positions.shape != (n,):
             raise ValueError(
                 f"positions must have shape (n,) = ({n},) to match points "
@@ -241,36 +234,3 @@ class Empirical(Measure):
         if self.batch_shape != ():
             extra += f", batch={tuple(self.batch_shape)}"
         return f"Empirical(n={self.n}, d={self.dim}, dtype={self.dtype}{extra})"
-
-
-def _integer_positions(value) -> torch.Tensor | None:
-    """Integer positions as an integer tensor (not through the default float dtype, which
-    would merge integers above 2^24), or None for anything else."""
-    if isinstance(value, torch.Tensor):
-        integer = (
-            not (value.is_floating_point() or value.is_complex()) and value.dtype != torch.bool
-        )
-        return value if integer else None
-    if isinstance(value, np.ndarray | list | tuple):
-        try:
-            array = np.asarray(value)
-        except (TypeError, ValueError):
-            return None
-        return torch.as_tensor(array) if array.dtype.kind in "iu" else None
-    return None
-
-
-def _check_distinct_after_cast(given: torch.Tensor, cast: torch.Tensor) -> None:
-    """Raise if casting positions to the tokens' dtype merged distinct positions (integers
-    above 2^24 in float32): the causal mask would then tie tokens that are ordered."""
-    order = torch.argsort(given)
-    before, after = given[order], cast[order]
-    merged = (before[1:] != before[:-1]) & (after[1:] == after[:-1])
-    if bool(merged.any()):
-        i = int(merged.nonzero()[0, 0])
-        raise ValueError(
-            f"positions {before[i].item()!r} and {before[i + 1].item()!r} are not distinct in "
-            f"{cast.dtype} (the tokens' dtype, in which positions are kept): the causal mask "
-            "and positional encodings would tie them. Use tokens in float64, or positions "
-            "that the dtype resolves (integers below 2^24 in float32)."
-        )
