@@ -568,6 +568,17 @@ def test_spectral_accepts_rounding_off_the_circle_and_batched_beta():
         torch.testing.assert_close(out[b], expected, rtol=0, atol=1e-13)
 
 
+def test_a_field_of_any_dimension_joins_a_sum():
+    """Fixed: a GradientFlowField (dim None, any d) + Softmax on d = 2 was refused as
+    "parts of dimensions [None, 2]"; the sum acts on d = 2 and adds the velocities."""
+    total = _FREE + SM
+    assert total.dim == 2 and (_FREE + _FREE).dim is None
+    expected = _FREE.velocity(MU2) + SM.velocity(MU2)
+    torch.testing.assert_close(total.velocity(MU2), expected, rtol=0, atol=1e-15)
+    with pytest.raises(ValueError, match="the measure lives in d = 4 but the Sum acts on d = 2"):
+        total.velocity(MU)
+
+
 def test_hardmax_ties_share_the_mass_and_from_field_keeps_the_limit():
     """Two keys tied for the best score share the weight; Hardmax.from_field(Softmax) is the
     β → ∞ limit: softmax at β = 1e4 agrees to 1e-12 on a cloud without ties."""

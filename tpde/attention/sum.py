@@ -38,7 +38,8 @@ class Sum(Field):
     Parameters
     ----------
     parts : sequence of fields on one dimension d (sums inside are flattened, so
-        ``a + b + c`` has three parts). ``field_a + field_b`` builds one.
+        ``a + b + c`` has three parts; a part of any dimension, ``dim = None``, joins any
+        d). ``field_a + field_b`` builds one.
 
     Notes
     -----
@@ -71,14 +72,15 @@ class Sum(Field):
                     "field declares the dimension d of its tokens (self.dim = d in __init__)."
                 )
         dims = [part.dim for part in flat]
-        if len(set(dims)) > 1:
+        fixed = {d for d in dims if d is not None}  # dim None: a field of any dimension
+        if len(fixed) > 1:
             raise ValueError(
                 f"the parts of a sum must act on one dimension d; received parts of dimensions "
                 f"{dims} (in order). A layer's attention and feed-forward fields both act on "
                 "the model dimension."
             )
         self.parts = tuple(flat)
-        self.dim = dims[0]
+        self.dim = fixed.pop() if fixed else None
         self.breakpoints = tuple(sorted({b for part in flat for b in part.breakpoints}))
         self._pieces: dict = {}
 
