@@ -198,6 +198,16 @@ GQA_ERRORS = {
         ValueError,
         r"needs their positions: pass positions of shape \(2,\)",
     ),
+    "positions-for-a-field-without": (  # fixed: said "pass x too" with x passed
+        lambda: gqa(causal=False).velocity(SEQ, POINTS[:2], positions=POS[:2]),
+        ValueError,
+        r"this field uses none \(not causal, no positional encoding\).*drop positions=",
+    ),
+    "positions-without-x": (
+        lambda: gqa().velocity(SEQ, positions=POS),
+        ValueError,
+        "pass x too, or drop positions",
+    ),
     "measure-wrong-d": (  # fixed: named Q, K, V, which GQA has not
         lambda: gqa().velocity(Empirical(_r(5, 3), positions=POS)),
         ValueError,

@@ -189,6 +189,11 @@ def query_positions(positions, x, who: str, uses: bool = True):
     positions; None where x is None or the field uses none (and then ``positions`` must be
     None: they would be ignored)."""
     if x is None or not uses:
+        if positions is not None and not uses:
+            raise ValueError(
+                "positions were given, but this field uses none (not causal, no positional "
+                "encoding), so they would be ignored: drop positions=."
+            )
         if positions is not None:
             raise ValueError(
                 "positions are the positions of the evaluation points x, for a field that "
