@@ -589,6 +589,16 @@ def test_a_field_of_any_dimension_joins_a_sum():
         total.velocity(MU)
 
 
+def test_sums_of_sums_flatten_and_add_on_grids():
+    """(a + b) + (c + a) has four parts; on a Grid its velocity is the parts' sum (1e-15)."""
+    ffn = MLP(_r(3, 2), None, _r(2, 3), None)
+    total = (SM + ffn) + (L2(I2, I2, I2) + SM)
+    assert len(total) == 4 and total.parts[3] is SM
+    grid = Grid.from_empirical(MU2, (4, 4), (-3.0, -3.0), (3.0, 3.0))
+    expected = sum(part.velocity(grid) for part in total.parts)
+    torch.testing.assert_close(total.velocity(grid), expected, rtol=0, atol=1e-15)
+
+
 def test_hardmax_ties_share_the_mass_and_from_field_keeps_the_limit():
     """Two keys tied for the best score share the weight; Hardmax.from_field(Softmax) is the
     β → ∞ limit: softmax at β = 1e4 agrees to 1e-12 on a cloud without ties."""
