@@ -240,5 +240,6 @@ def _integer_tensor(value) -> torch.Tensor | None:
             array = np.asarray(value)
         except (TypeError, ValueError):
             return None
-        return torch.as_tensor(array) if array.dtype.kind in "iu" else None
+        # numpy data live on the CPU; as_positions moves them to the tokens' device
+        return torch.as_tensor(array, device="cpu") if array.dtype.kind in "iu" else None
     return None
