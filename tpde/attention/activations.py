@@ -52,7 +52,7 @@ def resolve_activation(activation: str | Activation) -> tuple[str, Activation]:
     if callable(activation):
         name = getattr(activation, "__name__", type(activation).__name__)
         try:
-            inspect.signature(activation).bind(torch.zeros(()))
+            inspect.signature(activation).bind(None)  # arity only: one positional argument
         except TypeError:
             raise TypeError(
                 f"the activation {name!r} must take one tensor (the hidden units z, applied "
