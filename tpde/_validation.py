@@ -81,7 +81,10 @@ def check_finite(tensor: torch.Tensor, name: str) -> None:
 
 
 def check_positive(value, name: str, *, strict: bool = True) -> float:
-    """Return ``value`` as a float after checking that it is (strictly) positive."""
+    """Return ``value`` as a float after checking that it is (strictly) positive; bools and
+    strings are refused (``True`` is not 1.0, and "0.5" is a typo for 0.5)."""
+    if isinstance(value, bool | str | bytes):
+        raise TypeError(f"{name} must be a number; received {value!r}.")
     try:
         number = float(value)
     except (TypeError, ValueError):
