@@ -203,3 +203,41 @@ def as_parameter(value, name: str) -> torch.Tensor | Callable:
     tensor = as_tensor(value, name)
     check_finite(tensor, name)
     return tensor
+
+
+def as_positions(value, name: str, *, dtype: torch.dtype, device=None) -> torch.Tensor:
+    """Token positions as a tensor of the tokens' ``dtype``: integers are cast once (not
+    through the default float dtype, which merges integers above 2^24), and a cast that
+    merges distinct positions raises (the causal mask would tie ordered tokens)."""
+    given = _integer_tensor(value)
+    if given is None:
+        given = as_tensor(value, name, device=device)
+    given = given.to(device) if device is not None else given
+    cast = given.to(dtype)
+    if given.dtype != dtype and given.ndim == 1:
+        order = torch.argsort(given)
+        before, after = given[order], cast[order]
+        merged = (before[1:] != before[:-1]) & (after[1:] == after[:-1])
+        if bool(merged.any()):
+            i = int(merged.nonzero()[0, 0])
+            raise ValueError(
+                f"{name} {before[i].item()!r} and {before[i + 1].item()!r} are not distinct in "
+                f"{dtype} (the tokens' dtype, in which positions are kept): the causal mask and "
+                "positional encodings would tie them. Use tokens in float64, or positions that "
+                "the dtype resolves (integers below 2^24 in float32)."
+            )
+    return cast
+
+
+def _integer_tensor(value) -> torch.Tensor | None:
+    """An integer tensor, array or list as an integer tensor; None for anything else."""
+    if isinstance(value, torch.Tensor):
+        integer = not (value.is_floating_point() or value.is_complex())
+        return value if integer and value.dtype != torch.bool else None
+    if isinstance(value, np.ndarray | list | tuple):
+        try:
+            array = np.asarray(value)
+        except (TypeError, ValueError):
+            return None
+        return torch.as_tensor(array) if array.dtype.kind in "iu" else None
+    return None

@@ -11,7 +11,17 @@ import pytest
 import torch
 
 from tpde._engines import ENGINES
-from tpde.attention import Normalized
+from tpde.attention import (
+    MLP,
+    Exponential,
+    GroupedQueryAttention,
+    Hardmax,
+    LayerNorm,
+    Normalized,
+    RMSNorm,
+    Softmax,
+    SwiGLU,
+)
 from tpde.attention.energies import InteractionEnergy, PotentialEnergy
 from tpde.attention.gradient_flow import GradientFlowField
 from tpde.attention.registry import VARIANTS, variant_names
@@ -61,7 +71,45 @@ def _fields():
         False,
         False,
     )
+    fields.update(_layer_fields(Q, K, V))
     return fields
+
+
+def _layer_fields(Q, K, V):
+    """The layer surfaces: grouped-query attention with positions, the feed-forward fields,
+    hardmax, the affine norm schemes, a whole layer as a sum, and the isotropic fields on
+    the circle (where the spectral engine applies)."""
+    gen = torch.Generator().manual_seed(9)
+    W = [0.5 * torch.randn(*shape, generator=gen, dtype=F64) for shape in
+         ((4, D), (2, D), (2, D), (D, 4), (3, D), (D, 3), (3, D), (D,))]  # fmt: skip
+    Wq, Wk, Wv, Wo, W1, W2, W3, gamma = W
+
+    def gqa(**options):
+        return GroupedQueryAttention(Wq, Wk, Wv, Wo, 2, 1, **options)
+
+    swiglu = SwiGLU(W1, W3, W2)
+    iso = 2.0 * torch.eye(D, dtype=F64)
+    return {
+        "gqa-rope-window": (gqa(position="rope", window=0.5), True, False),
+        "gqa-alibi": (gqa(position="alibi", bq=W[7].repeat(2), bo=W[7]), True, False),
+        "gqa-not-causal": (gqa(causal=False), False, False),
+        "mlp": (MLP(W1, W[7][:1].repeat(3), W2, W[7], "gelu"), False, False),
+        "swiglu": (swiglu, False, False),
+        "hardmax": (Hardmax(Q, K, V), False, False),
+        "normalized-rmsnorm": (Normalized(swiglu, RMSNorm(gamma)), False, False),
+        "normalized-layernorm-pre": (
+            Normalized(VARIANTS["softmax"].standard(Q, K, V), LayerNorm(gamma, gamma, 1e-5, "pre")),
+            False,
+            False,
+        ),
+        "layer-sum": (
+            Normalized(gqa(position="rope"), RMSNorm(gamma)) + Normalized(swiglu, RMSNorm(gamma)),
+            True,
+            False,
+        ),
+        "exponential-circle": (Exponential(iso, iso, iso, scale=1.0), False, True),
+        "softmax-circle": (Softmax(iso, iso, iso, scale=1.0), False, True),
+    }
 
 
 FIELDS = _fields()

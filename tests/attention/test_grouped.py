@@ -466,8 +466,10 @@ def test_bad_input_raises(generator):
         GroupedQueryAttention(Wq, Wk, Wv, Wo, heads=4, kv_heads=2, position=ALiBi([1, 2, 3]))
     with pytest.raises(ValueError, match="slopes must be a non-empty sequence of finite positive"):
         ALiBi([1.0, -1.0])
-    with pytest.raises(ValueError, match=r"window must be ≥ 1.*received window=0.5"):
-        GroupedQueryAttention(Wq, Wk, Wv, Wo, heads=4, kv_heads=2, window=0.5)
+    with pytest.raises(ValueError, match=r"window must be > 0.*received window=0.0"):
+        GroupedQueryAttention(Wq, Wk, Wv, Wo, heads=4, kv_heads=2, window=0.0)
+    with pytest.raises(TypeError, match=r"window must be a real number; received '2'"):
+        GroupedQueryAttention(Wq, Wk, Wv, Wo, heads=4, kv_heads=2, window="2")
     with pytest.raises(ValueError, match=r"sliding window .* needs causal=True"):
         GroupedQueryAttention(Wq, Wk, Wv, Wo, heads=4, kv_heads=2, causal=False, window=2)
     with pytest.raises(ValueError, match="position must be None, a positional encoding"):

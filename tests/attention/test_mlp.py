@@ -244,7 +244,7 @@ def test_a_layer_that_changes_shape_in_time(generator):
     W1, b1, W2, b2 = _weights(generator)
     field = MLP(lambda t: W1 if t < 1 else W1[:4], b1, W2, b2)
     with pytest.raises(
-        ValueError, match=r"W1 changed shape over time: \(4, 3\) instead of \(\.\.\., 5, 3\)"
+        ValueError, match=r"W1 changed shape over time: \(4, 3\) instead of \(5, 3\)"
     ):
         field.velocity(Empirical(torch.zeros(2, 3, dtype=F64)), t=1.0)
 

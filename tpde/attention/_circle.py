@@ -51,7 +51,8 @@ def _route(params, mu: Empirical, x, auto: bool):
         return f"it needs tokens in d = 2 (the circle S¹); these have d = {x.shape[-1]}", None
     if x is not mu.points:
         return (
-            "it evaluates the field at μ's own tokens (the particle flow), not at other points x"
+            "it evaluates the field at μ's own tokens (the particle flow), not at other points "
+            "x (nor at a Grid's cell centres: integrate particles on the circle instead)"
         ), None
     beta = scalar[..., 0, 0]
     if auto:

@@ -54,6 +54,11 @@ class Weights:
                 self._fix_sizes(name, value)
         #: Broadcast batch shape of the weights at t = 0 (empty for one weight set).
         self.batch_shape = self._batch_shape(evaluated)
+        self._batches = {
+            name: value.shape[: value.ndim - len(specs[name])]
+            for name, value in evaluated.items()
+            if value is not None
+        }
 
     # ---------------------------------------------------------------- checks
     def _fix_sizes(self, name: str, value: torch.Tensor) -> None:
@@ -84,13 +89,13 @@ class Weights:
             if value is None:
                 continue
             symbols = self.specs[name]
-            expected = tuple(self.sizes[s] for s in symbols)
-            if value.ndim < len(symbols) or tuple(value.shape[-len(symbols) :]) != expected:
+            expected = (*self._batches[name], *(self.sizes[s] for s in symbols))
+            if tuple(value.shape) != expected:
                 raise ValueError(
                     f"{self.owner}: {name} changed shape over time: {tuple(value.shape)} "
-                    f"instead of (..., {', '.join(map(str, expected))})."
+                    f"instead of {expected} (its shape at t = 0): a layer's weights keep "
+                    "their shape, batch dimensions included, at every depth-time."
                 )
-        self._batch_shape(evaluated)
 
     def _batch_shape(self, evaluated: dict) -> torch.Size:
         batches = {
@@ -145,6 +150,7 @@ class FeedForward(Field):
     """
 
     params: Weights
+    overflow_source = "the hidden units (the first layer's products W x)"
 
     def feed_forward(self, t: float, x: torch.Tensor) -> torch.Tensor:
         """F(x) for x (..., n, d)."""

@@ -57,23 +57,70 @@ def check_no_overflow(value: torch.Tensor, mu, what: str, field=None) -> None:
         return
     bad = ~torch.isfinite(value.detach())
     nan = bool(torch.isnan(value.detach()).any())
-    if field is not None and not type(field).__module__.startswith("tpde."):
+    foreign = _foreign_fields(field) if field is not None else []
+    if foreign:
+        inside = "" if foreign == [field] else f" (inside {type(field).__name__})"
+        names = ", ".join(dict.fromkeys(type(f).__name__ for f in foreign))
         raise FloatingPointError(
-            f"{type(field).__name__} returned {int(bad.sum())} non-finite entries "
+            f"{names}{inside} returned {int(bad.sum())} non-finite entries "
             f"({'NaN' if nan else 'Inf'}) in {what} for finite tokens: the field's own "
-            "particle_velocity produced them (look for 0/0 at a point, a log of 0, or an "
-            "exp that overflows)."
+            "particle_velocity produced them (a field defined outside tpde; look for 0/0 at "
+            "a point, a log of 0, or an exp that overflows)."
         )
     largest = float(mu.points.detach().abs().max())
+    source = getattr(field, "overflow_source", "the attention scores")
     raise OverflowError(
-        f"{what} overflowed in {value.dtype}: the attention scores of these tokens (largest "
+        f"{what} overflowed in {value.dtype}: {source} of these tokens (largest "
         f"|coordinate| {largest:.3g}) exceed the range of {value.dtype}. Compute in float64 "
         "(mu.to(dtype=torch.float64) and float64 parameters), or rescale the tokens or the "
-        "parameters (A = scale·KᵀQ) so that the scores stay moderate."
+        f"parameters (A = scale·KᵀQ in attention) so that {source} stay moderate."
     )
 
 
+def _foreign_fields(field) -> list:
+    """The fields defined outside tpde in ``field`` (itself, or the parts of the wrappers:
+    a sum's ``parts``, a normalised or masked field's ``field``): the likely source of a
+    non-finite velocity, which tpde's own stabilised sums do not produce."""
+    if not type(field).__module__.startswith("tpde."):
+        return [field]
+    inner = list(getattr(field, "parts", ()) or ())
+    if isinstance(getattr(field, "field", None), Field):
+        inner.append(field.field)
+    return [f for part in inner if isinstance(part, Field) for f in _foreign_fields(part)]
+
+
 _MISSING = object()
+
+
+def _acts_on(field) -> str:
+    """Where a field's dimension d comes from, for messages: the weight that fixes it (named
+    weights of the feed-forward and grouped-query fields), Q/K/V, or the field itself."""
+    params = getattr(field, "params", None)
+    source = getattr(params, "_source", {}).get("d")
+    if source is not None:
+        name, shape = source
+        return f"the {type(field).__name__} acts on d = {field.dim} ({name} has shape {shape})"
+    if hasattr(params, "k") and hasattr(params, "scale"):  # Q, K, V parameters
+        return f"the field's parameters act on d = {field.dim} (Q, K: (k, d), V: (d, d))"
+    return f"the {type(field).__name__} acts on d = {field.dim}"
+
+
+def check_velocity_shape(value: torch.Tensor, x: torch.Tensor, who: str) -> None:
+    """Raise ValueError unless a velocity has the points' shape (m, d) in its trailing
+    dimensions, with leading batch dimensions that broadcast against the points' (a
+    narrower velocity would broadcast into wrong numbers when added or stepped)."""
+    ok = value.ndim >= 2 and value.shape[-2:] == x.shape[-2:]
+    if ok:
+        try:
+            torch.broadcast_shapes(value.shape[:-2], x.shape[:-2])
+        except RuntimeError:
+            ok = False
+    if not ok:
+        raise ValueError(
+            f"{who} returned shape {tuple(value.shape)} for points of shape "
+            f"{tuple(x.shape)}; a velocity has the points' shape (..., m, d), one vector of "
+            "R^d per point."
+        )
 
 
 class GaussianNotPreserved(NotImplementedError):
@@ -238,6 +285,8 @@ class Field:
 
     #: Ambient dimension d of the tokens the field acts on.
     dim: int
+    #: What overflows first when the velocity of finite tokens is not finite (messages).
+    overflow_source: str = "the attention scores"
     #: Times at which piecewise parameters jump (``piece(t)`` gives the field between).
     breakpoints: tuple[float, ...] = ()
 
@@ -330,8 +379,10 @@ class Field:
             mu = mu.to_empirical()
         info = InnerSolves() if info is None else info
         start = len(info)
-        out = self.particle_velocity(t, mu, mu.points if x is None else x, engine, info=info)
+        x = mu.points if x is None else x
+        out = self.particle_velocity(t, mu, x, engine, info=info)
         check_velocity_type(out, self)
+        check_velocity_shape(out, x, f"{type(self).__name__}.particle_velocity")
         info.warn(since=start, stacklevel=2)
         check_no_overflow(out, mu, "the velocity Γ[μ]", self)
         return out
@@ -410,8 +461,7 @@ class Field:
             )
         if dim is not None and mu.dim != dim:
             raise ValueError(
-                f"dimension mismatch: the measure lives in d = {mu.dim} but the field's "
-                f"parameters act on d = {self.dim} (Q, K: (k, d), V: (d, d))."
+                f"dimension mismatch: the measure lives in d = {mu.dim} but {_acts_on(self)}."
             )
         params = getattr(self, "params", None)
         batch = getattr(mu, "batch_shape", ())

@@ -3,6 +3,7 @@ r"""Grouped-query causal attention with positions: the attention block of a deco
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 
@@ -57,9 +58,11 @@ class GroupedQueryAttention(Field):
     causal : bool
         Keys at positions p_j ≤ p_i only (default True, a decoder).
     window : float, optional
-        Sliding window w ≥ 1 (Mistral): with ``causal``, keys with p_i − p_j < w only; on
-        integer positions the query and its w − 1 predecessors. In the units of the
-        positions.
+        Sliding window w > 0 (Mistral): with ``causal``, keys with p_i − p_j < w only; on
+        integer positions (w ≥ 1) the query and its w − 1 predecessors. In the units of the
+        positions: a model's window w over p = 0 … n − 1 is the window (w − ½)/(n − 1) over
+        the mean-field positions s = p/(n − 1) (any value in ((w − 1)/(n − 1), w/(n − 1)]
+        gives the same mask; the midpoint keeps rounding away from the boundary).
     bq, bk, bv : tensor (..., H·d_h), (..., H_kv·d_h), (..., H_kv·d_h) or callable, optional
         Query, key and value biases (Qwen). With RoPE the key bias does not cancel (it is
         rotated with the key).
@@ -321,8 +324,9 @@ def _heads(x, head_dim: int):
 
 def _check_heads(heads, kv_heads) -> tuple[int, int]:
     for value, name in ((heads, "heads"), (kv_heads, "kv_heads")):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
             raise ValueError(f"{name} must be a positive integer; received {value!r}.")
+    heads, kv_heads = int(heads), int(kv_heads)  # numpy integers from a configuration too
     if heads % kv_heads:
         raise ValueError(
             f"heads = {heads} is not a multiple of kv_heads = {kv_heads}: each key/value head "
@@ -339,10 +343,11 @@ def _check_window(window, causal: bool):
             "a sliding window limits how far back a query looks, so it needs causal=True; "
             f"received window={window!r} with causal=False."
         )
-    value = check_positive(window, "window")
-    if value < 1:
+    value = check_real(window, "window")  # a number: "2" and True are refused
+    if not value > 0:
         raise ValueError(
-            f"window must be ≥ 1 (in the units of the positions: the query and its w − 1 "
-            f"predecessors on integer positions); received window={window!r}."
+            f"window must be > 0, in the units of the positions (w ≥ 1 on integer positions: "
+            f"the query and its w − 1 predecessors; w/(n − 1) on s = p/(n − 1)); received "
+            f"window={window!r}."
         )
     return value

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from tpde._engines import check_engine
+from tpde._normalize import safe_norm, unit
 from tpde._validation import as_tensor, check_positive
 from tpde.attention._forms import key_log_weights
 from tpde.attention._params import QKV
@@ -40,7 +41,9 @@ class Hardmax(Field):
     tie_tol : float, optional
         Relative tie tolerance: keys whose score is within τ(x) = tie_tol · |Ax| · max_y |y|
         of the best are tied (|Ax|·max|y| bounds every score of x, so τ is a multiple of
-        the rounding error of the scores). Default 64·eps of the tokens' dtype (1.4e-14 in
+        the rounding error of the scores). The scores are formed for Ax/|Ax| and y/max|y|,
+        which have the same maximisers, so the tokens' scale (1e-300 … 1e300 in float64)
+        changes nothing. Default 64·eps of the tokens' dtype (1.4e-14 in
         float64): exact ties of symmetric configurations are shared, distinct scores are not.
 
     Notes
@@ -61,6 +64,11 @@ class Hardmax(Field):
     def from_interaction(cls, A, V, *, tie_tol: float | None = None) -> Hardmax:
         """Build from the interaction matrix A (d × d): Q = A, K = I, scale = 1."""
         value = as_tensor(A(0.0) if callable(A) else A, "A")
+        if value.ndim < 2 or value.shape[-1] != value.shape[-2]:
+            raise ValueError(
+                f"A must be a square (..., d, d) interaction matrix (the score is yᵀAx); "
+                f"received shape {tuple(value.shape)}."
+            )
         eye = torch.eye(value.shape[-1], dtype=torch.float64, device=value.device)
         return cls(A, eye, V, scale=1.0, tie_tol=tie_tol)
 
@@ -102,18 +110,21 @@ class Hardmax(Field):
         points, log_w = key_log_weights(mu)
         weights = log_w.exp()
         tol = self.tie_tol if self.tie_tol is not None else 64 * torch.finfo(x.dtype).eps
-        queries = x @ p.A.transpose(-1, -2)  # (..., m, d): score of key y is ⟨Ax, y⟩
-        largest = points.norm(dim=-1).amax(-1, keepdim=True)  # (..., 1)
+        # The maximisers of ⟨Ax, y⟩ do not change when Ax and every key are scaled by > 0:
+        # scores of unit queries and of keys scaled to norm ≤ 1 lie in [−1, 1] at every scale
+        # of the tokens (no underflow to ties at 1e-200, no overflow at 1e200).
+        queries = unit(x @ p.A.transpose(-1, -2))  # (..., m, d): score of key y is ⟨Ax, y⟩
+        largest = safe_norm(points).amax(-1, keepdim=True)  # (..., 1)
+        keys = points / torch.where(largest > 0, largest, torch.ones_like(largest)).unsqueeze(-1)
         batch = torch.broadcast_shapes(queries.shape[:-2], points.shape[:-2])
         queries = queries.expand(*batch, *queries.shape[-2:])
         rows = max(1, _BLOCK // max(1, points.shape[-2]))
         out = []
         for start in range(0, queries.shape[-2], rows):
             q = queries[..., start : start + rows, :]
-            scores = q @ points.transpose(-1, -2)  # (..., b, n)
+            scores = q @ keys.transpose(-1, -2)  # (..., b, n), |score| ≤ 1
             best = scores.amax(-1, keepdim=True)
-            slack = tol * q.norm(dim=-1, keepdim=True) * largest.unsqueeze(-1)
-            tied = (scores >= best - slack).to(x.dtype) * weights.unsqueeze(-2)
+            tied = (scores >= best - tol).to(x.dtype) * weights.unsqueeze(-2)
             out.append((tied @ points) / tied.sum(-1, keepdim=True))
         averaged = torch.cat(out, dim=-2)
         return averaged if self.params.value_is_identity else averaged @ p.V.transpose(-1, -2)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from tpde._engines import check_engine
-from tpde._validation import as_tensor, check_finite, check_positive
+from tpde._validation import as_positions, as_tensor, check_finite, check_positive
 from tpde.attention._forms import key_positions
 from tpde.attention.base import Field, GaussianNotPreserved, check_no_overflow
 from tpde.attention.registry import register, variant
@@ -189,6 +189,11 @@ def query_positions(positions, x, who: str, uses: bool = True):
     positions; None where x is None or the field uses none (and then ``positions`` must be
     None: they would be ignored)."""
     if x is None or not uses:
+        if positions is not None and not uses:
+            raise ValueError(
+                "positions were given, but this field uses none (not causal, no positional "
+                "encoding), so they would be ignored: drop positions=."
+            )
         if positions is not None:
             raise ValueError(
                 "positions are the positions of the evaluation points x, for a field that "
@@ -203,7 +208,7 @@ def query_positions(positions, x, who: str, uses: bool = True):
 
 
 def _check_positions(positions, x) -> torch.Tensor:
-    positions = as_tensor(positions, "positions", dtype=x.dtype, device=x.device)
+    positions = as_positions(positions, "positions", dtype=x.dtype, device=x.device)
     if positions.shape != (x.shape[0],):
         raise ValueError(
             f"positions must have shape ({x.shape[0]},) to match x {tuple(x.shape)}; "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from tpde.attention._ffn import FeedForward, Weights, linear
-from tpde.attention.activations import resolve_activation
+from tpde.attention.activations import check_activation_output, resolve_activation
 
 __all__ = ["MLP"]
 
@@ -51,6 +51,7 @@ class MLP(FeedForward):
 
     def __init__(self, W1, b1, W2, b2, activation="gelu"):
         self.activation_name, self.activation = resolve_activation(activation)
+        self._user_activation = not isinstance(activation, str)
         self.params = Weights(
             "MLP",
             {"W1": ("m", "d"), "b1": ("m",), "W2": ("d", "m"), "b2": ("d",)},
@@ -64,12 +65,8 @@ class MLP(FeedForward):
         W1, b1, W2, b2 = self.params.at(t, like=x)
         z = linear(x, W1, b1)
         hidden = self.activation(z)
-        if hidden.shape != z.shape:
-            raise ValueError(
-                f"the activation {self.activation_name!r} returned shape "
-                f"{tuple(hidden.shape)} for hidden units of shape {tuple(z.shape)}; an "
-                "activation must act elementwise."
-            )
+        if self._user_activation:  # the table's functions are elementwise torch
+            check_activation_output(self.activation_name, z, hidden)
         return linear(hidden, W2, b2)
 
     def __repr__(self) -> str:

@@ -111,6 +111,11 @@ class Normalized(Field):
     def particle_velocity(self, t, mu: Empirical, x, engine: str, info=None) -> torch.Tensor:
         return self.scheme.velocity(self.field, t, mu, x, engine, info)
 
+    @property
+    def overflow_source(self) -> str:
+        """What overflows first: the wrapped field's (for messages)."""
+        return self.field.overflow_source
+
     def project(self, points: torch.Tensor) -> torch.Tensor:
         """The scheme's retraction after every step (N on the sphere, LN or RMS "post")."""
         return self.scheme.project(points)
@@ -125,6 +130,8 @@ class Normalized(Field):
         if isinstance(mu, Gaussian):
             raise GaussianNotPreserved(self.gaussian_refusal())
         self.field.check_measure(mu)
+        if self.dim is None:  # a field of any d: the scheme's gains meet the tokens' d here
+            self.scheme.check_dim(mu.dim)
         self.scheme.check_tokens(mu)
 
     def gaussian_refusal(self) -> str:

@@ -188,8 +188,19 @@ class ALiBi(PositionalEncoding):
     def __post_init__(self):
         if self.slopes is None:
             return
-        values = torch.as_tensor(self.slopes, dtype=torch.float64, device="cpu").reshape(-1)
-        values = values.tolist()  # a few numbers of the configuration, not a computation
+        try:
+            table = torch.as_tensor(self.slopes, dtype=torch.float64, device="cpu")
+        except (TypeError, ValueError, RuntimeError):
+            raise TypeError(
+                f"ALiBi slopes must be a sequence of numbers, one per head; received "
+                f"{self.slopes!r}."
+            ) from None
+        if table.ndim > 1:
+            raise ValueError(
+                f"ALiBi takes one slope per head (a flat sequence); received a table of shape "
+                f"{tuple(table.shape)}."
+            )
+        values = table.reshape(-1).tolist()  # a few numbers of the configuration
         if not values or not all(math.isfinite(m) and m > 0 for m in values):
             raise ValueError(
                 f"ALiBi slopes must be a non-empty sequence of finite positive numbers, one per "

@@ -20,7 +20,13 @@ from collections.abc import Sequence
 
 import torch
 
-from tpde.attention.base import Field, GaussianNotPreserved, shared_capabilities
+from tpde.attention.base import (
+    Field,
+    GaussianNotPreserved,
+    check_velocity_shape,
+    check_velocity_type,
+    shared_capabilities,
+)
 from tpde.measures import Empirical, Gaussian
 
 __all__ = ["Sum"]
@@ -32,7 +38,8 @@ class Sum(Field):
     Parameters
     ----------
     parts : sequence of fields on one dimension d (sums inside are flattened, so
-        ``a + b + c`` has three parts). ``field_a + field_b`` builds one.
+        ``a + b + c`` has three parts; a part of any dimension, ``dim = None``, joins any
+        d). ``field_a + field_b`` builds one.
 
     Notes
     -----
@@ -58,15 +65,22 @@ class Sum(Field):
                 raise TypeError(f"part {index} of the sum is a {type(part).__name__}, not a "
                                 "tpde field.")  # fmt: skip
             flat.extend(part.parts if isinstance(part, Sum) else [part])
+        for index, part in enumerate(flat):
+            if not hasattr(part, "dim"):
+                raise TypeError(
+                    f"part {index} of the sum, {type(part).__name__}, has no dim: every tpde "
+                    "field declares the dimension d of its tokens (self.dim = d in __init__)."
+                )
         dims = [part.dim for part in flat]
-        if len(set(dims)) > 1:
+        fixed = {d for d in dims if d is not None}  # dim None: a field of any dimension
+        if len(fixed) > 1:
             raise ValueError(
                 f"the parts of a sum must act on one dimension d; received parts of dimensions "
                 f"{dims} (in order). A layer's attention and feed-forward fields both act on "
                 "the model dimension."
             )
         self.parts = tuple(flat)
-        self.dim = dims[0]
+        self.dim = fixed.pop() if fixed else None
         self.breakpoints = tuple(sorted({b for part in flat for b in part.breakpoints}))
         self._pieces: dict = {}
 
@@ -104,10 +118,28 @@ class Sum(Field):
 
     def particle_velocity(self, t, mu: Empirical, x, engine: str, info=None) -> torch.Tensor:
         total = None
-        for part in self.parts:
+        for index, part in enumerate(self.parts):
             v = part.particle_velocity(t, mu, x, engine, info)
+            who = f"part {index} of the sum, {type(part).__name__},"
+            check_velocity_type(v, part)
+            check_velocity_shape(v, x, who)  # a narrower v would broadcast into the total
+            if not type(part).__module__.startswith("tpde.") and not bool(
+                torch.isfinite(v.detach().sum())
+            ):  # a field defined outside tpde: name it, not an overflow of the sum
+                raise FloatingPointError(
+                    f"{who} returned {int((~torch.isfinite(v.detach())).sum())} non-finite "
+                    "entries (NaN or Inf) for finite tokens: its own particle_velocity "
+                    "produced them (look for 0/0 at a point, a log of 0, or an exp that "
+                    "overflows)."
+                )
             total = v if total is None else total + v
         return total
+
+    @property
+    def overflow_source(self) -> str:
+        """What overflows first in the parts (for the message of a non-finite velocity)."""
+        sources = dict.fromkeys(part.overflow_source for part in self.parts)
+        return " or ".join(sources)
 
     def project(self, points: torch.Tensor) -> torch.Tensor:
         """The projection the parts share (capability "projection" only)."""

@@ -248,8 +248,8 @@ def integrate(
         than accuracy (fast decaying modes beside slow ones, e.g. the rank histograms with
         V = GᵀG, MATH.md §6): its step follows the accuracy only.
         No Gaussian state outside the PSD cone is returned: an adaptive method's error
-        control keeps the covariance inside to its tolerance (a step that leaves it is a
-        large error, rejected), and a fixed-step method that leaves the cone stops the
+        control keeps each covariance within its tolerance (atol + rtol·|Σ|) of the exact
+        flow, which stays PSD, and a fixed-step method that leaves the cone stops the
         element before that step with status "stiff" and a warning naming
         method="rodas4" (:class:`~tpde._status.Status`).
         For a sum of fields (:class:`~tpde.attention.Sum`, a whole Transformer layer):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from tpde._normalize import unit
-from tpde._validation import as_tensor, check_finite, check_float_dtype
+from tpde._validation import as_positions, as_tensor, check_finite, check_float_dtype
 from tpde.measures._base import Measure, check_sample_size
 
 __all__ = ["Empirical"]
@@ -92,7 +92,7 @@ class Empirical(Measure):
         if positions is None:
             return None
         points = self._points
-        positions = as_tensor(positions, "positions", dtype=points.dtype, device=points.device)
+        positions = as_positions(positions, "positions", dtype=points.dtype, device=points.device)
         if positions.shape != (n,):
             raise ValueError(
                 f"positions must have shape (n,) = ({n},) to match points "
