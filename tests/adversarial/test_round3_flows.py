@@ -4,7 +4,7 @@ register_system.
 
 Each case asserts a clear error (type and the informative part of the message) or a
 documented result against a float64 oracle; "fixed" marks the cases that failed before this
-round's fixes (36 cases, 20 failed before; two more only changed wording).
+round's fixes (39 cases, 23 failed before; two more only changed wording).
 """
 
 import math
@@ -111,6 +111,16 @@ ERRORS = {
         lambda: Auto().step(lambda t, y: y, 0.0, (torch.ones(1, 1, dtype=F64),), 0.1),
         RuntimeError,
         r"not bound to a system.*auto.bind\(system\)",
+    ),
+    "method-the-splitting-class": (  # fixed: AttributeError '_RHS' has no 'sequence'
+        lambda: integrate(ATTENTION + FEEDFORWARD, MU, 1.0, method=Splitting),
+        TypeError,
+        "received the class Splitting itself. Pass an instance",
+    ),
+    "method-the-auto-class": (  # fixed: "bind() missing 1 required positional argument"
+        lambda: integrate(ATTENTION, MU, 1.0, method=Auto),
+        TypeError,
+        "received the class Auto itself",
     ),
     # call forms
     "integrate-field-t1-as-mu0": (  # fixed: "t1 must be a real number; received None"
@@ -300,3 +310,12 @@ def test_a_batched_strang_run_is_each_run_alone():
         alone = integrate(Softmax(Q[b], K[b], V[b]) + FEEDFORWARD, Empirical(points[b]), 1.0, **kw)
         torch.testing.assert_close(traj.final.points[b], alone.final.points, rtol=0, atol=1e-13)
         assert str(traj.status[b]) == str(alone.status)
+
+
+def test_a_ready_grid_system_integrated_twice_reports_each_run_alone():
+    # fixed: the second run's stats counted the first run's field evaluations (40, not 20).
+    system = GridSystem(LINE, GRID)
+    first, second = integrate(system, 0.5), integrate(system, 0.5)
+    for key in ("n_field_evals", "n_steps", "cfl_max", "min_mass", "dt_min"):
+        assert second.stats[key] == first.stats[key], key
+    torch.testing.assert_close(second.final.density, first.final.density, rtol=0, atol=0)

@@ -158,6 +158,7 @@ def _check_splitting(method, field: Field, t0: float, t1: float) -> None:
 
 def _start(system: System, field: Field, method, t0: float, t1: float, dt):
     """The method object and first step of a run (each system's rules)."""
+    system.reset_run()  # a ready system integrated again starts afresh
     chosen = resolve_method(method if method is not None else system.default_method)
     if callable(getattr(chosen, "bind", None)):  # a method that adapts to the system ("auto")
         chosen = chosen.bind(system)

@@ -88,6 +88,13 @@ class System:
         #: Reports of the inner solves made by the field during this run.
         self.inner = InnerSolves()
 
+    def reset_run(self) -> None:
+        """Start a run afresh: the inner-solve reports and the piece in time of a previous
+        run are dropped (:func:`tpde.flows.integrate` calls this; subclasses with per-run
+        counters extend it)."""
+        self.inner = InnerSolves()
+        self.field = self.base_field
+
     # ------------------------------------------------------------------ pieces in time
     def enter(self, t: float) -> bool:
         """Use the piece of a piecewise-in-time field (``field.piece(t)``) active at t.
