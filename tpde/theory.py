@@ -309,10 +309,19 @@ def equiangular_solution(times, rho0: float, *, beta: float, n: int, scheme: str
         stop = min(end, float(times[-1])) if math.isfinite(end) else float(times[-1])
         if stop > start:
             at = times[inside] if inside.any() else None
-            sol = solve_ivp(rhs, (start, stop), state, method="DOP853", rtol=rtol, atol=atol,
-                            dense_output=True, t_eval=at)  # fmt: skip
+            with np.errstate(all="ignore"):  # a failed solve raises below, naming the rates
+                sol = solve_ivp(rhs, (start, stop), state, method="DOP853", rtol=rtol,
+                                atol=atol, dense_output=True, t_eval=at)  # fmt: skip
             if not sol.success:
-                raise RuntimeError(f"the equiangular ODE solve failed: {sol.message}")
+                rates = rhs(start, state)
+                raise RuntimeError(
+                    f"the equiangular ODE solve ({piece}) failed on [{start:g}, {stop:g}]: "
+                    f"{sol.message} At its start (rho, r) = ({state[0]:.6g}, {state[1]:.6g}) "
+                    f"moves at (drho/dt, dr/dt) = ({rates[0]:.3g}, {rates[1]:.3g}): a rate far "
+                    "from 1 (pre-ln and peri-ln move rho at rate 1/r, ngpt at rate alpha) is "
+                    f"too stiff for DOP853. Received r0 = {r0:g}, alpha = {alpha:g}; give "
+                    "values of order 1 (ngpt: rho(t; alpha) = rho(alpha t; 1))."
+                )
             if inside.any():
                 rho[inside], r[inside] = sol.y[0], sol.y[1]
             state = sol.sol(stop)
