@@ -4,7 +4,7 @@ register_system.
 
 Each case asserts a clear error (type and the informative part of the message) or a
 documented result against a float64 oracle; "fixed" marks the cases that failed before this
-round's fixes (39 cases, 23 failed before; two more only changed wording).
+round's fixes (41 cases, 25 failed before; two more only changed wording).
 """
 
 import math
@@ -53,6 +53,18 @@ class _Kind:
     """A new kind of measure for register_system."""
 
 
+class _Inner:
+    """A fixed-step inner method whose step returns ``answer(y)``."""
+
+    name, order, adaptive = "bad", 1, False
+
+    def __init__(self, answer):
+        self.answer = answer
+
+    def step(self, f, t, y, h, k1=None, h_clock=0.0):
+        return self.answer(y)
+
+
 def _registered(build):
     """integrate a _Kind with ``build`` registered (removed again afterwards)."""
     register_system(_Kind, build)
@@ -78,6 +90,28 @@ ERRORS = {
         lambda: Splitting("strang", inner="lie-trotter"),
         ValueError,
         "cannot be a splitting itself",
+    ),
+    "splitting-inner-returns-None": (  # fixed: "cannot unpack non-iterable NoneType object"
+        lambda: integrate(
+            ATTENTION + FEEDFORWARD,
+            MU,
+            1.0,
+            dt=0.5,
+            method=Splitting("strang", _Inner(lambda y: None)),
+        ),
+        TypeError,
+        "the inner method 'bad' of 'strang\\(bad\\)': step must return .* received NoneType",
+    ),
+    "splitting-inner-returns-a-pair": (  # fixed: "not enough values to unpack"
+        lambda: integrate(
+            ATTENTION + FEEDFORWARD,
+            MU,
+            1.0,
+            dt=0.5,
+            method=Splitting("lie-trotter", _Inner(lambda y: (y, None))),
+        ),
+        TypeError,
+        "received tuple of length 2",
     ),
     "splitting-a-non-sum": (
         lambda: integrate(ATTENTION, MU, 1.0, method="strang"),
