@@ -68,6 +68,13 @@ class Auto:
     explicit : the adaptive explicit tableau stepped first (dopri5: the test reads its
         two last stages, both at c = 1).
     stiff : the method switched to (rodas4).
+
+    Raises
+    ------
+    ValueError
+        ``explicit`` is not an adaptive tableau whose two last stages are at c = 1, or
+        ``stiff`` is not an adaptive method with the Jacobian; :meth:`step` raises
+        RuntimeError before :meth:`bind`.
     """
 
     name = "auto"
