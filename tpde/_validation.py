@@ -81,13 +81,14 @@ def check_finite(tensor: torch.Tensor, name: str) -> None:
 
 
 def check_positive(value, name: str, *, strict: bool = True) -> float:
-    """Return ``value`` as a float after checking that it is (strictly) positive; bools and
-    strings are refused (``True`` is not 1.0, and "0.5" is a typo for 0.5)."""
+    """Return ``value`` as a float after checking that it is (strictly) positive: a Python
+    or numpy number, or a one-element tensor; bools, strings and None are refused
+    (``eps="1e-6"`` or ``eps=True`` is a mistake, not a number)."""
     if isinstance(value, bool | str | bytes):
         raise TypeError(f"{name} must be a number; received {value!r}.")
     try:
         number = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RuntimeError):
         raise TypeError(f"{name} must be a number; received {value!r}.") from None
     ok = number > 0 if strict else number >= 0
     if not ok or not np.isfinite(number):

@@ -81,6 +81,13 @@ class NumpyField(Field):
         return x.numpy()
 
 
+class NarrowField(Field):
+    dim = 2
+
+    def particle_velocity(self, t, mu, x, engine, info=None):
+        return x[..., :1]
+
+
 class NoAdaptive:
     name, order = "mine", 1
 
@@ -145,6 +152,11 @@ CASES = {
         lambda: NumpyField().velocity(MU),
         TypeError,
         "NumpyField.particle_velocity returned ndarray",
+    ),
+    "flow-of-a-field-returning-a-narrow-velocity": (  # was "unbatched field parameters"
+        lambda: integrate(NarrowField(), MU, 0.1, method="rk4"),
+        ValueError,
+        r"NarrowField.particle_velocity returned shape \(5, 1\) for points of shape \(5, 2\)",
     ),
     "multihead-masked-head": (
         lambda: MultiHead.split(I2, I2, I2, heads=2, kind="masked"),

@@ -398,6 +398,9 @@ NORM_ERRORS = {
     "eps-zero": (lambda: LayerNorm(eps=0.0), ValueError, "eps must be finite and > 0"),
     "eps-nan": (lambda: RMSNorm(eps=math.nan), ValueError, "received nan"),
     "eps-negative": (lambda: RMSNorm(eps=-1e-6), ValueError, "received -1e-06"),
+    # check_positive took float() of anything: a string or a bool passed as a number
+    "eps-string": (lambda: RMSNorm(eps="1e-6"), TypeError, "eps must be a number; received '1e-6'"),
+    "eps-bool": (lambda: RMSNorm(eps=True), TypeError, "eps must be a number; received True"),
     "placement-typo": (lambda: LayerNorm(placement="Pre"), ValueError, "received 'Pre'"),
     "scheme-typo": (lambda: Normalized(SM, "post_ln"), ValueError, "unknown normalisation"),
     "option-of-another-scheme": (

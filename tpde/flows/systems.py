@@ -47,7 +47,7 @@ from tpde._engines import check_engine
 from tpde._linalg import trace as matrix_trace
 from tpde._status import Status
 from tpde.attention import InnerSolves
-from tpde.attention.base import Field, check_velocity_type
+from tpde.attention.base import Field, check_velocity_shape, check_velocity_type
 from tpde.measures import Empirical, Gaussian
 
 __all__ = ["GaussianSystem", "Linearization", "ParticleSystem", "System"]
@@ -238,6 +238,7 @@ class ParticleSystem(System):
             t, self.mu.with_points(points), points, self.engine, info=self.inner
         )
         check_velocity_type(velocity, field)
+        check_velocity_shape(velocity, points, f"{type(field).__name__}.particle_velocity")
         if velocity.shape != points.shape:
             raise ValueError(
                 f"particle flows need unbatched field parameters, or parameters whose batch "
