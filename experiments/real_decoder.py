@@ -80,8 +80,26 @@ class Config:
             raise ValueError("flow_sentences must be in 1 … sentences.")
         if not 0 < self.flow_rtol < 1 or not 0 < self.cluster_delta < 1:
             raise ValueError("flow_rtol and cluster_delta must lie in (0, 1).")
+        if not self.splits:
+            raise ValueError("splits must hold at least one k >= 2 (Lie–Trotter at h = 1/k).")
         if any(k < 2 for k in self.splits) or self.loop_passes < 1:
             raise ValueError("splits must be integers >= 2 (h = 1/k) and loop_passes >= 1.")
+        if not 1e-13 <= self.flow_rtol <= 1e-2:
+            raise ValueError(
+                f"flow_rtol must lie in [1e-13, 1e-2]: dopri5 cannot meet a tolerance below "
+                f"1e-13 on float64 states; received {self.flow_rtol}."
+            )
+        if self.cluster_delta < 1e-14:
+            raise ValueError(
+                f"cluster_delta must be >= 1e-14: cos > 1 − δ cannot be resolved in float64 "
+                f"below that; received {self.cluster_delta}."
+            )
+        if max(self.splits) > 10**4 or self.loop_passes > 10**5:
+            raise ValueError(
+                f"splits must be at most 10000 (30·k Lie–Trotter steps) and loop_passes at "
+                f"most 100000 (30 layers each); received splits {self.splits}, loop_passes "
+                f"{self.loop_passes}."
+            )
 
     def memory_bytes(self) -> int:
         """The model's float32 weights (SmolLM2-135M: ~0.6 GB) and the float64 hidden states

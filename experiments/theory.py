@@ -97,6 +97,9 @@ class Config:
     seed: int = 0
 
     def check(self) -> None:
+        """Every key in its range before any work: types, signs, the float64 limits of the
+        formulas (USA weights e^β overflow past β ≈ 709), the tolerances dopri5 can meet,
+        step counts (bounded at 10⁶) and sizes (with :meth:`memory_bytes`)."""
         fw.check_choices("kernels", self.kernels, ("sa", "usa"))
         fw.check_choices("inst_kernels", self.inst_kernels, ("sa", "usa"))
         if not self.eq_ns or min(self.eq_ns) < 2:
@@ -121,23 +124,119 @@ class Config:
         if 2 * self.lat_modes >= self.lat_tokens:
             raise ValueError(f"lat_modes must be below lat_tokens/2 (aliasing); received "
                              f"{self.lat_modes} modes on {self.lat_tokens} tokens.")  # fmt: skip
+        if 2 * self.inst_modes >= self.inst_tokens:
+            raise ValueError(f"inst_modes must be below inst_tokens/2 (aliasing); received "
+                             f"{self.inst_modes} modes on {self.inst_tokens} tokens.")  # fmt: skip
         if not self.causal_dims or min(self.causal_dims) < 2 or not self.sync_ns:
             raise ValueError("causal_dims need d >= 2 and sync_ns at least one n.")
         if not self.renyi_times or min(self.renyi_times) <= 0:
             raise ValueError(f"renyi_times must be times > 0; received {self.renyi_times}.")
+        self._check_ranges()
+
+    def _check_ranges(self) -> None:
+        """The ranges beyond the signs (the module notes' float64 and step limits)."""
+        for name in ("inst_betas", "hard_betas", "sync_betas"):
+            if not getattr(self, name):
+                raise ValueError(f"{name} must hold at least one β > 0; received none.")
+        if min(self.sync_ns) < 2:
+            raise ValueError(f"sync_ns are token counts >= 2; received {self.sync_ns}.")
+        if list(self.renyi_times) != sorted(set(self.renyi_times)):
+            raise ValueError(
+                f"renyi_times must be increasing (the saved times of one run); received "
+                f"{self.renyi_times}."
+            )
+        usa = ("eq_beta" if "usa" in self.kernels else None,
+               "inst_betas" if "usa" in self.inst_kernels else None,
+               "lat_beta_max" if "usa" in self.inst_kernels else None, "sync_betas")  # fmt: skip
+        for name in filter(None, usa):
+            value = getattr(self, name)
+            largest = max(map(abs, value)) if isinstance(value, tuple) else abs(value)
+            if largest > MAX_USA_BETA:
+                raise ValueError(
+                    f"{name} must be at most {MAX_USA_BETA:g} in size where the USA kernel is "
+                    f"used: its weights e^beta overflow float64 past beta ≈ 709; received "
+                    f"{value}. Use the SA kernel only (kernels=sa, inst_kernels=sa) for "
+                    "larger beta (sync_betas are USA runs)."
+                )
+        if self.inst_level * self.inst_tokens < 2:
+            raise ValueError(
+                f"inst_level must be at least 2/inst_tokens: the fit window holds the times "
+                f"where a mode's mean power is below it, and it starts at 1/N; received "
+                f"inst_level = {self.inst_level} with inst_tokens = {self.inst_tokens}."
+            )
+        if max(self.renyi_beta, *self.hard_betas) > MAX_SOFTMAX_BETA:
+            raise ValueError(
+                f"renyi_beta and hard_betas must be at most {MAX_SOFTMAX_BETA:g} (dopri5 on a "
+                f"softmax that is a hardmax to rounding past that); received renyi_beta = "
+                f"{self.renyi_beta}, hard_betas = {self.hard_betas}."
+            )
+        ranges = {  # key: (low, high, why)
+            "eq_rtol": (1e-14, 1e-2, "dopri5 cannot meet a tolerance below 1e-14"),
+            "ngpt_alpha": (0, 10, "nGPT's step α is a learning rate of order 1"),
+            "ln_dt": (0, self.eq_t1 / 2, "two LayerNorm steps h, h/2 inside eq_t1"),
+            "inst_level": (0, 1, "a mode's mean power |m_k|² is at most 1"),
+            "lat_delta": (1e-12, 1e-2, "a linear amplitude float64 resolves"),
+            "causal_tol": (1e-14, 2, "a diameter on the unit sphere, resolvable in float64"),
+        }
+        for key, (low, high, why) in ranges.items():
+            value = getattr(self, key)
+            if not low < value <= high if low == 0 else not low <= value <= high:
+                bracket = "(" if low == 0 else "["
+                raise ValueError(f"{key} must lie in {bracket}{low:g}, {high:g}] ({why}); "
+                                 f"received {value}.")  # fmt: skip
+        steps = {
+            "eq_t1 / ln_dt": self.eq_t1 / self.ln_dt,
+            "inst_steps": self.inst_steps,
+            "hard_t1 / 0.05": self.hard_t1 / 0.05,
+            "lat_beta_max": self.lat_beta_max,
+        }
+        over = [f"{k} = {v:.3g}" for k, v in steps.items() if v > MAX_STEPS]
+        if over:
+            raise ValueError(
+                f"these step counts must be at most {MAX_STEPS:.0e} (fixed-step RK4 runs, one "
+                f"run per integer beta): {', '.join(over)}."
+            )
+        sizes = (*self.eq_ns, *self.sync_ns, *self.causal_dims, self.hard_vertices)
+        if max(sizes) > MAX_SIZE:
+            raise ValueError(
+                f"eq_ns, sync_ns, causal_dims and hard_vertices must be at most {MAX_SIZE} "
+                f"(dense n × n attention per step); received up to {max(sizes)}."
+            )
 
     def memory_bytes(self) -> int:
         """float64 arrays of the largest part: the instability clouds (inst_seeds ×
         inst_tokens tokens, chunked scores of ≤ 2²³ entries, ~6 RK4 copies, inst_saves
         saved), the Rényi clouds (renyi_seeds × renyi_tokens², ~6 copies), the
-        synchronisation runs (sync_seeds × max(sync_ns)², ~6 copies)."""
+        synchronisation runs (sync_seeds × max(sync_ns)², ~6 copies), the equiangular
+        frames (max(eq_ns)² per copy, eq_saves saved), the lattices (lat_beta_max ×
+        lat_modes elements of lat_tokens², ~6 copies), the causal and hardmax batches."""
         d = max(3, *self.causal_dims)
         inst = 6 * min(self.inst_tokens**2, 2**23) + self.inst_seeds * self.inst_tokens * d * (
             6 + self.inst_saves
         )
         renyi = 6 * self.renyi_seeds * self.renyi_tokens**2
-        sync = 6 * self.sync_seeds * max(self.sync_ns) ** 2
-        return 8 * max(inst, renyi, sync)
+        sync = 6 * self.sync_seeds * max(self.sync_ns) ** 2 * len(self.sync_betas)
+        n = max(self.eq_ns)
+        equiangular = (n + 1) ** 2 * (12 + self.eq_saves)
+        lattice = 6 * self.lat_beta_max * self.lat_modes * self.lat_tokens * (self.lat_tokens + 2)
+        causal = 6 * self.causal_seeds * self.causal_tokens * (d + self.causal_tokens)
+        hard = (
+            6
+            * self.hard_seeds
+            * (self.hard_vertices + self.hard_interior) ** 2
+            * max(1, len(self.hard_betas))
+        )
+        return 8 * max(inst, renyi, sync, equiangular, lattice, causal, hard)
+
+
+#: The largest |β| of a run with the USA kernel (e^β overflows float64 past ≈ 709.78).
+MAX_USA_BETA = 700.0
+#: The largest β of the adaptive softmax runs (Rényi centres, hardmax approach).
+MAX_SOFTMAX_BETA = 1e4
+#: The largest step count of a fixed-step run (or number of lattice β).
+MAX_STEPS = 10**6
+#: The largest token count or dimension of the dense runs.
+MAX_SIZE = 4096
 
 
 QUICK = {

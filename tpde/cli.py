@@ -36,6 +36,8 @@ import time
 from pathlib import Path
 
 RUN_FILE = "run.json"
+#: Written in an experiment's folder when its figures failed: the failure, one line.
+PLOT_FAILED = "figures_failed.txt"
 INTERRUPTED = 130  # exit status after Ctrl-C (128 + SIGINT), as shells report it
 
 
@@ -288,6 +290,13 @@ def write_report(out: Path, record: dict, built: dict | None = None) -> Path:
             sections.append(f"## {module.TITLE}\n\nThe report of `{name}` failed: {failure}. "
                             f"Its data are in `{name}/`.\n")  # fmt: skip
             continue
+        figures = figures_failure(out, name)
+        if figures is not None:  # the numbers stand; say which figures are missing and why
+            rows.append([f"`{name}`", f"{section.summary} Figures failed: {figures}.", shown])
+            sections.append(f"## {module.TITLE}\n\nThe figures of `{name}` failed: {figures}. "
+                            "The numbers below are from the saved data.\n")  # fmt: skip
+            sections.append(section.markdown(name, module.TITLE))
+            continue
         rows.append([f"`{name}`", section.summary, shown])
         sections.append(section.markdown(name, module.TITLE))
     lines += [fw.markdown_table(["experiment", "summary", "seconds"], rows), ""]
@@ -371,10 +380,13 @@ def cmd_run(args) -> int:
                     print(f"[{name}] report failed: {report_failure(err)}", file=sys.stderr)
                 else:
                     print(f"[{name}] {section.summary} ({seconds:.0f} s)", flush=True)
+                    if figures_failure(out, name) is not None:
+                        failed.append(name)
                 path = write_report(out, record, built)  # after each: a readable report
         print(f"done in {time.perf_counter() - total:.0f} s; report: {path}")
     if failed:
-        print(f"tpde: the report of {', '.join(failed)} failed (see {path}).", file=sys.stderr)
+        print(f"tpde: the report or figures of {', '.join(failed)} failed (see {path}).",
+              file=sys.stderr)  # fmt: skip
         return 1
     return 0
 
@@ -390,8 +402,21 @@ def _run_experiment(name: str, config, out: Path, threads: int) -> float:
     module = _experiments().get(name)
     start = time.perf_counter()
     module.run(config, out / name)
-    module.plot(out / name)
+    failed = out / name / PLOT_FAILED
+    failed.unlink(missing_ok=True)
+    try:
+        module.plot(out / name)
+    except Exception as err:  # the data are saved: the report says the figures failed
+        failure = report_failure(err)
+        fw.atomic_write(failed, failure)
+        print(f"[{name}] figures failed: {failure}", file=sys.stderr)
     return time.perf_counter() - start
+
+
+def figures_failure(out: Path, name: str) -> str | None:
+    """The line saying why an experiment's figures failed (None: they did not)."""
+    path = out / name / PLOT_FAILED
+    return path.read_text() if path.is_file() else None
 
 
 class _Runner:

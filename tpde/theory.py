@@ -32,7 +32,14 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from tpde._validation import as_tensor, check_choice, check_finite, check_float_dtype, check_real
+from tpde._validation import (
+    as_tensor,
+    check_choice,
+    check_finite,
+    check_float_dtype,
+    check_positive,
+    check_real,
+)
 
 __all__ = [
     "KERNELS",
@@ -83,8 +90,21 @@ def _check_beta_positive(beta, what: str) -> float:
     return beta
 
 
+def _real_array(value, name: str) -> np.ndarray:
+    """``value`` (a number, a sequence, an array or a tensor of real numbers) as a float
+    array; strings, None, bools and complex numbers are refused."""
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu().numpy()
+    array = np.asarray(value)
+    if array.dtype.kind not in "iuf":
+        raise TypeError(
+            f"{name} must be a real number or an array of real numbers; received {value!r}."
+        )
+    return array.astype(float)
+
+
 def _rho_bounds(rho, n: int, name: str = "rho") -> np.ndarray:
-    rho = np.asarray(rho, dtype=float)
+    rho = _real_array(rho, name)
     if not np.all(np.isfinite(rho)):
         raise ValueError(f"{name} must be finite; received {rho}.")
     low, tol = -1.0 / (n - 1), 1e-12
@@ -102,10 +122,11 @@ def _rho_bounds(rho, n: int, name: str = "rho") -> np.ndarray:
 def _weights(rho, beta: float, n: int, kernel: str):
     """(w_s, w_o): the attention weight of a token on itself and on each other token."""
     gap = beta * (1.0 - rho)  # β − βρ ≥ 0 for β ≥ 0
-    if kernel == "usa":
-        return np.full_like(rho, math.exp(beta) / n), np.exp(beta * rho) / n
-    # softmax: w_s = e^β/Z, w_o = e^{βρ}/Z, Z = e^β + (n − 1)e^{βρ}, written without overflow
-    return 1.0 / (1.0 + (n - 1) * np.exp(-gap)), 1.0 / (np.exp(gap) + (n - 1))
+    with np.errstate(over="ignore"):  # e^{±gap} = inf is the limit the weights take
+        if kernel == "usa":
+            return np.full_like(rho, np.exp(beta) / n), np.exp(beta * rho) / n
+        # softmax: w_s = e^β/Z, w_o = e^{βρ}/Z, Z = e^β + (n − 1)e^{βρ}, without overflow
+        return 1.0 / (1.0 + (n - 1) * np.exp(-gap)), 1.0 / (np.exp(gap) + (n - 1))
 
 
 def equiangular_velocity(rho, r=1.0, *, beta: float, n: int, scheme: str = "post-ln",
@@ -165,27 +186,47 @@ def equiangular_velocity(rho, r=1.0, *, beta: float, n: int, scheme: str = "post
     check_choice(scheme, "scheme", SCHEMES_WITH_LAW)
     kernel = _check_kernel(kernel)
     beta = check_real(beta, "beta")
+    alpha = _check_alpha(alpha)
     rho = _rho_bounds(rho, n)
-    r = np.asarray(r, dtype=float)
+    r = _real_array(r, "the radius r")
     if not np.all(np.isfinite(r) & (r > 0)):
         raise ValueError(f"the radius r must be finite and > 0; received {r}.")
+    try:
+        np.broadcast(rho, r)
+    except ValueError:
+        raise ValueError(
+            f"rho and r must broadcast to one shape; received shapes {rho.shape} and {r.shape}."
+        ) from None
+    if scheme in ("peri-ln", "ngpt"):
+        kernel = "sa"  # the normaliser cancels (docstring): the SA weights cannot overflow
     w_s, w_o = _weights(rho, beta, n, kernel)
     c = 2 * w_o * (1 - rho) * (1 + (n - 1) * rho)
     g = w_s + (n - 1) * w_o * rho
     zero = np.zeros(np.broadcast(rho, r).shape)
-    if scheme == "post-ln":
-        return c + zero, zero
-    if scheme == "pre-ln":
+    if scheme in ("post-ln", "pre-ln"):
+        read = (c,) if scheme == "post-ln" else (c, g)  # post-ln reads w_o only
+        if not all(np.all(np.isfinite(v)) for v in read):
+            raise ValueError(
+                f"the USA velocity overflows float64 at beta = {beta:.6g}: its weights "
+                "e^(beta rho)/n and e^beta/n pass 1.8e308 past beta ≈ 709.78. Use "
+                "kernel='sa' (the softmax normaliser), or a smaller beta."
+            )
+        if scheme == "post-ln":
+            return c + zero, zero
         return c / r, g + zero
     norm2 = w_s**2 + (n - 1) * w_o**2 + (n - 1) * rho * (2 * w_s * w_o + (n - 2) * w_o**2)
     norm = np.sqrt(np.maximum(norm2, 0.0))
     safe = np.where(norm > 0, norm, 1.0)  # Γ = 0: N(0) = 0, no motion (tpde's normalize)
     if scheme == "peri-ln":
         return np.where(norm > 0, c / (r * safe), 0.0), np.where(norm > 0, g / safe, 0.0) + zero
+    return np.where(norm > 0, alpha * c / safe, 0.0) + zero, zero
+
+
+def _check_alpha(alpha) -> float:
     alpha = check_real(alpha, "alpha")
     if alpha <= 0:
         raise ValueError(f"nGPT's step alpha must be > 0; received alpha = {alpha}.")
-    return np.where(norm > 0, alpha * c / safe, 0.0) + zero, zero
+    return alpha
 
 
 class EquiangularSolution(NamedTuple):
@@ -225,19 +266,29 @@ def equiangular_solution(times, rho0: float, *, beta: float, n: int, scheme: str
     from scipy.integrate import solve_ivp
 
     n = _check_n(n)
-    times = np.asarray(times, dtype=float).ravel()
+    times = _real_array(times, "times")
+    if times.ndim > 1:
+        raise ValueError(f"times must be a 1-d array (T,); received shape {times.shape}.")
+    times = times.ravel()
     if times.size == 0 or not np.all(np.isfinite(times)) or times[0] < 0:
         raise ValueError(f"times must be finite and >= 0; received {times}.")
     if np.any(np.diff(times) < 0):
         raise ValueError("times must be increasing.")
-    rho0 = float(_rho_bounds(rho0, n, "rho0"))
+    rho0 = _rho_bounds(check_real(rho0, "rho0"), n, "rho0")
+    rho0 = float(rho0)
+    r0 = check_real(r0, "r0")
+    rtol, atol = check_positive(rtol, "rtol"), check_positive(atol, "atol")
     if scheme == "mix-ln":
+        switch = None if switch is None else check_real(switch, "switch")
         if switch is None or not switch > 0:
             raise ValueError(
                 f"mix-ln needs switch > 0, the time where post-ln hands over to pre-ln; "
                 f"received switch = {switch}."
             )
-        pieces = [("post-ln", 0.0, float(switch)), ("pre-ln", float(switch), math.inf)]
+        # every argument checked now, not at the switch (pre-ln reads r0, every piece beta)
+        equiangular_velocity(rho0, r0, beta=beta, n=n, scheme="pre-ln", kernel=kernel)
+        _check_alpha(alpha)
+        pieces = [("post-ln", 0.0, switch), ("pre-ln", switch, math.inf)]
     else:
         if switch is not None:
             raise ValueError(f"switch applies to scheme 'mix-ln' only; received scheme {scheme!r}.")
@@ -258,10 +309,19 @@ def equiangular_solution(times, rho0: float, *, beta: float, n: int, scheme: str
         stop = min(end, float(times[-1])) if math.isfinite(end) else float(times[-1])
         if stop > start:
             at = times[inside] if inside.any() else None
-            sol = solve_ivp(rhs, (start, stop), state, method="DOP853", rtol=rtol, atol=atol,
-                            dense_output=True, t_eval=at)  # fmt: skip
+            with np.errstate(all="ignore"):  # a failed solve raises below, naming the rates
+                sol = solve_ivp(rhs, (start, stop), state, method="DOP853", rtol=rtol,
+                                atol=atol, dense_output=True, t_eval=at)  # fmt: skip
             if not sol.success:
-                raise RuntimeError(f"the equiangular ODE solve failed: {sol.message}")
+                rates = rhs(start, state)
+                raise RuntimeError(
+                    f"the equiangular ODE solve ({piece}) failed on [{start:g}, {stop:g}]: "
+                    f"{sol.message} At its start (rho, r) = ({state[0]:.6g}, {state[1]:.6g}) "
+                    f"moves at (drho/dt, dr/dt) = ({rates[0]:.3g}, {rates[1]:.3g}): a rate far "
+                    "from 1 (pre-ln and peri-ln move rho at rate 1/r, ngpt at rate alpha) is "
+                    f"too stiff for DOP853. Received r0 = {r0:g}, alpha = {alpha:g}; give "
+                    "values of order 1 (ngpt: rho(t; alpha) = rho(alpha t; 1))."
+                )
             if inside.any():
                 rho[inside], r[inside] = sol.y[0], sol.y[1]
             state = sol.sol(stop)
@@ -291,6 +351,11 @@ def equiangular_frame(n: int, d: int, rho: float, *, generator: torch.Generator 
     if isinstance(d, bool) or not isinstance(d, int | np.integer) or d < 1:
         raise ValueError(f"d is a dimension, an int >= 1; received {d!r}.")
     check_float_dtype(dtype)
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(
+            f"generator must be a torch.Generator (or None: no rotation); received "
+            f"{type(generator).__name__}. Pass torch.Generator().manual_seed(seed)."
+        )
     rho = float(_rho_bounds(check_real(rho, "rho"), n))
     low = -1.0 / (n - 1)
     simplex, collinear = abs(rho - low) <= 1e-12, abs(rho - 1) <= 1e-12
@@ -319,6 +384,53 @@ def equiangular_frame(n: int, d: int, rho: float, *, generator: torch.Generator 
 
 
 # ---------------------------------------------------------------------- instability on S¹
+def _log_ive(order, beta: float) -> np.ndarray:
+    """log(I_μ(β)e^{−β}) for orders μ ≥ 0 (an array) and β > 0, at every scale.
+
+    scipy's ive where it is a normal float; where it underflows (β → 0, or μ ≫ β) or is NaN
+    (β past ~1e9): the large-argument (Hankel) expansion when μ² < β/10, Debye's uniform
+    expansion (two correction terms) when μ ≥ 10, else the power series (DLMF 10.25.2,
+    10.40.1, 10.41.3). Relative accuracy of I_μ: 1e-15 (scipy), ~1e-8 (the expansions).
+    """
+    from scipy.special import gammaln, ive, logsumexp
+
+    mu = np.asarray(order, dtype=float)
+    with np.errstate(all="ignore"):
+        direct = ive(mu, beta)
+        out = np.log(direct)
+    bad = ~(np.isfinite(direct) & (direct > 1e-290))
+    if not bad.any():
+        return out
+    m = np.broadcast_to(mu, out.shape)[bad]
+    value = np.empty_like(m)
+    hankel = (m * m < beta / 10) & (beta > 1e4)
+    if hankel.any():  # 1 − (4μ²−1)/(8β) + (4μ²−1)(4μ²−9)/(2(8β)²)
+        a = 4 * m[hankel] ** 2
+        series = 1 - (a - 1) / (8 * beta) + ((a - 1) / (8 * beta)) * ((a - 9) / (8 * beta)) / 2
+        value[hankel] = -0.5 * math.log(2 * math.pi * beta) + np.log(series)
+    debye = ~hankel & (m >= 10)
+    if debye.any():  # I_μ(μz) ~ e^{μη}(1 + u₁(t)/μ + u₂(t)/μ²)/(√(2πμ)(1 + z²)^{1/4})
+        md = m[debye]
+        z = beta / md
+        root = np.sqrt(1 + z * z)
+        t = 1 / root
+        u1 = (3 * t - 5 * t**3) / 24
+        u2 = (81 * t**2 - 462 * t**4 + 385 * t**6) / 1152
+        # μη − β = μ²/(√(μ² + β²) + β) − μ asinh(μ/β): no cancellation of two terms ~β
+        exponent = md * md / (np.hypot(md, beta) + beta) - md * np.arcsinh(md / beta)
+        value[debye] = (exponent - 0.5 * np.log(2 * math.pi * md) - 0.5 * np.log(root)
+                        + np.log1p(u1 / md + u2 / md**2))  # fmt: skip
+    small = ~hankel & ~debye
+    if small.any():  # Σ_j (β²/4)^j / (j! Γ(μ + j + 1)), 800 terms (β < 1000 here)
+        ms = m[small][:, None]
+        j = np.arange(800)
+        terms = 2 * j * math.log(beta / 2) - gammaln(j + 1) - gammaln(ms + j + 1)
+        value[small] = ms[:, 0] * math.log(beta / 2) + logsumexp(terms, axis=1) - beta
+    out = np.array(out, dtype=float)
+    out[bad] = value
+    return out
+
+
 def _check_modes(k) -> np.ndarray:
     modes = np.asarray(k)
     if modes.dtype.kind not in "iu" and not (
@@ -330,7 +442,7 @@ def _check_modes(k) -> np.ndarray:
             f"Fourier modes k must be >= 1 (k = 0 is the total mass, which does not move); "
             f"received {k!r}."
         )
-    return modes.astype(int)
+    return modes.astype(float)  # exact integers up to 2^53; k(k + d − 2) in float
 
 
 def _check_dim(d) -> int:
@@ -359,9 +471,12 @@ def instability_rate(k, beta: float, *, kernel: str = "sa", d: int = 2):
     d = 2 gives the circle's formulas, d = 3: λ_k = k(k + 1) i_k(β)/(β i_0(β)) with the
     modified spherical Bessel functions i_k. (At uniform the SA numerator vanishes, so
     the normaliser enters at its uniform value only.) Computed with the exponentially
-    scaled Bessel functions (scipy.special.ive): SA is stable for any β; USA overflows as
-    e^β does, past β ≈ 709 in float64. Every λ_k is positive. For N tokens drawn uniformly
-    on S¹, E|(1/N)Σ_j e^{−ikθ_j}|² ≈ e^{2λ_k t}/N while the modes stay small. The regime of
+    scaled Bessel functions in log space (scipy.special.ive, and its large-argument, Debye
+    and power-series expansions where ive underflows or is NaN: β → 0, β past ~1e9, d in
+    the hundreds): SA is finite for any β, k and d; USA grows as e^β and raises
+    ValueError where it overflows float64 (β ≈ 709 at d = 2). Every λ_k is positive (it
+    underflows to 0 for k ≫ β). For N tokens drawn uniformly on S¹,
+    E|(1/N)Σ_j e^{−ikθ_j}|² ≈ e^{2λ_k t}/N while the modes stay small. The regime of
     Bruno, Pasqualotto, Agazzi, arXiv:2410.23228 (their fastest mode maximises a rescaled
     Gegenbauer coefficient, the same index as :func:`dominant_mode`).
 
@@ -376,20 +491,31 @@ def instability_rate(k, beta: float, *, kernel: str = "sa", d: int = 2):
     -------
     float or array of the shape of k.
     """
-    from scipy.special import gammaln, ive
+    from scipy.special import gammaln
 
     kernel = _check_kernel(kernel)
     beta = _check_beta_positive(beta, "the instability rate k^2 I_k(beta)/beta")
     modes = _check_modes(k)
     d = _check_dim(d)
     nu = d / 2 - 1
-    laplacian = modes * (modes + d - 2)
+    laplacian = modes * (modes + d - 2.0)  # float: k(k + d − 2) overflows int64 past 3e9
+    log_ratio = _log_ive(modes + nu, beta) - math.log(beta)
     if kernel == "sa":
-        rate = laplacian * ive(modes + nu, beta) / (beta * ive(nu, beta))
+        log_ratio = log_ratio - _log_ive(nu, beta)
     else:
-        log_scale = gammaln(d / 2) + nu * math.log(2 / beta) + beta
-        rate = laplacian * ive(modes + nu, beta) * math.exp(log_scale) / beta
+        log_ratio = log_ratio + gammaln(d / 2) + nu * math.log(2 / beta) + beta
+    with np.errstate(over="ignore"):
+        rate = laplacian * np.exp(log_ratio)
+    if not np.all(np.isfinite(rate)):
+        raise ValueError(
+            f"the USA instability rate grows as e^beta and overflows float64 here (beta = "
+            f"{beta:.6g}, d = {d}); the SA rate (kernel='sa') is finite at every beta."
+        )
     return float(rate) if np.ndim(rate) == 0 else rate
+
+
+#: The largest β of :func:`dominant_mode` (its search holds 4√β + 20 modes: 4e6 at 1e12).
+MAX_DOMINANT_BETA = 1e12
 
 
 def dominant_mode(beta: float, *, d: int = 2) -> int:
@@ -397,16 +523,22 @@ def dominant_mode(beta: float, *, d: int = 2) -> int:
 
     The same for SA and USA (they differ by a factor free of k). On the circle (d = 2)
     k* = argmax k²I_k(β): k*(1) = 1, k*(5) = 3, k*(10) = 4. I_k(β) ≈ e^β e^{−k²/2β}/√(2πβ)
-    for large β, so k* ≈ √(2β); the search runs over k ≤ 4√β + 20 with
-    scipy.special.ive (the factor e^{−β} does not change the argmax). Raises ValueError
-    for β ≤ 0.
+    for large β, so k* ≈ √(2β); the search runs over k ≤ 4√β + 20 with the log of
+    I_k(β)e^{−β} (scipy.special.ive, and its expansions where that underflows or is NaN;
+    the factor e^{−β} does not change the argmax). Raises ValueError for β ≤ 0 and for
+    β > 1e12 (:data:`MAX_DOMINANT_BETA`: 4e6 modes).
     """
-    from scipy.special import ive
-
     beta = _check_beta_positive(beta, "the dominant mode argmax_k k^2 I_k(beta)")
     d = _check_dim(d)
-    modes = np.arange(1, int(4 * math.sqrt(beta)) + 21)
-    return int(modes[np.argmax(modes * (modes + d - 2) * ive(modes + d / 2 - 1, beta))])
+    if beta > MAX_DOMINANT_BETA:
+        raise ValueError(
+            f"dominant_mode searches k <= 4 sqrt(beta) + 20 and takes beta <= "
+            f"{MAX_DOMINANT_BETA:.0e}; received beta = {beta:.6g}. There k* ≈ sqrt(2 beta) "
+            "(the Gaussian profile I_k(beta) ∝ e^(-k^2/(2 beta)))."
+        )
+    modes = np.arange(1, int(4 * math.sqrt(beta)) + 21, dtype=float)
+    score = np.log(modes) + np.log(modes + d - 2) + _log_ive(modes + d / 2 - 1, beta)
+    return int(modes[np.argmax(score)])
 
 
 # ---------------------------------------------------------------------- causal clustering
@@ -434,10 +566,17 @@ def renyi_centres(points, delta: float, *, strong: bool = False) -> torch.Tensor
     if x.ndim != 2 or x.shape[0] < 1:
         raise ValueError(f"points must have shape (n, d) with n >= 1; received {tuple(x.shape)}.")
     check_finite(x, "points")
+    if not isinstance(strong, bool):
+        raise TypeError(f"strong must be True or False; received {strong!r}.")
     delta = check_real(delta, "delta")
     if delta <= 0:
         raise ValueError(f"the parking distance delta must be > 0; received {delta}.")
-    distances = torch.cdist(x, x)
+    # Distances at unit scale (scale-free: tokens of norm 1e-200 or 1e200, float32 at 1e25),
+    # each as the norm of a difference (no |x|² + |y|² − 2⟨x, y⟩ cancellation).
+    scale = x.abs().amax().clamp_min(torch.finfo(x.dtype).tiny) if x.is_floating_point() else 1.0
+    unit = x / scale
+    distances = torch.cdist(unit, unit, compute_mode="donot_use_mm_for_euclid_dist")
+    delta = delta / float(scale)
     centres = [0]
     for i in range(1, x.shape[0]):
         earlier = (
@@ -477,13 +616,21 @@ def hardmax_vertices(points, A) -> tuple[torch.Tensor, torch.Tensor]:
         True where v(v(i)) = v(i): the target is a stationary vertex.
     """
     x = as_tensor(points, "points")
-    if x.ndim != 2:
-        raise ValueError(f"points must have shape (n, d); received {tuple(x.shape)}.")
+    if x.ndim != 2 or x.shape[0] < 1:
+        raise ValueError(f"points must have shape (n, d) with n >= 1; received "
+                         f"{tuple(x.shape)}.")  # fmt: skip
+    if not x.is_floating_point():
+        x = x.double()
     A = as_tensor(A, "A", dtype=x.dtype)
     if A.shape != (x.shape[1], x.shape[1]):
         raise ValueError(f"A must have shape ({x.shape[1]}, {x.shape[1]}); received "
                          f"{tuple(A.shape)}.")  # fmt: skip
     check_finite(x, "points")
+    check_finite(A, "A")
+    # The argmax is invariant under positive scalings of x and A: score the tokens and A at
+    # unit scale, so that x_jᵀAx_i cannot overflow (tokens of 1e200, float32 tokens of 1e20).
+    x = x / x.abs().amax().clamp_min(torch.finfo(x.dtype).tiny)
+    A = A / A.abs().amax().clamp_min(torch.finfo(A.dtype).tiny)
     scores = (x @ A.T) @ x.T  # [i, j] = x_jᵀ A x_i
     targets = scores.argmax(-1)
     return targets, targets[targets] == targets

@@ -44,7 +44,7 @@ import warnings
 import numpy as np
 import torch
 
-from tpde.flows.methods import DOPRI5, ExplicitRK, _axpy
+from tpde.flows.methods import DOPRI5, ExplicitRK, _axpy, resolve_method
 from tpde.flows.rosenbrock import RODAS4
 
 __all__ = ["Auto"]
@@ -68,6 +68,13 @@ class Auto:
     explicit : the adaptive explicit tableau stepped first (dopri5: the test reads its
         two last stages, both at c = 1).
     stiff : the method switched to (rodas4).
+
+    Raises
+    ------
+    ValueError
+        ``explicit`` is not an adaptive tableau whose two last stages are at c = 1, or
+        ``stiff`` is not an adaptive method with the Jacobian; :meth:`step` raises
+        RuntimeError before :meth:`bind`.
     """
 
     name = "auto"
@@ -75,6 +82,24 @@ class Auto:
     uses_jacobian = False  # needs one only to switch; bind() checks the system
 
     def __init__(self, explicit: ExplicitRK = DOPRI5, stiff=RODAS4):
+        explicit, stiff = resolve_method(explicit), resolve_method(stiff)
+        if not (
+            isinstance(explicit, ExplicitRK)
+            and explicit.adaptive
+            and len(explicit.c) >= 2
+            and explicit.c[-1] == explicit.c[-2] == 1.0
+        ):
+            raise ValueError(
+                f"Auto's explicit method must be an adaptive ExplicitRK tableau whose two last "
+                f"stages are both at c = 1 (the stiffness test reads them), such as 'dopri5'; "
+                f"received {getattr(explicit, 'name', explicit)!r}."
+            )
+        if not (getattr(stiff, "uses_jacobian", False) and stiff.adaptive):
+            raise ValueError(
+                f"Auto's stiff method must be an adaptive method that solves with the "
+                f"Jacobian (a Rosenbrock method such as 'rodas4'); received "
+                f"{getattr(stiff, 'name', stiff)!r}."
+            )
         self.explicit, self.stiff = explicit, stiff
         self.current = explicit
         self.system = None
@@ -103,6 +128,11 @@ class Auto:
 
     def step(self, f, t: float, y, h, k1=None, h_clock: float = 0.0):
         """One step of the method stepping now; a dopri5 step also measures its hλ."""
+        if self.system is None:
+            raise RuntimeError(
+                "this Auto method is not bound to a system: integrate(..., method=Auto()) "
+                "binds a fresh copy per run; to step by hand, call auto.bind(system) first."
+            )
         if self.current is not self.explicit:
             return self.current.step(f, t, y, h, k1, h_clock)
         stages, (before, after) = self.explicit.stages(f, t, y, h, k1, h_clock)

@@ -222,11 +222,17 @@ class GridSystem(System):
         self.centres = grid.centres()
         self.faces, self.face_shapes = self._faces(grid)
         self._initial = (grid.density, grid.density.new_zeros(()))
+        self.reset_run()
+
+    def reset_run(self) -> None:
+        """Forget the counters of a previous run (a ready system may be integrated again)."""
+        super().reset_run()
         self.n_field_evals = 0
         self._cache = None  # (masses, face velocities, rate) of the last evaluation
         self._step_rates: list[tuple[float, float]] = []
         self._retry = None
-        self.nu_max, self.dt_seen, self.min_mass = 0.0, [], float(grid.density.detach().min())
+        self.nu_max, self.dt_seen = 0.0, []
+        self.min_mass = float(self._initial[0].detach().min())
 
     def check_method(self, method) -> None:
         """Grids take the strong-stability-preserving methods (positivity under the CFL

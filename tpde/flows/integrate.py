@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import numpy as np
@@ -82,7 +83,19 @@ def register_system(kind: type, build) -> None:
     """Make :func:`integrate` step measures of type ``kind`` with ``build(field, mu0, t0,
     engine) -> System`` (checks of the measure included)."""
     if not isinstance(kind, type) or not callable(build):
-        raise TypeError("register_system takes a measure type and a callable building its system.")
+        raise TypeError(
+            "register_system takes a measure type and a callable building its system; "
+            f"received {kind!r} and {type(build).__name__}."
+        )
+    try:
+        inspect.signature(build).bind(None, None, 0.0, "auto")
+    except TypeError:
+        raise TypeError(
+            f"register_system: the builder {getattr(build, '__name__', build)!r} must take "
+            "(field, mu0, t0, engine) and return a System."
+        ) from None
+    except ValueError:  # no signature to read (a builtin): trust it
+        pass
     SYSTEMS[kind] = build
 
 
@@ -94,7 +107,14 @@ def _build_system(field: Field, mu0, t0: float, engine: str) -> System:
             f"FiniteVolumes(grid, ...) (finite volumes); received {type(mu0).__name__}. A "
             "ready System is passed in place of the field: integrate(system, t1)."
         )
-    return build(field, mu0, t0, engine)  # every system checks its own measure
+    system = build(field, mu0, t0, engine)  # every system checks its own measure
+    if not isinstance(system, System):
+        raise TypeError(
+            f"the builder registered for {type(mu0).__name__} (tpde.flows.SYSTEMS) returned "
+            f"a {type(system).__name__}, not a System: register_system(kind, build) needs "
+            "build(field, mu0, t0, engine) -> System."
+        )
+    return system
 
 
 def _check_jacobian(method, system: System) -> None:
@@ -138,6 +158,7 @@ def _check_splitting(method, field: Field, t0: float, t1: float) -> None:
 
 def _start(system: System, field: Field, method, t0: float, t1: float, dt):
     """The method object and first step of a run (each system's rules)."""
+    system.reset_run()  # a ready system integrated again starts afresh
     chosen = resolve_method(method if method is not None else system.default_method)
     if callable(getattr(chosen, "bind", None)):  # a method that adapts to the system ("auto")
         chosen = chosen.bind(system)
@@ -163,6 +184,13 @@ def _arguments(field, mu0, t1):
     elif not isinstance(field, Field):
         raise TypeError(
             f"field must be a tpde field (or a ready System); received {type(field).__name__}."
+            " Call integrate(field, mu0, t1) or integrate(system, t1)."
+        )
+    elif t1 is None and not isinstance(mu0, Measure | FiniteVolumes):
+        raise TypeError(
+            f"integrate(field, mu0, t1) needs the initial measure mu0; received mu0 = "
+            f"{mu0!r} ({type(mu0).__name__}) and no t1. Only a ready System carries its own "
+            "state: integrate(system, t1)."
         )
     return field, mu0, t1
 

@@ -29,10 +29,13 @@ is checked on the new state. A step whose new state leaves the system's domain (
 covariance outside the PSD cone, a token the projection sent to the origin:
 ``System.degenerate``) is rejected: an adaptive method retries a quarter step, a
 fixed-step method stops the element there with "stiff" or "lost_token" (and a warning
-naming the fix). An adaptive step that collapses below 1e-12·max(1, |t|)
+naming the fix). An adaptive step that collapses below max(1e-12·|t|, 1e-300) (relative to
+the clock only: a state whose own time scale is 1e-20 is stepped, not called a blow-up)
 stops the elements that refuse it with "blow_up", and so does a step that the system's own
-controller (a grid's CFL condition) cuts below that floor; an element that used up ``max_steps``
-attempts (accepted and rejected) stops with "max_steps".
+controller (a grid's CFL condition) cuts below 1e-12·max(1, |t|); an element that used up
+``max_steps`` attempts (accepted and rejected) stops with "max_steps". An element whose
+velocity is not finite at its initial state stops there at once with "blow_up" and a
+warning (no step can start from it).
 """
 
 from __future__ import annotations
@@ -50,8 +53,18 @@ from tpde.flows.trajectory import Trajectory
 
 __all__ = ["Loop"]
 
-#: Smallest step, relative to max(1, |t|), before an adaptive step counts as collapsed.
+#: Smallest step, relative to |t|, before an adaptive step counts as collapsed.
 COLLAPSE = 1e-12
+#: The floor of a collapsed step near t = 0 (a relative floor vanishes there).
+TINY_STEP = 1e-300
+
+
+def _collapse_floor(t: np.ndarray) -> np.ndarray:
+    """The step below which an adaptive step has collapsed: 1e-12·|t| (the clock cannot
+    resolve less), at least 1e-300. Relative to |t|, not max(1, |t|): a state whose time
+    scale is short from the start (a covariance of 1e20 contracting at rate 1e20, its first
+    steps ~1e-20) is stepped, not reported as a blow-up at t0."""
+    return np.maximum(COLLAPSE * np.abs(t), TINY_STEP)
 
 
 class _RHS:
@@ -198,6 +211,8 @@ class Loop:
             rhs.active = self._active_mask(state[0])
             if k1 is None and self.uses_k1:
                 k1 = rhs(clock, state)
+                if iterations == 0 and self._unsteppable(k1, moving, t):
+                    continue
             h_prop = np.asarray(system.propose_step(clock, state, h), dtype=float)
             # A step the system itself cut below 1e-12·max(1, |t|) (a grid's CFL step at a
             # velocity that overflows the box) is a blow-up, as a collapsed adaptive step is.
@@ -248,6 +263,30 @@ class Loop:
         times, states = saves.finish(t_end, state, t, system)
         return self._trajectory(times, states, steps, rejected, iterations, rhs, h, start)
 
+    def _unsteppable(self, k1, moving, t) -> bool:
+        """Stop, with status "blow_up" and a warning naming the cause, the elements whose
+        velocity is not finite at the initial state (a covariance of 1e160 whose moment ODE
+        squares it past float64's range, a field returning NaN): no step can start from
+        there. Returns whether any element stopped."""
+        finite = None
+        for part, k in zip(k1, self.system.part_dims, strict=True):
+            flat = part.detach().reshape(*part.shape[: part.ndim - k], -1)
+            ok = torch.isfinite(flat).all(-1)
+            finite = ok if finite is None else finite & ok
+        bad = moving & ~finite.cpu().numpy()
+        if not bad.any():
+            return False
+        self._stop(bad, Status.BLOW_UP, t)
+        warnings.warn(
+            f"{int(bad.sum())} element(s) stopped at t0 = {float(np.min(t[bad])):.6g} with "
+            "status 'blow_up': the velocity at the initial state is not finite (the field's "
+            "arithmetic overflows at this scale, or the field returns NaN or Inf), so no "
+            "step can start. Fix: rescale the initial state, or use float64.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return True
+
     def _unpack(self, result, state):
         """The method's (new state, error, derivative), checked against the state."""
         name = getattr(self.method, "name", type(self.method).__name__)
@@ -284,7 +323,7 @@ class Loop:
         status = self.system.domain_status
         if self.method.adaptive:
             shorter = h_try * 0.25
-            collapsed = left & (shorter < COLLAPSE * np.maximum(1.0, np.abs(t)))
+            collapsed = left & (shorter < _collapse_floor(t))
             self._stop(collapsed, Status.BLOW_UP, t)
             everyone = self.synchronous
             accept = np.zeros_like(accept) if everyone else accept & ~left
@@ -365,7 +404,7 @@ class Loop:
         update = accept & ~shortened
         self.previous = (np.where(update, h_try, prev_h), np.where(update, decision, prev_err))
         h_reject = h_try * factor
-        collapsed = moving & ~accept & (h_reject < COLLAPSE * np.maximum(1.0, np.abs(t)))
+        collapsed = moving & ~accept & (h_reject < _collapse_floor(t))
         # The step collapsed: the elements that refuse every step blow up here.
         self._stop(collapsed & (norm > 1.0), Status.BLOW_UP, t)
         h_reject = np.where(collapsed, h_try, h_reject)

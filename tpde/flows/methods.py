@@ -225,6 +225,12 @@ def resolve_method(method, default: str = "auto"):
             raise ValueError(f"unknown method {method!r}; choose one of {known}, or pass an "
                              "ExplicitRK tableau.")  # fmt: skip
         return METHODS[method]
+    if isinstance(method, type):
+        raise TypeError(
+            f"method must be a method object or a name; received the class "
+            f"{method.__name__} itself. Pass an instance (e.g. Splitting('strang'), Auto(), "
+            "an ExplicitRK tableau) or a name such as 'rk4'."
+        )
     if callable(getattr(method, "step", None)) and hasattr(method, "order"):
         if not isinstance(getattr(method, "adaptive", None), bool):
             raise TypeError(

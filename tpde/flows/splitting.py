@@ -104,7 +104,7 @@ class Splitting:
     def step(self, f, t: float, y, h, k1=None, h_clock: float = 0.0):
         """One splitting step of ``f`` (the loop's right-hand side, with its parts)."""
         for part, start, length in self.sequence(f.parts):
-            y, _, _ = self.inner.step(
+            result = self.inner.step(
                 f.part(part),
                 t + start * h_clock,
                 y,
@@ -112,7 +112,14 @@ class Splitting:
                 None,
                 h_clock=h_clock * length,
             )
-            y = f.project_part(part, y)
+            if not isinstance(result, tuple) or len(result) != 3:
+                raise TypeError(
+                    f"the inner method {self.inner.name!r} of {self.name!r}: step must return "
+                    "(new state, error estimate, derivative) (error and derivative may be "
+                    f"None); received {type(result).__name__}"
+                    f"{f' of length {len(result)}' if isinstance(result, tuple) else ''}."
+                )
+            y = f.project_part(part, result[0])
         return y, None, None
 
 

@@ -47,7 +47,7 @@ from tpde._engines import check_engine
 from tpde._linalg import trace as matrix_trace
 from tpde._status import Status
 from tpde.attention import InnerSolves
-from tpde.attention.base import check_velocity_shape, check_velocity_type
+from tpde.attention.base import Field, check_velocity_shape, check_velocity_type
 from tpde.measures import Empirical, Gaussian
 
 __all__ = ["GaussianSystem", "Linearization", "ParticleSystem", "System"]
@@ -60,9 +60,14 @@ def _reduce(part: torch.Tensor, dims: int, op) -> torch.Tensor:
     return op(part.reshape(*part.shape[: part.ndim - dims], -1), dim=-1)
 
 
-def check_start(field, mu, t0: float) -> None:
-    """Raise unless the field acting at t0 takes ``mu`` (a Mix-LN stack started after its
-    switch is Pre-LN, which takes tokens off the sphere)."""
+def check_start(field, mu, t0: float, kind: type | None = None, system: str = "") -> None:
+    """Raise unless ``mu`` is a ``kind`` (when given) that the field acting at t0 takes (a
+    Mix-LN stack started after its switch is Pre-LN, which takes tokens off the sphere)."""
+    if kind is not None and not isinstance(mu, kind):
+        raise TypeError(
+            f"a {system} steps {kind.__name__} measures; received {type(mu).__name__}. Let "
+            "integrate(field, mu0, t1) choose the system of mu0 (tpde.flows.SYSTEMS)."
+        )
     field.piece(t0).check_measure(mu)
 
 
@@ -74,9 +79,21 @@ class System:
     default_method: str | None = "auto"
 
     def __init__(self, field):
+        if not isinstance(field, Field):
+            raise TypeError(
+                f"{type(self).__name__} steps a tpde field; received {type(field).__name__} as "
+                f"the field. Call {type(self).__name__}(field, measure, ...)."
+            )
         self.base_field = self.field = field
         #: Reports of the inner solves made by the field during this run.
         self.inner = InnerSolves()
+
+    def reset_run(self) -> None:
+        """Start a run afresh: the inner-solve reports and the piece in time of a previous
+        run are dropped (:func:`tpde.flows.integrate` calls this; subclasses with per-run
+        counters extend it)."""
+        self.inner = InnerSolves()
+        self.field = self.base_field
 
     # ------------------------------------------------------------------ pieces in time
     def enter(self, t: float) -> bool:
@@ -208,7 +225,7 @@ class ParticleSystem(System):
 
     def __init__(self, field, mu: Empirical, engine: str = "auto", t0: float = 0.0):
         super().__init__(field)
-        check_start(field, mu, t0)
+        check_start(field, mu, t0, Empirical, "ParticleSystem")
         self.mu, self.engine = mu, check_engine(engine)
 
     def initial(self):
@@ -332,7 +349,7 @@ class GaussianSystem(System):
 
     def __init__(self, field, mu: Gaussian, t0: float = 0.0):
         super().__init__(field)
-        check_start(field, mu, t0)
+        check_start(field, mu, t0, Gaussian, "GaussianSystem")
         # The batch shape of the run broadcasts the measure's with the parameters'.
         dmean, _ = field.gaussian_rhs(t0, mu.mean(), mu.cov())
         batch = dmean.shape[:-1]

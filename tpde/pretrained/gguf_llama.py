@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -284,8 +285,14 @@ def read_llama(path) -> LlamaFile:
         tensor that runs past the end of the file), its architecture is not llama, a metadata key
         or tensor is missing, a tensor's shape disagrees with the metadata, or a tensor
         holds non-finite values.
+    TypeError
+        ``path`` is not a str or a path.
     """
+    if not isinstance(path, str | os.PathLike):
+        raise TypeError(f"path must be a str or a Path to a .gguf file; received {path!r}.")
     path = Path(path)
+    if path.is_dir():
+        raise FileNotFoundError(f"{path} is a folder; pass the path of a .gguf file in it.")
     metadata, stored = _open(path)
     config = _config(metadata, path, set(stored))
     tokenizer = {

@@ -126,6 +126,7 @@ class MiniLM:
             If a LayerNorm used has γ or b of a shape other than (d,), or the model does not
             hold one LayerNorm per layer.
         """
+        _check_flag(output_norm, "output_norm")
         self._check_norms("attention_norms", "attention-output")
         if output_norm:
             self._check_norms("output_norms", "MLP-output")
@@ -204,6 +205,7 @@ class MiniLM:
         ``mlp=False`` the MLP part is F = 0 (its LayerNorm kept):
         ``post_ln_schedule(output_norm=True)``, one field per layer (integrate it with Euler).
         """
+        _check_flag(mlp, "mlp")
         from tpde.attention import LayerNorm
 
         if not mlp:
@@ -241,6 +243,10 @@ class MiniLM:
         layers = len(self.fields)
         if radii is None:
             return tuple(norm.radius for norm in self.input_norms)
+        if isinstance(radii, str | bytes) or not isinstance(radii, int | float | Sequence):
+            raise TypeError(
+                f"radii must be a float, a sequence of {layers} floats or None; received {radii!r}."
+            )
         if isinstance(radii, int | float):
             radii = [radii] * layers
         radii = list(radii)
@@ -250,6 +256,11 @@ class MiniLM:
                 f"received {len(radii)} values."
             )
         return tuple(check_positive(r, f"radius of layer {l}") for l, r in enumerate(radii))
+
+
+def _check_flag(value, name: str) -> None:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False; received {value!r}.")
 
 
 def _layer_field(
@@ -352,7 +363,20 @@ def _check_sentences(sentences) -> list[str]:
     for index, sentence in enumerate(sentences):
         if not isinstance(sentence, str) or not sentence.strip():
             raise ValueError(f"sentence {index} must be a non-empty string; received {sentence!r}.")
+        check_unicode(sentence, f"sentence {index}")
     return sentences
+
+
+def check_unicode(sentence: str, name: str) -> None:
+    """Raise unless ``sentence`` is valid Unicode (a lone surrogate such as '\\ud800', from
+    a bad decode, cannot be tokenised)."""
+    try:
+        sentence.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise ValueError(
+            f"{name} is not valid Unicode: {err.reason} at position {err.start} "
+            f"({sentence[err.start : err.end]!r}); decode the text with errors='replace'."
+        ) from None
 
 
 def embed(sentences, dtype: torch.dtype = torch.float32) -> list[Empirical]:

