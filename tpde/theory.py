@@ -32,6 +32,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from tpde._bessel import log_ive
 from tpde._validation import (
     as_tensor,
     check_choice,
@@ -384,53 +385,6 @@ def equiangular_frame(n: int, d: int, rho: float, *, generator: torch.Generator 
 
 
 # ---------------------------------------------------------------------- instability on S¹
-def _log_ive(order, beta: float) -> np.ndarray:
-    """log(I_μ(β)e^{−β}) for orders μ ≥ 0 (an array) and β > 0, at every scale.
-
-    scipy's ive where it is a normal float; where it underflows (β → 0, or μ ≫ β) or is NaN
-    (β past ~1e9): the large-argument (Hankel) expansion when μ² < β/10, Debye's uniform
-    expansion (two correction terms) when μ ≥ 10, else the power series (DLMF 10.25.2,
-    10.40.1, 10.41.3). Relative accuracy of I_μ: 1e-15 (scipy), ~1e-8 (the expansions).
-    """
-    from scipy.special import gammaln, ive, logsumexp
-
-    mu = np.asarray(order, dtype=float)
-    with np.errstate(all="ignore"):
-        direct = ive(mu, beta)
-        out = np.log(direct)
-    bad = ~(np.isfinite(direct) & (direct > 1e-290))
-    if not bad.any():
-        return out
-    m = np.broadcast_to(mu, out.shape)[bad]
-    value = np.empty_like(m)
-    hankel = (m * m < beta / 10) & (beta > 1e4)
-    if hankel.any():  # 1 − (4μ²−1)/(8β) + (4μ²−1)(4μ²−9)/(2(8β)²)
-        a = 4 * m[hankel] ** 2
-        series = 1 - (a - 1) / (8 * beta) + ((a - 1) / (8 * beta)) * ((a - 9) / (8 * beta)) / 2
-        value[hankel] = -0.5 * math.log(2 * math.pi * beta) + np.log(series)
-    debye = ~hankel & (m >= 10)
-    if debye.any():  # I_μ(μz) ~ e^{μη}(1 + u₁(t)/μ + u₂(t)/μ²)/(√(2πμ)(1 + z²)^{1/4})
-        md = m[debye]
-        z = beta / md
-        root = np.sqrt(1 + z * z)
-        t = 1 / root
-        u1 = (3 * t - 5 * t**3) / 24
-        u2 = (81 * t**2 - 462 * t**4 + 385 * t**6) / 1152
-        # μη − β = μ²/(√(μ² + β²) + β) − μ asinh(μ/β): no cancellation of two terms ~β
-        exponent = md * md / (np.hypot(md, beta) + beta) - md * np.arcsinh(md / beta)
-        value[debye] = (exponent - 0.5 * np.log(2 * math.pi * md) - 0.5 * np.log(root)
-                        + np.log1p(u1 / md + u2 / md**2))  # fmt: skip
-    small = ~hankel & ~debye
-    if small.any():  # Σ_j (β²/4)^j / (j! Γ(μ + j + 1)), 800 terms (β < 1000 here)
-        ms = m[small][:, None]
-        j = np.arange(800)
-        terms = 2 * j * math.log(beta / 2) - gammaln(j + 1) - gammaln(ms + j + 1)
-        value[small] = ms[:, 0] * math.log(beta / 2) + logsumexp(terms, axis=1) - beta
-    out = np.array(out, dtype=float)
-    out[bad] = value
-    return out
-
-
 def _check_modes(k) -> np.ndarray:
     modes = np.asarray(k)
     if modes.dtype.kind not in "iu" and not (
@@ -499,9 +453,9 @@ def instability_rate(k, beta: float, *, kernel: str = "sa", d: int = 2):
     d = _check_dim(d)
     nu = d / 2 - 1
     laplacian = modes * (modes + d - 2.0)  # float: k(k + d − 2) overflows int64 past 3e9
-    log_ratio = _log_ive(modes + nu, beta) - math.log(beta)
+    log_ratio = log_ive(modes + nu, beta) - math.log(beta)
     if kernel == "sa":
-        log_ratio = log_ratio - _log_ive(nu, beta)
+        log_ratio = log_ratio - log_ive(nu, beta)
     else:
         log_ratio = log_ratio + gammaln(d / 2) + nu * math.log(2 / beta) + beta
     with np.errstate(over="ignore"):
@@ -537,7 +491,7 @@ def dominant_mode(beta: float, *, d: int = 2) -> int:
             "(the Gaussian profile I_k(beta) ∝ e^(-k^2/(2 beta)))."
         )
     modes = np.arange(1, int(4 * math.sqrt(beta)) + 21, dtype=float)
-    score = np.log(modes) + np.log(modes + d - 2) + _log_ive(modes + d / 2 - 1, beta)
+    score = np.log(modes) + np.log(modes + d - 2) + log_ive(modes + d / 2 - 1, beta)
     return int(modes[np.argmax(score)])
 
 
