@@ -1,7 +1,7 @@
 """Package boundaries: no import cycles, no private names imported across subpackages.
 
 What flows need from a field is public in ``Field``; private names (a leading underscore)
-stay inside their subpackage. The shared infrastructure modules ``tpde._engines``,
+stay inside their subpackage. The shared infrastructure modules ``tpde._bessel``, ``tpde._engines``,
 ``tpde._linalg``, ``tpde._normalize``, ``tpde._status`` and ``tpde._validation`` are private
 to tpde, not to a subpackage, and may be imported anywhere inside it.
 """
@@ -10,7 +10,14 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = {"tpde._engines", "tpde._linalg", "tpde._normalize", "tpde._status", "tpde._validation"}
+SHARED = {
+    "tpde._bessel",
+    "tpde._engines",
+    "tpde._linalg",
+    "tpde._normalize",
+    "tpde._status",
+    "tpde._validation",
+}
 
 
 def _package(path: Path) -> str:
