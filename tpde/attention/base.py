@@ -109,6 +109,8 @@ def check_velocity_shape(value: torch.Tensor, x: torch.Tensor, who: str) -> None
     """Raise ValueError unless a velocity has the points' shape (m, d) in its trailing
     dimensions, with leading batch dimensions that broadcast against the points' (a
     narrower velocity would broadcast into wrong numbers when added or stepped)."""
+    if value.shape == x.shape:  # the usual case: nothing to check
+        return
     ok = value.ndim >= 2 and value.shape[-2:] == x.shape[-2:]
     if ok:
         try:

@@ -44,8 +44,9 @@ import warnings
 import numpy as np
 import torch
 
-from tpde.flows.methods import DOPRI5, ExplicitRK, _axpy, resolve_method
+from tpde.flows.methods import DOPRI5, ExplicitRK, _part_step, resolve_method
 from tpde.flows.rosenbrock import RODAS4
+from tpde.flows.systems import _reduce
 
 __all__ = ["Auto"]
 
@@ -142,8 +143,10 @@ class Auto:
     def _stiffness(self, h, stages, before, after) -> np.ndarray:
         """hλ ≈ ‖h(k₇ − k₆)‖ / ‖y₁ − ŷ₆‖ per element; 0 where y₁ = ŷ₆ or where the ratio is
         undefined (∞/∞ near an overflow, which the blow-up checks judge). One transfer."""
-        zeros = tuple(torch.zeros_like(part) for part in after)
-        change = _axpy(zeros, h, [(1.0, stages[-1]), (-1.0, stages[-2])])
+        change = tuple(
+            _part_step(h, i) * (k7 - k6)
+            for i, (k7, k6) in enumerate(zip(stages[-1], stages[-2], strict=True))
+        )
         gap = tuple(a - b for a, b in zip(after, before, strict=True))
         squares = torch.stack([self._square_norm(change), self._square_norm(gap)])
         numerator, denominator = squares.cpu().numpy().astype(float)
@@ -153,12 +156,9 @@ class Auto:
 
     def _square_norm(self, state) -> torch.Tensor:
         """Σ of squares of each element's entries (batch shape)."""
-        total = None
-        for part, k in zip(state, self.system.part_dims, strict=True):
-            flat = part.detach().reshape(*part.shape[: part.ndim - k], -1)
-            squares = flat.double().square().sum(-1)  # float32 squares overflow from 1e19
-            total = squares if total is None else total + squares
-        return total
+        # float64: float32 squares overflow from 1e19
+        parts = zip(state, self.system.part_dims, strict=True)
+        return sum(_reduce(part.detach().double().square(), k, torch.sum) for part, k in parts)
 
     def observe(self, accepted: np.ndarray, t: np.ndarray) -> None:
         """Count the accepted steps that were stability-bound (the loop calls this after each

@@ -238,8 +238,8 @@ class ParticleSystem(System):
             t, self.mu.with_points(points), points, self.engine, info=self.inner
         )
         check_velocity_type(velocity, field)
-        check_velocity_shape(velocity, points, f"{type(field).__name__}.particle_velocity")
         if velocity.shape != points.shape:
+            check_velocity_shape(velocity, points, f"{type(field).__name__}.particle_velocity")
             raise ValueError(
                 f"particle flows need unbatched field parameters, or parameters whose batch "
                 f"dimensions the points carry too: the velocity has shape "
