@@ -110,14 +110,15 @@ def _exact(second: torch.Tensor) -> bool:
     if second.numel() == 0:
         return True
     info = torch.finfo(second.dtype)
-    low, high = torch.aminmax(second.detach())  # NaN propagates and fails both tests
-    return float(low) >= info.tiny / info.eps and float(high) <= info.max
+    # One host read; NaN propagates and fails both tests.
+    low, high = torch.stack(torch.aminmax(second.detach())).tolist()
+    return low >= info.tiny / info.eps and high <= info.max
 
 
 def _row_scaled(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(x/s, s), s = max_k |x_k| per row (keepdim; at least the dtype's tiny, so that a zero
-    row gives 0), outside autograd (:func:`_scaled_root`)."""
-    scale = x.detach().abs().amax(-1, keepdim=True).clamp_min(torch.finfo(x.dtype).tiny)
+    """(x/s, s) as :func:`_scaled` (s = max_k |x_k| per row, 1 for a zero row), with s
+    outside autograd (:func:`_scaled_root`)."""
+    _, scale = _scaled(x.detach())
     return x / scale, scale
 
 

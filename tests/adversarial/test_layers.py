@@ -718,3 +718,22 @@ def test_batched_weights_on_batched_clouds_equal_one_at_a_time(make):
                 Empirical(points[b], positions=POS), engine=engine
             )
             torch.testing.assert_close(out[b], one, rtol=0, atol=1e-13)
+
+
+class _Zero(Field):
+    """A user's field that is healthy: zero velocity."""
+
+    dim = D
+
+    def particle_velocity(self, t, mu, x, engine, info=None):
+        return torch.zeros_like(x)
+
+
+def test_an_overflow_inside_a_sum_is_not_blamed_on_a_healthy_outside_part():
+    # The MLP's hidden units overflow float64; the user's zero field is fine. The error is
+    # the MLP's OverflowError, as for the MLP alone (it named the zero field once).
+    big = mlp(W1=W1 * 1e200, W2=W2 * 1e200)
+    with pytest.raises(OverflowError, match="the hidden units"):
+        big.velocity(MU)
+    with pytest.raises(OverflowError, match="the hidden units"):
+        (big + _Zero()).velocity(MU)

@@ -78,15 +78,14 @@ def check_no_overflow(value: torch.Tensor, mu, what: str, field=None) -> None:
 
 
 def _foreign_fields(field) -> list:
-    """The fields defined outside tpde in ``field`` (itself, or the parts of the wrappers:
-    a sum's ``parts``, a normalised or masked field's ``field``): the likely source of a
-    non-finite velocity, which tpde's own stabilised sums do not produce."""
+    """The fields defined outside tpde in ``field`` (itself, or inside a normalised or masked
+    field's ``field``): the likely source of a non-finite velocity, which tpde's own
+    stabilised sums do not produce. A :class:`~tpde.attention.Sum` checks its outside parts
+    itself, before it adds them (so an overflow of a tpde part is not blamed on them)."""
     if not type(field).__module__.startswith("tpde."):
         return [field]
-    inner = list(getattr(field, "parts", ()) or ())
-    if isinstance(getattr(field, "field", None), Field):
-        inner.append(field.field)
-    return [f for part in inner if isinstance(part, Field) for f in _foreign_fields(part)]
+    inner = getattr(field, "field", None)
+    return _foreign_fields(inner) if isinstance(inner, Field) else []
 
 
 _MISSING = object()

@@ -76,7 +76,8 @@ class Normalized(Field):
             raise TypeError(f"Normalized wraps a tpde field; received {type(field).__name__}.")
         self.field, self.scheme = field, scheme_from(scheme, options)
         self.dim = field.dim
-        self.scheme.check_dim(self.dim)
+        if self.dim is not None:  # a field of any d: checked against each measure's d
+            self.scheme.check_dim(self.dim)
         self.breakpoints = tuple(self.scheme.breakpoints)
         self._pieces = {}
 

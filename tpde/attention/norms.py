@@ -120,9 +120,8 @@ class NormScheme:
     def time_dependent(self) -> bool:
         return False
 
-    def check_dim(self, d: int | None) -> None:
-        """Raise unless the scheme's parameters fit tokens of dimension d (None: a field of
-        any dimension, checked against each measure's d)."""
+    def check_dim(self, d: int) -> None:
+        """Raise unless the scheme's parameters fit tokens of dimension d."""
 
     def check_tokens(self, mu) -> None:
         """Raise unless the scheme accepts the tokens of ``mu`` (an Empirical)."""
@@ -405,9 +404,7 @@ class _AffineNorm(NormScheme):
     def project(self, points):
         return self.norm(points) if self.placement == "post" else points
 
-    def check_dim(self, d: int | None) -> None:
-        if d is None:  # a field of any dimension: checked against the tokens' d
-            return
+    def check_dim(self, d: int) -> None:
         for item in fields(self):
             value = getattr(self, item.name)
             if item.name in ("gamma", "bias") and isinstance(value, torch.Tensor):
