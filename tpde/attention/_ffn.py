@@ -54,11 +54,8 @@ class Weights:
                 self._fix_sizes(name, value)
         #: Broadcast batch shape of the weights at t = 0 (empty for one weight set).
         self.batch_shape = self._batch_shape(evaluated)
-        self._batches = {
-            name: value.shape[: value.ndim - len(specs[name])]
-            for name, value in evaluated.items()
-            if value is not None
-        }
+        #: Each weight's shape at t = 0 (batch dimensions included): kept at every t.
+        self._shapes = {name: tuple(v.shape) for name, v in evaluated.items() if v is not None}
 
     # ---------------------------------------------------------------- checks
     def _fix_sizes(self, name: str, value: torch.Tensor) -> None:
@@ -88,8 +85,7 @@ class Weights:
         for name, value in evaluated.items():
             if value is None:
                 continue
-            symbols = self.specs[name]
-            expected = (*self._batches[name], *(self.sizes[s] for s in symbols))
+            expected = self._shapes[name]
             if tuple(value.shape) != expected:
                 raise ValueError(
                     f"{self.owner}: {name} changed shape over time: {tuple(value.shape)} "
