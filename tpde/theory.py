@@ -198,6 +198,12 @@ def equiangular_velocity(rho, r=1.0, *, beta: float, n: int, scheme: str = "post
         raise ValueError(
             f"rho and r must broadcast to one shape; received shapes {rho.shape} and {r.shape}."
         ) from None
+    return _rates(rho, r, beta, n, scheme, kernel, alpha)
+
+
+def _rates(rho, r, beta: float, n: int, scheme: str, kernel: str, alpha: float):
+    """(ρ̇, ṙ) of :func:`equiangular_velocity` for checked arguments (the right-hand side of
+    :func:`equiangular_solution` calls it at every solver stage without re-checking)."""
     if scheme in ("peri-ln", "ngpt"):
         kernel = "sa"  # the normaliser cancels (docstring): the SA weights cannot overflow
     w_s, w_o = _weights(rho, beta, n, kernel)
@@ -286,24 +292,22 @@ def equiangular_solution(times, rho0: float, *, beta: float, n: int, scheme: str
                 f"mix-ln needs switch > 0, the time where post-ln hands over to pre-ln; "
                 f"received switch = {switch}."
             )
-        # every argument checked now, not at the switch (pre-ln reads r0, every piece beta)
-        equiangular_velocity(rho0, r0, beta=beta, n=n, scheme="pre-ln", kernel=kernel)
-        _check_alpha(alpha)
         pieces = [("post-ln", 0.0, switch), ("pre-ln", switch, math.inf)]
     else:
         if switch is not None:
             raise ValueError(f"switch applies to scheme 'mix-ln' only; received scheme {scheme!r}.")
-        equiangular_velocity(rho0, r0, beta=beta, n=n, scheme=scheme, kernel=kernel, alpha=alpha)
         pieces = [(scheme, 0.0, math.inf)]
+    # every argument checked now, not at mix-ln's switch (pre-ln reads r0, every piece beta)
+    first = "pre-ln" if scheme == "mix-ln" else scheme
+    equiangular_velocity(rho0, r0, beta=beta, n=n, scheme=first, kernel=kernel, alpha=alpha)
+    beta, kernel, alpha = check_real(beta, "beta"), _check_kernel(kernel), _check_alpha(alpha)
     state = np.array([rho0, float(r0)])
     rho, r = np.empty_like(times), np.empty_like(times)
     for piece, start, end in pieces:
 
         def rhs(_t, y, piece=piece):
             rho_t = np.clip(y[0], -1 / (n - 1), 1.0)
-            drho, dr = equiangular_velocity(
-                rho_t, y[1], beta=beta, n=n, scheme=piece, kernel=kernel, alpha=alpha
-            )
+            drho, dr = _rates(np.asarray(rho_t), np.asarray(y[1]), beta, n, piece, kernel, alpha)
             return [float(drho), float(dr)]
 
         inside = (times >= start) & (times < end)

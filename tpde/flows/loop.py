@@ -129,6 +129,8 @@ class Loop:
         # the derivative at the start of a step.
         self.splits = bool(getattr(method, "splits", False))
         self.uses_k1 = bool(getattr(method, "uses_k1", True))
+        # A method that adapts to its run ("auto") hears every step's decision.
+        self.observe = getattr(method, "observe", None)
 
     # ------------------------------------------------------------------ bookkeeping
     def _stop(self, which: np.ndarray, status: Status, times) -> None:
@@ -185,6 +187,7 @@ class Loop:
         if self.need_derivative:
             rhs.active = self._active_mask(state[0])
             k1 = rhs(float(t0), state)
+            self._unsteppable(k1, self.active.copy(), t)  # the loop's own check is skipped
         self.memory = [event.start(system, state, k1) for event in self.events]
         while True:
             target = saves.target(t1)
@@ -243,8 +246,8 @@ class Loop:
             left = system.degenerate(state, new, method.adaptive)
             if left is not None:
                 accept, h_next = self._left_domain(left, accept, h_next, moving, h_try, t)
-            if callable(getattr(method, "observe", None)):  # "auto" counts stiff steps
-                method.observe(accept, t)
+            if self.observe is not None:  # "auto" counts stiff steps
+                self.observe(accept, t)
             rejected += moving & ~accept
             iterations += 1
             h = h_next
