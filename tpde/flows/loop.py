@@ -271,7 +271,14 @@ class Loop:
         velocity is not finite at the initial state (a covariance of 1e160 whose moment ODE
         squares it past float64's range, a field returning NaN): no step can start from
         there. Returns whether any element stopped."""
-        bad = moving & ~self.system.finite(k1).cpu().numpy()  # the derivative, per element
+        # Every entry finite, per element (not System.finite: a grid's adds "mass left in
+        # the box", a condition on states, not on derivatives).
+        finite = None
+        for part, k in zip(k1, self.system.part_dims, strict=True):
+            flat = part.detach().reshape(*part.shape[: part.ndim - k], -1)
+            ok = torch.isfinite(flat).all(-1)
+            finite = ok if finite is None else finite & ok
+        bad = moving & ~finite.cpu().numpy()
         if not bad.any():
             return False
         self._stop(bad, Status.BLOW_UP, t)
