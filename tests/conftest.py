@@ -44,3 +44,7 @@ def pytest_collection_modifyitems(config, items):
         params = getattr(getattr(item, "callspec", None), "params", {})
         if item.get_closest_marker("keops") and torch.float32 in params.values():
             item.add_marker(pytest.mark.slow)
+        # pyproject's timeout (300 s) is the default suite's; slow tests get 1800 s unless
+        # they set their own limit.
+        if item.get_closest_marker("slow") and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(1800))
