@@ -39,6 +39,7 @@ from tpde._validation import (
     check_finite,
     check_float_dtype,
     check_positive,
+    check_positive_int,
     check_real,
 )
 
@@ -236,6 +237,48 @@ def _check_alpha(alpha) -> float:
     return alpha
 
 
+class _WorkBound(Exception):
+    """Raised inside the right-hand side when a solve reaches its ``max_evals``."""
+
+
+# DOP853's stability interval on the negative real axis is about [−6, 0] and it spends 12
+# evaluations per step: an eigenvalue λ over a horizon T costs at least 12·λT/6 evaluations.
+_DOP853_STABILITY, _DOP853_STAGES = 6.0, 12
+
+
+def _check_stiffness(rhs, state, horizon: float, budget: int, why: str, n: int) -> None:
+    """Refuse, before solving, an ODE whose stiffness makes ``budget`` evaluations hopeless.
+
+    The Jacobian of the right-hand side at the start, by forward differences (ρ stepped
+    inwards, since ρ ≤ 1; r relatively), has spectral radius λ; an explicit solver needs at
+    least λ·T/6 steps on a horizon T (module constants above). The estimate is a lower
+    bound on the work, so a refused solve could not have met the bound.
+    """
+    y0 = np.asarray(state, dtype=float)
+    jac = np.empty((2, 2))
+    with np.errstate(all="ignore"):  # an overflowing difference is an infinite λ: refused
+        f0 = np.asarray(rhs(0.0, y0), dtype=float)
+        for j in range(2):
+            h = 1e-7 * (1.0 if j == 0 else abs(y0[1]))
+            if j == 0 and y0[0] + h > 1.0:
+                h = -h
+            y = y0.copy()
+            y[j] += h
+            jac[:, j] = (np.asarray(rhs(0.0, y), dtype=float) - f0) / h
+        finite = np.all(np.isfinite(jac))
+        lam = float(np.max(np.abs(np.linalg.eigvals(jac)))) if finite else math.inf
+    needed = _DOP853_STAGES * lam * horizon / _DOP853_STABILITY
+    if not needed <= budget:
+        raise ValueError(
+            f"the equiangular ODE {why} is too stiff to solve: its Jacobian at the start has "
+            f"an eigenvalue of size {lam:.3g}, so an explicit solver needs at least "
+            f"{needed:.3g} right-hand side evaluations over the horizon {horizon:g}, past "
+            f"max_evals ({budget} left). Give rates of order 1: pre-ln and peri-ln move rho "
+            "at rate 1/r (rho(t; r0) = rho(t/r0; 1)), ngpt at rate alpha (rho(t; alpha) = "
+            "rho(alpha t; 1))."
+        )
+
+
 class EquiangularSolution(NamedTuple):
     """The equiangular law solved: ``rho`` and ``r`` at ``times`` (arrays (T,))."""
 
@@ -247,7 +290,8 @@ class EquiangularSolution(NamedTuple):
 def equiangular_solution(times, rho0: float, *, beta: float, n: int, scheme: str = "post-ln",
                          kernel: str = "sa", r0: float = 1.0, alpha: float = 1.0,
                          switch: float | None = None, rtol: float = 1e-13,
-                         atol: float = 1e-15) -> EquiangularSolution:  # fmt: skip
+                         atol: float = 1e-15,
+                         max_evals: int = 200_000) -> EquiangularSolution:  # fmt: skip
     """ρ(t) and r(t) of :func:`equiangular_velocity` from (ρ0, r0) at t = 0 (scipy DOP853).
 
     Parameters
@@ -264,11 +308,26 @@ def equiangular_solution(times, rho0: float, *, beta: float, n: int, scheme: str
         "mix-ln" only: post-ln on [0, switch), pre-ln after (with r = r0 at the switch).
     rtol, atol : float
         DOP853's tolerances (the defaults resolve ρ to about 1e-13).
+    max_evals : int
+        Bound on the right-hand side's evaluations over the whole solve (DOP853 spends 12
+        per step; the default, 200,000, is about 2 s). A solve that would need more stops
+        with an error that names the inputs instead of running on.
 
     Returns
     -------
     EquiangularSolution
         ``times``, ``rho`` and ``r``, arrays (T,).
+
+    Raises
+    ------
+    ValueError
+        Before solving, where the ODE is too stiff for the work bound: the Jacobian's
+        largest eigenvalue λ at the start (finite differences) makes an explicit solver take
+        at least λT/6 steps on [0, T] (6: DOP853's stability interval on the negative real
+        axis, about [−6, 0]). Rates far from 1 cause it: pre-ln and peri-ln move ρ at rate
+        1/r (ρ(t; r0) = ρ(t/r0; 1)), nGPT at rate α (ρ(t; α) = ρ(αt; 1)).
+    RuntimeError
+        Where the solve fails or reaches ``max_evals`` anyway (the stiffness grew on the way).
     """
     from scipy.integrate import solve_ivp
 
@@ -301,11 +360,16 @@ def equiangular_solution(times, rho0: float, *, beta: float, n: int, scheme: str
     first = "pre-ln" if scheme == "mix-ln" else scheme
     equiangular_velocity(rho0, r0, beta=beta, n=n, scheme=first, kernel=kernel, alpha=alpha)
     beta, kernel, alpha = check_real(beta, "beta"), _check_kernel(kernel), _check_alpha(alpha)
+    max_evals = check_positive_int(max_evals, "max_evals")
     state = np.array([rho0, float(r0)])
     rho, r = np.empty_like(times), np.empty_like(times)
+    evals = [0]
     for piece, start, end in pieces:
 
         def rhs(_t, y, piece=piece):
+            evals[0] += 1
+            if evals[0] > max_evals:
+                raise _WorkBound
             rho_t = np.clip(y[0], -1 / (n - 1), 1.0)
             drho, dr = _rates(np.asarray(rho_t), np.asarray(y[1]), beta, n, piece, kernel, alpha)
             return [float(drho), float(dr)]
@@ -313,20 +377,23 @@ def equiangular_solution(times, rho0: float, *, beta: float, n: int, scheme: str
         inside = (times >= start) & (times < end)
         stop = min(end, float(times[-1])) if math.isfinite(end) else float(times[-1])
         if stop > start:
+            why = f"({piece}) on [{start:g}, {stop:g}] from (rho, r) = ({state[0]:.6g}, "
+            why += f"{state[1]:.6g}); received r0 = {r0:g}, alpha = {alpha:g}, beta = {beta:g}"
+            _check_stiffness(rhs, state, stop - start, max_evals - evals[0], why, n)
             at = times[inside] if inside.any() else None
-            with np.errstate(all="ignore"):  # a failed solve raises below, naming the rates
-                sol = solve_ivp(rhs, (start, stop), state, method="DOP853", rtol=rtol,
-                                atol=atol, dense_output=True, t_eval=at)  # fmt: skip
-            if not sol.success:
-                rates = rhs(start, state)
+            try:
+                with np.errstate(all="ignore"):  # a failed solve raises below, naming the rates
+                    sol = solve_ivp(rhs, (start, stop), state, method="DOP853", rtol=rtol,
+                                    atol=atol, dense_output=True, t_eval=at)  # fmt: skip
+            except _WorkBound:
                 raise RuntimeError(
-                    f"the equiangular ODE solve ({piece}) failed on [{start:g}, {stop:g}]: "
-                    f"{sol.message} At its start (rho, r) = ({state[0]:.6g}, {state[1]:.6g}) "
-                    f"moves at (drho/dt, dr/dt) = ({rates[0]:.3g}, {rates[1]:.3g}): a rate far "
-                    "from 1 (pre-ln and peri-ln move rho at rate 1/r, ngpt at rate alpha) is "
-                    f"too stiff for DOP853. Received r0 = {r0:g}, alpha = {alpha:g}; give "
-                    "values of order 1 (ngpt: rho(t; alpha) = rho(alpha t; 1))."
-                )
+                    f"the equiangular ODE solve {why} stopped at max_evals = {max_evals} "
+                    "right-hand side evaluations (its stiffness grew on the way). Give "
+                    "rates of order 1 (pre-ln, peri-ln: rho(t; r0) = rho(t/r0; 1); ngpt: "
+                    "rho(t; alpha) = rho(alpha t; 1)), or a larger max_evals."
+                ) from None
+            if not sol.success:
+                raise RuntimeError(f"the equiangular ODE solve {why} failed: {sol.message}")
             if inside.any():
                 rho[inside], r[inside] = sol.y[0], sol.y[1]
             state = sol.sol(stop)

@@ -156,15 +156,37 @@ ERRORS = {
         ValueError,
         "USA velocity overflows",
     ),
+    # refused before solving (stiffness estimate; the second one hung with scipy 1.17)
     "solution-r0-tiny": (  # fixed: "the equiangular ODE solve failed: Required step size"
         _solution(r0=1e-300, scheme="pre-ln"),
-        RuntimeError,
-        r"moves at \(drho/dt, dr/dt\) = \(4.84e\+299, .*Received r0 = 1e-300",
+        ValueError,
+        r"received r0 = 1e-300, .* is too stiff to solve: .*rho\(t; r0\) = rho\(t/r0; 1\)",
     ),
-    "solution-ngpt-alpha-huge": (  # fixed: same, with no word on alpha
+    "solution-peri-ln-r0-tiny": (
+        _solution(r0=1e-300, scheme="peri-ln"),
+        ValueError,
+        r"\(peri-ln\) .*received r0 = 1e-300, .* is too stiff to solve",
+    ),
+    "solution-ngpt-alpha-huge": (  # fixed: same, with no word on alpha; then a hang
         _solution(alpha=1e300, scheme="ngpt"),
+        ValueError,
+        r"alpha = 1e\+300, .* is too stiff to solve: its Jacobian at the start has an "
+        r"eigenvalue of size 4.43e\+299",
+    ),
+    "solution-long-horizon": (  # an O(1) rate over 1e12 time units: hopeless work
+        _solution(times=(0.0, 1e12)),
+        ValueError,
+        r"needs at least .* right-hand side evaluations over the horizon 1e\+12",
+    ),
+    "solution-max-evals-hit": (  # the bound itself: work stops with an error, not a hang
+        _solution(times=(0.0, 50.0), beta=5.0, rtol=1e-13, max_evals=40),
         RuntimeError,
-        "too stiff for DOP853. Received r0 = 1, alpha = 1e\\+300",
+        r"stopped at max_evals = 40 right-hand side evaluations",
+    ),
+    "solution-max-evals-zero": (
+        _solution(max_evals=0),
+        ValueError,
+        "max_evals must be a positive int",
     ),
     # equiangular_frame
     "frame-d-below-n": (
