@@ -310,7 +310,7 @@ def equiangular_solution(times, rho0: float, *, beta: float, n: int, scheme: str
         DOP853's tolerances (the defaults resolve ρ to about 1e-13).
     max_evals : int
         Bound on the right-hand side's evaluations over the whole solve (DOP853 spends 12
-        per step; the default, 200,000, is about 2 s). A solve that would need more stops
+        per step; the default, 200,000, is 3–5 s). A solve that would need more stops
         with an error that names the inputs instead of running on.
 
     Returns
