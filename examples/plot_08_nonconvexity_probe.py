@@ -18,7 +18,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from tpde.attention import PotentialEnergy, Softmax, as_energy
+from tpde.fields import PotentialEnergy, Softmax, as_energy
 from tpde.flows import convexity_probe
 from tpde.measures import Empirical, Gaussian
 

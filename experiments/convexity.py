@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tpde.attention import PotentialEnergy, Softmax
-from tpde.attention.energies import as_energy
+from tpde.fields import PotentialEnergy, Softmax
+from tpde.fields.gradient_flow.energies import as_energy
 from tpde.flows import convexity_probe
 from tpde.measures import Empirical, Gaussian
 

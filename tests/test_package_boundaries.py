@@ -2,7 +2,7 @@
 
 What flows need from a field is public in ``Field``; private names (a leading underscore)
 stay inside their subpackage. The shared infrastructure modules ``tpde._bessel``, ``tpde._engines``,
-``tpde._linalg``, ``tpde._normalize``, ``tpde._status`` and ``tpde._validation`` are private
+``tpde._linalg``, ``tpde._scale_safe``, ``tpde._status`` and ``tpde._validation`` are private
 to tpde, not to a subpackage, and may be imported anywhere inside it.
 """
 
@@ -14,7 +14,7 @@ SHARED = {
     "tpde._bessel",
     "tpde._engines",
     "tpde._linalg",
-    "tpde._normalize",
+    "tpde._scale_safe",
     "tpde._status",
     "tpde._validation",
 }

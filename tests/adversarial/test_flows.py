@@ -25,7 +25,7 @@ from tests.adversarial.strategies import (
     eye,
     non_int_counts,
 )
-from tpde.attention import (
+from tpde.fields import (
     L2,
     GaussianNotPreserved,
     Linear,

@@ -13,12 +13,16 @@ a Gaussian run turns stiff, :mod:`tpde.flows.auto`);
 (:mod:`tpde.flows.eulerian`);
 :func:`compare` the agreement harness (Gaussian ODE vs particles vs grid);
 :func:`jko_step` and :func:`jko_flow` the JKO steps (:mod:`tpde.flows.jko`, ``GEOMETRIES``);
-:func:`convexity_probe` the geodesic convexity probe (:mod:`tpde.flows.convexity`).
+:func:`convexity_probe` the geodesic convexity probe (:mod:`tpde.fields.gradient_flow.convexity`).
 """
 
+from tpde.fields.gradient_flow.convexity import (
+    ConvexityProbe,
+    convexity_probe,
+    geodesic_second_derivative,
+)
 from tpde.flows.auto import Auto
 from tpde.flows.compare import Comparison, compare
-from tpde.flows.convexity import ConvexityProbe, convexity_probe, geodesic_second_derivative
 from tpde.flows.eulerian import SCHEMES, CFLViolation, FiniteVolumes, GridSystem
 from tpde.flows.events import BlowUp, Clustered, Converged
 from tpde.flows.integrate import SYSTEMS, integrate, register_system
