@@ -3,9 +3,15 @@
 import pytest
 import torch
 
-from tpde.fields import InteractionEnergy, PotentialEnergy, Sinkhorn, Softmax
+from tpde.fields import (
+    InteractionEnergy,
+    PotentialEnergy,
+    Sinkhorn,
+    Softmax,
+    convexity_probe,
+    geodesic_second_derivative,
+)
 from tpde.fields.gradient_flow.convexity import _particle_path
-from tpde.flows import convexity_probe, geodesic_second_derivative
 from tpde.measures import Empirical, Gaussian
 from tpde.metrics import bures_geodesic
 
