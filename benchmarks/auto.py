@@ -31,7 +31,7 @@ import warnings
 import torch
 from _common import print_table, timed, torch_threads
 
-from tpde.attention import Softmax
+from tpde.fields import Softmax
 from tpde.flows import integrate
 from tpde.measures import Empirical, Gaussian
 

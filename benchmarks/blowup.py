@@ -34,10 +34,10 @@ import numpy as np
 import torch
 from _common import print_table
 
-from tpde.attention import Softmax
 from tpde.experiments import cones
 from tpde.experiments._paper import flow, init_grid, paper_field, path_times, subsample
 from tpde.experiments.paper_euler import projected_euler
+from tpde.fields import Softmax
 from tpde.flows import BlowUp, integrate
 from tpde.measures import Gaussian
 

@@ -29,7 +29,7 @@ import torch
 from _common import print_table, timed
 
 from tpde._engines.keops import keops_status
-from tpde.attention import Softmax
+from tpde.fields import Softmax
 from tpde.flows import integrate
 from tpde.flows.eulerian import FiniteVolumes, GridSystem
 from tpde.measures import Empirical, Gaussian, Grid

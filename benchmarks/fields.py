@@ -38,7 +38,7 @@ from _common import print_table, timed, torch_threads
 
 from tpde._engines import pick_engine, pick_kernel_sum_engine, pick_logsumexp_engine
 from tpde._engines.keops import keops_status
-from tpde.attention import (
+from tpde.fields import (
     L2,
     GroupedQueryAttention,
     InnerSolves,

@@ -36,7 +36,7 @@ from _common import print_header, print_row  # also points KEOPS_CACHE_FOLDER to
 from fields import l2_field, sinkhorn_field, softmax_field
 
 from tpde._engines.keops import keops_status
-from tpde.attention import InnerSolves
+from tpde.fields import InnerSolves
 from tpde.measures import Empirical
 
 VARIANTS = {"softmax": softmax_field, "l2": l2_field, "sinkhorn": sinkhorn_field}

@@ -25,7 +25,7 @@ import math
 import torch
 from _common import print_table, timed
 
-from tpde.attention import GradientFlowField, Softmax
+from tpde.fields import GradientFlowField, Softmax
 from tpde.flows import integrate, jko_step
 from tpde.measures import Empirical
 

@@ -36,7 +36,7 @@ import torch
 from _common import print_header, print_row, timed
 
 from tpde._engines.spectral import truncation
-from tpde.attention import Exponential, Softmax
+from tpde.fields import Exponential, Softmax
 from tpde.measures import Empirical
 
 COLUMNS = ["field", "N", "β", "K", "engine", "threads", "seconds", "×spectral", "max rel. error"]

@@ -49,8 +49,8 @@ import numpy as np
 import torch
 from _common import print_table, torch_threads
 
-from tpde.attention import Normalized
 from tpde.experiments._theory_runs import _fit_rate, fourier_modes, kernel_field
+from tpde.fields import Normalized
 from tpde.flows import integrate
 from tpde.measures import uniform_on_sphere
 from tpde.theory import instability_rate

@@ -23,7 +23,7 @@ import os
 import matplotlib.pyplot as plt
 import torch
 
-from tpde.attention import Softmax
+from tpde.fields import Softmax
 from tpde.measures import Empirical, Gaussian
 from tpde.plot import draw
 
@@ -71,7 +71,7 @@ print(f"max |Γ[cloud] − Γ[Gaussian]| / max |Γ| on the grid: {gap:.3f} (n = 
 # Because Γ is affine on a Gaussian, the PDE reduces to an ODE on (α, Σ):
 # :math:`\dot\alpha = V(I + \Sigma A)\alpha` and
 # :math:`\dot\Sigma = V\Sigma A\Sigma + \Sigma A^\top \Sigma V^\top`.
-# :meth:`~tpde.attention.Field.gaussian_rhs` returns both.
+# :meth:`~tpde.fields.Field.gaussian_rhs` returns both.
 
 dmean, dcov = field.gaussian_rhs(0.0, g0.mean(), g0.cov())
 print("dα/dt =", dmean.numpy().round(4))

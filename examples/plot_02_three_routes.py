@@ -23,7 +23,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from tpde.attention import Softmax
+from tpde.fields import Softmax
 from tpde.flows import compare
 from tpde.measures import Gaussian
 from tpde.plot import draw

@@ -27,7 +27,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from tpde.attention import Softmax
+from tpde.fields import Softmax
 from tpde.flows import BlowUp, Converged, integrate
 from tpde.measures import Empirical, Gaussian
 

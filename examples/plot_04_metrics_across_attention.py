@@ -26,7 +26,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from tpde.attention import L2, Masked, Sinkhorn, Softmax
+from tpde.fields import L2, Masked, Sinkhorn, Softmax
 from tpde.flows import integrate
 from tpde.measures import Empirical, Gaussian
 from tpde.metrics import bures_wasserstein, conditional_w2, sinkhorn_divergence, twisted_w2, w2

@@ -13,8 +13,8 @@ Two attention variants are gradient flows of an energy (MATH.md §5):
   :math:`F(\mu) = \tfrac12 \mathrm{OT}_\varepsilon(\mu, \mu)` in the metric with mobility M.
 
 Along a flow the energy then changes at the rate :math:`dE/dt = -c\,\|\Gamma\|_g^2`.
-:func:`~tpde.attention.energy_dissipation` checks this identity on a saved trajectory;
-:func:`~tpde.attention.gradient_flow_gap` compares the field with the gradient of the
+:func:`~tpde.fields.energy_dissipation` checks this identity on a saved trajectory;
+:func:`~tpde.fields.gradient_flow_gap` compares the field with the gradient of the
 energy computed independently, by autograd.
 """
 
@@ -23,7 +23,7 @@ import os
 import matplotlib.pyplot as plt
 import torch
 
-from tpde.attention import (
+from tpde.fields import (
     L2,
     NotAGradientFlow,
     Sinkhorn,

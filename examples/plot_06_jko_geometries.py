@@ -12,7 +12,7 @@ converges to the flow at order one in τ and never increases G
 (Jordan–Kinderlehrer–Otto). :func:`~tpde.flows.jko_flow` steps it in five geometries:
 
 - ``"w2"`` (particles) — the limit is the W2 gradient flow of G
-  (:class:`~tpde.attention.GradientFlowField`);
+  (:class:`~tpde.fields.GradientFlowField`);
 - ``"twisted"`` (particles) — the field's own metric; the limit is the softmax PDE itself;
 - ``"bures"`` and ``"twisted-bures"`` (Gaussians) — the limit is the Sinkhorn moment ODE
   (mobility M = I, or M ≠ I);
@@ -25,7 +25,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from tpde.attention import GradientFlowField, Sinkhorn, Softmax
+from tpde.fields import GradientFlowField, Sinkhorn, Softmax
 from tpde.flows import integrate, jko_flow
 from tpde.measures import Empirical, Gaussian, Grid
 from tpde.metrics import bures_wasserstein, w2

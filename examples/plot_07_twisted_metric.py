@@ -28,7 +28,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from tpde.attention import Softmax
+from tpde.fields import Softmax
 from tpde.measures import Empirical, Gaussian
 from tpde.metrics import bures_wasserstein, twisted_w2, w2
 

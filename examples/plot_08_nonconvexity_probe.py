@@ -5,7 +5,7 @@ The non-convexity probe
 For V = I and A = −I softmax attention descends
 :math:`E(\mu) = \tfrac12 \iint e^{-x\cdot y}\, d\mu(x)\, d\mu(y)` (MATH.md §5). The JKO
 theory's contraction estimates need E to be λ-convex along W2 geodesics with λ ≥ 0; it is
-not. :func:`~tpde.flows.convexity_probe` takes
+not. :func:`~tpde.fields.gradient_flow.convexity_probe` takes
 :math:`\frac{d^2}{dt^2} E(\gamma(t)) / W_2(\gamma(0), \gamma(1))^2` by double backward
 along random geodesics leaving a measure: a negative value is a direction of
 non-convexity. The control is the convex potential :math:`\int \tfrac12 |x|^2\, d\mu`
@@ -18,8 +18,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from tpde.attention import PotentialEnergy, Softmax, as_energy
-from tpde.flows import convexity_probe
+from tpde.fields import PotentialEnergy, Softmax, as_energy, convexity_probe
 from tpde.measures import Empirical, Gaussian
 
 SMALL = os.environ.get("TPDE_EXAMPLE_SIZE") == "small"  # the test suite runs a small size

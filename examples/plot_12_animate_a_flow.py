@@ -14,7 +14,7 @@ import os
 import matplotlib.pyplot as plt
 import torch
 
-from tpde.attention import Softmax
+from tpde.fields import Softmax
 from tpde.flows import integrate
 from tpde.measures import Empirical, Gaussian, Grid
 from tpde.plot import animate, draw

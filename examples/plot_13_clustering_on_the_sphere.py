@@ -27,8 +27,8 @@ interaction energy
 token sits at one point. GLPR prove that for :math:`d \ge 3` almost every start gathers
 into a single cluster; at large :math:`\beta` the way there passes through long
 *metastable* states with several clusters. In tpde the model is
-:class:`~tpde.attention.Normalized` (scheme ``"post-ln"``, the default) around a
-:class:`~tpde.attention.Softmax` field; uniform tokens come from
+:class:`~tpde.fields.Normalized` (scheme ``"post-ln"``, the default) around a
+:class:`~tpde.fields.Softmax` field; uniform tokens come from
 :func:`~tpde.measures.uniform_on_sphere`; the :class:`~tpde.flows.Clustered` event stops a
 run once the tokens have gathered; :mod:`tpde.metrics.clustering` counts clusters.
 """
@@ -39,7 +39,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from tpde.attention import Normalized, Softmax
+from tpde.fields import Normalized, Softmax
 from tpde.flows import Clustered, integrate
 from tpde.measures import uniform_on_sphere
 from tpde.metrics import cluster_density, clusters_over_time

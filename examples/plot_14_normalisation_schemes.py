@@ -6,7 +6,7 @@ Where a Transformer puts its LayerNorm changes the dynamics of its tokens. Karag
 Polyanskiy and Rigollet ("Normalization in Attention Dynamics",
 `arXiv:2510.22026 <https://arxiv.org/abs/2510.22026>`_) read the usual schemes as
 *speed regulators* of the same attention flow; tpde implements them as
-:class:`~tpde.attention.Normalized` around any field :math:`\Gamma` (MATH.md §7; the
+:class:`~tpde.fields.Normalized` around any field :math:`\Gamma` (MATH.md §7; the
 continuous forms of pre-LN, peri-LN and nGPT are tpde's reading of the layer updates,
 marked [ours] there). With :math:`N(x) = x/|x|`, :math:`P^\perp_x = I - xx^\top/|x|^2` and
 a residual layer of step :math:`h \to 0`:
@@ -59,7 +59,7 @@ schemes
 
 The energy of the directions rises along all of them: a remark of this example, for
 :math:`Q = K = V = I`, which the run below measures. tpde declares the gradient structure
-for post-LN only (:meth:`~tpde.attention.Normalized.gradient_structure`), where
+for post-LN only (:meth:`~tpde.fields.Normalized.gradient_structure`), where
 :math:`\lambda_i = 1`; the other schemes change each token's clock.
 """
 
@@ -69,7 +69,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from tpde.attention import Normalized, NotAGradientFlow, Softmax
+from tpde.fields import Normalized, NotAGradientFlow, Softmax
 from tpde.flows import integrate
 from tpde.measures import uniform_on_sphere
 from tpde.metrics import clusters_over_time

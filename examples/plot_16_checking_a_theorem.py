@@ -29,7 +29,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from tpde.attention import Normalized, Softmax
+from tpde.fields import Normalized, Softmax
 from tpde.flows import integrate
 from tpde.measures import Empirical, uniform_on_sphere
 from tpde.theory import dominant_mode, instability_rate

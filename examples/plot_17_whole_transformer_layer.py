@@ -33,7 +33,7 @@ order 1, Strang (the "Macaron" layer: half attention, MLP, half attention) at or
 import matplotlib.pyplot as plt
 import torch
 
-from tpde.attention import LayerSchedule, MultiHead, Normalized, RMSNorm, SwiGLU
+from tpde.fields import LayerSchedule, MultiHead, Normalized, RMSNorm, SwiGLU
 from tpde.flows import Splitting, integrate
 from tpde.measures import Empirical
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from tpde.attention.registry import build
+from tpde.fields.registry import build
 from tpde.flows import BlowUp, Converged, integrate
 from tpde.measures import Gaussian
 

@@ -17,7 +17,7 @@ import time
 import numpy as np
 import torch
 
-from tpde.attention import L2, Softmax
+from tpde.fields import L2, Softmax
 
 from ._paper import flow
 from .paper_euler import projected_euler

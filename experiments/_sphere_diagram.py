@@ -6,7 +6,7 @@ the sphere model with Q = K = V = I and score β⟨x, y⟩ (their "SA" dynamics,
 included); the cluster density is the share of pairs i ≠ j with ⟨x_i, x_j⟩ > 0.999, averaged
 over the systems, at checkpoints in [0, t1]. Here every β and every system is one batch:
 the points are (nβ, S, n, d), the interaction βI is (nβ, 1, d, d) and broadcasts over the
-systems (:class:`~tpde.attention.Normalized` notes), and one ``integrate`` call advances
+systems (:class:`~tpde.fields.Normalized` notes), and one ``integrate`` call advances
 the whole diagram from one checkpoint to the next. The run is chained over the checkpoints
 rather than saving every state: 200 saved states of GLPR's 2048 × 90 systems would take
 19 GB.
@@ -20,7 +20,7 @@ import time
 import numpy as np
 import torch
 
-from tpde.attention import Normalized, Softmax
+from tpde.fields import Normalized, Softmax
 from tpde.flows import integrate
 from tpde.measures import uniform_on_sphere
 from tpde.metrics import cluster_density

@@ -14,7 +14,7 @@ import time
 import numpy as np
 import torch
 
-from tpde.attention import Exponential, Field, Hardmax, Masked, Normalized, Softmax
+from tpde.fields import Exponential, Field, Hardmax, Masked, Normalized, Softmax
 from tpde.flows import Clustered, integrate
 from tpde.measures import Empirical, uniform_on_sphere
 from tpde.metrics import angular_cluster_count

@@ -21,10 +21,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tpde.attention import GaussianNotPreserved
-from tpde.attention.registry import VARIANTS as REGISTRY
-from tpde.attention.registry import variant as variant_of
-from tpde.attention.registry import variant_names
+from tpde.fields import GaussianNotPreserved
+from tpde.fields.registry import VARIANTS as REGISTRY
+from tpde.fields.registry import variant as variant_of
+from tpde.fields.registry import variant_names
 from tpde.flows import BlowUp, integrate
 from tpde.measures import Empirical, Gaussian, Grid
 from tpde.metrics import bures_wasserstein, w2
@@ -34,7 +34,7 @@ from . import _framework as fw
 
 NAME = "atlas"
 TITLE = "Experiment 3 — attention atlas: every variant, Gaussian ODE vs particles vs grid"
-VARIANTS = tuple(variant_names())  # every registered variant (tpde.attention.registry)
+VARIANTS = tuple(variant_names())  # every registered variant (tpde.fields.registry)
 A = ((0.6, 0.3), (-0.2, -0.4))  # symmetric part indefinite: one stretching, one contracting axis
 V = ((1.0, 0.2), (-0.1, 0.8))
 MEAN = (0.5, -0.3)

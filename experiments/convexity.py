@@ -3,7 +3,7 @@
 MATH.md §5: softmax attention is the (twisted) gradient flow of E(μ) = ½∬e^{yᵀAx}dμdμ; for
 V = I, A = −I the PDE descends G = E, and E is *not* geodesically convex, so the JKO
 theory's contraction (λ-convexity, λ ≥ 0) is not available. The probe
-(:func:`tpde.flows.convexity_probe`) takes d²/dt² G(γ(t)) / W2(γ(0), γ(1))² by double
+(:func:`tpde.fields.convexity_probe`) takes d²/dt² G(γ(t)) / W2(γ(0), γ(1))² by double
 backward along random W2 geodesics leaving a particle cloud and a Gaussian; a negative
 value is a direction of non-convexity. Controls: a convex potential ∫½|x|² (λ = 1 exactly)
 on the same measures. A translation of a centred cloud is shown explicitly: G along it is
@@ -19,9 +19,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tpde.attention import PotentialEnergy, Softmax
-from tpde.attention.energies import as_energy
-from tpde.flows import convexity_probe
+from tpde.fields import PotentialEnergy, Softmax, convexity_probe
+from tpde.fields.gradient_flow.energies import as_energy
 from tpde.measures import Empirical, Gaussian
 
 from . import _framework as fw

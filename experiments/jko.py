@@ -5,7 +5,7 @@ Where attention is a gradient flow (MATH.md §5) the JKO scheme
 and never increases G. Four cases, one per geometry of :func:`tpde.flows.jko_flow`:
 
 - ``w2`` (particles): softmax with V = I, A ≺ 0 symmetric (the PDE descends G = E); the
-  JKO limit in W2 is the W2 gradient flow of G (:class:`tpde.attention.GradientFlowField`);
+  JKO limit in W2 is the W2 gradient flow of G (:class:`tpde.fields.GradientFlowField`);
 - ``twisted`` (particles): the same field in its own twisted metric; the limit is the
   softmax PDE itself;
 - ``bures`` (Gaussians): Sinkhorn with A symmetric, V = A (mobility M = I); the limit is
@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tpde.attention import GradientFlowField, Sinkhorn, Softmax
-from tpde.attention.energies import as_energy
+from tpde.fields import GradientFlowField, Sinkhorn, Softmax
+from tpde.fields.gradient_flow.energies import as_energy
 from tpde.flows import integrate, jko_flow
 from tpde.flows.compare import fit_rate
 from tpde.measures import Empirical, Gaussian

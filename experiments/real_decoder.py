@@ -116,7 +116,7 @@ QUICK = {"sentences": "4", "flow_sentences": "1", "splits": "2,4", "loop_sentenc
 # ---------------------------------------------------------------------- the models
 def variant_schedule(model, kind: str):
     """The network's weights with parts removed (question 2; module notes)."""
-    from tpde.attention import GroupedQueryAttention, LayerSchedule, Normalized
+    from tpde.fields import GroupedQueryAttention, LayerSchedule, Normalized
 
     layers = []
     for layer in model.layers:
@@ -258,7 +258,7 @@ def minilm_question(sentences: list[str]) -> dict:
     h = 1: the network itself); "attn+ln": MLP = 0, both LayerNorms kept; "attn": attention
     alone, x ← x + Attn(x); "attn+mlp": attention and MLP without LayerNorms.
     """
-    from tpde.attention import LayerSchedule
+    from tpde.fields import LayerSchedule
     from tpde.pretrained import embed, hidden_states, load_minilm
 
     model = load_minilm(F64)

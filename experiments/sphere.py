@@ -14,7 +14,7 @@ independent clouds, each stopped by the Clustered event (diameter < 1e-4) — on
 every seed (GLPR's theorem for d ≥ 3).
 
 (b) **Schemes**: the same initial tokens (``scheme_tokens`` uniform on S^{d−1}) under every
-normalisation of :class:`~tpde.attention.Normalized` (post-ln, pre-ln, peri-ln, mix-ln with
+normalisation of :class:`~tpde.fields.Normalized` (post-ln, pre-ln, peri-ln, mix-ln with
 the switch at half the horizon, ngpt with α = ``ngpt_alpha``, layernorm with γ = 1, b = 0)
 of the same softmax field: angular clusters over time, the speed of the angular part θ = x/|x|
 (mean over tokens of the angle swept between saves, per unit time), the effective rank of the
@@ -38,8 +38,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tpde.attention import Normalized, Softmax
-from tpde.attention.norms import SCHEMES, LayerNorm, NormScheme, scheme_from
+from tpde.fields import Normalized, Softmax
+from tpde.fields.norms.schemes import SCHEMES, LayerNorm, NormScheme, scheme_from
 from tpde.flows import BlowUp, Clustered, integrate
 from tpde.measures import Empirical, Gaussian, uniform_on_sphere
 from tpde.metrics import angular_cluster_count, clusters_over_time, time_to_single_cluster

@@ -38,7 +38,7 @@ tol_high above the mean initial trace init_scale · d (below it no sample can bl
 
 Study "clustering" (normalised tokens, MATH.md §7): ``samples`` clouds of ``n`` tokens
 uniform on S^{d−1}, softmax with Q = K = V = I and score ``beta``·⟨x, y⟩, wrapped by the
-normalisation ``scheme`` (:class:`tpde.attention.Normalized`: "post-ln", "pre-ln",
+normalisation ``scheme`` (:class:`tpde.fields.Normalized`: "post-ln", "pre-ln",
 "peri-ln", "mix-ln" with the hand-over at ``switch`` × horizon, "ngpt" with α =
 ``ngpt_alpha``, "layernorm" from the layer-normed tokens), one batched RK4 run of step
 ``dt`` to ``horizon`` saved at ``saves`` times. Angular clusters link tokens with
@@ -278,7 +278,7 @@ def _blowup_combined(params: dict) -> str | None:
 
 
 def _clustering_allowed() -> dict[str, Allowed]:
-    from tpde.attention.norms import SCHEMES
+    from tpde.fields.norms.schemes import SCHEMES
 
     return {
         "scheme": Allowed(str, choices=tuple(SCHEMES)),

@@ -53,7 +53,7 @@ DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 )
 def test_flows_metrics_and_energies_stay_on_the_device(device):
     # One small run of each route on the device: everything tpde returns lives there.
-    from tpde.attention import Sinkhorn, Softmax
+    from tpde.fields import Sinkhorn, Softmax
     from tpde.flows import integrate, jko_step
     from tpde.measures import Empirical, Gaussian, Grid
     from tpde.metrics import bures_wasserstein, twisted_w2

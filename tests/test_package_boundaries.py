@@ -1,97 +1,78 @@
-"""Package boundaries: no import cycles, no private names imported across subpackages.
+"""Package boundaries (tpde._imports, also ``python -m tpde._imports``): no import cycle
+between modules, no private name imported from outside the package that holds it, and one
+dependency direction, measures ← metrics ← fields ← flows."""
 
-What flows need from a field is public in ``Field``; private names (a leading underscore)
-stay inside their subpackage. The shared infrastructure modules ``tpde._bessel``, ``tpde._engines``,
-``tpde._linalg``, ``tpde._normalize``, ``tpde._status`` and ``tpde._validation`` are private
-to tpde, not to a subpackage, and may be imported anywhere inside it.
-"""
-
-import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-SHARED = {
-    "tpde._bessel",
-    "tpde._engines",
-    "tpde._linalg",
-    "tpde._normalize",
-    "tpde._status",
-    "tpde._validation",
-}
+from tpde import _imports
 
-
-def _package(path: Path) -> str:
-    """tpde.<subpackage> of a source file (tpde for top-level modules)."""
-    parts = path.relative_to(ROOT).with_suffix("").parts
-    return ".".join(parts[:2]) if len(parts) > 2 else parts[0]
-
-
-def _imports(path: Path):
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("tpde"):
-            yield node.lineno, node.module, [a.name for a in node.names]
-
-
-def _crossings(files):
-    for path in files:
-        own = _package(path)
-        for line, module, names in _imports(path):
-            if any(module == s or module.startswith(s + ".") for s in SHARED):
-                continue
-            target = ".".join(module.split(".")[:2])
-            if target == own:
-                continue
-            private_module = any(part.startswith("_") for part in module.split(".")[1:])
-            private_names = [n for n in names if n.startswith("_")]
-            if private_module or private_names:
-                yield f"{path.relative_to(ROOT)}:{line}: from {module} import {', '.join(names)}"
-
-
-def test_no_private_name_is_imported_across_subpackages():
-    files = sorted((ROOT / "tpde").rglob("*.py"))
-    offenders = list(_crossings(files))
-    assert not offenders, "\n".join(offenders)
-
-
-def test_the_checker_finds_a_private_import(tmp_path):
-    fake = ROOT / "tpde" / "flows" / "_probe_for_test.py"
-    try:
-        fake.write_text("from tpde.metrics.wasserstein import _hidden\n")
-        assert len(list(_crossings([fake]))) == 1
-    finally:
-        fake.unlink()
+ROOT = Path(_imports.__file__).resolve().parent
 
 
 def test_no_import_cycles_between_modules():
-    # A module-level import graph of tpde/ (function-level imports are allowed to break a
-    # cycle on purpose, but there should be none left to break).
-    modules = {}
-    for path in (ROOT / "tpde").rglob("*.py"):
-        name = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
-        deps = set()
-        for node in ast.parse(path.read_text()).body:  # module level only
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("tpde"):
-                deps.add(node.module)
-                deps.update(f"{node.module}.{a.name}" for a in node.names)
-        modules[name] = deps
-    graph = {m: {d for d in deps if d in modules and d != m} for m, deps in modules.items()}
-    # Importing a package runs its __init__, which imports its modules: those edges are
-    # the package's own, not a cycle between modules.
-    for m in graph:
-        graph[m] = {d for d in graph[m] if not m.startswith(d + ".")}
-    visiting, done, cycles = set(), set(), []
+    assert not _imports.cycles(_imports.graph()), "\n".join(_imports.cycles(_imports.graph()))
 
-    def visit(node, stack):
-        visiting.add(node)
-        for nxt in graph[node]:
-            if nxt in visiting:
-                cycles.append(" -> ".join([*stack[stack.index(nxt) :], nxt]))
-            elif nxt not in done:
-                visit(nxt, [*stack, nxt])
-        visiting.discard(node)
-        done.add(node)
 
-    for m in sorted(graph):
-        if m not in done:
-            visit(m, [m])
-    assert not cycles, "\n".join(cycles[:10])
+def test_no_private_name_is_imported_across_packages():
+    offenders = _imports.private_crossings()
+    assert not offenders, "\n".join(offenders)
+
+
+def test_dependencies_point_one_way():
+    offenders = _imports.direction()
+    assert not offenders, "\n".join(offenders)
+
+
+def test_the_command_reports_a_clean_graph():
+    assert _imports.check() == []
+
+
+def _probe(tmp_path, relative: str, source: str) -> Path:
+    """A copy of tpde's layout with one extra file (the real tree is left alone)."""
+    root = tmp_path / "tpde"
+    for path in ROOT.rglob("__init__.py"):
+        target = root / path.relative_to(ROOT)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text("")
+    probe = root / relative
+    probe.parent.mkdir(parents=True, exist_ok=True)
+    probe.write_text(source)
+    return root
+
+
+def test_the_checker_finds_a_private_import(tmp_path):
+    root = _probe(tmp_path, "flows/probe.py", "from tpde.metrics.wasserstein import _hidden\n")
+    assert len(_imports.private_crossings(root)) == 1
+
+
+def test_the_checker_finds_a_private_module_of_a_sibling_folder(tmp_path):
+    source = "from tpde.fields.attention._circle import circle_route\n"
+    root = _probe(tmp_path, "fields/gradient_flow/probe.py", source)
+    assert len(_imports.private_crossings(root)) == 1
+    root = _probe(tmp_path / "inside", "fields/attention/probe.py", source)
+    assert _imports.private_crossings(root) == []
+
+
+def test_tpde_private_modules_serve_every_package(tmp_path):
+    root = _probe(tmp_path, "fields/probe.py", "from tpde._engines import logsumexp\n")
+    assert _imports.private_crossings(root) == []
+
+
+def test_the_checker_finds_an_import_against_the_direction(tmp_path):
+    root = _probe(tmp_path, "fields/probe.py", "from tpde.flows import integrate\n")
+    (found,) = _imports.direction(root)
+    assert "tpde.fields imports tpde.flows" in found
+
+
+def test_the_checker_finds_a_cycle(tmp_path):
+    root = _probe(tmp_path, "fields/a.py", "from tpde.fields.b import x\n")
+    (root / "fields" / "b.py").write_text("from tpde.fields import a\n")
+    assert _imports.cycles(_imports.graph(root)) == [
+        "tpde.fields.a -> tpde.fields.b -> tpde.fields.a"
+    ]
+
+
+def test_a_late_import_is_not_an_edge(tmp_path):
+    root = _probe(tmp_path, "fields/a.py", "from tpde.fields.b import x\n")
+    (root / "fields" / "b.py").write_text("def f():\n    from tpde.fields import a\n")
+    assert _imports.cycles(_imports.graph(root)) == []

@@ -8,7 +8,7 @@ import pytest
 import torch
 from PIL import Image
 
-from tpde.attention import Softmax
+from tpde.fields import Softmax
 from tpde.flows import integrate
 from tpde.measures import Empirical, Gaussian, Grid
 from tpde.plot import animate, draw

@@ -7,7 +7,7 @@ import pytest
 import torch
 from scipy.special import ive
 
-from tpde.attention import Exponential, Masked, Normalized, Softmax
+from tpde.fields import Exponential, Masked, Normalized, Softmax
 from tpde.flows import Clustered, integrate
 from tpde.measures import Empirical, uniform_on_sphere
 from tpde.theory import (

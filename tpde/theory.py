@@ -7,7 +7,7 @@ Polyanskiy, Rigollet, "A mathematical perspective on Transformers", arXiv:2312.1
 
 - **Equiangular laws** (:func:`equiangular_velocity`, :func:`equiangular_solution`,
   :func:`equiangular_frame`): n tokens with equal pairwise inner products stay equiangular
-  under every normalisation scheme of :class:`tpde.attention.Normalized`, and their common
+  under every normalisation scheme of :class:`tpde.fields.Normalized`, and their common
   inner product ρ (and common radius r) follow a scalar ODE (the reduction used in
   Rigollet's survey "The mean-field dynamics of transformers", arXiv:2512.01868).
 - **Linear instability of the uniform measure on S¹** (:func:`instability_rate`,
@@ -58,7 +58,7 @@ __all__ = [
 
 #: Normalisers of the attention kernel: softmax ("sa") or 1/n ("usa").
 KERNELS = ("sa", "usa")
-#: Schemes of :class:`tpde.attention.Normalized` with an equiangular law ("layernorm" has
+#: Schemes of :class:`tpde.fields.Normalized` with an equiangular law ("layernorm" has
 #: none: see :func:`equiangular_velocity`).
 SCHEMES_WITH_LAW = ("post-ln", "pre-ln", "peri-ln", "mix-ln", "ngpt")
 _LAYERNORM_WHY = (

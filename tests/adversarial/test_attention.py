@@ -22,7 +22,7 @@ from tests.adversarial.strategies import (
     not_positive,
     wrong_shapes,
 )
-from tpde.attention import (
+from tpde.fields import (
     L2,
     Cosine,
     Field,

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from tpde._engines import ENGINES
-from tpde.attention import (
+from tpde.fields import (
     MLP,
     Exponential,
     GroupedQueryAttention,
@@ -22,9 +22,9 @@ from tpde.attention import (
     Softmax,
     SwiGLU,
 )
-from tpde.attention.energies import InteractionEnergy, PotentialEnergy
-from tpde.attention.gradient_flow import GradientFlowField
-from tpde.attention.registry import VARIANTS, variant_names
+from tpde.fields.gradient_flow.energies import InteractionEnergy, PotentialEnergy
+from tpde.fields.gradient_flow.field import GradientFlowField
+from tpde.fields.registry import VARIANTS, variant_names
 from tpde.measures import Empirical
 
 F64 = torch.float64

@@ -9,8 +9,8 @@ import torch
 
 from tests.adversarial.strategies import F64, cloud, error_table_test
 from tpde._status import Status
-from tpde.attention import MultiHead, Normalized, Softmax
-from tpde.attention.base import Field
+from tpde.fields import MultiHead, Normalized, Softmax
+from tpde.fields.base import Field
 from tpde.flows import Trajectory, integrate
 from tpde.flows.methods import RK4
 from tpde.flows.rosenbrock import RODAS4, Rosenbrock

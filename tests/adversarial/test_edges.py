@@ -13,11 +13,11 @@ import pytest
 import torch
 
 from tests.adversarial.strategies import F64, cloud, scales
-from tpde._normalize import safe_norm, tangent_part, unit
-from tpde.attention import Normalized, Softmax
-from tpde.attention.energies import InteractionEnergy, PotentialEnergy
-from tpde.attention.gradient_flow import GradientFlowField
-from tpde.attention.normalized import normalize, tangent
+from tpde._scale_safe import safe_norm, tangent_part, unit
+from tpde.fields import Normalized, Softmax
+from tpde.fields.gradient_flow.energies import InteractionEnergy, PotentialEnergy
+from tpde.fields.gradient_flow.field import GradientFlowField
+from tpde.fields.norms.schemes import tangent
 from tpde.flows import integrate
 from tpde.measures import Empirical
 from tpde.metrics import (
@@ -53,7 +53,7 @@ def test_normalize_and_norm_are_right_at_every_scale(dtype):
         norms = (torch.tensor([5.0, 1.0], dtype=F64) * s).to(dtype)
         torch.testing.assert_close(safe_norm(x), norms)
         expected = torch.tensor([[0.6, 0.8], [-0.6, 0.8]], dtype=dtype)
-        torch.testing.assert_close(normalize(x), expected)
+        torch.testing.assert_close(unit(x), expected)
         torch.testing.assert_close(unit(x), expected)
 
 
@@ -64,7 +64,7 @@ def test_empirical_normalized_at_extreme_scales(scale):
 
 
 def test_zero_vector_stays_zero_and_zero_point_still_refused():
-    assert torch.equal(normalize(torch.zeros(2, 3, dtype=F64)), torch.zeros(2, 3, dtype=F64))
+    assert torch.equal(unit(torch.zeros(2, 3, dtype=F64)), torch.zeros(2, 3, dtype=F64))
     with pytest.raises(ValueError, match="point at the origin"):
         Empirical(torch.tensor([[0.0, 0.0], [1.0, 0.0]], dtype=F64)).normalized()
 

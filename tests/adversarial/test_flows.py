@@ -25,7 +25,7 @@ from tests.adversarial.strategies import (
     eye,
     non_int_counts,
 )
-from tpde.attention import (
+from tpde.fields import (
     L2,
     GaussianNotPreserved,
     Linear,
@@ -34,6 +34,8 @@ from tpde.attention import (
     NotAGradientFlow,
     Sigmoid,
     Softmax,
+    convexity_probe,
+    geodesic_second_derivative,
 )
 from tpde.flows import (
     BlowUp,
@@ -42,8 +44,6 @@ from tpde.flows import (
     ExplicitRK,
     FiniteVolumes,
     compare,
-    convexity_probe,
-    geodesic_second_derivative,
     integrate,
     jko_flow,
     jko_step,

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from tests.adversarial.strategies import F64, cloud, error_table_test, scales
-from tpde.attention import (
+from tpde.fields import (
     L2,
     MLP,
     NGPT,

@@ -23,7 +23,7 @@ from tests.adversarial.strategies import (
     error_table_test,
     eye,
 )
-from tpde.attention import Normalized, NotAGradientFlow, Softmax
+from tpde.fields import Normalized, NotAGradientFlow, Softmax
 from tpde.flows import integrate
 from tpde.measures import Empirical, Gaussian, Grid, uniform_on_sphere
 from tpde.metrics import (

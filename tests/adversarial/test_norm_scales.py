@@ -18,9 +18,8 @@ import pytest
 import torch
 
 from tests.adversarial.strategies import F64, cloud, scales
-from tpde._normalize import _scaled_layer_norm, _scaled_rms_norm
-from tpde.attention import LayerNorm, Normalized, RMSNorm, Softmax
-from tpde.attention.norms import layer_norm, rms_norm
+from tpde._scale_safe import _scaled_layer_norm, _scaled_rms_norm, layer_norm, rms_norm
+from tpde.fields import LayerNorm, Normalized, RMSNorm, Softmax
 from tpde.flows import integrate
 from tpde.measures import Empirical
 

@@ -16,7 +16,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from tests.adversarial.strategies import F64, cloud, eye
-from tpde.attention import Softmax
+from tpde.fields import Softmax
 from tpde.flows import integrate
 from tpde.measures import Empirical, Gaussian, Grid
 from tpde.plot import animate, draw

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from tests.adversarial.strategies import F64, cloud, error_table_test
-from tpde.attention import MLP, LayerNorm, Normalized, PostLN, Softmax
+from tpde.fields import MLP, LayerNorm, Normalized, PostLN, Softmax
 from tpde.flows import (
     SYSTEMS,
     Auto,

@@ -22,7 +22,11 @@ EXAMPLES = sorted(p.name for p in (ROOT / "examples").glob("plot_*.py"))
 # Public modules and where their names are documented (docs/api/*.rst).
 API_MODULES = (
     "tpde.measures",
-    "tpde.attention",
+    "tpde.fields",
+    "tpde.fields.attention",
+    "tpde.fields.feedforward",
+    "tpde.fields.norms",
+    "tpde.fields.gradient_flow",
     "tpde.flows",
     "tpde.metrics",
     "tpde.metrics.diagnostics",
@@ -33,6 +37,11 @@ API_MODULES = (
     "tpde.experiments._framework",
     "tpde.experiments.sweep",
 )
+# A package whose names are documented on the pages of its role folders: tpde.fields.Softmax
+# is documented as tpde.fields.attention.Softmax.
+DOCUMENTED_IN = {
+    "tpde.fields": ("attention", "feedforward", "norms", "gradient_flow"),
+}
 
 
 def _load_build():
@@ -122,10 +131,15 @@ def test_every_public_name_is_in_the_api_pages(pages, site, module_name):
     missing = []
     for name in module.__all__:
         obj = getattr(module, name)
-        anchor = (
-            f"module-{obj.__name__}" if type(obj).__name__ == "module" else f"{module_name}.{name}"
-        )
-        if anchor not in ids:
+        if type(obj).__name__ == "module":
+            anchors = {f"module-{obj.__name__}"}
+        else:
+            places = [
+                module_name,
+                *(f"{module_name}.{s}" for s in DOCUMENTED_IN.get(module_name, ())),
+            ]
+            anchors = {f"{place}.{name}" for place in places}
+        if not anchors & ids:
             missing.append(name)
     assert not missing, f"{module_name}: add {missing} to docs/api/*.rst"
 

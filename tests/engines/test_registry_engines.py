@@ -1,6 +1,6 @@
 """Every registered softmax-form variant on every softmax engine, plain and masked.
 
-The list comes from the variant registry (tpde.attention.registry): a new variant that
+The list comes from the variant registry (tpde.fields.registry): a new variant that
 declares the capability "softmax_form" is tested here without touching this file.
 """
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tests.conftest import keops_ok
-from tpde.attention import Masked, registry
+from tpde.fields import Masked, registry
 from tpde.measures import Empirical
 
 F32, F64 = torch.float32, torch.float64

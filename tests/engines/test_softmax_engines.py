@@ -7,7 +7,7 @@ import torch
 
 from tests.conftest import keops_ok
 from tpde._engines import pick_engine, softmax_average
-from tpde.attention import Softmax
+from tpde.fields import Softmax
 from tpde.measures import Empirical
 
 ENGINES = [

@@ -13,7 +13,7 @@ import torch
 
 import tpde._engines.spectral as spectral
 from tpde._engines import kernel_sum, softmax_average
-from tpde.attention import Exponential, Masked, Normalized, Sigmoid, Softmax
+from tpde.fields import Exponential, Masked, Normalized, Sigmoid, Softmax
 from tpde.flows import integrate
 from tpde.measures import Empirical
 

@@ -9,7 +9,7 @@ import torch
 
 from tests.conftest import keops_ok
 from tpde._engines import kernel_sum, logsumexp, pick_kernel_sum_engine, softmax_average
-from tpde.attention import L2, Exponential, Linear, MultiHead, Sigmoid, Softmax
+from tpde.fields import L2, Exponential, Linear, MultiHead, Sigmoid, Softmax
 from tpde.measures import Empirical
 
 KEOPS = pytest.param("keops", marks=[pytest.mark.keops])

@@ -10,7 +10,7 @@ import torch
 from tests.conftest import keops_ok
 from tpde._engines import logsumexp, pick_logsumexp_engine, softmax_average
 from tpde._engines.torch_engines import causal_slots
-from tpde.attention import L2, InnerSolves, Masked, Sinkhorn, Softmax
+from tpde.fields import L2, InnerSolves, Masked, Sinkhorn, Softmax
 from tpde.measures import Empirical
 
 # (engine, dtype) pairs; KeOps in float64 only: each new formula compiles for 10-100 s, and

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from tpde.attention import Softmax
+from tpde.fields import Softmax
 from tpde.flows import integrate
 from tpde.flows.auto import CALM_STEPS, STABILITY_BOUND, STIFF_STEPS, Auto
 from tpde.flows.methods import resolve_method

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from tpde.attention import Softmax
+from tpde.fields import Softmax
 from tpde.flows import BlowUp, integrate
 from tpde.measures import Empirical, Gaussian
 

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from tpde.attention import L2, Masked, Sigmoid, Sinkhorn, Softmax
+from tpde.fields import L2, Masked, Sigmoid, Sinkhorn, Softmax
 from tpde.flows import compare, integrate
 from tpde.measures import Empirical, Gaussian
 from tpde.metrics import bures_wasserstein, conditional_w2, w2

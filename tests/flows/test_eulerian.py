@@ -7,7 +7,7 @@ import pytest
 import torch
 from scipy import stats
 
-from tpde.attention import Field, Masked, Sinkhorn, Softmax
+from tpde.fields import Field, Masked, Sinkhorn, Softmax
 from tpde.flows import CFLViolation, Converged, FiniteVolumes, integrate
 from tpde.measures import Empirical, Gaussian, Grid
 
@@ -326,7 +326,7 @@ def test_a_cfl_step_cut_to_nothing_is_a_blow_up_not_a_long_run():
     # Unnormalised exponential attention e^{yᵀAx} with A = 40·I on the box [−3, 3]²: speeds of
     # order e^{360}·3 at the corners, so the CFL step is ~1e-150. The run used to crawl through
     # max_steps = 10⁵ such steps; now the cut step stops it at once with "blow_up".
-    from tpde.attention import Exponential
+    from tpde.fields import Exponential
 
     field = Exponential(
         40 * torch.eye(2, dtype=F64), torch.eye(2, dtype=F64), torch.eye(2, dtype=F64), scale=1.0

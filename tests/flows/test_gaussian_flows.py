@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from tests.conftest import random_spd
-from tpde.attention import Softmax
+from tpde.fields import Softmax
 from tpde.flows import METHODS, BlowUp, Converged, integrate
 from tpde.measures import Gaussian
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from tpde.attention import GradientFlowField, NotAGradientFlow, PotentialEnergy, Sinkhorn, Softmax
+from tpde.fields import GradientFlowField, NotAGradientFlow, PotentialEnergy, Sinkhorn, Softmax
 from tpde.flows import integrate, jko_flow, jko_step
 from tpde.measures import Empirical, Gaussian, Grid
 from tpde.metrics import bures_wasserstein, twisted_w2

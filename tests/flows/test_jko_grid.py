@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from tpde.attention import GradientFlowField, PotentialEnergy, Softmax
+from tpde.fields import GradientFlowField, PotentialEnergy, Softmax
 from tpde.flows import integrate, jko_flow, jko_step
 from tpde.flows.jko_grid import default_epsilon, log_gibbs
 from tpde.measures import Empirical, Gaussian, Grid

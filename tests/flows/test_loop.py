@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from tpde.attention import Field, Softmax
+from tpde.fields import Field, Softmax
 from tpde.flows import METHODS, BlowUp, ExplicitRK, Status, integrate
 from tpde.flows.systems import GaussianSystem
 from tpde.measures import Empirical, Gaussian

@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from tpde.attention import L2, GradientFlowField, NotAGradientFlow, PotentialEnergy, Softmax
+from tpde.fields import L2, GradientFlowField, NotAGradientFlow, PotentialEnergy, Softmax
 from tpde.flows import BlowUp, Converged, integrate, jko_step
 from tpde.measures import Empirical, Gaussian
 from tpde.metrics import twisted_w2

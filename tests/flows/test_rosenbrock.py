@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tests.flows.test_loop import _RHS
-from tpde.attention import L2, Field, MultiHead, Sinkhorn, Softmax
+from tpde.fields import L2, Field, MultiHead, Sinkhorn, Softmax
 from tpde.flows import METHODS, RODAS4, BlowUp, Converged, Rosenbrock, integrate
 from tpde.flows.systems import GaussianSystem
 from tpde.measures import Empirical, Gaussian, Grid

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from tpde.attention import (
+from tpde.fields import (
     MLP,
     LayerNorm,
     LayerSchedule,
@@ -188,7 +188,7 @@ def test_lie_trotter_at_h1_is_a_hand_written_llama_block_stack(generator):
     # Pre-RMSNorm layers with causal GQA (4 query heads, 2 key/value heads, RoPE) and SwiGLU,
     # 4 layers, float64: tpde's Lie–Trotter/Euler at h = 1 against the hand-written forward.
     # The same products in another order: measured ~1e-15 relative, tolerance 1e-12.
-    from tpde.attention import GroupedQueryAttention, RoPE, SwiGLU
+    from tpde.fields import GroupedQueryAttention, RoPE, SwiGLU
 
     d, n, base, eps = 8, 7, 500.0, 1e-5
     stack, blocks = [], []

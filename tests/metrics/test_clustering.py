@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from tpde.attention import Normalized, Softmax
+from tpde.fields import Normalized, Softmax
 from tpde.flows import integrate
 from tpde.measures import Empirical, uniform_on_sphere
 from tpde.metrics import (

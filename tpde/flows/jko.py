@@ -4,7 +4,7 @@ r"""JKO (minimising-movement) steps and flows in five geometries (MATH.md §5).
 
 G is the functional the flow descends: for a field, its Lyapunov functional G = c·E from
 :meth:`Field.gradient_structure` (softmax: G = −sE, Sinkhorn: G = sF); for an
-:class:`~tpde.attention.Energy` or any callable measure -> scalar tensor, G itself. As
+:class:`~tpde.fields.Energy` or any callable measure -> scalar tensor, G itself. As
 τ → 0 the JKO sequence converges at order 1 in τ to the gradient flow of G in the metric d
 (Jordan, Kinderlehrer, Otto 1998; Ambrosio, Gigli, Savaré 2008).
 
@@ -12,7 +12,7 @@ Geometries (``geometry=``):
 
 - ``"w2"`` (particles): d² = Σ_i w_i |y_i − x_i|², the identity coupling of a particle flow
   (exact W2 for small steps, where the particle motion is cyclically monotone). Limit:
-  ẋ_i = −∂G/∂x_i / w_i, the W2 gradient flow (:class:`~tpde.attention.GradientFlowField`).
+  ẋ_i = −∂G/∂x_i / w_i, the W2 gradient flow (:class:`~tpde.fields.GradientFlowField`).
 - ``"twisted"`` (particles): the field's metric frozen at μ_k,
   d² = Σ_i w_i ω_k(x_i) (y_i − x_i)ᵀ(sM)⁻¹(y_i − x_i), with ω = Z_{μ_k} for softmax and
   ω = 1 for Sinkhorn (:func:`tpde.metrics.twisted_w2`, coupling="identity"). Limit: the
@@ -49,8 +49,8 @@ import time
 import torch
 
 from tpde._validation import check_choice, check_positive, check_positive_int, check_real
-from tpde.attention.base import Field
-from tpde.attention.energies import as_energy
+from tpde.fields.base import Field
+from tpde.fields.gradient_flow.energies import as_energy
 from tpde.flows.jko_grid import default_epsilon, entropic_step
 from tpde.flows.jko_prox import GaussianProx, ParticleProx, solve_prox
 from tpde.flows.status import Status, status_array
@@ -170,7 +170,7 @@ def jko_step(
     mu : Empirical ("w2", "twisted"), Gaussian ("bures", "twisted-bures"; unbatched,
         nondegenerate) or Grid ("entropic").
     energy : a field (Softmax, Sinkhorn: its Lyapunov functional and, for the twisted
-        geometries, its metric), an :class:`~tpde.attention.Energy`, or any callable
+        geometries, its metric), an :class:`~tpde.fields.Energy`, or any callable
         measure -> 0-d tensor (derivatives by autograd).
     tau : step > 0.
     geometry : "w2", "twisted", "bures", "twisted-bures" or "entropic".

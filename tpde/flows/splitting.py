@@ -1,6 +1,6 @@
 r"""Splitting methods over the parts of a sum of fields (MATH.md §8).
 
-For ẏ = Σ_p F_p(y) (a :class:`~tpde.attention.Sum`: a Transformer layer's attention and
+For ẏ = Σ_p F_p(y) (a :class:`~tpde.fields.Sum`: a Transformer layer's attention and
 feed-forward parts), a splitting step advances each part on its own with an inner method:
 
 - **Lie–Trotter** (order 1): y ← Φ_{F_P}^h ∘ … ∘ Φ_{F_1}^h (y), parts in order;

@@ -46,8 +46,8 @@ import torch
 from tpde._engines import check_engine
 from tpde._linalg import trace as matrix_trace
 from tpde._status import Status
-from tpde.attention import InnerSolves
-from tpde.attention.base import Field, check_velocity_shape, check_velocity_type
+from tpde.fields import InnerSolves
+from tpde.fields.base import Field, check_velocity_shape, check_velocity_type
 from tpde.measures import Empirical, Gaussian
 
 __all__ = ["GaussianSystem", "Linearization", "ParticleSystem", "System"]
@@ -169,7 +169,7 @@ class System:
     # ------------------------------------------------------------------ splitting
     @property
     def parts(self) -> int:
-        """Number of parts of the field acting now (a :class:`~tpde.attention.Sum`'s parts;
+        """Number of parts of the field acting now (a :class:`~tpde.fields.Sum`'s parts;
         1 for any other field): what a splitting method steps one at a time."""
         return len(getattr(self.field, "parts", (None,)))
 
@@ -428,7 +428,7 @@ class GaussianSystem(System):
         so the other half is redundant; unit Σ_ab, a < b, moves both Σ_ab and Σ_ba).
 
         - A field with the capability ``"gaussian_derivative"`` (softmax, L2) gives its
-          closure's derivative in closed form (:class:`tpde.attention.AffineDerivative`);
+          closure's derivative in closed form (:class:`tpde.fields.AffineDerivative`);
           then dα̇ = (C + B)dα + Σ_h P_h dΣ (r_h + R_hα) and
           dΣ̇ = B dΣ + dΣ Bᵀ + Σ_h (P_h dΣ R_hΣ + ΣR_hᵀ dΣ P_hᵀ), assembled as sums of
           Kronecker products (vec(X dΣ Z) = (X ⊗ Zᵀ) vec dΣ), elementwise over the batch:
@@ -506,7 +506,7 @@ class _SymmetricCoordinates:
 
     def closure_jacobian(self, derivative, mean, cov) -> torch.Tensor:
         r"""J (…, n, n) of α̇ = c + Bα, Σ̇ = BΣ + ΣBᵀ from an
-        :class:`~tpde.attention.AffineDerivative` (formulas in GaussianSystem.jacobian).
+        :class:`~tpde.fields.AffineDerivative` (formulas in GaussianSystem.jacobian).
 
         Σ-Σ block: Σ_t X_t ⊗ W_t with (X, W) = (B, I), (I, B), (P_h, ΣR_hᵀ), (ΣR_hᵀ, P_h),
         i.e. ∂Σ̇_ik/∂Σ_jl = T[(i, j), (k, l)] with T = Σ_t vec(X_t) vec(W_t)ᵀ (one batched

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from tpde._normalize import unit
+from tpde._scale_safe import unit
 from tpde._validation import as_positions, as_tensor, check_finite, check_float_dtype
 from tpde.measures._base import Measure, check_sample_size
 
@@ -35,7 +35,7 @@ class Empirical(Measure):
         Token positions, finite and ≥ 0, for causal attention and positional encodings:
         integer token indices p_i = i for a model's sequence, or s_i = i/(n − 1) ∈ [0, 1]
         for a mean-field limit (the causal mask depends only on their order; RoPE and ALiBi
-        on their values, :mod:`tpde.attention.positions`). Positions never move.
+        on their values, :mod:`tpde.fields.attention.positions`). Positions never move.
 
     Notes
     -----
@@ -119,7 +119,7 @@ class Empirical(Measure):
     def normalized(self) -> Empirical:
         """The same measure with every point divided by its norm: tokens on the unit sphere
         S^{d−1} (x ↦ x/|x|, the normalisation of a Post-LN Transformer), right at every scale of
-        the dtype (:mod:`tpde._normalize`). Zero points raise."""
+        the dtype (:mod:`tpde._scale_safe`). Zero points raise."""
         if bool((self._points == 0).all(-1).any()):
             raise ValueError(
                 "normalized() needs nonzero points: a point at the origin has no direction. "

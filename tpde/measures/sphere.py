@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from tpde._normalize import unit
+from tpde._scale_safe import unit
 from tpde._validation import check_float_dtype, check_positive_int
 from tpde.measures.empirical import Empirical
 

@@ -1,7 +1,7 @@
 r"""Angular clustering of token clouds: labels, counts, diameters, GLPR's density, times.
 
 Tokens are compared by the cosine of their angle, c_ij = ⟨u_i, u_j⟩ with u = x/|x| computed
-scale-safely (:mod:`tpde._normalize`: right from the smallest to the largest float of the
+scale-safely (:mod:`tpde._scale_safe`: right from the smallest to the largest float of the
 dtype). Two tokens are *linked* when c_ij > 1 − δ, and every token is linked to itself
 (a zero token, which has no direction, is linked to itself only: its own cluster). A cloud
 is one link graph L_ij = 1[c_ij > 1 − δ], and "how many clusters" has two definitions:
@@ -40,7 +40,7 @@ import math
 
 import torch
 
-from tpde._normalize import unit
+from tpde._scale_safe import unit
 from tpde._validation import check_choice, check_positive
 from tpde.measures import Empirical
 

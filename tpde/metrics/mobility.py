@@ -4,8 +4,8 @@ MATH.md §5. Softmax attention with A symmetric and M := V A⁻¹ symmetric and 
 a twisted Wasserstein gradient flow with mobility sM (s = ±1, sM ≻ 0), in the metric
 weighted by Z_μ(x) = ∫ e^{yᵀAx} dμ(y); Sinkhorn attention with V = MA is one without the
 weight. These two objects serve every place that needs them: the fields' gradient
-structure (:mod:`tpde.attention.structure`), the energies, :func:`tpde.metrics.twisted_w2`,
-the JKO steps and :class:`tpde.attention.GradientFlowField`.
+structure (:mod:`tpde.fields.gradient_flow.structure`), the energies,
+:func:`tpde.metrics.twisted_w2`, the JKO steps and :class:`tpde.fields.GradientFlowField`.
 
 Tolerance policy (relative, in the dtype the parameters were given in):
 

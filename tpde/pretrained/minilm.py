@@ -15,9 +15,9 @@ from typing import NamedTuple
 
 import torch
 
+from tpde._scale_safe import layer_norm
 from tpde._validation import check_float_dtype, check_positive
-from tpde.attention import MLP, LayerSchedule, MultiHead, Normalized, Softmax
-from tpde.attention.normalized import layer_norm
+from tpde.fields import MLP, LayerSchedule, MultiHead, Normalized, Softmax
 from tpde.measures import Empirical
 from tpde.pretrained import _model
 from tpde.pretrained._model import BertConfig
@@ -118,7 +118,7 @@ class MiniLM:
         Returns
         -------
         LayerSchedule
-            Six :class:`~tpde.attention.Normalized` fields ("layernorm" scheme).
+            Six :class:`~tpde.fields.Normalized` fields ("layernorm" scheme).
 
         Raises
         ------
@@ -206,7 +206,7 @@ class MiniLM:
         ``post_ln_schedule(output_norm=True)``, one field per layer (integrate it with Euler).
         """
         _check_flag(mlp, "mlp")
-        from tpde.attention import LayerNorm
+        from tpde.fields import LayerNorm
 
         if not mlp:
             return self.post_ln_schedule(output_norm=True)

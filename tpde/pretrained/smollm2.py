@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import torch
 
 from tpde._validation import as_tensor, check_finite, check_float_dtype
-from tpde.attention import (
+from tpde.fields import (
     Field,
     GroupedQueryAttention,
     LayerSchedule,
@@ -186,7 +186,7 @@ class SmolLM2:
         Row i of head h is the causal softmax over keys j ≤ i of
         s·⟨R(i) q_{h,i}, R(j) k_{g(h),j}⟩, with q = W_Q N₁(x), k = W_K N₁(x): the
         probabilities of the layer's attention field on N₁#μ at positions 0 … n − 1
-        (:meth:`~tpde.attention.GroupedQueryAttention.probabilities`, the field's own
+        (:meth:`~tpde.fields.GroupedQueryAttention.probabilities`, the field's own
         scores). Shape (..., H, n, n); rows sum to 1. Column 0 is the share of attention on
         the first token (the "attention sink").
         """

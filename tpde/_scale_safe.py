@@ -1,0 +1,142 @@
+r"""Scale-safe norms and directions of vectors over the last dimension.
+
+``torch.linalg.vector_norm`` squares the entries: in float64 a vector of norm 1e200
+overflows to Inf (its direction becomes 0) and one of norm 1e-200 underflows to 0 (a
+"point at the origin"); float32 fails beyond 1e19 and below 1e-19. Every norm and
+direction in tpde is computed here from the vector scaled by its largest entry,
+
+    |x| = s · |x/s|,   x/|x| = (x/s) / |x/s|,   s = max_k |x_k|,
+
+as LAPACK's ``dnrm2`` and ``hypot`` do: x/s has entries in [−1, 1] and one of modulus 1,
+so |x/s| ∈ [1, √d] neither overflows nor underflows, and the relative error is a few
+ulps at every scale the dtype represents (subnormals included). A zero vector has norm
+0 and direction 0.
+
+LayerNorm and RMSNorm (:func:`layer_norm`, :func:`rms_norm`, the maps of the schemes in
+:mod:`tpde.fields.norms.schemes`) take the textbook mean of squares where it is right to rounding
+(:func:`_exact`) and otherwise the same scaling, with √(mean y² + ε/s²) as a hypot so that
+ε/s² is never formed (:func:`_scaled_root`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+__all__ = ["layer_norm", "rms_norm", "safe_norm", "tangent_part", "unit"]
+
+
+def _scaled(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x/s, s) with s = max |x_k| over the last dimension (s = 1 where x = 0), keepdim."""
+    scale = x.abs().amax(-1, keepdim=True)
+    scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+    return x / scale, scale
+
+
+def safe_norm(x: torch.Tensor, dim: int = -1, keepdim: bool = False) -> torch.Tensor:
+    """Euclidean norm over ``dim``, right for every finite scale of the dtype (module notes).
+
+    Differentiable where x ≠ 0 (the scale s cancels in the gradient x/|x|).
+    """
+    moved = x.movedim(dim, -1)
+    small, scale = _scaled(moved)
+    norm = torch.linalg.vector_norm(small, dim=-1, keepdim=True) * scale
+    norm = norm.movedim(-1, dim)
+    return norm if keepdim else norm.squeeze(dim)
+
+
+def unit(x: torch.Tensor) -> torch.Tensor:
+    """x/|x| over the last dimension at every scale (module notes); a zero vector stays 0."""
+    small, _ = _scaled(x)
+    norm = torch.linalg.vector_norm(small, dim=-1, keepdim=True)
+    return small / torch.where(norm > 0, norm, torch.ones_like(norm))
+
+
+def tangent_part(u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """v − u⟨u, v⟩ for unit (or zero) directions u: the part of v orthogonal to u.
+
+    With u = :func:`unit` (x) this is P⊥_x v = v − x⟨x, v⟩/|x|² at every scale of x,
+    without forming |x|²; at x = 0 (no direction) it is v.
+    """
+    return v - u * (u * v).sum(-1, keepdim=True)
+
+
+# ---------------------------------------------------------------------- LN and RMS
+def layer_norm(x: torch.Tensor, gamma, bias, eps: float) -> torch.Tensor:
+    """LN(x) = γ ⊙ (x − m(x)1)/√(v(x) + ε) + b over the last dimension (m the mean, v the
+    biased variance), right to rounding at every scale of the dtype: the textbook formula
+    where its mean of squares neither overflows nor underflows (:func:`_exact`), else
+    :func:`_scaled_layer_norm`."""
+    centred = x - x.mean(-1, keepdim=True)
+    second = (centred * centred).mean(-1, keepdim=True) + eps
+    if not _exact(second):
+        return _scaled_layer_norm(x, gamma, bias, eps)
+    return centred / torch.sqrt(second) * gamma + bias
+
+
+def rms_norm(x: torch.Tensor, gamma, eps: float) -> torch.Tensor:
+    """RMS(x) = γ ⊙ x/√(mean_k x_k² + ε) over the last dimension (Llama's RMSNorm), right to
+    rounding at every scale of the dtype (as :func:`layer_norm`; :func:`_scaled_rms_norm`)."""
+    second = (x * x).mean(-1, keepdim=True) + eps
+    if not _exact(second):
+        return _scaled_rms_norm(x, gamma, eps)
+    return x * torch.rsqrt(second) * gamma
+
+
+def _scaled_layer_norm(x: torch.Tensor, gamma, bias, eps: float) -> torch.Tensor:
+    """LN(x) from y = x/s, s = max_k |x_k|: (y − m(y))/√(v(y) + ε/s²) (:func:`_scaled_root`)."""
+    small, scale = _row_scaled(x)
+    centred = small - small.mean(-1, keepdim=True)
+    return centred / _scaled_root(centred, scale, eps) * gamma + bias
+
+
+def _scaled_rms_norm(x: torch.Tensor, gamma, eps: float) -> torch.Tensor:
+    """RMS(x) from y = x/s, s = max_k |x_k|: y/√(mean_k y_k² + ε/s²) (:func:`_scaled_root`)."""
+    small, scale = _row_scaled(x)
+    return small / _scaled_root(small, scale, eps) * gamma
+
+
+def _exact(second: torch.Tensor) -> bool:
+    """Whether the textbook mean of squares plus ε (..., 1) is right to rounding in every row.
+
+    It is unless a square or the sum overflowed (Inf, or NaN from Inf − Inf in x − m(x):
+    |x| beyond ≈ 1e154 in float64, 1e19 in float32) or the sum plus ε is so small that the
+    squares' underflow matters: each square rounds with an absolute error below the smallest
+    subnormal, so a sum above tiny/eps of the dtype (2⁻⁹⁷⁰ ≈ 1e−292 in float64, 2⁻¹⁰³ in
+    float32) is right to rounding. With ε ≥ that, as in every real model, only overflow
+    sends a batch to the scaled computation: the ordinary one costs one comparison more.
+    """
+    if second.numel() == 0:
+        return True
+    info = torch.finfo(second.dtype)
+    # One host read; NaN propagates and fails both tests.
+    low, high = torch.stack(torch.aminmax(second.detach())).tolist()
+    return low >= info.tiny / info.eps and high <= info.max
+
+
+def _row_scaled(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x/s, s) as :func:`_scaled` (s = max_k |x_k| per row, 1 for a zero row), with s
+    outside autograd (:func:`_scaled_root`)."""
+    _, scale = _scaled(x.detach())
+    return x / scale, scale
+
+
+def _scaled_root(small: torch.Tensor, scale: torch.Tensor, eps: float) -> torch.Tensor:
+    r"""√(mean_k y_k² + ε/s²) for y = x/s: the textbook √(mean_k x_k² + ε) divided by s.
+
+    As hypot(‖y‖/√d, √ε/s): y has entries in [−1, 1], so ‖y‖ neither overflows nor
+    underflows, and ε/s² is never formed: it may lie far outside the dtype's range, where
+    it is either negligible (huge s) or dominant (tiny s: the result tends to x/√ε, as the
+    exact formula does). √ε/s is floored at the dtype's tiny (it underflows only when ε/s² is
+    negligible; the floor keeps a zero row at 0 instead of 0/0). Differentiable, also at
+    y = 0 (a constant row of LayerNorm, a zero row of RMSNorm): the norm's gradient there is
+    0, so that of y/(√ε/s) = x/√ε is the textbook one. The scale s needs no gradient: the
+    quotient y/√(mean y² + ε/s²) is the same function of x for every s > 0.
+
+    The centred y − m(y) of LayerNorm needs no second scale: if its largest entry is below
+    1/4, every y_k lies in [1/2, 1] with one sign (one |y_k| is 1), so the differences are
+    exact multiples of the dtype's eps/2 (Sterbenz) and their squares are normal numbers.
+    """
+    rms = torch.linalg.vector_norm(small, dim=-1, keepdim=True) / math.sqrt(small.shape[-1])
+    return torch.hypot(rms, (math.sqrt(eps) / scale).clamp_min(torch.finfo(scale.dtype).tiny))
