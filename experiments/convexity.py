@@ -24,9 +24,10 @@ from tpde.attention.energies import as_energy
 from tpde.flows import convexity_probe
 from tpde.measures import Empirical, Gaussian
 
-from . import _framework as fw
+from . import framework as fw
 
 NAME = "convexity"
+ORDER = 6  # place in ``tpde run`` and in the report
 TITLE = "Experiment 6 — non-convexity probe of the softmax energy (V = I, A = −I)"
 F64 = torch.float64
 

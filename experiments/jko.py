@@ -31,9 +31,10 @@ from tpde.flows.compare import fit_rate
 from tpde.measures import Empirical, Gaussian
 from tpde.metrics import bures_wasserstein
 
-from . import _framework as fw
+from . import framework as fw
 
 NAME = "jko"
+ORDER = 5  # place in ``tpde run`` and in the report
 TITLE = "Experiment 5 — JKO vs explicit flow: convergence in τ, energy along JKO"
 GEOMETRIES = ("w2", "twisted", "bures", "twisted-bures")
 F64 = torch.float64

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from tpde import cli, experiments
-from tpde.experiments import _framework as fw
+from tpde.experiments import framework as fw
 
 TINY = ["--set", "n=8", "--set", "geodesics=2"]  # convexity at a tiny size (about a second)
 

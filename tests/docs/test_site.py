@@ -30,7 +30,7 @@ API_MODULES = (
     "tpde.theory",
     "tpde.pretrained",
     "tpde.experiments",
-    "tpde.experiments._framework",
+    "tpde.experiments.framework",
     "tpde.experiments.sweep",
 )
 

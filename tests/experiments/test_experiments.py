@@ -5,7 +5,7 @@ import pytest
 from PIL import Image
 
 from tpde import experiments
-from tpde.experiments import _framework as fw
+from tpde.experiments import framework as fw
 
 
 def _run(name, tmp_path, **overrides):
