@@ -25,7 +25,7 @@ from types import ModuleType
 
 from . import framework
 
-__all__ = ["PROTOCOL", "framework", "get", "names", "studies"]
+__all__ = ["PROTOCOL", "framework", "get", "names", "studies", "title"]
 
 #: The attributes every study has.
 PROTOCOL = ("NAME", "TITLE", "ORDER", "Config", "QUICK", "run", "plot", "report")
@@ -74,3 +74,10 @@ def get(name: str) -> ModuleType:
     if name not in known:
         raise KeyError(f"unknown experiment {name!r}; known experiments: {', '.join(known)}.")
     return known[name]
+
+
+def title(name: str) -> str:
+    """The heading of study ``name`` in the report: "Experiment ORDER — TITLE" (the number
+    is the study's ``ORDER``, unique among the studies, whatever the selection)."""
+    module = get(name)
+    return f"Experiment {module.ORDER} — {module.TITLE}"

@@ -34,7 +34,7 @@ from .common.variants import make_field
 
 NAME = "atlas"
 ORDER = 3  # place in ``tpde run`` and in the report
-TITLE = "Experiment 3 — attention atlas: every variant, Gaussian ODE vs particles vs grid"
+TITLE = "attention atlas: every variant, Gaussian ODE vs particles vs grid"
 VARIANTS = tuple(variant_names())  # every registered variant (tpde.attention.registry)
 A = ((0.6, 0.3), (-0.2, -0.4))  # symmetric part indefinite: one stretching, one contracting axis
 V = ((1.0, 0.2), (-0.1, 0.8))

@@ -28,7 +28,7 @@ from . import framework as fw
 
 NAME = "convexity"
 ORDER = 6  # place in ``tpde run`` and in the report
-TITLE = "Experiment 6 — non-convexity probe of the softmax energy (V = I, A = −I)"
+TITLE = "non-convexity probe of the softmax energy (V = I, A = −I)"
 F64 = torch.float64
 
 

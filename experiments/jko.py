@@ -35,7 +35,7 @@ from . import framework as fw
 
 NAME = "jko"
 ORDER = 5  # place in ``tpde run`` and in the report
-TITLE = "Experiment 5 — JKO vs explicit flow: convergence in τ, energy along JKO"
+TITLE = "JKO vs explicit flow: convergence in τ, energy along JKO"
 GEOMETRIES = ("w2", "twisted", "bures", "twisted-bures")
 F64 = torch.float64
 A_DESCENT = ((-0.5, -0.15), (-0.15, -0.4))  # symmetric negative definite: V = I descends E

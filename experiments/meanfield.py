@@ -26,7 +26,7 @@ from .common.variants import make_field
 
 NAME = "meanfield"
 ORDER = 4  # place in ``tpde run`` and in the report
-TITLE = "Experiment 4 — mean-field convergence: particle error vs n"
+TITLE = "mean-field convergence: particle error vs n"
 VARIANTS = ("softmax", "l2", "sinkhorn")
 A = ((-0.5, 0.3), (-0.2, -0.4))
 V = ((1.0, 0.2), (-0.1, 0.8))

@@ -132,7 +132,7 @@ class TickConfig:
 def tick(monkeypatch):
     """A tiny experiment 'tick' after the real ones; ``tick.interrupt = True`` makes its run
     raise KeyboardInterrupt (what Ctrl-C does), as if the run was stopped there."""
-    module = types.SimpleNamespace(NAME="tick", TITLE="A tick", Config=TickConfig,
+    module = types.SimpleNamespace(NAME="tick", TITLE="A tick", ORDER=99, Config=TickConfig,
                                    QUICK={"n": "3"}, interrupt=False)  # fmt: skip
 
     def run(config, out):

@@ -8,7 +8,7 @@ from .. import framework as fw
 
 NAME = "cones"
 ORDER = 1  # place in ``tpde run`` and in the report
-TITLE = "Experiment 1 — the paper's 2-D cone figures"
+TITLE = "the paper's 2-D cone figures"
 PANELS = ("zero", "line", "plane", "two_lines", "blowup", "initial")
 
 

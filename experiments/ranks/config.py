@@ -13,7 +13,7 @@ from .protocols import (
 
 NAME = "ranks"
 ORDER = 2  # place in ``tpde run`` and in the report
-TITLE = "Experiment 2 — rank histograms, d ∈ {3, 4, 5}"
+TITLE = "rank histograms, d ∈ {3, 4, 5}"
 
 #: MATH.md §6: the authors' code re-run (V = I).
 TABLE = {

@@ -8,7 +8,7 @@ import torch
 
 NAME = "real-attention"
 ORDER = 7  # place in ``tpde run`` and in the report
-TITLE = "Experiment 7 — real attention: all-MiniLM-L6-v2 token clouds vs the Gaussian picture"
+TITLE = "real attention: all-MiniLM-L6-v2 token clouds vs the Gaussian picture"
 F64 = torch.float64
 LAYERS = 6
 ROUTES = ("real", "pde")

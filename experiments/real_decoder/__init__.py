@@ -1,4 +1,4 @@
-r"""Experiment 9: a real decoder — SmolLM2-135M's token clouds against its own flow.
+r"""Experiment 10: a real decoder — SmolLM2-135M's token clouds against its own flow.
 
 SmolLM2-135M-Instruct (30 Pre-RMSNorm layers, causal GQA with RoPE, SwiGLU; its 4-bit
 weights dequantised) read as a layer schedule of tpde fields (``tpde.pretrained.SmolLM2``):

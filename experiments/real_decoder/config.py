@@ -8,7 +8,7 @@ import torch
 
 NAME = "real-decoder"
 ORDER = 10  # place in ``tpde run`` and in the report
-TITLE = "Experiment 9 — a real decoder: SmolLM2-135M's token clouds vs its own flow"
+TITLE = "a real decoder: SmolLM2-135M's token clouds vs its own flow"
 F64 = torch.float64
 VARIANTS = ("attn+norm", "attn", "attn+mlp", "sphere")
 LABELS = {"network": "network (h = 1)", "attn+norm": "attention + RMSNorm (MLP = 0)",

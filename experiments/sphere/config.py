@@ -16,7 +16,7 @@ NAME = "sphere"
 ORDER = 8  # place in ``tpde run`` and in the report
 #: The schemes of part (b), in the report's order (the quick run's summary lines name them).
 SPHERE_SCHEMES = ("post-ln", "pre-ln", "peri-ln", "mix-ln", "ngpt", "layernorm")
-TITLE = "Experiment 8 — normalised tokens: GLPR's phase diagram, LayerNorm schemes, blow-up"
+TITLE = "normalised tokens: GLPR's phase diagram, LayerNorm schemes, blow-up"
 F64 = torch.float64
 DELTA = 1e-3  # GLPR: tokens i, j are clustered when ⟨x_i, x_j⟩ > 1 − δ = 0.999
 BLOWUP_TRACE = 1e3

@@ -14,7 +14,7 @@ from .. import framework as fw
 
 NAME = "theory"
 ORDER = 9  # place in ``tpde run`` and in the report
-TITLE = "Experiment 9 — mean-field theory as executed checks"
+TITLE = "mean-field theory as executed checks"
 
 
 @dataclass(frozen=True)

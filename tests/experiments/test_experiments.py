@@ -38,6 +38,17 @@ def test_registry_lists_the_experiments_in_order():
         experiments.get("x")
 
 
+def test_report_headings_number_each_study_once():
+    # A selection's report numbered two sections "Experiment 9" (theory and real-decoder
+    # each wrote its number into its TITLE): the number is now the study's ORDER.
+    titles = {name: experiments.title(name) for name in experiments.names()}
+    numbers = [int(t.split()[1]) for t in titles.values()]
+    assert numbers == list(range(1, len(titles) + 1))
+    assert titles["theory"].startswith("Experiment 9 — ")
+    assert titles["real-decoder"].startswith("Experiment 10 — ")
+    assert not any("Experiment" in experiments.get(n).TITLE for n in titles)
+
+
 def test_cones_zero_and_line_panels(tmp_path):
     (_, _, results), report = _run(
         "cones", tmp_path, panels="zero,line", paper_starts=2, path_points=10
