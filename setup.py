@@ -10,6 +10,10 @@ subpackage while finding the others, so discovery lives here.
 from setuptools import find_packages, setup
 
 setup(
-    packages=[*find_packages(include=["tpde", "tpde.*"]), "tpde.experiments"],
+    packages=[
+        *find_packages(include=["tpde", "tpde.*"]),
+        "tpde.experiments",
+        *(f"tpde.experiments.{name}" for name in find_packages("experiments")),
+    ],
     package_dir={"tpde.experiments": "experiments"},
 )

@@ -7,8 +7,9 @@ Part 1 — a batch of Gaussians whose blow-up times spread over a decade: d = 2,
 softmax with A + Aᵀ ≻ 0, Σ₀ scaled so that t* = 1/λ_max(Σ₀^{1/2}(A + Aᵀ)Σ₀^{1/2}) covers
 [0.25, 2.5] (MATH.md §4 item 2; Σ(t) = (Σ₀⁻¹ − t(A + Aᵀ))⁻¹ in closed form). Event: the
 paper's rule tr Σ > 10³. Rows: tpde's batch (dopri5, every element its own steps), the same
-elements one at a time, the paper's projected-Euler loop (:mod:`tpde.experiments.paper_euler`)
-at its step h = 0.01, and the loop at equal accuracy (h halved until its largest event-time
+elements one at a time, the paper's projected-Euler loop
+(:mod:`tpde.experiments.common.paper_euler`) at its step h = 0.01, and the loop at equal
+accuracy (h halved until its largest event-time
 error is no larger than tpde's). Columns: seconds per element, step counts (vectorised
 iterations for the batch; accepted and rejected summed over elements), the largest error of
 the event time against the closed form, and ratios against the batch.
@@ -35,8 +36,9 @@ import torch
 from _common import print_table
 
 from tpde.experiments import cones
-from tpde.experiments._paper import flow, init_grid, paper_field, path_times, subsample
-from tpde.experiments.paper_euler import projected_euler
+from tpde.experiments.common.paper import flow, init_grid, paper_field, path_times, subsample
+from tpde.experiments.common.paper_euler import projected_euler
+from tpde.experiments.cones.run import panel_setup, softmax_blowup
 from tpde.fields import Softmax
 from tpde.flows import BlowUp, integrate
 from tpde.measures import Gaussian
@@ -56,7 +58,7 @@ def spread_batch(count: int, seed: int = 0):
     lam = _lambda_max(S, sym)
     target = np.geomspace(0.25, 2.5, count)
     S0 = S * (1 / target / lam)[:, None, None]  # λ scales linearly with Σ₀
-    t_star, t_hit, _ = cones.softmax_blowup(S0, A, THRESHOLD)
+    t_star, t_hit, _ = softmax_blowup(S0, A, THRESHOLD)
     return A, S0, t_star, t_hit
 
 
@@ -158,7 +160,7 @@ def _loop(S0, setup, options, t_hit, step, which):
 
 def part_two(grid: int) -> list[dict]:
     config = cones.Config(blowup_grid=grid)
-    setup = cones.panel_setup("blowup", config)
+    setup = panel_setup("blowup", config)
     S0 = init_grid(*setup["grid"])
     Q, K, _ = setup["QKV"]
     rows = []
@@ -173,7 +175,7 @@ def part_two(grid: int) -> list[dict]:
         )  # fmt: skip
         seconds = time.perf_counter() - start
         if variant == "softmax":
-            _, t_hit, _ = cones.softmax_blowup(S0, K.T @ Q / np.sqrt(2), tol_high)
+            _, t_hit, _ = softmax_blowup(S0, K.T @ Q / np.sqrt(2), tol_high)
         else:  # a tight tpde run is the reference
             t_hit = flow(
                 field, S0, horizon=max_iter * h, tol_low=tol_low, tol_high=tol_high,

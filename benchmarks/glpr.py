@@ -18,7 +18,7 @@ x ← N(x + η softmax(β x xᵀ) x) with η = 0.1, and their checkpoint rule �
 every checkpoint the step time has passed records the density at that step (so checkpoint
 0, t = 0, holds the state after the first step, and checkpoint k the state at the first
 multiple of η at or after t_k). tpde runs every β and every system as one batch
-(:mod:`tpde.experiments._sphere_diagram`). Both run in one process with one torch thread
+(:mod:`tpde.experiments.common.sphere_diagram`). Both run in one process with one torch thread
 and glibc's large allocations reused from the heap (``reuse_large_allocations``, as the
 ``tpde`` command sets it; ``--default-allocator`` leaves glibc as it is: tpde's 94 MB
 tensors then pay page faults on every allocation, the port's 1.5–16 MB ones do not).
@@ -73,8 +73,7 @@ import numpy as np
 import torch
 from _common import print_header, print_row
 
-from tpde.experiments._framework import reuse_large_allocations
-from tpde.experiments._sphere_diagram import (
+from tpde.experiments.common.sphere_diagram import (
     DiagramRun,
     DiagramTable,
     checkpoint_times,
@@ -83,6 +82,7 @@ from tpde.experiments._sphere_diagram import (
     post_ln,
     systems_for,
 )
+from tpde.experiments.framework import reuse_large_allocations
 
 F64 = torch.float64
 THRESHOLD = 0.999  # GLPR: a pair is clustered when ⟨x_i, x_j⟩ > 0.999

@@ -5,7 +5,7 @@
     python benchmarks/paper.py --all         # also the V = GᵀG rows (stiff: rodas4; minutes)
     python benchmarks/paper.py --all --full-paper  # the loop on its whole protocol (an hour)
 
-tpde: the experiment's batched Gaussian ODE (:func:`tpde.experiments.ranks.ode_protocol`:
+tpde: the experiment's batched Gaussian ODE (:func:`tpde.experiments.ranks.protocols.ode_protocol`:
 one batch per d of a row, events ‖Σ̇‖_F < tol_low and tr Σ > 1e3, horizon
 max_iter · h, all protocol rounds) with the row's method (dopri5 for V = I, the L-stable
 Rosenbrock method rodas4 for the stiff V = GᵀG rows), after a warm-up.
@@ -13,7 +13,7 @@ Rosenbrock method rodas4 for the stiff V = GᵀG rows), after a warm-up.
 Baselines, in the same process, all in CPU seconds on one thread (``time.process_time``:
 the machine is shared, and wall time counts the other users' load):
 
-- the paper's loop at its own step h (:func:`tpde.experiments.paper_euler.projected_euler`,
+- the paper's loop at its own step h (:func:`tpde.experiments.common.paper_euler.projected_euler`,
   a faithful numpy re-implementation of the authors' loop): ``--full-paper`` runs its whole
   protocol (its own failures decide its pairs); otherwise its seconds per run on the first
   runs of tpde's pairs × tpde's number of runs (an estimate: where the paper's step is
@@ -43,7 +43,7 @@ import time
 import numpy as np
 import torch
 
-from tpde.experiments import ranks
+from tpde.experiments.ranks import protocols as ranks
 
 
 def cpu(fn):

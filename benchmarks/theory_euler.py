@@ -49,7 +49,7 @@ import numpy as np
 import torch
 from _common import print_table, torch_threads
 
-from tpde.experiments._theory_runs import _fit_rate, fourier_modes, kernel_field
+from tpde.experiments.common.kernels import fit_rate, fourier_modes, kernel_field
 from tpde.fields import Normalized
 from tpde.flows import integrate
 from tpde.measures import uniform_on_sphere
@@ -85,9 +85,9 @@ def window(beta: float, tokens: int) -> tuple[float, np.ndarray]:
 def rates_of(clouds: list[torch.Tensor], times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Measured rates and their jackknife standard errors over the seeds."""
     power = np.stack([fourier_modes(c, MODES).abs().square().numpy() for c in clouds])
-    measured, _ = _fit_rate(times, power, LEVEL)
+    measured, _ = fit_rate(times, power, LEVEL)
     seeds = power.shape[1]
-    jack = np.stack([_fit_rate(times, np.delete(power, s, 1), LEVEL)[0] for s in range(seeds)])
+    jack = np.stack([fit_rate(times, np.delete(power, s, 1), LEVEL)[0] for s in range(seeds)])
     return measured, np.sqrt((seeds - 1) * jack.var(0))
 
 

@@ -23,17 +23,18 @@ import torch
 
 from tpde.fields import GaussianNotPreserved
 from tpde.fields.registry import VARIANTS as REGISTRY
-from tpde.fields.registry import variant as variant_of
 from tpde.fields.registry import variant_names
 from tpde.flows import BlowUp, integrate
 from tpde.measures import Empirical, Gaussian, Grid
 from tpde.metrics import bures_wasserstein, w2
 from tpde.metrics.diagnostics import cluster_count
 
-from . import _framework as fw
+from . import framework as fw
+from .common.variants import make_field
 
 NAME = "atlas"
-TITLE = "Experiment 3 — attention atlas: every variant, Gaussian ODE vs particles vs grid"
+ORDER = 3  # place in ``tpde run`` and in the report
+TITLE = "attention atlas: every variant, Gaussian ODE vs particles vs grid"
 VARIANTS = tuple(variant_names())  # every registered variant (tpde.fields.registry)
 A = ((0.6, 0.3), (-0.2, -0.4))  # symmetric part indefinite: one stretching, one contracting axis
 V = ((1.0, 0.2), (-0.1, 0.8))
@@ -81,15 +82,6 @@ QUICK = {
 }
 
 
-def make_field(variant: str, interaction=A, value=V):
-    """The registered ``variant`` built from (Q, K, V) = (interaction, I, value), scale 1,
-    with the registry's experiment defaults (sigmoid b = 0, multi-head H = 2, masked softmax)."""
-    Q = torch.tensor(interaction, dtype=torch.float64)
-    K = torch.eye(len(interaction), dtype=torch.float64)
-    Vt = torch.tensor(value, dtype=torch.float64)
-    return variant_of(variant).standard(Q, K, Vt, 1.0)
-
-
 def _moments(traj):
     means = np.stack([m.mean().detach().numpy() for m in traj.measures])
     covs = np.stack([m.cov().detach().numpy() for m in traj.measures])
@@ -113,7 +105,7 @@ def _subsample(mu, count: int, generator) -> Empirical:
 
 def run_variant(variant: str, config: Config, g0: Gaussian, cloud: Empirical):
     """All routes of one variant: moments, statuses, snapshots and metrics over time."""
-    field = make_field(variant)
+    field = make_field(variant, A, V)
     times = np.linspace(0, config.t1, config.saves).tolist()
     event = (BlowUp(config.blowup_trace, size="trace"),)
     routes, out = {}, {}

@@ -23,10 +23,11 @@ from tpde.fields import PotentialEnergy, Softmax, convexity_probe
 from tpde.fields.gradient_flow.energies import as_energy
 from tpde.measures import Empirical, Gaussian
 
-from . import _framework as fw
+from . import framework as fw
 
 NAME = "convexity"
-TITLE = "Experiment 6 — non-convexity probe of the softmax energy (V = I, A = −I)"
+ORDER = 6  # place in ``tpde run`` and in the report
+TITLE = "non-convexity probe of the softmax energy (V = I, A = −I)"
 F64 = torch.float64
 
 

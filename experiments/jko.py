@@ -31,10 +31,11 @@ from tpde.flows.compare import fit_rate
 from tpde.measures import Empirical, Gaussian
 from tpde.metrics import bures_wasserstein
 
-from . import _framework as fw
+from . import framework as fw
 
 NAME = "jko"
-TITLE = "Experiment 5 — JKO vs explicit flow: convergence in τ, energy along JKO"
+ORDER = 5  # place in ``tpde run`` and in the report
+TITLE = "JKO vs explicit flow: convergence in τ, energy along JKO"
 GEOMETRIES = ("w2", "twisted", "bures", "twisted-bures")
 F64 = torch.float64
 A_DESCENT = ((-0.5, -0.15), (-0.15, -0.4))  # symmetric negative definite: V = I descends E

@@ -21,11 +21,12 @@ from tpde.flows import compare
 from tpde.flows.compare import fit_rate
 from tpde.measures import Gaussian
 
-from . import _framework as fw
-from .atlas import make_field
+from . import framework as fw
+from .common.variants import make_field
 
 NAME = "meanfield"
-TITLE = "Experiment 4 — mean-field convergence: particle error vs n"
+ORDER = 4  # place in ``tpde run`` and in the report
+TITLE = "mean-field convergence: particle error vs n"
 VARIANTS = ("softmax", "l2", "sinkhorn")
 A = ((-0.5, 0.3), (-0.2, -0.4))
 V = ((1.0, 0.2), (-0.1, 0.8))

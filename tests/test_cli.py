@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from tpde import cli, experiments
-from tpde.experiments import _framework as fw
+from tpde.experiments import framework as fw
 
 TINY = ["--set", "n=8", "--set", "geodesics=2"]  # convexity at a tiny size (about a second)
 
@@ -132,7 +132,7 @@ class TickConfig:
 def tick(monkeypatch):
     """A tiny experiment 'tick' after the real ones; ``tick.interrupt = True`` makes its run
     raise KeyboardInterrupt (what Ctrl-C does), as if the run was stopped there."""
-    module = types.SimpleNamespace(NAME="tick", TITLE="A tick", Config=TickConfig,
+    module = types.SimpleNamespace(NAME="tick", TITLE="A tick", ORDER=99, Config=TickConfig,
                                    QUICK={"n": "3"}, interrupt=False)  # fmt: skip
 
     def run(config, out):

@@ -287,18 +287,20 @@ def write_report(out: Path, record: dict, built: dict | None = None) -> Path:
         except Exception as err:  # a broken section must not lose the others
             failure = report_failure(err)
             rows.append([f"`{name}`", f"report failed: {failure}", shown])
-            sections.append(f"## {module.TITLE}\n\nThe report of `{name}` failed: {failure}. "
+            heading = registry.title(name)
+            sections.append(f"## {heading}\n\nThe report of `{name}` failed: {failure}. "
                             f"Its data are in `{name}/`.\n")  # fmt: skip
             continue
         figures = figures_failure(out, name)
         if figures is not None:  # the numbers stand; say which figures are missing and why
             rows.append([f"`{name}`", f"{section.summary} Figures failed: {figures}.", shown])
-            sections.append(f"## {module.TITLE}\n\nThe figures of `{name}` failed: {figures}. "
+            heading = registry.title(name)
+            sections.append(f"## {heading}\n\nThe figures of `{name}` failed: {figures}. "
                             "The numbers below are from the saved data.\n")  # fmt: skip
-            sections.append(section.markdown(name, module.TITLE))
+            sections.append(section.markdown(name, registry.title(name)))
             continue
         rows.append([f"`{name}`", section.summary, shown])
-        sections.append(section.markdown(name, module.TITLE))
+        sections.append(section.markdown(name, registry.title(name)))
     lines += [fw.markdown_table(["experiment", "summary", "seconds"], rows), ""]
     lines += sections
     path = out / "report.md"
@@ -459,7 +461,7 @@ def cmd_list(args) -> int:
     registry = _experiments()
     for name in names:
         module = registry.get(name)
-        print(f"{name:10s} {module.TITLE}")
+        print(f"{name:10s} {registry.title(name)}")
         if args.experiments:
             quick = module.QUICK
             for f in dataclasses.fields(module.Config):

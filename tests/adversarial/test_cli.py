@@ -15,7 +15,7 @@ import typing
 import pytest
 
 from tpde import cli, experiments
-from tpde.experiments import _framework as fw
+from tpde.experiments import framework as fw
 
 
 def _run(capsys, *argv):

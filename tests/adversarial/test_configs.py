@@ -10,7 +10,7 @@ import types
 import pytest
 
 from tpde import cli, experiments
-from tpde.experiments import _framework as fw
+from tpde.experiments import framework as fw
 from tpde.experiments import sphere, sweep
 
 REFUSED = {

@@ -11,7 +11,7 @@ import types
 import pytest
 
 from tpde import cli, experiments
-from tpde.experiments import _framework as fw
+from tpde.experiments import framework as fw
 
 THEORY = {
     "eq_ns-huge": ({"eq_ns": "1000000000000"}, "at most 4096"),  # fixed

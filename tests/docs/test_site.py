@@ -34,7 +34,7 @@ API_MODULES = (
     "tpde.theory",
     "tpde.pretrained",
     "tpde.experiments",
-    "tpde.experiments._framework",
+    "tpde.experiments.framework",
     "tpde.experiments.sweep",
 )
 # A package whose names are documented on the pages of its role folders: tpde.fields.Softmax

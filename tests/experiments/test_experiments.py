@@ -5,7 +5,7 @@ import pytest
 from PIL import Image
 
 from tpde import experiments
-from tpde.experiments import _framework as fw
+from tpde.experiments import framework as fw
 
 
 def _run(name, tmp_path, **overrides):
@@ -36,6 +36,17 @@ def test_registry_lists_the_experiments_in_order():
     ]
     with pytest.raises(KeyError, match="unknown experiment 'x'; known experiments: cones"):
         experiments.get("x")
+
+
+def test_report_headings_number_each_study_once():
+    # A selection's report numbered two sections "Experiment 9" (theory and real-decoder
+    # each wrote its number into its TITLE): the number is now the study's ORDER.
+    titles = {name: experiments.title(name) for name in experiments.names()}
+    numbers = [int(t.split()[1]) for t in titles.values()]
+    assert numbers == list(range(1, len(titles) + 1))
+    assert titles["theory"].startswith("Experiment 9 — ")
+    assert titles["real-decoder"].startswith("Experiment 10 — ")
+    assert not any("Experiment" in experiments.get(n).TITLE for n in titles)
 
 
 def test_cones_zero_and_line_panels(tmp_path):

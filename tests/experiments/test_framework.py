@@ -6,8 +6,8 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from tpde.experiments import _framework as fw
-from tpde.experiments import ranks
+from tpde.experiments import framework as fw
+from tpde.experiments.ranks import protocols as ranks
 
 
 @dataclass(frozen=True)

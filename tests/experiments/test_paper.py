@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from tpde.experiments._paper import flow, init_grid, paper_field, to_cone
-from tpde.experiments.paper_euler import RHS, project_psd, projected_euler
+from tpde.experiments.common.paper import flow, init_grid, paper_field, to_cone
+from tpde.experiments.common.paper_euler import RHS, project_psd, projected_euler
 
 F64 = torch.float64
 
@@ -94,9 +94,11 @@ def test_unknown_variant_is_refused():
 
 
 def test_internal_lookups_refuse_unknown_names():
-    from tpde.experiments import atlas, cones
+    from tpde.experiments.atlas import A, V
+    from tpde.experiments.common.variants import make_field
+    from tpde.experiments.cones.run import panel_setup
 
     with pytest.raises(ValueError, match="unknown panel 'moon'"):
-        cones.panel_setup("moon")
+        panel_setup("moon")
     with pytest.raises(ValueError, match="unknown variant 'relu'"):
-        atlas.make_field("relu")
+        make_field("relu", A, V)

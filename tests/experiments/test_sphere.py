@@ -7,8 +7,8 @@ import pytest
 from PIL import Image
 
 from tpde import experiments
-from tpde.experiments import _framework as fw
-from tpde.experiments._sphere_diagram import checkpoint_times, systems_for
+from tpde.experiments import framework as fw
+from tpde.experiments.common.sphere_diagram import checkpoint_times, systems_for
 from tpde.metrics import cluster_density
 
 TINY = {

@@ -187,7 +187,7 @@ def test_every_value_is_checked_before_any_worker_starts(grid, fixed, match, tmp
     def no_cluster(*args, **kwargs):
         raise AssertionError("a Dask client was started")
 
-    monkeypatch.setattr(sweep, "_client", no_cluster)
+    monkeypatch.setattr(sweep.running, "_client", no_cluster)
     spec = {"study": "blowup", "grid": grid or {"value_scale": [1.0]}, "fixed": fixed}
     with pytest.raises(sweep.SweepError, match=match):
         sweep.run_sweep(sweep.check_spec(spec), tmp_path / "out", progress=False)
@@ -281,7 +281,7 @@ def test_clustering_values_are_checked_before_any_worker_starts(grid, fixed, mat
     def no_cluster(*args, **kwargs):
         raise AssertionError("a Dask client was started")
 
-    monkeypatch.setattr(sweep, "_client", no_cluster)
+    monkeypatch.setattr(sweep.running, "_client", no_cluster)
     spec = {"study": "clustering", "grid": grid or {"beta": [1.0]}, "fixed": fixed}
     with pytest.raises(sweep.SweepError, match=match):
         sweep.run_sweep(sweep.check_spec(spec), tmp_path / "out", progress=False)

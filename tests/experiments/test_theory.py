@@ -3,7 +3,7 @@
 import pytest
 
 from tpde import experiments
-from tpde.experiments import _framework as fw
+from tpde.experiments import framework as fw
 from tpde.theory import dominant_mode
 
 TINY = {

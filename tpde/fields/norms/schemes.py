@@ -106,6 +106,11 @@ class NormScheme:
         """The scheme acting at depth-time t (itself, unless piecewise)."""
         return self
 
+    def start(self, mu):
+        """The tokens a flow under this scheme starts from, given tokens ``mu``: ``mu``
+        itself, unless the scheme's model normalises its tokens before the first layer."""
+        return mu
+
     @property
     def time_dependent(self) -> bool:
         return False
@@ -457,6 +462,12 @@ class LayerNorm(_AffineNorm):
         gamma = 1.0 if self.gamma is None else _on(self.gamma, x)
         bias = 0.0 if self.bias is None else _on(self.bias, x)
         return layer_norm(x, gamma, bias, self.eps)
+
+    def start(self, mu):
+        """The tokens after the model's own LayerNorm (BERT's embeddings end with one), so
+        that no step is spent jumping onto the scheme's manifold: ``mu`` with points
+        ``project(mu.points)``."""
+        return mu.with_points(self.project(mu.points))
 
     def describe(self) -> str:
         return f"LayerNorm(eps={self.eps:g}, placement={self.placement!r})"

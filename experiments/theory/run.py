@@ -1,25 +1,25 @@
-r"""The five computations of the ``theory`` experiment (module notes of :mod:`.theory`).
+"""The five computations of the ``theory`` study (package notes).
 
-Each ``part*`` function takes the experiment's config and returns (arrays, results): the
-arrays go to data.npz, the results (plain numbers) to meta.json. Every random draw goes
-through a seeded generator; every batch of independent systems is one tensor
-(Empirical points (..., n, d)) and one ``integrate`` call.
+Each ``part*`` function takes the study's config and returns (arrays, results): the arrays
+go to data.npz, the results (plain numbers) to meta.json. Every random draw goes through a
+seeded generator; every batch of independent systems is one tensor (Empirical points
+(..., n, d)) and one ``integrate`` call.
 """
 
 from __future__ import annotations
 
 import math
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
 
-from tpde.fields import Exponential, Field, Hardmax, Masked, Normalized, Softmax
+from tpde.fields import Field, Hardmax, Masked, Normalized, Softmax
 from tpde.flows import Clustered, integrate
 from tpde.measures import Empirical, uniform_on_sphere
 from tpde.metrics import angular_cluster_count
 from tpde.theory import (
-    SCHEMES_WITH_LAW,
     dominant_mode,
     equiangular_frame,
     equiangular_solution,
@@ -28,35 +28,23 @@ from tpde.theory import (
     renyi_centres,
 )
 
-from . import _framework as fw
-from .sphere import scheme_object
-
-F64 = torch.float64
-#: Schemes with an equiangular law (part 1); "layernorm" is run against its h → 0 limit.
-LAW_SCHEMES = SCHEMES_WITH_LAW
+from .. import framework as fw
+from ..common.kernels import fit_rate, fourier_modes, kernel_field
+from ..common.schemes import scheme_object
+from .config import F64, LAW_SCHEMES, Config
 
 
-def wilson(successes: int, trials: int, z: float = 1.96) -> tuple[float, float]:
-    """Wilson's 95 % interval of a binomial share (meaningful at 0 and at 1 too)."""
-    if trials == 0:
-        return math.nan, math.nan
-    p = successes / trials
-    centre = (p + z * z / (2 * trials)) / (1 + z * z / trials)
-    half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials**2)) / (1 + z * z / trials)
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
-def kernel_field(kernel: str, beta, d: int, *, rescale: bool = False) -> Field:
-    """Q = K = V = I, score β⟨x, y⟩: Softmax ("sa") or Exponential ("usa"). β may be an
-    array (one per leading batch element). ``rescale``: USA with V = e^{−β}I, the same
-    orbits in time t·e^{β} (rates are multiplied by e^{−β}), so large β is not stiff."""
-    beta = torch.as_tensor(np.asarray(beta, dtype=float), dtype=F64)
-    eye = torch.eye(d, dtype=F64)
-    beta = beta.reshape(-1, 1, 1, 1) if beta.ndim else beta  # (nβ, 1, d, d): over a batch
-    V = torch.exp(-beta) * eye if rescale else eye
-    if kernel == "sa":
-        return Softmax.from_interaction(beta * eye, eye)
-    return Exponential(beta * eye, eye, V, scale=1.0)
+def run(config: Config, out: Path) -> None:
+    started = time.perf_counter()
+    arrays, results = {}, {}
+    for name, part in (("equiangular", part1), ("instability", part2),
+                       ("causal", part3), ("hardmax", part4),
+                       ("sync", part5)):  # fmt: skip
+        tic = time.perf_counter()
+        data, summary = part(config)
+        arrays.update(data)
+        results[name] = {**summary, "part_seconds": time.perf_counter() - tic}
+    fw.save(out, config, arrays, results, started)
 
 
 # ---------------------------------------------------------------------- part 1
@@ -133,25 +121,6 @@ def part1(config) -> tuple[dict, dict]:
 
 
 # ---------------------------------------------------------------------- part 2
-def fourier_modes(points: torch.Tensor, modes) -> torch.Tensor:
-    """m_k = (1/N) Σ_j e^{−ikθ_j} of unit vectors (..., N, 2): (..., K) complex."""
-    z = torch.complex(points[..., 0], points[..., 1])
-    k = torch.as_tensor(np.asarray(modes)).reshape(-1, 1)
-    return (z.conj().unsqueeze(-2) ** k).mean(-1)
-
-
-def _fit_rate(times, power, level: float) -> tuple[float, int]:
-    """Half the slope of log(Σ_s |m_k(t)|² / Σ_s |m_k(0)|²) over the saved times where every
-    mode's mean power is ≤ level (the linear window), and the number of times used."""
-    ratio = power.sum(1) / power[0].sum(0)  # (T, K)
-    inside = np.nonzero(power.mean(1).max(-1) <= level)[0]
-    inside = inside[: np.argmax(np.diff(np.r_[inside, -1]) != 1) + 1]  # the first stretch
-    if len(inside) < 3:
-        return np.full(power.shape[-1], np.nan), len(inside)
-    slope = np.polyfit(times[inside], np.log(ratio[inside]), 1)[0]
-    return slope / 2, len(inside)
-
-
 def _random_protocol(config, kernel: str, beta: float) -> dict:
     """N i.i.d. uniform tokens, S seeds batched; rates from the linear window."""
     modes = np.arange(1, config.inst_modes + 1)
@@ -168,9 +137,9 @@ def _random_protocol(config, kernel: str, beta: float) -> dict:
     seconds = time.perf_counter() - start
     power = np.stack([fourier_modes(m.points, modes).abs().square().numpy()
                       for m in traj.measures])  # (T, S, K)  # fmt: skip
-    measured, used = _fit_rate(times, power, config.inst_level)
+    measured, used = fit_rate(times, power, config.inst_level)
     seeds = power.shape[1]
-    jack = np.stack([_fit_rate(times, np.delete(power, s, 1), config.inst_level)[0]
+    jack = np.stack([fit_rate(times, np.delete(power, s, 1), config.inst_level)[0]
                      for s in range(seeds)]) if seeds > 2 else None  # fmt: skip
     se = np.sqrt((seeds - 1) * jack.var(0)) if jack is not None else np.full(len(modes), np.nan)
     window = times[used - 1] if used else 0.0

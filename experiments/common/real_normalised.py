@@ -36,7 +36,7 @@ from tpde.measures import Empirical
 from tpde.metrics import w2
 from tpde.metrics.diagnostics import anisotropy, effective_rank
 
-from . import _framework as fw
+from .. import framework as fw
 
 LAYERS = 6
 MODELS = ("pde", "postln", "postln2", "sphere")

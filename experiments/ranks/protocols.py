@@ -19,8 +19,8 @@ import torch
 
 from tpde.fields import L2, Softmax
 
-from ._paper import flow
-from .paper_euler import projected_euler
+from ..common.paper import flow
+from ..common.paper_euler import projected_euler
 
 PAPER_DIMS = (3, 4, 5)
 

@@ -1,0 +1,123 @@
+"""The ``sphere`` study's configuration: its name, title, sizes and their checks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .. import framework as fw
+from ..common.schemes import SCHEMES
+from ..common.sphere_diagram import (
+    check_diagram_size,
+)
+
+NAME = "sphere"
+ORDER = 8  # place in ``tpde run`` and in the report
+#: The schemes of part (b), in the report's order (the quick run's summary lines name them).
+SPHERE_SCHEMES = ("post-ln", "pre-ln", "peri-ln", "mix-ln", "ngpt", "layernorm")
+TITLE = "normalised tokens: GLPR's phase diagram, LayerNorm schemes, blow-up"
+F64 = torch.float64
+DELTA = 1e-3  # GLPR: tokens i, j are clustered when ⟨x_i, x_j⟩ > 1 − δ = 0.999
+BLOWUP_TRACE = 1e3
+
+
+@dataclass(frozen=True)
+class Config:
+    systems: int = 2048  # per β (GLPR's batch)
+    tokens: int = 32
+    betas: int = 90
+    beta_min: float = 0.1
+    beta_max: float = 9.0
+    t1: float = 30.0
+    checkpoints: int = 200
+    dims: tuple[int, ...] = (2, 3)
+    steps_per_checkpoint: int = 1  # RK4 steps per checkpoint interval (30/199 ≈ 0.15)
+    cluster_seeds: int = 20
+    cluster_beta: float = 1.0
+    cluster_dim: int = 3
+    cluster_t1: float = 60.0
+    schemes: tuple[str, ...] = SPHERE_SCHEMES
+    scheme_tokens: int = 64
+    scheme_dim: int = 3
+    scheme_beta: float = 1.0
+    scheme_t1: float = 30.0
+    scheme_saves: int = 121
+    scheme_dt: float = 0.05
+    ngpt_alpha: float = 1.0
+    blowup_tokens: int = 256
+    blowup_dim: int = 3
+    blowup_beta: float = 1.0
+    blowup_t1: float = 15.0
+    movie_beta: float = 4.0
+    movie_frames: int = 61
+    seed: int = 0
+
+    def check(self) -> None:
+        check_diagram_size(self.betas, self.systems, self.tokens)
+        fw.check_choices("schemes", self.schemes, tuple(SCHEMES))
+        if not self.dims or min(self.dims) < 2:
+            raise ValueError(f"dims must be dimensions d >= 2 (tokens on S^(d-1)); received "
+                             f"{self.dims}.")  # fmt: skip
+        if min(self.checkpoints, self.scheme_saves, self.movie_frames) < 2:
+            raise ValueError("checkpoints, scheme_saves and movie_frames must be >= 2.")
+        if min(self.steps_per_checkpoint, self.cluster_seeds) < 1:
+            raise ValueError("steps_per_checkpoint and cluster_seeds must be >= 1.")
+        if self.cluster_dim < 3:
+            raise ValueError(f"cluster_dim must be >= 3 (GLPR's one-cluster theorem is for "
+                             f"d >= 3); received {self.cluster_dim}.")  # fmt: skip
+        if (
+            min(self.scheme_dim, self.blowup_dim) < 2
+            or min(self.scheme_tokens, self.blowup_tokens) < 2
+        ):
+            raise ValueError("scheme_dim, blowup_dim, scheme_tokens and blowup_tokens must be "
+                             ">= 2.")  # fmt: skip
+        positive = ("t1", "cluster_t1", "scheme_t1", "scheme_dt", "ngpt_alpha", "blowup_t1",
+                    "cluster_beta", "scheme_beta", "blowup_beta", "movie_beta")  # fmt: skip
+        bad = [f"{k} = {getattr(self, k)}" for k in positive if not getattr(self, k) > 0]
+        if bad:
+            raise ValueError(f"these must be > 0: {', '.join(bad)}.")
+        if not 0 <= self.beta_min <= self.beta_max:
+            raise ValueError(f"need 0 <= beta_min <= beta_max; received {self.beta_min}, "
+                             f"{self.beta_max}.")  # fmt: skip
+        t_star = 1 / (2 * self.blowup_beta)  # Σ₀ = I: t* = 1/(2β λ_max(Σ₀))
+        if self.blowup_t1 <= t_star:
+            raise ValueError(
+                f"blowup_t1 must exceed the blow-up time t* = 1/(2·blowup_beta) = {t_star:.3g} "
+                f"of the R^d flow (part (c) compares the blow-up with clustering); received "
+                f"blowup_t1 = {self.blowup_t1}."
+            )
+        if self.ngpt_alpha * self.scheme_dt > 1:
+            raise ValueError(
+                f"ngpt_alpha · scheme_dt must be <= 1 (nGPT's step x + αh(N(Γ) − x) moves "
+                f"each token at most to N(Γ)); received {self.ngpt_alpha} · {self.scheme_dt} "
+                f"= {self.ngpt_alpha * self.scheme_dt:.3g}."
+            )
+
+    def memory_bytes(self) -> int:
+        """float64 arrays of the largest part: the phase diagram's betas · systems clouds
+        (n² scores and ~6 RK4 copies of n × d each), the schemes' and the blow-up's saved
+        clouds with their scores, the clustering seeds."""
+        d = max(self.dims)
+        diagram = self.betas * self.systems * self.tokens * (self.tokens + 6 * d)
+        schemes = (
+            len(self.schemes)
+            * self.scheme_tokens
+            * (self.scheme_tokens + self.scheme_saves * self.scheme_dim)
+        )
+        blowup = 3 * self.blowup_tokens * (self.blowup_tokens + 121 * self.blowup_dim)
+        seeds = self.cluster_seeds * self.tokens * (self.tokens + 6 * self.cluster_dim)
+        movie = self.tokens * (self.tokens + 2 * self.movie_frames)
+        return 8 * max(diagram, schemes, blowup, seeds, movie)
+
+
+QUICK = {
+    "systems": "32",
+    "betas": "12",
+    "checkpoints": "60",
+    "scheme_tokens": "32",
+    "scheme_saves": "61",
+    "scheme_dt": "0.2",
+    "blowup_tokens": "128",
+    "movie_frames": "16",
+}

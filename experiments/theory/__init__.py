@@ -1,0 +1,49 @@
+r"""Experiment 9: the mean-field theory of attention as executed checks (MATH.md §9).
+
+Each part states one prediction of a paper (or of MATH.md §9), computes it with tpde and
+sets the measured number beside it (:mod:`tpde.theory` holds the closed forms;
+:mod:`.run` the computations).
+
+1. **Equiangular laws** (Rigollet, arXiv:2512.01868): n tokens with equal pairwise inner
+   products ρ stay so, and ρ(t) (with the common radius r(t) where it moves) follows a
+   scalar ODE per normalisation scheme and kernel (SA: softmax, USA: 1/n normaliser). Particles
+   started on an equiangular frame (ρ0 = −1/(2(n − 1)), d = n + 1), dopri5 at rtol
+   ``eq_rtol``, against the law solved by DOP853 at 1e-13, for post-LN, pre-LN, peri-LN,
+   mix-LN, nGPT; LayerNorm (no law at finite step) against its h → 0 limit, at steps h and
+   h/2.
+2. **Linear instability of the uniform measure on S¹** (Bruno, Pasqualotto, Agazzi,
+   arXiv:2410.23228): λ_k = k²I_k(β)/(βI_0(β)) (SA), k²I_k(β)/β (USA). (a) From
+   ``inst_tokens`` i.i.d. uniform tokens × ``inst_seeds`` seeds: the slope of
+   log(Σ_s|m_k(t)|²/Σ_s|m_k(0)|²) over the window where every mode's mean power is
+   ≤ ``inst_level`` (E|m_k|² ≈ e^{2λ_k t}/N), jackknife errors over the seeds. (b) Each mode
+   alone on a lattice of ``lat_tokens`` tokens (amplitude ~kδ), which pins λ_k to ~1e-8
+   and the dominant mode argmax_k k²I_k(β) for β = 1 … ``lat_beta_max``.
+3. **Causal clustering** (Karagodin, Polyanskiy, Rigollet, arXiv:2411.04990): post-LN,
+   causal softmax, V = I, random Q, K: token 1 never moves, every token converges to it
+   (stopped when the diameter is < ``causal_tol``). At large β (Q = K = V = I_2,
+   β = ``renyi_beta``) the metastable cluster counts against their Rényi centres
+   (δ = ``renyi_delta``/√β, their Fig. 2): between the strong and the plain Rényi counts.
+4. **Zero temperature** (Alcalde, Geshkovski, Ruiz-Balet, arXiv:2508.09628): the
+   Frank-Wolfe ODE ẋ = Γ(x) − x with hardmax Γ and a positive definite A: interior tokens go
+   to the vertex of their Voronoi cell (:func:`tpde.theory.hardmax_vertices`); softmax with
+   βA for β in ``hard_betas``: the share that still does by t = ``hard_t1``, and the mean
+   distance to the hardmax solution against β.
+5. **Synchronisation on S¹** (Criscitiello, Rebjock, McRae, Boumal, arXiv:2405.18273):
+   the USA gradient ascent synchronises from almost every start for β ∈ (0, 1] (their
+   corollary for φ(t) = e^{βt}, any n); the share of ``sync_seeds`` random starts that
+   reach diameter < 1e-4 by t = ``sync_t1`` (time rescaled by e^{β}), against β and n.
+
+Full size: the defaults; part 2 then flows 4 × 10⁶ tokens per β on the spectral engine
+(about 1 s per field evaluation per 10⁶ tokens on one core, 80 evaluations per β and kernel).
+``--set inst_tokens=10000 --set inst_seeds=8`` is the size of the issue's first check (N ≥ 10⁴
+averaged over seeds). Quick: ``QUICK`` (under a minute on one core).
+"""
+
+from __future__ import annotations
+
+from .config import NAME, ORDER, QUICK, TITLE, Config
+from .plot import plot
+from .report import report
+from .run import run
+
+__all__ = ["NAME", "ORDER", "QUICK", "TITLE", "Config", "plot", "report", "run"]
