@@ -44,7 +44,7 @@ def test_a_report_that_fails_still_leaves_a_report(tmp_path, monkeypatch):
         raise KeyError("t_star")
 
     fake = types.SimpleNamespace(report=broken, TITLE="sphere")
-    registry = types.SimpleNamespace(get=lambda name: fake)
+    registry = types.SimpleNamespace(get=lambda name: fake, title=lambda name: fake.TITLE)
     monkeypatch.setattr(cli, "_experiments", lambda: registry)
     record = {"experiments": ["sphere"], "started": "now", "quick": True, "metadata": {}}
     path = cli.write_report(tmp_path, record)

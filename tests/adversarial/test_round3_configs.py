@@ -94,7 +94,8 @@ def test_figures_that_fail_still_leave_a_report_saying_so(tmp_path, monkeypatch,
 
     report = types.SimpleNamespace(summary="3/3 agree.", markdown=lambda name, title: "body\n")
     fake = types.SimpleNamespace(run=run, plot=plot, report=lambda out: report, TITLE="T")
-    monkeypatch.setattr(cli, "_experiments", lambda: types.SimpleNamespace(get=lambda n: fake))
+    registry = types.SimpleNamespace(get=lambda n: fake, title=lambda n: fake.TITLE)
+    monkeypatch.setattr(cli, "_experiments", lambda: registry)
     cli._run_experiment("theory", None, tmp_path, 1)
     assert "figures failed: OverflowError" in capsys.readouterr().err
     record = {"experiments": ["theory"], "started": "now", "quick": True, "metadata": {}}
