@@ -95,7 +95,7 @@ def load(path, dtype: torch.dtype = torch.float32, device="cpu") -> Transformer:
     if not path.exists():
         raise FileNotFoundError(f"no model folder or GGUF file at {path}.")
     if path.is_file():
-        from tpde.pretrained.gguf_llama import load_gguf
+        from tpde.pretrained.gguf_model import load_gguf
 
         return load_gguf(path, dtype, device)
     return _load_folder(path, dtype, device)
