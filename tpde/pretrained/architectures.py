@@ -317,6 +317,7 @@ ARCHITECTURES: tuple[Architecture, ...] = (
             "lm_head.",
             "classifier.",
         ),
+        buffers=("embeddings.position_ids",),  # transformers 4's stored arange
         norm="layernorm",
         placement="post",
         mlp="mlp",
