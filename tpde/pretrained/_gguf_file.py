@@ -99,7 +99,12 @@ def read_container(path: Path) -> tuple[dict, dict]:
             infos.append((name, dims, cursor.scalar("<I"), cursor.scalar("<Q")))
     except struct.error as err:
         raise ValueError(f"its header ends early or is malformed ({err})") from None
-    alignment = int(metadata.get("general.alignment", 32))
+    alignment = metadata.get("general.alignment", 32)
+    if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment < 1:
+        raise ValueError(
+            f"the metadata key 'general.alignment' must be an integer >= 1; the file holds "
+            f"{alignment!r}"
+        )
     start = -(-cursor.pos // alignment) * alignment
     data = np.frombuffer(buffer, dtype=np.uint8)
     tensors = {}

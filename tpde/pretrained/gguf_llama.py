@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import math
+import numbers
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -173,18 +175,54 @@ def _open(path: Path) -> tuple[dict, dict]:
         ) from None
 
 
+def _int_key(metadata: dict, key: str, path: Path, *, required: bool = True):
+    """metadata[key] checked: an integer ≥ 1 (None when absent and not required)."""
+    value = _get(metadata, key, path, required=required)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise GGUFError(
+            f"{path.name}: the metadata key {key!r} must be an integer; the file holds "
+            f"{value!r} ({type(value).__name__})."
+        )
+    if value < 1:
+        raise GGUFError(
+            f"{path.name}: the metadata key {key!r} must be an integer >= 1; the file holds "
+            f"{value}."
+        )
+    return int(value)
+
+
+def _float_key(metadata: dict, key: str, path: Path, *, required: bool = True):
+    """metadata[key] checked: a finite number > 0 (None when absent and not required)."""
+    value = _get(metadata, key, path, required=required)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise GGUFError(
+            f"{path.name}: the metadata key {key!r} must be a number; the file holds "
+            f"{value!r} ({type(value).__name__})."
+        )
+    if not (math.isfinite(value) and value > 0):
+        raise GGUFError(
+            f"{path.name}: the metadata key {key!r} must be finite and > 0; the file holds {value}."
+        )
+    return float(value)
+
+
 def _config(metadata: dict, path: Path, names: set[str]) -> LlamaConfig:
+    """The hyper-parameters, every key checked by name before anything is built."""
     architecture = _get(metadata, "general.architecture", path)
     if architecture != "llama":
         raise GGUFError(
             f"{path.name} holds a model of architecture {architecture!r}; this reader knows "
             "only 'llama' (Pre-RMSNorm decoders with rotary GQA attention and SwiGLU MLPs)."
         )
-    get = functools.partial(_get, metadata, path=path)
-    hidden, heads = int(get("llama.embedding_length")), int(get("llama.attention.head_count"))
-    kv_heads = int(get("llama.attention.head_count_kv", required=False) or heads)
+    integer = functools.partial(_int_key, metadata, path=path)
+    hidden, heads = integer("llama.embedding_length"), integer("llama.attention.head_count")
+    kv_heads = integer("llama.attention.head_count_kv", required=False) or heads
+    rope_dims = integer("llama.rope.dimension_count", required=False)
     head_dim = hidden // heads
-    rope_dims = get("llama.rope.dimension_count", required=False)
     if hidden % heads or heads % kv_heads or (rope_dims is not None and rope_dims != head_dim):
         raise GGUFError(
             f"{path.name}: width {hidden}, {heads} heads, {kv_heads} key/value heads and "
@@ -192,18 +230,21 @@ def _config(metadata: dict, path: Path, names: set[str]) -> LlamaConfig:
             "multiple of H_kv, rotation over the whole head)."
         )
     tokens = metadata.get("tokenizer.ggml.tokens") or ()
-    vocab = get("llama.vocab_size", required=False) or len(tokens)
+    vocab = integer("llama.vocab_size", required=False) or len(tokens)
+    if not vocab:
+        raise GGUFError(f"{path.name}: no llama.vocab_size and no tokenizer.ggml.tokens.")
+    real = functools.partial(_float_key, metadata, path=path)
     return LlamaConfig(
-        layers=int(get("llama.block_count")),
+        layers=integer("llama.block_count"),
         hidden=hidden,
         heads=heads,
         kv_heads=kv_heads,
         head_dim=head_dim,
-        mlp_hidden=int(get("llama.feed_forward_length")),
+        mlp_hidden=integer("llama.feed_forward_length"),
         vocab=int(vocab),
-        context=int(get("llama.context_length")),
-        rope_base=float(get("llama.rope.freq_base", required=False) or 10000.0),
-        rms_eps=float(get("llama.attention.layer_norm_rms_epsilon")),
+        context=integer("llama.context_length"),
+        rope_base=real("llama.rope.freq_base", required=False) or 10000.0,
+        rms_eps=real("llama.attention.layer_norm_rms_epsilon"),
         tied_embeddings="output.weight" not in names,
     )
 

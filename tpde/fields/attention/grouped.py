@@ -24,12 +24,14 @@ class GroupedQueryAttention(Field):
 
     Γ[μ](x_i) = W_o concat_h ( Σ_j w_j e^{s^h_ij} v_{g(h), j} / Σ_j w_j e^{s^h_ij} ),
 
-    s^h_ij = scale · ⟨R(p_i) q_{h,i}, R(p_j) k_{g(h),j}⟩ + b^h_j,  q_{h,i} = W_q^h x_i + b_q^h,
-    k_{g,j} = W_k^g x_j + b_k^g,  v_{g,j} = W_v^g x_j + b_v^g,  g(h) = ⌊h·H_kv/H⌋,
+    s^h_ij = scale · ⟨R(p_i) q_{h,i}, R(p_j) k_{g(h),j}⟩ + b^h_j,
+    q_{h,i} = N_q(W_q^h x_i + b_q^h),  k_{g,j} = N_k(W_k^g x_j + b_k^g),
+    v_{g,j} = W_v^g x_j + b_v^g,  g(h) = ⌊h·H_kv/H⌋,
 
-    with R the rotation of :class:`~tpde.fields.RoPE` (identity without it), b^h_j the key
-    bias of :class:`~tpde.fields.ALiBi` (+m_h p_j; zero without it), w_j the weights of
-    the :class:`~tpde.measures.Empirical` μ (entering as log-weights, so uniform weights
+    with N_q, N_k the optional QK-norms (identity without them), R the rotation of
+    :class:`~tpde.fields.RoPE` (identity without it), b^h_j the key bias of
+    :class:`~tpde.fields.ALiBi` (+m_h p_j; zero without it), w_j the weights of the
+    :class:`~tpde.measures.Empirical` μ (entering as log-weights, so uniform weights
     cancel), and sums over the keys with p_j ≤ p_i (``causal``, ties included as in
     :class:`Masked`) and p_i − p_j < w (``window``) (MATH.md §8). The attention block of a
     Llama-type decoder (Llama, SmolLM2, Mistral; Qwen with the biases).
@@ -68,6 +70,12 @@ class GroupedQueryAttention(Field):
         rotated with the key).
     bo : tensor (..., d) or callable, optional
         Output bias.
+    q_norm, k_norm : RMSNorm or LayerNorm scheme object, optional
+        QK-norm: the queries q = N_q(W_q x + b_q) and keys k = N_k(W_k x + b_k), normalised
+        before the rotation (:meth:`~tpde.fields.RMSNorm.norm`). A gain γ of size d_h
+        normalises each head on its own (Qwen3, Gemma-3: per-head QK-RMSNorm); a gain of
+        size H·d_h (H_kv·d_h for keys) normalises the whole projection (OLMo-2). Without a
+        gain: per head.
 
     Notes
     -----
@@ -113,6 +121,8 @@ class GroupedQueryAttention(Field):
         bk=None,
         bv=None,
         bo=None,
+        q_norm=None,
+        k_norm=None,
     ):
         self.heads, self.kv_heads = _check_heads(heads, kv_heads)
         self.params, self.head_dim = _weights(
@@ -129,6 +139,8 @@ class GroupedQueryAttention(Field):
             raise TypeError(f"causal must be True or False; received {causal!r}.")
         self.causal = causal
         self.window = _check_window(window, causal)
+        self.q_norm = _check_qk_norm(q_norm, "q_norm", self.head_dim, self.heads)
+        self.k_norm = _check_qk_norm(k_norm, "k_norm", self.head_dim, self.kv_heads)
 
     @property
     def needs_positions(self) -> bool:
@@ -178,8 +190,8 @@ class GroupedQueryAttention(Field):
         G, dh = self.heads // self.kv_heads, self.head_dim
         points, log_w = key_log_weights(mu)
         keys_at = key_positions(mu)
-        q = _heads(linear(x, Wq, bq), dh)  # (..., H, n, d_h)
-        k = _heads(linear(points, Wk, bk), dh)  # (..., H_kv, m, d_h)
+        q = _normed_heads(linear(x, Wq, bq), self.q_norm, dh)  # (..., H, n, d_h)
+        k = _normed_heads(linear(points, Wk, bk), self.k_norm, dh)  # (..., H_kv, m, d_h)
         v = _heads(linear(points, Wv, bv), dh)
         bias = log_w
         if self.position is not None:
@@ -277,6 +289,7 @@ class GroupedQueryAttention(Field):
     def __repr__(self) -> str:
         extra = f", position={self.position!r}" if self.position is not None else ""
         extra += f", window={self.window:g}" if self.window is not None else ""
+        extra += ", qk_norm" if self.q_norm is not None or self.k_norm is not None else ""
         return (
             f"GroupedQueryAttention(d={self.dim}, heads={self.heads}, kv_heads={self.kv_heads}, "
             f"head_dim={self.head_dim}, causal={self.causal}{extra})"
@@ -320,6 +333,37 @@ def _weights(given, heads: int, kv_heads: int) -> tuple[Weights, int]:
 def _heads(x, head_dim: int):
     """(..., n, H·d_h) → (..., H, n, d_h), head h from columns h·d_h … (h + 1)·d_h − 1."""
     return x.unflatten(-1, (-1, head_dim)).transpose(-3, -2)
+
+
+def _normed_heads(y, norm, head_dim: int):
+    """The heads (..., H, n, d_h) of a projection y (..., n, H·d_h), QK-normed first over the
+    whole projection (a gain of size H·d_h) or then per head (a gain of size d_h, or none)."""
+    if norm is None:
+        return _heads(y, head_dim)
+    if norm.gamma is not None and norm.gamma.shape[-1] != head_dim:
+        return _heads(norm.norm(y), head_dim)
+    return norm.norm(_heads(y, head_dim))
+
+
+def _check_qk_norm(norm, name: str, head_dim: int, heads: int):
+    """A QK-norm: None, or a pre-placed RMSNorm/LayerNorm whose gain has size d_h or H·d_h."""
+    from tpde.fields.norms.schemes import LayerNorm, RMSNorm
+
+    if norm is None:
+        return None
+    if not isinstance(norm, RMSNorm | LayerNorm) or norm.placement != "pre":
+        raise TypeError(
+            f"GroupedQueryAttention: {name} must be an RMSNorm or LayerNorm scheme object with "
+            f"placement='pre' (e.g. RMSNorm(gamma, eps)); received {norm!r}."
+        )
+    for gain in (norm.gamma, getattr(norm, "bias", None)):
+        if gain is not None and gain.shape[-1] not in (head_dim, heads * head_dim):
+            raise ValueError(
+                f"GroupedQueryAttention: the {name} gain must have size d_h = {head_dim} (per "
+                f"head) or {heads * head_dim} (the whole projection); received shape "
+                f"{tuple(gain.shape)}."
+            )
+    return norm
 
 
 def _check_heads(heads, kv_heads) -> tuple[int, int]:

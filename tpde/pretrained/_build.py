@@ -1,0 +1,342 @@
+"""The general builder: an architecture entry + config.json + tensors → a Transformer.
+
+Nothing here is specific to a family: every difference is a field of the entry
+(:mod:`tpde.pretrained.architectures`). The order is fixed so that nothing is half-built:
+the config is read and checked (every key by name), the expected tensor names and shapes
+are derived from it and compared with the files' headers (missing, unexpected, wrong
+shape: each named), and only then are tensors read and fields built.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+
+from tpde.fields import (
+    MLP,
+    GroupedQueryAttention,
+    LayerNorm,
+    LayerSchedule,
+    Normalized,
+    RMSNorm,
+    RoPE,
+    SwiGLU,
+)
+from tpde.pretrained._folder import LoadError
+from tpde.pretrained.architectures import ACTIVATIONS_HF, REQUIRED, Architecture
+from tpde.pretrained.transformer import Embedding, Layer, Transformer
+
+__all__ = ["ModelConfig", "build", "expected_shapes", "read_hyper"]
+
+_LINEAR = ("q", "k", "v", "o", "qkv", "gate", "up", "down", "fc1", "fc2")
+_NORMS = ("attn_norm", "mlp_norm", "final_norm", "embed_norm", "q_norm", "k_norm")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Hyper-parameters of a checkpoint, read from config.json by its entry's ``keys``.
+
+    Attributes
+    ----------
+    model_type : str
+    layers, hidden, heads, kv_heads, head_dim, mlp_hidden, vocab, context : int
+    norm_eps : float
+    rope_base : float or None (learned positions: None)
+    activation : str (tpde's name) or None (SwiGLU: silu)
+    window : int or None (sliding window)
+    tied_embeddings : bool
+    type_vocab : int or None
+    position_offset : int
+    """
+
+    model_type: str
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    mlp_hidden: int
+    vocab: int
+    context: int
+    norm_eps: float
+    rope_base: float | None
+    activation: str | None
+    window: int | None
+    tied_embeddings: bool
+    type_vocab: int | None
+    position_offset: int
+
+
+# ---------------------------------------------------------------------- config
+def _lookup(raw: dict, key: str):
+    """raw[key], with "a.b" reading a nested dict; a KeyError when absent."""
+    value = raw
+    for part in key.split("."):
+        if not isinstance(value, dict) or part not in value:
+            raise KeyError(key)
+        value = value[part]
+    return value
+
+
+def _check_honoured(raw: dict, entry: Architecture) -> None:
+    for key, allowed in entry.honoured.items():
+        try:
+            value = _lookup(raw, key)
+        except KeyError:
+            continue
+        values = value if isinstance(value, list) and key == "layer_types" else [value]
+        for item in values:
+            if item not in allowed:
+                raise LoadError(
+                    f"config.json sets {key} = {value!r}, which changes the computation in a way "
+                    f"tpde does not implement for {entry.family} models (it reads "
+                    f"{' or '.join(map(repr, allowed))}); tpde refuses rather than ignore it."
+                )
+
+
+def _integer(value, key: str, *, low: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise LoadError(f"config.json: {key} must be an integer; received {value!r}.")
+    if value < low:
+        raise LoadError(f"config.json: {key} must be an integer >= {low}; received {value}.")
+    return int(value)
+
+
+def _positive(value, key: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise LoadError(f"config.json: {key} must be a number; received {value!r}.")
+    if not (math.isfinite(value) and value > 0):
+        raise LoadError(f"config.json: {key} must be finite and > 0; received {value!r}.")
+    return float(value)
+
+
+def read_hyper(raw: dict, entry: Architecture) -> ModelConfig:
+    """The checked hyper-parameters of ``raw`` (config.json) for the family ``entry``."""
+    _check_honoured(raw, entry)
+    got, keys = {}, {}
+    for name, (key, default) in entry.keys.items():
+        keys[name] = key
+        if key in raw and raw[key] is not None:
+            got[name] = raw[key]
+        elif default is REQUIRED:
+            raise LoadError(f"config.json has no {key!r}, which {entry.family} models need.")
+        else:
+            got[name] = default
+    if "rope_parameters" in raw and isinstance(raw["rope_parameters"], dict):
+        got["rope_base"] = raw["rope_parameters"].get("rope_theta", got.get("rope_base"))
+        keys["rope_base"] = "rope_parameters.rope_theta"
+    ints = ("layers", "hidden", "heads", "mlp_hidden", "vocab", "context")
+    for name in ints:
+        if not (isinstance(got[name], str) and got[name].startswith("=")):
+            got[name] = _integer(got[name], keys[name])
+    got["kv_heads"] = got["heads"] if got["kv_heads"] == "=heads" else _integer(
+        got["kv_heads"], keys["kv_heads"])  # fmt: skip
+    if got["head_dim"] == "=hidden/heads":
+        if got["hidden"] % got["heads"]:
+            raise LoadError(
+                f"config.json: {keys['hidden']} = {got['hidden']} is not a multiple of "
+                f"{keys['heads']} = {got['heads']} (and there is no head_dim)."
+            )
+        got["head_dim"] = got["hidden"] // got["heads"]
+    head_dim = _integer(got["head_dim"], keys["head_dim"])
+    if got["heads"] % got["kv_heads"]:
+        raise LoadError(
+            f"config.json: {keys['heads']} = {got['heads']} is not a multiple of "
+            f"{keys['kv_heads']} = {got['kv_heads']}."
+        )
+    mlp_hidden = 4 * got["hidden"] if got["mlp_hidden"] == "=4*hidden" else got["mlp_hidden"]
+    activation = None
+    if "activation" in got:
+        name = got["activation"]
+        if name not in ACTIVATIONS_HF:
+            raise LoadError(
+                f"config.json: {keys['activation']} = {name!r} is an activation tpde does not "
+                f"implement (it reads {', '.join(ACTIVATIONS_HF)})."
+            )
+        activation = ACTIVATIONS_HF[name]
+    window = got.get("window")
+    if entry.facts.get("no_window"):
+        window = None  # read only with use_sliding_window, which `honoured` refuses
+    if window is not None:
+        window = _integer(window, keys["window"])
+    offset = 0
+    if raw.get("model_type") == "roberta":
+        offset = _integer(got["pad"], keys["pad"], low=0) + 1
+    context = got["context"] - offset
+    if context < 1:
+        raise LoadError(
+            f"config.json: {keys['context']} = {got['context']} leaves no position after the "
+            f"offset {offset}."
+        )
+    rope = _positive(got["rope_base"], keys["rope_base"]) if entry.rotary else None
+    tied = got.get("tied", entry.family == "bert")
+    if not isinstance(tied, bool):
+        raise LoadError(
+            f"config.json: {keys.get('tied')} must be true or false; received {tied!r}."
+        )
+    return ModelConfig(
+        model_type=str(raw.get("model_type")),
+        layers=got["layers"],
+        hidden=got["hidden"],
+        heads=got["heads"],
+        kv_heads=got["kv_heads"],
+        head_dim=head_dim,
+        mlp_hidden=mlp_hidden,
+        vocab=got["vocab"],
+        context=context,
+        norm_eps=_positive(got["norm_eps"], keys["norm_eps"]),
+        rope_base=rope,
+        activation=activation,
+        window=window,
+        tied_embeddings=tied,
+        type_vocab=_integer(got["type_vocab"], keys["type_vocab"]) if "type_vocab" in got else None,
+        position_offset=offset,
+    )
+
+
+# ---------------------------------------------------------------------- tensor names
+def _bias(entry: Architecture, role: str, raw: dict) -> bool:
+    flag = entry.biases.get(role, False)
+    return bool(raw.get(flag, False)) if isinstance(flag, str) else flag
+
+
+def _role_shapes(cfg: ModelConfig, entry: Architecture) -> dict[str, tuple[int, ...]]:
+    """The (out, in) weight shape of every linear role and the gain shape of every norm."""
+    d, k, m = cfg.hidden, cfg.head_dim, cfg.mlp_hidden
+    q, kv = cfg.heads * k, cfg.kv_heads * k
+    return {
+        "q": (q, d), "k": (kv, d), "v": (kv, d), "o": (d, q), "qkv": (q + 2 * kv, d),
+        "gate": (m, d), "up": (m, d), "down": (d, m), "fc1": (m, d), "fc2": (d, m),
+        "attn_norm": (d,), "mlp_norm": (d,), "final_norm": (d,), "embed_norm": (d,),
+        "q_norm": (k,), "k_norm": (k,),
+        "embed": (cfg.vocab, d), "head": (cfg.vocab, d),
+        "positions": (cfg.context + cfg.position_offset, d),
+        "token_types": (cfg.type_vocab or 0, d),
+    }  # fmt: skip
+
+
+def expected_shapes(cfg: ModelConfig, entry: Architecture, raw: dict, prefix: str) -> dict:
+    """name → (role, layer or None, part, shape as stored) of every tensor the model reads."""
+    shapes, out = _role_shapes(cfg, entry), {}
+    for role, template in entry.names.items():
+        if role == "head" and cfg.tied_embeddings:
+            continue
+        per_layer = "{l}" in template
+        for l in range(cfg.layers) if per_layer else [None]:
+            base = prefix + template.format(l=l)
+            shape = shapes[role]
+            if role in _LINEAR:
+                stored = shape[::-1] if entry.conv1d else shape
+                out[f"{base}.weight"] = (role, l, "weight", stored)
+                if _bias(entry, role, raw):
+                    out[f"{base}.bias"] = (role, l, "bias", shape[:1])
+            elif role in _NORMS:
+                out[f"{base}.weight"] = (role, l, "weight", shape)
+                if entry.norm == "layernorm":
+                    out[f"{base}.bias"] = (role, l, "bias", shape)
+            else:
+                out[f"{base}.weight"] = (role, l, "weight", shape)
+    return out
+
+
+def check_names(expected: dict, found: dict, entry: Architecture, prefix: str, where) -> None:
+    """Raise naming the first missing, wrong-shaped or unexpected tensor."""
+    for name, (_, _, _, shape) in expected.items():
+        if name not in found:
+            raise LoadError(f"{where}: the tensor {name!r} is missing (shape {shape} expected).")
+        if tuple(found[name]) != tuple(shape):
+            raise LoadError(
+                f"{where}: the tensor {name!r} has shape {tuple(found[name])}; the config implies "
+                f"{tuple(shape)}."
+            )
+    tied_head = prefix + entry.names.get("head", "?") + ".weight"
+    for name in found:
+        if name in expected or name.startswith(tuple(entry.ignored)) or name == tied_head:
+            continue  # a tied head saved anyway is the embedding
+        if name.endswith(tuple(entry.buffers)):
+            continue  # a buffer the architecture recomputes (GPT-2's causal mask)
+        raise LoadError(
+            f"{where}: the tensor {name!r} (shape {tuple(found[name])}) is not one a "
+            f"{entry.family} model reads: the checkpoint is of another architecture or "
+            "variant than its config.json says."
+        )
+
+
+# ---------------------------------------------------------------------- fields
+def _gather(expected: dict, tensors: dict, entry: Architecture) -> dict:
+    """(role, layer) → {"weight": tensor (out, in), "bias": tensor or None}."""
+    out = {}
+    for name, (role, l, part, _) in expected.items():
+        tensor = tensors[name]
+        if part == "weight" and role in _LINEAR and entry.conv1d:
+            tensor = tensor.T.contiguous()
+        out.setdefault((role, l), {"weight": None, "bias": None})[part] = tensor
+    return out
+
+
+def _norm(w: dict | None, cfg: ModelConfig, entry: Architecture, placement: str):
+    if w is None:
+        return None
+    if entry.norm == "rmsnorm":
+        return RMSNorm(w["weight"], cfg.norm_eps, placement=placement)
+    return LayerNorm(w["weight"], w["bias"], cfg.norm_eps, placement=placement)
+
+
+def _attention(p: dict, cfg: ModelConfig, entry: Architecture) -> GroupedQueryAttention:
+    if "qkv" in p:
+        q, kv = cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
+        sizes = (q, kv, kv)
+        ws = p["qkv"]["weight"].split(sizes, 0)
+        bs = p["qkv"]["bias"].split(sizes, 0) if p["qkv"]["bias"] is not None else (None,) * 3
+        p = {**p, **{r: {"weight": w, "bias": b} for r, w, b in zip("qkv", ws, bs, strict=True)}}
+    norms = {r: _norm(p.get(r), cfg, entry, "pre") for r in ("q_norm", "k_norm")}
+    return GroupedQueryAttention(
+        p["q"]["weight"], p["k"]["weight"], p["v"]["weight"], p["o"]["weight"],
+        cfg.heads, cfg.kv_heads, scale=1 / math.sqrt(cfg.head_dim),
+        position=RoPE(base=cfg.rope_base) if entry.rotary else None, causal=entry.causal,
+        window=cfg.window, bq=p["q"]["bias"], bk=p["k"]["bias"], bv=p["v"]["bias"],
+        bo=p["o"]["bias"], q_norm=norms["q_norm"], k_norm=norms["k_norm"],
+    )  # fmt: skip
+
+
+def _mlp(p: dict, cfg: ModelConfig, entry: Architecture):
+    if entry.mlp == "swiglu":
+        return SwiGLU(p["gate"]["weight"], p["up"]["weight"], p["down"]["weight"])
+    return MLP(p["fc1"]["weight"], p["fc1"]["bias"], p["fc2"]["weight"], p["fc2"]["bias"],
+               activation=cfg.activation)  # fmt: skip
+
+
+def build(cfg, entry: Architecture, expected: dict, tensors: dict, tokenizer) -> Transformer:
+    """The Transformer of checked tensors (names and shapes as ``expected``)."""
+    w = _gather(expected, tensors, entry)
+    layers = []
+    for l in range(cfg.layers):
+        p = {role: value for (role, layer), value in w.items() if layer == l}
+        attention, mlp = _attention(p, cfg, entry), _mlp(p, cfg, entry)
+        n1 = _norm(p["attn_norm"], cfg, entry, entry.placement)
+        n2 = _norm(p["mlp_norm"], cfg, entry, entry.placement)
+        layers.append(
+            Layer(attention, mlp, n1, n2, Normalized(attention, n1) + Normalized(mlp, n2))
+        )
+    g = {role: value for (role, layer), value in w.items() if layer is None}
+    embedding = Embedding(
+        tokens=g["embed"]["weight"],
+        positions=g["positions"]["weight"] if "positions" in g else None,
+        offset=cfg.position_offset,
+        token_types=g["token_types"]["weight"] if "token_types" in g else None,
+        norm=_norm(g.get("embed_norm"), cfg, entry, "pre"),
+    )
+    head = None
+    if "head" in entry.names:
+        head = embedding.tokens if cfg.tied_embeddings else g["head"]["weight"]
+    return Transformer(
+        config=cfg,
+        layers=tuple(layers),
+        schedule=LayerSchedule([layer.field for layer in layers]),
+        embedding=embedding,
+        final_norm=_norm(g.get("final_norm"), cfg, entry, "pre"),
+        head=head,
+        tokenizer=tokenizer,
+        architecture=entry.family,
+    )

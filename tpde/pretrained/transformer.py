@@ -1,0 +1,338 @@
+r"""One model class for every architecture: a pretrained Transformer as tpde fields.
+
+A model is an embedding, L layers as a :class:`~tpde.fields.LayerSchedule` of tpde
+fields, a final norm and an output head. Layer l is the field on depth-time [l, l + 1)
+
+    Γ_l = Normalized(Attn_l, N₁) + Normalized(F_l, N₂)        (MATH.md §8)
+
+whose Lie–Trotter step of size 1 with Euler sub-steps (attention part, then MLP part, each
+part's projection after its sub-step) is the network's block, for every norm placement:
+Pre-norm (x ← x + Attn(N₁x); x ← x + F(N₂x)) and Post-norm (x ← N₁(x + Attn x);
+x ← N₂(x + F x)). The **per-sublayer split** of :meth:`Transformer.split` is that step's
+sub-steps: v_{l,k} = x_{l,k+1} − x_{l,k}, so x_{l+1} − x_l = Σ_k v_{l,k} exactly (each
+velocity after the norms that act on it).
+
+:func:`tpde.pretrained.load` builds one from a Hugging Face folder or a GGUF file;
+:func:`tpde.pretrained.load_smollm2` is one too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from tpde._validation import as_tensor, check_finite
+from tpde.fields import Field, GroupedQueryAttention, LayerSchedule
+from tpde.measures import Empirical
+
+__all__ = ["DecoderLayer", "Embedding", "Layer", "Transformer"]
+
+
+@dataclass(frozen=True, eq=False)
+class Layer:
+    """One block, its pieces by name.
+
+    Attributes
+    ----------
+    attention : GroupedQueryAttention
+        The attention sublayer (W_Q, W_K, W_V, W_O, positions, mask); no norm, no residual.
+    mlp : Field
+        The feed-forward sublayer (:class:`~tpde.fields.SwiGLU` or
+        :class:`~tpde.fields.MLP`); no norm, no residual.
+    attention_norm, mlp_norm : RMSNorm or LayerNorm scheme
+        N₁ and N₂ (``.norm(x)``; placement "pre": the sublayer reads N(x); "post": the
+        sublayer's step ends with N).
+    field : Field
+        The block, ``Normalized(attention, N₁) + Normalized(mlp, N₂)``.
+    """
+
+    attention: GroupedQueryAttention
+    mlp: Field
+    attention_norm: object
+    mlp_norm: object
+    field: Field
+
+    @property
+    def parts(self) -> tuple[Field, ...]:
+        """The sublayers in order (attention, MLP), each with its norm: the split's parts."""
+        return self.field.parts
+
+
+#: SmolLM2's name for a block (the same class).
+DecoderLayer = Layer
+
+
+@dataclass(frozen=True, eq=False)
+class Embedding:
+    r"""Token ids → depth-0 tokens: x_i = s·E[id_i] + P[p_i + offset] + T[type_i], then N.
+
+    Attributes
+    ----------
+    tokens : tensor (V, d)
+        E, the token embedding matrix.
+    scale : float
+        s (1; √d for Gemma).
+    positions : tensor (P, d) or None
+        P, learned absolute positions (GPT-2, BERT), read at p_i + ``offset``.
+    offset : int
+        RoBERTa's position offset (pad_token_id + 1), else 0.
+    token_types : tensor (T, d) or None
+        BERT's token-type embeddings (type 0 unless given).
+    norm : LayerNorm scheme or None
+        BERT's embedding LayerNorm.
+    """
+
+    tokens: torch.Tensor
+    scale: float = 1.0
+    positions: torch.Tensor | None = None
+    offset: int = 0
+    token_types: torch.Tensor | None = None
+    norm: object = None
+
+    @property
+    def max_positions(self) -> int | None:
+        """The most positions a sequence may have (the position table's rows), or None."""
+        return None if self.positions is None else self.positions.shape[0] - self.offset
+
+    def __call__(self, ids: torch.Tensor, types: torch.Tensor | None = None) -> torch.Tensor:
+        x = self.tokens[ids]
+        if self.scale != 1.0:
+            x = x * torch.tensor(self.scale, dtype=x.dtype).to(x.device)
+        if self.positions is not None:
+            x = x + self.positions[self.offset + torch.arange(ids.shape[-1], device=ids.device)]
+        if self.token_types is not None:
+            x = x + self.token_types[torch.zeros_like(ids) if types is None else types]
+        return x if self.norm is None else self.norm.norm(x)
+
+
+@dataclass(frozen=True, eq=False)
+class Transformer:
+    """A pretrained Transformer as tpde objects (module notes: equations).
+
+    Attributes
+    ----------
+    config : object
+        The hyper-parameters read from the files (``layers``, ``hidden``, ``heads``,
+        ``kv_heads``, ``head_dim``, ``vocab``, ``context`` …).
+    layers : tuple of L :class:`Layer`
+    schedule : LayerSchedule
+        ``layers[l].field`` on depth-time [l, l + 1).
+    embedding : Embedding
+    final_norm : RMSNorm or LayerNorm scheme, or None (Post-norm encoders have none)
+    head : tensor (V, d) or None
+        The output head: logits = head · N(x) (+ ``head_bias``). ``head is embeddings`` when
+        tied. None for an encoder without a language-model head.
+    tokenizer : tokenizers.Tokenizer or None
+        None when the folder has no tokenizer: :meth:`embed` then takes token ids.
+    architecture : str
+        The family (:data:`tpde.pretrained.architectures.ARCHITECTURES`).
+    head_bias : tensor (V,) or None
+    """
+
+    config: object
+    layers: tuple[Layer, ...]
+    schedule: LayerSchedule
+    embedding: Embedding
+    final_norm: object
+    head: torch.Tensor | None
+    tokenizer: object
+    architecture: str = "llama"
+    head_bias: torch.Tensor | None = None
+
+    @property
+    def embeddings(self) -> torch.Tensor:
+        """The token embedding matrix E (V, d)."""
+        return self.embedding.tokens
+
+    @property
+    def context(self) -> int:
+        """The most tokens a sequence may have."""
+        return int(self.config.context)
+
+    def layer(self, index: int) -> Layer:
+        """``layers[index]``, with a clear error for an index out of range."""
+        if isinstance(index, bool) or not isinstance(index, int):
+            raise TypeError(f"layer index must be an int; received {index!r}.")
+        if not 0 <= index < len(self.layers):
+            raise IndexError(
+                f"layer index {index} is out of range: the model has {len(self.layers)} layers "
+                f"(0 … {len(self.layers) - 1})."
+            )
+        return self.layers[index]
+
+    # ------------------------------------------------------------------ tokens
+    def token_ids(self, sentence: str) -> torch.Tensor:
+        """Token ids of one sentence (as the tokenizer adds specials), shape (n,), CPU.
+
+        Raises
+        ------
+        ValueError
+            An empty sentence, one longer than the context, or a model without tokenizer.
+        """
+        from tpde.pretrained.minilm import check_unicode
+
+        if not isinstance(sentence, str):
+            raise TypeError(f"a sentence must be a str; received {type(sentence).__name__}.")
+        if self.tokenizer is None:
+            raise ValueError(
+                "this model was loaded without a tokenizer (no tokenizer.json): pass token ids, "
+                "model.embed(torch.tensor([...])), instead of text."
+            )
+        if not sentence.strip():
+            raise ValueError(f"a sentence must be a non-empty string; received {sentence!r}.")
+        check_unicode(sentence, "the sentence")
+        ids = self.tokenizer.encode(sentence).ids
+        self._check_length(len(ids))
+        return torch.tensor(ids, dtype=torch.long, device="cpu")  # token ids: host data
+
+    def _check_length(self, n: int) -> None:
+        if n > self.context:
+            raise ValueError(
+                f"a sequence of {n} tokens is longer than the model's context length "
+                f"({self.context} tokens); split it into shorter sequences."
+            )
+
+    def _ids(self, ids) -> torch.Tensor:
+        ids = torch.as_tensor(ids)
+        if ids.dtype in (torch.bool,) or ids.is_floating_point() or ids.is_complex():
+            raise TypeError(f"token ids must be integers; received dtype {ids.dtype}.")
+        if ids.ndim != 1 or ids.numel() == 0:
+            raise ValueError(
+                f"token ids must be a non-empty 1-d sequence (n,); received shape "
+                f"{tuple(ids.shape)}."
+            )
+        vocab = self.embeddings.shape[0]
+        if int(ids.min()) < 0 or int(ids.max()) >= vocab:
+            raise ValueError(
+                f"token ids must lie in 0 … {vocab - 1} (the vocabulary); received ids from "
+                f"{int(ids.min())} to {int(ids.max())}."
+            )
+        self._check_length(ids.numel())
+        return ids.to(device=self.embeddings.device, dtype=torch.long)
+
+    def embed(self, sentences) -> list[Empirical]:
+        """One token measure per sentence: depth-0 tokens, positions 0 … n − 1.
+
+        Parameters
+        ----------
+        sentences : str, tensor of token ids (n,), or a non-empty list of them
+
+        Returns
+        -------
+        list of Empirical
+            Points (n, d) in the model's dtype and device, uniform weights, positions
+            ``torch.arange(n)``.
+        """
+        if isinstance(sentences, str | torch.Tensor):
+            sentences = [sentences]
+        if not isinstance(sentences, list | tuple) or not sentences:
+            raise ValueError(
+                f"sentences must be a str or a non-empty list of str (or of token-id tensors); "
+                f"received {sentences!r}."
+            )
+        out = []
+        for item in sentences:
+            text = isinstance(item, str)
+            ids = self.token_ids(item).to(self.embeddings.device) if text else self._ids(item)
+            positions = torch.arange(len(ids), device=self.embeddings.device)
+            out.append(Empirical(self.embedding(ids), positions=positions))
+        return out
+
+    # ------------------------------------------------------------------ outputs
+    def _points(self, points) -> torch.Tensor:
+        x = as_tensor(points, "points")
+        d = self.embeddings.shape[1]
+        if x.ndim < 2 or x.shape[-1] != d or x.shape[-2] < 1:
+            raise ValueError(
+                f"points must be tokens of shape (..., n, {d}) with n >= 1 (the model's "
+                f"width); received shape {tuple(x.shape)}."
+            )
+        check_finite(x, "points")
+        return x
+
+    def logits(self, points: torch.Tensor) -> torch.Tensor:
+        """head · N_out(x) + b: next-token logits (..., n, V) of the last hidden states (in
+        the wider of the tokens' and the model's dtypes)."""
+        if self.head is None:
+            raise ValueError(
+                f"this {self.architecture} checkpoint has no language-model head: use its "
+                "hidden states (model.hidden_states)."
+            )
+        x = self._points(points)
+        normed = x if self.final_norm is None else self.final_norm.norm(x)
+        dtype = torch.promote_types(normed.dtype, self.head.dtype)
+        out = normed.to(dtype) @ self.head.T.to(dtype)
+        return out if self.head_bias is None else out + self.head_bias.to(dtype)
+
+    def attention_weights(self, points: torch.Tensor, index: int) -> torch.Tensor:
+        """The attention probabilities (..., H, n, n) of layer ``index`` on tokens x: the
+        probabilities of its attention field on the tokens it reads (N₁(x) for a Pre-norm
+        layer, x for a Post-norm one) at positions 0 … n − 1; rows sum to 1, column 0 is
+        the share on the first token (the "attention sink")."""
+        layer = self.layer(index)
+        x = self._points(points)
+        norm = layer.attention_norm
+        seen = norm.norm(x) if norm is not None and norm.placement == "pre" else x
+        positions = torch.arange(seen.shape[-2], device=seen.device)
+        return layer.attention.probabilities(Empirical(seen, positions=positions))
+
+    def hidden_states(self, mu: Empirical, *, method: str = "lie-trotter", dt: float = 1.0,
+                      **options) -> torch.Tensor:  # fmt: skip
+        """Tokens at depths 0, 1, …, L: shape (L + 1, ..., n, d).
+
+        With the defaults (Lie–Trotter, Euler sub-steps, h = 1) these are the network's
+        hidden states (every block's output, before the final norm). Other ``method``,
+        ``dt`` and ``options`` (``rtol``, ``atol``, ``max_steps``, ``engine``) of
+        :func:`tpde.flows.integrate` give the continuous-depth flow at the integer depths.
+        """
+        from tpde.flows import integrate
+
+        _check_mu(mu)
+        unknown = sorted(set(options) - HIDDEN_STATE_OPTIONS)
+        if unknown:
+            raise TypeError(
+                f"hidden_states takes the options {', '.join(sorted(HIDDEN_STATE_OPTIONS))} of "
+                f"tpde.flows.integrate; received {', '.join(unknown)} (the depths 0 … L fix "
+                "t0, t1, save and events)."
+            )
+        layers = len(self.layers)
+        trajectory = integrate(
+            self.schedule, mu, float(layers), dt=dt, method=method, save=layers + 1,
+            events=(), **options,
+        )  # fmt: skip
+        return torch.stack([m.points for m in trajectory.measures])
+
+    def split(self, mu: Empirical, *, engine: str = "auto") -> torch.Tensor:
+        r"""The per-sublayer velocities v_{l,k}: shape (L, K, ..., n, d), K sublayers a layer.
+
+        v_{l,k} = x_{l,k+1} − x_{l,k}, the k-th sub-step of layer l's Lie–Trotter step at
+        h = 1 (x_{l,0} = x_l, x_{l,K} = x_{l+1}; k = 0 attention, k = 1 MLP), each after
+        the norms that act on it: Pre-norm v = f(N(x)), Post-norm v = N(x + f(x)) − x. So
+        x_{l+1} − x_l = Σ_k v_{l,k} for every placement.
+        """
+        _check_mu(mu)
+        x, out = mu.points, []
+        for l, layer in enumerate(self.layers):
+            steps = []
+            for part in layer.parts:
+                v = part.velocity(mu.with_points(x), t=float(l), engine=engine)
+                new = x + v
+                if part.supports("projection"):
+                    new = part.project(new)
+                steps.append(new - x)
+                x = new
+            out.append(torch.stack(steps))
+        return torch.stack(out)
+
+
+#: The options of :func:`tpde.flows.integrate` that :meth:`Transformer.hidden_states` passes on.
+HIDDEN_STATE_OPTIONS = frozenset({"rtol", "atol", "max_steps", "engine"})
+
+
+def _check_mu(mu) -> None:
+    if not isinstance(mu, Empirical):
+        raise TypeError(
+            f"mu must be an Empirical of tokens with positions (model.embed(sentence)[0]); "
+            f"received {type(mu).__name__}."
+        )
