@@ -17,6 +17,7 @@ a Gaussian run turns stiff, :mod:`tpde.flows.auto`);
 """
 
 from tpde.flows.auto import Auto
+from tpde.flows.circle import CircleSystem  # registers CircleDensity with integrate
 from tpde.flows.compare import Comparison, compare
 from tpde.flows.convexity import ConvexityProbe, convexity_probe, geodesic_second_derivative
 from tpde.flows.eulerian import SCHEMES, CFLViolation, FiniteVolumes, GridSystem
@@ -42,6 +43,7 @@ __all__ = [
     "Auto",
     "BlowUp",
     "CFLViolation",
+    "CircleSystem",
     "Clustered",
     "Comparison",
     "Converged",
