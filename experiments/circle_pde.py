@@ -94,8 +94,9 @@ def plateaus(times: np.ndarray, counts: np.ndarray, shortest: float) -> list[tup
     for i in range(1, len(counts) + 1):
         if i == len(counts) or counts[i] != counts[start]:
             if times[i - 1] - times[start] >= shortest:
-                out.append((int(counts[start]), float(times[start]),
-                            float(times[i - 1] - times[start])))  # fmt: skip
+                out.append(
+                    (int(counts[start]), float(times[start]), float(times[i - 1] - times[start]))
+                )
             start = i
     return out
 
@@ -116,23 +117,33 @@ def run(config: Config, out: Path) -> None:
     for i, n in enumerate(fw.progress(config.sizes, "sizes")):
         for s in range(config.seeds if n < 1_000_000 else 1):
             cloud = Empirical(rho0.sample(n, generator=g))
-            traj = integrate(field, cloud, config.t1, method="rk4", dt=config.dt,
-                             save=times.tolist(), engine="auto")  # fmt: skip
+            traj = integrate(
+                field,
+                cloud,
+                config.t1,
+                method="rk4",
+                dt=config.dt,
+                save=times.tolist(),
+                engine="auto",
+            )
             for j, mu in enumerate(traj.measures):
                 if j < len(pde_times) and pde_times[j] == times[j]:
                     distance[i, s, j] = float(w1_circle(mu, pde.measures[j]))
                 counts[i, s, j] = clusters(mu.points, config.gap, config.min_share)
                 if i == len(config.sizes) - 1 and s == 0:
-                    angles = torch.remainder(torch.atan2(mu.points[:, 1], mu.points[:, 0]),
-                                             2 * math.pi)  # fmt: skip
-                    histogram[j] = np.histogram(angles.numpy(), config.bins, (0, 2 * math.pi),
-                                                density=True)[0]  # fmt: skip
+                    angles = torch.remainder(
+                        torch.atan2(mu.points[:, 1], mu.points[:, 0]), 2 * math.pi
+                    )
+                    histogram[j] = np.histogram(
+                        angles.numpy(), config.bins, (0, 2 * math.pi), density=True
+                    )[0]
     peak = densities.max(axis=1)
     linear = pde_times[peak <= 2 * peak[0]]
     early = [j for j, t in enumerate(times) if 0 < t <= linear[-1] and j < len(pde_times)]
     mean = np.nanmean(distance[..., early], axis=1)  # (sizes, early times)
-    slopes = [float(np.polyfit(np.log(config.sizes), np.log(mean[:, j]), 1)[0])
-              for j in range(len(early))]  # fmt: skip
+    slopes = [
+        float(np.polyfit(np.log(config.sizes), np.log(mean[:, j]), 1)[0]) for j in range(len(early))
+    ]
     results = {
         "pde_status": str(pde.status),
         "pde_end": float(pde_times[-1]),
@@ -147,21 +158,29 @@ def run(config: Config, out: Path) -> None:
         },
         "seconds": time.time() - started,
     }
-    arrays = {"times": times, "pde_times": pde_times, "densities": densities,
-              "distance": distance, "counts": counts, "histogram": histogram}  # fmt: skip
+    arrays = {
+        "times": times,
+        "pde_times": pde_times,
+        "densities": densities,
+        "distance": distance,
+        "counts": counts,
+        "histogram": histogram,
+    }
     fw.save(out, config, arrays, results, started)
 
 
 def plot(out: Path) -> list[Path]:
-    config, arrays, results = fw.load(out)
+    config, arrays, _ = fw.load(out)
     plt = fw.pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
     t, tp = arrays["times"], arrays["pde_times"]
-    axes[0].imshow(arrays["densities"].T, aspect="auto", origin="lower",
-                   extent=(0, tp[-1], 0, 2 * math.pi))  # fmt: skip
+    axes[0].imshow(
+        arrays["densities"].T, aspect="auto", origin="lower", extent=(0, tp[-1], 0, 2 * math.pi)
+    )
     axes[0].set(title="PDE density ρ(t, θ)", xlabel="t", ylabel="θ")
-    axes[1].imshow(arrays["histogram"].T, aspect="auto", origin="lower",
-                   extent=(0, t[-1], 0, 2 * math.pi))  # fmt: skip
+    axes[1].imshow(
+        arrays["histogram"].T, aspect="auto", origin="lower", extent=(0, t[-1], 0, 2 * math.pi)
+    )
     axes[1].set(title=f"particles, N = {config['sizes'][-1]:.0e}", xlabel="t")
     for i, n in enumerate(config["sizes"]):
         axes[2].semilogy(t, np.nanmean(arrays["distance"][i], axis=0), label=f"N = {n:.0e}")
@@ -171,25 +190,28 @@ def plot(out: Path) -> list[Path]:
 
 
 def report(out: Path) -> fw.Report:
-    config, arrays, r = fw.load(out)
+    config, _, r = fw.load(out)
     rate = r["rate"]
     largest = str(config["sizes"][-1])
-    counts = ", ".join(f"{c} clusters from t = {s:.1f} for {d:.1f}" for c, s, d in
-                       r["plateaus"][largest])  # fmt: skip
+    counts = ", ".join(
+        f"{c} clusters from t = {s:.1f} for {d:.1f}" for c, s, d in r["plateaus"][largest]
+    )
     claims = [
         fw.Claim(
             "the particles approach the PDE at the Monte-Carlo rate N^{-1/2} while the "
             "modes are small",
             f"W1 ∝ N^{rate:.2f} for t ≤ {r['linear_until']:.2f}",
             "agrees" if abs(rate + 0.5) < 0.1 else "differs",
-        ),  # fmt: skip
+        ),
         fw.Claim(
             "k* = argmax k²I_k(β) clusters form first (Bruno et al.)",
             f"k* = {r['dominant_mode']}; plateaus at N = {largest}: {counts or 'none'}",
             "n/a",
-        ),  # fmt: skip
+        ),
     ]
-    summary = (f"PDE ({r['pde_status']}, to t = {r['pde_end']:.2f}, mass error "
-               f"{r['mass_error']:.1e}) against particles: W1 ∝ N^{rate:.2f}.")  # fmt: skip
+    summary = (
+        f"PDE ({r['pde_status']}, to t = {r['pde_end']:.2f}, mass error "
+        f"{r['mass_error']:.1e}) against particles: W1 ∝ N^{rate:.2f}."
+    )
     notes = [f"PDE stopped: {r['unresolved']}"] if r["unresolved"] else []
     return fw.Report(summary, claims, [("circle_pde.png", "density, particles, W1")], notes=notes)
