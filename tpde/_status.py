@@ -32,6 +32,7 @@ class Status(str, enum.Enum):
     CLUSTERED = "clustered"
     STIFF = "stiff"
     LOST_TOKEN = "lost_token"
+    UNRESOLVED = "unresolved"
 
     @property
     def meaning(self) -> str:
@@ -114,6 +115,12 @@ _MEANINGS = {
         "the norm scheme mapped a token to the origin (no direction left); the state is "
         "the one before that step",
         "use a smaller dt, an adaptive method (it retries smaller steps), or tangent=True.",
+    ),
+    Status.UNRESOLVED: (
+        "a density on a grid sharpened past what the grid resolves (its top Fourier modes "
+        "passed the tolerance, it went negative, or its mass drifted); the state is the last "
+        "resolved one, and stats['unresolved'] names the cause",
+        "refine the grid (more points), or stop the run earlier.",
     ),
 }
 

@@ -17,6 +17,7 @@ The geodesic convexity probe is a property of an energy: :func:`tpde.fields.conv
 """
 
 from tpde.flows.auto import Auto
+from tpde.flows.circle import CircleSystem  # registers CircleDensity with integrate
 from tpde.flows.compare import Comparison, compare
 from tpde.flows.eulerian import SCHEMES, CFLViolation, FiniteVolumes, GridSystem
 from tpde.flows.events import BlowUp, Clustered, Converged
@@ -41,6 +42,7 @@ __all__ = [
     "Auto",
     "BlowUp",
     "CFLViolation",
+    "CircleSystem",
     "Clustered",
     "Comparison",
     "Converged",

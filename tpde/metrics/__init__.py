@@ -3,6 +3,8 @@
 - :func:`w2`: exact W2 — Bures closed form for Gaussians, network simplex (or quantiles
   in d = 1) for particles and grids; a Gaussian against particles raises, saying what to
   call instead.
+- :func:`w1_circle`: exact W1 on the circle S¹ (arc length) through distribution functions,
+  for particles and :class:`~tpde.measures.CircleDensity`.
 - :func:`sinkhorn_divergence`: debiased entropic OT, GeomLoss's convention, on GeomLoss
   for particles and in closed form for Gaussians; :func:`sinkhorn_solve` meets a relative
   tolerance and returns the error estimate (:class:`SinkhornResult`).
@@ -35,6 +37,7 @@ from tpde.metrics.bures import (
     bures_monge_map,
     bures_wasserstein,
 )
+from tpde.metrics.circle import w1_circle
 from tpde.metrics.clustering import (
     angular_cluster_count,
     angular_cluster_labels,
@@ -75,5 +78,6 @@ __all__ = [
     "sinkhorn_solve",
     "time_to_single_cluster",
     "twisted_w2",
+    "w1_circle",
     "w2",
 ]
