@@ -18,7 +18,7 @@ import time
 
 import torch
 
-from tpde.attention import Normalized, Softmax
+from tpde.fields import Normalized, Softmax
 from tpde.flows import CircleSystem
 from tpde.measures import CircleDensity, uniform_on_sphere
 

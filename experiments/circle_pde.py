@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tpde.attention import Normalized, Softmax
+from tpde.fields import Normalized, Softmax
 from tpde.flows import integrate
 from tpde.measures import CircleDensity, Empirical
 from tpde.metrics import w1_circle
@@ -34,6 +34,7 @@ from tpde.theory import dominant_mode
 from . import _framework as fw
 
 NAME = "circle-pde"
+ORDER = 11  # place in ``tpde run`` and in the report
 TITLE = "The circle PDE against particles: distance, rate in N, metastable plateaus"
 
 

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from tpde.attention import Exponential, Normalized, Softmax
+from tpde.fields import Exponential, Normalized, Softmax
 from tpde.flows import CircleSystem, integrate
 from tpde.measures import CircleDensity, Empirical
 from tpde.theory import instability_rate

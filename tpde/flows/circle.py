@@ -73,8 +73,7 @@ def circle_model(field) -> tuple[str, float, float]:
     ``Normalized(Softmax(...) or Exponential(...), "post-ln")`` in d = 2 with a constant
     A = βI, β > 0, and V = vI, unbatched.
     """
-    from tpde.attention import Exponential, Normalized, Softmax
-    from tpde.attention.norms import PostLN
+    from tpde.fields import Exponential, Normalized, PostLN, Softmax
 
     if not isinstance(field, Normalized) or not isinstance(field.scheme, PostLN):
         raise ValueError(
