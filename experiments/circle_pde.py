@@ -31,11 +31,11 @@ from tpde.measures import CircleDensity, Empirical
 from tpde.metrics import w1_circle
 from tpde.theory import dominant_mode
 
-from . import _framework as fw
+from . import framework as fw
 
 NAME = "circle-pde"
 ORDER = 11  # place in ``tpde run`` and in the report
-TITLE = "The circle PDE against particles: distance, rate in N, metastable plateaus"
+TITLE = "the circle PDE against particles: distance, rate in N, metastable plateaus"
 
 
 @dataclass(frozen=True)
