@@ -113,8 +113,9 @@ def problem(n: int = 64, d: int = 8, layer: bool = False):
             torch.zeros(d, dtype=F64),
         )
         field = Normalized(field, "post-ln") + Normalized(mlp, "post-ln")
-        mu = Empirical(Normalized(Softmax(Q, Q, torch.eye(d, dtype=F64)), "post-ln").project(
-            mu.points))
+        mu = Empirical(
+            Normalized(Softmax(Q, Q, torch.eye(d, dtype=F64)), "post-ln").project(mu.points)
+        )
     return field, mu
 
 
@@ -156,7 +157,11 @@ def rhs_ratio(repeat: int = 7, calls: int = 200) -> float:
 def main() -> None:
     torch.set_num_threads(1)
     print(f"tpde.flows at {os.path.dirname(flows.__file__)}; attention {attention.__name__}")
-    runs = (("softmax", "rk4", False), ("softmax", "auto", False), ("post-ln layer", "lie-trotter", True))
+    runs = (
+        ("softmax", "rk4", False),
+        ("softmax", "auto", False),
+        ("post-ln layer", "lie-trotter", True),
+    )
     for what, method, layer in runs:
         c = per_run_counts(method, layer)
         print(

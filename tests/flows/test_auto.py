@@ -10,9 +10,9 @@ import torch
 
 from tpde.attention import Softmax
 from tpde.flows import integrate
-from tpde.flows.auto import CALM_STEPS, STABILITY_BOUND, STIFF_STEPS, Auto
 from tpde.flows.methods import resolve_method
-from tpde.flows.splitting import Splitting
+from tpde.flows.methods.auto import CALM_STEPS, STABILITY_BOUND, STIFF_STEPS, Auto
+from tpde.flows.methods.splitting import Splitting
 from tpde.measures import Empirical, Gaussian
 
 F64 = torch.float64

@@ -88,7 +88,7 @@ class _RHS:
     def jacobian(self, t, state):
         return self.system.jacobian(t, state)
 
-    # Splitting methods (:mod:`tpde.flows.splitting`) step one part of a sum at a time.
+    # Splitting methods (:mod:`tpde.flows.methods.splitting`) step one part of a sum at a time.
     @property
     def parts(self) -> int:
         return self.system.parts
@@ -112,8 +112,9 @@ class Loop:
     Parameters
     ----------
     system : a :class:`~tpde.flows.systems.System`.
-    method : an object with ``step(f, t, y, h, k1, h_clock)``, ``order`` and ``adaptive``
-        (:class:`~tpde.flows.methods.ExplicitRK` and the stiff methods).
+    method : a :class:`~tpde.flows.methods.Method` (its traits: ``step``, ``order``,
+        ``adaptive``, ``splits``, ``uses_k1``, ``error_exponent``, ``observe``,
+        ``run_stats``).
     events : tuple of event objects (:mod:`tpde.flows.events`).
     rtol, atol : tolerances of adaptive methods.
     max_steps : attempts (accepted and rejected steps) allowed per element.
@@ -125,12 +126,12 @@ class Loop:
         self.rtol, self.atol, self.max_steps = rtol, atol, int(max_steps)
         self.synchronous = synchronous
         self.need_derivative = any(e.requires == "rhs_norm" for e in events)
-        # A splitting method projects after each part's sub-step itself, and does not use
-        # the derivative at the start of a step.
-        self.splits = bool(getattr(method, "splits", False))
-        self.uses_k1 = bool(getattr(method, "uses_k1", True))
-        # A method that adapts to its run ("auto") hears every step's decision.
-        self.observe = getattr(method, "observe", None)
+        # The method's traits, read once (tpde.flows.methods.Method declares them): a
+        # splitting method projects after each part's sub-step itself, and does not use
+        # the derivative at the start of a step; a method that adapts to its run ("auto")
+        # hears every step's decision.
+        self.splits, self.uses_k1 = method.splits, method.uses_k1
+        self.observe = method.observe
 
     # ------------------------------------------------------------------ bookkeeping
     def _stop(self, which: np.ndarray, status: Status, times) -> None:
@@ -246,8 +247,7 @@ class Loop:
             left = system.degenerate(state, new, method.adaptive)
             if left is not None:
                 accept, h_next = self._left_domain(left, accept, h_next, moving, h_try, t)
-            if self.observe is not None:  # "auto" counts stiff steps
-                self.observe(accept, t)
+            self.observe(accept, t)  # "auto" counts stiff steps
             rejected += moving & ~accept
             iterations += 1
             h = h_next
@@ -294,7 +294,7 @@ class Loop:
 
     def _unpack(self, result, state):
         """The method's (new state, error, derivative), checked against the state."""
-        name = getattr(self.method, "name", type(self.method).__name__)
+        name = self.method.name
         if not isinstance(result, tuple) or len(result) != 3:
             raise TypeError(
                 f"method {name!r}: step must return (new state, error estimate, derivative) "
@@ -384,7 +384,7 @@ class Loop:
     def exponent(self) -> float:
         """Step-size exponent 1/(q + 1), q the order of the embedded solution of the method
         stepping now (dopri5: 1/5; "auto" may switch to rodas4: 1/4)."""
-        return float(getattr(self.method, "error_exponent", 0.2))
+        return float(self.method.error_exponent)
 
     def _control(self, norm: torch.Tensor, moving, h_try, h, t):
         """Accept where the error norm is ≤ 1 (every moving element's in a synchronous run);
@@ -427,10 +427,9 @@ class Loop:
             "last_dt": h,
             "synchronous": self.synchronous,
             "wall_time_s": time.perf_counter() - start,
-            "method": getattr(self.method, "name", type(self.method).__name__),
+            "method": self.method.name,
         }
-        if callable(getattr(self.method, "run_stats", None)):
-            stats.update(self.method.run_stats())
+        stats.update(self.method.run_stats())
         if system.inner.failure is not None:
             stats["inner_failure"] = system.inner.failure
         stats.update(system.stats(states, states[-1]))

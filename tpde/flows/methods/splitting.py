@@ -26,7 +26,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tpde.flows.methods import EULER, resolve_method
+from tpde.flows.methods.base import Method, register_method, resolve_method
+from tpde.flows.methods.explicit import EULER
 
 __all__ = ["LIE_TROTTER", "SPLITTINGS", "STRANG", "Splitting"]
 
@@ -41,7 +42,7 @@ def _scaled(h, fraction: float):
 
 
 @dataclass(frozen=True)
-class Splitting:
+class Splitting(Method):
     """A splitting method: Lie–Trotter or Strang over a sum's parts (module notes).
 
     Parameters
@@ -66,15 +67,15 @@ class Splitting:
                 "(order 2)."
             )
         inner = resolve_method(self.inner, default="euler")
-        if getattr(inner, "splits", False):
+        if inner.splits:
             raise ValueError("the inner method of a splitting cannot be a splitting itself.")
-        if callable(getattr(inner, "bind", None)):
+        if inner.composite:
             raise ValueError(
                 f"the inner method of a splitting steps fixed sub-steps; {inner.name!r} "
                 "chooses its own steps and method. Give a fixed inner method ('euler', "
                 "'heun', 'rk4') or an explicit tableau."
             )
-        if getattr(inner, "uses_jacobian", False):
+        if inner.uses_jacobian:
             raise ValueError(
                 f"the inner method of a splitting must be explicit; received {inner.name!r}, "
                 "which needs the Jacobian of the whole system."
@@ -84,10 +85,20 @@ class Splitting:
     adaptive = False
     splits = True
     uses_k1 = False
+    composite = True
 
     @property
     def name(self) -> str:
         return self.kind if self.inner is EULER else f"{self.kind}({self.inner.name})"
+
+    @property
+    def summary(self) -> str:
+        what = (
+            "a sum's parts one after the other"
+            if self.kind == "lie-trotter"
+            else ("the symmetric composition of a sum's parts")
+        )
+        return f"{what}, {self.inner.name} sub-steps (for a Sum of fields)"
 
     @property
     def order(self) -> int:
@@ -123,8 +134,8 @@ class Splitting:
         return y, None, None
 
 
-LIE_TROTTER = Splitting("lie-trotter")
-STRANG = Splitting("strang")
+LIE_TROTTER = register_method(Splitting("lie-trotter"))
+STRANG = register_method(Splitting("strang"))
 
 #: The splitting methods by name (``integrate(method="lie-trotter")``); any inner method:
 #: ``Splitting("strang", inner="rk4")``.
