@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
+import numbers
 
 import numpy as np
+import torch
 
 from tpde._engines import check_engine
 from tpde._validation import check_choice, check_positive, check_positive_int, check_real
@@ -27,14 +29,15 @@ def _save_times(save, t0: float, t1: float, max_steps: int) -> list[float] | Non
     if isinstance(save, str):
         check_choice(save, "save", ("steps",))
         return None
-    if isinstance(save, bool):
+    if isinstance(save, bool | np.bool_):
         raise TypeError(
             f"save must be None, an int (a number of times), a sequence of times or 'steps'; "
             f"received {save!r}."
         )
     if save is None:
         times = [t0, t1]
-    elif isinstance(save, int):
+    elif isinstance(save, numbers.Integral):  # numpy integers too: a count, never a time
+        save = int(save)
         if save < 2:
             raise ValueError(f"save as an int is a number of saved times >= 2; received {save}.")
         _check_save_count(save, max_steps)
@@ -63,6 +66,15 @@ def _check_save_count(count: int, max_steps: int) -> None:
             "every saved time is a stored copy of the state. Ask for fewer times, or raise "
             "max_steps."
         )
+
+
+def _tolerance_floors(rtol: float, atol: float, dtype) -> tuple[float, float]:
+    """(rtol, atol) raised to what ``dtype`` resolves: rtol ≥ 4·eps, atol ≥ its smallest
+    normal number (a float16 run at rtol = 1e-6 rejected every step: issue 28)."""
+    if not dtype.is_floating_point:
+        return rtol, atol
+    info = torch.finfo(dtype)
+    return max(rtol, 4 * info.eps), max(atol, info.tiny)
 
 
 def _check_jacobian(method: Method, system: System) -> None:
@@ -215,7 +227,11 @@ def integrate(
             element lands exactly on every save time.
         events : names ("blow_up", "converged", "clustered") or event objects
             (:mod:`tpde.flows.events`: BlowUp, Converged, Clustered).
-        rtol, atol : error tolerances of adaptive methods.
+        rtol, atol : error tolerances of adaptive methods, floored at what the state's dtype
+        resolves: rtol ≥ 4·eps and atol ≥ the smallest normal number (float16: rtol ≥
+        3.9e-3, bfloat16: 3.1e-2; float32 and float64 leave the defaults as they are); a
+        tolerance below the dtype's rounding rejects every step. The values used are in
+        ``stats["rtol"]`` and ``stats["atol"]``.
         max_steps : budget of steps (accepted and rejected) per batch element; status
             "max_steps" beyond.
         engine : pairwise engine for particle and grid flows (see :mod:`tpde._engines`).
@@ -256,6 +272,7 @@ def integrate(
         or save_times is None
         or chosen.splits  # sub-steps land on save times, no interpolation
     )
+    rtol, atol = _tolerance_floors(rtol, atol, system.initial()[0].dtype)
     loop = Loop(
         system,
         chosen,

@@ -389,7 +389,7 @@ class Loop:
     def _control(self, norm: torch.Tensor, moving, h_try, h, t):
         """Accept where the error norm is ≤ 1 (every moving element's in a synchronous run);
         the next step from the standard and the predictive factors (module notes)."""
-        norm = norm.detach().cpu().numpy().astype(float)
+        norm = norm.detach().double().cpu().numpy()  # bfloat16 has no numpy type
         norm = np.where(np.isfinite(norm), norm, math.inf)
         norm = np.where(moving, norm, 0.0)
         decision = np.full_like(norm, norm.max()) if self.synchronous else norm
@@ -428,6 +428,8 @@ class Loop:
             "synchronous": self.synchronous,
             "wall_time_s": time.perf_counter() - start,
             "method": self.method.name,
+            "rtol": self.rtol,
+            "atol": self.atol,
         }
         stats.update(self.method.run_stats())
         if system.inner.failure is not None:
