@@ -93,17 +93,19 @@ def test_a_half_precision_contracting_cloud_completes(dtype):
 
 
 # ----------------------------------------------------------------- stiff particles
-def test_a_contracting_cloud_in_large_units_returns_quickly():
-    # Softmax with A = −I on 10⁶·X, t1 = 0.1 (issue 28: did not return within a minute).
+def test_a_cloud_in_large_units_stops_early_when_its_budget_cannot_reach_t1():
+    # Softmax with A = −I on 10⁶·X, t1 = 0.1 (issue 28): scores of 1e12 switch their
+    # argmax, and every accurate step resolves a switch (measured: 22535 accepted steps,
+    # 118 s to complete under the defaults). With a budget of 3000 steps the run stops as
+    # soon as its step size cannot reach t1 within what is left, naming the cause.
     X = torch.randn(16, 2, generator=torch.Generator().manual_seed(0), dtype=F64) * 1e6
     field = Softmax.from_interaction(-I2, I2)
     start = time.perf_counter()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        traj = integrate(field, Empirical(X), 0.1)
+    with pytest.warns(RuntimeWarning, match="would need more than the .* steps left"):
+        traj = integrate(field, Empirical(X), 0.1, max_steps=3000)
+    assert traj.status == "max_steps" and float(traj.times[-1]) < 0.1
+    assert traj.stats["n_steps"] + traj.stats["n_rejected"] < 3000
     assert time.perf_counter() - start < 30
-    assert traj.status in ("completed", "stiff", "max_steps")
-    assert traj.status == "completed" or traj.status.fix  # a status naming the cause
 
 
 def test_ngpt_with_a_huge_step_returns_under_the_default():
@@ -117,5 +119,6 @@ def test_ngpt_with_a_huge_step_returns_under_the_default():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         traj = integrate(field, Empirical(X), 1.0)
-    assert time.perf_counter() - start < 30
-    assert traj.status in ("completed", "stiff", "max_steps")
+    assert time.perf_counter() - start < 30  # measured 0.1 s: "auto" switches to rodas4
+    assert traj.status == "completed" and traj.stats["switched_at"] is not None
+    assert torch.allclose(traj.final.points.norm(dim=-1), torch.ones(6, dtype=F64))

@@ -15,6 +15,7 @@ from tpde.flows.events import parse_events
 from tpde.flows.loop import Loop
 from tpde.flows.methods import METHODS, Method, method_listing, resolve_method
 from tpde.flows.systems import FiniteVolumes, System, build_system
+from tpde.flows.systems.particles import DENSE_JACOBIAN
 from tpde.flows.trajectory import Trajectory
 from tpde.measures import Measure
 
@@ -83,10 +84,11 @@ def _check_jacobian(method: Method, system: System) -> None:
         return
     raise ValueError(
         f"method {method.name!r} is a stiff (Rosenbrock) method: it "
-        f"solves with the Jacobian of the right-hand side, which only GaussianSystem (a "
-        f"Gaussian mu0, the moment ODE) provides; a {type(system).__name__} has none. "
-        "Integrate a Gaussian, or use an explicit method ('dopri5', 'rk4'; grids: 'euler', "
-        "'heun')."
+        f"solves with the Jacobian of the right-hand side, which GaussianSystem (a "
+        f"Gaussian mu0, the moment ODE) and ParticleSystem up to n·d = "
+        f"{DENSE_JACOBIAN} coordinates provide; this {type(system).__name__} has none. "
+        "Integrate a Gaussian or a smaller cloud, or use an explicit method ('dopri5', "
+        "'rk4'; grids: 'euler', 'heun')."
     )
 
 

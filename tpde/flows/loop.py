@@ -33,7 +33,13 @@ naming the fix). An adaptive step that collapses below max(1e-12·|t|, 1e-300) (
 the clock only: a state whose own time scale is 1e-20 is stepped, not called a blow-up)
 stops the elements that refuse it with "blow_up", and so does a step that the system's own
 controller (a grid's CFL condition) cuts below 1e-12·max(1, |t|); an element that used up
-``max_steps`` attempts (accepted and rejected) stops with "max_steps". An element whose
+``max_steps`` attempts (accepted and rejected) stops with "max_steps"; so does, earlier and
+with a warning, an element of an adaptive run whose steps would need more than the budget
+it has left to reach t1 ((t1 − t)/h > attempts left) for 100 accepted steps in a row
+while its step stayed within a factor 10 (a flow that is not smooth at the scale of the
+state, e.g. softmax scores of 1e12 that switch their argmax, where every step must
+resolve a switch; a step that keeps shrinking approaches a singularity, judged by its
+collapse). An element whose
 velocity is not finite at its initial state stops there at once with "blow_up" and a
 warning (no step can start from it).
 """
@@ -57,6 +63,9 @@ __all__ = ["Loop"]
 COLLAPSE = 1e-12
 #: The floor of a collapsed step near t = 0 (a relative floor vanishes there).
 TINY_STEP = 1e-300
+#: Accepted steps in a row after which an element whose budget cannot reach t1 at its
+#: current step size stops early with "max_steps" (the work bound, module notes).
+HOPELESS_STEPS = 100
 
 
 def _collapse_floor(t: np.ndarray) -> np.ndarray:
@@ -174,6 +183,8 @@ class Loop:
         self.active = np.ones(batch, dtype=bool)
         self.status = status_array(batch)
         self.event_time = np.full(batch, math.nan)
+        self.hopeless = np.zeros(batch, dtype=np.int64)
+        self.hopeless_h = np.full(batch, math.inf)  # the step when the streak began
         t = np.full(batch, float(t0))
         h = np.full(batch, float(dt))
         steps = np.zeros(batch, dtype=np.int64)
@@ -262,9 +273,42 @@ class Loop:
             t = np.where(advanced, t_new, t)
             steps += accept
             system.record_step(float(h_try.max()), state)
+            if method.adaptive:
+                self._work_bound(accept, t, h, t1, steps + rejected)
         t_end = float(t.max())
         times, states = saves.finish(t_end, state, t, system)
         return self._trajectory(times, states, steps, rejected, iterations, rhs, h, start)
+
+    def _work_bound(self, accept, t, h, t1: float, used) -> None:
+        """Stop, with "max_steps" and a warning, the elements whose budget has been unable
+        to reach t1 at their step size for HOPELESS_STEPS accepted steps in a row."""
+        left = self.max_steps - used
+        with np.errstate(divide="ignore", invalid="ignore"):
+            hopeless = (t1 - t) / h > left
+        # A step that keeps shrinking (by 10× since the streak began) approaches a
+        # singularity: the collapse of the step, not this bound, judges it ("blow_up"); a
+        # step that grows tenfold makes the prediction stale.
+        moved = (h < self.hopeless_h / 10) | (h > self.hopeless_h * 10)
+        restart = accept & (~hopeless | moved)
+        self.hopeless_h = np.where(restart, h, self.hopeless_h)
+        counted = np.where(hopeless, 1, 0)
+        self.hopeless = np.where(
+            restart, counted, np.where(accept, self.hopeless + 1, self.hopeless)
+        )
+        stop = self.active & (self.hopeless >= HOPELESS_STEPS)
+        if not stop.any():
+            return
+        self._stop(stop, Status.MAX_STEPS, t)
+        warnings.warn(
+            f"{int(stop.sum())} element(s) stopped at t = {float(np.min(t[stop])):.6g} with "
+            f"status 'max_steps': at step sizes near {float(np.min(h[stop])):.3g} they would "
+            f"need more than the {int(np.max(left[stop]))} steps left of max_steps = "
+            f"{self.max_steps} to reach t1 = {t1:.6g} (for {HOPELESS_STEPS} steps in a row). "
+            "The flow is not smooth at the scale of the state (or stiff without a stiff "
+            "method). Fix: rescale the state, raise max_steps, or use a fixed-step method.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
     def _unsteppable(self, k1, moving, t) -> bool:
         """Stop, with status "blow_up" and a warning naming the cause, the elements whose

@@ -19,16 +19,18 @@ over the element's whole state. A step with hλ > 3.25 is *stability-bound*; an 
 with 15 stability-bound accepted steps in a row is *stiff* (6 accepted steps below the
 bound reset the count: dopri5.f's constants). When the first element of a run turns stiff:
 
-- on a system with a Jacobian (:class:`~tpde.flows.systems.GaussianSystem`) the whole run
+- on a system with a Jacobian (:class:`~tpde.flows.systems.GaussianSystem`, and a
+  :class:`~tpde.flows.systems.ParticleSystem` of n·d ≤ 256 coordinates) the whole run
   goes on with rodas4 (:mod:`tpde.flows.methods.rosenbrock`, L-stable, its step bounded by
   accuracy only) from that step on; the trajectory's ``stats["switched_at"]`` says when
   (the time of the element that triggered it; ``stats["stiff_detected"]`` which elements
   were found stiff) and ``stats["method"]`` reads
   ``"auto (dopri5 → rodas4)"``. A batch switches together (one method per run); rodas4 is
   accurate on the elements that were not stiff too.
-- on a system without one (particles, whose flows have no stiff method here) the run goes
-  on with dopri5 at its stability-bound steps, which stay correct, and a warning says so
-  (``stats["stiff_at"]``; a budget ``max_steps`` ends it with that status).
+- on a system without one (grids, larger particle clouds) the run goes on with dopri5 at
+  its stability-bound steps, which stay correct, and a warning says so
+  (``stats["stiff_at"]``; the budget ``max_steps`` ends it with that status, early when
+  the steps left cannot reach t1: :mod:`tpde.flows.loop`).
 
 There is no switch back (LSODA switches both ways): rodas4 is right on non-stiff stretches
 and in tpde's flows stiffness comes from contraction, which persists. Every state returned
@@ -203,9 +205,10 @@ class Auto(Method):
         warnings.warn(
             f"method 'auto': the flow turned stiff at t = {t:.6g} (dopri5's steps are bounded "
             f"by stability: hλ > {STABILITY_BOUND} for {STIFF_STEPS} steps in a row); a "
-            f"{type(self.system).__name__} has no stiff method (rodas4 needs the Jacobian of "
-            "a Gaussian's moment ODE), so the run goes on with dopri5 at these short steps. "
-            "Raise max_steps if the budget runs out, or integrate a Gaussian.",
+            f"{type(self.system).__name__} has no stiff method (rodas4 needs the system's "
+            "Jacobian: Gaussians, and particle clouds of n·d <= 256 coordinates), so the "
+            "run goes on with dopri5 at these short steps. Raise max_steps if the budget "
+            "runs out, or integrate a Gaussian or a smaller cloud.",
             RuntimeWarning,
             stacklevel=2,
         )

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["Linearization", "SymmetricCoordinates", "autograd_jacobian"]
+__all__ = ["Linearization", "SymmetricCoordinates", "autograd_jacobian", "backward_jacobian"]
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,26 @@ def autograd_jacobian(f, y: torch.Tensor) -> torch.Tensor:
         pick = torch.eye(n, dtype=y.dtype, device=y.device).reshape(n, *(1,) * (y.ndim - 1), n)
         (rows,) = torch.autograd.grad((out * pick).sum(), copies)
     return rows.movedim(0, -2)
+
+
+def backward_jacobian(f, y: torch.Tensor) -> torch.Tensor:
+    """J (…, n, n) of f: (…, n) -> (…, n) at y, batch elements independent, by one forward
+    pass and n backward passes of its graph (batched by vmap where the graph allows it,
+    one row at a time otherwise): for maps that take only y's own shape (a particle
+    system's right-hand side). y is detached: J is not differentiated through."""
+    y = y.detach().requires_grad_(True)
+    n = y.shape[-1]
+    with torch.enable_grad():
+        out = f(y)
+        eye = torch.eye(n, dtype=y.dtype, device=y.device)
+        rows = eye.reshape(n, *(1,) * (y.ndim - 1), n).expand(n, *y.shape)
+        try:
+            (grads,) = torch.autograd.grad(out, y, rows, retain_graph=True, is_grads_batched=True)
+        except RuntimeError:  # an operation without a batching rule: one row at a time
+            grads = torch.stack(
+                [torch.autograd.grad(out, y, row, retain_graph=True)[0] for row in rows]
+            )
+    return grads.movedim(0, -2).detach()
 
 
 class SymmetricCoordinates:
