@@ -63,10 +63,11 @@ def system_builder(mu0) -> Callable:
     for kind in type(mu0).__mro__:
         if kind in SYSTEMS:
             return SYSTEMS[kind]
-    known = ", ".join(kind.__name__ for kind in SYSTEMS)
+    names = [f"{'an' if n[0] in 'AEIOU' else 'a'} {n}" for n in sorted(k.__name__ for k in SYSTEMS)]
+    known = " or ".join(filter(None, (", ".join(names[:-1]), names[-1])))
     raise TypeError(
-        f"mu0 must be a measure of a registered type ({known}: tpde.flows.SYSTEMS); "
-        f"received {type(mu0).__name__}. A new kind of state registers its system "
+        f"mu0 must be {known} (the measure types of tpde.flows.SYSTEMS); received "
+        f"{type(mu0).__name__}. A new kind of state registers its system "
         "(register_system); a ready System is passed in place of the field: "
         "integrate(system, t1)."
     )
