@@ -30,8 +30,7 @@ from _common import print_table, timed
 
 from tpde._engines.keops import keops_status
 from tpde.fields import Softmax
-from tpde.flows import integrate
-from tpde.flows.eulerian import FiniteVolumes, GridSystem
+from tpde.flows import FiniteVolumes, GridSystem, integrate
 from tpde.measures import Empirical, Gaussian, Grid
 
 BUDGET_S = 120.0  # largest predicted time of one timed call we are willing to run

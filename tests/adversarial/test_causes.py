@@ -13,7 +13,7 @@ from tpde.fields import MultiHead, Normalized, Softmax
 from tpde.fields.base import Field
 from tpde.flows import Trajectory, integrate
 from tpde.flows.methods import RK4
-from tpde.flows.rosenbrock import RODAS4, Rosenbrock
+from tpde.flows.methods.rosenbrock import RODAS4, Rosenbrock
 from tpde.measures import Empirical, Gaussian
 from tpde.metrics import bures_barycenter, clusters_over_time, sinkhorn_solve
 

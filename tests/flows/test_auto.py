@@ -10,9 +10,9 @@ import torch
 
 from tpde.fields import Softmax
 from tpde.flows import integrate
-from tpde.flows.auto import CALM_STEPS, STABILITY_BOUND, STIFF_STEPS, Auto
 from tpde.flows.methods import resolve_method
-from tpde.flows.splitting import Splitting
+from tpde.flows.methods.auto import CALM_STEPS, STABILITY_BOUND, STIFF_STEPS, Auto
+from tpde.flows.methods.splitting import Splitting
 from tpde.measures import Empirical, Gaussian
 
 F64 = torch.float64
@@ -123,17 +123,31 @@ def test_a_batch_switches_together_and_each_element_stays_right():
         torch.testing.assert_close(traj.final.cov()[b], one.final.cov(), rtol=0, atol=1e-7)
 
 
-def test_a_stiff_particle_flow_warns_and_stays_right():
+def test_a_stiff_particle_flow_switches_to_rodas4_and_stays_right():
     # Uniform attention (A = 0) with V = −cI: ẋ_i = −c·m, m the mean, so ṁ = −cm and
     # x_i(t) = x_i(0) + m(0)(e^{−ct} − 1). dopri5's step is held at hc ≈ 3.3 once m is
-    # below atol; particles have no stiff method, so the run goes on and says so.
+    # below atol; a small cloud (n·d ≤ 256) has a Jacobian (autograd), so "auto" switches
+    # to rodas4 (issue 28: particles had no stiff path).
     c = 400.0
     points = torch.randn(6, 2, generator=torch.Generator().manual_seed(0), dtype=F64) * 1e-3
+    field = Softmax.from_interaction(torch.zeros(2, 2, dtype=F64), -c * I2)
+    traj = integrate(field, Empirical(points), 1.0)
+    assert traj.status == "completed" and traj.stats["method"] == "auto (dopri5 → rodas4)"
+    assert 0 < traj.stats["switched_at"] < 1.0
+    exact = points + points.mean(0) * math.expm1(-c)
+    torch.testing.assert_close(traj.final.points, exact, rtol=0, atol=1e-9)
+
+
+def test_a_stiff_large_particle_flow_warns_and_stays_right():
+    # The same flow on n·d = 300 > 256 coordinates: no Jacobian, so the run goes on with
+    # dopri5 at its stability-bound steps, and says so.
+    c = 400.0
+    points = torch.randn(150, 2, generator=torch.Generator().manual_seed(0), dtype=F64) * 1e-3
     field = Softmax.from_interaction(torch.zeros(2, 2, dtype=F64), -c * I2)
     with pytest.warns(RuntimeWarning, match="a ParticleSystem has no stiff method"):
         traj = integrate(field, Empirical(points), 1.0)
     assert traj.status == "completed" and traj.stats["switched_at"] is None
-    assert 0 < traj.stats["stiff_at"] < 1.0  # measured 0.25: once x − m is below atol
+    assert 0 < traj.stats["stiff_at"] < 1.0
     exact = points + points.mean(0) * math.expm1(-c)
     torch.testing.assert_close(traj.final.points, exact, rtol=0, atol=1e-9)
 

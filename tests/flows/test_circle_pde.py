@@ -1,4 +1,4 @@
-"""The circle PDE (tpde.flows.circle): linearisation, velocity, mass, resolution, refusals."""
+"""The circle PDE (tpde.flows.systems.circle): linearisation, velocity, mass, refusals."""
 
 import math
 

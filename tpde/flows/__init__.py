@@ -1,32 +1,52 @@
 """Flows: particle (Lagrangian), Gaussian (moment ODE) and grid (Eulerian) integrators.
 
 :func:`integrate` is the façade over one stepping loop (:mod:`tpde.flows.loop`) and its
-systems (:mod:`tpde.flows.systems`: particles, Gaussians; :class:`GridSystem`);
-:class:`Trajectory` the result, its :class:`Status`; :class:`BlowUp` and :class:`Converged`
-the events; ``SYSTEMS`` the table from a measure's type to its system (a ready system is
-accepted too); ``SPLITTINGS`` the Lie–Trotter and Strang splittings over a sum's parts
-(:class:`Splitting`); ``METHODS`` the Runge–Kutta tableaux with their orders
-(:class:`ExplicitRK`) and the L-stable Rosenbrock method for stiff flows (:data:`RODAS4`,
-:class:`Rosenbrock`); :class:`Auto` the default "auto" (dopri5, switching to rodas4 when
-a Gaussian run turns stiff, :mod:`tpde.flows.auto`);
+systems (:mod:`tpde.flows.systems`, one kind of state per module: :class:`ParticleSystem`,
+:class:`GaussianSystem`, :class:`GridSystem`); :class:`Trajectory` the result, its
+:class:`Status`; :class:`BlowUp` and :class:`Converged` the events; ``SYSTEMS`` the table
+from a measure's type to its system (:func:`register_system`; a ready system is accepted
+too); ``METHODS`` the table of every method by name (:mod:`tpde.flows.methods`, each
+module registers its own with :func:`register_method`; base :class:`Method`): the
+Runge–Kutta tableaux with their orders (:class:`ExplicitRK`), the L-stable Rosenbrock
+method for stiff flows (:data:`RODAS4`, :class:`Rosenbrock`), :class:`Auto` the default
+"auto" (dopri5, switching to rodas4 when a Gaussian run turns stiff), and the Lie–Trotter
+and Strang splittings over a sum's parts (:class:`Splitting`, ``SPLITTINGS``);
 ``SCHEMES`` the finite-volume schemes of grid flows, chosen with :class:`FiniteVolumes`
-(:mod:`tpde.flows.eulerian`);
+(:mod:`tpde.flows.systems.grid`);
 :func:`compare` the agreement harness (Gaussian ODE vs particles vs grid);
 :func:`jko_step` and :func:`jko_flow` the JKO steps (:mod:`tpde.flows.jko`, ``GEOMETRIES``).
 The geodesic convexity probe is a property of an energy: :func:`tpde.fields.convexity_probe`.
 """
 
-from tpde.flows.auto import Auto
-from tpde.flows.circle import CircleSystem  # registers CircleDensity with integrate
 from tpde.flows.compare import Comparison, compare
-from tpde.flows.eulerian import SCHEMES, CFLViolation, FiniteVolumes, GridSystem
 from tpde.flows.events import BlowUp, Clustered, Converged
-from tpde.flows.integrate import SYSTEMS, integrate, register_system
+from tpde.flows.integrate import integrate
 from tpde.flows.jko import GEOMETRIES, jko_flow, jko_step
-from tpde.flows.methods import METHODS, ExplicitRK
-from tpde.flows.rosenbrock import RODAS4, Rosenbrock
-from tpde.flows.splitting import LIE_TROTTER, SPLITTINGS, STRANG, Splitting
-from tpde.flows.systems import GaussianSystem, ParticleSystem, System
+from tpde.flows.methods import (
+    LIE_TROTTER,
+    METHODS,
+    RODAS4,
+    SPLITTINGS,
+    STRANG,
+    Auto,
+    ExplicitRK,
+    Method,
+    Rosenbrock,
+    Splitting,
+    register_method,
+)
+from tpde.flows.systems import (
+    SCHEMES,
+    SYSTEMS,
+    CFLViolation,
+    FiniteVolumes,
+    GaussianSystem,
+    GridSystem,
+    ParticleSystem,
+    System,
+    register_system,
+)
+from tpde.flows.systems.circle import CircleSystem
 from tpde.flows.trajectory import STATUSES, JKOStep, Status, Trajectory
 
 __all__ = [
@@ -51,6 +71,7 @@ __all__ = [
     "GaussianSystem",
     "GridSystem",
     "JKOStep",
+    "Method",
     "ParticleSystem",
     "Rosenbrock",
     "Splitting",
@@ -61,5 +82,6 @@ __all__ = [
     "integrate",
     "jko_flow",
     "jko_step",
+    "register_method",
     "register_system",
 ]

@@ -23,8 +23,8 @@ import numpy as np
 import torch
 
 from tpde._validation import check_positive
-from tpde.flows.eulerian import FiniteVolumes
 from tpde.flows.integrate import integrate
+from tpde.flows.systems import FiniteVolumes
 from tpde.flows.trajectory import Trajectory
 from tpde.measures import Empirical, Gaussian, Grid
 from tpde.metrics import bures_wasserstein, w2

@@ -2,24 +2,24 @@
 
 from __future__ import annotations
 
-import inspect
 import math
+import numbers
 
 import numpy as np
+import torch
 
 from tpde._engines import check_engine
 from tpde._validation import check_choice, check_positive, check_positive_int, check_real
-from tpde.fields.base import Field
-from tpde.fields.sum import Sum
-from tpde.flows.eulerian import FiniteVolumes, GridSystem
+from tpde.fields import Field, Sum
 from tpde.flows.events import parse_events
 from tpde.flows.loop import Loop
-from tpde.flows.methods import METHODS, resolve_method
-from tpde.flows.systems import GaussianSystem, ParticleSystem, System
+from tpde.flows.methods import METHODS, Method, method_listing, resolve_method
+from tpde.flows.systems import FiniteVolumes, System, build_system
+from tpde.flows.systems.particles import DENSE_JACOBIAN
 from tpde.flows.trajectory import Trajectory
-from tpde.measures import Empirical, Gaussian, Grid, Measure
+from tpde.measures import Measure
 
-__all__ = ["SYSTEMS", "integrate", "register_system"]
+__all__ = ["integrate"]
 
 
 def _save_times(save, t0: float, t1: float, max_steps: int) -> list[float] | None:
@@ -30,14 +30,15 @@ def _save_times(save, t0: float, t1: float, max_steps: int) -> list[float] | Non
     if isinstance(save, str):
         check_choice(save, "save", ("steps",))
         return None
-    if isinstance(save, bool):
+    if isinstance(save, bool | np.bool_):
         raise TypeError(
             f"save must be None, an int (a number of times), a sequence of times or 'steps'; "
             f"received {save!r}."
         )
     if save is None:
         times = [t0, t1]
-    elif isinstance(save, int):
+    elif isinstance(save, numbers.Integral):  # numpy integers too: a count, never a time
+        save = int(save)
         if save < 2:
             raise ValueError(f"save as an int is a number of saved times >= 2; received {save}.")
         _check_save_count(save, max_steps)
@@ -68,65 +69,26 @@ def _check_save_count(count: int, max_steps: int) -> None:
         )
 
 
-#: Which system steps which kind of initial measure: ``SYSTEMS[type(mu0)](field, mu0, t0,
-#: engine)``. A new kind of state is one entry (:func:`register_system`), or a ready
-#: :class:`~tpde.flows.systems.System` passed to :func:`integrate` in place of the field.
-SYSTEMS: dict[type, object] = {
-    Empirical: lambda field, mu0, t0, engine: ParticleSystem(field, mu0, engine, t0=t0),
-    Gaussian: lambda field, mu0, t0, engine: GaussianSystem(field, mu0, t0),
-    Grid: lambda field, mu0, t0, engine: GridSystem(field, mu0, engine),
-    FiniteVolumes: lambda field, mu0, t0, engine: GridSystem(field, mu0, engine),
-}
+def _tolerance_floors(rtol: float, atol: float, dtype) -> tuple[float, float]:
+    """(rtol, atol) raised to what ``dtype`` resolves: rtol ≥ 4·eps, atol ≥ its smallest
+    normal number (a float16 run at rtol = 1e-6 rejected every step: issue 28)."""
+    if not dtype.is_floating_point:
+        return rtol, atol
+    info = torch.finfo(dtype)
+    return max(rtol, 4 * info.eps), max(atol, info.tiny)
 
 
-def register_system(kind: type, build) -> None:
-    """Make :func:`integrate` step measures of type ``kind`` with ``build(field, mu0, t0,
-    engine) -> System`` (checks of the measure included)."""
-    if not isinstance(kind, type) or not callable(build):
-        raise TypeError(
-            "register_system takes a measure type and a callable building its system; "
-            f"received {kind!r} and {type(build).__name__}."
-        )
-    try:
-        inspect.signature(build).bind(None, None, 0.0, "auto")
-    except TypeError:
-        raise TypeError(
-            f"register_system: the builder {getattr(build, '__name__', build)!r} must take "
-            "(field, mu0, t0, engine) and return a System."
-        ) from None
-    except ValueError:  # no signature to read (a builtin): trust it
-        pass
-    SYSTEMS[kind] = build
-
-
-def _build_system(field: Field, mu0, t0: float, engine: str) -> System:
-    build = next((b for kind, b in SYSTEMS.items() if isinstance(mu0, kind)), None)
-    if build is None:
-        raise TypeError(
-            "mu0 must be an Empirical (particles), a Gaussian (moment ODE), a Grid or "
-            f"FiniteVolumes(grid, ...) (finite volumes); received {type(mu0).__name__}. A "
-            "ready System is passed in place of the field: integrate(system, t1)."
-        )
-    system = build(field, mu0, t0, engine)  # every system checks its own measure
-    if not isinstance(system, System):
-        raise TypeError(
-            f"the builder registered for {type(mu0).__name__} (tpde.flows.SYSTEMS) returned "
-            f"a {type(system).__name__}, not a System: register_system(kind, build) needs "
-            "build(field, mu0, t0, engine) -> System."
-        )
-    return system
-
-
-def _check_jacobian(method, system: System) -> None:
+def _check_jacobian(method: Method, system: System) -> None:
     """A stiff method needs the system's Jacobian: refuse it, naming who has one."""
-    if not getattr(method, "uses_jacobian", False) or callable(getattr(system, "jacobian", None)):
+    if not method.uses_jacobian or callable(getattr(system, "jacobian", None)):
         return
     raise ValueError(
-        f"method {getattr(method, 'name', method)!r} is a stiff (Rosenbrock) method: it "
-        f"solves with the Jacobian of the right-hand side, which only GaussianSystem (a "
-        f"Gaussian mu0, the moment ODE) provides; a {type(system).__name__} has none. "
-        "Integrate a Gaussian, or use an explicit method ('dopri5', 'rk4'; grids: 'euler', "
-        "'heun')."
+        f"method {method.name!r} is a stiff (Rosenbrock) method: it "
+        f"solves with the Jacobian of the right-hand side, which GaussianSystem (a "
+        f"Gaussian mu0, the moment ODE) and ParticleSystem up to n·d = "
+        f"{DENSE_JACOBIAN} coordinates provide; this {type(system).__name__} has none. "
+        "Integrate a Gaussian or a smaller cloud, or use an explicit method ('dopri5', "
+        "'rk4'; grids: 'euler', 'heun')."
     )
 
 
@@ -138,14 +100,14 @@ def _pieces(field: Field, t0: float, t1: float) -> list[Field]:
 
 def _check_splitting(method, field: Field, t0: float, t1: float) -> None:
     """A splitting method needs sums; a sum whose parts project differently needs one."""
-    splits = getattr(method, "splits", False)
+    splits = method.splits
     for piece in _pieces(field, t0, t1):
         if splits and not isinstance(piece, Sum):
             raise ValueError(
                 f"method {method.name!r} splits a sum of fields into its parts, but the field "
                 f"acting here is a {type(piece).__name__}, not a sum. Write the layer as a sum "
                 "(attention + mlp, tpde.fields.Sum), or use a method that steps any field: "
-                f"{', '.join(METHODS)}."
+                f"{', '.join(n for n, m in METHODS.items() if not m.splits)}."
             )
         if not splits and isinstance(piece, Sum) and piece.projection_needs_split():
             raise ValueError(
@@ -160,8 +122,7 @@ def _start(system: System, field: Field, method, t0: float, t1: float, dt):
     """The method object and first step of a run (each system's rules)."""
     system.reset_run()  # a ready system integrated again starts afresh
     chosen = resolve_method(method if method is not None else system.default_method)
-    if callable(getattr(chosen, "bind", None)):  # a method that adapts to the system ("auto")
-        chosen = chosen.bind(system)
+    chosen = chosen.bind(system)  # a method that adapts to the system ("auto") binds it
     _check_jacobian(chosen, system)
     system.check_method(chosen)
     _check_splitting(chosen, field, t0, t1)
@@ -212,64 +173,74 @@ def integrate(
 ) -> Trajectory:
     """Integrate the Transformer PDE ∂t μ + div(μ Γ[μ]) = 0 from μ(t0) = mu0 to t1.
 
-    Dispatches on the measure to a system of the one stepping loop
-    (:mod:`tpde.flows.loop`, :mod:`tpde.flows.systems`): an :class:`Empirical` moves its
-    particles (ẋ_i = Γ[μ_t](x_i), an exact weak solution; with a field that has a
-    projection, e.g. tokens on the sphere, the projection follows every step); a
-    :class:`Gaussian` follows the field's moment ODE (covariance kept symmetric); a
-    :class:`Grid` (d ≤ 2), or :class:`~tpde.flows.eulerian.FiniteVolumes` to choose the
-    scheme and CFL target, moves its cell masses by conservative finite volumes
-    (:mod:`tpde.flows.eulerian`). A batched Gaussian (or batched parameters) integrates a
-    whole sweep at once; each element has its own step size, events and status.
+        Dispatches on the measure to a system of the one stepping loop
+        (:mod:`tpde.flows.loop`, :mod:`tpde.flows.systems`): an :class:`Empirical` moves its
+        particles (ẋ_i = Γ[μ_t](x_i), an exact weak solution; with a field that has a
+        projection, e.g. tokens on the sphere, the projection follows every step); a
+        :class:`Gaussian` follows the field's moment ODE (covariance kept symmetric); a
+        :class:`Grid` (d ≤ 2), or :class:`~tpde.flows.systems.FiniteVolumes` to choose the
+        scheme and CFL target, moves its cell masses by conservative finite volumes
+        (:mod:`tpde.flows.systems.grid`). A batched Gaussian (or batched parameters) integrates a
+        whole sweep at once; each element has its own step size, events and status.
 
-    Parameters
-    ----------
-    field : a tpde field, or a ready :class:`~tpde.flows.systems.System` (its field and
-        state included; then ``integrate(system, t1)``): a new kind of state needs no
-        edit here, and grid options live on the system, ``GridSystem(field, grid,
-        scheme="upwind", cfl=0.4)``.
-    mu0 : Empirical, Gaussian, Grid (or FiniteVolumes(grid, scheme, cfl)); a table from
-        the measure's type to its system (:data:`SYSTEMS`, :func:`register_system`).
-    t1 : final time (>= t0).
-    dt : step size (fixed methods) or first step (adaptive methods, the default). Default
-        (t1 − t0)/100. Grids: default None = adaptive CFL steps; an explicit dt that
-        breaks the CFL condition raises an error.
-    method : "auto" (the default), a name of :data:`~tpde.flows.methods.METHODS` ("euler"
-        (order 1), "heun" (2), "rk4" (4), "dopri5" (adaptive 5(4)), "rodas4" (adaptive
-        4(3), L-stable Rosenbrock, for stiff flows; Gaussians only)) or a method object (an
-        :class:`~tpde.flows.methods.ExplicitRK` tableau, a
-        :class:`~tpde.flows.rosenbrock.Rosenbrock` method). "auto"
-        (:mod:`tpde.flows.auto`) steps dopri5 and tests every accepted step for stiffness
-        (Hairer's estimate hλ > 3.25 on 15 accepted steps in a row): a Gaussian run then
-        goes on with "rodas4" (``stats["switched_at"]``), a particle run with dopri5 and a
-        warning. Give a fixed method ("rk4", "euler") where ``dt`` must be the step itself
-        (a discrete network, a convergence study). Grids take the strong-stability-preserving
-        methods only, default "euler" with scheme "upwind" and "heun" (SSP-RK2) with
-        "muscl". "rodas4" is for flows where an explicit step is bounded by stability rather
-        than accuracy (fast decaying modes beside slow ones, e.g. the rank histograms with
-        V = GᵀG, MATH.md §6): its step follows the accuracy only.
-        No Gaussian state outside the PSD cone is returned: an adaptive method's error
-        control keeps each covariance within its tolerance (atol + rtol·|Σ|) of the exact
-        flow, which stays PSD, and a fixed-step method that leaves the cone stops the
-        element before that step with status "stiff" and a warning naming
-        method="rodas4" (:class:`~tpde._status.Status`).
-        For a sum of fields (:class:`~tpde.fields.Sum`, a whole Transformer layer):
-        "lie-trotter" (order 1) and "strang" (order 2) step its parts one after the other
-        (:mod:`tpde.flows.splitting`; Euler sub-steps, or ``Splitting(kind, inner=...)``);
-        Lie–Trotter with Euler at dt = 1 over a layer schedule is the discrete network.
-    save : None (t0 and t1), an int (that many equally spaced times), a sequence of
-        times, or "steps" (every accepted step; the batch then steps in lockstep). Every
-        element lands exactly on every save time.
-    events : names ("blow_up", "converged", "clustered") or event objects
-        (:mod:`tpde.flows.events`: BlowUp, Converged, Clustered).
-    rtol, atol : error tolerances of adaptive methods.
-    max_steps : budget of steps (accepted and rejected) per batch element; status
-        "max_steps" beyond.
-    engine : pairwise engine for particle and grid flows (see :mod:`tpde._engines`).
+        Parameters
+        ----------
+        field : a tpde field, or a ready :class:`~tpde.flows.systems.System` (its field and
+            state included; then ``integrate(system, t1)``): a new kind of state needs no
+            edit here, and grid options live on the system, ``GridSystem(field, grid,
+            scheme="upwind", cfl=0.4)``.
+        mu0 : Empirical, Gaussian, Grid (or FiniteVolumes(grid, scheme, cfl)); a table from
+            the measure's type to its system (:data:`~tpde.flows.systems.SYSTEMS`,
+            :func:`~tpde.flows.systems.register_system`; the most specific type wins).
+        t1 : final time (>= t0).
+        dt : step size (fixed methods) or first step (adaptive methods, the default). Default
+            (t1 − t0)/100. Grids: default None = adaptive CFL steps; an explicit dt that
+            breaks the CFL condition raises an error.
+        method : "auto" (the default), a name of :data:`~tpde.flows.methods.METHODS`, or a
+            method object (a :class:`~tpde.flows.methods.Method`: an
+            :class:`~tpde.flows.methods.ExplicitRK` tableau, a
+            :class:`~tpde.flows.methods.Rosenbrock` method, a
+            :class:`~tpde.flows.methods.Splitting`). The registered methods:
 
-    Returns
-    -------
-    Trajectory
+    {METHODS}
+
+            "auto" (:mod:`tpde.flows.methods.auto`) steps dopri5 and tests every accepted step
+            for stiffness (Hairer's estimate hλ > 3.25 on 15 accepted steps in a row): a
+            Gaussian run then goes on with "rodas4" (``stats["switched_at"]``), a particle run
+            with dopri5 and a warning. Give a fixed method ("rk4", "euler") where ``dt`` must
+            be the step itself (a discrete network, a convergence study). Grids take the
+            strong-stability-preserving methods only, default "euler" with scheme "upwind" and
+            "heun" (SSP-RK2) with "muscl". "rodas4" (systems with a Jacobian: Gaussians) is for
+            flows where an explicit step is bounded by stability rather than accuracy (fast
+            decaying modes beside slow ones, e.g. the rank histograms with V = GᵀG, MATH.md
+            §6): its step follows the accuracy only.
+            No Gaussian state outside the PSD cone is returned: an adaptive method's error
+            control keeps each covariance within its tolerance (atol + rtol·|Σ|) of the exact
+            flow, which stays PSD, and a fixed-step method that leaves the cone stops the
+            element before that step with status "stiff" and a warning naming
+            method="rodas4" (:class:`~tpde._status.Status`).
+            For a sum of fields (:class:`~tpde.fields.Sum`, a whole Transformer layer):
+            "lie-trotter" (order 1) and "strang" (order 2) step its parts one after the other
+            (:mod:`tpde.flows.methods.splitting`; ``Splitting(kind, inner=...)`` for another
+            inner method); Lie–Trotter with Euler at dt = 1 over a layer schedule is the
+            discrete network.
+        save : None (t0 and t1), an int (that many equally spaced times), a sequence of
+            times, or "steps" (every accepted step; the batch then steps in lockstep). Every
+            element lands exactly on every save time.
+        events : names ("blow_up", "converged", "clustered") or event objects
+            (:mod:`tpde.flows.events`: BlowUp, Converged, Clustered).
+        rtol, atol : error tolerances of adaptive methods, floored at what the state's dtype
+        resolves: rtol ≥ 4·eps and atol ≥ the smallest normal number (float16: rtol ≥
+        3.9e-3, bfloat16: 3.1e-2; float32 and float64 leave the defaults as they are); a
+        tolerance below the dtype's rounding rejects every step. The values used are in
+        ``stats["rtol"]`` and ``stats["atol"]``.
+        max_steps : budget of steps (accepted and rejected) per batch element; status
+            "max_steps" beyond.
+        engine : pairwise engine for particle and grid flows (see :mod:`tpde._engines`).
+
+        Returns
+        -------
+        Trajectory
     """
     field, mu0, t1 = _arguments(field, mu0, t1)
     t0 = check_real(t0, "t0")
@@ -287,7 +258,7 @@ def integrate(
     if isinstance(field, System):
         system, field = field, field.base_field
     else:
-        system = _build_system(field, mu0, t0, engine)
+        system = build_system(field, mu0, t0, engine)
     chosen, first = _start(system, field, method, t0, t1, dt)
     parsed = parse_events(events)
     for event in parsed:
@@ -301,8 +272,9 @@ def integrate(
         field.time_dependent
         or bool(field.breakpoints)
         or save_times is None
-        or getattr(chosen, "splits", False)  # sub-steps land on save times, no interpolation
+        or chosen.splits  # sub-steps land on save times, no interpolation
     )
+    rtol, atol = _tolerance_floors(rtol, atol, system.initial()[0].dtype)
     loop = Loop(
         system,
         chosen,
@@ -313,3 +285,9 @@ def integrate(
         synchronous=synchronous,
     )
     return loop.run(t0, t1, first, save_times)
+
+
+if integrate.__doc__:  # the list of methods derives from the table (python -OO: no doc)
+    integrate.__doc__ = integrate.__doc__.replace(
+        "{METHODS}", "\n".join(" " * 8 + line for line in method_listing().splitlines())
+    )

@@ -33,7 +33,13 @@ naming the fix). An adaptive step that collapses below max(1e-12·|t|, 1e-300) (
 the clock only: a state whose own time scale is 1e-20 is stepped, not called a blow-up)
 stops the elements that refuse it with "blow_up", and so does a step that the system's own
 controller (a grid's CFL condition) cuts below 1e-12·max(1, |t|); an element that used up
-``max_steps`` attempts (accepted and rejected) stops with "max_steps". An element whose
+``max_steps`` attempts (accepted and rejected) stops with "max_steps"; so does, earlier and
+with a warning, an element of an adaptive run whose steps would need more than the budget
+it has left to reach t1 ((t1 − t)/h > attempts left) for 100 accepted steps in a row
+while its step stayed within a factor 10 (a flow that is not smooth at the scale of the
+state, e.g. softmax scores of 1e12 that switch their argmax, where every step must
+resolve a switch; a step that keeps shrinking approaches a singularity, judged by its
+collapse). An element whose
 velocity is not finite at its initial state stops there at once with "blow_up" and a
 warning (no step can start from it).
 """
@@ -57,6 +63,9 @@ __all__ = ["Loop"]
 COLLAPSE = 1e-12
 #: The floor of a collapsed step near t = 0 (a relative floor vanishes there).
 TINY_STEP = 1e-300
+#: Accepted steps in a row after which an element whose budget cannot reach t1 at its
+#: current step size stops early with "max_steps" (the work bound, module notes).
+HOPELESS_STEPS = 100
 
 
 def _collapse_floor(t: np.ndarray) -> np.ndarray:
@@ -88,7 +97,7 @@ class _RHS:
     def jacobian(self, t, state):
         return self.system.jacobian(t, state)
 
-    # Splitting methods (:mod:`tpde.flows.splitting`) step one part of a sum at a time.
+    # Splitting methods (:mod:`tpde.flows.methods.splitting`) step one part of a sum at a time.
     @property
     def parts(self) -> int:
         return self.system.parts
@@ -112,8 +121,9 @@ class Loop:
     Parameters
     ----------
     system : a :class:`~tpde.flows.systems.System`.
-    method : an object with ``step(f, t, y, h, k1, h_clock)``, ``order`` and ``adaptive``
-        (:class:`~tpde.flows.methods.ExplicitRK` and the stiff methods).
+    method : a :class:`~tpde.flows.methods.Method` (its traits: ``step``, ``order``,
+        ``adaptive``, ``splits``, ``uses_k1``, ``error_exponent``, ``observe``,
+        ``run_stats``).
     events : tuple of event objects (:mod:`tpde.flows.events`).
     rtol, atol : tolerances of adaptive methods.
     max_steps : attempts (accepted and rejected steps) allowed per element.
@@ -125,12 +135,12 @@ class Loop:
         self.rtol, self.atol, self.max_steps = rtol, atol, int(max_steps)
         self.synchronous = synchronous
         self.need_derivative = any(e.requires == "rhs_norm" for e in events)
-        # A splitting method projects after each part's sub-step itself, and does not use
-        # the derivative at the start of a step.
-        self.splits = bool(getattr(method, "splits", False))
-        self.uses_k1 = bool(getattr(method, "uses_k1", True))
-        # A method that adapts to its run ("auto") hears every step's decision.
-        self.observe = getattr(method, "observe", None)
+        # The method's traits, read once (tpde.flows.methods.Method declares them): a
+        # splitting method projects after each part's sub-step itself, and does not use
+        # the derivative at the start of a step; a method that adapts to its run ("auto")
+        # hears every step's decision.
+        self.splits, self.uses_k1 = method.splits, method.uses_k1
+        self.observe = method.observe
 
     # ------------------------------------------------------------------ bookkeeping
     def _stop(self, which: np.ndarray, status: Status, times) -> None:
@@ -173,6 +183,8 @@ class Loop:
         self.active = np.ones(batch, dtype=bool)
         self.status = status_array(batch)
         self.event_time = np.full(batch, math.nan)
+        self.hopeless = np.zeros(batch, dtype=np.int64)
+        self.hopeless_h = np.full(batch, math.inf)  # the step when the streak began
         t = np.full(batch, float(t0))
         h = np.full(batch, float(dt))
         steps = np.zeros(batch, dtype=np.int64)
@@ -246,8 +258,7 @@ class Loop:
             left = system.degenerate(state, new, method.adaptive)
             if left is not None:
                 accept, h_next = self._left_domain(left, accept, h_next, moving, h_try, t)
-            if self.observe is not None:  # "auto" counts stiff steps
-                self.observe(accept, t)
+            self.observe(accept, t)  # "auto" counts stiff steps
             rejected += moving & ~accept
             iterations += 1
             h = h_next
@@ -262,9 +273,42 @@ class Loop:
             t = np.where(advanced, t_new, t)
             steps += accept
             system.record_step(float(h_try.max()), state)
+            if method.adaptive:
+                self._work_bound(accept, t, h, t1, steps + rejected)
         t_end = float(t.max())
         times, states = saves.finish(t_end, state, t, system)
         return self._trajectory(times, states, steps, rejected, iterations, rhs, h, start)
+
+    def _work_bound(self, accept, t, h, t1: float, used) -> None:
+        """Stop, with "max_steps" and a warning, the elements whose budget has been unable
+        to reach t1 at their step size for HOPELESS_STEPS accepted steps in a row."""
+        left = self.max_steps - used
+        with np.errstate(divide="ignore", invalid="ignore"):
+            hopeless = (t1 - t) / h > left
+        # A step that keeps shrinking (by 10× since the streak began) approaches a
+        # singularity: the collapse of the step, not this bound, judges it ("blow_up"); a
+        # step that grows tenfold makes the prediction stale.
+        moved = (h < self.hopeless_h / 10) | (h > self.hopeless_h * 10)
+        restart = accept & (~hopeless | moved)
+        self.hopeless_h = np.where(restart, h, self.hopeless_h)
+        counted = np.where(hopeless, 1, 0)
+        self.hopeless = np.where(
+            restart, counted, np.where(accept, self.hopeless + 1, self.hopeless)
+        )
+        stop = self.active & (self.hopeless >= HOPELESS_STEPS)
+        if not stop.any():
+            return
+        self._stop(stop, Status.MAX_STEPS, t)
+        warnings.warn(
+            f"{int(stop.sum())} element(s) stopped at t = {float(np.min(t[stop])):.6g} with "
+            f"status 'max_steps': at step sizes near {float(np.min(h[stop])):.3g} they would "
+            f"need more than the {int(np.max(left[stop]))} steps left of max_steps = "
+            f"{self.max_steps} to reach t1 = {t1:.6g} (for {HOPELESS_STEPS} steps in a row). "
+            "The flow is not smooth at the scale of the state (or stiff without a stiff "
+            "method). Fix: rescale the state, raise max_steps, or use a fixed-step method.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
     def _unsteppable(self, k1, moving, t) -> bool:
         """Stop, with status "blow_up" and a warning naming the cause, the elements whose
@@ -294,7 +338,7 @@ class Loop:
 
     def _unpack(self, result, state):
         """The method's (new state, error, derivative), checked against the state."""
-        name = getattr(self.method, "name", type(self.method).__name__)
+        name = self.method.name
         if not isinstance(result, tuple) or len(result) != 3:
             raise TypeError(
                 f"method {name!r}: step must return (new state, error estimate, derivative) "
@@ -384,12 +428,12 @@ class Loop:
     def exponent(self) -> float:
         """Step-size exponent 1/(q + 1), q the order of the embedded solution of the method
         stepping now (dopri5: 1/5; "auto" may switch to rodas4: 1/4)."""
-        return float(getattr(self.method, "error_exponent", 0.2))
+        return float(self.method.error_exponent)
 
     def _control(self, norm: torch.Tensor, moving, h_try, h, t):
         """Accept where the error norm is ≤ 1 (every moving element's in a synchronous run);
         the next step from the standard and the predictive factors (module notes)."""
-        norm = norm.detach().cpu().numpy().astype(float)
+        norm = norm.detach().double().cpu().numpy()  # bfloat16 has no numpy type
         norm = np.where(np.isfinite(norm), norm, math.inf)
         norm = np.where(moving, norm, 0.0)
         decision = np.full_like(norm, norm.max()) if self.synchronous else norm
@@ -427,10 +471,11 @@ class Loop:
             "last_dt": h,
             "synchronous": self.synchronous,
             "wall_time_s": time.perf_counter() - start,
-            "method": getattr(self.method, "name", type(self.method).__name__),
+            "method": self.method.name,
+            "rtol": self.rtol,
+            "atol": self.atol,
         }
-        if callable(getattr(self.method, "run_stats", None)):
-            stats.update(self.method.run_stats())
+        stats.update(self.method.run_stats())
         if system.inner.failure is not None:
             stats["inner_failure"] = system.inner.failure
         stats.update(system.stats(states, states[-1]))

@@ -1,6 +1,6 @@
 r"""A probability density on the unit circle S¹, sampled on a uniform grid of angles.
 
-The state of the circle PDE (:mod:`tpde.flows.circle`): the density ρ(θ) with respect to
+The state of the circle PDE (:mod:`tpde.flows.systems.circle`): the density ρ(θ) with respect to
 arc length of a measure on S¹ = {(cos θ, sin θ)}, known at M equally spaced angles
 θ_j = θ_0 + jh, h = 2π/M, and read between them as its trigonometric interpolant
 

@@ -19,16 +19,18 @@ over the element's whole state. A step with hλ > 3.25 is *stability-bound*; an 
 with 15 stability-bound accepted steps in a row is *stiff* (6 accepted steps below the
 bound reset the count: dopri5.f's constants). When the first element of a run turns stiff:
 
-- on a system with a Jacobian (:class:`~tpde.flows.systems.GaussianSystem`) the whole run
-  goes on with rodas4 (:mod:`tpde.flows.rosenbrock`, L-stable, its step bounded by
+- on a system with a Jacobian (:class:`~tpde.flows.systems.GaussianSystem`, and a
+  :class:`~tpde.flows.systems.ParticleSystem` of n·d ≤ 256 coordinates) the whole run
+  goes on with rodas4 (:mod:`tpde.flows.methods.rosenbrock`, L-stable, its step bounded by
   accuracy only) from that step on; the trajectory's ``stats["switched_at"]`` says when
   (the time of the element that triggered it; ``stats["stiff_detected"]`` which elements
   were found stiff) and ``stats["method"]`` reads
   ``"auto (dopri5 → rodas4)"``. A batch switches together (one method per run); rodas4 is
   accurate on the elements that were not stiff too.
-- on a system without one (particles, whose flows have no stiff method here) the run goes
-  on with dopri5 at its stability-bound steps, which stay correct, and a warning says so
-  (``stats["stiff_at"]``; a budget ``max_steps`` ends it with that status).
+- on a system without one (grids, larger particle clouds) the run goes on with dopri5 at
+  its stability-bound steps, which stay correct, and a warning says so
+  (``stats["stiff_at"]``; the budget ``max_steps`` ends it with that status, early when
+  the steps left cannot reach t1: :mod:`tpde.flows.loop`).
 
 There is no switch back (LSODA switches both ways): rodas4 is right on non-stiff stretches
 and in tpde's flows stiffness comes from contraction, which persists. Every state returned
@@ -44,9 +46,9 @@ import warnings
 import numpy as np
 import torch
 
-from tpde.flows.methods import DOPRI5, ExplicitRK, _part_step, resolve_method
-from tpde.flows.rosenbrock import RODAS4
-from tpde.flows.systems import _reduce
+from tpde.flows.methods.base import Method, part_step, register_method, resolve_method
+from tpde.flows.methods.explicit import DOPRI5, ExplicitRK
+from tpde.flows.methods.rosenbrock import RODAS4
 
 __all__ = ["Auto"]
 
@@ -58,11 +60,12 @@ STIFF_STEPS = 15
 CALM_STEPS = 6
 
 
-class Auto:
+class Auto(Method):
     """dopri5 with Hairer's stiffness test, switching to rodas4 (module notes).
 
-    A fresh object per run (``resolve_method("auto")`` makes one; it counts the run's
-    steps): :func:`tpde.flows.integrate` binds it to the system it steps.
+    One object per run (``resolve_method("auto")`` makes one, :meth:`fresh`; it counts the
+    run's steps): :func:`tpde.flows.integrate` binds it to the system it steps
+    (:meth:`bind`: in place when it is not bound yet, else a bound copy).
 
     Parameters
     ----------
@@ -80,7 +83,9 @@ class Auto:
 
     name = "auto"
     adaptive = True
-    uses_jacobian = False  # needs one only to switch; bind() checks the system
+    composite = True
+    summary = "the default: dopri5, switching to rodas4 when the flow turns stiff"
+    # uses_jacobian stays False: it needs one only to switch, and bind() checks the system
 
     def __init__(self, explicit: ExplicitRK = DOPRI5, stiff=RODAS4):
         explicit, stiff = resolve_method(explicit), resolve_method(stiff)
@@ -95,7 +100,7 @@ class Auto:
                 f"stages are both at c = 1 (the stiffness test reads them), such as 'dopri5'; "
                 f"received {getattr(explicit, 'name', explicit)!r}."
             )
-        if not (getattr(stiff, "uses_jacobian", False) and stiff.adaptive):
+        if not (stiff.uses_jacobian and stiff.adaptive):
             raise ValueError(
                 f"Auto's stiff method must be an adaptive method that solves with the "
                 f"Jacobian (a Rosenbrock method such as 'rodas4'); received "
@@ -111,9 +116,14 @@ class Auto:
         self._calm: np.ndarray | None = None
         self.stiff_elements: np.ndarray | None = None
 
+    def fresh(self) -> Auto:
+        """A new, unbound Auto with the same two methods (one per run)."""
+        return Auto(self.explicit, self.stiff)
+
     def bind(self, system) -> Auto:
-        """This run's method for ``system``: switches only where the system has a Jacobian."""
-        bound = Auto(self.explicit, self.stiff)
+        """This run's method for ``system``: switches only where the system has a Jacobian.
+        An unbound Auto binds itself; a bound one (a second run) binds a fresh copy."""
+        bound = self if self.system is None else self.fresh()
         bound.system = system
         bound.can_switch = callable(getattr(system, "jacobian", None))
         return bound
@@ -125,7 +135,7 @@ class Auto:
     @property
     def error_exponent(self) -> float:
         """The step-size exponent of the method stepping now (dopri5 1/5, rodas4 1/4)."""
-        return float(getattr(self.current, "error_exponent", 0.2))
+        return float(self.current.error_exponent)
 
     def step(self, f, t: float, y, h, k1=None, h_clock: float = 0.0):
         """One step of the method stepping now; a dopri5 step also measures its hλ."""
@@ -144,7 +154,7 @@ class Auto:
         """hλ ≈ ‖h(k₇ − k₆)‖ / ‖y₁ − ŷ₆‖ per element; 0 where y₁ = ŷ₆ or where the ratio is
         undefined (∞/∞ near an overflow, which the blow-up checks judge). One transfer."""
         change = tuple(
-            _part_step(h, i) * (k7 - k6)
+            part_step(h, i) * (k7 - k6)
             for i, (k7, k6) in enumerate(zip(stages[-1], stages[-2], strict=True))
         )
         gap = tuple(a - b for a, b in zip(after, before, strict=True))
@@ -155,10 +165,13 @@ class Auto:
         return np.where(denominator > 0, np.nan_to_num(ratio, nan=0.0, posinf=math.inf), 0.0)
 
     def _square_norm(self, state) -> torch.Tensor:
-        """Σ of squares of each element's entries (batch shape)."""
-        # float64: float32 squares overflow from 1e19
-        parts = zip(state, self.system.part_dims, strict=True)
-        return sum(_reduce(part.detach().double().square(), k, torch.sum) for part, k in parts)
+        """Σ of squares of each element's entries (batch shape), in float64 (float32
+        squares overflow from 1e19)."""
+        total = 0
+        for part, k in zip(state, self.system.part_dims, strict=True):
+            square = part.detach().double().square()
+            total = total + (square.flatten(square.ndim - k).sum(-1) if k else square)
+        return total
 
     def observe(self, accepted: np.ndarray, t: np.ndarray) -> None:
         """Count the accepted steps that were stability-bound (the loop calls this after each
@@ -192,9 +205,10 @@ class Auto:
         warnings.warn(
             f"method 'auto': the flow turned stiff at t = {t:.6g} (dopri5's steps are bounded "
             f"by stability: hλ > {STABILITY_BOUND} for {STIFF_STEPS} steps in a row); a "
-            f"{type(self.system).__name__} has no stiff method (rodas4 needs the Jacobian of "
-            "a Gaussian's moment ODE), so the run goes on with dopri5 at these short steps. "
-            "Raise max_steps if the budget runs out, or integrate a Gaussian.",
+            f"{type(self.system).__name__} has no stiff method (rodas4 needs the system's "
+            "Jacobian: Gaussians, and particle clouds of n·d <= 256 coordinates), so the "
+            "run goes on with dopri5 at these short steps. Raise max_steps if the budget "
+            "runs out, or integrate a Gaussian or a smaller cloud.",
             RuntimeWarning,
             stacklevel=2,
         )
@@ -210,3 +224,6 @@ class Auto:
             "switched_at": self.stiff_at if switched else None,
             "stiff_detected": stiff if stiff is not None else np.zeros((), dtype=bool),
         }
+
+
+register_method(Auto())

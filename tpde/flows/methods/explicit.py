@@ -1,12 +1,7 @@
-"""Time-stepping methods: explicit Runge–Kutta tableaux, each declaring its order, and the
-table :data:`METHODS` of every method by name (with the stiff "rodas4",
-:mod:`tpde.flows.rosenbrock`).
+"""Explicit Runge–Kutta methods: a Butcher tableau declaring its order, and the four
+registered ones ("euler", "heun", "rk4", "dopri5").
 
-A state is a tuple of tensors (particles: ``(points,)``; Gaussians: ``(mean, cov)``; grids:
-``(masses, outflow)``). ``step(f, t, y, h, k1)`` returns the new state, the embedded error
-estimate (adaptive methods only) and the derivative at the new state when the method has
-it for free (FSAL). ``h`` is a float, or a tuple with one step tensor per state part
-(broadcasting against that part: one step per batch element, see :mod:`tpde.flows.loop`).
+The step contract is the method protocol's (:mod:`tpde.flows.methods.base`).
 """
 
 from __future__ import annotations
@@ -16,23 +11,18 @@ from dataclasses import dataclass
 
 import torch
 
-from tpde.flows.rosenbrock import RODAS4
+from tpde.flows.methods.base import Method, part_step, register_method
 
-__all__ = ["DOPRI5", "EULER", "HEUN", "METHODS", "RK4", "ExplicitRK", "State", "resolve_method"]
+__all__ = ["DOPRI5", "EULER", "HEUN", "RK4", "ExplicitRK", "State"]
 
 State = tuple[torch.Tensor, ...]
-
-
-def _part_step(h, index: int):
-    """The step multiplying part ``index``: a float, or that part's step tensor."""
-    return h[index] if isinstance(h, tuple) else h
 
 
 def _axpy(y: State, h, terms: list[tuple[float, State]]) -> State:
     """y + h Σ_s a_s k_s, part by part (a float step: one fused pass per term)."""
     out = []
     for index, part in enumerate(y):
-        step = _part_step(h, index)
+        step = part_step(h, index)
         acc = part
         for coef, k in terms:
             if coef == 0.0:
@@ -64,7 +54,7 @@ def _check_coefficients(tableau) -> None:
 
 
 @dataclass(frozen=True)
-class ExplicitRK:
+class ExplicitRK(Method):
     """Butcher tableau (a, b, c) of an explicit Runge–Kutta method.
 
     Attributes
@@ -90,6 +80,7 @@ class ExplicitRK:
     b_error: tuple[float, ...] | None = None
     fsal: bool = False
     ssp: bool = False
+    summary: str = ""
 
     def __post_init__(self):
         stages = len(self.b)
@@ -152,7 +143,7 @@ class ExplicitRK:
     def stages(self, f, t: float, y: State, h, k1: State | None = None, h_clock: float = 0.0):
         """The stage derivatives k_s (a list of states) and the arguments of the last two
         stages (the states they were evaluated at), which the stiffness test of the
-        "auto" method reads (:mod:`tpde.flows.auto`)."""
+        "auto" method reads (:mod:`tpde.flows.methods.auto`)."""
         stages, last = [f(t, y) if k1 is None else k1], [y]
         for row, node in zip(self.a[1:], self.c[1:], strict=True):
             argument = _axpy(y, h, list(zip(row, stages, strict=False)))
@@ -173,14 +164,31 @@ class ExplicitRK:
         return y_new, error, stages[-1] if self.fsal else None
 
 
-EULER = ExplicitRK("euler", 1, a=((),), b=(1.0,), c=(0.0,), ssp=True)
-HEUN = ExplicitRK("heun", 2, a=((), (1.0,)), b=(0.5, 0.5), c=(0.0, 1.0), ssp=True)
-RK4 = ExplicitRK(
-    "rk4",
-    4,
-    a=((), (0.5,), (0.0, 0.5), (0.0, 0.0, 1.0)),
-    b=(1 / 6, 1 / 3, 1 / 3, 1 / 6),
-    c=(0.0, 0.5, 0.5, 1.0),
+EULER = register_method(
+    ExplicitRK(
+        "euler", 1, a=((),), b=(1.0,), c=(0.0,), ssp=True, summary="forward Euler; SSP (grids)"
+    )
+)
+HEUN = register_method(
+    ExplicitRK(
+        "heun",
+        2,
+        a=((), (1.0,)),
+        b=(0.5, 0.5),
+        c=(0.0, 1.0),
+        ssp=True,
+        summary="Heun = SSP-RK2 (grids with MUSCL)",
+    )
+)
+RK4 = register_method(
+    ExplicitRK(
+        "rk4",
+        4,
+        a=((), (0.5,), (0.0, 0.5), (0.0, 0.0, 1.0)),
+        b=(1 / 6, 1 / 3, 1 / 3, 1 / 6),
+        c=(0.0, 0.5, 0.5, 1.0),
+        summary="the classical Runge–Kutta method",
+    )
 )
 # Dormand & Prince (1980), "A family of embedded Runge-Kutta formulae", J. Comp. Appl. Math.
 DOPRI5 = ExplicitRK(
@@ -199,48 +207,6 @@ DOPRI5 = ExplicitRK(
     c=(0.0, 1 / 5, 3 / 10, 4 / 5, 8 / 9, 1.0, 1.0),
     b_error=(5179 / 57600, 0.0, 7571 / 16695, 393 / 640, -92097 / 339200, 187 / 2100, 1 / 40),
     fsal=True,
+    summary="Dormand–Prince 5(4), error-controlled steps",
 )
-
-#: Every declared method, by name (the order test iterates over this table); "rodas4" is
-#: the L-stable Rosenbrock method for stiff flows (:mod:`tpde.flows.rosenbrock`).
-METHODS = {m.name: m for m in (EULER, HEUN, RK4, DOPRI5, RODAS4)}
-
-
-def resolve_method(method, default: str = "auto"):
-    """A method object from a name of :data:`METHODS`, "auto" (a fresh
-    :class:`~tpde.flows.auto.Auto` per call: it counts its run's steps), a splitting's
-    name, or a method object itself."""
-    if method is None:
-        method = default
-    if isinstance(method, str):
-        from tpde.flows.auto import Auto  # these modules build on this one
-        from tpde.flows.splitting import SPLITTINGS
-
-        if method == Auto.name:
-            return Auto()
-        if method in SPLITTINGS:
-            return SPLITTINGS[method]
-        if method not in METHODS:
-            known = ", ".join(repr(k) for k in ("auto", *METHODS, *SPLITTINGS))
-            raise ValueError(f"unknown method {method!r}; choose one of {known}, or pass an "
-                             "ExplicitRK tableau.")  # fmt: skip
-        return METHODS[method]
-    if isinstance(method, type):
-        raise TypeError(
-            f"method must be a method object or a name; received the class "
-            f"{method.__name__} itself. Pass an instance (e.g. Splitting('strang'), Auto(), "
-            "an ExplicitRK tableau) or a name such as 'rk4'."
-        )
-    if callable(getattr(method, "step", None)) and hasattr(method, "order"):
-        if not isinstance(getattr(method, "adaptive", None), bool):
-            raise TypeError(
-                f"method {getattr(method, 'name', type(method).__name__)!r} must say whether "
-                "it is adaptive: a bool attribute `adaptive` (True: step returns an error "
-                "estimate and the loop controls the step size; False: fixed steps); received "
-                f"{getattr(method, 'adaptive', 'no such attribute')!r}."
-            )
-        return method
-    raise TypeError(
-        f"method must be a name ({', '.join(METHODS)}) or a method object such as an "
-        f"ExplicitRK; received {type(method).__name__}."
-    )
+register_method(DOPRI5)

@@ -56,8 +56,8 @@ import torch
 from tpde._engines.spectral import bessel_ive, truncation
 from tpde._status import Status
 from tpde._validation import check_positive
-from tpde.flows.integrate import register_system
-from tpde.flows.systems import System
+from tpde.flows.systems.base import System
+from tpde.flows.systems.registry import register_system
 from tpde.measures.circle import CircleDensity
 
 __all__ = ["RK4_REACH", "CircleSystem", "circle_model"]

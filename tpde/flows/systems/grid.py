@@ -10,12 +10,8 @@ reconstructed on the face's two sides. The velocity at the faces is the field ev
 against the grid measure itself, Γ[Σ_c m_c δ_{x_c}](x_face), through the particle engines
 with the cell masses as weights (midpoint quadrature of the attention integral, O(h²)).
 
-Spatial schemes (``scheme``):
-
-- ``"upwind"``: m_L, m_R are the cell masses (first order).
-- ``"muscl"``: piecewise-linear reconstruction with minmod-limited slopes
-  σ_c = minmod(m_c − m_{c−1}, m_{c+1} − m_c), m_L/R = m ± σ/2 (second order on smooth
-  solutions; van Leer, J. Comput. Phys. 32, 1979).
+Spatial schemes (``scheme``, :mod:`tpde.flows.systems.reconstructions`): ``"upwind"``
+(first order) and ``"muscl"`` (minmod-limited, second order).
 
 Time methods (``method``): ``"euler"`` (forward Euler, order 1; the default with upwind)
 and ``"heun"`` (SSP-RK2 = Heun, order 2; the default with MUSCL, so the scheme is second
@@ -39,7 +35,8 @@ values lie in [m_c/2, 3m_c/2] and add up to 2m_c). An Euler step keeps every mas
 nonnegative when ν := dt · max_c r_c ≤ 1; ν is the Courant number reported.
 With ``dt=None`` each step takes ν = ``cfl`` (default 0.5) from the current velocity, at
 most 1/10 of the run length, and a Heun step whose second stage would exceed ν = 1 is
-retried shorter. An explicit ``dt`` that gives ν > 1 at any stage raises an error. The
+retried shorter. An explicit ``dt`` that gives ν > 1 at any stage raises an error
+(:class:`~tpde.flows.systems.cfl.CFLController`). The
 scheme and the CFL target belong to the grid system: pass
 ``FiniteVolumes(grid, scheme="upwind", cfl=0.8)`` to :func:`tpde.flows.integrate` in
 place of the grid (a bare Grid means ``FiniteVolumes(grid)``).
@@ -62,103 +59,14 @@ import torch
 
 from tpde._engines import check_engine
 from tpde._validation import check_choice, check_positive
-from tpde.flows.systems import System
+from tpde.flows.methods import METHODS
+from tpde.flows.systems.base import System
+from tpde.flows.systems.cfl import CFLController
+from tpde.flows.systems.reconstructions import SCHEMES, Reconstruction
+from tpde.flows.systems.registry import register_system
 from tpde.measures import Empirical, Grid
 
-__all__ = [
-    "MUSCL",
-    "SCHEMES",
-    "CFLViolation",
-    "FiniteVolumes",
-    "GridSystem",
-    "Reconstruction",
-    "Upwind",
-]
-
-
-def _minmod(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """minmod(a, b) = sign(a)·min(|a|, |b|) where a and b agree in sign, 0 elsewhere."""
-    return torch.where(a * b > 0, torch.sign(a) * torch.minimum(a.abs(), b.abs()), 0.0 * a)
-
-
-def _pad(m: torch.Tensor, axis: int, before: int, after: int) -> torch.Tensor:
-    """Zero ghost cells along ``axis``."""
-    pads = [0, 0] * m.ndim
-    index = 2 * (m.ndim - 1 - axis)
-    pads[index], pads[index + 1] = before, after
-    return torch.nn.functional.pad(m, pads)
-
-
-@dataclass(frozen=True)
-class Reconstruction:
-    """A spatial reconstruction: it declares its name, order and default time method."""
-
-    name: str
-    order: int
-    default_method: str
-
-    def face_values(self, m: torch.Tensor, axis: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Masses on the left and right side of every face along ``axis`` (n_k + 1 faces).
-
-        Face j separates cells j − 1 and j; outside the box the ghost masses are 0.
-        """
-        raise NotImplementedError
-
-    def outflow_rate(self, u: torch.Tensor, axis: int, h: float) -> torch.Tensor:
-        """Per-cell bound r_c on the outgoing mass fraction per unit time (this axis)."""
-        raise NotImplementedError
-
-
-def _outgoing(u: torch.Tensor, axis: int):
-    """Outgoing speeds through the right and left face of every cell along ``axis``."""
-    n = u.shape[axis] - 1
-    return u.narrow(axis, 1, n).clamp_min(0), (-u.narrow(axis, 0, n)).clamp_min(0)
-
-
-@dataclass(frozen=True)
-class Upwind(Reconstruction):
-    """First-order upwind: the face value is the upwind cell's mass."""
-
-    name: str = "upwind"
-    order: int = 1
-    default_method: str = "euler"
-
-    def face_values(self, m, axis):
-        return _pad(m, axis, 1, 0), _pad(m, axis, 0, 1)
-
-    def outflow_rate(self, u, axis, h):
-        right, left = _outgoing(u, axis)
-        return (right + left) / h
-
-
-@dataclass(frozen=True)
-class MUSCL(Reconstruction):
-    """Piecewise-linear reconstruction with minmod-limited slopes (second order)."""
-
-    name: str = "muscl"
-    order: int = 2
-    default_method: str = "heun"
-
-    def face_values(self, m, axis):
-        padded = _pad(m, axis, 1, 1)
-        n = m.shape[axis]
-        backward = m - padded.narrow(axis, 0, n)
-        forward = padded.narrow(axis, 2, n) - m
-        half = 0.5 * _minmod(backward, forward)
-        return _pad(m + half, axis, 1, 0), _pad(m - half, axis, 0, 1)
-
-    def outflow_rate(self, u, axis, h):
-        # Face values lie in [m/2, 3m/2] and add up to 2m: the outgoing flux is at most
-        # ((u⁺_R + u⁻_L)/2 + max(u⁺_R, u⁻_L))·m.
-        right, left = _outgoing(u, axis)
-        return (0.5 * (right + left) + torch.maximum(right, left)) / h
-
-
-SCHEMES = {scheme.name: scheme for scheme in (Upwind(), MUSCL())}
-
-
-class CFLViolation(ValueError):
-    """An explicit step size breaks the CFL (positivity) condition of the grid scheme."""
+__all__ = ["FiniteVolumes", "GridSystem"]
 
 
 @dataclass(frozen=True)
@@ -215,7 +123,7 @@ class GridSystem(System):
         # Grids step with the SSP methods only: the reconstruction's own (upwind: euler,
         # muscl: heun) by default (module notes).
         self.default_method = spec.reconstruction.default_method
-        self.fixed_dt, self.dt_cap = None, 1.0
+        self.controller = CFLController(spec.cfl, spec.reconstruction.name)
         self.part_dims = (grid.dim, 0)
         self.lower, self.upper, self.shape = grid.lower, grid.upper, grid.shape
         self.h = [float(v) for v in grid.cell_size]
@@ -224,33 +132,36 @@ class GridSystem(System):
         self._initial = (grid.density, grid.density.new_zeros(()))
         self.reset_run()
 
+    @classmethod
+    def build(cls, field, mu0, t0: float, engine: str) -> GridSystem:
+        """The builder :func:`~tpde.flows.systems.register_system` holds for Grid and
+        FiniteVolumes."""
+        return cls(field, mu0, engine)
+
     def reset_run(self) -> None:
         """Forget the counters of a previous run (a ready system may be integrated again)."""
         super().reset_run()
         self.n_field_evals = 0
         self._cache = None  # (masses, face velocities, rate) of the last evaluation
-        self._step_rates: list[tuple[float, float]] = []
-        self._retry = None
-        self.nu_max, self.dt_seen = 0.0, []
         self.min_mass = float(self._initial[0].detach().min())
 
     def check_method(self, method) -> None:
         """Grids take the strong-stability-preserving methods (positivity under the CFL
         condition): 'euler' and 'heun'."""
-        if not getattr(method, "ssp", False):
+        if not method.ssp:
+            names = [repr(name) for name, m in METHODS.items() if m.ssp]
+            ssp = " or ".join(filter(None, (", ".join(names[:-1]), names[-1])))
             raise ValueError(
                 f"grid (Eulerian) flows step with the strong-stability-preserving methods "
-                f"'euler' or 'heun' (positivity under the CFL condition); received method "
-                f"{getattr(method, 'name', method)!r}. Leave method=None for the scheme's "
+                f"{ssp} (positivity under the CFL condition); received method "
+                f"{method.name!r}. Leave method=None for the scheme's "
                 "default."
             )
 
     def first_step(self, t0: float, t1: float, dt):
         """A fixed dt as given (checked against the CFL condition at every stage), else
         adaptive steps at ν = cfl, capped at 1/10 of the run."""
-        span = t1 - t0
-        self.fixed_dt, self.dt_cap = dt, (span / 10 if span > 0 else 1.0)
-        return self.dt_cap if dt is None else dt
+        return self.controller.start(t0, t1, dt)
 
     @staticmethod
     def _faces(grid: Grid):
@@ -304,7 +215,7 @@ class GridSystem(System):
         """(dm/dt, outflow rate through the box boundary) for the masses m."""
         m = state[0]
         velocity = self.velocity(t, m)
-        self._step_rates.append((t, self._cache[2]))
+        self.controller.stage(t, self._cache[2])
         dm = torch.zeros_like(m)
         outflow = m.new_zeros(())
         for k, (u, h) in enumerate(zip(velocity, self.h, strict=True)):
@@ -325,38 +236,16 @@ class GridSystem(System):
 
     # ------------------------------------------------------------------ CFL control
     def propose_step(self, t: float, state, h):
-        """ν = cfl at the current velocity (capped at 1/10 of the run); a fixed dt as is."""
+        """The controller's step at the current velocity (ν = cfl; a fixed dt as is)."""
         self.velocity(t, state[0])
-        rate = self._cache[2]
-        self._step_rates = [(t, rate)]
-        if self.fixed_dt is not None:
-            return h
-        proposal = self.dt_cap if rate <= 0 else min(self.dt_cap, self.cfl / rate)
-        if self._retry is not None:
-            proposal, self._retry = min(proposal, self._retry), None
-        return proposal
+        return self.controller.propose(t, self._cache[2], h)
 
     def check_step(self, h) -> tuple[bool, float | None]:
-        """Every stage of the step within ν = h·rate ≤ 1; else retry shorter or raise."""
-        for stage, (t, rate) in enumerate(self._step_rates):
-            nu = h * rate
-            if nu <= 1.0:
-                continue
-            if self.fixed_dt is not None:
-                name = ("first", "second", "third", "fourth")[min(stage, 3)]
-                raise CFLViolation(
-                    f"dt = {h:.4g} violates the CFL condition of the {self.scheme.name} "
-                    f"scheme at t = {t:.4g} ({name} stage): Courant number ν = {nu:.3g} > 1, "
-                    f"so cell masses could turn negative. Pass dt <= {1.0 / rate:.4g}, or "
-                    "dt=None for adaptive steps at ν = cfl."
-                )
-            self._retry = self.cfl / rate
-            return False, self._retry
-        return True, None
+        """Every stage of the step within ν ≤ 1 (the controller retries or raises)."""
+        return self.controller.check(h)
 
     def record_step(self, h, state) -> None:
-        self.nu_max = max([self.nu_max, *(h * rate for _, rate in self._step_rates)])
-        self.dt_seen.append(h)
+        self.controller.record(h)
         self.min_mass = min(self.min_mass, float(state[0].detach().min()))
 
     def stats(self, saved, final) -> dict:
@@ -368,10 +257,7 @@ class GridSystem(System):
             "outflow_saved": torch.stack([s[1].detach() for s in saved]),
             "mass_error": float((final[0].sum() + final[1] - initial_mass).detach().abs()),
             "min_mass": self.min_mass,
-            "cfl": self.cfl if self.fixed_dt is None else None,
-            "cfl_max": self.nu_max,
-            "dt_min": min(self.dt_seen, default=math.nan),
-            "dt_max": max(self.dt_seen, default=math.nan),
+            **self.controller.stats(),
             "scheme": self.scheme.name,
         }
 
@@ -399,3 +285,7 @@ class GridSystem(System):
         cached = self._cache is not None and self._cache[0] is m
         velocity = self._cache[1] if cached else self.velocity(0.0, m)
         return self.centre_speed_norm(m.detach(), velocity)
+
+
+register_system(Grid, GridSystem.build)
+register_system(FiniteVolumes, GridSystem.build)

@@ -7,7 +7,8 @@ feed-forward parts), a splitting step advances each part on its own with an inne
 - **Strang** (order 2): the symmetric composition
   Φ_{F_1}^{h/2} ∘ … ∘ Φ_{F_{P−1}}^{h/2} ∘ Φ_{F_P}^h ∘ Φ_{F_{P−1}}^{h/2} ∘ … ∘ Φ_{F_1}^{h/2}.
 
-Φ^h is one step of the inner method (Euler by default). After each sub-step the part's own
+Φ^h is one step of the inner method (Euler for Lie–Trotter, Heun for Strang by default:
+the lowest order that keeps the composition's). After each sub-step the part's own
 projection is applied (its norm scheme's retraction, when it has one): so Lie–Trotter with
 Euler sub-steps at h = 1 *is* the discrete sequential layer, x ← x + Attn(N₁x);
 x ← x + F(N₂x) for a Pre-norm layer and x ← LN₁(x + Attn x); x ← LN₂(x + F x) for a
@@ -26,11 +27,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tpde.flows.methods import EULER, resolve_method
+from tpde.flows.methods.base import Method, register_method, resolve_method
+from tpde.flows.methods.explicit import EULER, HEUN
 
 __all__ = ["LIE_TROTTER", "SPLITTINGS", "STRANG", "Splitting"]
 
 KINDS = ("lie-trotter", "strang")
+#: The default inner method of each kind: the lowest order that keeps the composition's
+#: (Lie–Trotter with Euler at h = 1 is the discrete network; Strang with Heun is order 2).
+DEFAULT_INNER = {"lie-trotter": EULER, "strang": HEUN}
 
 
 def _scaled(h, fraction: float):
@@ -41,14 +46,15 @@ def _scaled(h, fraction: float):
 
 
 @dataclass(frozen=True)
-class Splitting:
+class Splitting(Method):
     """A splitting method: Lie–Trotter or Strang over a sum's parts (module notes).
 
     Parameters
     ----------
     kind : "lie-trotter" or "strang".
-    inner : a method name or object (default Euler): the scheme of each sub-step; fixed
-        step (an adaptive inner method is stepped without its error estimate).
+    inner : a method name or object (default: Euler for Lie–Trotter, Heun for Strang, so
+        that each has its composition's order): the scheme of each sub-step; fixed step
+        (an adaptive inner method is stepped without its error estimate).
 
     Attributes
     ----------
@@ -57,7 +63,7 @@ class Splitting:
     """
 
     kind: str = "lie-trotter"
-    inner: object = EULER
+    inner: object = None
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -65,16 +71,18 @@ class Splitting:
                 f"unknown splitting {self.kind!r}; choose 'lie-trotter' (order 1) or 'strang' "
                 "(order 2)."
             )
-        inner = resolve_method(self.inner, default="euler")
-        if getattr(inner, "splits", False):
+        inner = resolve_method(
+            DEFAULT_INNER[self.kind] if self.inner is None else self.inner, default="euler"
+        )
+        if inner.splits:
             raise ValueError("the inner method of a splitting cannot be a splitting itself.")
-        if callable(getattr(inner, "bind", None)):
+        if inner.composite:
             raise ValueError(
                 f"the inner method of a splitting steps fixed sub-steps; {inner.name!r} "
                 "chooses its own steps and method. Give a fixed inner method ('euler', "
                 "'heun', 'rk4') or an explicit tableau."
             )
-        if getattr(inner, "uses_jacobian", False):
+        if inner.uses_jacobian:
             raise ValueError(
                 f"the inner method of a splitting must be explicit; received {inner.name!r}, "
                 "which needs the Jacobian of the whole system."
@@ -84,10 +92,21 @@ class Splitting:
     adaptive = False
     splits = True
     uses_k1 = False
+    composite = True
 
     @property
     def name(self) -> str:
-        return self.kind if self.inner is EULER else f"{self.kind}({self.inner.name})"
+        default = self.inner is DEFAULT_INNER[self.kind]
+        return self.kind if default else f"{self.kind}({self.inner.name})"
+
+    @property
+    def summary(self) -> str:
+        what = (
+            "a sum's parts one after the other"
+            if self.kind == "lie-trotter"
+            else ("the symmetric composition of a sum's parts")
+        )
+        return f"{what}, {self.inner.name} sub-steps (for a Sum of fields)"
 
     @property
     def order(self) -> int:
@@ -123,8 +142,8 @@ class Splitting:
         return y, None, None
 
 
-LIE_TROTTER = Splitting("lie-trotter")
-STRANG = Splitting("strang")
+LIE_TROTTER = register_method(Splitting("lie-trotter"))
+STRANG = register_method(Splitting("strang"))
 
 #: The splitting methods by name (``integrate(method="lie-trotter")``); any inner method:
 #: ``Splitting("strang", inner="rk4")``.

@@ -33,11 +33,13 @@ from dataclasses import dataclass
 
 import torch
 
+from tpde.flows.methods.base import Method, register_method
+
 __all__ = ["RODAS4", "Rosenbrock"]
 
 
 @dataclass(frozen=True)
-class Rosenbrock:
+class Rosenbrock(Method):
     """Coefficients of an s-stage Rosenbrock method with an embedded error estimate.
 
     Attributes
@@ -63,6 +65,7 @@ class Rosenbrock:
     d: tuple[float, ...]
     m: tuple[float, ...]
     e: tuple[float, ...]
+    summary: str = ""
 
     #: Rosenbrock methods carry their own error estimate.
     adaptive = True
@@ -211,4 +214,6 @@ RODAS4 = Rosenbrock(
     d=(0.25, -0.1043, 0.1035, -0.3620000000000023e-01, 0.0, 0.0),
     m=(*_A5, 1.0, 1.0),
     e=(0.0, 0.0, 0.0, 0.0, 0.0, 1.0),
+    summary="L-stable Rosenbrock 4(3) for stiff flows; needs the system's Jacobian",
 )
+register_method(RODAS4)
