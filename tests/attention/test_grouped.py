@@ -429,7 +429,7 @@ def test_bad_input_raises(generator):
         )
     field = GroupedQueryAttention(Wq, Wk, Wv, Wo, heads=4, kv_heads=2)
     tokens = _tokens(generator)
-    with pytest.raises(ValueError, match="evaluates at μ's own tokens here"):
+    with pytest.raises(ValueError, match="evaluates at points x other than μ's tokens only with"):
         field.particle_velocity(0.0, tokens, tokens.points[:3], "dense")
     with pytest.raises(ValueError, match="heads = 4 is not a multiple of kv_heads = 3"):
         GroupedQueryAttention(Wq, Wk, Wv, Wo, heads=4, kv_heads=3)

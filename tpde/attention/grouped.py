@@ -11,7 +11,7 @@ from tpde._engines import softmax_average, softmax_weights
 from tpde._validation import check_positive, check_real
 from tpde.attention._ffn import Weights, linear
 from tpde.attention._forms import key_log_weights, key_positions
-from tpde.attention.base import Field, GaussianNotPreserved
+from tpde.attention.base import Field, GaussianNotPreserved, own_tokens
 from tpde.attention.masked import query_positions, velocity_at_positions
 from tpde.attention.positions import positional_encoding
 from tpde.measures import Empirical, Gaussian, Grid, Measure
@@ -156,13 +156,13 @@ class GroupedQueryAttention(Field):
             info=info, uses=self.needs_positions,
         )  # fmt: skip
 
-    def particle_velocity(self, t, mu: Empirical, x, engine: str, info=None) -> torch.Tensor:
-        if self.needs_positions and x.shape[-2] != mu.n:
-            raise ValueError(
-                "this attention evaluates at μ's own tokens here; use "
-                "GroupedQueryAttention.velocity(mu, x, positions=...) for other points."
-            )
-        return self._velocity(t, mu, x, mu.positions, engine)
+    def particle_velocity(
+        self, t, mu: Empirical, x, engine: str, info=None, positions=None
+    ) -> torch.Tensor:
+        if positions is None and self.needs_positions:  # x must be μ's tokens (own_tokens)
+            own_tokens(x, mu, self._why_positions())
+        at = mu.positions if positions is None else positions
+        return self._velocity(t, mu, x, at, engine)
 
     def _velocity(self, t, mu: Empirical, x, query_positions, engine):
         Wq, Wk, Wv, Wo, bq, bk, bv, bo = self.params.at(t, x)

@@ -5,9 +5,15 @@ from __future__ import annotations
 import torch
 
 from tpde._engines import check_engine
-from tpde._validation import as_positions, as_tensor, check_finite, check_positive
+from tpde._validation import as_tensor, check_finite, check_positive
 from tpde.attention._forms import key_positions
-from tpde.attention.base import Field, GaussianNotPreserved, check_no_overflow
+from tpde.attention.base import (
+    Field,
+    GaussianNotPreserved,
+    check_no_overflow,
+    own_tokens,
+    query_positions,
+)
 from tpde.attention.registry import register, variant
 from tpde.measures import Empirical, Gaussian, Grid, Measure
 
@@ -108,12 +114,18 @@ class Masked(Field):
     def time_dependent(self) -> bool:
         return self.field.time_dependent
 
-    def particle_velocity(self, t, mu: Empirical, x, engine: str, info=None) -> torch.Tensor:
-        if x.shape[-2] != mu.n:  # x: (…, n, d), a batch of clouds or one
-            raise ValueError(
-                "masked attention evaluates at μ's own tokens here; use "
-                "Masked.velocity(mu, x, positions=...) for other points."
-            )
+    @property
+    def needs_positions(self) -> bool:
+        return True
+
+    def particle_velocity(
+        self, t, mu: Empirical, x, engine: str, info=None, positions=None
+    ) -> torch.Tensor:
+        """Γ[μ](x) at μ's own tokens (x: (…, n, d), a batch of clouds or one), or at points
+        x with their ``positions`` (m,) (checked by the caller)."""
+        if positions is not None:
+            return self._masked_velocity(t, mu, x, positions, engine)
+        own_tokens(x, mu, "masked attention")
         return self._masked_velocity(t, mu, x, mu.positions, engine)
 
     def _masked_velocity(self, t, mu: Empirical, x, query_positions, engine):
@@ -182,45 +194,6 @@ def velocity_at_positions(
     out = evaluate(t, mu, x, query_positions(positions, x, who, uses), engine)
     check_no_overflow(out, mu, f"the velocity Γ[μ] of {who}")
     return out
-
-
-def query_positions(positions, x, who: str, uses: bool = True):
-    """The checked positions (m,) of evaluation points x (m, d) of a field that ``uses``
-    positions; None where x is None or the field uses none (and then ``positions`` must be
-    None: they would be ignored)."""
-    if x is None or not uses:
-        if positions is not None and not uses:
-            raise ValueError(
-                "positions were given, but this field uses none (not causal, no positional "
-                "encoding), so they would be ignored: drop positions=."
-            )
-        if positions is not None:
-            raise ValueError(
-                "positions are the positions of the evaluation points x, for a field that "
-                "uses positions; pass x too, or drop positions to evaluate at μ's own tokens."
-            )
-        return None
-    if positions is None:
-        raise ValueError(
-            f"{who} at points x needs their positions: pass positions of shape ({x.shape[0]},)."
-        )
-    return _check_positions(positions, x)
-
-
-def _check_positions(positions, x) -> torch.Tensor:
-    positions = as_positions(positions, "positions", dtype=x.dtype, device=x.device)
-    if positions.shape != (x.shape[0],):
-        raise ValueError(
-            f"positions must have shape ({x.shape[0]},) to match x {tuple(x.shape)}; "
-            f"received {tuple(positions.shape)}."
-        )
-    check_finite(positions, "positions")
-    if bool((positions < 0).any()):
-        raise ValueError(
-            f"positions must be ≥ 0 (integer token indices, or s ∈ [0, 1] for a mean-field "
-            f"limit); received a minimum of {float(positions.min()):.4g}."
-        )
-    return positions.detach()
 
 
 @register("masked", head=False, positions=True)
