@@ -9,12 +9,22 @@ are in the section headers.
 """
 
 import math
+import re
 
 import pytest
 import torch
 
 from tests.adversarial.strategies import F64, error_table_test
-from tpde.attention import Cosine, MultiHead, Normalized, Softmax
+from tpde.attention import (
+    MLP,
+    Cosine,
+    GroupedQueryAttention,
+    LayerSchedule,
+    MultiHead,
+    Normalized,
+    Softmax,
+    SwiGLU,
+)
 from tpde.measures import Empirical
 from tpde.theory import equiangular_velocity
 
@@ -78,7 +88,81 @@ def test_a_query_orthogonal_to_q_has_no_direction_in_cosine_attention():
     torch.testing.assert_close(got, keys.mean(0, keepdim=True), rtol=1e-14, atol=1e-14)
 
 
-# ------------------------------------------------------------------------- the error table
-ERRORS = {}
+# ------------------------- errors that blame the wrong argument (13 cases, 9 failed before)
+D, H, HKV, DH = 4, 4, 2, 2
+
+
+def _r(*shape, seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=F64)
+
+
+GQA = {"Wq": _r(H * DH, D), "Wk": _r(HKV * DH, D), "Wv": _r(HKV * DH, D), "Wo": _r(D, H * DH)}
+FFN = {"W1": _r(6, D), "b1": _r(6), "W2": _r(D, 6), "b2": _r(D)}
+GLU = {"W_gate": _r(6, D), "W_up": _r(6, D), "W_down": _r(D, 6)}
+
+
+def _gqa(**wrong):
+    return lambda: GroupedQueryAttention(**{**GQA, **wrong}, heads=H, kv_heads=HKV)
+
+
+def _blames(name, shape):
+    """The message that names ``name`` (with its received shape) as the wrong weight."""
+    return rf"{name} has shape {re.escape(str(shape))}(,| but) .*{name} must have shape"
+
+
+ERRORS = {
+    "gqa-Wq-rows": (_gqa(Wq=_r(9, D)), ValueError, _blames("Wq", (9, 4))),  # fixed: Wo
+    "gqa-Wq-cols": (_gqa(Wq=_r(8, 5)), ValueError, _blames("Wq", (8, 5))),  # fixed: Wk
+    "gqa-Wk-rows": (_gqa(Wk=_r(6, D)), ValueError, _blames("Wk", (6, 4))),  # fixed: Wv
+    "gqa-Wk-cols": (_gqa(Wk=_r(4, 5)), ValueError, _blames("Wk", (4, 5))),
+    "gqa-Wv-rows": (_gqa(Wv=_r(6, D)), ValueError, _blames("Wv", (6, 4))),
+    "gqa-Wo-transposed": (_gqa(Wo=_r(8, D)), ValueError, _blames("Wo", (8, 4))),
+    "gqa-bq": (_gqa(bq=_r(7)), ValueError, _blames("bq", (7,))),
+    "mlp-W1-rows": (  # fixed: blamed b1
+        lambda: MLP(**{**FFN, "W1": _r(7, D)}),
+        ValueError,
+        _blames("W1", (7, 4)),
+    ),
+    "mlp-W1-cols": (  # fixed: blamed W2
+        lambda: MLP(**{**FFN, "W1": _r(6, 5)}),
+        ValueError,
+        _blames("W1", (6, 5)),
+    ),
+    "swiglu-W_gate-rows": (  # fixed: blamed W_up
+        lambda: SwiGLU(**{**GLU, "W_gate": _r(5, D)}),
+        ValueError,
+        _blames("W_gate", (5, 4)),
+    ),
+    "gqa-no-majority": (  # d_h = 3 (Wq, Wk) against 2 (Wo, Wv): every holder is named
+        _gqa(Wq=_r(12, D), Wk=_r(6, D)),
+        ValueError,
+        r"disagree on H·d_h \(Wq has shape \(12, 4\), Wo has shape \(4, 8\)\) and no size "
+        "has a majority",
+    ),
+}
 
 test_bad_input_raises_a_clear_error = error_table_test(ERRORS)
+
+MIX = Normalized(Softmax(I2, I2, I2), "mix-ln", switch=1.0, depth=3.0)
+OFF_SPHERE = Empirical(3 * _r(5, 2, seed=4))
+
+
+def test_a_sum_with_a_mix_ln_part_accepts_tokens_off_the_sphere_after_the_switch():
+    # fixed: the sum refused them (its parts checked the measure with the scheme of t = 0)
+    # while the part alone accepted them.
+    other = Softmax(I2, I2, 0.5 * I2)
+    got = (MIX + other).velocity(OFF_SPHERE, t=2.0)
+    want = MIX.velocity(OFF_SPHERE, t=2.0) + other.velocity(OFF_SPHERE, t=2.0)
+    torch.testing.assert_close(got, want, rtol=1e-14, atol=1e-14)
+    with pytest.raises(ValueError, match="post-ln attention moves tokens on the unit sphere"):
+        (MIX + other).velocity(OFF_SPHERE, t=0.5)  # before the switch: Post-LN, refused
+
+
+def test_a_schedule_checks_the_layer_acting_at_t():
+    # fixed: a stack whose first layer is Post-LN refused off-sphere tokens at t = 1.5,
+    # where the Pre-LN layer acts and the layer alone accepts them.
+    pre = Normalized(Softmax(I2, I2, I2), "pre-ln")
+    stack = LayerSchedule([Normalized(Softmax(I2, I2, I2), "post-ln"), pre])
+    torch.testing.assert_close(
+        stack.velocity(OFF_SPHERE, t=1.5), pre.velocity(OFF_SPHERE), rtol=0, atol=0
+    )

@@ -378,6 +378,9 @@ class Field:
         """
         engine = check_engine(engine)
         t = check_real(t, "t")
+        piece = self.piece(t)
+        if piece is not self:  # the field acting at t checks and evaluates (Mix-LN, stacks)
+            return piece.velocity(mu, x, positions=positions, t=t, engine=engine, info=info)
         self.check_measure(mu)
         if x is not None:
             x = self.check_points(x, mu)
