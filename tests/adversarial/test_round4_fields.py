@@ -18,14 +18,19 @@ from tests.adversarial.strategies import F64, error_table_test
 from tpde.attention import (
     MLP,
     Cosine,
+    Field,
     GroupedQueryAttention,
+    LayerNorm,
     LayerSchedule,
     MultiHead,
     Normalized,
+    RMSNorm,
     Softmax,
     SwiGLU,
 )
-from tpde.measures import Empirical
+from tpde.flows import integrate
+from tpde.measures import Empirical, Gaussian
+from tpde.metrics import bures_barycenter
 from tpde.theory import equiangular_velocity
 
 I2, I3 = torch.eye(2, dtype=F64), torch.eye(3, dtype=F64)
@@ -141,7 +146,78 @@ ERRORS = {
     ),
 }
 
+
+# ----------------------------------------------- degenerate inputs (8 cases, 6 failed before)
+I1 = torch.eye(1, dtype=F64)
+
+
+class _AnyDim(Field):
+    """A field of every dimension (dim None): d is known only from the measure."""
+
+    dim = None
+
+    def particle_velocity(self, t, mu, x, engine, info=None):
+        return -x
+
+
+def _line(u):
+    u = torch.tensor(u, dtype=F64)
+    return Gaussian(torch.zeros(2, dtype=F64), torch.outer(u, u) / u.dot(u))
+
+
+SINGULAR = [_line([1.0, 0.0]), _line([1.0, 1.0])]  # rank 1, on different lines
+LAYERNORM_D1 = "LayerNorm needs tokens in d >= 2: in d = 1 the centred token .* is 0"
+ERRORS |= {
+    "layernorm-d1-post": (  # fixed: integrate ended blow_up at t = 0
+        lambda: Normalized(Softmax(I1, I1, I1), "layernorm"),
+        ValueError,
+        LAYERNORM_D1,
+    ),
+    "layernorm-d1-pre": (  # fixed: the field saw one point (b) for every token
+        lambda: Normalized(Softmax(I1, I1, I1), LayerNorm(placement="pre")),
+        ValueError,
+        LAYERNORM_D1,
+    ),
+    "layernorm-any-dim-d1": (  # fixed: checked at the measure, where d is known
+        lambda: Normalized(_AnyDim(), "layernorm").velocity(Empirical(_r(4, 1))),
+        ValueError,
+        LAYERNORM_D1,
+    ),
+    "layernorm-d1-integrate": (  # fixed
+        lambda: integrate(Normalized(_AnyDim(), "layernorm"), Empirical(_r(4, 1)), 1.0),
+        ValueError,
+        LAYERNORM_D1,
+    ),
+    "barycenter-singular-noncommuting": (  # fixed: NaN residual, "not_converged"
+        lambda: bures_barycenter(SINGULAR),
+        ValueError,
+        r"needs at least one definite covariance Σ_k with a positive weight, and every Σ_k "
+        r"of 1 problem\(s\) is singular",
+    ),
+    "barycenter-definite-has-no-weight": (  # fixed: the definite one has weight 0
+        lambda: bures_barycenter(
+            [*SINGULAR, Gaussian(torch.zeros(2, dtype=F64), I2)],
+            torch.tensor([0.5, 0.5, 0.0], dtype=F64),
+        ),
+        ValueError,
+        "needs at least one definite covariance",
+    ),
+}
+
 test_bad_input_raises_a_clear_error = error_table_test(ERRORS)
+
+
+def test_rmsnorm_in_d1_and_layernorm_in_d2_still_work():
+    mu = Empirical(_r(4, 1))
+    assert torch.isfinite(Normalized(Softmax(I1, I1, I1), RMSNorm()).velocity(mu)).all()
+    mu2 = Empirical(_r(4, 2))
+    assert torch.isfinite(Normalized(Softmax(I2, I2, I2), "layernorm").velocity(mu2)).all()
+
+
+def test_a_barycenter_with_one_definite_covariance_converges():
+    g = bures_barycenter([*SINGULAR, Gaussian(torch.zeros(2, dtype=F64), I2)])
+    assert g.status == "converged" and torch.isfinite(g.residual).all()
+
 
 MIX = Normalized(Softmax(I2, I2, I2), "mix-ln", switch=1.0, depth=3.0)
 OFF_SPHERE = Empirical(3 * _r(5, 2, seed=4))

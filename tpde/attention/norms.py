@@ -517,6 +517,16 @@ class LayerNorm(_AffineNorm):
         bias = 0.0 if self.bias is None else _on(self.bias, x)
         return layer_norm(x, gamma, bias, self.eps)
 
+    def check_dim(self, d: int) -> None:
+        if d == 1:
+            raise ValueError(
+                "LayerNorm needs tokens in d >= 2: in d = 1 the centred token x − m(x) is 0, "
+                "so LN maps every token to the bias b and the tokens collapse to one point "
+                "at the first step (pre: the field sees one point). Received d = 1; use "
+                "RMSNorm (x/|x| in d = 1) or no normalisation."
+            )
+        super().check_dim(d)
+
     def describe(self) -> str:
         return f"LayerNorm(eps={self.eps:g}, placement={self.placement!r})"
 
