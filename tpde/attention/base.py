@@ -178,6 +178,8 @@ CAPABILITIES = {
     "gaussian_derivative": ("gaussian_affine", "gaussian_affine_derivative"),
     # Γ is one key-biased softmax average: every softmax engine, Masked, the engine table.
     "softmax_form": ("softmax_form",),
+    # Γ = Σ_j w_j e^{⟨q(x), k_j⟩} v_j, an unnormalised exponential kernel sum: Masked.
+    "kernel_form": ("kernel_form",),
     # Γ = −(sM)∇(δG/δμ)/ω_μ (MATH.md §5): energies, JKO steps, the twisted metric.
     "gradient_flow": (
         "interaction",
