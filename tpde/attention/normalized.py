@@ -179,4 +179,6 @@ class _AtPositions:
         return part_velocity(self.field, t, mu, x, engine, info, self.positions)
 
     def __getattr__(self, name):
+        if name == "field":  # not yet set (a copy): no recursion through self.field
+            raise AttributeError(name)
         return getattr(self.field, name)
