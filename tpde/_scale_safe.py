@@ -24,7 +24,7 @@ import math
 
 import torch
 
-__all__ = ["layer_norm", "rms_norm", "safe_norm", "tangent_part", "unit"]
+__all__ = ["layer_norm", "product_direction", "rms_norm", "safe_norm", "tangent_part", "unit"]
 
 
 def _scaled(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -51,6 +51,21 @@ def unit(x: torch.Tensor) -> torch.Tensor:
     small, _ = _scaled(x)
     norm = torch.linalg.vector_norm(small, dim=-1, keepdim=True)
     return small / torch.where(norm > 0, norm, torch.ones_like(norm))
+
+
+def product_direction(x: torch.Tensor, M: torch.Tensor) -> torch.Tensor:
+    """unit(x Mᵀ), with 0 for the rows whose product is at its rounding level.
+
+    Each entry of x Mᵀ is a d-term inner product, computed to within γ_d (|x| |M|ᵀ)
+    ≈ d u (|x| |M|ᵀ) (u the unit roundoff; Higham, *Accuracy and Stability of Numerical
+    Algorithms*, 2nd ed., §3.1): a product no larger than that bound is the rounding of 0
+    (e.g. x orthogonal to the rows of M) and has no direction, so it gets direction 0, as
+    an exact 0 does, instead of a unit vector of rounding noise.
+    """
+    product = x @ M.transpose(-1, -2)
+    bound = x.abs() @ M.abs().transpose(-1, -2)
+    floor = x.shape[-1] * (torch.finfo(product.dtype).eps / 2) * safe_norm(bound, keepdim=True)
+    return torch.where(safe_norm(product, keepdim=True) > floor, unit(product), 0.0)
 
 
 def tangent_part(u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:

@@ -336,7 +336,7 @@ ERRORS = {
     "bary-degenerate": (
         lambda: bures_barycenter([FLAT, FLAT]),
         ValueError,
-        "barycenter of these covariances is degenerate",
+        "needs at least one definite covariance Σ_k with a positive",
     ),
     # entropic Gaussian OT
     "eot-cost": (

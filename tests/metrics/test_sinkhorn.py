@@ -12,7 +12,7 @@ from tests.conftest import keops_ok, random_spd
 from tpde._engines.keops import KeOpsUnavailable
 from tpde._linalg import sqrtm_psd
 from tpde.measures import Empirical, Gaussian
-from tpde.metrics import bures_wasserstein, sinkhorn_divergence
+from tpde.metrics import bures_wasserstein, sinkhorn_divergence, sinkhorn_solve
 
 F64 = torch.float64
 
@@ -26,15 +26,23 @@ def clouds(n, m, d, generator):
 
 def test_equals_geomloss_samplesloss(generator):
     mu, nu = clouds(120, 90, 3, generator)
-    ours = sinkhorn_divergence(mu, nu, blur=0.3)
+    ours = sinkhorn_divergence(mu, nu, blur=0.3, rtol=None)  # one solve
     loss = SamplesLoss("sinkhorn", p=2, blur=0.3, scaling=0.9, debias=True, backend="tensorized")
     reference = loss(mu.weights, mu.points, nu.weights, nu.points)
     assert ours.shape == ()
     assert float(ours) == float(reference)  # the same computation, bit for bit
     # Other scalings pass through.
     loss5 = SamplesLoss("sinkhorn", p=2, blur=0.3, scaling=0.5, debias=True, backend="tensorized")
-    assert float(sinkhorn_divergence(mu, nu, blur=0.3, scaling=0.5)) == float(
+    assert float(sinkhorn_divergence(mu, nu, blur=0.3, scaling=0.5, rtol=None)) == float(
         loss5(mu.weights, mu.points, nu.weights, nu.points)
+    )
+    # The default (the rtol contract) is GeomLoss at the last scaling the contract reached.
+    last = sinkhorn_solve(mu, nu, blur=0.3).scaling
+    assert last > 0.9
+    loss_last = SamplesLoss("sinkhorn", p=2, blur=0.3, scaling=last, debias=True,
+                            backend="tensorized")  # fmt: skip
+    assert float(sinkhorn_divergence(mu, nu, blur=0.3)) == float(
+        loss_last(mu.weights, mu.points, nu.weights, nu.points)
     )
 
 

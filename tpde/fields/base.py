@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from tpde._engines import check_engine
-from tpde._validation import as_tensor, check_finite, check_real
+from tpde._validation import as_positions, as_tensor, check_finite, check_real
 from tpde.measures import Empirical, Gaussian, Grid, Measure
 
 __all__ = [
@@ -25,6 +25,8 @@ __all__ = [
     "GaussianNotPreserved",
     "InnerSolves",
     "implemented_capabilities",
+    "part_velocity",
+    "query_positions",
     "shared_capabilities",
     "supports",
 ]
@@ -173,6 +175,8 @@ CAPABILITIES = {
     "gaussian_derivative": ("gaussian_affine", "gaussian_affine_derivative"),
     # Γ is one key-biased softmax average: every softmax engine, Masked, the engine table.
     "softmax_form": ("softmax_form",),
+    # Γ = Σ_j w_j e^{⟨q(x), k_j⟩} v_j, an unnormalised exponential kernel sum: Masked.
+    "kernel_form": ("kernel_form",),
     # Γ = −(sM)∇(δG/δμ)/ω_μ (MATH.md §5): energies, JKO steps, the twisted metric.
     "gradient_flow": (
         "interaction",
@@ -311,6 +315,14 @@ class Field:
         params = getattr(self, "params", None)
         return True if params is None else params.time_dependent
 
+    @property
+    def needs_positions(self) -> bool:
+        """Whether the velocity depends on the tokens' positions (causal masks, positional
+        encodings): such a field evaluates at points x other than μ's own tokens only with
+        their ``positions``. A wrapper has it when a part has it and passes the positions on
+        (``particle_velocity(..., positions=p)``, :func:`part_velocity`). Default False."""
+        return False
+
     def supports(self, capability: str) -> bool:
         """Whether this field has ``capability`` (:func:`supports`)."""
         return supports(self, capability)
@@ -329,6 +341,7 @@ class Field:
         mu: Measure,
         x=None,
         *,
+        positions=None,
         t: float = 0.0,
         engine: str = "auto",
         info: InnerSolves | None = None,
@@ -345,6 +358,9 @@ class Field:
         x : tensor, shape (m, d), optional
             Where to evaluate; default: the particles of ``mu`` themselves (for a Grid,
             all its cell centres, in the order of :meth:`Grid.centres`).
+        positions : tensor, shape (m,), optional
+            The positions of the points ``x``: required with x when the field (or a part
+            of it) uses positions (:attr:`needs_positions`), refused otherwise.
         t : float
             Depth-time, for time-dependent parameters.
         engine : {"auto", "dense", "chunked", "sdpa", "keops", "tiled", "spectral"}
@@ -361,9 +377,13 @@ class Field:
         """
         engine = check_engine(engine)
         t = check_real(t, "t")
+        piece = self.piece(t)
+        if piece is not self:  # the field acting at t checks and evaluates (Mix-LN, stacks)
+            return piece.velocity(mu, x, positions=positions, t=t, engine=engine, info=info)
         self.check_measure(mu)
         if x is not None:
             x = self.check_points(x, mu)
+        at = query_positions(positions, x, _positions_user(self), self.needs_positions)
         if isinstance(mu, Gaussian):
             if x is None:
                 raise ValueError(
@@ -378,7 +398,7 @@ class Field:
         info = InnerSolves() if info is None else info
         start = len(info)
         x = mu.points if x is None else x
-        out = self.particle_velocity(t, mu, x, engine, info=info)
+        out = part_velocity(self, t, mu, x, engine, info, at)
         check_velocity_type(out, self)
         check_velocity_shape(out, x, f"{type(self).__name__}.particle_velocity")
         info.warn(since=start, stacklevel=2)
@@ -482,3 +502,90 @@ class Field:
             raise ValueError(f"x must have shape (m, {mu.dim}); received shape {tuple(x.shape)}.")
         check_finite(x, "x")
         return x
+
+
+def part_velocity(field, t, mu, x, engine, info, positions) -> torch.Tensor:
+    """``field.particle_velocity`` at points x with their ``positions`` (m,), passed on only
+    to a field that uses them (:attr:`Field.needs_positions`): None means that x are μ's
+    own tokens (their positions are μ's). What every wrapper calls for its parts."""
+    if positions is None or not field.needs_positions:
+        return field.particle_velocity(t, mu, x, engine, info)
+    return field.particle_velocity(t, mu, x, engine, info, positions=positions)
+
+
+def own_tokens(x: torch.Tensor, mu, who: str) -> None:
+    """Raise unless x are μ's own tokens: a field with positions called without them (by a
+    wrapper defined outside tpde that does not pass ``positions=`` on) would otherwise give
+    x the positions of μ's tokens silently."""
+    points = mu.points
+    if x is points or (x.shape == points.shape and torch.equal(x, points)):
+        return
+    raise ValueError(
+        f"{who} evaluates at points x other than μ's tokens only with their positions, and "
+        "none were passed: call velocity(mu, x, positions=p), p of shape (m,). A wrapper "
+        "defined outside tpde must pass positions on to its parts (tpde.fields."
+        "part_velocity) and say so with needs_positions."
+    )
+
+
+def _positions_user(field) -> str:
+    """Who needs positions, for messages: the field, or the wrapper and its part."""
+    name = type(field).__name__
+    inner = _positional_part(field)
+    if inner is None or inner is field:
+        return name
+    return f"{name} (its part {type(inner).__name__} uses positions)"
+
+
+def _positional_part(field):
+    """The first field inside ``field`` (itself included) that uses positions, or None."""
+    if not field.needs_positions:
+        return None
+    for attr in ("parts", "layers", "heads"):
+        parts = getattr(field, attr, ())
+        for part in parts if isinstance(parts, tuple | list) else ():
+            if isinstance(part, Field) and part.needs_positions:
+                return _positional_part(part)
+    inner = getattr(field, "field", None)
+    if isinstance(inner, Field) and inner.needs_positions:
+        return _positional_part(inner)
+    return field
+
+
+def query_positions(positions, x, who: str, uses: bool = True):
+    """The checked positions (m,) of evaluation points x (m, d) of a field that ``uses``
+    positions; None where x is None or the field uses none (and then ``positions`` must be
+    None: they would be ignored)."""
+    if x is None or not uses:
+        if positions is not None and not uses:
+            raise ValueError(
+                "positions were given, but this field uses none (not causal, no positional "
+                "encoding), so they would be ignored: drop positions=."
+            )
+        if positions is not None:
+            raise ValueError(
+                "positions are the positions of the evaluation points x, for a field that "
+                "uses positions; pass x too, or drop positions to evaluate at μ's own tokens."
+            )
+        return None
+    if positions is None:
+        raise ValueError(
+            f"{who} at points x needs their positions: pass positions of shape ({x.shape[0]},)."
+        )
+    return _check_positions(positions, x)
+
+
+def _check_positions(positions, x) -> torch.Tensor:
+    positions = as_positions(positions, "positions", dtype=x.dtype, device=x.device)
+    if positions.shape != (x.shape[0],):
+        raise ValueError(
+            f"positions must have shape ({x.shape[0]},) to match x {tuple(x.shape)}; "
+            f"received {tuple(positions.shape)}."
+        )
+    check_finite(positions, "positions")
+    if bool((positions < 0).any()):
+        raise ValueError(
+            f"positions must be ≥ 0 (integer token indices, or s ∈ [0, 1] for a mean-field "
+            f"limit); received a minimum of {float(positions.min()):.4g}."
+        )
+    return positions.detach()

@@ -9,7 +9,7 @@ import torch
 from tpde._engines import softmax_average
 from tpde.measures import Empirical
 
-__all__ = ["SoftmaxForm", "key_log_weights", "key_positions"]
+__all__ = ["KernelForm", "SoftmaxForm", "key_log_weights", "key_positions"]
 
 
 class SoftmaxForm(NamedTuple):
@@ -36,6 +36,15 @@ class SoftmaxForm(NamedTuple):
             self.queries, self.keys, self.points, key_bias=self.key_bias, engine=engine, **mask
         )
         return self.finish(averaged)
+
+
+class KernelForm(NamedTuple):
+    """An unnormalised exponential attention: Γ[μ](x) = Σ_j e^{log w_j + ⟨q(x), k_j⟩} v_j."""
+
+    queries: torch.Tensor  # (..., m, e)
+    keys: torch.Tensor  # (..., n, e)
+    log_weights: torch.Tensor  # (..., n): log w_j of the tokens with mass
+    values: torch.Tensor  # (..., n, d): v_j
 
 
 def key_log_weights(mu: Empirical) -> tuple[torch.Tensor, torch.Tensor]:

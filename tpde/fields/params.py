@@ -9,6 +9,7 @@ and :func:`linear` (x Wᵀ + b with batch dimensions) for feed-forward fields an
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -280,37 +281,53 @@ class Weights:
         self.sizes: dict[str, int] = {}
         self._source: dict[str, tuple[str, tuple]] = {}
         evaluated = self._evaluate_all(0.0)
-        for name, value in evaluated.items():
-            if value is not None:
-                self._fix_sizes(name, value)
+        self._fix_sizes({k: v for k, v in evaluated.items() if v is not None})
         #: Broadcast batch shape of the weights at t = 0 (empty for one weight set).
         self.batch_shape = self._batch_shape(evaluated)
         #: Each weight's shape at t = 0 (batch dimensions included): kept at every t.
         self._shapes = {name: tuple(v.shape) for name, v in evaluated.items() if v is not None}
 
     # ---------------------------------------------------------------- checks
-    def _fix_sizes(self, name: str, value: torch.Tensor) -> None:
-        """Read the sizes of ``name``'s symbols, or check them against earlier weights."""
-        symbols = self.specs[name]
-        if value.ndim < len(symbols) or 0 in value.shape[value.ndim - len(symbols) :]:
-            raise ValueError(
-                f"{self.owner}: {name} must have shape (..., {', '.join(symbols)}) with "
-                f"sizes >= 1; received shape {tuple(value.shape)}."
-            )
-        trailing = value.shape[value.ndim - len(symbols) :]
-        for symbol, size in zip(symbols, trailing, strict=True):
-            if symbol not in self.sizes:
-                self.sizes[symbol] = size
-                self._source[symbol] = (name, tuple(value.shape))
-            elif self.sizes[symbol] != size:
-                expected = ", ".join(str(self.sizes.get(s, s)) for s in symbols)
-                other, other_shape = self._source[symbol]
+    def _fix_sizes(self, weights: dict) -> None:
+        """Read each symbol's size from the weights that carry it, by majority: where the
+        weights disagree, the size most of them give is the size, and a weight that gives
+        another is the one blamed (a wrong Wq is named, not the Wo checked after it); with
+        no majority (a tie) every holder is named."""
+        held: dict[str, list] = {}
+        for name, value in weights.items():
+            symbols = self.specs[name]
+            if value.ndim < len(symbols) or 0 in value.shape[value.ndim - len(symbols) :]:
                 raise ValueError(
-                    f"{self.owner}: the weights do not chain: {name} has shape "
-                    f"{tuple(value.shape)} but {other} has shape {other_shape}, so {name} "
-                    f"must have shape (..., {expected}) = (..., {', '.join(symbols)}) "
-                    f"({symbol} = {self.sizes[symbol]} from {other})."
+                    f"{self.owner}: {name} must have shape (..., {', '.join(symbols)}) with "
+                    f"sizes >= 1; received shape {tuple(value.shape)}."
                 )
+            trailing = value.shape[value.ndim - len(symbols) :]
+            for symbol, size in zip(symbols, trailing, strict=True):
+                held.setdefault(symbol, []).append((name, size, tuple(value.shape)))
+        for symbol, holders in held.items():
+            counts = Counter(size for _, size, _ in holders)
+            size, votes = counts.most_common(1)[0]
+            if len(counts) > 1 and list(counts.values()).count(votes) > 1:
+                listed = ", ".join(f"{n} has shape {shape}" for n, _, shape in holders)
+                raise ValueError(
+                    f"{self.owner}: the weights do not chain: they disagree on {symbol} "
+                    f"({listed}) and no size has a majority: one of them is wrong; give "
+                    f"{symbol} one size in all of them."
+                )
+            self.sizes[symbol] = size
+            self._source[symbol] = next((n, sh) for n, z, sh in holders if z == size)
+        for symbol, holders in held.items():
+            for name, size, shape in holders:
+                if size != self.sizes[symbol]:
+                    symbols = self.specs[name]
+                    expected = ", ".join(str(self.sizes[s]) for s in symbols)
+                    other, other_shape = self._source[symbol]
+                    raise ValueError(
+                        f"{self.owner}: the weights do not chain: {name} has shape {shape} "
+                        f"but {other} has shape {other_shape}, so {name} must have shape "
+                        f"(..., {expected}) = (..., {', '.join(symbols)}) ({symbol} = "
+                        f"{self.sizes[symbol]} from {other}, as most weights have it)."
+                    )
 
     def _check_shapes(self, evaluated: dict) -> None:
         for name, value in evaluated.items():

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import torch
 
-from tpde.fields.base import Field, shared_capabilities
+from tpde.fields.base import Field, part_velocity, shared_capabilities
 from tpde.measures import Empirical
 
 __all__ = ["LayerSchedule"]
@@ -67,8 +67,15 @@ class LayerSchedule(Field):
     def time_dependent(self) -> bool:
         return True  # piecewise constant in t: the layers change at the breakpoints
 
-    def particle_velocity(self, t, mu: Empirical, x, engine: str, info=None) -> torch.Tensor:
-        return self.piece(t).particle_velocity(t, mu, x, engine, info=info)
+    @property
+    def needs_positions(self) -> bool:
+        """Whether a layer uses positions (they are passed on to the layer acting at t)."""
+        return any(layer.needs_positions for layer in self.layers)
+
+    def particle_velocity(
+        self, t, mu: Empirical, x, engine: str, info=None, positions=None
+    ) -> torch.Tensor:
+        return part_velocity(self.piece(t), t, mu, x, engine, info, positions)
 
     def gaussian_affine(self, t, mean, cov):
         return self.piece(t).gaussian_affine(t, mean, cov)

@@ -25,6 +25,7 @@ from tpde.fields.base import (
     GaussianNotPreserved,
     check_velocity_shape,
     check_velocity_type,
+    part_velocity,
     shared_capabilities,
 )
 from tpde.measures import Empirical, Gaussian
@@ -116,10 +117,17 @@ class Sum(Field):
             self._pieces[key] = Sum(pieces)
         return self._pieces[key]
 
-    def particle_velocity(self, t, mu: Empirical, x, engine: str, info=None) -> torch.Tensor:
+    @property
+    def needs_positions(self) -> bool:
+        """Whether a part uses positions (they are passed on to it)."""
+        return any(part.needs_positions for part in self.parts)
+
+    def particle_velocity(
+        self, t, mu: Empirical, x, engine: str, info=None, positions=None
+    ) -> torch.Tensor:
         total = None
         for index, part in enumerate(self.parts):
-            v = part.particle_velocity(t, mu, x, engine, info)
+            v = part_velocity(part, t, mu, x, engine, info, positions)
             who = f"part {index} of the sum, {type(part).__name__},"
             check_velocity_type(v, part)
             check_velocity_shape(v, x, who)  # a narrower v would broadcast into the total

@@ -156,6 +156,27 @@ def _weights(weights, K: int, like: torch.Tensor) -> torch.Tensor:
     return (w / w.sum(-1, keepdim=True)).to(like.dtype)
 
 
+def _check_one_definite(covs: torch.Tensor, w: torch.Tensor) -> None:
+    """Refuse unless every problem has a definite Σ_k with w_k > 0 (the fixed point's
+    hypothesis): the barycenter of singular Σ_k can be singular (two covariances of rank 1
+    on different lines: a covariance of rank 1), where T̄ = S^{-1/2}(…)S^{-1/2} is
+    undefined and the iteration ends on a NaN residual."""
+    evals = torch.linalg.eigvalsh(covs.detach())  # (..., K, d)
+    top = evals[..., -1].clamp_min(torch.finfo(covs.dtype).tiny)
+    definite = evals[..., 0] > DEFINITE * covs.shape[-1] * torch.finfo(covs.dtype).eps * top
+    ok = (definite & (w.detach() > 0)).any(-1)
+    if not bool(ok.all()):
+        smallest = evals[..., 0] / top  # (..., K): each covariance's inverse condition
+        raise ValueError(
+            f"{FNAME}: the fixed point needs at least one definite covariance Σ_k with a "
+            f"positive weight, and every Σ_k of {int((~ok).sum())} problem(s) is singular "
+            f"(smallest eigenvalue / largest: {float(smallest[~ok].max()):.3g} at most): their "
+            "barycenter can be singular, where the iteration is undefined. Regularise with "
+            "cov + δI (δ > 0), or compute the barycenter of singular Gaussians on their "
+            "common support."
+        )
+
+
 def _check_start(S: torch.Tensor) -> None:
     evals = torch.linalg.eigvalsh(S.detach())
     top = evals[..., -1].clamp_min(torch.finfo(S.dtype).tiny)
@@ -251,6 +272,7 @@ def bures_barycenter(
         tol = 1e-10 if covs.dtype == torch.float64 else 100 * torch.finfo(covs.dtype).eps
     tol = check_positive(tol, "tol")
 
+    _check_one_definite(covs, w)
     mean = (w.unsqueeze(-1) * means).sum(-2)
     root = (w[..., None, None] * sqrtm_psd(covs)).sum(-3)
     S = symmetrize(root @ root)

@@ -429,7 +429,7 @@ def test_bad_input_raises(generator):
         )
     field = GroupedQueryAttention(Wq, Wk, Wv, Wo, heads=4, kv_heads=2)
     tokens = _tokens(generator)
-    with pytest.raises(ValueError, match="evaluates at μ's own tokens here"):
+    with pytest.raises(ValueError, match="evaluates at points x other than μ's tokens only with"):
         field.particle_velocity(0.0, tokens, tokens.points[:3], "dense")
     with pytest.raises(ValueError, match="heads = 4 is not a multiple of kv_heads = 3"):
         GroupedQueryAttention(Wq, Wk, Wv, Wo, heads=4, kv_heads=3)
@@ -441,11 +441,12 @@ def test_bad_input_raises(generator):
         r"shape \(16, 6\).*received Wk of shape \(6, 6\)",
     ):
         GroupedQueryAttention(Wq, Wk[:6], Wv[:6], Wo, heads=4, kv_heads=2)
-    with pytest.raises(ValueError, match=r"Wv has shape \(8, 6\) but Wk has shape \(7, 6\)"):
+    # issue 28: the wrong weight is named (Wq, Wo, Wv agree on d_h), not Wv checked after it
+    with pytest.raises(ValueError, match=r"Wk has shape \(7, 6\), but Wq, Wo, Wv give the head"):
         GroupedQueryAttention(Wq, Wk[:7], Wv, Wo, heads=4, kv_heads=2)
     with pytest.raises(
         ValueError,
-        match=r"Wo has shape \(16, 6\) but Wq has shape \(16, 6\), so Wo"
+        match=r"Wo has shape \(16, 6\), but Wq, Wk, Wv give the head dimension d_h = 4: Wo"
         r" must have shape \(\.\.\., 6, 16\)",
     ):
         GroupedQueryAttention(Wq, Wk, Wv, Wo.T, heads=4, kv_heads=2)

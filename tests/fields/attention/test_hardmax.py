@@ -89,7 +89,7 @@ def test_hardmax_flows_under_a_norm_scheme():
 def test_hardmax_bad_input():
     eye = torch.eye(2, dtype=F64)
     l2 = L2(eye, eye, eye)
-    with pytest.raises(TypeError, match=r"takes a Softmax field .* received L2"):
+    with pytest.raises(TypeError, match=r"takes a Softmax or Cosine field .* received L2"):
         Hardmax.from_field(l2)
     with pytest.raises(TypeError, match="received Masked"):
         Hardmax.from_field(Masked(Softmax(eye, eye, eye)))

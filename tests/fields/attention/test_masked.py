@@ -244,5 +244,5 @@ def test_the_flow_hook_only_evaluates_at_own_tokens(generator):
     # integrate calls particle_velocity at μ's own tokens; other points need positions.
     Q, K, V = _params(generator)
     mu = _tokens(generator)
-    with pytest.raises(ValueError, match="evaluates at μ's own tokens"):
+    with pytest.raises(ValueError, match="evaluates at points x other than μ's tokens only"):
         Masked(Softmax(Q, K, V)).particle_velocity(0.0, mu, mu.points[:2], "dense")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from tpde._scale_safe import unit
+from tpde._scale_safe import product_direction
 from tpde.fields.base import Field
 from tpde.fields.forms import SoftmaxForm, key_log_weights
 from tpde.fields.params import QKV
@@ -52,8 +52,8 @@ class Cosine(Field):
         """Queries β·Qx/|Qx|, keys Ky/|Ky|, key bias log w (shared with Masked)."""
         p = self.params.at(t, like=x)
         points, log_w = key_log_weights(mu)
-        queries = unit(x @ p.Q.transpose(-1, -2))
-        keys = unit(points @ p.K.transpose(-1, -2))
+        queries = product_direction(x, p.Q)  # a rounded 0 has no direction (scores 0)
+        keys = product_direction(points, p.K)
         return SoftmaxForm(p.scale * queries, keys, log_w, points, p.V, None)
 
     def particle_velocity(self, t, mu: Empirical, x, engine: str, info=None) -> torch.Tensor:

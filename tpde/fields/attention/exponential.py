@@ -8,6 +8,7 @@ from tpde._engines import kernel_sum
 from tpde._engines.spectral import exp_sum_spectral
 from tpde.fields.attention._circle import circle_route
 from tpde.fields.base import Field
+from tpde.fields.forms import KernelForm, key_log_weights
 from tpde.fields.params import QKV
 from tpde.fields.registry import register
 from tpde.measures import Empirical
@@ -74,6 +75,16 @@ class Exponential(Field):
         if not self.params.value_is_identity:
             values = values @ p.V.transpose(-1, -2)
         return kernel_sum(queries, points, values, kernel="exp", engine=engine)
+
+    def kernel_form(self, t, mu: Empirical, x) -> KernelForm:
+        """Γ[μ](x) = Σ_j w_j e^{⟨q(x), k_j⟩} v_j with q(x) = Ax, k_j = y_j, v_j = V y_j, over
+        the tokens with mass (what :class:`~tpde.fields.Masked` masks)."""
+        p = self.params.at(t, like=x)
+        points, log_w = key_log_weights(mu)
+        scalar = self.params.isotropic_interaction(x)
+        queries = scalar * x if scalar is not None else x @ p.A.transpose(-1, -2)
+        values = points if self.params.value_is_identity else points @ p.V.transpose(-1, -2)
+        return KernelForm(queries, points, log_w, values)
 
     def gaussian_refusal(self) -> str:
         return (

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections import Counter
 
 import torch
 
@@ -11,7 +12,7 @@ from tpde._engines import softmax_average, softmax_weights
 from tpde._validation import check_positive, check_real
 from tpde.fields.attention.masked import query_positions, velocity_at_positions
 from tpde.fields.attention.positions import positional_encoding
-from tpde.fields.base import Field, GaussianNotPreserved
+from tpde.fields.base import Field, GaussianNotPreserved, own_tokens
 from tpde.fields.forms import key_log_weights, key_positions
 from tpde.fields.params import Weights, linear
 from tpde.measures import Empirical, Gaussian, Grid, Measure
@@ -168,13 +169,13 @@ class GroupedQueryAttention(Field):
             info=info, uses=self.needs_positions,
         )  # fmt: skip
 
-    def particle_velocity(self, t, mu: Empirical, x, engine: str, info=None) -> torch.Tensor:
-        if self.needs_positions and x.shape[-2] != mu.n:
-            raise ValueError(
-                "this attention evaluates at μ's own tokens here; use "
-                "GroupedQueryAttention.velocity(mu, x, positions=...) for other points."
-            )
-        return self._velocity(t, mu, x, mu.positions, engine)
+    def particle_velocity(
+        self, t, mu: Empirical, x, engine: str, info=None, positions=None
+    ) -> torch.Tensor:
+        if positions is None and self.needs_positions:  # x must be μ's tokens (own_tokens)
+            own_tokens(x, mu, self._why_positions())
+        at = mu.positions if positions is None else positions
+        return self._velocity(t, mu, x, at, engine)
 
     def _velocity(self, t, mu: Empirical, x, query_positions, engine):
         Wq, Wk, Wv, Wo, bq, bk, bv, bo = self.params.at(t, x)
@@ -312,6 +313,7 @@ def _weights(given, heads: int, kv_heads: int) -> tuple[Weights, int]:
         "bo": ("d",),
     }
     values = dict(zip(specs, given, strict=True))
+    _vote_head_dim(values, heads, kv_heads)
     params = Weights("GroupedQueryAttention", specs, values, optional=("bq", "bk", "bv", "bo"))
     rows, kv_rows, d = params.sizes["H·d_h"], params.sizes["H_kv·d_h"], params.sizes["d"]
     query_shape, key_shape = params._source["H·d_h"][1], params._source["H_kv·d_h"][1]
@@ -328,6 +330,44 @@ def _weights(given, heads: int, kv_heads: int) -> tuple[Weights, int]:
             f"d_h = {head_dim}, H_kv = {kv_heads}); received Wk of shape {key_shape}."
         )
     return params, head_dim
+
+
+# weight -> (axis carrying heads·d_h, whether the heads are the query heads H, else H_kv)
+_HEAD_AXES = {"Wq": (-2, True), "Wo": (-1, True), "bq": (-1, True), "Wk": (-2, False),
+              "Wv": (-2, False), "bk": (-1, False), "bv": (-1, False)}  # fmt: skip
+
+
+def _vote_head_dim(values: dict, heads: int, kv_heads: int) -> None:
+    """Blame the weight whose head axis disagrees with the head dimension d_h that most
+    weights give (Wq and Wo: H·d_h; Wk and Wv: H_kv·d_h), before the generic chain check
+    (which cannot tell a wrong Wq from a wrong Wo: two weights, one size each)."""
+    sizes = {
+        name: (values[name].shape[axis], heads if query else kv_heads)
+        for name, (axis, query) in _HEAD_AXES.items()
+        if isinstance(values[name], torch.Tensor) and values[name].ndim >= -axis
+    }
+    votes = Counter(size / count for size, count in sizes.values())
+    if len(votes) < 2:
+        return
+    (head_dim, top), (_, second) = votes.most_common(2)
+    if top == second or head_dim != int(head_dim):
+        return  # no majority: the generic check names every holder
+    d = Counter(
+        values[n].shape[a] for n, a in (("Wq", -1), ("Wk", -1), ("Wv", -1), ("Wo", -2))
+        if isinstance(values[n], torch.Tensor) and values[n].ndim >= 2
+    ).most_common(1)[0][0]  # fmt: skip
+    for name, (size, count) in sizes.items():
+        if size != head_dim * count:
+            agree = ", ".join(n for n, (z, c) in sizes.items() if z == head_dim * c)
+            rows = int(head_dim) * count
+            shape = {"Wo": (d, rows), "bq": (rows,), "bk": (rows,), "bv": (rows,)}
+            kind = f"H·d_h (H = {heads})" if count == heads else f"H_kv·d_h (H_kv = {kv_heads})"
+            raise ValueError(
+                f"GroupedQueryAttention: {name} has shape {tuple(values[name].shape)}, but "
+                f"{agree} give the head dimension d_h = {int(head_dim)}: {name} must have "
+                f"shape (..., {', '.join(map(str, shape.get(name, (rows, d))))}), with "
+                f"{rows} = {kind} along its axis {_HEAD_AXES[name][0]}, not {size}."
+            )
 
 
 def _heads(x, head_dim: int):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from tpde._engines import check_engine
-from tpde._scale_safe import safe_norm, unit
+from tpde._scale_safe import product_direction, safe_norm, unit
 from tpde._validation import as_tensor, check_positive
 from tpde.fields.base import Field
 from tpde.fields.forms import key_log_weights
@@ -16,6 +16,8 @@ __all__ = ["Hardmax"]
 
 #: Queries per block: a block of scores holds at most this many entries times the keys.
 _BLOCK = 2**22
+#: The score rules: "bilinear" yᵀAx (Softmax's limit), "cosine" cos(Qx, Ky) (Cosine's).
+SCORES = ("bilinear", "cosine")
 
 
 class Hardmax(Field):
@@ -29,6 +31,10 @@ class Hardmax(Field):
     softmax weights μ({y})e^{βyᵀAx}/Z concentrate on the maximisers, shared in proportion
     to their masses (equally for tokens of equal mass). Alcalde, Geshkovski, Ruiz-Balet,
     "Attention's forward pass and Frank-Wolfe" (arXiv:2508.09628) study its dynamics.
+
+    With ``scores="cosine"`` the score is cos(Qx, Ky) instead of yᵀAx: the β → ∞ limit
+    of :class:`Cosine` attention (normalised scores; a query or key with Qx = 0 or Ky = 0
+    has no direction and scores 0).
 
     Parameters
     ----------
@@ -46,6 +52,9 @@ class Hardmax(Field):
         changes nothing. Default 64·eps of the tokens' dtype (1.4e-14 in
         float64): exact ties of symmetric configurations are shared, distinct scores are not.
 
+    scores : {"bilinear", "cosine"}
+        The score rule (default "bilinear", yᵀAx).
+
     Notes
     -----
     The velocity is discontinuous where the maximiser changes; integrate with a fixed-step
@@ -55,10 +64,17 @@ class Hardmax(Field):
     and no energy.
     """
 
-    def __init__(self, Q, K, V, scale=None, *, tie_tol: float | None = None):
+    def __init__(self, Q, K, V, scale=None, *, tie_tol: float | None = None, scores="bilinear"):
         self.params = QKV(Q, K, V, scale)
         self.dim = self.params.dim
         self.tie_tol = None if tie_tol is None else check_positive(tie_tol, "tie_tol")
+        if scores not in SCORES:
+            raise ValueError(
+                f"Hardmax scores must be one of {', '.join(map(repr, SCORES))} (yᵀAx, or the "
+                f"cosine of Qx and Ky: the β → ∞ limit of Cosine attention); received "
+                f"{scores!r}."
+            )
+        self.scores = scores
 
     @classmethod
     def from_interaction(cls, A, V, *, tie_tol: float | None = None) -> Hardmax:
@@ -74,22 +90,31 @@ class Hardmax(Field):
 
     @classmethod
     def from_field(cls, field: Field, *, tie_tol: float | None = None) -> Hardmax:
-        """The β → ∞ limit of a :class:`Softmax` field (same Q, K, V, scale).
+        """The β → ∞ limit of a :class:`Softmax` or :class:`Cosine` field (same Q, K, V).
 
-        Only softmax attention without biases reduces to hardmax this way: its scores are
-        yᵀAx, and scaling them by β → ∞ keeps the argmax. Any other field (L2, Sinkhorn,
-        sigmoid, multi-head, masked, normalised …) is refused with TypeError: its weights
-        are not a softmax of scores that scale with β.
+        Softmax attention without biases has scores yᵀAx, cosine attention the normalised
+        scores cos(Qx, Ky); scaling either by β → ∞ keeps its argmax, so the limit is
+        hardmax with ``scores="bilinear"`` or ``"cosine"`` (the Frank–Wolfe picture of
+        Alcalde, Geshkovski, Ruiz-Balet with normalised scores). Any other field (L2,
+        Sinkhorn, sigmoid, multi-head, masked, normalised …) is refused with TypeError: its
+        weights are not a softmax of scores that scale with β.
         """
+        from tpde.fields.attention.cosine import Cosine
         from tpde.fields.attention.softmax import Softmax
 
         if type(field) is cls:
-            return cls(*field.params._params[:3], field.params.scale, tie_tol=tie_tol)
+            return cls(
+                *field.params._params[:3], field.params.scale, tie_tol=tie_tol,
+                scores=field.scores,
+            )  # fmt: skip
+        if type(field) is Cosine:
+            return cls(*field.params._params[:3], field.params.scale, tie_tol=tie_tol,
+                       scores="cosine")  # fmt: skip
         if type(field) is not Softmax:
             raise TypeError(
-                f"Hardmax.from_field takes a Softmax field (its β → ∞ limit); received "
-                f"{type(field).__name__}, whose attention weights are not a softmax of scores "
-                "yᵀAx that scale with β, so it has no hardmax limit here. Build "
+                f"Hardmax.from_field takes a Softmax or Cosine field (its β → ∞ limit); "
+                f"received {type(field).__name__}, whose attention weights are not a softmax "
+                "of scores that scale with β, so it has no hardmax limit here. Build "
                 "Hardmax(Q, K, V, scale) directly."
             )
         if field.params.has_bias:
@@ -113,9 +138,7 @@ class Hardmax(Field):
         # The maximisers of ⟨Ax, y⟩ do not change when Ax and every key are scaled by > 0:
         # scores of unit queries and of keys scaled to norm ≤ 1 lie in [−1, 1] at every scale
         # of the tokens (no underflow to ties at 1e-200, no overflow at 1e200).
-        queries = unit(x @ p.A.transpose(-1, -2))  # (..., m, d): score of key y is ⟨Ax, y⟩
-        largest = safe_norm(points).amax(-1, keepdim=True)  # (..., 1)
-        keys = points / torch.where(largest > 0, largest, torch.ones_like(largest)).unsqueeze(-1)
+        queries, keys = self._directions(p, x, points)
         batch = torch.broadcast_shapes(queries.shape[:-2], points.shape[:-2])
         queries = queries.expand(*batch, *queries.shape[-2:])
         rows = max(1, _BLOCK // max(1, points.shape[-2]))
@@ -129,5 +152,14 @@ class Hardmax(Field):
         averaged = torch.cat(out, dim=-2)
         return averaged if self.params.value_is_identity else averaged @ p.V.transpose(-1, -2)
 
+    def _directions(self, p, x, points):
+        """(queries, keys) whose inner products have the scores' maximisers, in [−1, 1]."""
+        if self.scores == "cosine":  # cos(Qx, Ky): unit Qx against unit Ky (0: no direction)
+            return product_direction(x, p.Q), product_direction(points, p.K)
+        queries = unit(x @ p.A.transpose(-1, -2))  # (..., m, d): score of key y is ⟨Ax, y⟩
+        largest = safe_norm(points).amax(-1, keepdim=True)  # (..., 1)
+        return queries, points / torch.where(largest > 0, largest, 1.0).unsqueeze(-1)
+
     def __repr__(self) -> str:
-        return f"Hardmax(d={self.dim}, k={self.params.k}, scale={self.params.scale:.4g})"
+        cosine = ", scores='cosine'" if self.scores == "cosine" else ""
+        return f"Hardmax(d={self.dim}, k={self.params.k}, scale={self.params.scale:.4g}{cosine})"

@@ -5,8 +5,15 @@ from __future__ import annotations
 import torch
 
 from tpde._engines import check_engine
-from tpde._validation import as_positions, as_tensor, check_finite, check_positive
-from tpde.fields.base import Field, GaussianNotPreserved, check_no_overflow
+from tpde._validation import as_tensor, check_finite, check_positive
+from tpde.fields.attention.positions import ALiBi
+from tpde.fields.base import (
+    Field,
+    GaussianNotPreserved,
+    check_no_overflow,
+    own_tokens,
+    query_positions,
+)
 from tpde.fields.forms import key_positions
 from tpde.fields.registry import register, variant
 from tpde.measures import Empirical, Gaussian, Grid, Measure
@@ -28,13 +35,35 @@ class Masked(Field):
 
     Parameters
     ----------
-    field : Softmax or L2
-        A single-head field whose kernel is a softmax (exponential) kernel; its parameters
-        (tensors or callables of t) are used as they are.
+    field : Softmax, L2, Cosine … (capability "softmax_form") or Exponential ("kernel_form")
+        A single-head field whose kernel is a softmax (exponential) kernel, normalised or
+        not; its parameters (tensors or callables of t) are used as they are.
     sink_mass : float
         Mass m ≥ 0 of an external attention sink (default 0: none; see below).
     sink_point : tensor (d,), optional
         Location z of the external sink; default the origin.
+    strict : bool
+        False (default): keys at r ≤ s (a token sees itself). True: keys at r < s only (a
+        token at the smallest position sees nothing and does not move).
+    position_bias : ALiBi(slopes=(m,)) or callable, optional
+        Position-dependent key weights: key j weighs w_j e^{g(r_j)} instead of w_j, with
+        g(r) = m·r for ALiBi (the penalty −m(s − r), whose −m·s cancels below), or
+        g = position_bias(positions) for a callable (n,) → (n,).
+
+    Unnormalised kernels and key weights. With J(s) the keys a query at s sees and
+    a_j(s) = w_j e^{g(r_j)} / Σ_{k ∈ J(s)} w_k e^{g(r_k)} the key weights normalised over
+    J(s) (the "predecessors"),
+
+        Γ[μ](s, x) = Σ_{j ∈ J(s)} a_j(s) e^{⟨q(x), k_j⟩} v_j                 (Exponential),
+        Γ[μ](s, x) = Σ_{j ∈ J(s)} a_j(s) e^{⟨q, k_j⟩} v_j / Σ_{j ∈ J(s)} a_j(s) e^{⟨q, k_j⟩}
+                                                                              (softmax form),
+
+    and Γ = 0 where J(s) is empty. With ``strict=True``, ALiBi and Exponential on the circle
+    under post-LN this is the causal model of Duerinckx, Geshkovski and Rossi ("Kinetic
+    theory for Transformers and the lost-in-the-middle phenomenon", arXiv:2605.09213,
+    2026): earlier keys only, the first token frozen, position-only weights normalised over
+    the predecessors (examples/plot_lost_in_the_middle.py). These options (and any
+    unnormalised kernel) are computed densely (O(m·n) memory; engines "auto", "dense").
 
     Notes
     -----
@@ -63,16 +92,38 @@ class Masked(Field):
     Gaussians carry no positions, so there is no Gaussian closure.
     """
 
-    def __init__(self, field: Field, *, sink_mass: float = 0.0, sink_point=None):
-        if not isinstance(field, Field) or not field.supports("softmax_form"):
+    def __init__(
+        self,
+        field: Field,
+        *,
+        sink_mass: float = 0.0,
+        sink_point=None,
+        strict: bool = False,
+        position_bias=None,
+    ):
+        if not isinstance(field, Field) or not (
+            field.supports("softmax_form") or field.supports("kernel_form")
+        ):
             raise TypeError(
                 f"Masked wraps a field whose attention is one softmax average (capability "
-                f"'softmax_form': Softmax, L2, …); received {type(field).__name__}. Mask each "
+                f"'softmax_form': Softmax, L2, Cosine …) or one exponential kernel sum "
+                f"('kernel_form': Exponential); received {type(field).__name__}. Mask each "
                 "head of a MultiHead instead."
             )
         self.field = field
         self.dim = field.dim
+        if not isinstance(strict, bool):
+            raise TypeError(f"strict must be True or False; received {strict!r}.")
+        self.strict = strict
+        self.position_bias = _check_position_bias(position_bias)
         self.sink_mass = check_positive(sink_mass, "sink_mass", strict=False)
+        if self.sink_mass and not self._engine_path:
+            raise ValueError(
+                "sink_mass is an external key at position 0 of a softmax average with the "
+                "inclusive mask; with strict=True, a position_bias or an unnormalised kernel "
+                "put the sink in μ as a token at position 0 instead (Empirical(points, "
+                "weights, positions))."
+            )
         if sink_point is None:
             self.sink_point = None
         else:
@@ -108,15 +159,37 @@ class Masked(Field):
     def time_dependent(self) -> bool:
         return self.field.time_dependent
 
-    def particle_velocity(self, t, mu: Empirical, x, engine: str, info=None) -> torch.Tensor:
-        if x.shape[-2] != mu.n:  # x: (…, n, d), a batch of clouds or one
-            raise ValueError(
-                "masked attention evaluates at μ's own tokens here; use "
-                "Masked.velocity(mu, x, positions=...) for other points."
-            )
+    @property
+    def needs_positions(self) -> bool:
+        return True
+
+    def particle_velocity(
+        self, t, mu: Empirical, x, engine: str, info=None, positions=None
+    ) -> torch.Tensor:
+        """Γ[μ](x) at μ's own tokens (x: (…, n, d), a batch of clouds or one), or at points
+        x with their ``positions`` (m,) (checked by the caller)."""
+        if positions is not None:
+            return self._masked_velocity(t, mu, x, positions, engine)
+        own_tokens(x, mu, "masked attention")
         return self._masked_velocity(t, mu, x, mu.positions, engine)
 
+    @property
+    def _engine_path(self) -> bool:
+        """Whether the softmax engines' causal mask computes this field (inclusive mask, no
+        position bias, a softmax form); otherwise the dense masked sum (:func:`_masked_sum`)."""
+        return (
+            not self.strict and self.position_bias is None and self.field.supports("softmax_form")
+        )
+
     def _masked_velocity(self, t, mu: Empirical, x, query_positions, engine):
+        if not self._engine_path:
+            if engine not in ("auto", "dense"):
+                raise ValueError(
+                    f"masked attention with strict=True, a position_bias or an unnormalised "
+                    f"kernel is computed densely; engine must be 'auto' or 'dense'; received "
+                    f"{engine!r}."
+                )
+            return _masked_sum(self, t, mu, x, query_positions)
         keys_measure = self._with_sink(mu)
         form = self.field.softmax_form(t, keys_measure, x)
         return form.velocity(
@@ -163,7 +236,74 @@ class Masked(Field):
 
     def __repr__(self) -> str:
         sink = f", sink_mass={self.sink_mass:g}" if self.sink_mass else ""
-        return f"Masked({self.field!r}{sink})"
+        strict = ", strict=True" if self.strict else ""
+        bias = "" if self.position_bias is None else f", position_bias={self.position_bias!r}"
+        return f"Masked({self.field!r}{sink}{strict}{bias})"
+
+
+def _check_position_bias(bias):
+    """None, an ALiBi with one slope (log-weight −m·(s − r): key bias +m·r), or a callable
+    ``positions (n,) -> log-weights (n,)`` of the keys."""
+    if bias is None or callable(bias):
+        return bias
+    if isinstance(bias, ALiBi):
+        if bias.slopes is None or len(bias.slopes) != 1:
+            raise ValueError(
+                "Masked takes an ALiBi with one slope, ALiBi(slopes=(m,)) (a single softmax or "
+                f"kernel: one head); received {bias!r}. Give each head of a MultiHead its own."
+            )
+        return bias
+    raise TypeError(
+        f"position_bias must be None, ALiBi(slopes=(m,)) or a callable mapping the key "
+        f"positions (n,) to log-weights (n,); received {type(bias).__name__}."
+    )
+
+
+def _key_log_bias(bias, positions: torch.Tensor) -> torch.Tensor:
+    """The position bias's log-weights of the keys (n,), checked."""
+    if isinstance(bias, ALiBi):
+        return bias.key_bias(positions, 1)[0]
+    out = torch.as_tensor(bias(positions), dtype=positions.dtype, device=positions.device)
+    if out.shape != positions.shape or not bool(torch.isfinite(out).all()):
+        raise ValueError(
+            f"position_bias(positions) must return one finite log-weight per key, shape "
+            f"{tuple(positions.shape)}; received shape {tuple(out.shape)}"
+            f"{'' if out.shape != positions.shape else ' with non-finite entries'}."
+        )
+    return out
+
+
+def _masked_sum(field: Masked, t, mu: Empirical, x, query_positions) -> torch.Tensor:
+    r"""Γ[μ](s_i, x_i) = Σ_{j ∈ J_i} a_ij K_ij v_j, densely (module notes of :class:`Masked`).
+
+    J_i: the keys at r_j ≤ s_i (r_j < s_i with ``strict``); a_ij = w_j e^{g(r_j)} /
+    Σ_{k ∈ J_i} w_k e^{g(r_k)} the key weights (masses times the position bias, normalised
+    over J_i); K_ij = e^{⟨q_i, k_j⟩} (kernel form) or the softmax of the scores over J_i
+    (softmax form, where the normalisation of a_ij cancels). Γ = 0 where J_i is empty.
+    """
+    keys_at = key_positions(mu)
+    inner = field.field
+    if inner.supports("softmax_form"):
+        form = inner.softmax_form(t, mu, x)
+        queries, keys, log_w, values = form.queries, form.keys, form.key_bias, form.points
+    else:
+        form = inner.kernel_form(t, mu, x)
+        queries, keys, log_w, values = form
+    if field.position_bias is not None:
+        log_w = log_w + _key_log_bias(field.position_bias, keys_at)
+    later = (
+        keys_at.unsqueeze(-2) >= query_positions.unsqueeze(-1)
+        if field.strict
+        else (keys_at.unsqueeze(-2) > query_positions.unsqueeze(-1))
+    )  # (m, n): the keys each query does not see
+    log_a = torch.where(later, -torch.inf, log_w.unsqueeze(-2))  # (..., m, n)
+    seen = ~later.all(-1, keepdim=True)  # (m, 1): queries with at least one key
+    log_a = log_a - torch.logsumexp(log_a, -1, keepdim=True).where(seen, 0.0)
+    logits = log_a + queries @ keys.transpose(-1, -2)
+    if inner.supports("softmax_form"):
+        weights = torch.softmax(logits.where(seen, 0.0), -1).where(seen, 0.0)
+        return form.finish(weights @ values).where(seen, 0.0)
+    return logits.exp() @ values
 
 
 def velocity_at_positions(
@@ -182,45 +322,6 @@ def velocity_at_positions(
     out = evaluate(t, mu, x, query_positions(positions, x, who, uses), engine)
     check_no_overflow(out, mu, f"the velocity Γ[μ] of {who}")
     return out
-
-
-def query_positions(positions, x, who: str, uses: bool = True):
-    """The checked positions (m,) of evaluation points x (m, d) of a field that ``uses``
-    positions; None where x is None or the field uses none (and then ``positions`` must be
-    None: they would be ignored)."""
-    if x is None or not uses:
-        if positions is not None and not uses:
-            raise ValueError(
-                "positions were given, but this field uses none (not causal, no positional "
-                "encoding), so they would be ignored: drop positions=."
-            )
-        if positions is not None:
-            raise ValueError(
-                "positions are the positions of the evaluation points x, for a field that "
-                "uses positions; pass x too, or drop positions to evaluate at μ's own tokens."
-            )
-        return None
-    if positions is None:
-        raise ValueError(
-            f"{who} at points x needs their positions: pass positions of shape ({x.shape[0]},)."
-        )
-    return _check_positions(positions, x)
-
-
-def _check_positions(positions, x) -> torch.Tensor:
-    positions = as_positions(positions, "positions", dtype=x.dtype, device=x.device)
-    if positions.shape != (x.shape[0],):
-        raise ValueError(
-            f"positions must have shape ({x.shape[0]},) to match x {tuple(x.shape)}; "
-            f"received {tuple(positions.shape)}."
-        )
-    check_finite(positions, "positions")
-    if bool((positions < 0).any()):
-        raise ValueError(
-            f"positions must be ≥ 0 (integer token indices, or s ∈ [0, 1] for a mean-field "
-            f"limit); received a minimum of {float(positions.min()):.4g}."
-        )
-    return positions.detach()
 
 
 @register("masked", head=False, positions=True)

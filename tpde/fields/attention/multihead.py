@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import torch
 
 from tpde._validation import as_parameter, as_tensor
-from tpde.fields.base import Field, GaussianNotPreserved, shared_capabilities
+from tpde.fields.base import Field, GaussianNotPreserved, part_velocity, shared_capabilities
 from tpde.fields.params import evaluate_parameter as _evaluate
 from tpde.fields.registry import register, variant
 from tpde.measures import Empirical
@@ -116,12 +116,19 @@ class MultiHead(Field):
         own = any(p is not None and not isinstance(p, torch.Tensor) for p in (self.W, self.bias))
         return own or any(head.time_dependent for head in self.heads)
 
-    def particle_velocity(self, t, mu: Empirical, x, engine: str, info=None) -> torch.Tensor:
+    @property
+    def needs_positions(self) -> bool:
+        """Whether a head uses positions (they are passed on to it)."""
+        return any(head.needs_positions for head in self.heads)
+
+    def particle_velocity(
+        self, t, mu: Empirical, x, engine: str, info=None, positions=None
+    ) -> torch.Tensor:
         W = self._W_at(t, x)
         total = 0
         for h, head in enumerate(self.heads):
             W_h = None if W is None else W[..., h, :, :]
-            out = head.particle_velocity(t, mu, x, engine, info=info)
+            out = part_velocity(head, t, mu, x, engine, info, positions)
             total = total + (out if W_h is None else out @ W_h)  # row form of W_hᵀ Γ_h
         bias = self._bias_at(t, x)
         return total if bias is None else total + bias.unsqueeze(-2)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import torch
 
-from tpde.fields.base import Field, GaussianNotPreserved
+from tpde.fields.base import Field, GaussianNotPreserved, part_velocity
 from tpde.fields.norms.schemes import scheme_from
 from tpde.measures import Empirical, Gaussian, Grid
 
@@ -94,16 +94,26 @@ class Normalized(Field):
             self._pieces[scheme] = Normalized(self.field, scheme)
         return self._pieces[scheme]
 
-    def velocity(self, mu, x=None, *, t: float = 0.0, engine: str = "auto", info=None):
+    def velocity(
+        self, mu, x=None, *, positions=None, t: float = 0.0, engine: str = "auto", info=None
+    ):
         """Γ̃[μ](x) of the scheme (:meth:`Field.velocity`). Mix-LN: the piece acting at ``t``
         checks the tokens and evaluates (after the switch they have left the sphere)."""
         piece = self.piece(t)
         if piece is not self:
-            return piece.velocity(mu, x, t=t, engine=engine, info=info)
-        return super().velocity(mu, x, t=t, engine=engine, info=info)
+            return piece.velocity(mu, x, positions=positions, t=t, engine=engine, info=info)
+        return super().velocity(mu, x, positions=positions, t=t, engine=engine, info=info)
 
-    def particle_velocity(self, t, mu: Empirical, x, engine: str, info=None) -> torch.Tensor:
-        return self.scheme.velocity(self.field, t, mu, x, engine, info)
+    @property
+    def needs_positions(self) -> bool:
+        """Whether the wrapped field uses positions (they are passed on to it)."""
+        return self.field.needs_positions
+
+    def particle_velocity(
+        self, t, mu: Empirical, x, engine: str, info=None, positions=None
+    ) -> torch.Tensor:
+        field = self.field if positions is None else _AtPositions(self.field, positions)
+        return self.scheme.velocity(field, t, mu, x, engine, info)
 
     @property
     def overflow_source(self) -> str:
@@ -149,3 +159,19 @@ class Normalized(Field):
 
     def __repr__(self) -> str:
         return f"Normalized({self.field!r}, {self.scheme.describe()})"
+
+
+class _AtPositions:
+    """The wrapped field with the positions of the query points bound: what a scheme calls
+    (``particle_velocity`` on normalised queries, which keep their positions)."""
+
+    def __init__(self, field: Field, positions: torch.Tensor):
+        self.field, self.positions = field, positions
+
+    def particle_velocity(self, t, mu, x, engine, info=None) -> torch.Tensor:
+        return part_velocity(self.field, t, mu, x, engine, info, self.positions)
+
+    def __getattr__(self, name):
+        if name == "field":  # not yet set (a copy): no recursion through self.field
+            raise AttributeError(name)
+        return getattr(self.field, name)

@@ -173,6 +173,51 @@ def _normalised_call(norm, field, t, mu, x, engine, info):
     return field.particle_velocity(t, mu.with_points(keys), queries, engine, info), queries
 
 
+def _resolved(field, t, mu, x, out: torch.Tensor) -> torch.Tensor:
+    """Γ[μ](x) with every row at its rounding level set to 0: what PeriLN and NGPT normalise.
+
+    N(Γ) turns any nonzero Γ into a unit vector, so a Γ that is the rounding of an exact 0
+    (the regular simplex at β = 0: 6e-17) would move at unit speed where the law is
+    stationary (tpde.theory). Γ_i is computed from terms of size at most S; the error of
+    summing n terms and of a d-term inner product is at most γ_{n+d} S ≈ (n + d) u S (u the
+    unit roundoff, Higham, *Accuracy and Stability of Numerical Algorithms*, 2nd ed., §3.1,
+    §3.5), so a |Γ_i| at or below (n + d) u S is no direction and counts as 0. S, the scale
+    of the terms: for a field with a softmax form (Γ an average of the values v_j = V y_j +
+    b_v) the largest |v_j|; for any other field the largest |Γ_j| over the evaluated points
+    (a zero among moving tokens is recognised; a cloud whose every velocity is rounding
+    noise is recognised only through the softmax form).
+    """
+    scale = _term_scale(field, t, mu, x)
+    scale = safe_norm(out).amax(-1) if scale is None else scale
+    n = mu.points.shape[-2]
+    floor = (n + out.shape[-1]) * (torch.finfo(out.dtype).eps / 2) * scale
+    return torch.where(safe_norm(out, keepdim=True) > floor[..., None, None], out, 0.0)
+
+
+def _term_scale(field, t, mu, x):
+    """The largest value |v_j| = |V y_j + b_v| a field averages (batch shape), or None.
+
+    A softmax form gives its values; a multi-head field the sum over its heads of the
+    head's scale times |W_h| (Frobenius, a bound on the operator norm), plus |b_O|; a sum
+    the sum over its parts. Any other field: None (unknown)."""
+    if field.supports("softmax_form"):
+        form = field.softmax_form(t, mu, x)
+        return safe_norm(form.finish(form.points)).amax(-1)
+    parts = getattr(field, "heads", None) or getattr(field, "parts", None)
+    if not isinstance(parts, tuple):
+        return None
+    scales = [_term_scale(part, t, mu, x) for part in parts]
+    if any(scale is None for scale in scales):
+        return None
+    W = getattr(field, "_W_at", lambda t, like: None)(t, x)
+    if W is not None:
+        gains = safe_norm(W.flatten(-2), keepdim=False)  # (..., H)
+        scales = [scale * gains[..., h] for h, scale in enumerate(scales)]
+    total = sum(scales)
+    bias = getattr(field, "_bias_at", lambda t, like: None)(t, x)
+    return total if bias is None else total + safe_norm(bias)
+
+
 def _pre_velocity(norm, field, t, mu, x, engine, info) -> torch.Tensor:
     """Γ[N#μ](N(x)): the field sees normalised keys and queries (every pre-norm scheme)."""
     return _normalised_call(norm, field, t, mu, x, engine, info)[0]
@@ -286,9 +331,11 @@ class NGPT(_OnSphere):
     def velocity(self, field, t, mu, x, engine, info):
         alpha = self.alpha_at(t)
         if not self.tangent:
-            out = field.particle_velocity(t, mu, x, engine, info)
+            out = _resolved(field, t, mu, x, field.particle_velocity(t, mu, x, engine, info))
             return alpha * (unit(out) - unit(x))
         out, directions = _on_sphere(field, t, mu, x, engine, info)
+        keys = mu.with_points(directions if x is mu.points else unit(mu.points))
+        out = _resolved(field, t, keys, directions, out)  # a rounded 0 stays 0
         return alpha * tangent_part(directions, unit(out))
 
     def describe(self) -> str:
@@ -314,7 +361,9 @@ class PeriLN(NormScheme):
     name: ClassVar[str] = "peri-ln"
 
     def velocity(self, field, t, mu, x, engine, info):
-        return unit(_pre_velocity(unit, field, t, mu, x, engine, info))
+        out, queries = _normalised_call(unit, field, t, mu, x, engine, info)
+        keys = mu.with_points(queries if x is mu.points else unit(mu.points))
+        return unit(_resolved(field, t, keys, queries, out))  # 0 stays 0 (_resolved)
 
 
 @dataclass(frozen=True, eq=False)
@@ -468,6 +517,16 @@ class LayerNorm(_AffineNorm):
         that no step is spent jumping onto the scheme's manifold: ``mu`` with points
         ``project(mu.points)``."""
         return mu.with_points(self.project(mu.points))
+
+    def check_dim(self, d: int) -> None:
+        if d == 1:
+            raise ValueError(
+                "LayerNorm needs tokens in d >= 2: in d = 1 the centred token x − m(x) is 0, "
+                "so LN maps every token to the bias b and the tokens collapse to one point "
+                "at the first step (pre: the field sees one point). Received d = 1; use "
+                "RMSNorm (x/|x| in d = 1) or no normalisation."
+            )
+        super().check_dim(d)
 
     def describe(self) -> str:
         return f"LayerNorm(eps={self.eps:g}, placement={self.placement!r})"
