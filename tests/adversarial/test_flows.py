@@ -597,7 +597,7 @@ def test_max_steps_must_be_a_positive_int(value):
 
 @pytest.mark.parametrize("mu", NOT_A_MEASURE, ids=NOT_A_MEASURE_IDS)
 def test_integrate_needs_a_measure(mu):
-    with pytest.raises(TypeError, match=r"mu0 must be an Empirical, .* or a Grid"):
+    with pytest.raises(TypeError, match=r"mu0 must be a CircleDensity, an Empirical, .* or a Grid"):
         integrate(CONTRACT, mu, 1.0)
 
 
