@@ -36,11 +36,11 @@ controller (a grid's CFL condition) cuts below 1e-12·max(1, |t|); an element th
 ``max_steps`` attempts (accepted and rejected) stops with "max_steps"; so does, earlier and
 with a warning, an element of an adaptive run whose steps would need more than the budget
 it has left to reach t1 ((t1 − t)/h > attempts left) for 100 accepted steps in a row
-while its step stayed within a factor 10 (a flow that is not smooth at the scale of the
-state, e.g. softmax scores of 1e12 that switch their argmax, where every step must
-resolve a switch; a step that keeps shrinking approaches a singularity, judged by its
-collapse). An element whose
-velocity is not finite at its initial state stops there at once with "blow_up" and a
+while its step stayed within a factor 10, once a tenth of its budget is spent (a flow
+that is not smooth at the scale of the state, e.g. softmax scores of 1e12 that switch their
+argmax, where every step must resolve a switch; a step that keeps shrinking approaches a
+singularity, judged by its collapse). An element whose velocity is not finite at its
+initial state stops there at once with "blow_up" and a
 warning (no step can start from it).
 """
 
@@ -66,6 +66,10 @@ TINY_STEP = 1e-300
 #: Accepted steps in a row after which an element whose budget cannot reach t1 at its
 #: current step size stops early with "max_steps" (the work bound, module notes).
 HOPELESS_STEPS = 100
+#: ... and only once this share of max_steps is spent: a transient at the start (a fast
+# stretch before the flow relaxes, e.g. the rank histograms' first time unit of 8100) must
+# not be judged by its early steps.
+HOPELESS_AFTER = 0.1
 
 
 def _collapse_floor(t: np.ndarray) -> np.ndarray:
@@ -281,7 +285,8 @@ class Loop:
 
     def _work_bound(self, accept, t, h, t1: float, used) -> None:
         """Stop, with "max_steps" and a warning, the elements whose budget has been unable
-        to reach t1 at their step size for HOPELESS_STEPS accepted steps in a row."""
+        to reach t1 at their step size for HOPELESS_STEPS accepted steps in a row, once
+        HOPELESS_AFTER of the budget is spent."""
         left = self.max_steps - used
         with np.errstate(divide="ignore", invalid="ignore"):
             hopeless = (t1 - t) / h > left
@@ -295,7 +300,8 @@ class Loop:
         self.hopeless = np.where(
             restart, counted, np.where(accept, self.hopeless + 1, self.hopeless)
         )
-        stop = self.active & (self.hopeless >= HOPELESS_STEPS)
+        spent = used >= HOPELESS_AFTER * self.max_steps
+        stop = self.active & (self.hopeless >= HOPELESS_STEPS) & spent
         if not stop.any():
             return
         self._stop(stop, Status.MAX_STEPS, t)
