@@ -98,7 +98,7 @@ class Embedding:
     def __call__(self, ids: torch.Tensor, types: torch.Tensor | None = None) -> torch.Tensor:
         x = self.tokens[ids]
         if self.scale != 1.0:
-            x = x * torch.tensor(self.scale, dtype=x.dtype).to(x.device)
+            x = x * torch.tensor(self.scale, dtype=x.dtype, device=x.device)
         if self.positions is not None:
             x = x + self.positions[self.offset + torch.arange(ids.shape[-1], device=ids.device)]
         if self.token_types is not None:
@@ -194,7 +194,7 @@ class Transformer:
             )
 
     def _ids(self, ids) -> torch.Tensor:
-        ids = torch.as_tensor(ids)
+        ids = ids if isinstance(ids, torch.Tensor) else torch.as_tensor(ids, device="cpu")
         if ids.dtype in (torch.bool,) or ids.is_floating_point() or ids.is_complex():
             raise TypeError(f"token ids must be integers; received dtype {ids.dtype}.")
         if ids.ndim != 1 or ids.numel() == 0:

@@ -95,7 +95,7 @@ def circle_model(field) -> tuple[str, float, float]:
         raise ValueError(
             f"the circle PDE needs tokens in d = 2 (S¹); the field has d = {inner.dim}."
         )
-    like = torch.zeros(1, 2, dtype=torch.float64)
+    like = torch.zeros(1, 2, dtype=torch.float64, device="cpu")  # a probe of the field's A
     scalar = inner.params.isotropic_interaction(like)
     if scalar is None or scalar.numel() != 1:
         raise ValueError(
@@ -154,7 +154,7 @@ class CircleSystem(System):
         dtype, device = rho.dtype, rho.device
         k = torch.arange(rho.size // 2 + 1, dtype=dtype, device=device)
         self.mask = (k <= self.modes).to(dtype)
-        ive = bessel_ive(torch.tensor(self.beta, dtype=torch.float64), rho.size // 2)
+        ive = bessel_ive(torch.tensor(self.beta, dtype=torch.float64, device="cpu"), rho.size // 2)
         self.kernel_modes = (2 * math.pi * ive.to(dtype=dtype, device=device)) * self.mask
         self.derivative = 1j * k
         self.prefactor = (
@@ -258,7 +258,7 @@ class CircleSystem(System):
         """Whether the new density is unresolved (module notes); the cause in ``self.cause``."""
         density = new[0].detach()
         if not bool(torch.isfinite(density).all()):
-            return torch.tensor(False)  # left to the loop's overflow check ("blow_up")
+            return torch.tensor(False, device=density.device)  # the loop's overflow check
         modes = torch.fft.rfft(density).abs()
         tail = float(modes[self.modes // 2 + 1 : self.modes + 1].max()) / float(modes[0])
         low, high = float(density.min()), float(density.max())
@@ -281,8 +281,8 @@ class CircleSystem(System):
         else:
             self.min_density = min(self.min_density, low)
             self.mass_error = max(self.mass_error, drift)
-            return torch.tensor(False)
-        return torch.tensor(True)
+            return torch.tensor(False, device=density.device)
+        return torch.tensor(True, device=density.device)
 
     def record_step(self, h, state) -> None:
         self.dt_seen.append(h)
