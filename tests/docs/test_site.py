@@ -41,6 +41,7 @@ API_MODULES = (
 # is documented as tpde.fields.attention.Softmax.
 DOCUMENTED_IN = {
     "tpde.fields": ("attention", "feedforward", "norms", "gradient_flow"),
+    "tpde.theory": ("equiangular", "fourier", "clusters"),
 }
 
 

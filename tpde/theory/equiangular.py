@@ -1,28 +1,6 @@
-r"""Closed forms of the mean-field theory of attention, as functions (MATH.md §9).
-
-Tokens on the sphere S^{d−1}, Q = K = V = I, score β⟨x, y⟩, self-attention included;
-"sa": the softmax normaliser, Γ[μ](x) = ∫e^{β⟨x, y⟩} y dμ(y) / ∫e^{β⟨x, y⟩} dμ(y);
-"usa": the 1/n normaliser, Γ[μ](x) = ∫e^{β⟨x, y⟩} y dμ(y) (Geshkovski, Letrouit,
-Polyanskiy, Rigollet, "A mathematical perspective on Transformers", arXiv:2312.10794).
-
-- **Equiangular laws** (:func:`equiangular_velocity`, :func:`equiangular_solution`,
-  :func:`equiangular_frame`): n tokens with equal pairwise inner products stay equiangular
-  under every normalisation scheme of :class:`tpde.fields.Normalized`, and their common
-  inner product ρ (and common radius r) follow a scalar ODE (the reduction used in
-  Rigollet's survey "The mean-field dynamics of transformers", arXiv:2512.01868).
-- **Linear instability of the uniform measure on S¹** (:func:`instability_rate`,
-  :func:`dominant_mode`): Fourier mode k grows at λ_k = k² I_k(β)/(β I_0(β)) (SA) or
-  k² I_k(β)/β (USA) (the regime of Bruno, Pasqualotto, Agazzi, arXiv:2410.23228).
-- **Rényi centres** (:func:`renyi_centres`): the long-lived centres of causal attention at
-  large β (Karagodin, Polyanskiy, Rigollet, "Clustering in causal attention masking",
-  arXiv:2411.04990, §5).
-- **Voronoi rule of hardmax** (:func:`hardmax_vertices`): where each token goes under the
-  zero-temperature dynamics with a positive semidefinite interaction (Alcalde, Geshkovski,
-  Ruiz-Balet, "Attention's forward pass and Frank-Wolfe", arXiv:2508.09628).
-
-The derivations marked [ours] in MATH.md §9 are tpde's; the experiment ``tpde run theory``
-checks every formula here against particles.
-"""
+"""Equiangular laws: n tokens with equal pairwise inner products ρ (and radius r) under
+every normalisation scheme, their scalar ODE and its solution, and frames that realise
+them (MATH.md §9; the package notes of :mod:`tpde.theory`)."""
 
 from __future__ import annotations
 
@@ -32,29 +10,14 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from tpde._bessel import log_ive
 from tpde._validation import (
-    as_tensor,
     check_choice,
-    check_finite,
     check_float_dtype,
     check_positive,
     check_positive_int,
     check_real,
 )
-
-__all__ = [
-    "KERNELS",
-    "SCHEMES_WITH_LAW",
-    "EquiangularSolution",
-    "dominant_mode",
-    "equiangular_frame",
-    "equiangular_solution",
-    "equiangular_velocity",
-    "hardmax_vertices",
-    "instability_rate",
-    "renyi_centres",
-]
+from tpde.theory._stiffness import WorkBound, check_stiffness
 
 #: Normalisers of the attention kernel: softmax ("sa") or 1/n ("usa").
 KERNELS = ("sa", "usa")
@@ -237,48 +200,6 @@ def _check_alpha(alpha) -> float:
     return alpha
 
 
-class _WorkBound(Exception):
-    """Raised inside the right-hand side when a solve reaches its ``max_evals``."""
-
-
-# DOP853's stability interval on the negative real axis is about [−6, 0] and it spends 12
-# evaluations per step: an eigenvalue λ over a horizon T costs at least 12·λT/6 evaluations.
-_DOP853_STABILITY, _DOP853_STAGES = 6.0, 12
-
-
-def _check_stiffness(rhs, state, horizon: float, budget: int, why: str, n: int) -> None:
-    """Refuse, before solving, an ODE whose stiffness makes ``budget`` evaluations hopeless.
-
-    The Jacobian of the right-hand side at the start, by forward differences (ρ stepped
-    inwards, since ρ ≤ 1; r relatively), has spectral radius λ; an explicit solver needs at
-    least λ·T/6 steps on a horizon T (module constants above). The estimate is a lower
-    bound on the work, so a refused solve could not have met the bound.
-    """
-    y0 = np.asarray(state, dtype=float)
-    jac = np.empty((2, 2))
-    with np.errstate(all="ignore"):  # an overflowing difference is an infinite λ: refused
-        f0 = np.asarray(rhs(0.0, y0), dtype=float)
-        for j in range(2):
-            h = 1e-7 * (1.0 if j == 0 else abs(y0[1]))
-            if j == 0 and y0[0] + h > 1.0:
-                h = -h
-            y = y0.copy()
-            y[j] += h
-            jac[:, j] = (np.asarray(rhs(0.0, y), dtype=float) - f0) / h
-        finite = np.all(np.isfinite(jac))
-        lam = float(np.max(np.abs(np.linalg.eigvals(jac)))) if finite else math.inf
-    needed = _DOP853_STAGES * lam * horizon / _DOP853_STABILITY
-    if not needed <= budget:
-        raise ValueError(
-            f"the equiangular ODE {why} is too stiff to solve: its Jacobian at the start has "
-            f"an eigenvalue of size {lam:.3g}, so an explicit solver needs at least "
-            f"{needed:.3g} right-hand side evaluations over the horizon {horizon:g}, past "
-            f"max_evals ({budget} left). Give rates of order 1: pre-ln and peri-ln move rho "
-            "at rate 1/r (rho(t; r0) = rho(t/r0; 1)), ngpt at rate alpha (rho(t; alpha) = "
-            "rho(alpha t; 1))."
-        )
-
-
 class EquiangularSolution(NamedTuple):
     """The equiangular law solved: ``rho`` and ``r`` at ``times`` (arrays (T,))."""
 
@@ -369,7 +290,7 @@ def equiangular_solution(times, rho0: float, *, beta: float, n: int, scheme: str
         def rhs(_t, y, piece=piece):
             evals[0] += 1
             if evals[0] > max_evals:
-                raise _WorkBound
+                raise WorkBound
             rho_t = np.clip(y[0], -1 / (n - 1), 1.0)
             drho, dr = _rates(np.asarray(rho_t), np.asarray(y[1]), beta, n, piece, kernel, alpha)
             return [float(drho), float(dr)]
@@ -379,13 +300,13 @@ def equiangular_solution(times, rho0: float, *, beta: float, n: int, scheme: str
         if stop > start:
             why = f"({piece}) on [{start:g}, {stop:g}] from (rho, r) = ({state[0]:.6g}, "
             why += f"{state[1]:.6g}); received r0 = {r0:g}, alpha = {alpha:g}, beta = {beta:g}"
-            _check_stiffness(rhs, state, stop - start, max_evals - evals[0], why, n)
+            check_stiffness(rhs, state, stop - start, max_evals - evals[0], why, n)
             at = times[inside] if inside.any() else None
             try:
                 with np.errstate(all="ignore"):  # a failed solve raises below, naming the rates
                     sol = solve_ivp(rhs, (start, stop), state, method="DOP853", rtol=rtol,
                                     atol=atol, dense_output=True, t_eval=at)  # fmt: skip
-            except _WorkBound:
+            except WorkBound:
                 raise RuntimeError(
                     f"the equiangular ODE solve {why} stopped at max_evals = {max_evals} "
                     "right-hand side evaluations (its stiffness grew on the way). Give "
@@ -453,209 +374,3 @@ def equiangular_frame(n: int, d: int, rho: float, *, generator: torch.Generator 
         q, upper = torch.linalg.qr(z)
         out = out @ (q * torch.sign(torch.diagonal(upper))).T  # Haar (Mezzadri's sign fix)
     return torch.nn.functional.normalize(out, dim=-1).to(dtype)
-
-
-# ---------------------------------------------------------------------- instability on S¹
-def _check_modes(k) -> np.ndarray:
-    modes = np.asarray(k)
-    if modes.dtype.kind not in "iu" and not (
-        modes.dtype.kind == "f" and np.all(np.isfinite(modes)) and np.all(modes == np.round(modes))
-    ):
-        raise ValueError(f"Fourier modes k must be integers >= 1; received {k!r}.")
-    if np.any(modes < 1):
-        raise ValueError(
-            f"Fourier modes k must be >= 1 (k = 0 is the total mass, which does not move); "
-            f"received {k!r}."
-        )
-    return modes.astype(float)  # exact integers up to 2^53; k(k + d − 2) in float
-
-
-def _check_dim(d) -> int:
-    if isinstance(d, bool) or not isinstance(d, int | np.integer) or d < 2:
-        raise ValueError(f"d is the dimension of the sphere's ambient space, an int >= 2 "
-                         f"(S^(d-1)); received {d!r}.")  # fmt: skip
-    return int(d)
-
-
-def instability_rate(k, beta: float, *, kernel: str = "sa", d: int = 2):
-    r"""Growth rate λ_k of mode k of the uniform measure on S^{d−1} (post-LN, Q = K = V = I).
-
-    On the circle (d = 2), ρ(t, θ) = 1/2π + Σ_k a_k(t)e^{ikθ} linearised (MATH.md §9;
-    ∫cos(ku)e^{β cos u}du = 2πI_k(β)) gives ȧ_k = λ_k a_k with
-
-        λ_k = k² I_k(β) / (β I_0(β))   (SA),        λ_k = k² I_k(β) / β   (USA).
-
-    On S^{d−1} the modes are the spherical harmonics of degree k ≥ 1: the USA velocity is
-    ∇_S(K∗μ)/β with K(t) = e^{βt}, so the linearised equation is ∂tδρ = −ρ₀Δ_S(K∗δρ)/β,
-    Δ_S = −k(k + d − 2) on degree k and, by Funk–Hecke, E_{y∼unif}[e^{β⟨x,y⟩}P_k(⟨x,y⟩)] =
-    Γ(d/2)(2/β)^ν I_{k+ν}(β), ν = d/2 − 1 [ours, MATH.md §9]:
-
-        λ_k = k(k + d − 2) I_{k+ν}(β) / (β I_ν(β))                  (SA),
-        λ_k = k(k + d − 2) Γ(d/2) (2/β)^ν I_{k+ν}(β) / β             (USA);
-
-    d = 2 gives the circle's formulas, d = 3: λ_k = k(k + 1) i_k(β)/(β i_0(β)) with the
-    modified spherical Bessel functions i_k. (At uniform the SA numerator vanishes, so
-    the normaliser enters at its uniform value only.) Computed with the exponentially
-    scaled Bessel functions in log space (scipy.special.ive, and its large-argument, Debye
-    and power-series expansions where ive underflows or is NaN: β → 0, β past ~1e9, d in
-    the hundreds): SA is finite for any β, k and d; USA grows as e^β and raises
-    ValueError where it overflows float64 (β ≈ 709 at d = 2). Every λ_k is positive (it
-    underflows to 0 for k ≫ β). For N tokens drawn uniformly on S¹,
-    E|(1/N)Σ_j e^{−ikθ_j}|² ≈ e^{2λ_k t}/N while the modes stay small. The regime of
-    Bruno, Pasqualotto, Agazzi, arXiv:2410.23228 (their fastest mode maximises a rescaled
-    Gegenbauer coefficient, the same index as :func:`dominant_mode`).
-
-    Parameters
-    ----------
-    k : int or array of int ≥ 1 (Fourier mode on S¹, harmonic degree on S^{d−1})
-    beta : float > 0 (the formula divides by β; β ≤ 0 raises)
-    kernel : {"sa", "usa"}
-    d : int ≥ 2, the ambient dimension (tokens on S^{d−1}); default 2 (the circle).
-
-    Returns
-    -------
-    float or array of the shape of k.
-    """
-    from scipy.special import gammaln
-
-    kernel = _check_kernel(kernel)
-    beta = _check_beta_positive(beta, "the instability rate k^2 I_k(beta)/beta")
-    modes = _check_modes(k)
-    d = _check_dim(d)
-    nu = d / 2 - 1
-    laplacian = modes * (modes + d - 2.0)  # float: k(k + d − 2) overflows int64 past 3e9
-    log_ratio = log_ive(modes + nu, beta) - math.log(beta)
-    if kernel == "sa":
-        log_ratio = log_ratio - log_ive(nu, beta)
-    else:
-        log_ratio = log_ratio + gammaln(d / 2) + nu * math.log(2 / beta) + beta
-    with np.errstate(over="ignore"):
-        rate = laplacian * np.exp(log_ratio)
-    if not np.all(np.isfinite(rate)):
-        raise ValueError(
-            f"the USA instability rate grows as e^beta and overflows float64 here (beta = "
-            f"{beta:.6g}, d = {d}); the SA rate (kernel='sa') is finite at every beta."
-        )
-    return float(rate) if np.ndim(rate) == 0 else rate
-
-
-#: The largest β of :func:`dominant_mode` (its search holds 4√β + 20 modes: 4e6 at 1e12).
-MAX_DOMINANT_BETA = 1e12
-
-
-def dominant_mode(beta: float, *, d: int = 2) -> int:
-    r"""k*(β) = argmax_{k ≥ 1} k(k + d − 2) I_{k+d/2−1}(β): the fastest-growing mode.
-
-    The same for SA and USA (they differ by a factor free of k). On the circle (d = 2)
-    k* = argmax k²I_k(β): k*(1) = 1, k*(5) = 3, k*(10) = 4. I_k(β) ≈ e^β e^{−k²/2β}/√(2πβ)
-    for large β, so k* ≈ √(2β); the search runs over k ≤ 4√β + 20 with the log of
-    I_k(β)e^{−β} (scipy.special.ive, and its expansions where that underflows or is NaN;
-    the factor e^{−β} does not change the argmax). Raises ValueError for β ≤ 0 and for
-    β > 1e12 (:data:`MAX_DOMINANT_BETA`: 4e6 modes).
-    """
-    beta = _check_beta_positive(beta, "the dominant mode argmax_k k^2 I_k(beta)")
-    d = _check_dim(d)
-    if beta > MAX_DOMINANT_BETA:
-        raise ValueError(
-            f"dominant_mode searches k <= 4 sqrt(beta) + 20 and takes beta <= "
-            f"{MAX_DOMINANT_BETA:.0e}; received beta = {beta:.6g}. There k* ≈ sqrt(2 beta) "
-            "(the Gaussian profile I_k(beta) ∝ e^(-k^2/(2 beta)))."
-        )
-    modes = np.arange(1, int(4 * math.sqrt(beta)) + 21, dtype=float)
-    score = np.log(modes) + np.log(modes + d - 2) + log_ive(modes + d / 2 - 1, beta)
-    return int(modes[np.argmax(score)])
-
-
-# ---------------------------------------------------------------------- causal clustering
-def renyi_centres(points, delta: float, *, strong: bool = False) -> torch.Tensor:
-    r"""Indices of the Rényi centres of a causal token sequence (Karagodin et al. §5).
-
-    Tokens x_1, …, x_n in causal order on the unit sphere. Token 1 is a centre; token i is a
-    centre when it is at distance > δ from every earlier centre (Rényi's sequential
-    parking; ``strong=True``: from every earlier *token*, Karagodin et al.'s "strong" Rényi
-    centres, which stay nearly fixed for a long time at large β). Karagodin, Polyanskiy,
-    Rigollet (arXiv:2411.04990, their Fig. 2: n = 200, d = 2, β = 64, δ = 4β^{−1/2}) read
-    the meta-stable clusters of causal attention off these centres: strong centres are
-    stationary but do not explain all clusters; Rényi centres capture more.
-
-    Parameters
-    ----------
-    points : tensor (n, d)
-    delta : float > 0, the parking distance (Euclidean).
-
-    Returns
-    -------
-    tensor of int64 indices, increasing.
-    """
-    x = as_tensor(points, "points")
-    if x.ndim != 2 or x.shape[0] < 1:
-        raise ValueError(f"points must have shape (n, d) with n >= 1; received {tuple(x.shape)}.")
-    check_finite(x, "points")
-    if not isinstance(strong, bool):
-        raise TypeError(f"strong must be True or False; received {strong!r}.")
-    delta = check_real(delta, "delta")
-    if delta <= 0:
-        raise ValueError(f"the parking distance delta must be > 0; received {delta}.")
-    # Distances at unit scale (scale-free: tokens of norm 1e-200 or 1e200, float32 at 1e25),
-    # each as the norm of a difference (no |x|² + |y|² − 2⟨x, y⟩ cancellation).
-    scale = x.abs().amax().clamp_min(torch.finfo(x.dtype).tiny) if x.is_floating_point() else 1.0
-    unit = x / scale
-    distances = torch.cdist(unit, unit, compute_mode="donot_use_mm_for_euclid_dist")
-    delta = delta / float(scale)
-    centres = [0]
-    for i in range(1, x.shape[0]):
-        earlier = (
-            torch.arange(i, device=x.device)
-            if strong
-            else torch.as_tensor(centres, device=x.device)
-        )
-        if bool((distances[i, earlier] > delta).all()):
-            centres.append(i)
-    return torch.as_tensor(centres, dtype=torch.int64, device=x.device)
-
-
-# ---------------------------------------------------------------------- zero temperature
-def hardmax_vertices(points, A) -> tuple[torch.Tensor, torch.Tensor]:
-    r"""The Voronoi rule of zero-temperature attention: each token's target and its validity.
-
-    For tokens x_1, …, x_n and an interaction A (score of query x on key y: yᵀAx), token i
-    heads for v(i) = argmax_j x_jᵀAx_i (a vertex of the convex hull of the tokens: a linear
-    function is maximised there). Alcalde, Geshkovski, Ruiz-Balet (arXiv:2508.09628) show,
-    for A positive semidefinite and the hardmax rule x_i ← x_i + h(x_{v(i)} − x_i) (a
-    Frank-Wolfe step, ẋ_i = x_{v(i)} − x_i as h → 0), that vertices with v(v) = v are
-    stationary, interior tokens keep their Voronoi cell {x : argmax_j x_jᵀAx = v} and
-    move in a straight line to its vertex. The rule's prediction for token i is v(i),
-    valid when v(i) is such a stationary vertex: for PSD A, along the segment from x_i to
-    x_v the score of v stays maximal iff it is maximal at both ends.
-
-    Parameters
-    ----------
-    points : tensor (n, d)
-    A : tensor (d, d)
-
-    Returns
-    -------
-    targets : int64 tensor (n,)
-        v(i) (the first index among exact ties).
-    valid : bool tensor (n,)
-        True where v(v(i)) = v(i): the target is a stationary vertex.
-    """
-    x = as_tensor(points, "points")
-    if x.ndim != 2 or x.shape[0] < 1:
-        raise ValueError(f"points must have shape (n, d) with n >= 1; received "
-                         f"{tuple(x.shape)}.")  # fmt: skip
-    if not x.is_floating_point():
-        x = x.double()
-    A = as_tensor(A, "A", dtype=x.dtype)
-    if A.shape != (x.shape[1], x.shape[1]):
-        raise ValueError(f"A must have shape ({x.shape[1]}, {x.shape[1]}); received "
-                         f"{tuple(A.shape)}.")  # fmt: skip
-    check_finite(x, "points")
-    check_finite(A, "A")
-    # The argmax is invariant under positive scalings of x and A: score the tokens and A at
-    # unit scale, so that x_jᵀAx_i cannot overflow (tokens of 1e200, float32 tokens of 1e20).
-    x = x / x.abs().amax().clamp_min(torch.finfo(x.dtype).tiny)
-    A = A / A.abs().amax().clamp_min(torch.finfo(A.dtype).tiny)
-    scores = (x @ A.T) @ x.T  # [i, j] = x_jᵀ A x_i
-    targets = scores.argmax(-1)
-    return targets, targets[targets] == targets
