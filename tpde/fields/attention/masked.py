@@ -50,23 +50,25 @@ class Masked(Field):
         g(r) = m·r for ALiBi (the penalty −m(s − r), whose −m·s cancels below), or
         g = position_bias(positions) for a callable (n,) → (n,).
 
+    Notes
+    -----
     Unnormalised kernels and key weights. With J(s) the keys a query at s sees and
     a_j(s) = w_j e^{g(r_j)} / Σ_{k ∈ J(s)} w_k e^{g(r_k)} the key weights normalised over
-    J(s) (the "predecessors"),
+    J(s) (the "predecessors"), Exponential gives ::
 
-        Γ[μ](s, x) = Σ_{j ∈ J(s)} a_j(s) e^{⟨q(x), k_j⟩} v_j                 (Exponential),
+        Γ[μ](s, x) = Σ_{j ∈ J(s)} a_j(s) e^{⟨q(x), k_j⟩} v_j
+
+    and a softmax form ::
+
         Γ[μ](s, x) = Σ_{j ∈ J(s)} a_j(s) e^{⟨q, k_j⟩} v_j / Σ_{j ∈ J(s)} a_j(s) e^{⟨q, k_j⟩}
-                                                                              (softmax form),
 
     and Γ = 0 where J(s) is empty. With ``strict=True``, ALiBi and Exponential on the circle
     under post-LN this is the causal model of Duerinckx, Geshkovski and Rossi ("Kinetic
     theory for Transformers and the lost-in-the-middle phenomenon", arXiv:2605.09213,
     2026): earlier keys only, the first token frozen, position-only weights normalised over
-    the predecessors (examples/plot_lost_in_the_middle.py). These options (and any
+    the predecessors (examples/plot_18_lost_in_the_middle.py). These options (and any
     unnormalised kernel) are computed densely (O(m·n) memory; engines "auto", "dense").
 
-    Notes
-    -----
     Tokens are the particles of an :class:`Empirical` built with ``positions`` s_i ≥ 0
     (for a sequence, s_i = i/(n − 1) ∈ [0, 1], or the integer indices i: the mask depends
     only on the order); positions never move. Particles:
