@@ -31,6 +31,7 @@ __all__ = [
     "query_positions",
     "shared_capabilities",
     "supports",
+    "takes_own",
 ]
 
 
