@@ -9,6 +9,7 @@ public names of :class:`Field` below.
 from __future__ import annotations
 
 import functools
+import inspect
 import warnings
 from dataclasses import dataclass
 
@@ -26,9 +27,11 @@ __all__ = [
     "InnerSolves",
     "implemented_capabilities",
     "part_velocity",
+    "queries_are_keys",
     "query_positions",
     "shared_capabilities",
     "supports",
+    "takes_own",
 ]
 
 
@@ -255,6 +258,15 @@ class Field:
     - ``particle_velocity(t, mu, x, engine, info=None)``: Γ[μ](x) for an Empirical μ at
       points x (m, d) (or (…, m, d) for batched parameters), on a checked engine name;
       inner solves report into ``info`` (an :class:`InnerSolves`, or None);
+    - optionally the keyword ``own`` (``particle_velocity(..., *, own=None)``): whether the
+      queries are the keys, i.e. x are μ's own tokens. Callers say it: True in a particle
+      flow's right-hand side and in :meth:`velocity` without x, False at other points
+      (``velocity(mu, x)``, a grid's faces) even where x equals μ's tokens in value, and
+      wrappers pass it on to their parts (:func:`part_velocity`). None means the caller did
+      not say (a caller outside tpde): :func:`queries_are_keys` then compares x with μ's
+      tokens. A field that uses it (the spectral engine on the circle, a causal mask
+      without query positions, a gradient computed at the particles only) declares the
+      keyword; one that does not declare it is called without it (checked once per class);
     - ``time_dependent``: whether the parameters change with depth-time t (default True,
       the safe answer; fields with tensor parameters say False). A time-dependent field
       is evaluated at one time for a whole batch, so flows step its batch elements in
@@ -397,16 +409,20 @@ class Field:
             mu = mu.to_empirical()
         info = InnerSolves() if info is None else info
         start = len(info)
+        own = x is None  # velocity(mu, x): new points, even if equal to μ's tokens
         x = mu.points if x is None else x
-        out = part_velocity(self, t, mu, x, engine, info, at)
+        out = part_velocity(self, t, mu, x, engine, info, at, own=own)
         check_velocity_type(out, self)
         check_velocity_shape(out, x, f"{type(self).__name__}.particle_velocity")
         info.warn(since=start, stacklevel=2)
         check_no_overflow(out, mu, "the velocity Γ[μ]", self)
         return out
 
-    def particle_velocity(self, t, mu: Empirical, x, engine: str, info=None) -> torch.Tensor:
-        """Γ[μ](x) for an Empirical μ (checked) at points x; see the class notes."""
+    def particle_velocity(
+        self, t, mu: Empirical, x, engine: str, info=None, *, own=None
+    ) -> torch.Tensor:
+        """Γ[μ](x) for an Empirical μ (checked) at points x; ``own``: whether x are μ's own
+        tokens (True/False, or None: not said); see the class notes."""
         raise NotImplementedError(
             f"{type(self).__name__} does not implement particle_velocity(t, mu, x, engine, "
             "info), the one method every tpde field needs."
@@ -504,21 +520,54 @@ class Field:
         return x
 
 
-def part_velocity(field, t, mu, x, engine, info, positions) -> torch.Tensor:
+def part_velocity(field, t, mu, x, engine, info, positions, *, own=None) -> torch.Tensor:
     """``field.particle_velocity`` at points x with their ``positions`` (m,), passed on only
     to a field that uses them (:attr:`Field.needs_positions`): None means that x are μ's
-    own tokens (their positions are μ's). What every wrapper calls for its parts."""
-    if positions is None or not field.needs_positions:
-        return field.particle_velocity(t, mu, x, engine, info)
-    return field.particle_velocity(t, mu, x, engine, info, positions=positions)
+    own tokens (their positions are μ's). ``own`` (whether the queries are the keys: x are
+    μ's own tokens; None: not said) is passed on only to a field whose ``particle_velocity``
+    declares the keyword (:func:`takes_own`), so a field with the older signature keeps
+    working. What every wrapper calls for its parts, and the particle flows for the field."""
+    extra = {}
+    if positions is not None and field.needs_positions:
+        extra["positions"] = positions
+    if own is not None and takes_own(type(field)):
+        extra["own"] = own
+    return field.particle_velocity(t, mu, x, engine, info, **extra)
 
 
-def own_tokens(x: torch.Tensor, mu, who: str) -> None:
-    """Raise unless x are μ's own tokens: a field with positions called without them (by a
-    wrapper defined outside tpde that does not pass ``positions=`` on) would otherwise give
-    x the positions of μ's tokens silently."""
+@functools.cache
+def takes_own(cls: type) -> bool:
+    """Whether ``cls.particle_velocity`` declares the keyword ``own`` (asked once per class)."""
+    method = getattr(cls, "particle_velocity", None)
+    try:
+        parameters = inspect.signature(method).parameters
+    except (TypeError, ValueError):  # not introspectable: call it the older way
+        return False
+    return "own" in parameters and parameters["own"].kind in (
+        inspect.Parameter.KEYWORD_ONLY,
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+    )
+
+
+def queries_are_keys(own, x: torch.Tensor, mu) -> bool:
+    """Whether the evaluation points x are μ's own tokens (the queries are the keys).
+
+    ``own`` as the caller said it (True or False; False even where x equals μ's tokens in
+    value: the caller evaluates at new points); None, when a caller outside tpde did not
+    say: x is μ's tokens when it is the same tensor or equal to it (the one place tpde
+    compares tensors to decide this; every call inside tpde says ``own``).
+    """
+    if own is not None:
+        return bool(own)
     points = mu.points
-    if x is points or (x.shape == points.shape and torch.equal(x, points)):
+    return x is points or (x.shape == points.shape and torch.equal(x, points))
+
+
+def own_tokens(x: torch.Tensor, mu, who: str, own=None) -> None:
+    """Raise unless x are μ's own tokens (:func:`queries_are_keys`): a field with positions
+    called at other points without their positions (by a wrapper defined outside tpde that
+    does not pass ``positions=`` on) would otherwise give x the positions of μ's tokens."""
+    if queries_are_keys(own, x, mu):
         return
     raise ValueError(
         f"{who} evaluates at points x other than μ's tokens only with their positions, and "

@@ -73,9 +73,9 @@ class LayerSchedule(Field):
         return any(layer.needs_positions for layer in self.layers)
 
     def particle_velocity(
-        self, t, mu: Empirical, x, engine: str, info=None, positions=None
+        self, t, mu: Empirical, x, engine: str, info=None, positions=None, *, own=None
     ) -> torch.Tensor:
-        return part_velocity(self.piece(t), t, mu, x, engine, info, positions)
+        return part_velocity(self.piece(t), t, mu, x, engine, info, positions, own=own)
 
     def gaussian_affine(self, t, mean, cov):
         return self.piece(t).gaussian_affine(t, mean, cov)

@@ -123,11 +123,11 @@ class Sum(Field):
         return any(part.needs_positions for part in self.parts)
 
     def particle_velocity(
-        self, t, mu: Empirical, x, engine: str, info=None, positions=None
+        self, t, mu: Empirical, x, engine: str, info=None, positions=None, *, own=None
     ) -> torch.Tensor:
         total = None
         for index, part in enumerate(self.parts):
-            v = part_velocity(part, t, mu, x, engine, info, positions)
+            v = part_velocity(part, t, mu, x, engine, info, positions, own=own)
             who = f"part {index} of the sum, {type(part).__name__},"
             check_velocity_type(v, part)
             check_velocity_shape(v, x, who)  # a narrower v would broadcast into the total

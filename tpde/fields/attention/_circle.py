@@ -7,18 +7,20 @@ import math
 import torch
 
 from tpde._engines.spectral import pick_spectral, spectral_refusal, truncation
+from tpde.fields.base import queries_are_keys
 from tpde.measures import Empirical
 
 __all__ = ["circle_route"]
 
 
-def circle_route(field, mu: Empirical, x, engine: str):
+def circle_route(field, mu: Empirical, x, engine: str, own=None):
     """(β, v) when the spectral engine computes ``field``'s sum at x, else None.
 
     The sums Σ_j w_j e^{β⟨x_i, x_j⟩}(1, x_j) of Softmax and Exponential attention run on
     :mod:`tpde._engines.spectral` when A = βI with β > 0 (constant, bias-free, outside
-    autograd; one β per batch element), V = vI, d = 2, x is μ's own tokens, every token on
-    the unit circle and every weight > 0. ``engine="auto"`` takes it there when it wins
+    autograd; one β per batch element), V = vI, d = 2, x is μ's own tokens (``own``, as the
+    caller says it: :func:`~tpde.fields.base.queries_are_keys`), every token on the unit
+    circle and every weight > 0. ``engine="auto"`` takes it there when it wins
     (:func:`~tpde._engines.spectral.pick_spectral`); ``engine="spectral"`` where it does not
     apply raises a ValueError naming the condition that fails.
 
@@ -28,7 +30,7 @@ def circle_route(field, mu: Empirical, x, engine: str):
     """
     if engine not in ("auto", "spectral"):
         return None
-    reason, route = _route(field.params, mu, x, engine == "auto")
+    reason, route = _route(field.params, mu, x, engine == "auto", own)
     if reason is not None and engine == "spectral":
         raise ValueError(
             f"engine 'spectral' does not apply to this {type(field).__name__} field: {reason}."
@@ -36,7 +38,7 @@ def circle_route(field, mu: Empirical, x, engine: str):
     return route
 
 
-def _route(params, mu: Empirical, x, auto: bool):
+def _route(params, mu: Empirical, x, auto: bool, own):
     """(reason it does not apply or None, (β, v) or None)."""
     scalar = params.isotropic_interaction(x)
     if scalar is None:
@@ -49,7 +51,7 @@ def _route(params, mu: Empirical, x, auto: bool):
         return "it needs V = vI (a multiple of the identity)", None
     if x.shape[-1] != 2:
         return f"it needs tokens in d = 2 (the circle S¹); these have d = {x.shape[-1]}", None
-    if x is not mu.points:
+    if not queries_are_keys(own, x, mu):
         return (
             "it evaluates the field at μ's own tokens (the particle flow), not at other points "
             "x (nor at a Grid's cell centres: integrate particles on the circle instead)"

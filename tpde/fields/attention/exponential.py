@@ -62,8 +62,10 @@ class Exponential(Field):
         self.params = QKV(Q, K, V, scale)
         self.dim = self.params.dim
 
-    def particle_velocity(self, t, mu: Empirical, x, engine: str, info=None) -> torch.Tensor:
-        route = circle_route(self, mu, x, engine)
+    def particle_velocity(
+        self, t, mu: Empirical, x, engine: str, info=None, *, own=None
+    ) -> torch.Tensor:
+        route = circle_route(self, mu, x, engine, own)
         if route is not None:  # A = βI, V = vI on the circle: the Fourier series
             beta, value = route
             return value * exp_sum_spectral(x, mu.weights, beta)

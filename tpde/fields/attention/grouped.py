@@ -170,10 +170,10 @@ class GroupedQueryAttention(Field):
         )  # fmt: skip
 
     def particle_velocity(
-        self, t, mu: Empirical, x, engine: str, info=None, positions=None
+        self, t, mu: Empirical, x, engine: str, info=None, positions=None, *, own=None
     ) -> torch.Tensor:
         if positions is None and self.needs_positions:  # x must be μ's tokens (own_tokens)
-            own_tokens(x, mu, self._why_positions())
+            own_tokens(x, mu, self._why_positions(), own)
         at = mu.positions if positions is None else positions
         return self._velocity(t, mu, x, at, engine)
 

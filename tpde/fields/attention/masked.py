@@ -166,13 +166,13 @@ class Masked(Field):
         return True
 
     def particle_velocity(
-        self, t, mu: Empirical, x, engine: str, info=None, positions=None
+        self, t, mu: Empirical, x, engine: str, info=None, positions=None, *, own=None
     ) -> torch.Tensor:
-        """Γ[μ](x) at μ's own tokens (x: (…, n, d), a batch of clouds or one), or at points
-        x with their ``positions`` (m,) (checked by the caller)."""
+        """Γ[μ](x) at μ's own tokens (``own``; x: (…, n, d), a batch of clouds or one), or
+        at points x with their ``positions`` (m,) (checked by the caller)."""
         if positions is not None:
             return self._masked_velocity(t, mu, x, positions, engine)
-        own_tokens(x, mu, "masked attention")
+        own_tokens(x, mu, "masked attention", own)
         return self._masked_velocity(t, mu, x, mu.positions, engine)
 
     @property

@@ -122,13 +122,13 @@ class MultiHead(Field):
         return any(head.needs_positions for head in self.heads)
 
     def particle_velocity(
-        self, t, mu: Empirical, x, engine: str, info=None, positions=None
+        self, t, mu: Empirical, x, engine: str, info=None, positions=None, *, own=None
     ) -> torch.Tensor:
         W = self._W_at(t, x)
         total = 0
         for h, head in enumerate(self.heads):
             W_h = None if W is None else W[..., h, :, :]
-            out = part_velocity(head, t, mu, x, engine, info, positions)
+            out = part_velocity(head, t, mu, x, engine, info, positions, own=own)
             total = total + (out if W_h is None else out @ W_h)  # row form of W_hᵀ Γ_h
         bias = self._bias_at(t, x)
         return total if bias is None else total + bias.unsqueeze(-2)

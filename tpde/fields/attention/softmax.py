@@ -100,8 +100,10 @@ class Softmax(Field):
                 queries = queries + p.query_shift.unsqueeze(-2)
         return SoftmaxForm(queries, keys, log_w, points, value, p.bv)
 
-    def particle_velocity(self, t, mu: Empirical, x, engine: str, info=None) -> torch.Tensor:
-        route = circle_route(self, mu, x, engine)
+    def particle_velocity(
+        self, t, mu: Empirical, x, engine: str, info=None, *, own=None
+    ) -> torch.Tensor:
+        route = circle_route(self, mu, x, engine, own)
         if route is not None:  # A = βI, V = vI on the circle: the Fourier series
             beta, value = route
             return value * softmax_average_spectral(x, mu.weights, beta)

@@ -18,7 +18,7 @@ import torch
 from tpde._linalg import psd_factor, sqrtm_psd, symmetrize, trace
 from tpde._scale_safe import safe_norm
 from tpde._validation import as_tensor
-from tpde.fields.base import Field
+from tpde.fields.base import Field, queries_are_keys
 from tpde.fields.gradient_flow.energies import as_energy
 from tpde.measures import Empirical, Gaussian, Grid
 from tpde.metrics.mobility import spd_mobility
@@ -84,12 +84,14 @@ class GradientFlowField(Field):
     def _apply_mobility(self, grad):
         return grad if self.mobility is None else grad @ self.mobility.to(grad).mT
 
-    def particle_velocity(self, t, mu: Empirical, x, engine: str, info=None) -> torch.Tensor:
+    def particle_velocity(
+        self, t, mu: Empirical, x, engine: str, info=None, *, own=None
+    ) -> torch.Tensor:
         energy = self.energy_functional
         try:
             grad = energy.first_variation_grad(mu, x, engine)
         except NotImplementedError:
-            if x is not mu.points:
+            if not queries_are_keys(own, x, mu):
                 raise ValueError(
                     "this energy gives its gradient at the particles only (autograd in the "
                     "points); velocities at other points (grid faces, x=...) need an Energy "

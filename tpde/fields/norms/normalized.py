@@ -110,9 +110,13 @@ class Normalized(Field):
         return self.field.needs_positions
 
     def particle_velocity(
-        self, t, mu: Empirical, x, engine: str, info=None, positions=None
+        self, t, mu: Empirical, x, engine: str, info=None, positions=None, *, own=None
     ) -> torch.Tensor:
-        field = self.field if positions is None else _AtPositions(self.field, positions)
+        """The scheme's velocity; the wrapped field gets the query ``positions`` and ``own``
+        (the scheme maps keys and queries alike, so its queries are its keys exactly when
+        x are μ's tokens: a wrapped softmax on the circle keeps the spectral engine)."""
+        bound = positions is not None or own is not None
+        field = _Part(self.field, positions, own) if bound else self.field
         return self.scheme.velocity(field, t, mu, x, engine, info)
 
     @property
@@ -161,15 +165,17 @@ class Normalized(Field):
         return f"Normalized({self.field!r}, {self.scheme.describe()})"
 
 
-class _AtPositions:
-    """The wrapped field with the positions of the query points bound: what a scheme calls
-    (``particle_velocity`` on normalised queries, which keep their positions)."""
+class _Part:
+    """The wrapped field with the positions of the query points and ``own`` (whether they
+    are μ's tokens) bound: what a scheme calls (``particle_velocity`` on normalised keys
+    and queries, which keep their positions, and are each other exactly when x and μ's
+    tokens are)."""
 
-    def __init__(self, field: Field, positions: torch.Tensor):
-        self.field, self.positions = field, positions
+    def __init__(self, field: Field, positions, own):
+        self.field, self.positions, self.own = field, positions, own
 
     def particle_velocity(self, t, mu, x, engine, info=None) -> torch.Tensor:
-        return part_velocity(self.field, t, mu, x, engine, info, self.positions)
+        return part_velocity(self.field, t, mu, x, engine, info, self.positions, own=self.own)
 
     def __getattr__(self, name):
         if name == "field":  # not yet set (a copy): no recursion through self.field

@@ -168,8 +168,7 @@ def _on_sphere(field, t, mu, x, engine, info) -> tuple[torch.Tensor, torch.Tenso
 
 def _normalised_call(norm, field, t, mu, x, engine, info):
     """(Γ[N#μ](N(x)), N(x)): the field on normalised keys and queries."""
-    keys = norm(mu.points)
-    queries = keys if x is mu.points else norm(x)  # a flow evaluates at its own tokens
+    keys, queries = norm(mu.points), norm(x)  # Normalized tells the field whether x are μ's
     return field.particle_velocity(t, mu.with_points(keys), queries, engine, info), queries
 
 
@@ -334,7 +333,7 @@ class NGPT(_OnSphere):
             out = _resolved(field, t, mu, x, field.particle_velocity(t, mu, x, engine, info))
             return alpha * (unit(out) - unit(x))
         out, directions = _on_sphere(field, t, mu, x, engine, info)
-        keys = mu.with_points(directions if x is mu.points else unit(mu.points))
+        keys = mu.with_points(unit(mu.points))
         out = _resolved(field, t, keys, directions, out)  # a rounded 0 stays 0
         return alpha * tangent_part(directions, unit(out))
 
@@ -362,7 +361,7 @@ class PeriLN(NormScheme):
 
     def velocity(self, field, t, mu, x, engine, info):
         out, queries = _normalised_call(unit, field, t, mu, x, engine, info)
-        keys = mu.with_points(queries if x is mu.points else unit(mu.points))
+        keys = mu.with_points(unit(mu.points))
         return unit(_resolved(field, t, keys, queries, out))  # 0 stays 0 (_resolved)
 
 

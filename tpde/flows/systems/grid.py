@@ -59,6 +59,7 @@ import torch
 
 from tpde._engines import check_engine
 from tpde._validation import check_choice, check_positive
+from tpde.fields.base import part_velocity
 from tpde.flows.methods import METHODS
 from tpde.flows.systems.base import System
 from tpde.flows.systems.cfl import CFLController
@@ -185,7 +186,7 @@ class GridSystem(System):
         weights = flat[keep]
         mu = Empirical(self.centres[keep], weights / weights.sum())
         self.n_field_evals += 1
-        u = self.field.particle_velocity(t, mu, self.faces, self.engine, info=self.inner)
+        u = part_velocity(self.field, t, mu, self.faces, self.engine, self.inner, None, own=False)
         if u.shape != self.faces.shape:
             raise ValueError(
                 f"grid flows need unbatched field parameters: the velocity has shape "

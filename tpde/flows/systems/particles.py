@@ -8,7 +8,7 @@ import torch
 
 from tpde._engines import check_engine
 from tpde._status import Status
-from tpde.fields.base import check_velocity_shape, check_velocity_type
+from tpde.fields.base import check_velocity_shape, check_velocity_type, part_velocity
 from tpde.flows.systems.base import System, check_start
 from tpde.flows.systems.jacobian import Linearization, backward_jacobian
 from tpde.flows.systems.registry import register_system
@@ -50,9 +50,8 @@ class ParticleSystem(System):
     def rhs(self, t, state, field=None):
         (points,) = state
         field = self.field if field is None else field
-        velocity = field.particle_velocity(
-            t, self.mu.with_points(points), points, self.engine, info=self.inner
-        )
+        mu = self.mu.with_points(points)  # the queries are the keys: said, not inferred
+        velocity = part_velocity(field, t, mu, points, self.engine, self.inner, None, own=True)
         check_velocity_type(velocity, field)
         if velocity.shape != points.shape:
             check_velocity_shape(velocity, points, f"{type(field).__name__}.particle_velocity")
