@@ -19,8 +19,10 @@ from tpde.fields import (
     LayerNorm,
     LayerSchedule,
     Normalized,
+    Parallel,
     RMSNorm,
     RoPE,
+    Sum,
     SwiGLU,
 )
 from tpde.pretrained._folder import LoadError
@@ -48,6 +50,10 @@ class ModelConfig:
     tied_embeddings : bool
     type_vocab : int or None
     position_offset : int
+    rotary_dims : int or None
+        The rotated width of each head (partial rotary); None: the whole head.
+    parallel : bool
+        Attention and MLP in one step (:class:`~tpde.fields.Parallel`).
     """
 
     model_type: str
@@ -66,6 +72,8 @@ class ModelConfig:
     tied_embeddings: bool
     type_vocab: int | None
     position_offset: int
+    rotary_dims: int | None = None
+    parallel: bool = False
 
 
 # ---------------------------------------------------------------------- config
@@ -169,6 +177,8 @@ def read_hyper(raw: dict, entry: Architecture) -> ModelConfig:
             f"config.json: {keys['context']} = {got['context']} leaves no position after the "
             f"offset {offset}."
         )
+    if entry.rotary and "rope_base" not in got:
+        got["rope_base"], keys["rope_base"] = entry.facts["rope_base"], "rope_base (fixed)"
     rope = _positive(got["rope_base"], keys["rope_base"]) if entry.rotary else None
     tied = got.get("tied", entry.family == "bert")
     if not isinstance(tied, bool):
@@ -192,12 +202,50 @@ def read_hyper(raw: dict, entry: Architecture) -> ModelConfig:
         tied_embeddings=tied,
         type_vocab=_integer(got["type_vocab"], keys["type_vocab"]) if "type_vocab" in got else None,
         position_offset=offset,
+        rotary_dims=_rotary_dims(raw, entry, got, keys, head_dim),
+        parallel=_parallel(raw, entry),
     )
+
+
+# ---------------------------------------------------------------------- parallel blocks
+def _rotary_dims(raw: dict, entry: Architecture, got: dict, keys: dict, head_dim: int):
+    """The rotated width r of each head, or None for the whole head (module table)."""
+    if not entry.rotary or "rotary" not in got:
+        return None
+    value, key = got["rotary"], keys["rotary"]
+    if entry.facts["rotary"] == "fraction":
+        params = raw.get("rope_parameters")
+        if isinstance(params, dict) and "partial_rotary_factor" in params:
+            value, key = params["partial_rotary_factor"], "rope_parameters.partial_rotary_factor"
+        fraction = _positive(value, key)
+        if fraction > 1:
+            raise LoadError(f"config.json: {key} must lie in (0, 1]; received {value!r}.")
+        dims = int(head_dim * fraction)  # as transformers: int(head_dim * factor)
+    else:
+        dims = head_dim if value is None else _integer(value, key)
+    if dims % 2 or dims > head_dim:
+        raise LoadError(
+            f"config.json: {key} = {value!r} rotates {dims} coordinates of heads of dimension "
+            f"{head_dim}; RoPE rotates an even number of them, at most the head dimension."
+        )
+    return None if dims == head_dim else dims
+
+
+def _parallel(raw: dict, entry: Architecture) -> bool:
+    """Whether attention and MLP are one step (``entry.parallel``, or its config key)."""
+    if not isinstance(entry.parallel, str):
+        return bool(entry.parallel)
+    value = raw.get(entry.parallel, True)
+    if not isinstance(value, bool):
+        raise LoadError(f"config.json: {entry.parallel} must be true or false; received {value!r}.")
+    return value
 
 
 # ---------------------------------------------------------------------- tensor names
 def _bias(entry: Architecture, role: str, raw: dict) -> bool:
     flag = entry.biases.get(role, False)
+    if isinstance(flag, tuple):  # (config key, default where the key is absent)
+        return bool(raw.get(flag[0], flag[1]))
     return bool(raw.get(flag, False)) if isinstance(flag, str) else flag
 
 
@@ -237,6 +285,8 @@ def expected_shapes(cfg: ModelConfig, entry: Architecture, raw: dict, prefix: st
                     out[f"{base}.bias"] = (role, l, "bias", shape)
             else:
                 out[f"{base}.weight"] = (role, l, "weight", shape)
+                if role == "head" and _bias(entry, role, raw):
+                    out[f"{base}.bias"] = (role, l, "bias", shape[:1])
     return out
 
 
@@ -285,19 +335,36 @@ def _norm(w: dict | None, cfg: ModelConfig, entry: Architecture, placement: str)
 
 def _attention(p: dict, cfg: ModelConfig, entry: Architecture) -> GroupedQueryAttention:
     if "qkv" in p:
-        q, kv = cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
-        sizes = (q, kv, kv)
-        ws = p["qkv"]["weight"].split(sizes, 0)
-        bs = p["qkv"]["bias"].split(sizes, 0) if p["qkv"]["bias"] is not None else (None,) * 3
-        p = {**p, **{r: {"weight": w, "bias": b} for r, w, b in zip("qkv", ws, bs, strict=True)}}
+        p = {**p, **_split_qkv(p["qkv"], cfg, entry)}
     norms = {r: _norm(p.get(r), cfg, entry, "pre") for r in ("q_norm", "k_norm")}
+    rope = None
+    if entry.rotary:
+        style = entry.facts.get("rope_style", "half")
+        rope = RoPE(base=cfg.rope_base, dims=cfg.rotary_dims, style=style)
     return GroupedQueryAttention(
         p["q"]["weight"], p["k"]["weight"], p["v"]["weight"], p["o"]["weight"],
         cfg.heads, cfg.kv_heads, scale=1 / math.sqrt(cfg.head_dim),
-        position=RoPE(base=cfg.rope_base) if entry.rotary else None, causal=entry.causal,
+        position=rope, causal=entry.causal,
         window=cfg.window, bq=p["q"]["bias"], bk=p["k"]["bias"], bv=p["v"]["bias"],
         bo=p["o"]["bias"], q_norm=norms["q_norm"], k_norm=norms["k_norm"],
     )  # fmt: skip
+
+
+def _split_qkv(fused: dict, cfg: ModelConfig, entry: Architecture) -> dict:
+    """Q, K, V of a fused projection: blocks [W_q; W_k; W_v] (GPT-2), or head by head
+    [q_h; k_h; v_h] for h = 0 … H − 1 (``qkv_layout`` "per_head": GPT-NeoX)."""
+    q, kv = cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
+    w, b = fused["weight"], fused["bias"]
+    if entry.facts.get("qkv_layout") == "per_head":  # heads == kv_heads (checked: no GQA)
+        h, k = cfg.heads, cfg.head_dim
+        ws = w.reshape(h, 3, k, -1).unbind(1)
+        ws = [x.reshape(h * k, -1) for x in ws]
+        bs = [x.reshape(h * k) for x in b.reshape(h, 3, k).unbind(1)] if b is not None else None
+    else:
+        ws = w.split((q, kv, kv), 0)
+        bs = b.split((q, kv, kv), 0) if b is not None else None
+    bs = (None,) * 3 if bs is None else bs
+    return {r: {"weight": x, "bias": y} for r, x, y in zip("qkv", ws, bs, strict=True)}
 
 
 def _mlp(p: dict, cfg: ModelConfig, entry: Architecture):
@@ -315,10 +382,10 @@ def build(cfg, entry: Architecture, expected: dict, tensors: dict, tokenizer) ->
         p = {role: value for (role, layer), value in w.items() if layer == l}
         attention, mlp = _attention(p, cfg, entry), _mlp(p, cfg, entry)
         n1 = _norm(p["attn_norm"], cfg, entry, entry.placement)
-        n2 = _norm(p["mlp_norm"], cfg, entry, entry.placement)
-        layers.append(
-            Layer(attention, mlp, n1, n2, Normalized(attention, n1) + Normalized(mlp, n2))
-        )
+        n2 = _norm(p["mlp_norm"], cfg, entry, entry.placement) if "mlp_norm" in p else n1
+        parts = [Normalized(attention, n1), Normalized(mlp, n2)]
+        field = Sum([Parallel(parts)]) if cfg.parallel else Sum(parts)
+        layers.append(Layer(attention, mlp, n1, n2, field))
     g = {role: value for (role, layer), value in w.items() if layer is None}
     embedding = Embedding(
         tokens=g["embed"]["weight"],
@@ -327,9 +394,10 @@ def build(cfg, entry: Architecture, expected: dict, tensors: dict, tokenizer) ->
         token_types=g["token_types"]["weight"] if "token_types" in g else None,
         norm=_norm(g.get("embed_norm"), cfg, entry, "pre"),
     )
-    head = None
+    head = head_bias = None
     if "head" in entry.names:
         head = embedding.tokens if cfg.tied_embeddings else g["head"]["weight"]
+        head_bias = None if cfg.tied_embeddings else g["head"]["bias"]
     return Transformer(
         config=cfg,
         layers=tuple(layers),
@@ -339,4 +407,5 @@ def build(cfg, entry: Architecture, expected: dict, tensors: dict, tokenizer) ->
         head=head,
         tokenizer=tokenizer,
         architecture=entry.family,
+        head_bias=head_bias,
     )

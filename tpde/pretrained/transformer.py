@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from tpde._validation import as_tensor, check_finite
-from tpde.fields import Field, GroupedQueryAttention, LayerSchedule
+from tpde.fields import Field, GroupedQueryAttention, LayerSchedule, Parallel
 from tpde.measures import Empirical
 
 __all__ = ["DecoderLayer", "Embedding", "Layer", "Transformer"]
@@ -44,7 +44,9 @@ class Layer:
         N₁ and N₂ (``.norm(x)``; placement "pre": the sublayer reads N(x); "post": the
         sublayer's step ends with N).
     field : Field
-        The block, ``Normalized(attention, N₁) + Normalized(mlp, N₂)``.
+        The block, ``Normalized(attention, N₁) + Normalized(mlp, N₂)``; a parallel block
+        (GPT-NeoX, Phi, GPT-J) ``Sum([Parallel([Normalized(attention, N₁),
+        Normalized(mlp, N₂)])])``, stepped as one.
     """
 
     attention: GroupedQueryAttention
@@ -55,8 +57,9 @@ class Layer:
 
     @property
     def parts(self) -> tuple[Field, ...]:
-        """The sublayers in order (attention, MLP), each with its norm: the split's parts."""
-        return self.field.parts
+        """The sublayers in order (attention, MLP), each with its norm: the split's parts
+        (a parallel block's branches)."""
+        return tuple(b for part in self.field.parts for b in getattr(part, "branches", (part,)))
 
 
 #: SmolLM2's name for a block (the same class).
@@ -308,22 +311,34 @@ class Transformer:
 
         v_{l,k} = x_{l,k+1} − x_{l,k}, the k-th sub-step of layer l's Lie–Trotter step at
         h = 1 (x_{l,0} = x_l, x_{l,K} = x_{l+1}; k = 0 attention, k = 1 MLP), each after
-        the norms that act on it: Pre-norm v = f(N(x)), Post-norm v = N(x + f(x)) − x. So
-        x_{l+1} − x_l = Σ_k v_{l,k} for every placement.
+        the norms that act on it: Pre-norm v = f(N(x)), Post-norm v = N(x + f(x)) − x. A
+        parallel block (one Euler step x + Σ_b f_b(N_b x)) contributes its branches'
+        velocities v_{l,b} = f_b(N_b x_l), all at x_l. So x_{l+1} − x_l = Σ_k v_{l,k} for
+        every placement.
         """
         _check_mu(mu)
         x, out = mu.points, []
         for l, layer in enumerate(self.layers):
             steps = []
-            for part in layer.parts:
-                v = part.velocity(mu.with_points(x), t=float(l), engine=engine)
-                new = x + v
-                if part.supports("projection"):
-                    new = part.project(new)
-                steps.append(new - x)
-                x = new
+            for part in layer.field.parts:
+                x = self._sub_step(part, mu.with_points(x), float(l), engine, steps)
             out.append(torch.stack(steps))
         return torch.stack(out)
+
+    @staticmethod
+    def _sub_step(part: Field, mu: Empirical, t: float, engine: str, steps: list):
+        """One part's step from mu's points; appends its velocities (a parallel block's one
+        per branch) to ``steps`` and returns the new points."""
+        x = mu.points
+        if isinstance(part, Parallel) and not part.supports("projection"):
+            velocities = [b.velocity(mu, t=t, engine=engine) for b in part.branches]
+            steps.extend(velocities)
+            return x + sum(velocities[1:], velocities[0])
+        new = x + part.velocity(mu, t=t, engine=engine)
+        if part.supports("projection"):
+            new = part.project(new)
+        steps.append(new - x)
+        return new
 
 
 #: The options of :func:`tpde.flows.integrate` that :meth:`Transformer.hidden_states` passes on.
