@@ -27,12 +27,13 @@ from tpde.fields import (
 )
 from tpde.pretrained._folder import LoadError
 from tpde.pretrained.architectures import ACTIVATIONS_HF, REQUIRED, Architecture
-from tpde.pretrained.transformer import Embedding, Layer, Transformer
+from tpde.pretrained.transformer import Embedding, Layer, MaskedLMTransform, Transformer
 
 __all__ = ["ModelConfig", "build", "expected_shapes", "read_hyper"]
 
-_LINEAR = ("q", "k", "v", "o", "qkv", "gate", "up", "down", "fc1", "fc2")
-_NORMS = ("attn_norm", "mlp_norm", "final_norm", "embed_norm", "q_norm", "k_norm")
+_LINEAR = ("q", "k", "v", "o", "qkv", "gate", "up", "down", "fc1", "fc2", "embed_map",
+           "mlm_dense")  # fmt: skip
+_NORMS = ("attn_norm", "mlp_norm", "final_norm", "embed_norm", "q_norm", "k_norm", "mlm_norm")
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,8 @@ class ModelConfig:
         The rotated width of each head (partial rotary); None: the whole head.
     parallel : bool
         Attention and MLP in one step (:class:`~tpde.fields.Parallel`).
+    embedding_size : int or None
+        E, the width of ALBERT's factorised embeddings (mapped to d); None: E = d.
     """
 
     model_type: str
@@ -74,6 +77,7 @@ class ModelConfig:
     position_offset: int
     rotary_dims: int | None = None
     parallel: bool = False
+    embedding_size: int | None = None
 
 
 # ---------------------------------------------------------------------- config
@@ -204,6 +208,9 @@ def read_hyper(raw: dict, entry: Architecture) -> ModelConfig:
         position_offset=offset,
         rotary_dims=_rotary_dims(raw, entry, got, keys, head_dim),
         parallel=_parallel(raw, entry),
+        embedding_size=_integer(got["embedding_size"], keys["embedding_size"])
+        if "embedding_size" in got
+        else None,
     )
 
 
@@ -252,27 +259,37 @@ def _bias(entry: Architecture, role: str, raw: dict) -> bool:
 def _role_shapes(cfg: ModelConfig, entry: Architecture) -> dict[str, tuple[int, ...]]:
     """The (out, in) weight shape of every linear role and the gain shape of every norm."""
     d, k, m = cfg.hidden, cfg.head_dim, cfg.mlp_hidden
+    e = cfg.embedding_size or d  # ALBERT's factorised embeddings: E, mapped to d
     q, kv = cfg.heads * k, cfg.kv_heads * k
     return {
         "q": (q, d), "k": (kv, d), "v": (kv, d), "o": (d, q), "qkv": (q + 2 * kv, d),
         "gate": (m, d), "up": (m, d), "down": (d, m), "fc1": (m, d), "fc2": (d, m),
-        "attn_norm": (d,), "mlp_norm": (d,), "final_norm": (d,), "embed_norm": (d,),
+        "attn_norm": (d,), "mlp_norm": (d,), "final_norm": (d,), "embed_norm": (e,),
         "q_norm": (k,), "k_norm": (k,),
-        "embed": (cfg.vocab, d), "head": (cfg.vocab, d),
-        "positions": (cfg.context + cfg.position_offset, d),
-        "token_types": (cfg.type_vocab or 0, d),
+        "embed": (cfg.vocab, e), "head": (cfg.vocab, e), "embed_map": (d, e),
+        "positions": (cfg.context + cfg.position_offset, e),
+        "token_types": (cfg.type_vocab or 0, e),
+        "mlm_dense": (e, d), "mlm_norm": (e,), "mlm_bias": (cfg.vocab,),
     }  # fmt: skip
 
 
-def expected_shapes(cfg: ModelConfig, entry: Architecture, raw: dict, prefix: str) -> dict:
-    """name → (role, layer or None, part, shape as stored) of every tensor the model reads."""
+def expected_shapes(
+    cfg: ModelConfig, entry: Architecture, raw: dict, prefix: str, found=None
+) -> dict:
+    """name → (role, layer or None, part, shape as stored) of every tensor the model reads
+    (with the masked-LM head whose dense weight is among the ``found`` names)."""
     shapes, out = _role_shapes(cfg, entry), {}
-    for role, template in entry.names.items():
+    names = {role: prefix + template for role, template in entry.names.items()}
+    head = mlm_head(entry, found or {})
+    if head is not None:
+        names.update({r: n for r, n in head.items() if r in ("mlm_dense", "mlm_norm", "head")})
+        out[head["mlm_bias"]] = ("mlm_bias", None, "bias", shapes["mlm_bias"])
+    for role, template in names.items():
         if role == "head" and cfg.tied_embeddings:
             continue
         per_layer = "{l}" in template
         for l in range(cfg.layers) if per_layer else [None]:
-            base = prefix + template.format(l=l)
+            base = template.format(l=l)
             shape = shapes[role]
             if role in _LINEAR:
                 stored = shape[::-1] if entry.conv1d else shape
@@ -290,6 +307,14 @@ def expected_shapes(cfg: ModelConfig, entry: Architecture, raw: dict, prefix: st
     return out
 
 
+def mlm_head(entry: Architecture, found) -> dict | None:
+    """The first of ``entry.mlm_heads`` whose dense weight is among the ``found`` names."""
+    for head in entry.mlm_heads:
+        if f"{head['mlm_dense']}.weight" in found:
+            return head
+    return None
+
+
 def check_names(expected: dict, found: dict, entry: Architecture, prefix: str, where) -> None:
     """Raise naming the first missing, wrong-shaped or unexpected tensor."""
     for name, (_, _, _, shape) in expected.items():
@@ -300,9 +325,12 @@ def check_names(expected: dict, found: dict, entry: Architecture, prefix: str, w
                 f"{where}: the tensor {name!r} has shape {tuple(found[name])}; the config implies "
                 f"{tuple(shape)}."
             )
-    tied_head = prefix + entry.names.get("head", "?") + ".weight"
+    head = mlm_head(entry, found)
+    tied_head = {prefix + entry.names.get("head", "?") + ".weight"}
+    if head is not None:  # the decoder tied to the embeddings, its bias a copy of mlm_bias
+        tied_head |= {head["head"] + ".weight", *head["ignored"]}
     for name in found:
-        if name in expected or name.startswith(tuple(entry.ignored)) or name == tied_head:
+        if name in expected or name.startswith(tuple(entry.ignored)) or name in tied_head:
             continue  # a tied head saved anyway is the embedding
         if name.endswith(tuple(entry.buffers)):
             continue  # a buffer the architecture recomputes (GPT-2's causal mask)
@@ -374,18 +402,40 @@ def _mlp(p: dict, cfg: ModelConfig, entry: Architecture):
                activation=cfg.activation)  # fmt: skip
 
 
+def _layer(p: dict, cfg: ModelConfig, entry: Architecture) -> Layer:
+    """One block of its weights ``p`` (role → weight and bias)."""
+    attention, mlp = _attention(p, cfg, entry), _mlp(p, cfg, entry)
+    n1 = _norm(p["attn_norm"], cfg, entry, entry.placement)
+    n2 = _norm(p["mlp_norm"], cfg, entry, entry.placement) if "mlp_norm" in p else n1
+    parts = [Normalized(attention, n1), Normalized(mlp, n2)]
+    field = Sum([Parallel(parts)]) if cfg.parallel else Sum(parts)
+    return Layer(attention, mlp, n1, n2, field)
+
+
+def _mlm_transform(g: dict, cfg: ModelConfig, entry: Architecture, head: dict):
+    """The masked-LM head's transform LN(σ(W x + b)) (None without a head)."""
+    if head is None:
+        return None
+    activation = (
+        cfg.activation if head["activation"] is None else ACTIVATIONS_HF[head["activation"]]
+    )
+    return MaskedLMTransform(
+        g["mlm_dense"]["weight"], g["mlm_dense"]["bias"], activation,
+        _norm(g["mlm_norm"], cfg, entry, "pre"),
+    )  # fmt: skip
+
+
 def build(cfg, entry: Architecture, expected: dict, tensors: dict, tokenizer) -> Transformer:
     """The Transformer of checked tensors (names and shapes as ``expected``)."""
     w = _gather(expected, tensors, entry)
-    layers = []
-    for l in range(cfg.layers):
-        p = {role: value for (role, layer), value in w.items() if layer == l}
-        attention, mlp = _attention(p, cfg, entry), _mlp(p, cfg, entry)
-        n1 = _norm(p["attn_norm"], cfg, entry, entry.placement)
-        n2 = _norm(p["mlp_norm"], cfg, entry, entry.placement) if "mlp_norm" in p else n1
-        parts = [Normalized(attention, n1), Normalized(mlp, n2)]
-        field = Sum([Parallel(parts)]) if cfg.parallel else Sum(parts)
-        layers.append(Layer(attention, mlp, n1, n2, field))
+    if entry.shared_layer:  # ALBERT: one layer object, applied L times (an autonomous flow)
+        shared = _layer({r: v for (r, layer), v in w.items() if r in _LAYER_ROLES}, cfg, entry)
+        layers = [shared] * cfg.layers
+    else:
+        layers = [
+            _layer({r: v for (r, layer), v in w.items() if layer == l}, cfg, entry)
+            for l in range(cfg.layers)
+        ]
     g = {role: value for (role, layer), value in w.items() if layer is None}
     embedding = Embedding(
         tokens=g["embed"]["weight"],
@@ -393,11 +443,15 @@ def build(cfg, entry: Architecture, expected: dict, tensors: dict, tokenizer) ->
         offset=cfg.position_offset,
         token_types=g["token_types"]["weight"] if "token_types" in g else None,
         norm=_norm(g.get("embed_norm"), cfg, entry, "pre"),
+        projection=(g["embed_map"]["weight"], g["embed_map"]["bias"]) if "embed_map" in g else None,
     )
     head = head_bias = None
-    if "head" in entry.names:
+    mlm = next((h for h in entry.mlm_heads if h["mlm_bias"] in expected), None)
+    if "head" in entry.names or mlm is not None:
         head = embedding.tokens if cfg.tied_embeddings else g["head"]["weight"]
         head_bias = None if cfg.tied_embeddings else g["head"]["bias"]
+        if mlm is not None:
+            head_bias = g["mlm_bias"]["bias"]
     return Transformer(
         config=cfg,
         layers=tuple(layers),
@@ -408,4 +462,12 @@ def build(cfg, entry: Architecture, expected: dict, tensors: dict, tokenizer) ->
         tokenizer=tokenizer,
         architecture=entry.family,
         head_bias=head_bias,
+        head_transform=_mlm_transform(g, cfg, entry, mlm),
     )
+
+
+#: The roles of a block's own weights (a shared layer's are stored once, without {l}).
+_LAYER_ROLES = frozenset(
+    {"q", "k", "v", "o", "qkv", "gate", "up", "down", "fc1", "fc2", "attn_norm", "mlp_norm",
+     "q_norm", "k_norm"}
+)  # fmt: skip

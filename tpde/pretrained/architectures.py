@@ -20,13 +20,17 @@ gpt2           gpt2                    LayerNorm  pre         causal MHA with bi
 bert           bert, roberta           LayerNorm  post        bidirectional MHA with biases; GELU
                                                               MLP; learned positions (RoBERTa:
                                                               offset pad + 1) and token types,
-                                                              then the embedding LayerNorm
+                                                              then the embedding LayerNorm;
+                                                              the masked-LM head where present
 gpt_neox       gpt_neox                LayerNorm  pre,        fused QKV per head; partial RoPE
                                                   parallel    (rotary_pct); two norms; GELU MLP
 phi            phi                     LayerNorm  pre,        partial RoPE; one norm; GELU-tanh
                                                   parallel    MLP; final LayerNorm; head bias
 gptj           gptj                    LayerNorm  pre,        interleaved RoPE on rotary_dim; one
                                                   parallel    norm; no Q/K/V/O biases; head bias
+albert         albert                  LayerNorm  post        as bert, ONE shared layer applied L
+                                                              times (autonomous); embeddings of
+                                                              width E mapped to d; MLM head
 =============  ======================  =========  ==========  =====================================
 
 Every layer is the field ``Normalized(attention, N₁) + Normalized(mlp, N₂)`` (MATH.md §8):
@@ -126,6 +130,8 @@ class Architecture:
     buffers: tuple[str, ...] = ()
     facts: dict = field(default_factory=dict)
     parallel: bool | str = False
+    shared_layer: bool = False
+    mlm_heads: tuple = ()
 
 
 _ROPE_HONOURED = {
@@ -202,7 +208,28 @@ _BERT_HONOURED = {
     "add_cross_attention": (False,),
 }
 
-_ALL_BIASES = dict.fromkeys(("q", "k", "v", "o", "fc1", "fc2"), True)
+#: BertForMaskedLM's and RobertaForMaskedLM's heads (RoBERTa's σ is the erf GELU whatever
+#: hidden_act says: ``gelu`` in RobertaLMHead).
+_BERT_MLM_HEADS = (
+    {
+        "mlm_dense": "cls.predictions.transform.dense",
+        "mlm_norm": "cls.predictions.transform.LayerNorm",
+        "mlm_bias": "cls.predictions.bias",
+        "head": "cls.predictions.decoder",
+        "ignored": ("cls.predictions.decoder.bias",),
+        "activation": None,
+    },
+    {
+        "mlm_dense": "lm_head.dense",
+        "mlm_norm": "lm_head.layer_norm",
+        "mlm_bias": "lm_head.bias",
+        "head": "lm_head.decoder",
+        "ignored": ("lm_head.decoder.bias",),
+        "activation": "gelu",
+    },
+)
+
+_ALL_BIASES = dict.fromkeys(("q", "k", "v", "o", "fc1", "fc2", "mlm_dense"), True)
 
 #: Every family tpde reads, in the order of the module table.
 ARCHITECTURES: tuple[Architecture, ...] = (
@@ -346,8 +373,10 @@ ARCHITECTURES: tuple[Architecture, ...] = (
         facts={
             "position_offset": {"bert": 0, "roberta": "pad_token_id + 1"},
             "token_type": "type 0 unless token_types are given",
-            "head": "none (the encoder's hidden states; a task head is not read)",
+            "head": "the masked-LM head where the files hold it (mlm_heads); a task head "
+            "(pooler, classifier, next-sentence) is not read",
         },
+        mlm_heads=_BERT_MLM_HEADS,
     ),
 )
 
@@ -360,25 +389,21 @@ _PARALLEL_HONOURED = {
     "rope_parameters.rope_type": ("default",),
 }
 
+_NEOX_KEYS = {
+    **_BERT_KEYS,
+    "norm_eps": ("layer_norm_eps", 1e-5),
+    "rope_base": ("rotary_emb_base", 10000.0),
+    "rotary": ("rotary_pct", 0.25),
+    "activation": ("hidden_act", "gelu"),
+    "tied": ("tie_word_embeddings", False),
+}
+del _NEOX_KEYS["type_vocab"], _NEOX_KEYS["pad"]
+
 PARALLEL_BLOCKS: tuple[Architecture, ...] = (
     Architecture(
         family="gpt_neox",
         model_types=("gpt_neox",),
-        keys={
-            "hidden": ("hidden_size", REQUIRED),
-            "layers": ("num_hidden_layers", REQUIRED),
-            "heads": ("num_attention_heads", REQUIRED),
-            "kv_heads": ("num_attention_heads", REQUIRED),
-            "head_dim": ("head_dim", "=hidden/heads"),
-            "mlp_hidden": ("intermediate_size", REQUIRED),
-            "vocab": ("vocab_size", REQUIRED),
-            "context": ("max_position_embeddings", REQUIRED),
-            "norm_eps": ("layer_norm_eps", 1e-5),
-            "rope_base": ("rotary_emb_base", 10000.0),
-            "rotary": ("rotary_pct", 0.25),
-            "activation": ("hidden_act", "gelu"),
-            "tied": ("tie_word_embeddings", False),
-        },
+        keys=_NEOX_KEYS,
         honoured=_PARALLEL_HONOURED,
         names={
             "embed": "gpt_neox.embed_in",
@@ -414,19 +439,11 @@ PARALLEL_BLOCKS: tuple[Architecture, ...] = (
         family="phi",
         model_types=("phi",),
         keys={
-            "hidden": ("hidden_size", REQUIRED),
-            "layers": ("num_hidden_layers", REQUIRED),
-            "heads": ("num_attention_heads", REQUIRED),
+            **_NEOX_KEYS,
             "kv_heads": ("num_key_value_heads", "=heads"),
-            "head_dim": ("head_dim", "=hidden/heads"),
-            "mlp_hidden": ("intermediate_size", REQUIRED),
-            "vocab": ("vocab_size", REQUIRED),
-            "context": ("max_position_embeddings", REQUIRED),
-            "norm_eps": ("layer_norm_eps", 1e-5),
             "rope_base": ("rope_theta", 10000.0),
             "rotary": ("partial_rotary_factor", 0.5),
             "activation": ("hidden_act", "gelu_new"),
-            "tied": ("tie_word_embeddings", False),
         },
         honoured={**_PARALLEL_HONOURED, "qk_layernorm": (False,)},
         names={
@@ -497,7 +514,64 @@ PARALLEL_BLOCKS: tuple[Architecture, ...] = (
     ),
 )
 
-ARCHITECTURES = ARCHITECTURES + PARALLEL_BLOCKS
+ARCHITECTURES = (*ARCHITECTURES, *PARALLEL_BLOCKS)
+
+# ---------------------------------------------------------------------- ALBERT
+_ALBERT = "encoder.albert_layer_groups.0.albert_layers.0."
+
+ALBERT = Architecture(
+    family="albert",
+    model_types=("albert",),
+    keys={
+        **_BERT_KEYS,
+        "embedding_size": ("embedding_size", REQUIRED),
+        "activation": ("hidden_act", "gelu_new"),
+        "tied": ("tie_word_embeddings", True),
+    },
+    honoured={**_BERT_HONOURED, "num_hidden_groups": (1,), "inner_group_num": (1,)},
+    names={
+        "embed": "embeddings.word_embeddings",
+        "positions": "embeddings.position_embeddings",
+        "token_types": "embeddings.token_type_embeddings",
+        "embed_norm": "embeddings.LayerNorm",
+        "embed_map": "encoder.embedding_hidden_mapping_in",
+        "q": _ALBERT + "attention.query",
+        "k": _ALBERT + "attention.key",
+        "v": _ALBERT + "attention.value",
+        "o": _ALBERT + "attention.dense",
+        "attn_norm": _ALBERT + "attention.LayerNorm",
+        "fc1": _ALBERT + "ffn",
+        "fc2": _ALBERT + "ffn_output",
+        "mlp_norm": _ALBERT + "full_layer_layer_norm",
+    },
+    biases={**_ALL_BIASES, "embed_map": True},
+    prefixes=("", "albert."),
+    ignored=("pooler.", "albert.pooler.", "sop_classifier.", "classifier."),
+    buffers=("embeddings.position_ids",),
+    norm="layernorm",
+    placement="post",
+    mlp="mlp",
+    rotary=False,
+    causal=False,
+    shared_layer=True,
+    mlm_heads=(
+        {
+            "mlm_dense": "predictions.dense",
+            "mlm_norm": "predictions.LayerNorm",
+            "mlm_bias": "predictions.bias",
+            "head": "predictions.decoder",
+            "ignored": ("predictions.decoder.bias",),
+            "activation": None,
+        },
+    ),
+    facts={
+        "position_offset": 0,
+        "embedding": "x₀ = W_map · LN(E[id] + P[p] + T[type]) + b_map, E of width embedding_size",
+        "layers": "one shared layer (num_hidden_groups = inner_group_num = 1), L times",
+    },
+)
+
+ARCHITECTURES = (*ARCHITECTURES, ALBERT)
 
 
 def architecture_for(model_type) -> Architecture:
