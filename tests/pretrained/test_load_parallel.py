@@ -168,3 +168,32 @@ def test_gptj_rotary_dim_must_be_even(tmp_path):
         load(tmp_path)
     (tmp_path / "config.json").write_text(json.dumps({**raw, "rotary_dim": None}))
     assert load(tmp_path).layers[0].attention.position.dims is None  # null: the whole head
+
+
+@pytest.mark.parametrize(
+    ("family", "keys"),
+    [
+        ("gpt_neox", {"rotary_pct": 0.5, "rotary_emb_base": 10000.0}),
+        ("phi", {"partial_rotary_factor": 0.5, "rope_theta": 10000.0}),
+    ],
+)
+def test_transformers_4_configs_read_alike(tmp_path, family, keys):
+    """Checkpoints saved by transformers 4 (Pythia, Phi-2 on the hub) keep the rotary
+    fraction and base at the top level, without rope_parameters: the same model."""
+    import json
+
+    model = _oracle(family)
+    model.save_pretrained(tmp_path)
+    ids = torch.arange(3, 3 + N)
+    with torch.no_grad():
+        out = model(ids[None], output_hidden_states=True)
+    raw = json.loads((tmp_path / "config.json").read_text())
+    del raw["rope_parameters"]
+    (tmp_path / "config.json").write_text(json.dumps({**raw, **keys}))
+    loaded = load(tmp_path, dtype=torch.float64)
+    assert loaded.layers[0].attention.position.dims == (4 if family == "gpt_neox" else 2)
+    _check(loaded, ids, out, 1e-12)
+    raw = {**raw, **keys, next(iter(keys)): 1.0}  # the whole head: another model
+    (tmp_path / "config.json").write_text(json.dumps(raw))
+    with pytest.raises(AssertionError):
+        _check(load(tmp_path, dtype=torch.float64), ids, out, 1e-12)
