@@ -19,18 +19,21 @@ from tpde.fields import (
     LayerNorm,
     LayerSchedule,
     Normalized,
+    Parallel,
     RMSNorm,
     RoPE,
+    Sum,
     SwiGLU,
 )
 from tpde.pretrained._folder import LoadError
 from tpde.pretrained.architectures import ACTIVATIONS_HF, REQUIRED, Architecture
-from tpde.pretrained.transformer import Embedding, Layer, Transformer
+from tpde.pretrained.transformer import Embedding, Layer, MaskedLMTransform, Transformer
 
 __all__ = ["ModelConfig", "build", "expected_shapes", "read_hyper"]
 
-_LINEAR = ("q", "k", "v", "o", "qkv", "gate", "up", "down", "fc1", "fc2")
-_NORMS = ("attn_norm", "mlp_norm", "final_norm", "embed_norm", "q_norm", "k_norm")
+_LINEAR = ("q", "k", "v", "o", "qkv", "gate", "up", "down", "fc1", "fc2", "embed_map",
+           "mlm_dense")  # fmt: skip
+_NORMS = ("attn_norm", "mlp_norm", "final_norm", "embed_norm", "q_norm", "k_norm", "mlm_norm")
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,12 @@ class ModelConfig:
     tied_embeddings : bool
     type_vocab : int or None
     position_offset : int
+    rotary_dims : int or None
+        The rotated width of each head (partial rotary); None: the whole head.
+    parallel : bool
+        Attention and MLP in one step (:class:`~tpde.fields.Parallel`).
+    embedding_size : int or None
+        E, the width of ALBERT's factorised embeddings (mapped to d); None: E = d.
     """
 
     model_type: str
@@ -66,6 +75,9 @@ class ModelConfig:
     tied_embeddings: bool
     type_vocab: int | None
     position_offset: int
+    rotary_dims: int | None = None
+    parallel: bool = False
+    embedding_size: int | None = None
 
 
 # ---------------------------------------------------------------------- config
@@ -169,6 +181,8 @@ def read_hyper(raw: dict, entry: Architecture) -> ModelConfig:
             f"config.json: {keys['context']} = {got['context']} leaves no position after the "
             f"offset {offset}."
         )
+    if entry.rotary and "rope_base" not in got:
+        got["rope_base"], keys["rope_base"] = entry.facts["rope_base"], "rope_base (fixed)"
     rope = _positive(got["rope_base"], keys["rope_base"]) if entry.rotary else None
     tied = got.get("tied", entry.family == "bert")
     if not isinstance(tied, bool):
@@ -192,39 +206,90 @@ def read_hyper(raw: dict, entry: Architecture) -> ModelConfig:
         tied_embeddings=tied,
         type_vocab=_integer(got["type_vocab"], keys["type_vocab"]) if "type_vocab" in got else None,
         position_offset=offset,
+        rotary_dims=_rotary_dims(raw, entry, got, keys, head_dim),
+        parallel=_parallel(raw, entry),
+        embedding_size=_integer(got["embedding_size"], keys["embedding_size"])
+        if "embedding_size" in got
+        else None,
     )
+
+
+# ---------------------------------------------------------------------- parallel blocks
+def _rotary_dims(raw: dict, entry: Architecture, got: dict, keys: dict, head_dim: int):
+    """The rotated width r of each head, or None for the whole head (module table)."""
+    if not entry.rotary or "rotary" not in got:
+        return None
+    value, key = got["rotary"], keys["rotary"]
+    if entry.facts["rotary"] == "fraction":
+        params = raw.get("rope_parameters")
+        if isinstance(params, dict) and "partial_rotary_factor" in params:
+            value, key = params["partial_rotary_factor"], "rope_parameters.partial_rotary_factor"
+        fraction = _positive(value, key)
+        if fraction > 1:
+            raise LoadError(f"config.json: {key} must lie in (0, 1]; received {value!r}.")
+        dims = int(head_dim * fraction)  # as transformers: int(head_dim * factor)
+    else:
+        dims = head_dim if value is None else _integer(value, key)
+    if dims % 2 or dims > head_dim:
+        raise LoadError(
+            f"config.json: {key} = {value!r} rotates {dims} coordinates of heads of dimension "
+            f"{head_dim}; RoPE rotates an even number of them, at most the head dimension."
+        )
+    return None if dims == head_dim else dims
+
+
+def _parallel(raw: dict, entry: Architecture) -> bool:
+    """Whether attention and MLP are one step (``entry.parallel``, or its config key)."""
+    if not isinstance(entry.parallel, str):
+        return bool(entry.parallel)
+    value = raw.get(entry.parallel, True)
+    if not isinstance(value, bool):
+        raise LoadError(f"config.json: {entry.parallel} must be true or false; received {value!r}.")
+    return value
 
 
 # ---------------------------------------------------------------------- tensor names
 def _bias(entry: Architecture, role: str, raw: dict) -> bool:
     flag = entry.biases.get(role, False)
+    if isinstance(flag, tuple):  # (config key, default where the key is absent)
+        return bool(raw.get(flag[0], flag[1]))
     return bool(raw.get(flag, False)) if isinstance(flag, str) else flag
 
 
 def _role_shapes(cfg: ModelConfig, entry: Architecture) -> dict[str, tuple[int, ...]]:
     """The (out, in) weight shape of every linear role and the gain shape of every norm."""
     d, k, m = cfg.hidden, cfg.head_dim, cfg.mlp_hidden
+    e = cfg.embedding_size or d  # ALBERT's factorised embeddings: E, mapped to d
     q, kv = cfg.heads * k, cfg.kv_heads * k
     return {
         "q": (q, d), "k": (kv, d), "v": (kv, d), "o": (d, q), "qkv": (q + 2 * kv, d),
         "gate": (m, d), "up": (m, d), "down": (d, m), "fc1": (m, d), "fc2": (d, m),
-        "attn_norm": (d,), "mlp_norm": (d,), "final_norm": (d,), "embed_norm": (d,),
+        "attn_norm": (d,), "mlp_norm": (d,), "final_norm": (d,), "embed_norm": (e,),
         "q_norm": (k,), "k_norm": (k,),
-        "embed": (cfg.vocab, d), "head": (cfg.vocab, d),
-        "positions": (cfg.context + cfg.position_offset, d),
-        "token_types": (cfg.type_vocab or 0, d),
+        "embed": (cfg.vocab, e), "head": (cfg.vocab, e), "embed_map": (d, e),
+        "positions": (cfg.context + cfg.position_offset, e),
+        "token_types": (cfg.type_vocab or 0, e),
+        "mlm_dense": (e, d), "mlm_norm": (e,), "mlm_bias": (cfg.vocab,),
     }  # fmt: skip
 
 
-def expected_shapes(cfg: ModelConfig, entry: Architecture, raw: dict, prefix: str) -> dict:
-    """name → (role, layer or None, part, shape as stored) of every tensor the model reads."""
+def expected_shapes(
+    cfg: ModelConfig, entry: Architecture, raw: dict, prefix: str, found=None
+) -> dict:
+    """name → (role, layer or None, part, shape as stored) of every tensor the model reads
+    (with the masked-LM head whose dense weight is among the ``found`` names)."""
     shapes, out = _role_shapes(cfg, entry), {}
-    for role, template in entry.names.items():
+    names = {role: prefix + template for role, template in entry.names.items()}
+    head = mlm_head(entry, found or {})
+    if head is not None:
+        names.update({r: n for r, n in head.items() if r in ("mlm_dense", "mlm_norm", "head")})
+        out[head["mlm_bias"]] = ("mlm_bias", None, "bias", shapes["mlm_bias"])
+    for role, template in names.items():
         if role == "head" and cfg.tied_embeddings:
             continue
         per_layer = "{l}" in template
         for l in range(cfg.layers) if per_layer else [None]:
-            base = prefix + template.format(l=l)
+            base = template.format(l=l)
             shape = shapes[role]
             if role in _LINEAR:
                 stored = shape[::-1] if entry.conv1d else shape
@@ -237,7 +302,17 @@ def expected_shapes(cfg: ModelConfig, entry: Architecture, raw: dict, prefix: st
                     out[f"{base}.bias"] = (role, l, "bias", shape)
             else:
                 out[f"{base}.weight"] = (role, l, "weight", shape)
+                if role == "head" and _bias(entry, role, raw):
+                    out[f"{base}.bias"] = (role, l, "bias", shape[:1])
     return out
+
+
+def mlm_head(entry: Architecture, found) -> dict | None:
+    """The first of ``entry.mlm_heads`` whose dense weight is among the ``found`` names."""
+    for head in entry.mlm_heads:
+        if f"{head['mlm_dense']}.weight" in found:
+            return head
+    return None
 
 
 def check_names(expected: dict, found: dict, entry: Architecture, prefix: str, where) -> None:
@@ -250,9 +325,12 @@ def check_names(expected: dict, found: dict, entry: Architecture, prefix: str, w
                 f"{where}: the tensor {name!r} has shape {tuple(found[name])}; the config implies "
                 f"{tuple(shape)}."
             )
-    tied_head = prefix + entry.names.get("head", "?") + ".weight"
+    head = mlm_head(entry, found)
+    tied_head = {prefix + entry.names.get("head", "?") + ".weight"}
+    if head is not None:  # the decoder tied to the embeddings, its bias a copy of mlm_bias
+        tied_head |= {head["head"] + ".weight", *head["ignored"]}
     for name in found:
-        if name in expected or name.startswith(tuple(entry.ignored)) or name == tied_head:
+        if name in expected or name.startswith(tuple(entry.ignored)) or name in tied_head:
             continue  # a tied head saved anyway is the embedding
         if name.endswith(tuple(entry.buffers)):
             continue  # a buffer the architecture recomputes (GPT-2's causal mask)
@@ -285,19 +363,36 @@ def _norm(w: dict | None, cfg: ModelConfig, entry: Architecture, placement: str)
 
 def _attention(p: dict, cfg: ModelConfig, entry: Architecture) -> GroupedQueryAttention:
     if "qkv" in p:
-        q, kv = cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
-        sizes = (q, kv, kv)
-        ws = p["qkv"]["weight"].split(sizes, 0)
-        bs = p["qkv"]["bias"].split(sizes, 0) if p["qkv"]["bias"] is not None else (None,) * 3
-        p = {**p, **{r: {"weight": w, "bias": b} for r, w, b in zip("qkv", ws, bs, strict=True)}}
+        p = {**p, **_split_qkv(p["qkv"], cfg, entry)}
     norms = {r: _norm(p.get(r), cfg, entry, "pre") for r in ("q_norm", "k_norm")}
+    rope = None
+    if entry.rotary:
+        style = entry.facts.get("rope_style", "half")
+        rope = RoPE(base=cfg.rope_base, dims=cfg.rotary_dims, style=style)
     return GroupedQueryAttention(
         p["q"]["weight"], p["k"]["weight"], p["v"]["weight"], p["o"]["weight"],
         cfg.heads, cfg.kv_heads, scale=1 / math.sqrt(cfg.head_dim),
-        position=RoPE(base=cfg.rope_base) if entry.rotary else None, causal=entry.causal,
+        position=rope, causal=entry.causal,
         window=cfg.window, bq=p["q"]["bias"], bk=p["k"]["bias"], bv=p["v"]["bias"],
         bo=p["o"]["bias"], q_norm=norms["q_norm"], k_norm=norms["k_norm"],
     )  # fmt: skip
+
+
+def _split_qkv(fused: dict, cfg: ModelConfig, entry: Architecture) -> dict:
+    """Q, K, V of a fused projection: blocks [W_q; W_k; W_v] (GPT-2), or head by head
+    [q_h; k_h; v_h] for h = 0 … H − 1 (``qkv_layout`` "per_head": GPT-NeoX)."""
+    q, kv = cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
+    w, b = fused["weight"], fused["bias"]
+    if entry.facts.get("qkv_layout") == "per_head":  # heads == kv_heads (checked: no GQA)
+        h, k = cfg.heads, cfg.head_dim
+        ws = w.reshape(h, 3, k, -1).unbind(1)
+        ws = [x.reshape(h * k, -1) for x in ws]
+        bs = [x.reshape(h * k) for x in b.reshape(h, 3, k).unbind(1)] if b is not None else None
+    else:
+        ws = w.split((q, kv, kv), 0)
+        bs = b.split((q, kv, kv), 0) if b is not None else None
+    bs = (None,) * 3 if bs is None else bs
+    return {r: {"weight": x, "bias": y} for r, x, y in zip("qkv", ws, bs, strict=True)}
 
 
 def _mlp(p: dict, cfg: ModelConfig, entry: Architecture):
@@ -307,18 +402,40 @@ def _mlp(p: dict, cfg: ModelConfig, entry: Architecture):
                activation=cfg.activation)  # fmt: skip
 
 
+def _layer(p: dict, cfg: ModelConfig, entry: Architecture) -> Layer:
+    """One block of its weights ``p`` (role → weight and bias)."""
+    attention, mlp = _attention(p, cfg, entry), _mlp(p, cfg, entry)
+    n1 = _norm(p["attn_norm"], cfg, entry, entry.placement)
+    n2 = _norm(p["mlp_norm"], cfg, entry, entry.placement) if "mlp_norm" in p else n1
+    parts = [Normalized(attention, n1), Normalized(mlp, n2)]
+    field = Sum([Parallel(parts)]) if cfg.parallel else Sum(parts)
+    return Layer(attention, mlp, n1, n2, field)
+
+
+def _mlm_transform(g: dict, cfg: ModelConfig, entry: Architecture, head: dict):
+    """The masked-LM head's transform LN(σ(W x + b)) (None without a head)."""
+    if head is None:
+        return None
+    activation = (
+        cfg.activation if head["activation"] is None else ACTIVATIONS_HF[head["activation"]]
+    )
+    return MaskedLMTransform(
+        g["mlm_dense"]["weight"], g["mlm_dense"]["bias"], activation,
+        _norm(g["mlm_norm"], cfg, entry, "pre"),
+    )  # fmt: skip
+
+
 def build(cfg, entry: Architecture, expected: dict, tensors: dict, tokenizer) -> Transformer:
     """The Transformer of checked tensors (names and shapes as ``expected``)."""
     w = _gather(expected, tensors, entry)
-    layers = []
-    for l in range(cfg.layers):
-        p = {role: value for (role, layer), value in w.items() if layer == l}
-        attention, mlp = _attention(p, cfg, entry), _mlp(p, cfg, entry)
-        n1 = _norm(p["attn_norm"], cfg, entry, entry.placement)
-        n2 = _norm(p["mlp_norm"], cfg, entry, entry.placement)
-        layers.append(
-            Layer(attention, mlp, n1, n2, Normalized(attention, n1) + Normalized(mlp, n2))
-        )
+    if entry.shared_layer:  # ALBERT: one layer object, applied L times (an autonomous flow)
+        shared = _layer({r: v for (r, layer), v in w.items() if r in _LAYER_ROLES}, cfg, entry)
+        layers = [shared] * cfg.layers
+    else:
+        layers = [
+            _layer({r: v for (r, layer), v in w.items() if layer == l}, cfg, entry)
+            for l in range(cfg.layers)
+        ]
     g = {role: value for (role, layer), value in w.items() if layer is None}
     embedding = Embedding(
         tokens=g["embed"]["weight"],
@@ -326,10 +443,15 @@ def build(cfg, entry: Architecture, expected: dict, tensors: dict, tokenizer) ->
         offset=cfg.position_offset,
         token_types=g["token_types"]["weight"] if "token_types" in g else None,
         norm=_norm(g.get("embed_norm"), cfg, entry, "pre"),
+        projection=(g["embed_map"]["weight"], g["embed_map"]["bias"]) if "embed_map" in g else None,
     )
-    head = None
-    if "head" in entry.names:
+    head = head_bias = None
+    mlm = next((h for h in entry.mlm_heads if h["mlm_bias"] in expected), None)
+    if "head" in entry.names or mlm is not None:
         head = embedding.tokens if cfg.tied_embeddings else g["head"]["weight"]
+        head_bias = None if cfg.tied_embeddings else g["head"]["bias"]
+        if mlm is not None:
+            head_bias = g["mlm_bias"]["bias"]
     return Transformer(
         config=cfg,
         layers=tuple(layers),
@@ -339,4 +461,13 @@ def build(cfg, entry: Architecture, expected: dict, tensors: dict, tokenizer) ->
         head=head,
         tokenizer=tokenizer,
         architecture=entry.family,
+        head_bias=head_bias,
+        head_transform=_mlm_transform(g, cfg, entry, mlm),
     )
+
+
+#: The roles of a block's own weights (a shared layer's are stored once, without {l}).
+_LAYER_ROLES = frozenset(
+    {"q", "k", "v", "o", "qkv", "gate", "up", "down", "fc1", "fc2", "attn_norm", "mlp_norm",
+     "q_norm", "k_norm"}
+)  # fmt: skip

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from tpde._validation import all_finite
 from tpde.pretrained._model import _require
 
 __all__ = ["LoadError", "read_config", "read_tensors", "read_tokenizer", "tensor_shapes"]
@@ -127,7 +128,7 @@ def read_tensors(names, where: dict[str, Path], dtype, device) -> dict[str, torc
                     ) from None
                 out[name] = tensor.to(dtype=dtype, device=device)
     for name, tensor in out.items():
-        if not bool(torch.isfinite(tensor).all()):
+        if not all_finite(tensor):
             raise LoadError(f"the tensor {name!r} holds NaN or infinite values.")
     return out
 

@@ -113,7 +113,7 @@ def _load_folder(folder: Path, dtype, device) -> Transformer:
         raise LoadError(f"{folder}: {err}") from None
     found, where = _folder.tensor_shapes(folder)
     prefix = _prefix(found, entry)
-    expected = _build.expected_shapes(cfg, entry, raw, prefix)
+    expected = _build.expected_shapes(cfg, entry, raw, prefix, found)
     _build.check_names(expected, found, entry, prefix, folder)
     tensors = _folder.read_tensors(expected, where, dtype, device)
     tokenizer = _folder.read_tokenizer(folder)

