@@ -78,3 +78,28 @@ def test_bad_input_raises(generator):
         Parallel([a, 3])
     with pytest.raises(ValueError, match="branches of a Parallel project differently"):
         Parallel([Normalized(a.field, LayerNorm()), Normalized(b.field, LayerNorm())])
+
+
+def test_positions_and_own_tokens_reach_the_branches():
+    # A parallel block of causal RoPE attention: new points need their positions, which the
+    # block passes to its branch (as Sum does); at μ's own tokens it equals its Sum.
+    from tpde.fields import GroupedQueryAttention, RoPE
+
+    g = torch.Generator().manual_seed(3)
+    d, n = 4, 5
+    wq, wo = (torch.randn(d, d, generator=g, dtype=torch.float64) for _ in range(2))
+    wk, wv = (torch.randn(2, d, generator=g, dtype=torch.float64) for _ in range(2))
+    attention = GroupedQueryAttention(wq, wk, wv, wo, 2, 1, position=RoPE(), causal=True)
+    mlp_weights = torch.randn(6, d, generator=g, dtype=torch.float64)
+    block = Parallel([attention, MLP(mlp_weights, None, mlp_weights.T.clone(), None)])
+    mu = Empirical(torch.randn(n, d, generator=g, dtype=torch.float64), positions=torch.arange(n))
+    x = torch.randn(3, d, generator=g, dtype=torch.float64)
+    assert block.needs_positions
+    with pytest.raises(ValueError, match="Parallel at points x needs their positions"):
+        block.velocity(mu, x)
+    at = torch.tensor([0, 2, 4])
+    expected = Sum([attention, MLP(mlp_weights, None, mlp_weights.T.clone(), None)]).velocity(
+        mu, x, positions=at
+    )
+    torch.testing.assert_close(block.velocity(mu, x, positions=at), expected, rtol=1e-14, atol=0)
+    torch.testing.assert_close(block.velocity(mu), Sum(list(block.branches)).velocity(mu))

@@ -84,8 +84,15 @@ class Parallel(Field):
             self._pieces[id(piece)] = Parallel(piece)
         return self._pieces[id(piece)]
 
-    def particle_velocity(self, t, mu: Empirical, x, engine: str, info=None) -> torch.Tensor:
-        return self._sum.particle_velocity(t, mu, x, engine, info)
+    @property
+    def needs_positions(self) -> bool:
+        """Whether a branch reads token positions (they are passed on to it)."""
+        return self._sum.needs_positions
+
+    def particle_velocity(
+        self, t, mu: Empirical, x, engine: str, info=None, positions=None, *, own=None
+    ) -> torch.Tensor:
+        return self._sum.particle_velocity(t, mu, x, engine, info, positions, own=own)
 
     @property
     def overflow_source(self) -> str:
