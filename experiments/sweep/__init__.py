@@ -46,8 +46,9 @@ cos > 1 − ``delta`` (GLPR's 10⁻³). Result: the fraction of clouds that form
 the median time they take (at the resolution of the saves; empty when none does), the mean
 and median final cluster counts, the final cluster density (GLPR's), and the fraction
 stopped by a non-finite state. Per task, saves · samples · n · d and samples · n² are at
-most 2²⁷ (1 GiB of float64 each). E.g. ``{"study": "clustering", "grid": {"scheme":
-["post-ln", "pre-ln"], "beta": [1, 4]}, "fixed": {"d": 3}, "seeds": 4}``.
+most 2²⁷ (1 GiB of float64 each), and ``delta`` is at least 4·d·eps (what float64 cosines
+resolve). E.g. ``{"study": "clustering", "grid": {"scheme": ["post-ln", "pre-ln"], "beta":
+[1, 4]}, "fixed": {"d": 3}, "seeds": 4}``.
 
 The package has three parts: :mod:`.studies` (the task functions, their defaults and
 value checks), :mod:`.spec` (reading and checking a sweep file, expanding it into tasks)

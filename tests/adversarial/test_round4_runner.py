@@ -5,14 +5,18 @@ refused before any work with a message naming the value; "fixed" marks those tha
 """
 
 import importlib
+import json
 import math
 import re
 
 import numpy as np
 import pytest
+import torch
 
-from tpde import experiments
+from tpde import cli, experiments
 from tpde.experiments import framework as fw
+from tpde.experiments import sweep
+from tpde.experiments.sweep import studies
 
 theory_run = importlib.import_module("tpde.experiments.theory.run")  # the module, not run()
 
@@ -61,3 +65,66 @@ def test_the_jackknife_error_of_the_rates_is_the_textbook_one(rates):
     if len(lam) == 2:
         np.testing.assert_allclose(se, abs(lam[0] - lam[1]) / 2 * k, rtol=1e-9, atol=1e-12)
     assert np.all(np.isfinite(se)) and not math.isnan(se.sum())
+
+
+# ------------------------------------------------------------ sweeps: a δ the dtype resolves
+def _clustering(**fixed):
+    return {"study": "clustering", "fixed": {"samples": 2, "n": 4, "horizon": 1.0, "dt": 0.1,
+                                             "saves": 3, **fixed}}  # fmt: skip
+
+
+SWEEPS = {
+    "delta-below-eps": (
+        _clustering(delta=1e-16),
+        "float64 cannot resolve delta = 1e-16 in d = 3",
+    ),  # fixed
+    "delta-subnormal": (_clustering(delta=5e-324), "cannot resolve delta = 4.94066e-324"),  # fixed
+    "delta-just-below-d2": (
+        _clustering(d=2, delta=1.7e-15),
+        "delta must be >= 4·d·eps = 1.78e-15",
+    ),  # fixed
+    "delta-in-grid-large-d": (
+        {
+            **_clustering(),
+            "grid": {"d": [3, 1000]},
+            "fixed": {**_clustering()["fixed"], "delta": 1e-13},
+        },
+        "in d = 1000",
+    ),  # fixed: only the d = 1000 task cannot resolve it
+    "delta-two": (_clustering(delta=2.0), "delta must lie in (0, 2)"),
+    "delta-zero": (_clustering(delta=0.0), "delta = 0.0 is out of range"),
+}
+
+
+@pytest.mark.parametrize("case", SWEEPS.values(), ids=SWEEPS.keys())
+def test_sweep_values_are_refused_by_the_spec_check(case):
+    spec, message = case
+    with pytest.raises(sweep.SweepError, match=re.escape(message)):
+        sweep.check_spec(spec)
+
+
+def test_the_spec_check_and_the_metric_draw_the_same_line():
+    # Just above 4·d·eps the spec passes and the metric counts; just below both refuse.
+    from tpde.measures import uniform_on_sphere
+    from tpde.metrics import angular_cluster_count
+
+    mu = uniform_on_sphere(4, 3, generator=torch.Generator().manual_seed(0))
+    edge = studies.delta_resolution(3)
+    assert edge == 4 * 3 * torch.finfo(torch.float64).eps
+    sweep.check_spec(_clustering(delta=edge * (1 + 1e-12)))
+    assert int(angular_cluster_count(mu, edge * (1 + 1e-12))) >= 1
+    below = edge * (1 - 1e-12)
+    with pytest.raises(sweep.SweepError, match="cannot resolve delta"):
+        sweep.check_spec(_clustering(delta=below))
+    with pytest.raises(ValueError, match="cannot resolve delta"):
+        angular_cluster_count(mu, below)
+
+
+def test_tpde_sweep_refuses_an_unresolvable_delta_before_any_work(tmp_path, capsys):
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(_clustering(delta=1e-16)))
+    out = tmp_path / "out"
+    code = cli.main(["sweep", str(path), "--out", str(out), "--workers", "2"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("tpde: error: ") and "cannot resolve delta" in err
+    assert not out.exists()  # nothing written, no worker started
