@@ -292,8 +292,9 @@ def exit_on_ctrl_c(message: str, status: int = 130):
     then prints "Exception ignored …" and goes on), and unwinding through Dask waits for
     the running tasks. Every result tpde writes is renamed into place atomically, so the
     handler ends the process at once instead: it kills this process's own worker processes
-    (``multiprocessing`` children, e.g. a sweep's ``--workers N``), prints one line on
-    stderr and exits with ``status`` (128 + SIGINT, as shells report it).
+    (``multiprocessing`` children, e.g. a sweep's ``--workers N``), removes the output
+    folder's lock (:mod:`.workers`), prints one line on stderr and exits with ``status``
+    (128 + SIGINT, as shells report it).
     """
     import multiprocessing
     import signal
@@ -304,8 +305,11 @@ def exit_on_ctrl_c(message: str, status: int = 130):
         return
 
     def handler(signum, frame):
+        from .workers import release_all
+
         for child in multiprocessing.active_children():
             child.kill()
+        release_all()  # the output folder's lock: free for the --resume
         print(f"tpde: interrupted (Ctrl-C); {message}", file=sys.stderr, flush=True)
         sys.stdout.flush()
         os._exit(status)
