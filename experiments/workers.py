@@ -34,7 +34,9 @@ __all__ = ["LOCK_FILE", "POLL_S", "FolderInUse", "FolderLock", "end_with_parent"
 LOCK_FILE = ".tpde-lock.json"
 #: Seconds between two looks at the parent's pid (the portable fallback).
 POLL_S = 0.25
-_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+_PR_SET_PDEATHSIG, _PR_SET_NAME = 1, 15  # <linux/prctl.h>
+#: The name of the watching thread of an armed worker (Linux).
+WATCHER = "tpde-watch"
 
 
 class FolderInUse(RuntimeError):
@@ -57,9 +59,19 @@ def _linux_death_signal() -> bool:
 
 
 def _watch_parent(parent: int) -> None:
-    """The daemon thread's loop: end this process once ``parent`` is no longer its parent."""
+    """The daemon thread's loop: end this process once ``parent`` is no longer its parent.
+
+    On Linux the thread is named :data:`WATCHER` (``ps -L``, /proc/PID/task/*/comm shows
+    that the worker is armed)."""
     import time
 
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            ctypes.CDLL(None).prctl(_PR_SET_NAME, WATCHER.encode(), 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
     while True:
         if os.getppid() != parent or not process_alive(parent):
             os._exit(1)  # the results written so far were renamed into place: nothing to undo
@@ -70,7 +82,9 @@ def end_with_parent(parent: int | None = None) -> None:
     """Make this (worker) process end when ``parent`` (default: its current parent) ends.
 
     Linux: ``prctl(PR_SET_PDEATHSIG, SIGKILL)``; everywhere: a daemon thread polling the
-    parent every :data:`POLL_S` s. A parent that died before this call ends the worker at once.
+    parent every :data:`POLL_S` s. A parent that died before this call ends the worker at
+    once: a worker still starting when its parent is killed (a spawned worker imports torch
+    first, seconds) ends as soon as it has started, before taking any task.
     Used as the ``initializer`` of ``tpde run``'s process pool (with the parent's pid) and by
     a Dask worker plugin in ``tpde sweep --workers N``.
     """

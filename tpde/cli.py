@@ -32,7 +32,6 @@ lock left by a process that is gone is taken over with a note. The worker proces
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import datetime
 import json
@@ -131,33 +130,25 @@ def _empty(out: Path) -> bool:
     return not out.exists() or all(p.name == LOCK_FILE for p in out.iterdir())
 
 
-@contextlib.contextmanager
-def owning(out: Path, command: str):
-    """Hold the lock of ``out`` while inside (:class:`tpde.experiments.workers.FolderLock`):
-    a folder in use by a live process is refused, naming it; a stale lock is taken over."""
+def _folder_lock(out: Path, command: str = ""):
+    """The lock of ``out`` (:class:`tpde.experiments.workers.FolderLock`), its refusal as a
+    CLIError: a folder in use by a live process is refused, naming it."""
     from tpde.experiments import workers
 
-    lock = workers.FolderLock(out, command)
-    try:
-        lock.__enter__()
-    except workers.FolderInUse as err:
-        raise CLIError(str(err)) from None
-    except OSError as err:
-        raise CLIError(f"--out {out}: cannot create the folder ({err.strerror}).") from None
-    try:
-        yield lock
-    finally:
-        lock.__exit__(None, None, None)
+    class Lock(workers.FolderLock):
+        def check(self):
+            try:
+                super().check()
+            except workers.FolderInUse as err:
+                raise CLIError(str(err)) from None
 
+        def __enter__(self):
+            try:
+                return super().__enter__()
+            except OSError as err:
+                raise CLIError(f"--out {out}: cannot create the folder ({err.strerror}).") from None
 
-def check_free(out: Path) -> None:
-    """Refuse a folder that a live process holds, before reading what it holds."""
-    from tpde.experiments import workers
-
-    try:
-        workers.FolderLock(out, "").check()
-    except workers.FolderInUse as err:
-        raise CLIError(str(err)) from None
+    return Lock(out, command)
 
 
 def prepare_out(out: Path, force: bool) -> None:
@@ -378,7 +369,7 @@ def cmd_run(args) -> int:
     fw.reuse_large_allocations()  # tensors above 32 MB: no page faults at every allocation
     out = args.out or Path("results") / ("quick" if args.quick else "full")
     check_out(out)
-    check_free(out)
+    _folder_lock(out).check()  # before reading what the folder holds
     if args.resume:
         names, configs, previous = resume_plan(out, args)
         done = finished(out, configs)
@@ -398,7 +389,7 @@ def cmd_run(args) -> int:
     args.interrupted = (
         f"finished experiments are kept in {out}; `tpde run --out {out} --resume` finishes the run."
     )
-    with owning(out, "tpde run --resume" if args.resume else "tpde run"):
+    with _folder_lock(out, "tpde run --resume" if args.resume else "tpde run"):
         if not args.resume:
             prepare_out(out, args.force)
         fw.atomic_write(out / RUN_FILE, json.dumps(record, indent=1))

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -62,8 +63,20 @@ def _kill_group(proc):
     proc.wait(timeout=30)
 
 
-def _workers_of(pid: int, count: int):
-    """The pids of ``count`` worker processes of ``pid`` once they have started."""
+def _armed(pid: int) -> bool:
+    """Whether worker ``pid`` runs its watcher thread (named on Linux)."""
+    try:
+        return any(
+            (task / "comm").read_text().strip() == workers.WATCHER
+            for task in Path(f"/proc/{pid}/task").iterdir()
+        )
+    except OSError:
+        return False
+
+
+def _workers_of(pid: int, count: int, armed: bool):
+    """The pids of the descendants of ``pid`` once ``count`` workers have started (and,
+    with ``armed``, run their watcher thread)."""
 
     def found():
         try:
@@ -71,7 +84,8 @@ def _workers_of(pid: int, count: int):
         except psutil.NoSuchProcess:
             return None
         spawned = [k.pid for k in kids if "spawn_main" in " ".join(k.cmdline())]
-        return [k.pid for k in kids] if len(spawned) >= count else None
+        ready = [p for p in spawned if not armed or _armed(p)]
+        return [k.pid for k in kids] if len(ready) >= count else None
 
     return _wait_for(found, 60, f"{count} worker processes of {pid}")
 
@@ -82,7 +96,7 @@ def test_workers_end_when_their_parent_is_killed_and_the_folder_is_held_till_the
     argv = ["run", "convexity", "cones", "--quick", "--jobs", "2", "--out", str(out), *LONG]
     proc = _start(argv, tmp_path)
     try:
-        descendants = _workers_of(proc.pid, 2)
+        descendants = _workers_of(proc.pid, 2, armed=sys.platform.startswith("linux"))
         # While the parent lives, a resume (or any run) on its folder is refused, naming it.
         code = cli.main(["run", "--out", str(out), "--resume"])
         err = capsys.readouterr().err
@@ -96,6 +110,23 @@ def test_workers_end_when_their_parent_is_killed_and_the_folder_is_held_till_the
         # The lock stays behind (SIGKILL runs no handler); its owner is gone: stale.
         held = json.loads((out / workers.LOCK_FILE).read_text())
         assert held["pid"] == proc.pid and workers.FolderLock(out, "x").holder() is None
+    finally:
+        _kill_group(proc)
+
+
+@pytest.mark.timeout(120)
+def test_workers_killed_while_starting_end_before_taking_a_task(tmp_path):
+    # Killed at once: the workers are still importing torch; they end as soon as they have
+    # started (end_with_parent sees the parent gone), and nothing is written for them.
+    out = tmp_path / "run"
+    argv = ["run", "convexity", "cones", "--quick", "--jobs", "2", "--out", str(out), *LONG]
+    proc = _start(argv, tmp_path)
+    try:
+        descendants = _workers_of(proc.pid, 2, armed=False)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        _wait_for(lambda: not _alive(descendants), 30, f"the end of {descendants}")
+        assert not (out / "convexity").exists() and not (out / "cones").exists()
     finally:
         _kill_group(proc)
 
