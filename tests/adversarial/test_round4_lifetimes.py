@@ -54,6 +54,17 @@ def _alive(pids):
     return out
 
 
+def _describe(pids) -> str:
+    """The command lines of the processes still alive (for a failure's message)."""
+    lines = []
+    for pid in _alive(pids):
+        try:
+            lines.append(f"{pid}: {' '.join(psutil.Process(pid).cmdline())[-90:]}")
+        except psutil.NoSuchProcess:
+            pass
+    return "; ".join(lines)
+
+
 def _kill_group(proc):
     # Whatever is left (a failed test): the session started for the parent, by its id.
     try:
@@ -105,7 +116,10 @@ def test_workers_end_when_their_parent_is_killed_and_the_folder_is_held_till_the
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
         start = time.monotonic()
-        _wait_for(lambda: not _alive(descendants), 5, f"the end of {descendants}")
+        try:
+            _wait_for(lambda: not _alive(descendants), 5, f"the end of {descendants}")
+        except AssertionError as err:
+            raise AssertionError(f"{err}; alive: {_describe(descendants)}") from None
         assert time.monotonic() - start < 5
         # The lock stays behind (SIGKILL runs no handler); its owner is gone: stale.
         held = json.loads((out / workers.LOCK_FILE).read_text())
