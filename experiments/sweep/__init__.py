@@ -21,7 +21,10 @@ as soon as it finishes (atomic rename), so an interrupted sweep — the client s
 worker killed — resumes without redoing finished tasks; rerunning the same command does
 it. When every task is done, ``OUT/table.csv`` merges them (one row per task, in grid
 order), the same table whatever the order or the interruptions. ``OUT/sweep.json`` records
-the sweep; an OUT holding a different sweep is refused unless ``--force``.
+the sweep; an OUT holding a different sweep is refused unless ``--force``. A running sweep
+holds OUT (``OUT/.tpde-lock.json``, :mod:`tpde.experiments.workers`): another sweep or run
+on it is refused while the sweep's process lives, and the worker processes of
+``--workers N`` end with it, even after a SIGKILL (a worker plugin).
 
 Study "blowup" (the phase diagram of the paper's 2-D figures at scale): ``samples`` random
 settings Q, K, V ~ N(0, 1)^{d×d} (V scaled by ``value_scale``, K shifted by ``key_shift``·Q

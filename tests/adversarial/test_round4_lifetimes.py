@@ -240,3 +240,46 @@ def test_the_portable_fallback_alone_ends_the_worker(tmp_path):
                           timeout=60)  # fmt: skip
     worker = int(proc.stdout.strip())
     _wait_for(lambda: not _alive([worker]), 3, f"the end of worker {worker}")
+
+
+SWEEP = {"study": "blowup", "grid": {"value_scale": [1.0, 2.0, 3.0, 4.0]},
+         "fixed": {"samples": 30, "horizon": 20.0, "d": 3}}  # fmt: skip
+
+
+@pytest.mark.timeout(180)
+def test_dask_workers_of_a_sweep_end_when_it_is_killed(tmp_path):
+    pytest.importorskip("dask.distributed")
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the armed workers are recognised by their thread name (Linux)")
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(SWEEP))
+    proc = _start(["sweep", str(path), "--out", str(tmp_path / "sw"), "--workers", "2"], tmp_path)
+    try:
+        descendants = _workers_of(proc.pid, 2, armed=True)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        try:
+            _wait_for(lambda: not _alive(descendants), 5, f"the end of {descendants}")
+        except AssertionError as err:
+            raise AssertionError(f"{err}; alive: {_describe(descendants)}") from None
+    finally:
+        _kill_group(proc)
+
+
+def test_a_sweep_refuses_a_folder_held_by_a_live_process(tmp_path, capsys):
+    out = tmp_path / "sw"
+    out.mkdir()
+    owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        record = {"pid": owner.pid, "start": workers.process_start(owner.pid),
+                  "command": "tpde sweep", "since": "now"}  # fmt: skip
+        (out / workers.LOCK_FILE).write_text(json.dumps(record))
+        path = tmp_path / "s.json"
+        path.write_text(json.dumps({**SWEEP, "grid": {"value_scale": [1.0]}}))
+        assert cli.main(["sweep", str(path), "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"tpde: error: {out} is in use by process {owner.pid} (tpde sweep")
+        assert sorted(p.name for p in out.iterdir()) == [workers.LOCK_FILE]
+    finally:
+        owner.kill()
+        owner.wait()
