@@ -141,7 +141,14 @@ def apply_overrides(config, overrides: dict[str, str], experiment: str = ""):
             check()
         except ValueError as err:
             raise ConfigError(f"{experiment or 'config'}: {err}{received}") from None
-    problem = memory_problem(new)
+    try:
+        problem = memory_problem(new)
+    except (ValueError, ArithmeticError) as err:  # e.g. max() of an empty tuple of sizes
+        raise ConfigError(
+            f"{experiment or 'config'}: the memory estimate (Config.memory_bytes) cannot be "
+            f"made from these values ({type(err).__name__}: {err}); a size key is empty or "
+            f"out of range{received}"
+        ) from None
     if problem is not None:
         raise ConfigError(f"{experiment or 'config'}: {problem}{received}")
     return new

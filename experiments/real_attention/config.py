@@ -38,8 +38,10 @@ class Config:
             raise ValueError("blowup_trace must be > 0 and closure_saves >= 2.")
         if self.gaussian_samples < 2 or self.floor_draws < 1:
             raise ValueError("gaussian_samples must be >= 2 and floor_draws >= 1.")
-        if any(n < 2 for n in self.sample_sizes) or not 0 < self.sample_t1 <= 1:
-            raise ValueError("sample_sizes must be >= 2 and sample_t1 in (0, 1].")
+        if not self.sample_sizes or min(self.sample_sizes) < 2 or not 0 < self.sample_t1 <= 1:
+            raise ValueError(
+                "sample_sizes must be >= 2 (at least one size) and sample_t1 in (0, 1]."
+            )
         if not 0 < self.sphere_scale < float("inf") or not 0 < self.sphere_dt <= 1:
             raise ValueError("sphere_scale must be finite and > 0, sphere_dt in (0, 1].")
 

@@ -4,10 +4,12 @@ refused before any work with a message naming the value; "fixed" marks those tha
 (a traceback mid-run or while writing the report) before this round.
 """
 
+import dataclasses
 import importlib
 import json
 import math
 import re
+import typing
 
 import numpy as np
 import pytest
@@ -128,3 +130,103 @@ def test_tpde_sweep_refuses_an_unresolvable_delta_before_any_work(tmp_path, caps
     err = capsys.readouterr().err
     assert code == 2 and err.startswith("tpde: error: ") and "cannot resolve delta" in err
     assert not out.exists()  # nothing written, no worker started
+
+
+# ---------------------------------------------------------------------- configs: the check itself
+def _edge_values(annotation, current) -> list[str]:
+    """Texts at the edges of a key's type: empty and repeated tuples, 0/1/2, tiny and huge."""
+    if typing.get_origin(annotation) is tuple:
+        first = str(current[0]) if current else "1"
+        return ["", first, f"{first},{first}"]
+    if annotation is int:
+        return ["0", "1", "2", "-1"]
+    if annotation is float:
+        return ["0", "-1", "1e-300", "1e300"]
+    return []
+
+
+EDGES = [
+    (name, f.name, text)
+    for name in experiments.names()
+    for f in dataclasses.fields(experiments.get(name).Config)
+    for text in _edge_values(
+        typing.get_type_hints(experiments.get(name).Config)[f.name],
+        getattr(experiments.get(name).Config(), f.name),
+    )
+]
+
+
+@pytest.mark.parametrize(("name", "key", "text"), EDGES, ids=[f"{n}.{k}={t}" for n, k, t in EDGES])
+def test_the_config_check_never_fails_with_a_traceback(name, key, text):
+    # Every value at a type's edge is accepted or refused with a ConfigError (`tpde: error`);
+    # `real-attention --set sample_sizes=` failed with max() of an empty sequence.
+    module = experiments.get(name)
+    quick = fw.apply_overrides(module.Config(), module.QUICK, name)
+    try:
+        fw.apply_overrides(quick, {key: text}, name)
+    except fw.ConfigError as err:
+        assert f"{key}=" in str(err) or key in str(err)
+
+
+CONFIGS = {
+    "real-attention.sample_sizes-empty": (
+        "real-attention",
+        {"sample_sizes": ""},
+        "sample_sizes must be >= 2 (at least one size)",
+    ),  # fixed: ValueError max() arg is an empty sequence
+    "circle-pde.bins-zero": ("circle-pde", {"bins": "0"}, "bins >= 1"),  # fixed: crashed mid-run
+    "circle-pde.sizes-one": (
+        "circle-pde",
+        {"sizes": "1000"},
+        "sizes must hold two different N at least",
+    ),  # fixed: a rate fitted through one point, reported
+    "circle-pde.sizes-repeated": (
+        "circle-pde",
+        {"sizes": "1000,1000"},
+        "received (1000, 1000)",
+    ),  # fixed: the same
+    "circle-pde.sizes-empty": ("circle-pde", {"sizes": ""}, "sizes >= 2"),  # fixed: min() arg
+    "circle-pde.amplitude-huge": (
+        "circle-pde",
+        {"amplitude": "1e300"},
+        "amplitude must be <= 1/2",
+    ),  # fixed: crashed at the start (negative density)
+    "circle-pde.amplitude-just-above": (
+        "circle-pde",
+        {"amplitude": "0.5000001"},
+        "<= 1/2",
+    ),  # fixed
+    "circle-pde.beta-huge": ("circle-pde", {"beta": "1e300"}, "beta <= 1e12"),  # fixed: crashed
+}
+
+
+@pytest.mark.parametrize("case", CONFIGS.values(), ids=CONFIGS.keys())
+def test_config_values_are_refused_before_any_work(case):
+    name, overrides, match = case
+    module = experiments.get(name)
+    with pytest.raises(fw.ConfigError, match=re.escape(match)):
+        fw.apply_overrides(module.Config(), overrides, name)
+
+
+def test_a_memory_estimate_that_fails_is_a_config_error():
+    @dataclasses.dataclass(frozen=True)
+    class Config:
+        sizes: tuple[int, ...] = (1,)
+
+        def memory_bytes(self) -> int:
+            return 8 * max(self.sizes)
+
+    with pytest.raises(fw.ConfigError, match=re.escape(
+        "toy: the memory estimate (Config.memory_bytes) cannot be made from these values "
+        "(ValueError: max() arg is an empty sequence); a size key is empty or out of range "
+        "(received sizes=())"
+    )):  # fmt: skip
+        fw.apply_overrides(Config(), {"sizes": ""}, "toy")
+
+
+def test_circle_pde_edges_that_work_pass():
+    module = experiments.get("circle-pde")
+    config = fw.apply_overrides(
+        module.Config(), {"amplitude": "0.5", "bins": "1", "sizes": "10,20"}, "circle-pde"
+    )
+    assert (config.amplitude, config.bins, config.sizes) == (0.5, 1, (10, 20))
