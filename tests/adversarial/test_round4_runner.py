@@ -196,6 +196,22 @@ CONFIGS = {
         {"amplitude": "0.5000001"},
         "<= 1/2",
     ),  # fixed
+    "jko.taus-repeated": (
+        "jko",
+        {"taus": "0.2,0.1,0.1"},
+        "taus must not repeat",
+    ),  # fixed: nan slope
+    "jko.taus-all-equal": ("jko", {"taus": "0.2,0.2"}, "received (0.2, 0.2)"),  # fixed: the same
+    "meanfield.sizes-repeated": (
+        "meanfield",
+        {"sizes": "100,100"},
+        "sizes needs two different values",
+    ),  # fixed: a rate fitted through one point
+    "real-attention.particle_dt-tiny": (
+        "real-attention",
+        {"particle_dt": "1e-300"},
+        "particle_dt must be >= 6e-05",
+    ),  # fixed: 10^5 RK4 steps, then max_steps
     "circle-pde.beta-huge": ("circle-pde", {"beta": "1e300"}, "beta <= 1e12"),  # fixed: crashed
 }
 
