@@ -283,3 +283,24 @@ def test_a_sweep_refuses_a_folder_held_by_a_live_process(tmp_path, capsys):
     finally:
         owner.kill()
         owner.wait()
+
+
+def test_an_in_process_sweep_starts_no_process_and_holds_its_folder(tmp_path):
+    # The default sweep runs its tasks on a worker thread of this process: nothing can
+    # outlive it. While it runs, its folder's lock names this process; afterwards it is gone.
+    pytest.importorskip("dask.distributed")
+    from tpde.experiments import sweep
+
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    seen = []
+
+    def on_result(tid, client):
+        now = {p.pid for p in psutil.Process().children(recursive=True)}
+        seen.append((now - before, json.loads((out / workers.LOCK_FILE).read_text())["pid"]))
+
+    out = tmp_path / "sw"
+    spec = sweep.check_spec({**SWEEP, "grid": {"value_scale": [1.0, 2.0]},
+                             "fixed": {"samples": 2, "horizon": 0.5}})  # fmt: skip
+    sweep.run_sweep(spec, out, on_result=on_result, progress=False)
+    assert seen == [(set(), os.getpid())] * 2
+    assert not (out / workers.LOCK_FILE).exists()
