@@ -36,9 +36,9 @@ import torch
 from _common import print_table
 
 from tpde.experiments import cones
+from tpde.experiments.common.panels import panel_setup, softmax_blowup
 from tpde.experiments.common.paper import flow, init_grid, paper_field, path_times, subsample
 from tpde.experiments.common.paper_euler import projected_euler
-from tpde.experiments.cones.run import panel_setup, softmax_blowup
 from tpde.fields import Softmax
 from tpde.flows import BlowUp, integrate
 from tpde.measures import Gaussian

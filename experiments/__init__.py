@@ -10,10 +10,10 @@ A study is a module (or, past about 450 lines, a package with ``config``, ``run`
 and ``report`` modules) with ``NAME``, ``TITLE``, ``ORDER``, ``Config``, ``QUICK``,
 ``run(config, out)``, ``plot(out)`` and ``report(out)`` (:mod:`.framework` describes them).
 The studies are found here, not listed: every public module or package of this folder that
-has the whole protocol is one (:mod:`.framework`, :mod:`.common` and :mod:`.sweep` are
-infrastructure), in the order of their ``ORDER`` (the order of ``tpde run`` and of the
-report). Builders shared by studies or benchmarks live in :mod:`.common`; no study imports
-another.
+has the whole protocol is one (:mod:`.framework`, :mod:`.workers`, :mod:`.common` and
+:mod:`.sweep` are infrastructure), in the order of their ``ORDER`` (the order of ``tpde
+run`` and of the report). Builders shared by studies or benchmarks live in
+:mod:`.common`; no study imports another.
 """
 
 from __future__ import annotations

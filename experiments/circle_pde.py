@@ -57,8 +57,19 @@ class Config:
     def check(self) -> None:
         if self.beta <= 0 or self.dt <= 0 or self.t1 <= 0 or self.amplitude < 0:
             raise ValueError("beta, dt and t1 must be > 0, amplitude >= 0.")
-        if min(self.sizes) < 2 or self.seeds < 1 or self.saves < 2 or self.grid < 8:
+        if not self.sizes or min(self.sizes) < 2 or self.seeds < 1 or self.saves < 2 or self.grid < 8:
             raise ValueError("sizes >= 2, seeds >= 1, saves >= 2 and grid >= 8.")
+        if len(set(self.sizes)) < 2:
+            raise ValueError(
+                f"sizes must hold two different N at least: the rate is the slope of log W1 "
+                f"against log N; received {self.sizes}."
+            )
+        if self.amplitude > 0.5 or self.beta > 1e12 or self.bins < 1:
+            raise ValueError(
+                f"amplitude must be <= 1/2 (ρ₀ = (1 + a cos θ + a cos k*θ)/2π stays >= 0), "
+                f"beta <= 1e12 (the range of tpde.theory.dominant_mode) and bins >= 1; "
+                f"received amplitude = {self.amplitude}, beta = {self.beta}, bins = {self.bins}."
+            )
 
     def memory_bytes(self) -> int:
         return 8 * (max(self.sizes) * 2 * (self.saves + 12) + self.grid * self.saves)

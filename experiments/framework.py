@@ -141,7 +141,14 @@ def apply_overrides(config, overrides: dict[str, str], experiment: str = ""):
             check()
         except ValueError as err:
             raise ConfigError(f"{experiment or 'config'}: {err}{received}") from None
-    problem = memory_problem(new)
+    try:
+        problem = memory_problem(new)
+    except (ValueError, ArithmeticError) as err:  # e.g. max() of an empty tuple of sizes
+        raise ConfigError(
+            f"{experiment or 'config'}: the memory estimate (Config.memory_bytes) cannot be "
+            f"made from these values ({type(err).__name__}: {err}); a size key is empty or "
+            f"out of range{received}"
+        ) from None
     if problem is not None:
         raise ConfigError(f"{experiment or 'config'}: {problem}{received}")
     return new
@@ -292,8 +299,9 @@ def exit_on_ctrl_c(message: str, status: int = 130):
     then prints "Exception ignored …" and goes on), and unwinding through Dask waits for
     the running tasks. Every result tpde writes is renamed into place atomically, so the
     handler ends the process at once instead: it kills this process's own worker processes
-    (``multiprocessing`` children, e.g. a sweep's ``--workers N``), prints one line on
-    stderr and exits with ``status`` (128 + SIGINT, as shells report it).
+    (``multiprocessing`` children, e.g. a sweep's ``--workers N``), removes the output
+    folder's lock (:mod:`.workers`), prints one line on stderr and exits with ``status``
+    (128 + SIGINT, as shells report it).
     """
     import multiprocessing
     import signal
@@ -304,8 +312,11 @@ def exit_on_ctrl_c(message: str, status: int = 130):
         return
 
     def handler(signum, frame):
+        from .workers import release_all
+
         for child in multiprocessing.active_children():
             child.kill()
+        release_all()  # the output folder's lock: free for the --resume
         print(f"tpde: interrupted (Ctrl-C); {message}", file=sys.stderr, flush=True)
         sys.stdout.flush()
         os._exit(status)

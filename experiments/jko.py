@@ -58,6 +58,11 @@ class Config:
             raise ValueError("taus needs two values > 0, t1 > 0 and n >= 2.")
         if not 0 < self.reference_dt <= self.t1:
             raise ValueError("reference_dt must lie in (0, t1].")
+        if len(set(self.taus)) != len(self.taus):
+            raise ValueError(
+                f"taus must not repeat: the rate and the last pair's slope are fits of log error "
+                f"against log τ over different τ; received {self.taus}."
+            )
 
     def memory_bytes(self) -> int:
         """float64 n × n matrices of each JKO step (~8 with the inner solve's gradients), the

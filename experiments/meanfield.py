@@ -47,6 +47,11 @@ class Config:
         fw.check_choices("variants", self.variants, VARIANTS)
         if len(self.sizes) < 2 or min(self.sizes) < 2 or self.seeds < 1 or self.t1 <= 0:
             raise ValueError("sizes needs two values >= 2, seeds >= 1 and t1 > 0.")
+        if len(set(self.sizes)) < 2:
+            raise ValueError(
+                f"sizes needs two different values: the rate is the slope of log error against "
+                f"log n; received {self.sizes}."
+            )
         if self.particle_steps < 1:
             raise ValueError("particle_steps must be >= 1.")
         if "sinkhorn" in self.variants and sum(n <= self.sinkhorn_max_n for n in self.sizes) < 2:

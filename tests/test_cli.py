@@ -246,6 +246,7 @@ def test_ctrl_c_during_run_ends_with_one_line(tmp_path):
     code, lines = _interrupt(argv, out / "run.json", tmp_path)
     assert code == 130 and len(lines) == 1, lines
     assert lines[0].startswith("tpde: interrupted (Ctrl-C); finished experiments are kept in")
+    assert not (out / ".tpde-lock.json").exists()  # the folder is free for the --resume
 
 
 def test_ctrl_c_during_sweep_ends_with_one_line(tmp_path):
@@ -263,6 +264,7 @@ def test_ctrl_c_during_sweep_ends_with_one_line(tmp_path):
         f"tpde: interrupted (Ctrl-C); finished tasks are kept in {out / 'tasks'}; rerun the "
         "same command to finish."
     )
+    assert not (out / ".tpde-lock.json").exists()  # free for the rerun
 
 
 def test_jobs_run_experiments_in_worker_processes_with_identical_results(capsys, tmp_path):

@@ -76,3 +76,26 @@ def test_a_late_import_is_not_an_edge(tmp_path):
     root = _probe(tmp_path, "fields/a.py", "from tpde.fields.b import x\n")
     (root / "fields" / "b.py").write_text("def f():\n    from tpde.fields import a\n")
     assert _imports.cycles(_imports.graph(root)) == []
+
+
+def test_benchmarks_reach_studies_only_through_common_builders():
+    # A builder used by a study and a benchmark lives in experiments/common (issue 28: the
+    # blow-up benchmark imported the cones study's run module). A benchmark may import a
+    # study package itself (its Config) and the infrastructure, never a study's modules.
+    import ast
+
+    from tpde import experiments
+
+    studies = set(experiments.names()) | {m.__name__.rsplit(".", 1)[-1]
+                                          for m in experiments.studies().values()}  # fmt: skip
+    root = Path(__file__).resolve().parents[1] / "benchmarks"
+    bad = []
+    for path in sorted(root.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else (
+                [a.name for a in node.names] if isinstance(node, ast.Import) else [])  # fmt: skip
+            for name in names:
+                parts = name.split(".")
+                if parts[:2] == ["tpde", "experiments"] and len(parts) > 3 and parts[2] in studies:
+                    bad.append(f"{path.name}: {name}")
+    assert not bad, f"benchmarks importing a study's modules (move the builder to common): {bad}"

@@ -21,6 +21,12 @@ are kept) inside the same run: the record and the report keep every experiment o
 A size or a ``--set`` value that differs from the recorded one is refused (the message
 says what was recorded); nothing finished is ever deleted by ``--resume``. Ctrl-C ends
 ``tpde run`` and ``tpde sweep`` with one line and exit status 130; what finished is kept.
+
+A run, a resume or a sweep holds its folder (``DIR/.tpde-lock.json``: its pid and start
+time): another one on the same folder is refused, naming that process, while it lives; a
+lock left by a process that is gone is taken over with a note. The worker processes of
+``--jobs N`` end with their parent, even after a SIGKILL of it
+(:mod:`tpde.experiments.workers`).
 """
 
 from __future__ import annotations
@@ -117,6 +123,34 @@ def check_out(out: Path) -> None:
         raise CLIError(f"--out {out} is a file, not a folder; pass a folder for the results.")
 
 
+def _empty(out: Path) -> bool:
+    """A missing folder, or one holding nothing but a lock file."""
+    from tpde.experiments.workers import LOCK_FILE
+
+    return not out.exists() or all(p.name == LOCK_FILE for p in out.iterdir())
+
+
+def _folder_lock(out: Path, command: str = ""):
+    """The lock of ``out`` (:class:`tpde.experiments.workers.FolderLock`), its refusal as a
+    CLIError: a folder in use by a live process is refused, naming it."""
+    from tpde.experiments import workers
+
+    class Lock(workers.FolderLock):
+        def check(self):
+            try:
+                super().check()
+            except workers.FolderInUse as err:
+                raise CLIError(str(err)) from None
+
+        def __enter__(self):
+            try:
+                return super().__enter__()
+            except OSError as err:
+                raise CLIError(f"--out {out}: cannot create the folder ({err.strerror}).") from None
+
+    return Lock(out, command)
+
+
 def prepare_out(out: Path, force: bool) -> None:
     """Check the output folder of a new run (``--resume`` goes through :func:`resume_plan`).
 
@@ -124,7 +158,7 @@ def prepare_out(out: Path, force: bool) -> None:
     unless ``force`` (the previous run's files are deleted). One holding other files is
     always refused.
     """
-    if not out.exists() or not any(out.iterdir()):
+    if _empty(out):
         return
     previous_file = out / RUN_FILE
     if not previous_file.is_file():
@@ -169,7 +203,7 @@ def resume_plan(out: Path, args) -> tuple[list[str], dict, dict]:
 
     previous_file = out / RUN_FILE
     if not previous_file.is_file():
-        what = "holds no run to resume" if not out.exists() or not any(out.iterdir()) else (
+        what = "holds no run to resume" if _empty(out) else (
             f"is not empty and holds no tpde run ({RUN_FILE} missing)"
         )  # fmt: skip
         raise CLIError(f"--resume: {out} {what}.")
@@ -335,6 +369,7 @@ def cmd_run(args) -> int:
     fw.reuse_large_allocations()  # tensors above 32 MB: no page faults at every allocation
     out = args.out or Path("results") / ("quick" if args.quick else "full")
     check_out(out)
+    _folder_lock(out).check()  # before reading what the folder holds
     if args.resume:
         names, configs, previous = resume_plan(out, args)
         done = finished(out, configs)
@@ -350,16 +385,22 @@ def cmd_run(args) -> int:
             "metadata": fw.metadata(),
             "seconds": {},
         }
-        prepare_out(out, args.force)
         done = set()
     args.interrupted = (
         f"finished experiments are kept in {out}; `tpde run --out {out} --resume` finishes the run."
     )
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise CLIError(f"--out {out}: cannot create the folder ({err.strerror}).") from None
-    fw.atomic_write(out / RUN_FILE, json.dumps(record, indent=1))
+    with _folder_lock(out, "tpde run --resume" if args.resume else "tpde run"):
+        if not args.resume:
+            prepare_out(out, args.force)
+        fw.atomic_write(out / RUN_FILE, json.dumps(record, indent=1))
+        return _run_selection(args, out, names, configs, record, done)
+
+
+def _run_selection(args, out: Path, names: list[str], configs: dict, record: dict,
+                   done: set[str]) -> int:  # fmt: skip
+    """Run, plot and report the selection in ``out`` (held by this process); exit status."""
+    from tpde.experiments import framework as fw
+
     with fw.exit_on_ctrl_c(args.interrupted):  # Ctrl-C: one line, exit status 130
         registry = _experiments()
         total = time.perf_counter()
@@ -425,7 +466,8 @@ class _Runner:
     """Runs the experiments of a ``tpde run``: in order in this process (``--jobs 1``), or
     on ``jobs`` worker processes (spawned: each imports torch afresh), the summaries still
     printed in the selection's order. Results are identical: every experiment seeds its
-    own generators and writes its own folder."""
+    own generators and writes its own folder. The workers end with this process, a SIGKILL
+    included (:func:`tpde.experiments.workers.end_with_parent`)."""
 
     def __init__(self, jobs: int, threads: int, names: list[str], configs: dict, out: Path):
         self.jobs, self.threads, self.configs, self.out = jobs, threads, configs, out
@@ -434,8 +476,13 @@ class _Runner:
             import concurrent.futures
             import multiprocessing
 
+            from tpde.experiments.workers import end_with_parent
+
             self.pool = concurrent.futures.ProcessPoolExecutor(
-                max_workers=jobs, mp_context=multiprocessing.get_context("spawn")
+                max_workers=jobs,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=end_with_parent,  # a SIGKILL of this process ends them too
+                initargs=(os.getpid(),),
             )
             for name in names:
                 self.futures[name] = self.pool.submit(

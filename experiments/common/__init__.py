@@ -2,6 +2,8 @@
 
 - :mod:`.paper`: the paper's fields, grids and Gaussian flows (cones, ranks, the sweeps);
 - :mod:`.paper_euler`: the paper's projected Euler scheme (cones, ranks, benchmarks);
+- :mod:`.panels`: the paper's 2-D panels and the closed-form softmax blow-up (cones,
+  benchmarks);
 - :mod:`.schemes`: GLPR's softmax under a normalisation scheme (sphere, theory, the sweeps);
 - :mod:`.sphere_diagram`: GLPR's phase diagram of cluster densities (sphere, benchmarks);
 - :mod:`.kernels`: the SA/USA kernels on the circle and their Fourier modes (theory,

@@ -7,8 +7,9 @@ from pathlib import Path
 import numpy as np
 
 from .. import framework as fw
+from ..common.panels import panel_setup
 from ..common.paper import to_cone
-from .run import isotropic_angles, panel_setup
+from .run import isotropic_angles
 
 # ---------------------------------------------------------------------- figures
 VIEWS = {"zero": (20, -174), "line": (20, -86), "plane": (20, -45), "two_lines": (20, -88)}

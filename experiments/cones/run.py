@@ -9,80 +9,10 @@ from pathlib import Path
 import numpy as np
 
 from .. import framework as fw
+from ..common.panels import panel_setup, softmax_blowup
 from ..common.paper import flow, init_grid, paper_field, path_times, subsample, to_cone
 from ..common.paper_euler import projected_euler
 from .config import Config
-
-
-# ---------------------------------------------------------------------- the paper's matrices
-def legacy(seed: int) -> np.random.RandomState:
-    """numpy's legacy generator: the stream of ``np.random.seed(seed)`` + ``np.random.*``."""
-    return np.random.RandomState(seed)
-
-
-def _redraw(seed: int, accept) -> tuple[np.ndarray, np.ndarray]:
-    rng = legacy(seed)
-    for _ in range(1000):
-        Q, K = rng.randn(2, 2), rng.randn(2, 2)
-        if accept(np.linalg.eigvalsh(K.T @ Q + Q.T @ K)):
-            break
-    return Q, K
-
-
-def panel_setup(panel: str, config: Config | None = None) -> dict:
-    """Q, K, V and, per variant, (step h, tol_low, tol_high, max_iter, heads); the grid."""
-    if panel == "zero":
-        rng = legacy(35)
-        Q = rng.rand(2, 2)
-        G = rng.randn(2, 2)
-        QKV = (Q, -Q, G @ G.T)
-        runs = {
-            "softmax": (0.3, 1e-5, 1e3, 50_000, 1),
-            "l2": (0.3, 1e-5, 1e3, 50_000, 1),
-            "multihead": (0.3, 1e-5, 1e3, 50_000, 2),
-            "sinkhorn": (0.5, 1e-5, 1e3, 50_000, 1),
-        }
-        grid = (10, 0.5)
-    elif panel in ("line", "plane"):
-        q = legacy(36).randn(1, 2)
-        q = q / np.linalg.norm(q)
-        QKV = (q, -q, np.eye(2))
-        if panel == "line":
-            runs = {"softmax": (0.5, 1e-4, 1e3, 50_000, 1), "l2": (0.5, 1e-4, 1e3, 50_000, 1)}
-        else:
-            runs = {"multihead": (0.5, 1e-4, 1e3, 50_000, 2)}
-        grid = (10, 0.5)
-    elif panel == "two_lines":
-        Q, K = _redraw(36, lambda e: e[0] * e[1] < 0)
-        QKV = (Q, K, legacy(32).randn(2, 2))
-        runs = {"softmax": (0.01, 1e-7, 1e3, 50_000, 1), "l2": (0.01, 1e-7, 1e3, 50_000, 1)}
-        grid = (config.two_lines_grid if config else 20, 1.0)
-    elif panel == "blowup":
-        Q, K = _redraw(33, lambda e: e[0] > 0)
-        QKV = (Q, K, np.eye(2))
-        runs = {
-            "softmax": (0.01, 1e-4, 1e3, 100_000, 1),
-            "multihead": (0.002, 1e-4, 1e3, 100_000, 2),
-            "l2": (0.001, 1e-5, 1e4, 50_000, 1),
-            "sinkhorn": (0.01, 1e-5, 1e4, 50_000, 1),
-        }
-        grid = (config.blowup_grid if config else 40, 1.0)
-    elif panel == "initial":
-        Q, K = _redraw(36, lambda e: e[0] * e[1] < 0)
-        rng = legacy(35)
-        rng.randn(8, 7)  # discarded, as in the authors' script
-        QKV = (Q, K, rng.randn(2, 2))
-        # The authors' script runs its "multi-head" panel with H = 1 (identical to softmax);
-        # the panel shows H = 2, the multi-head field the caption names.
-        runs = {
-            "softmax": (0.003, 1e-4, 1e3, 50_000, 1),
-            "l2": (0.002, 1e-4, 1e3, 50_000, 1),
-            "multihead": (0.002, 1e-4, 1e3, 50_000, 2),
-        }
-        grid = (config.initial_grid if config else 30, 1.0)
-    else:
-        raise ValueError(f"unknown panel {panel!r}")
-    return {"QKV": QKV, "runs": runs, "grid": grid}
 
 
 # ---------------------------------------------------------------------- checks
@@ -111,28 +41,6 @@ def line_distance(theta: np.ndarray, lines: np.ndarray) -> np.ndarray:
 def anisotropy(S: np.ndarray) -> np.ndarray:
     evals = np.linalg.eigvalsh(S)
     return evals[..., -1] / np.maximum(evals.sum(-1), 1e-300)
-
-
-def softmax_blowup(S0: np.ndarray, A: np.ndarray, threshold: float):
-    """V = I softmax closed form (MATH.md §4 item 2): Σ(t) = (Σ₀⁻¹ − t(A + Aᵀ))⁻¹.
-
-    Returns t* (blow-up time), the time where tr Σ(t) = threshold (bisection) and the
-    angle of the blow-up direction (kernel of Σ₀⁻¹ − t*(A + Aᵀ)).
-    """
-    sym = A + A.T
-    inv0 = np.linalg.inv(S0)
-    evals, vecs = np.linalg.eigh(S0)
-    root = (vecs * np.sqrt(evals)[..., None, :]) @ np.swapaxes(vecs, -1, -2)
-    t_star = 1 / np.linalg.eigvalsh(root @ sym @ root)[..., -1]
-    lo, hi = np.zeros_like(t_star), t_star.copy()
-    for _ in range(80):
-        mid = 0.5 * (lo + hi)
-        trace = np.trace(np.linalg.inv(inv0 - mid[:, None, None] * sym), axis1=-2, axis2=-1)
-        big = trace > threshold
-        hi, lo = np.where(big, mid, hi), np.where(big, lo, mid)
-    _, kvecs = np.linalg.eigh(inv0 - t_star[:, None, None] * sym)
-    kernel = kvecs[..., :, 0]
-    return t_star, hi, np.mod(np.arctan2(kernel[..., 1], kernel[..., 0]), np.pi)
 
 
 def _checks(panel, variant, setup, S0, res, second, closed, tight=None) -> dict:

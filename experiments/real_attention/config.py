@@ -14,6 +14,10 @@ LAYERS = 6
 ROUTES = ("real", "pde")
 
 
+#: The most RK4 steps of one particle flow (integrate's default max_steps).
+MAX_STEPS = 100_000
+
+
 @dataclass(frozen=True)
 class Config:
     sentences: int = 48  # the first sentences of the bundled corpus
@@ -34,12 +38,20 @@ class Config:
             raise ValueError(f"sentences must be in 1 … 238 (the corpus); got {self.sentences}.")
         if self.particle_dt <= 0 or self.particle_dt > 1 or self.ode_rtol <= 0:
             raise ValueError("particle_dt must be in (0, 1] and ode_rtol > 0.")
+        if 6.0 / self.particle_dt > MAX_STEPS:
+            raise ValueError(
+                f"particle_dt must be >= {6.0 / MAX_STEPS:g}: the particle flow through the 6 "
+                f"layers takes 6 / particle_dt RK4 steps, at most {MAX_STEPS} (integrate's "
+                f"max_steps); received {self.particle_dt}."
+            )
         if self.blowup_trace <= 0 or self.closure_saves < 2:
             raise ValueError("blowup_trace must be > 0 and closure_saves >= 2.")
         if self.gaussian_samples < 2 or self.floor_draws < 1:
             raise ValueError("gaussian_samples must be >= 2 and floor_draws >= 1.")
-        if any(n < 2 for n in self.sample_sizes) or not 0 < self.sample_t1 <= 1:
-            raise ValueError("sample_sizes must be >= 2 and sample_t1 in (0, 1].")
+        if not self.sample_sizes or min(self.sample_sizes) < 2 or not 0 < self.sample_t1 <= 1:
+            raise ValueError(
+                "sample_sizes must be >= 2 (at least one size) and sample_t1 in (0, 1]."
+            )
         if not 0 < self.sphere_scale < float("inf") or not 0 < self.sphere_dt <= 1:
             raise ValueError("sphere_scale must be finite and > 0, sphere_dt in (0, 1].")
 

@@ -21,7 +21,10 @@ as soon as it finishes (atomic rename), so an interrupted sweep — the client s
 worker killed — resumes without redoing finished tasks; rerunning the same command does
 it. When every task is done, ``OUT/table.csv`` merges them (one row per task, in grid
 order), the same table whatever the order or the interruptions. ``OUT/sweep.json`` records
-the sweep; an OUT holding a different sweep is refused unless ``--force``.
+the sweep; an OUT holding a different sweep is refused unless ``--force``. A running sweep
+holds OUT (``OUT/.tpde-lock.json``, :mod:`tpde.experiments.workers`): another sweep or run
+on it is refused while the sweep's process lives, and the worker processes of
+``--workers N`` end with it, even after a SIGKILL (a worker plugin).
 
 Study "blowup" (the phase diagram of the paper's 2-D figures at scale): ``samples`` random
 settings Q, K, V ~ N(0, 1)^{d×d} (V scaled by ``value_scale``, K shifted by ``key_shift``·Q
@@ -46,8 +49,9 @@ cos > 1 − ``delta`` (GLPR's 10⁻³). Result: the fraction of clouds that form
 the median time they take (at the resolution of the saves; empty when none does), the mean
 and median final cluster counts, the final cluster density (GLPR's), and the fraction
 stopped by a non-finite state. Per task, saves · samples · n · d and samples · n² are at
-most 2²⁷ (1 GiB of float64 each). E.g. ``{"study": "clustering", "grid": {"scheme":
-["post-ln", "pre-ln"], "beta": [1, 4]}, "fixed": {"d": 3}, "seeds": 4}``.
+most 2²⁷ (1 GiB of float64 each), and ``delta`` is at least 4·d·eps (what float64 cosines
+resolve). E.g. ``{"study": "clustering", "grid": {"scheme": ["post-ln", "pre-ln"], "beta":
+[1, 4]}, "fixed": {"d": 3}, "seeds": 4}``.
 
 The package has three parts: :mod:`.studies` (the task functions, their defaults and
 value checks), :mod:`.spec` (reading and checking a sweep file, expanding it into tasks)

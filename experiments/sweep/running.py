@@ -7,11 +7,13 @@ import contextlib
 import csv
 import io
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
 
 from ..framework import atomic_write, exit_on_ctrl_c
+from ..workers import LOCK_FILE, FolderInUse, FolderLock
 from .spec import SweepError, expand, load_spec
 from .studies import run_task, task_status
 
@@ -54,12 +56,14 @@ def _client(scheduler: str | None, workers: int | None):
         dashboard_address=":0",  # a free port: no clash with another cluster's 8787
     )
     with cluster, Client(cluster) as client:
+        if workers is not None:  # worker processes end with this one, a SIGKILL included
+            from ._plugin import EndWithParent
+
+            client.register_plugin(EndWithParent(os.getpid()))
         yield client
 
 
 def _prepare(out: Path, spec: dict, force: bool) -> None:
-    if out.exists() and not out.is_dir():
-        raise SweepError(f"{out} is a file, not a folder; pass another --out.")
     manifest = out / "sweep.json"
     record = {k: spec[k] for k in ("study", "grid", "fixed", "seeds")}
     if force:
@@ -72,7 +76,7 @@ def _prepare(out: Path, spec: dict, force: bool) -> None:
                 f"{out} holds another sweep ({manifest}); pass --force to replace it or "
                 "another --out."
             )
-    elif out.exists() and any(out.iterdir()):
+    elif out.exists() and any(p.name != LOCK_FILE for p in out.iterdir()):
         raise SweepError(f"{out} is not empty and holds no sweep; pass another --out.")
     (out / "tasks").mkdir(parents=True, exist_ok=True)
     atomic_write(manifest, json.dumps(record, indent=1))
@@ -91,10 +95,23 @@ def run_sweep(
     """Run the tasks not done yet, write each result as it finishes, merge; returns the table.
 
     ``on_result(task_id, client)`` is called after each result is written (tests use it to
-    kill a worker or interrupt the client).
+    kill a worker or interrupt the client). The sweep holds ``out`` while it runs
+    (:class:`tpde.experiments.workers.FolderLock`): a sweep or run on the same folder is
+    refused while this process lives.
     """
     out = Path(out)
     _check_client_options(scheduler, workers)
+    if out.exists() and not out.is_dir():
+        raise SweepError(f"{out} is a file, not a folder; pass another --out.")
+    try:
+        with FolderLock(out, "tpde sweep"):
+            return _run_held(spec, out, scheduler, workers, force, on_result, progress)
+    except FolderInUse as err:
+        raise SweepError(str(err)) from None
+
+
+def _run_held(spec, out, scheduler, workers, force, on_result, progress) -> Path:
+    """:func:`run_sweep` in a folder this process holds."""
     _prepare(out, spec, force)
     tasks = expand(spec)
     todo = [(tid, p) for tid, p in tasks if not (out / "tasks" / f"{tid}.json").is_file()]

@@ -244,10 +244,16 @@ def _clustering_allowed() -> dict[str, Allowed]:
     }
 
 
+def delta_resolution(d: int) -> float:
+    """The smallest cluster threshold δ the clustering study's float64 tokens resolve in
+    dimension d: 4·d·eps, the rule :func:`tpde.metrics.angular_cluster_count` applies."""
+    return 4 * d * float(np.finfo(np.float64).eps)
+
+
 def _clustering_combined(params: dict) -> str | None:
     """Upper bounds of the clustering study (memory: the saved states and one step's scores
-    each within 2²⁷ float64; δ < 2: cos > 1 − δ > −1; the Mix-LN switch inside the horizon,
-    as a fraction of it)."""
+    each within 2²⁷ float64; 4·d·eps ≤ δ < 2: cos > 1 − δ > −1, resolved by float64; the
+    Mix-LN switch inside the horizon, as a fraction of it)."""
     p = {**CLUSTERING_DEFAULTS, **params}
     saved = p["saves"] * p["samples"] * p["n"] * p["d"]
     scores = p["samples"] * p["n"] ** 2
@@ -264,6 +270,13 @@ def _clustering_combined(params: dict) -> str | None:
         )
     if p["delta"] >= 2:
         return f"delta must lie in (0, 2) (links need cos > 1 − δ > −1); received {p['delta']}"
+    resolution = delta_resolution(p["d"])
+    if p["delta"] < resolution:
+        return (
+            f"float64 cannot resolve delta = {p['delta']:g} in d = {p['d']}: cosines carry "
+            f"rounding errors of ~d·eps, so delta must be >= 4·d·eps = {resolution:.3g} "
+            "(the rule of tpde.metrics.angular_cluster_count)"
+        )
     if p["scheme"] == "mix-ln" and p["switch"] >= 1:
         return (
             f"switch is the fraction of the horizon where Mix-LN hands over to Pre-LN and "

@@ -85,6 +85,12 @@ class Config:
         zero = [f"{k} = {getattr(self, k)}" for k in ones if getattr(self, k) < 1]
         if zero:
             raise ValueError(f"these must be >= 1: {', '.join(zero)}.")
+        if self.inst_seeds < 2:
+            raise ValueError(
+                f"inst_seeds must be >= 2: the measured rates carry jackknife errors over the "
+                f"seeds (leave one out), which need two seeds at least; received "
+                f"{self.inst_seeds}."
+            )
         if 2 * self.lat_modes >= self.lat_tokens:
             raise ValueError(f"lat_modes must be below lat_tokens/2 (aliasing); received "
                              f"{self.lat_modes} modes on {self.lat_tokens} tokens.")  # fmt: skip

@@ -114,8 +114,11 @@ def _claims_instability(config, arrays, results) -> list[fw.Claim]:
             for k, (rel, se, growth) in enumerate(
                 zip(run["rel_error"], run["rel_se"], run["growth"], strict=True), start=1
             ):
+                rel, se = (math.nan if v is None else v for v in (rel, se))  # NaN in JSON
                 cell = f"β = {beta:g}, k = {k}: {rel:+.3f} ± {se:.3f} (2λT = {growth:.2g}"
-                if abs(rel) <= RATE_TOL:
+                if math.isnan(rel):
+                    bad.append(cell + ", no fit: fewer than 3 saved times in the linear window)")
+                elif abs(rel) <= RATE_TOL:
                     good.append(cell)
                 elif abs(rel) <= 2 * se:
                     bad.append(cell + ", within 2 s.e.: Monte-Carlo noise)")

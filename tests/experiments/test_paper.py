@@ -95,8 +95,8 @@ def test_unknown_variant_is_refused():
 
 def test_internal_lookups_refuse_unknown_names():
     from tpde.experiments.atlas import A, V
+    from tpde.experiments.common.panels import panel_setup
     from tpde.experiments.common.variants import make_field
-    from tpde.experiments.cones.run import panel_setup
 
     with pytest.raises(ValueError, match="unknown panel 'moon'"):
         panel_setup("moon")

@@ -71,3 +71,21 @@ def test_bad_config_is_refused(overrides, match):
     module = experiments.get("theory")
     with pytest.raises(fw.ConfigError, match=match):
         fw.apply_overrides(module.Config(), overrides, "theory")
+
+
+def test_a_rate_without_a_fit_window_is_reported_not_a_crash(tiny, tmp_path):
+    # A rate with no linear window (fewer than 3 saved times below inst_level) is NaN,
+    # stored as null in meta.json; the report says so instead of failing on the format.
+    import json
+    import shutil
+
+    module, out, *_ = tiny
+    copy = tmp_path / "theory"
+    shutil.copytree(out, copy)
+    meta = json.loads((copy / "meta.json").read_text())
+    run = meta["results"]["instability"]["random/sa/1"]
+    run["rel_error"][0], run["rel_se"][0] = None, None
+    (copy / "meta.json").write_text(json.dumps(meta))
+    report = module.report(copy)
+    text = report.markdown("theory", module.TITLE)
+    assert "β = 1, k = 1: +nan ± nan" in text and "no fit: fewer than 3 saved times" in text
