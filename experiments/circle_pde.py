@@ -57,7 +57,8 @@ class Config:
     def check(self) -> None:
         if self.beta <= 0 or self.dt <= 0 or self.t1 <= 0 or self.amplitude < 0:
             raise ValueError("beta, dt and t1 must be > 0, amplitude >= 0.")
-        if not self.sizes or min(self.sizes) < 2 or self.seeds < 1 or self.saves < 2 or self.grid < 8:
+        small = not self.sizes or min(self.sizes) < 2 or self.seeds < 1
+        if small or self.saves < 2 or self.grid < 8:
             raise ValueError("sizes >= 2, seeds >= 1, saves >= 2 and grid >= 8.")
         if len(set(self.sizes)) < 2:
             raise ValueError(
