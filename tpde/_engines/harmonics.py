@@ -279,11 +279,18 @@ def harmonics_refusal(points, weights, beta) -> str | None:
 
 
 #: "auto" takes the harmonics engine for clouds of n ≥ HARMONICS_TOKENS_PER_TERM·(L + 1)²
-#: tokens (measured in benchmarks/sphere_harmonics.py against SDPA, float64).
-HARMONICS_TOKENS_PER_TERM = 4
-HARMONICS_MIN_TOKENS = 2048
+#: tokens, and at least HARMONICS_MIN_TOKENS (its fixed cost of small operations).
+HARMONICS_TOKENS_PER_TERM = 2
+HARMONICS_MIN_TOKENS = 1500
 
 
 def pick_harmonics(n: int, L: int) -> bool:
-    """The ``"auto"`` rule: harmonics for clouds of n tokens at degree L (module constants)."""
+    """The ``"auto"`` rule: harmonics for clouds of n tokens at degree L.
+
+    Per token the engine costs ~16(L + 1)² multiply-adds against SDPA's ~10n, hence
+    n ≥ 2(L + 1)²; below ~1500 tokens its fixed cost loses. Measured with
+    ``benchmarks/sphere_harmonics.py --crossover`` (SA, float64, one core, load 3–4): SDPA
+    wins up to N = 1000 (×0.4 at β = 1, ×0.75 at β = 10), harmonics from N = 2000 (×3.8
+    at β = 1, ×1.9 at β = 10) and ×5–9 at N = 8000.
+    """
     return n >= max(HARMONICS_MIN_TOKENS, HARMONICS_TOKENS_PER_TERM * (L + 1) ** 2)
