@@ -72,6 +72,12 @@ __all__ = [
 ]
 
 
+# Tokens per block, over all the clouds of a batch (a block's tables stay in the cache),
+# and at least BLOCK_MIN per cloud.
+BLOCK_TOKENS = 2**12
+BLOCK_MIN = 256
+
+
 def spherical_ive(beta: torch.Tensor, lmax: int) -> torch.Tensor:
     """c_l = e^{−β}(2l + 1)i_l(β) for l = 0 … lmax, shape (..., lmax + 1), float64; β > 0.
 
@@ -223,7 +229,8 @@ def sphere_sums(points: torch.Tensor, weights: torch.Tensor, beta, L: int | None
         mo = (w * odd.unsqueeze(-2)).flatten(-2).transpose(-1, -2) @ sin
         return me, mo  # (B, 4·rows, L + 1), (B, 4·rows, L)
 
-    parts = _blocks(moments, tokens, channels, grad=grad)
+    rows = max(BLOCK_MIN, BLOCK_TOKENS // tokens.shape[0])  # tokens of all clouds per block
+    parts = _blocks(moments, tokens, channels, grad=grad, rows=rows)
     me = sum(p[0] for p in parts).unflatten(-2, (4, -1))  # (B, 4, rows, L + 1)
     mo = sum(p[1] for p in parts).unflatten(-2, (4, -1))
     ge = torch.einsum("brkj,bcrj->bkcr", k_even, me).flatten(-2)  # (B, L + 1, 4·rows)
@@ -235,7 +242,7 @@ def sphere_sums(points: torch.Tensor, weights: torch.Tensor, beta, L: int | None
         so = (sin @ go).unflatten(-1, (4, -1)) @ odd.unsqueeze(-1)
         return (se + so).squeeze(-1)  # (B, b, 4)
 
-    out = torch.cat(_blocks(combine, tokens, grad=grad), dim=-2)
+    out = torch.cat(_blocks(combine, tokens, grad=grad, rows=rows), dim=-2)
     return out.reshape(*batch, *out.shape[-2:])
 
 
