@@ -108,7 +108,8 @@ def sampled_density_stats(mu, delta: float, pairs: int, generator) -> tuple[np.n
     """:func:`density_stats` of clouds of equally weighted tokens from ``pairs`` pairs i ≠ j
     drawn uniformly per cloud (the same index pairs in every cloud): each cloud's share of
     linked pairs is then an unbiased estimate (binomial error ≤ 0.5/√pairs, inside the
-    standard error over the systems), O(pairs·d) per cloud instead of O(n²d) — for clouds
+    standard error over the systems; with one system, the standard error is that binomial
+    error alone), O(pairs·d) per cloud instead of O(n²d) — for clouds
     of thousands of tokens, where the exact count costs more than the flow."""
     points = mu.points
     n = points.shape[-2]
@@ -117,8 +118,12 @@ def sampled_density_stats(mu, delta: float, pairs: int, generator) -> tuple[np.n
     cosine = (points[..., first, :] * points[..., second, :]).sum(-1)
     per_system = (cosine > 1 - delta).to(torch.float64).mean(-1)  # (nβ, S)
     count = per_system.shape[-1]
-    spread = per_system.std(-1) if count > 1 else torch.zeros_like(per_system[..., 0])
-    return per_system.mean(-1).cpu().numpy(), (spread / math.sqrt(count)).cpu().numpy()
+    mean = per_system.mean(-1)
+    if count > 1:
+        se = per_system.std(-1) / math.sqrt(count)
+    else:  # one system: only the binomial error of the sampled pairs is known
+        se = torch.sqrt(mean * (1 - mean) / pairs)
+    return mean.cpu().numpy(), se.cpu().numpy()
 
 
 class DiagramRun:

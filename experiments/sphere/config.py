@@ -136,7 +136,7 @@ QUICK = {
     "scheme_dt": "0.2",
     "blowup_tokens": "128",
     "movie_frames": "16",
-    "large_tokens": "2048",
-    "large_systems": "2",
+    "large_tokens": "1024",
+    "large_systems": "1",
     "large_pairs": "5000",
 }
