@@ -15,8 +15,18 @@ relative to the largest entry of the pairwise engine's output. At N = 10⁶ no p
 engine finishes (10¹² pairs): the error is taken on 64 random tokens against their dense
 rows.
 
-Measured on the shared 2-core machine (float64, load 3–4 from other jobs; see the report
-of issue 29 for the numbers of one run).
+Measured on the shared 2-core machine (float64, one run, load 6–8 from other jobs: the
+seconds move with the load, the ratios less), ``--betas 1 10``:
+
+    N = 10⁴:  SA ×9.9 (β = 1), ×7.9 (β = 10) against SDPA; USA ×21, ×8.7 against tiled
+    N = 10⁵:  SA ×207, ×135 (harmonics 0.31 s, 0.53 s; SDPA 63 s, 72 s); USA ×199, ×146
+    N = 10⁶:  SA 2.4 s (β = 1, L = 18), 15 s (β = 10, L = 38) on one thread at load 8;
+              0.79 s and 1.83 s on 2 threads at load 3.5 (a separate timing)
+    max rel. error: ≤ 2e-13 against SDPA (10⁴, 10⁵), ≤ 1.3e-13 against dense rows (10⁶)
+
+``--crossover`` (SA, one thread, load 3–4): SDPA wins to N = 1000 (harmonics ×0.4 at
+β = 1, ×0.75 at β = 10), the harmonics engine from N = 2000 (×3.8, ×1.9), ×5–9 at 8000:
+:func:`tpde._engines.harmonics.pick_harmonics`.
 """
 
 from __future__ import annotations
