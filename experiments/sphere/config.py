@@ -33,6 +33,12 @@ class Config:
     checkpoints: int = 200
     dims: tuple[int, ...] = (2, 3)
     steps_per_checkpoint: int = 1  # RK4 steps per checkpoint interval (30/199 ≈ 0.15)
+    # (a') the d = 3 diagram at many tokens per cloud (harmonics engine), every
+    # large_every-th β of the diagram, the density from large_pairs sampled pairs per cloud
+    large_tokens: int = 4096
+    large_systems: int = 4
+    large_every: int = 6
+    large_pairs: int = 20_000
     cluster_seeds: int = 20
     cluster_beta: float = 1.0
     cluster_dim: int = 3
@@ -63,6 +69,14 @@ class Config:
             raise ValueError("checkpoints, scheme_saves and movie_frames must be >= 2.")
         if min(self.steps_per_checkpoint, self.cluster_seeds) < 1:
             raise ValueError("steps_per_checkpoint and cluster_seeds must be >= 1.")
+        if min(self.large_systems, self.large_every, self.large_pairs) < 1 or (
+            self.large_tokens < 2
+        ):
+            raise ValueError(
+                "large_systems, large_every and large_pairs must be >= 1 and large_tokens >= 2; "
+                f"received {self.large_systems}, {self.large_every}, {self.large_pairs}, "
+                f"{self.large_tokens}."
+            )
         if self.cluster_dim < 3:
             raise ValueError(f"cluster_dim must be >= 3 (GLPR's one-cluster theorem is for "
                              f"d >= 3); received {self.cluster_dim}.")  # fmt: skip
@@ -108,7 +122,9 @@ class Config:
         blowup = 3 * self.blowup_tokens * (self.blowup_tokens + 121 * self.blowup_dim)
         seeds = self.cluster_seeds * self.tokens * (self.tokens + 6 * self.cluster_dim)
         movie = self.tokens * (self.tokens + 2 * self.movie_frames)
-        return 8 * max(diagram, schemes, blowup, seeds, movie)
+        large_betas = -(-self.betas // self.large_every)
+        large = large_betas * self.large_systems * self.large_tokens * 3 * 8 + 3 * self.large_pairs
+        return 8 * max(diagram, schemes, blowup, seeds, movie, large)
 
 
 QUICK = {
@@ -120,4 +136,7 @@ QUICK = {
     "scheme_dt": "0.2",
     "blowup_tokens": "128",
     "movie_frames": "16",
+    "large_tokens": "1024",
+    "large_systems": "1",
+    "large_pairs": "5000",
 }

@@ -4,17 +4,24 @@ import math
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 from tpde import experiments
 from tpde.experiments import framework as fw
-from tpde.experiments.common.sphere_diagram import checkpoint_times, systems_for
+from tpde.experiments.common.sphere_diagram import (
+    checkpoint_times,
+    sampled_density_stats,
+    systems_for,
+)
+from tpde.measures import Empirical, uniform_on_sphere
 from tpde.metrics import cluster_density
 
 TINY = {
     "systems": 4, "tokens": 8, "betas": 3, "t1": 8.0, "checkpoints": 9, "cluster_seeds": 3,
     "scheme_tokens": 8, "scheme_saves": 11, "scheme_t1": 10.0, "scheme_dt": 0.2,
     "blowup_tokens": 16, "blowup_t1": 8.0, "movie_frames": 4,
+    "large_tokens": 48, "large_systems": 2, "large_every": 2, "large_pairs": 400,
 }  # fmt: skip
 
 
@@ -45,6 +52,31 @@ def test_tiny_run_writes_its_data_figures_and_report(tiny):
         mu = systems_for(3, 4, 8, d, fw.torch_generator(100 * d))
         np.testing.assert_allclose(density[:, 0], cluster_density(mu).mean(-1).numpy())
         assert results[f"diagram_d{d}"]["rhs"] == 4 * 8  # RK4, one step per interval
+
+
+def test_large_diagram_is_the_diagram_of_every_other_beta_from_sampled_pairs(tiny):
+    _, _, _, report, (_, arrays, results) = tiny
+    large = results["large_diagram_d3"]
+    np.testing.assert_allclose(large["betas"], arrays["betas"][::2])
+    density, se = arrays["large_density_d3"], arrays["large_density_se_d3"]
+    assert density.shape == se.shape == (2, 9) and (se >= 0).all()
+    assert ((density >= 0) & (density <= 1)).all()
+    assert large["rhs"] == 4 * 8
+    # β = 0.1 gathers into (nearly) one cluster by t = 8, from 5e-4 linked pairs at t = 0
+    assert density[0, 0] < 0.01 and density[0, -1] > 0.9
+    assert any("tokens per cloud is the mean-field one" in c.claim for c in report.claims)
+
+
+def test_sampled_pairs_estimate_the_exact_density():
+    """The sampled share of linked pairs against the exact one on clustered clouds."""
+    generator = torch.Generator().manual_seed(3)
+    centres = uniform_on_sphere(3, 3, generator=generator).points
+    noise = 1e-2 * torch.randn(2, 4, 300, 3, generator=generator, dtype=torch.float64)
+    points = torch.nn.functional.normalize(centres[torch.arange(300) % 3] + noise, dim=-1)
+    mu = Empirical(points)
+    exact = cluster_density(mu, 2e-4).mean(-1).numpy()
+    mean, se = sampled_density_stats(mu, 2e-4, 40_000, generator)
+    assert (np.abs(mean - exact) < 0.02).all() and (se < 0.05).all()
 
 
 def test_tiny_run_shows_what_the_papers_claim(tiny):
@@ -83,6 +115,7 @@ def test_tiny_run_shows_what_the_papers_claim(tiny):
         ({"cluster_dim": "2"}, r"cluster_dim must be >= 3"),
         ({"schemes": "post-ln,rms"}, r"schemes must be among post-ln, .*; received rms"),
         ({"ngpt_alpha": "0"}, r"these must be > 0: ngpt_alpha = 0\.0"),
+        ({"large_tokens": "1"}, r"large_tokens >= 2; received 4, 6, 20000, 1"),
     ],
 )  # fmt: skip
 def test_bad_configs_are_refused_before_running(overrides, match):

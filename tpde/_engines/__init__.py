@@ -17,8 +17,12 @@ Engines (the word *engine* is used for nothing else in tpde):
   reduction: the fields whose sums it expresses (:class:`~tpde.fields.Softmax`,
   :class:`~tpde.fields.Exponential` with A = βI, V = vI, d = 2, at the tokens themselves)
   call it directly.
+- ``"harmonics"``: the same kernel for tokens on the sphere S² (d = 3) in real spherical
+  harmonics (:mod:`tpde._engines.harmonics`), exact to rounding in O(n·L²); called, like
+  "spectral", by the fields it applies to.
 - ``"auto"``: the rule of :func:`pick_engine`, from measurements in ``benchmarks/fields.py``
-  (and :func:`~tpde._engines.spectral.pick_spectral`, ``benchmarks/spectral.py``).
+  (and :func:`~tpde._engines.spectral.pick_spectral`, ``benchmarks/spectral.py``;
+  :func:`~tpde._engines.harmonics.pick_harmonics`, ``benchmarks/sphere_harmonics.py``).
 
 Primitives: :func:`softmax_average` (every engine; its weights as a matrix:
 :func:`softmax_weights`, the dense engine's) and :func:`kernel_sum`, the
@@ -73,7 +77,7 @@ __all__ = [
     "softmax_weights",
 ]
 
-ENGINES = ("auto", "dense", "chunked", "sdpa", "keops", "tiled", "spectral")
+ENGINES = ("auto", "dense", "chunked", "sdpa", "keops", "tiled", "spectral", "harmonics")
 
 # Below this many score entries the dense matrix is cheapest and its memory negligible.
 DENSE_LIMIT = 2**16
@@ -101,6 +105,13 @@ def _engine_for(table: dict, engine: str, what: str):
             f"engine 'spectral' does not compute general {what}: it sums the isotropic kernel "
             "e^{β⟨x, y⟩} of tokens on the unit circle, for Softmax and Exponential attention "
             "with A = βI (β > 0), V = vI and d = 2, at the tokens themselves. Use "
+            f"engine='auto' or one of {', '.join(repr(e) for e in table)}."
+        )
+    if engine == "harmonics":
+        raise ValueError(
+            f"engine 'harmonics' does not compute general {what}: it sums the isotropic kernel "
+            "e^{β⟨x, y⟩} of tokens on the unit sphere S², for Softmax and Exponential attention "
+            "with A = βI (β > 0), V = vI and d = 3, at the tokens themselves. Use "
             f"engine='auto' or one of {', '.join(repr(e) for e in table)}."
         )
     if engine not in table:

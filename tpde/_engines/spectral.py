@@ -145,8 +145,8 @@ def _tables(points: torch.Tensor, R: int, H: int) -> tuple[torch.Tensor, torch.T
     return low, torch.stack(cos_high + sin_high, dim=-2)
 
 
-def _blocks(function, *tensors, grad: bool) -> list:
-    """[function(*column blocks)] over BLOCK_ROWS-token blocks of the (..., ·, n) tensors.
+def _blocks(function, *tensors, grad: bool, rows: int = BLOCK_ROWS) -> list:
+    """[function(*column blocks)] over ``rows``-token blocks of the (..., ·, n) tensors.
 
     With ``grad`` (autograd records the sums): one block after the other, each
     checkpointed (its tables recomputed in the backward pass, not stored). Else the blocks
@@ -155,8 +155,8 @@ def _blocks(function, *tensors, grad: bool) -> list:
     each), since torch's own threading pays a barrier per small operation — with 2 threads
     on a busy 2-core machine, 7–10 s instead of 0.9 s at 10⁶ tokens.
     """
-    starts = range(0, tensors[0].shape[-1], BLOCK_ROWS)
-    blocks = [[t[..., s : s + BLOCK_ROWS] for t in tensors] for s in starts]
+    starts = range(0, tensors[0].shape[-1], rows)
+    blocks = [[t[..., s : s + rows] for t in tensors] for s in starts]
     if grad:
         return [checkpoint(function, *block, use_reentrant=False) for block in blocks]
     out = [None] * len(blocks)

@@ -375,10 +375,12 @@ class Field:
             of it) uses positions (:attr:`needs_positions`), refused otherwise.
         t : float
             Depth-time, for time-dependent parameters.
-        engine : {"auto", "dense", "chunked", "sdpa", "keops", "tiled", "spectral"}
-            How the pairwise sum is computed (see :mod:`tpde._engines`; "spectral": softmax
-            and exponential attention with A = βI, V = vI on the circle; "tiled": the
-            unnormalised kernel sums of sigmoid, linear and exponential attention).
+        engine : str
+            One of "auto", "dense", "chunked", "sdpa", "keops", "tiled", "spectral",
+            "harmonics": how the pairwise sum is computed (see :mod:`tpde._engines`;
+            "spectral" and "harmonics": softmax and exponential attention with A = βI,
+            V = vI on the circle S¹ and on the sphere S²; "tiled": the unnormalised kernel
+            sums of sigmoid, linear and exponential attention).
         info : InnerSolves, optional
             Collects the reports of inner solves (Sinkhorn scalings); a failed solve also
             warns (e.g. :class:`~tpde.fields.SinkhornNotConverged`).

@@ -1,4 +1,5 @@
-"""When a field's pairwise sum runs on the spectral engine: isotropic tokens on the circle."""
+"""When a field's pairwise sum runs on a sphere engine: isotropic tokens on S¹ ("spectral",
+Fourier series) or on S² ("harmonics", spherical harmonics)."""
 
 from __future__ import annotations
 
@@ -6,40 +7,68 @@ import math
 
 import torch
 
-from tpde._engines.spectral import pick_spectral, spectral_refusal, truncation
+from tpde._engines import harmonics, spectral
 from tpde.fields.base import queries_are_keys
 from tpde.measures import Empirical
 
-__all__ = ["circle_route"]
+__all__ = ["circle_route", "route_exp_sum", "route_softmax"]
+
+#: The sphere engines by dimension: S¹ (d = 2) and S² (d = 3).
+_ENGINE_OF_DIM = {2: "spectral", 3: "harmonics"}
+_SPHERE = {"spectral": "the circle S¹", "harmonics": "the sphere S²"}
 
 
 def circle_route(field, mu: Empirical, x, engine: str, own=None):
-    """(β, v) when the spectral engine computes ``field``'s sum at x, else None.
+    """(engine, β, v) when a sphere engine computes ``field``'s sum at x, else None.
 
     The sums Σ_j w_j e^{β⟨x_i, x_j⟩}(1, x_j) of Softmax and Exponential attention run on
-    :mod:`tpde._engines.spectral` when A = βI with β > 0 (constant, bias-free, outside
-    autograd; one β per batch element), V = vI, d = 2, x is μ's own tokens (``own``, as the
-    caller says it: :func:`~tpde.fields.base.queries_are_keys`), every token on the unit
-    circle and every weight > 0. ``engine="auto"`` takes it there when it wins
-    (:func:`~tpde._engines.spectral.pick_spectral`); ``engine="spectral"`` where it does not
-    apply raises a ValueError naming the condition that fails.
+    :mod:`tpde._engines.spectral` (d = 2, tokens on the unit circle) or
+    :mod:`tpde._engines.harmonics` (d = 3, tokens on the unit sphere) when A = βI with
+    β > 0 (constant, bias-free, outside autograd; one β per batch element), V = vI, x is
+    μ's own tokens (``own``, as the caller says it:
+    :func:`~tpde.fields.base.queries_are_keys`) and every weight > 0. ``engine="auto"``
+    takes them there when they win (:func:`~tpde._engines.spectral.pick_spectral`,
+    :func:`~tpde._engines.harmonics.pick_harmonics`); ``engine="spectral"`` or
+    ``"harmonics"`` where it does not apply raises a ValueError naming the condition that
+    fails.
 
     Returns
     -------
-    None, or β of shape (...) and v of shape (..., 1, 1) (the parameters' batch shape).
+    None, or ("spectral" or "harmonics", β of shape (...), v of shape (..., 1, 1)).
     """
-    if engine not in ("auto", "spectral"):
+    if engine not in ("auto", "spectral", "harmonics"):
         return None
-    reason, route = _route(field.params, mu, x, engine == "auto", own)
-    if reason is not None and engine == "spectral":
+    name = _ENGINE_OF_DIM.get(x.shape[-1]) if engine == "auto" else engine
+    if name is None:
+        return None
+    reason, route = _route(field.params, mu, x, engine == "auto", name, own)
+    if reason is not None and engine != "auto":
         raise ValueError(
-            f"engine 'spectral' does not apply to this {type(field).__name__} field: {reason}."
+            f"engine '{engine}' does not apply to this {type(field).__name__} field: {reason}."
         )
-    return route
+    return None if route is None else (name, *route)
 
 
-def _route(params, mu: Empirical, x, auto: bool, own):
-    """(reason it does not apply or None, (β, v) or None)."""
+def route_softmax(route, x, weights):
+    """The softmax average of :func:`circle_route`'s engine: v·Σ_j w_j k_ij x_j / Σ_j w_j k_ij."""
+    name, beta, value = route
+    average = (
+        spectral.softmax_average_spectral
+        if name == "spectral"
+        else (harmonics.softmax_average_harmonics)
+    )
+    return value * average(x, weights, beta)
+
+
+def route_exp_sum(route, x, weights):
+    """The unnormalised sum of :func:`circle_route`'s engine: v·Σ_j w_j e^{β⟨x_i, x_j⟩} x_j."""
+    name, beta, value = route
+    total = spectral.exp_sum_spectral if name == "spectral" else harmonics.exp_sum_harmonics
+    return value * total(x, weights, beta)
+
+
+def _route(params, mu: Empirical, x, auto: bool, name: str, own):
+    """(reason it does not apply or None, (β, v) or None) for engine ``name``."""
     scalar = params.isotropic_interaction(x)
     if scalar is None:
         return (
@@ -49,8 +78,9 @@ def _route(params, mu: Empirical, x, auto: bool, own):
     value = params.isotropic_value(x)
     if value is None:
         return "it needs V = vI (a multiple of the identity)", None
-    if x.shape[-1] != 2:
-        return f"it needs tokens in d = 2 (the circle S¹); these have d = {x.shape[-1]}", None
+    dim = 2 if name == "spectral" else 3
+    if x.shape[-1] != dim:
+        return f"it needs tokens in d = {dim} ({_SPHERE[name]}); these have d = {x.shape[-1]}", None
     if not queries_are_keys(own, x, mu):
         return (
             "it evaluates the field at μ's own tokens (the particle flow), not at other points "
@@ -63,8 +93,12 @@ def _route(params, mu: Empirical, x, auto: bool, own):
             return "β ≤ 0 or a weight of 0", None
         batch = torch.broadcast_shapes(x.shape[:-2], beta.shape)
         floor = float(weights.min() / weights.sum())
-        K = truncation(float(beta.max()), x.dtype, floor)
-        if not pick_spectral(x.shape[-2], K, math.prod(batch)):
+        engine = spectral if name == "spectral" else harmonics
+        K = engine.truncation(float(beta.max()), x.dtype, floor)
+        if name == "spectral" and not spectral.pick_spectral(x.shape[-2], K, math.prod(batch)):
             return "too few tokens to win", None
-    reason = spectral_refusal(x, mu.weights, beta)
+        if name == "harmonics" and not harmonics.pick_harmonics(x.shape[-2], K):
+            return "too few tokens to win", None
+    refusal = spectral.spectral_refusal if name == "spectral" else harmonics.harmonics_refusal
+    reason = refusal(x, mu.weights, beta)
     return (reason, None) if reason is not None else (None, (beta, value))

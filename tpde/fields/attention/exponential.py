@@ -5,8 +5,7 @@ from __future__ import annotations
 import torch
 
 from tpde._engines import kernel_sum
-from tpde._engines.spectral import exp_sum_spectral
-from tpde.fields.attention._circle import circle_route
+from tpde.fields.attention._circle import circle_route, route_exp_sum
 from tpde.fields.base import Field
 from tpde.fields.forms import KernelForm, key_log_weights
 from tpde.fields.params import QKV
@@ -46,7 +45,9 @@ class Exponential(Field):
     dense for small n, then tiled on the CPU, KeOps on CUDA); "sdpa" always normalises and
     raises. On the circle (d = 2, tokens of norm 1) with A = βI, β > 0, and V = vI, the
     "spectral" engine sums the Fourier series of e^{β cos(θ − φ)} exactly to rounding in
-    O(n·K) (:mod:`tpde._engines.spectral`), and "auto" takes it for large clouds. Scores
+    O(n·K) (:mod:`tpde._engines.spectral`), on the sphere S² (d = 3) the "harmonics"
+    engine its spherical-harmonic series in O(n·L²) (:mod:`tpde._engines.harmonics`), and
+    "auto" takes them for large clouds. Scores
     beyond the dtype's exponent range overflow (e^{710} in float64): the velocity then
     raises OverflowError.
 
@@ -66,9 +67,8 @@ class Exponential(Field):
         self, t, mu: Empirical, x, engine: str, info=None, *, own=None
     ) -> torch.Tensor:
         route = circle_route(self, mu, x, engine, own)
-        if route is not None:  # A = βI, V = vI on the circle: the Fourier series
-            beta, value = route
-            return value * exp_sum_spectral(x, mu.weights, beta)
+        if route is not None:  # A = βI, V = vI on S¹ or S²: Fourier or harmonic series
+            return route_exp_sum(route, x, mu.weights)
         p = self.params.at(t, like=x)
         points, weights = mu.points, mu.weights
         scalar = self.params.isotropic_interaction(x)

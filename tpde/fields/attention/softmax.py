@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from tpde._engines.spectral import softmax_average_spectral
 from tpde._validation import as_tensor
-from tpde.fields.attention._circle import circle_route
+from tpde.fields.attention._circle import circle_route, route_softmax
 from tpde.fields.base import AffineDerivative, Field
 from tpde.fields.forms import SoftmaxForm, key_log_weights
 from tpde.fields.gradient_flow.softmax_energy import (
@@ -50,7 +49,9 @@ class Softmax(Field):
     the softmax as log-weights, so a particle of weight 2/n equals two copies of weight 1/n.
     On the circle (d = 2, tokens of norm 1) with A = βI, β > 0, and V = vI the sum is a
     Fourier series in the tokens' angles, exact to rounding in O(n·K): the "spectral" engine
-    (:mod:`tpde._engines.spectral`), taken by ``engine="auto"`` for large clouds.
+    (:mod:`tpde._engines.spectral`), taken by ``engine="auto"`` for large clouds; on the
+    sphere S² (d = 3) likewise a spherical-harmonic series in O(n·L²): the "harmonics"
+    engine (:mod:`tpde._engines.harmonics`).
     Gaussian closure (tilt lemma, MATH.md §3): Γ[N(α, Σ)](x) = V(α + ΣAx), so
     α̇ = V(I + ΣA)α and Σ̇ = VΣAΣ + ΣAᵀΣVᵀ. With biases the tilt is by Ax + c:
     Γ[N(α, Σ)](x) = V(α + Σc) + b_v + VΣAx, still affine.
@@ -104,9 +105,8 @@ class Softmax(Field):
         self, t, mu: Empirical, x, engine: str, info=None, *, own=None
     ) -> torch.Tensor:
         route = circle_route(self, mu, x, engine, own)
-        if route is not None:  # A = βI, V = vI on the circle: the Fourier series
-            beta, value = route
-            return value * softmax_average_spectral(x, mu.weights, beta)
+        if route is not None:  # A = βI, V = vI on S¹ or S²: Fourier or harmonic series
+            return route_softmax(route, x, mu.weights)
         return self.softmax_form(t, mu, x).velocity(engine)
 
     def gaussian_affine(self, t, mean, cov):

@@ -17,8 +17,8 @@ schemes (PreLN, PeriLN, RMSNorm, LayerNorm(placement="pre")) feed the field norm
 keys and queries; the tokens themselves live in R^d. The sphere schemes (tangent) evaluate
 the wrapped field at the normalised tokens, Γ[N#μ](N(x)): equal to Γ[μ](x) on the sphere,
 and off it (where Runge–Kutta stages evaluate) the 0-homogeneous extension, so that a field
-with a circle-only engine (softmax and exponential with A = βI on S¹: "spectral") keeps it
-at every stage.
+with a sphere-only engine (softmax and exponential with A = βI on S¹ or S²: "spectral",
+"harmonics") keeps it at every stage.
 
 A Transformer layer with two sublayers is a sum of two normalised fields, e.g. Llama's
 ``Normalized(attention, RMSNorm(g1)) + Normalized(swiglu, RMSNorm(g2))``

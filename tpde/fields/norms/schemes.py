@@ -161,8 +161,9 @@ def _check_atol(value):
 def _on_sphere(field, t, mu, x, engine, info) -> tuple[torch.Tensor, torch.Tensor]:
     """(Γ[N#μ](N(x)), N(x)) for the tangent sphere schemes: Γ[μ](x) on the sphere, and off
     it (where Runge–Kutta stages evaluate) the 0-homogeneous extension, so that a field with
-    a circle-only engine (softmax and exponential with A = βI on S¹: "spectral") keeps it at
-    every stage; N(x) is returned for the tangent projection (computed once)."""
+    a sphere-only engine (softmax and exponential with A = βI on S¹ or S²: "spectral",
+    "harmonics") keeps it at every stage; N(x) is returned for the tangent projection
+    (computed once)."""
     return _normalised_call(unit, field, t, mu, x, engine, info)
 
 

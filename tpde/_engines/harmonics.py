@@ -1,0 +1,305 @@
+r"""Harmonics engine: the isotropic exponential kernel on the sphere S² in spherical harmonics.
+
+For tokens on the unit sphere S² ⊂ R³ and the kernel e^{β⟨x, y⟩} (β > 0: A = βI), the
+Funk–Hecke expansion (Abramowitz & Stegun 10.2.36 with the addition theorem, DLMF 14.30.9)
+
+    e^{βt} = Σ_{l≥0} (2l + 1) i_l(β) P_l(t),
+    P_l(⟨x, y⟩) = 4π/(2l + 1) Σ_{m=0}^{l} ε_m Λ_l^m(cos θ_x) Λ_l^m(cos θ_y) cos m(φ_x − φ_y)
+
+(i_l the modified spherical Bessel function, Λ_l^m the fully normalised associated
+Legendre functions, ε_0 = 1, ε_m = 2) turns the pairwise sums of one token cloud, weights
+w_j, into sums of (L + 1)² real spherical harmonics:
+
+    S^{(r)}(x) := e^{−β} Σ_j w_j^{(r)} e^{β⟨x, x_j⟩},   w^{(0)} = w,  w^{(1, 2, 3)} = w ⊙ x,
+    S^{(r)}(x) = Σ_{l ≤ L} a_l Σ_m ε_m Λ_l^m(cos θ) Σ_j w_j^{(r)} Λ_l^m(cos θ_j)
+                 cos m(φ − φ_j) + (truncation),   a_l = 4π e^{−β} i_l(β).
+
+The softmax (SA) average is S^{(1..3)}/S^{(0)}, the unnormalised (USA) sum e^{β}S^{(1..3)}.
+
+Evaluation as a bilinear form. Λ_l^m(cos θ), with sin θ signed, is a trigonometric
+polynomial of degree l in θ: a cosine series for even m, a sine series for odd m, with
+coefficients C^m_{lk} bounded by the function itself (|Λ_l^m| ≤ √((2l + 1)/4π)) — unlike
+its monomial coefficients in cos θ, which reach 10¹⁰ by l = 60. So per token the sums are
+A(x)ᵀ G T(x): A = (cos mφ, sin mφ)_{m ≤ L} the azimuth table, T = (cos kθ)_{k ≤ L} or
+(sin kθ)_{1 ≤ k ≤ L} the polar table (both by complex products from e^{iθ} = z + i√(x₁² + x₂²)
+and e^{iφ} = (x₁ + ix₂)/sin θ, no trigonometric function), G = K^m M with the cloud's
+moments M_{(m, ·), k} = Σ_j w_j A_m(x_j) T_k(x_j) (one matrix product over the tokens) and
+the kernel matrix K^m = ε_m C^{mᵀ} diag(a) C^m of order m, (L + 1) × (L + 1). Cost: about
+8(L + 1)² multiply-adds per token and pass in matrix products (two passes: moments, then
+sums), O(n·L) elsewhere; O(L⁴) for the kernel matrices, cached per β.
+
+Truncation (the S¹ engine's rule, :mod:`tpde._engines.spectral`). The scaled coefficients
+c_l = e^{−β}(2l + 1)i_l(β) are positive with Σ_l c_l = 1 (e^{βt} at t = 1) and |P_l| ≤ 1, so
+dropping the degrees l > L changes S by at most W·τ(L), τ(L) = Σ_{l>L} c_l, W = Σ_j |w_j|;
+at a cloud's own tokens D_i ≥ w_i e^{β}, and :func:`truncation` takes the smallest L with
+τ(L) ≤ eps·min_i w_i/W: truncation never exceeds rounding. L = 11, 18, 38, 103 at
+β = 0.1, 1, 10, 100 (10⁶ tokens of weight 1/n, float64; 7, 12, 28, 78 in float32).
+
+Rounding: relative to e^{β}W, as on S¹ (module notes of :mod:`tpde._engines.spectral`), with
+a factor growing slowly with L from the sizes of the Legendre coefficients: measured against
+dense rows in float64, ≤ 2.3e-14 relative for β = 0.1 … 100 (2000 tokens), ≤ 1.3e-13 at 10⁶
+tokens (64 sampled rows, benchmarks/sphere_harmonics.py).
+
+Gradients: torch operations only, checkpointed per block of tokens; in the tokens and
+weights, not in β. The sums equal the kernel sums on the sphere, so derivatives along it
+are exact (a field wrapped in ``Normalized`` sees only those); the azimuth e^{iφ} divides
+by sin θ, so a token exactly at a pole (x₁ = x₂ = 0) has no derivative in its azimuth (its
+sums are still exact).
+
+Coefficients: the ratios r_l = i_l/i_{l−1} by the backward recurrence
+r_l = β/(2l + 1 + β r_{l+1}) (Miller's algorithm, i_l the minimal solution of
+i_{l−1} − i_{l+1} = (2l + 1)i_l/β), normalised by Σ_l c_l = 1; the Legendre coefficients by
+FFT of the stable three-term recurrence of Λ_l^m on a uniform θ grid of 2L + 4 points
+(exact for degree-L trigonometric polynomials).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import torch
+
+from tpde._engines.spectral import _blocks, _recurrence_length
+
+__all__ = [
+    "HARMONICS_MIN_TOKENS",
+    "exp_sum_harmonics",
+    "harmonics_refusal",
+    "pick_harmonics",
+    "softmax_average_harmonics",
+    "sphere_sums",
+    "spherical_ive",
+    "truncation",
+]
+
+
+# Tokens per block, over all the clouds of a batch (a block's tables stay in the cache),
+# and at least BLOCK_MIN per cloud.
+BLOCK_TOKENS = 2**12
+BLOCK_MIN = 256
+
+
+def spherical_ive(beta: torch.Tensor, lmax: int) -> torch.Tensor:
+    """c_l = e^{−β}(2l + 1)i_l(β) for l = 0 … lmax, shape (..., lmax + 1), float64; β > 0.
+
+    i_l(β) = √(π/2β) I_{l+1/2}(β); Σ_{l≥0} c_l = 1. Miller's backward recurrence on the
+    ratios from l = M ≫ β, normalised by that sum.
+    """
+    beta = torch.as_tensor(beta, dtype=torch.float64, device=getattr(beta, "device", "cpu"))
+    length = max(lmax, _recurrence_length(float(beta.max())))
+    ratios, r = [], torch.zeros_like(beta)
+    for l in range(length, 0, -1):
+        r = beta / (2 * l + 1 + beta * r)
+        ratios.append(r)
+    products = torch.cumprod(torch.stack(ratios[::-1], dim=-1), dim=-1)  # i_l/i_0, l ≥ 1
+    odd = torch.arange(3, 2 * length + 2, 2, dtype=torch.float64, device=beta.device)
+    c0 = 1 / (1 + (odd * products).sum(-1, keepdim=True))
+    return torch.cat([c0, c0 * odd[:lmax] * products[..., :lmax]], dim=-1)
+
+
+def truncation(beta_max: float, dtype: torch.dtype, floor: float) -> int:
+    """The degree L: the smallest with τ(L) = Σ_{l>L} c_l ≤ eps·floor (module notes)."""
+    return _coefficients((float(beta_max),), torch.finfo(dtype).eps * floor)[0]
+
+
+@functools.lru_cache(maxsize=64)
+def _coefficients(betas: tuple[float, ...], target: float) -> tuple[int, torch.Tensor]:
+    """(L, c_l for l ≤ L, shape (len(betas), L + 1)): L the smallest with τ(L) ≤ target."""
+    beta = torch.tensor(betas, dtype=torch.float64)
+    c = spherical_ive(beta, _recurrence_length(max(betas)))
+    tails = torch.flip(torch.cumsum(torch.flip(c, [-1]), -1), [-1])  # tails[l] = τ(l − 1)
+    above = (tails > target).any(0).nonzero()
+    L = int(above[-1, 0]) if len(above) else 0
+    return L, c[:, : L + 1]
+
+
+@functools.lru_cache(maxsize=16)
+def legendre_fourier(L: int) -> torch.Tensor:
+    """C of shape (L + 1, L + 1, L + 1): Λ_l^m(cos θ) = Σ_k C[m, l, k] cos kθ (m even) or
+    sin kθ (m odd), θ ∈ R (sin θ signed), Λ_l^m = 0 for l < m; float64."""
+    points = 2 * L + 4
+    theta = torch.arange(points, dtype=torch.float64) * (2 * math.pi / points)
+    z, s = torch.cos(theta), torch.sin(theta)
+    table = torch.zeros(L + 1, L + 1, points, dtype=torch.float64)
+    diagonal = torch.full_like(theta, 1 / math.sqrt(4 * math.pi))
+    for m in range(L + 1):
+        if m > 0:
+            diagonal = math.sqrt((2 * m + 1) / (2 * m)) * s * diagonal
+        table[m, m] = diagonal
+        if m < L:
+            table[m, m + 1] = math.sqrt(2 * m + 3) * z * diagonal
+        for l in range(m + 2, L + 1):
+            a = math.sqrt((4 * l * l - 1) / (l * l - m * m))
+            b = math.sqrt(((l - 1) ** 2 - m * m) / (4 * (l - 1) ** 2 - 1))
+            table[m, l] = a * (z * table[m, l - 1] - b * table[m, l - 2])
+    spectrum = torch.fft.rfft(table, dim=-1)[..., : L + 1] * (2 / points)
+    cosines = spectrum.real.clone()
+    cosines[..., 0] /= 2
+    sines = -spectrum.imag
+    odd = (torch.arange(L + 1) % 2 == 1)[:, None, None]
+    return torch.where(odd, sines, cosines)
+
+
+@functools.lru_cache(maxsize=64)
+def _kernels(betas: tuple[float, ...], target: float, L: int | None):
+    """(L, rows of the even and odd groups, their kernel matrices): for each azimuth row
+    (cos mφ or sin mφ) K^m = ε_m C^{mᵀ} diag(a) C^m, shape (B, rows, k, k) (module notes)."""
+    if L is None:
+        L, c = _coefficients(betas, target)
+    else:
+        c = spherical_ive(torch.tensor(betas, dtype=torch.float64), L)
+    degrees = torch.arange(L + 1, dtype=torch.float64)
+    a = 4 * math.pi * c / (2 * degrees + 1)  # (B, L + 1)
+    C = legendre_fourier(L)
+    epsilon = torch.where(degrees > 0, 2.0, 1.0)  # ε_m, m = 0 … L
+    kernel = epsilon[None, :, None, None] * torch.einsum("mlk,bl,mlj->bmkj", C, a, C)
+    even, odd = _rows(L)
+    return L, kernel[:, even], kernel[:, odd][..., 1:, 1:]  # odd orders: sin kθ, k ≥ 1
+
+
+def _rows(L: int) -> tuple[list[int], list[int]]:
+    """The order m of each column of the even and odd azimuth tables: (cos mφ, sin mφ)
+    pairs for m = 0, 2, 4, … and m = 1, 3, … (sin 0φ = 0 keeps the pairs aligned)."""
+    even = [m for m in range(0, L + 1, 2) for _ in range(2)]
+    odd = [m for m in range(1, L + 1, 2) for _ in range(2)]
+    return even, odd
+
+
+def _tables(x: torch.Tensor, L: int):
+    """The azimuth tables (cos mφ, sin mφ) of even and odd m ≤ L, shapes (..., b, ·), and
+    the polar tables cos kθ (k ≤ L) and sin kθ (1 ≤ k ≤ L) at tokens x of shape (..., 3, b):
+    powers of e^{iφ} = (x₁ + ix₂)/sin θ and e^{iθ} = x₃ + i sin θ by cumulative products
+    (error ≈ k ulp), token-major so that the sums below are contiguous."""
+    x1, x2, z = x[..., 0, :], x[..., 1, :], x[..., 2, :]
+    s = torch.sqrt(x1 * x1 + x2 * x2)
+    pole = s == 0
+    safe = torch.where(pole, torch.ones_like(s), s)
+    phi = torch.complex(torch.where(pole, torch.ones_like(s), x1 / safe), x2 / safe)
+    azimuth = torch.view_as_real(_powers(phi, L + 1))  # (..., b, L + 1, 2)
+    polar = _powers(torch.complex(z, s), L + 1)
+    even = azimuth[..., 0::2, :].flatten(-2)
+    odd = azimuth[..., 1::2, :].flatten(-2)
+    return even, odd, polar.real.contiguous(), polar.imag[..., 1:].contiguous()
+
+
+def _powers(e: torch.Tensor, count: int) -> torch.Tensor:
+    """(1, e, e², …, e^{count−1}), shape (..., b, count), complex."""
+    ones = torch.ones_like(e).unsqueeze(-1)
+    return torch.cumprod(torch.cat([ones, e.unsqueeze(-1).expand(*e.shape, count - 1)], -1), -1)
+
+
+def sphere_sums(points: torch.Tensor, weights: torch.Tensor, beta, L: int | None = None):
+    """e^{−β} Σ_j w_j e^{β⟨x_i, x_j⟩} (1, x_j) at every token x_i of the cloud.
+
+    Parameters
+    ----------
+    points : (..., n, 3), unit vectors (checked by :func:`harmonics_refusal`).
+    weights : (..., n) or (n,), positive.
+    beta : float or tensor (...,), > 0, broadcasting with the batch of the points.
+    L : int, optional
+        Highest degree kept; default :func:`truncation` (truncation below rounding).
+
+    Returns
+    -------
+    (..., n, 4): the scaled normaliser e^{−β}D_i and numerator e^{−β}N_i (module notes).
+    """
+    beta = torch.as_tensor(beta, dtype=points.dtype, device=points.device)
+    batch = torch.broadcast_shapes(points.shape[:-2], weights.shape[:-1], beta.shape)
+    points = points.expand(*batch, *points.shape[-2:]).reshape(-1, *points.shape[-2:])
+    weights = weights.to(points.dtype).expand(*batch, weights.shape[-1])
+    weights = weights.reshape(-1, 1, weights.shape[-1])
+    betas = tuple(beta.detach().expand(batch).reshape(-1).tolist())
+    distinct = sorted(set(betas))
+    floor = float((weights.detach().amin(-1) / weights.detach().sum(-1)).min())
+    eps = torch.finfo(points.dtype).eps
+    L, k_even, k_odd = _kernels(tuple(distinct), eps * floor, L)
+    if len(distinct) > 1:
+        pick = [distinct.index(b) for b in betas]
+        k_even, k_odd = k_even[pick], k_odd[pick]
+    k_even = k_even.to(device=points.device, dtype=points.dtype)
+    k_odd = k_odd.to(device=points.device, dtype=points.dtype)
+
+    tokens = points.transpose(-1, -2)  # (B, 3, n)
+    grad = torch.is_grad_enabled() and (points.requires_grad or weights.requires_grad)
+    channels = torch.cat([weights, weights * tokens], dim=-2)  # (B, 4, n)
+
+    def moments(x, w):
+        even, odd, cos, sin = _tables(x, L)
+        w = w.transpose(-1, -2).unsqueeze(-1)  # (B, b, 4, 1)
+        me = (w * even.unsqueeze(-2)).flatten(-2).transpose(-1, -2) @ cos
+        mo = (w * odd.unsqueeze(-2)).flatten(-2).transpose(-1, -2) @ sin
+        return me, mo  # (B, 4·rows, L + 1), (B, 4·rows, L)
+
+    rows = max(BLOCK_MIN, BLOCK_TOKENS // tokens.shape[0])  # tokens of all clouds per block
+    parts = _blocks(moments, tokens, channels, grad=grad, rows=rows)
+    me = sum(p[0] for p in parts).unflatten(-2, (4, -1))  # (B, 4, rows, L + 1)
+    mo = sum(p[1] for p in parts).unflatten(-2, (4, -1))
+    ge = torch.einsum("brkj,bcrj->bkcr", k_even, me).flatten(-2)  # (B, L + 1, 4·rows)
+    go = torch.einsum("brkj,bcrj->bkcr", k_odd, mo).flatten(-2)
+
+    def combine(x):
+        even, odd, cos, sin = _tables(x, L)
+        se = (cos @ ge).unflatten(-1, (4, -1)) @ even.unsqueeze(-1)  # (B, b, 4, 1)
+        so = (sin @ go).unflatten(-1, (4, -1)) @ odd.unsqueeze(-1)
+        return (se + so).squeeze(-1)  # (B, b, 4)
+
+    out = torch.cat(_blocks(combine, tokens, grad=grad, rows=rows), dim=-2)
+    return out.reshape(*batch, *out.shape[-2:])
+
+
+def softmax_average_harmonics(points, weights, beta, L=None) -> torch.Tensor:
+    """Σ_j w_j e^{β⟨x_i, x_j⟩} x_j / Σ_j w_j e^{β⟨x_i, x_j⟩} (SA), shape (..., n, 3)."""
+    sums = sphere_sums(points, weights, beta, L)
+    return sums[..., 1:] / sums[..., :1]
+
+
+def exp_sum_harmonics(points, weights, beta, L=None) -> torch.Tensor:
+    """Σ_j w_j e^{β⟨x_i, x_j⟩} x_j (USA), shape (..., n, 3); overflows where e^{β} does."""
+    beta = torch.as_tensor(beta, dtype=points.dtype, device=points.device)
+    sums = sphere_sums(points, weights, beta, L)
+    return torch.exp(beta).unsqueeze(-1).unsqueeze(-1) * sums[..., 1:]
+
+
+def harmonics_refusal(points, weights, beta) -> str | None:
+    """Why the harmonics engine does not apply to this cloud, or None where it does.
+
+    It needs d = 3, float32 or float64, β > 0, every token on the unit sphere
+    (| |x| − 1 | ≤ 16 eps) and every weight > 0 (the truncation's bound uses them).
+    """
+    if points.shape[-1] != 3:
+        return f"it needs tokens in d = 3 (the sphere S²); these have d = {points.shape[-1]}"
+    if points.dtype not in (torch.float32, torch.float64):
+        return f"it computes in float32 or float64; the tokens are {points.dtype}"
+    beta = torch.as_tensor(beta)
+    if not bool((beta > 0).all()):
+        return f"it needs β > 0 (A = βI); received β = {float(beta.min()):.4g}"
+    if not bool((weights > 0).all()):
+        return "it needs every token's weight > 0 (its truncation bound uses them)"
+    worst = float((points.detach().norm(dim=-1) - 1).abs().max())
+    tolerance = 16 * torch.finfo(points.dtype).eps
+    if worst > tolerance:
+        return (
+            f"it needs every token on the unit sphere; the norms are up to {worst:.3g} away "
+            f"from 1 (tolerance {tolerance:.3g}): normalise them (wrap the field in "
+            "Normalized(field, 'post-ln'))"
+        )
+    return None
+
+
+#: "auto" takes the harmonics engine for clouds of n ≥ HARMONICS_TOKENS_PER_TERM·(L + 1)²
+#: tokens, and at least HARMONICS_MIN_TOKENS (its fixed cost of small operations).
+HARMONICS_TOKENS_PER_TERM = 2
+HARMONICS_MIN_TOKENS = 1500
+
+
+def pick_harmonics(n: int, L: int) -> bool:
+    """The ``"auto"`` rule: harmonics for clouds of n tokens at degree L.
+
+    Per token the engine costs ~16(L + 1)² multiply-adds against SDPA's ~10n, hence
+    n ≥ 2(L + 1)²; below ~1500 tokens its fixed cost loses. Measured with
+    ``benchmarks/sphere_harmonics.py --crossover`` (SA, float64, one core, load 3–4): SDPA
+    wins up to N = 1000 (×0.4 at β = 1, ×0.75 at β = 10), harmonics from N = 2000 (×3.8
+    at β = 1, ×1.9 at β = 10) and ×5–9 at N = 8000.
+    """
+    return n >= max(HARMONICS_MIN_TOKENS, HARMONICS_TOKENS_PER_TERM * (L + 1) ** 2)
