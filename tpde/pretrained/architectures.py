@@ -21,6 +21,14 @@ bert           bert, roberta           LayerNorm  post        bidirectional MHA 
                                                               MLP; learned positions (RoBERTa:
                                                               offset pad + 1) and token types,
                                                               then the embedding LayerNorm
+gemma2         gemma2                  RMSNorm    sandwich    GQA + RoPE, query_pre_attn_scalar,
+                                                              score soft-cap; GeGLU (tanh); local/
+                                                              global layers; √d embedding; final
+                                                              logit soft-cap; gains 1 + w
+gemma3         gemma3_text             RMSNorm    sandwich    as gemma2 without soft-caps, per-head
+                                                              QK-RMSNorm, local RoPE base
+olmo2          olmo2                   RMSNorm    output      as llama, QK-RMSNorm over the whole
+                                                              projection
 =============  ======================  =========  ==========  =====================================
 
 Every layer is the field ``Normalized(attention, N₁) + Normalized(mlp, N₂)`` (MATH.md §8):
@@ -78,8 +86,11 @@ class Architecture:
     buffers : tuple of str
         Name endings of stored buffers the model recomputes (GPT-2's causal mask).
     norm : "rmsnorm" or "layernorm"
-    placement : "pre" or "post"
-    mlp : "swiglu" or "mlp"
+    placement : "pre", "post", "sandwich" or "output"
+        "sandwich": x ← x + N₂(f(N₁x)) on each sublayer (roles ``attn_norm``,
+        ``attn_post_norm``, ``mlp_norm``, ``mlp_post_norm``); "output": x ← x + N₂(f(x))
+        (roles ``attn_post_norm``, ``mlp_post_norm``) — :class:`~tpde.fields.Sandwich`.
+    mlp : "swiglu" (gated; its σ the ``activation`` key, silu by default) or "mlp"
     rotary : bool
         RoPE on queries and keys ("half" style); otherwise learned absolute positions.
     causal : bool
@@ -88,6 +99,8 @@ class Architecture:
     facts : dict
         What the files do not say and the entry fixes (documentation, and read by the
         builder: ``position_offset``, ``tied`` …).
+    gain_offset, embed_scale, qk_norm_whole, window_pattern
+        The Peri-LN families' pieces (comments at the fields).
     """
 
     family: str
@@ -106,6 +119,16 @@ class Architecture:
     conv1d: bool = False
     buffers: tuple[str, ...] = ()
     facts: dict = field(default_factory=dict)
+    # -- Peri-LN / output-norm families (Gemma-2/3, OLMo-2) ------------------------------
+    #: A norm's gain is ``gain_offset + w`` of the stored w (Gemma stores γ − 1: offset 1).
+    gain_offset: float = 0.0
+    #: Tokens embedded as √d·E[id] (Gemma).
+    embed_scale: bool = False
+    #: QK-norm over the whole projection (H·d_h; OLMo-2) instead of per head (d_h).
+    qk_norm_whole: bool = False
+    #: Local (sliding-window) and global layers: every ``window_pattern``-th layer global,
+    #: the others local (``layer_types`` in config.json overrides it); None: all alike.
+    window_pattern: int | None = None
 
 
 _ROPE_HONOURED = {
@@ -330,6 +353,124 @@ ARCHITECTURES: tuple[Architecture, ...] = (
         },
     ),
 )
+
+
+# ---------------------------------------------------------------------- Peri-LN / output norm
+# Gemma-2, Gemma-3 (text) and OLMo-2: a norm after each sublayer (and, for Gemma, one
+# before it too). Every piece is a field or an option of one (MATH.md §7, §8):
+#   Sandwich(N₁, N₂)             x ← x + N₂(f(N₁x))        (tpde.fields.Sandwich)
+#   GQA(scale=s**-0.5)           query_pre_attn_scalar s
+#   GQA(softcap=c)               scores c·tanh(s/c)        (Gemma-2: 50)
+#   GQA(q_norm, k_norm)          per head (Gemma-3) or over the projection (OLMo-2)
+#   SwiGLU(activation=gelu-tanh) GeGLU
+#   Transformer(logit_cap=c)     logits c·tanh(z/c)        (Gemma-2: 30)
+# Facts the files do not carry: Gemma-2 alternates local/global (pattern 2: layers 0, 2, …
+# local), Gemma-3 has 5 local : 1 global (pattern 6, ``sliding_window_pattern``), Gemma-3's
+# local RoPE base defaults to 10⁴ (``rope_local_base_freq``) and its global one to 10⁶.
+
+_GEMMA_KEYS = {
+    **_LLAMA_KEYS,
+    "activation": ("hidden_activation", "gelu_pytorch_tanh"),
+    "query_scalar": ("query_pre_attn_scalar", REQUIRED),
+    "attn_softcap": ("attn_logit_softcapping", None),
+    "logit_softcap": ("final_logit_softcapping", None),
+    "tied": ("tie_word_embeddings", True),
+}
+
+_GATED_BIASES = {
+    **dict.fromkeys("qkvo", "attention_bias"),
+    "gate": False,
+    "up": False,
+    "down": False,
+}
+
+_GEMMA_NAMES = {
+    **_LLAMA_NAMES,
+    "attn_post_norm": "model.layers.{l}.post_attention_layernorm",
+    "mlp_norm": "model.layers.{l}.pre_feedforward_layernorm",
+    "mlp_post_norm": "model.layers.{l}.post_feedforward_layernorm",
+}
+
+_GEMMA_HONOURED = {
+    "rope_scaling": (None,),
+    "rope_parameters.rope_type": ("default",),
+    "rope_parameters.full_attention.rope_type": ("default",),
+    "rope_parameters.sliding_attention.rope_type": ("default",),
+    "layer_types": ("sliding_attention", "full_attention"),
+    "use_bidirectional_attention": (None, False),
+}
+
+_PERI_LN: tuple[Architecture, ...] = (
+    Architecture(
+        family="gemma2",
+        model_types=("gemma2",),
+        keys={**_GEMMA_KEYS, "rope_local_base": ("rope_local_base_freq", "=rope_base")},
+        honoured=_GEMMA_HONOURED,
+        names=_GEMMA_NAMES,
+        biases=_GATED_BIASES,
+        norm="rmsnorm",
+        placement="sandwich",
+        mlp="swiglu",
+        rotary=True,
+        causal=True,
+        gain_offset=1.0,
+        embed_scale=True,
+        window_pattern=2,
+        facts={"rope_style": "half", "pattern": "local, global, local, … (layer_types)"},
+    ),
+    Architecture(
+        family="gemma3",
+        model_types=("gemma3_text",),
+        keys={
+            **_GEMMA_KEYS,
+            "rope_base": ("rope_theta", 1_000_000.0),
+            "rope_local_base": ("rope_local_base_freq", 10_000.0),
+        },
+        honoured=_GEMMA_HONOURED,
+        names={
+            **_GEMMA_NAMES,
+            "q_norm": "model.layers.{l}.self_attn.q_norm",
+            "k_norm": "model.layers.{l}.self_attn.k_norm",
+        },
+        biases=_GATED_BIASES,
+        norm="rmsnorm",
+        placement="sandwich",
+        mlp="swiglu",
+        rotary=True,
+        causal=True,
+        gain_offset=1.0,
+        embed_scale=True,
+        window_pattern=6,
+        facts={
+            "rope_style": "half",
+            "pattern": "5 local : 1 global (sliding_window_pattern)",
+            "qk_norm": "per head, gains 1 + w, before RoPE",
+        },
+    ),
+    Architecture(
+        family="olmo2",
+        model_types=("olmo2",),
+        keys=_LLAMA_KEYS,
+        honoured={**_ROPE_HONOURED, "clip_qkv": (None,)},
+        names={
+            **{k: v for k, v in _LLAMA_NAMES.items() if k not in ("attn_norm", "mlp_norm")},
+            "attn_post_norm": "model.layers.{l}.post_attention_layernorm",
+            "mlp_post_norm": "model.layers.{l}.post_feedforward_layernorm",
+            "q_norm": "model.layers.{l}.self_attn.q_norm",
+            "k_norm": "model.layers.{l}.self_attn.k_norm",
+        },
+        biases=_GATED_BIASES,
+        norm="rmsnorm",
+        placement="output",
+        mlp="swiglu",
+        rotary=True,
+        causal=True,
+        qk_norm_whole=True,
+        facts={"rope_style": "half", "qk_norm": "RMSNorm over the whole projection"},
+    ),
+)
+
+ARCHITECTURES = ARCHITECTURES + _PERI_LN
 
 
 def architecture_for(model_type) -> Architecture:

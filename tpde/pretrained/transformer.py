@@ -128,6 +128,8 @@ class Transformer:
     architecture : str
         The family (:data:`tpde.pretrained.architectures.ARCHITECTURES`).
     head_bias : tensor (V,) or None
+    logit_cap : float or None
+        Final-logit soft-cap c (Gemma-2): logits c·tanh(z/c).
     """
 
     config: object
@@ -139,6 +141,7 @@ class Transformer:
     tokenizer: object
     architecture: str = "llama"
     head_bias: torch.Tensor | None = None
+    logit_cap: float | None = None
 
     @property
     def embeddings(self) -> torch.Tensor:
@@ -253,7 +256,8 @@ class Transformer:
 
     def logits(self, points: torch.Tensor) -> torch.Tensor:
         """head · N_out(x) + b: next-token logits (..., n, V) of the last hidden states (in
-        the wider of the tokens' and the model's dtypes)."""
+        the wider of the tokens' and the model's dtypes); c·tanh(z/c) of them with a
+        ``logit_cap`` c."""
         if self.head is None:
             raise ValueError(
                 f"this {self.architecture} checkpoint has no language-model head: use its "
@@ -263,7 +267,8 @@ class Transformer:
         normed = x if self.final_norm is None else self.final_norm.norm(x)
         dtype = torch.promote_types(normed.dtype, self.head.dtype)
         out = normed.to(dtype) @ self.head.T.to(dtype)
-        return out if self.head_bias is None else out + self.head_bias.to(dtype)
+        out = out if self.head_bias is None else out + self.head_bias.to(dtype)
+        return out if self.logit_cap is None else self.logit_cap * torch.tanh(out / self.logit_cap)
 
     def attention_weights(self, points: torch.Tensor, index: int) -> torch.Tensor:
         """The attention probabilities (..., H, n, n) of layer ``index`` on tokens x: the
