@@ -473,6 +473,87 @@ _PERI_LN: tuple[Architecture, ...] = (
 ARCHITECTURES = ARCHITECTURES + _PERI_LN
 
 
+@dataclass(frozen=True)
+class GGUFArchitecture:
+    """How a GGUF file of one ``general.architecture`` maps onto an :class:`Architecture`.
+
+    The metadata keys ``<arch>.<key>`` become config.json keys (``keys``), the tensor names
+    become the checkpoint's (``tensors``: GGUF name → Hugging Face name, ``{l}`` the layer),
+    and the entry of ``model_type`` does the rest; what the file does not carry is the
+    entry's defaults (its documented facts) or ``derived`` (config key ← another one).
+
+    Attributes
+    ----------
+    model_type : str
+    keys : dict
+        GGUF metadata key (without the ``<arch>.`` prefix) → config.json key.
+    tensors : dict
+        GGUF tensor name (without ``.weight``) → Hugging Face name (without ``.weight``).
+    derived : dict
+        config.json key → the config.json key whose value it takes.
+    equal : dict
+        GGUF metadata key → the config.json key it must equal (checked, else refused).
+        Any other ``<arch>.`` key of the file is refused, naming it (a RoPE scaling, …).
+    stored_gain_offset : float
+        llama.cpp's converter stores Gemma's norm gains as 1 + w: subtracted on reading
+        (as transformers' GGUF loader does), the entry adding it back.
+    """
+
+    model_type: str
+    keys: dict
+    tensors: dict
+    derived: dict = field(default_factory=dict)
+    equal: dict = field(default_factory=dict)
+    stored_gain_offset: float = 0.0
+
+
+#: GGUF architectures read through an entry of :data:`ARCHITECTURES` (llama files have
+#: their own reader, :mod:`tpde.pretrained.gguf_llama`). Gemma-3 files do not carry the
+#: 5 local : 1 global pattern, the local RoPE base (10⁴), the activation (tanh GELU), the
+#: √d embedding scale nor query_pre_attn_scalar: the gemma3 entry's defaults give the first
+#: four, and query_pre_attn_scalar = head_dim (llama.cpp's rule for every Gemma-3 but 27B;
+#: transformers' GGUF loader leaves its default 256, equal for the 256-wide heads of 270M).
+GGUF_ARCHITECTURES: dict[str, GGUFArchitecture] = {
+    "gemma3": GGUFArchitecture(
+        model_type="gemma3_text",
+        keys={
+            "context_length": "max_position_embeddings",
+            "embedding_length": "hidden_size",
+            "block_count": "num_hidden_layers",
+            "feed_forward_length": "intermediate_size",
+            "attention.head_count": "num_attention_heads",
+            "attention.head_count_kv": "num_key_value_heads",
+            "attention.key_length": "head_dim",
+            "attention.layer_norm_rms_epsilon": "rms_norm_eps",
+            "rope.freq_base": "rope_theta",
+            "attention.sliding_window": "sliding_window",
+            "vocab_size": "vocab_size",
+        },
+        tensors={
+            "token_embd": "model.embed_tokens",
+            "output_norm": "model.norm",
+            "output": "lm_head",
+            "blk.{l}.attn_norm": "model.layers.{l}.input_layernorm",
+            "blk.{l}.attn_q": "model.layers.{l}.self_attn.q_proj",
+            "blk.{l}.attn_k": "model.layers.{l}.self_attn.k_proj",
+            "blk.{l}.attn_v": "model.layers.{l}.self_attn.v_proj",
+            "blk.{l}.attn_output": "model.layers.{l}.self_attn.o_proj",
+            "blk.{l}.attn_q_norm": "model.layers.{l}.self_attn.q_norm",
+            "blk.{l}.attn_k_norm": "model.layers.{l}.self_attn.k_norm",
+            "blk.{l}.post_attention_norm": "model.layers.{l}.post_attention_layernorm",
+            "blk.{l}.ffn_norm": "model.layers.{l}.pre_feedforward_layernorm",
+            "blk.{l}.ffn_gate": "model.layers.{l}.mlp.gate_proj",
+            "blk.{l}.ffn_up": "model.layers.{l}.mlp.up_proj",
+            "blk.{l}.ffn_down": "model.layers.{l}.mlp.down_proj",
+            "blk.{l}.post_ffw_norm": "model.layers.{l}.post_feedforward_layernorm",
+        },
+        derived={"query_pre_attn_scalar": "head_dim"},
+        equal={"attention.value_length": "head_dim", "rope.dimension_count": "head_dim"},
+        stored_gain_offset=1.0,
+    ),
+}
+
+
 def architecture_for(model_type) -> Architecture:
     """The entry whose ``model_types`` holds ``model_type``, or a ValueError listing them."""
     for entry in ARCHITECTURES:
