@@ -52,7 +52,7 @@ def test_the_file_is_gemma3_270m(gguf_file):
     assert windows == [512.0] * 5 + [None] + [512.0] * 5 + [None] + [512.0] * 5 + [None]
     bases = {layer.attention.position.base for layer in model.layers}
     assert bases == {1e4, 1e6}
-    assert model.embedding.scale == 640**0.5 and model.tokenizer is None
+    assert model.embedding.scale == 640**0.5
 
 
 def test_every_layer_and_the_logits_match_transformers_gguf_loader(gguf_file, oracle):
@@ -61,6 +61,7 @@ def test_every_layer_and_the_logits_match_transformers_gguf_loader(gguf_file, or
     worst = {"states": 0.0, "logits": 0.0}
     for sentence in corpus():
         ids = tokenizer(sentence, return_tensors="pt").input_ids[0]
+        assert torch.equal(model.token_ids(sentence), ids), sentence  # tpde's own tokenizer
         with torch.no_grad():
             out = hf(ids[None], output_hidden_states=True)
         states = model.hidden_states(model.embed(ids)[0])

@@ -147,3 +147,29 @@ def test_a_truncated_file_is_refused(tiny, tmp_path):
     cut.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
     with pytest.raises(ValueError, match="truncated"):
         load(cut)
+
+
+# ---------------------------------------------------------------------- the tokenizer
+def test_merges_recovered_from_the_vocabulary_rank_by_place_in_the_file():
+    from tpde.pretrained._spm import recovered_merges
+
+    tokens = ["<pad>", "a", "b", "c", "bc", "ab", "abc"]
+    # "bc" (place 4) before "ab" (5); "abc" splits as a|bc and ab|c, the longer left first
+    assert recovered_merges(tokens) == [("b", "c"), ("a", "b"), ("ab", "c"), ("a", "bc")]
+
+
+def test_gemma_tokenizer_of_a_tiny_vocabulary():
+    pytest.importorskip("tokenizers")
+    from tpde.pretrained._spm import build_gemma_tokenizer
+
+    tokens = ["<pad>", "<eos>", "<bos>", "<unk>", "a", "b", "ab", "▁", "▁ab", "  ", "<x>"]
+    types = [3, 3, 3, 2, 1, 1, 1, 1, 1, 1, 4]
+    tokenizer = build_gemma_tokenizer(
+        {"model": "llama", "tokens": tokens, "token_type": types, "bos_token_id": 2,
+         "unknown_token_id": 3, "add_bos_token": True}
+    )  # fmt: skip
+    # BOS first; "ab" merged; " ab" is "▁ab"; "<x>" kept whole; the two-space token is "▁▁"
+    assert tokenizer.encode("ab ab<x>").ids == [2, 6, 8, 10]
+    assert tokenizer.get_vocab()["▁▁"] == 9
+    with pytest.raises(ValueError, match="tokenizer of type 'gpt2'"):
+        build_gemma_tokenizer({"model": "gpt2", "tokens": tokens})

@@ -67,11 +67,8 @@ def gemma3_270m_path(folder=None) -> Path:
 
 
 def load_gemma3_270m(dtype: torch.dtype = torch.float32, device="cpu") -> Transformer:
-    """Gemma-3-270M as tpde fields (:func:`tpde.pretrained.load` of :func:`gemma3_270m_path`).
-
-    No tokenizer comes with it (module :mod:`tpde.pretrained.gguf_entry`): ``embed`` takes
-    token ids.
-    """
+    """Gemma-3-270M as tpde fields (:func:`tpde.pretrained.load` of :func:`gemma3_270m_path`),
+    with its tokenizer built from the file (:mod:`tpde.pretrained._spm`)."""
     from tpde.pretrained.loader import load
 
     return load(gemma3_270m_path(), dtype=dtype, device=device)

@@ -6,8 +6,10 @@ from the entry's documented defaults), its tensor names the checkpoint's; then, 
 for a folder, the config is checked key by key, every expected tensor's name and shape is
 compared with the file's directory (missing, unexpected, wrong shape: each named), and only
 then are the tensors dequantised (``gguf.quants.dequantize``: Q4_K, Q5_0, Q6_K, Q8_0, F32 …,
-float32) and the model built. No tokenizer is built (a Gemma GGUF holds a SentencePiece
-vocabulary without merges): :meth:`~tpde.pretrained.Transformer.embed` takes token ids.
+float32) and the model built. The tokenizer is built from the file's SentencePiece
+vocabulary (:mod:`tpde.pretrained._spm`, once per file and process: ~12 s for Gemma's 262144
+tokens); a file without one gives a model whose :meth:`~tpde.pretrained.Transformer.embed`
+takes token ids.
 """
 
 from __future__ import annotations
@@ -118,7 +120,32 @@ def load_gguf_entry(path: Path, metadata: dict, stored: dict, dtype, device) -> 
         if offset and role in _build._NORMS:
             array = array - np.float32(offset)
         tensors[name] = torch.from_numpy(array).to(dtype=dtype, device=device)
-    return _build.build(cfg, entry, expected, tensors, tokenizer=None)
+    return _build.build(cfg, entry, expected, tensors, tokenizer=_tokenizer(path, metadata))
+
+
+def _tokenizer(path: Path, metadata: dict):
+    """The file's tokenizer (None without ``tokenizer.ggml.tokens``), cached per file."""
+    if not metadata.get("tokenizer.ggml.tokens"):
+        return None
+    stat = path.stat()
+    return _cached_tokenizer(str(path.resolve()), stat.st_size, stat.st_mtime_ns, metadata)
+
+
+_TOKENIZERS: dict = {}
+
+
+def _cached_tokenizer(where: str, size: int, mtime: int, metadata: dict):
+    key = (where, size, mtime)
+    if key not in _TOKENIZERS:
+        from tpde.pretrained._spm import build_gemma_tokenizer
+
+        fields = {k.removeprefix("tokenizer.ggml."): v for k, v in metadata.items()
+                  if k.startswith("tokenizer.ggml.")}  # fmt: skip
+        try:
+            _TOKENIZERS[key] = build_gemma_tokenizer(fields, Path(where).name)
+        except ValueError as err:
+            raise LoadError(str(err)) from None
+    return _TOKENIZERS[key]
 
 
 def _dequantised(path: Path, name: str, item) -> np.ndarray:
