@@ -33,6 +33,8 @@ def test_registry_lists_the_experiments_in_order():
         "sphere",
         "theory",
         "real-decoder",
+        "circle-pde",
+        "real-models",
     ]
     with pytest.raises(KeyError, match="unknown experiment 'x'; known experiments: cones"):
         experiments.get("x")
