@@ -34,6 +34,7 @@ def test_registry_lists_the_experiments_in_order():
         "theory",
         "real-decoder",
         "circle-pde",
+        "real-models",
     ]
     with pytest.raises(KeyError, match="unknown experiment 'x'; known experiments: cones"):
         experiments.get("x")

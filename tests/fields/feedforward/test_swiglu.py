@@ -179,3 +179,27 @@ def test_batches_of_weights_and_points_that_do_not_broadcast(generator):
     field = SwiGLU(*_weights(generator, batch=(2,)))
     with pytest.raises(ValueError, match=r"batch mismatch: the measure is a batch of shape \(3,\)"):
         integrate(field, Empirical(torch.zeros(3, 5, 4, dtype=F64)), 1.0)
+
+
+# ---------------------------------------------------------------------- GeGLU
+def test_gelu_tanh_gate_is_geglu():
+    """SwiGLU(activation="gelu-tanh"): W_down(gelu_tanh(W_gate x) ⊙ W_up x) (Gemma's MLP)."""
+    generator = torch.Generator().manual_seed(11)
+    W_gate, W_up, W_down = _weights(generator)
+    x = torch.randn(5, 4, generator=generator, dtype=F64)
+    z = x @ W_gate.T
+    gelu = 0.5 * z * (1 + torch.tanh(math.sqrt(2 / math.pi) * (z + 0.044715 * z**3)))
+    expected = (gelu * (x @ W_up.T)) @ W_down.T
+    field = SwiGLU(W_gate, W_up, W_down, activation="gelu-tanh")
+    mine = field.velocity(Empirical(x))
+    assert float((mine - expected).abs().max() / expected.abs().max()) < 1e-12
+    assert "gelu-tanh" in repr(field) and "activation" not in repr(SwiGLU(W_gate, W_up, W_down))
+
+
+def test_gate_activation_is_checked():
+    weights = _weights(torch.Generator().manual_seed(12))
+    with pytest.raises(ValueError, match="unknown activation 'swish2'"):
+        SwiGLU(*weights, activation="swish2")
+    field = SwiGLU(*weights, activation=lambda z: z.sum(-1))
+    with pytest.raises(ValueError, match="must act elementwise"):
+        field.velocity(Empirical(torch.randn(3, 4, dtype=F64)))

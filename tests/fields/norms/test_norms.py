@@ -13,6 +13,7 @@ from tpde.fields import (
     PostLN,
     PreLN,
     RMSNorm,
+    Sandwich,
     Softmax,
     SwiGLU,
 )
@@ -44,9 +45,11 @@ def test_every_alias_builds_its_object_and_the_same_velocity(generator):
         "ngpt": NGPT(alpha=2.0),
         "layernorm": LayerNorm(),
         "rmsnorm": RMSNorm(),
+        "sandwich": Sandwich(RMSNorm(), RMSNorm()),
     }
     assert set(objects) == set(SCHEMES)
-    options = {"mix-ln": {"switch": 0.5}, "ngpt": {"alpha": 2.0}}
+    sandwich = {"pre": objects["sandwich"].pre, "post": objects["sandwich"].post}
+    options = {"mix-ln": {"switch": 0.5}, "ngpt": {"alpha": 2.0}, "sandwich": sandwich}
     for name, scheme in objects.items():
         tokens = sphere if scheme.on_sphere or name == "mix-ln" else mu
         by_name = Normalized(field, name, **options.get(name, {})).velocity(tokens)

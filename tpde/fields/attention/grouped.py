@@ -9,6 +9,7 @@ from collections import Counter
 import torch
 
 from tpde._engines import softmax_average, softmax_weights
+from tpde._engines.torch_engines import hidden_keys
 from tpde._validation import check_positive, check_real
 from tpde.fields.attention.masked import query_positions, velocity_at_positions
 from tpde.fields.attention.positions import positional_encoding
@@ -25,11 +26,12 @@ class GroupedQueryAttention(Field):
 
     Γ[μ](x_i) = W_o concat_h ( Σ_j w_j e^{s^h_ij} v_{g(h), j} / Σ_j w_j e^{s^h_ij} ),
 
-    s^h_ij = scale · ⟨R(p_i) q_{h,i}, R(p_j) k_{g(h),j}⟩ + b^h_j,
+    s^h_ij = cap(scale · ⟨R(p_i) q_{h,i}, R(p_j) k_{g(h),j}⟩) + b^h_j,
     q_{h,i} = N_q(W_q^h x_i + b_q^h),  k_{g,j} = N_k(W_k^g x_j + b_k^g),
     v_{g,j} = W_v^g x_j + b_v^g,  g(h) = ⌊h·H_kv/H⌋,
 
-    with N_q, N_k the optional QK-norms (identity without them), R the rotation of
+    with N_q, N_k the optional QK-norms (identity without them), cap(s) = c·tanh(s/c) the
+    optional score soft-cap (identity without it; Gemma-2), R the rotation of
     :class:`~tpde.fields.RoPE` (identity without it), b^h_j the key bias of
     :class:`~tpde.fields.ALiBi` (+m_h p_j; zero without it), w_j the weights of the
     :class:`~tpde.measures.Empirical` μ (entering as log-weights, so uniform weights
@@ -77,6 +79,11 @@ class GroupedQueryAttention(Field):
         normalises each head on its own (Qwen3, Gemma-3: per-head QK-RMSNorm); a gain of
         size H·d_h (H_kv·d_h for keys) normalises the whole projection (OLMo-2). Without a
         gain: per head.
+    softcap : float > 0, optional
+        Score soft-cap c (Gemma-2's ``attn_logit_softcapping``): every scaled score s
+        becomes c·tanh(s/c) ∈ (−c, c) before the key bias and the mask. Capped attention
+        runs on the dense engine whatever ``engine`` says (the engines take dot-product
+        scores only): O(n·m) memory per head.
 
     Notes
     -----
@@ -124,6 +131,7 @@ class GroupedQueryAttention(Field):
         bo=None,
         q_norm=None,
         k_norm=None,
+        softcap=None,
     ):
         self.heads, self.kv_heads = _check_heads(heads, kv_heads)
         self.params, self.head_dim = _weights(
@@ -142,6 +150,7 @@ class GroupedQueryAttention(Field):
         self.window = _check_window(window, causal)
         self.q_norm = _check_qk_norm(q_norm, "q_norm", self.head_dim, self.heads)
         self.k_norm = _check_qk_norm(k_norm, "k_norm", self.head_dim, self.kv_heads)
+        self.softcap = None if softcap is None else check_positive(softcap, "softcap")
 
     @property
     def needs_positions(self) -> bool:
@@ -180,7 +189,10 @@ class GroupedQueryAttention(Field):
     def _velocity(self, t, mu: Empirical, x, query_positions, engine):
         Wq, Wk, Wv, Wo, bq, bk, bv, bo = self.params.at(t, x)
         q, k, v, bias, mask = self._grouped(mu, x, query_positions, Wq, Wk, Wv, bq, bk, bv)
-        out = softmax_average(q, k, v, bias, engine, **mask)
+        if self.softcap is None:
+            out = softmax_average(q, k, v, bias, engine, **mask)
+        else:
+            out = _capped_weights(q, k, bias, mask, self.softcap) @ v
         out = out.flatten(-4, -3).transpose(-3, -2).flatten(-2)  # (..., n, H·d_h)
         return linear(out, Wo, bo)
 
@@ -253,7 +265,11 @@ class GroupedQueryAttention(Field):
         x, at = (mu.points, mu.positions) if x is None else (x, at)
         Wq, Wk, Wv, _, bq, bk, bv, _ = self.params.at(t, x)
         q, k, _, bias, mask = self._grouped(mu, x, at, Wq, Wk, Wv, bq, bk, bv)
-        weights = softmax_weights(q, k, bias, **mask).flatten(-4, -3)  # (..., H, n, m)
+        if self.softcap is None:
+            weights = softmax_weights(q, k, bias, **mask)
+        else:
+            weights = _capped_weights(q, k, bias, mask, self.softcap)
+        weights = weights.flatten(-4, -3)  # (..., H, n, m)
         if weights.shape[-1] == mu.n:
             return weights
         kept = (mu.weights > 0).nonzero()[:, 0]  # zero-mass keys: columns of zeros
@@ -290,6 +306,7 @@ class GroupedQueryAttention(Field):
     def __repr__(self) -> str:
         extra = f", position={self.position!r}" if self.position is not None else ""
         extra += f", window={self.window:g}" if self.window is not None else ""
+        extra += f", softcap={self.softcap:g}" if self.softcap is not None else ""
         extra += ", qk_norm" if self.q_norm is not None or self.k_norm is not None else ""
         return (
             f"GroupedQueryAttention(d={self.dim}, heads={self.heads}, kv_heads={self.kv_heads}, "
@@ -368,6 +385,18 @@ def _vote_head_dim(values: dict, heads: int, kv_heads: int) -> None:
                 f"shape (..., {', '.join(map(str, shape.get(name, (rows, d))))}), with "
                 f"{rows} = {kind} along its axis {_HEAD_AXES[name][0]}, not {size}."
             )
+
+
+def _capped_weights(q, k, bias, mask: dict, cap: float) -> torch.Tensor:
+    """softmax_j(c·tanh(q_i·k_j / c) + b_j) over the keys the mask shows (dense, (..., n, m))."""
+    scores = q @ k.transpose(-1, -2)
+    scores = cap * torch.tanh(scores / cap)
+    if bias is not None:
+        scores = scores + bias.unsqueeze(-2)
+    if mask:
+        hidden = hidden_keys(mask["query_positions"], mask["key_positions"], mask.get("window"))
+        scores = scores.masked_fill(hidden, -math.inf)
+    return torch.softmax(scores, dim=-1)
 
 
 def _heads(x, head_dim: int):

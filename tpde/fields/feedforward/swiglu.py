@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
+from tpde.fields.feedforward.activations import check_activation_output, resolve_activation
 from tpde.fields.feedforward.base import FeedForward
 from tpde.fields.params import Weights, linear
 
@@ -12,9 +12,11 @@ __all__ = ["SwiGLU"]
 
 
 class SwiGLU(FeedForward):
-    r"""Gated feed-forward field F(x) = W_down (silu(W_gate x) ⊙ W_up x) (MATH.md §8).
+    r"""Gated feed-forward field F(x) = W_down (σ(W_gate x) ⊙ W_up x) (MATH.md §8).
 
-    silu(z) = z·sigmoid(z), ⊙ the elementwise product over the m hidden units.
+    σ = silu, silu(z) = z·sigmoid(z) (SwiGLU; Llama), or another activation of
+    :data:`~tpde.fields.feedforward.activations.ACTIVATIONS` ("gelu-tanh": GeGLU, Gemma);
+    ⊙ the elementwise product over the m hidden units.
 
     Parameters
     ----------
@@ -22,6 +24,10 @@ class SwiGLU(FeedForward):
         Gate and up projections (``gate_proj``, ``up_proj`` of Llama's MLP), d → m.
     W_down : tensor (..., d, m) or callable
         Down projection (``down_proj``), m → d.
+    activation : str or callable, optional
+        The gate's σ (default "silu"); a name of
+        :data:`~tpde.fields.feedforward.activations.ACTIVATIONS` or an elementwise callable
+        (checked at every call, as :class:`~tpde.fields.MLP` checks its own).
 
     Notes
     -----
@@ -43,18 +49,25 @@ class SwiGLU(FeedForward):
     arXiv:2502.02737 (2025).
     """
 
-    def __init__(self, W_gate, W_up, W_down):
+    def __init__(self, W_gate, W_up, W_down, activation="silu"):
         self.params = Weights(
             "SwiGLU",
             {"W_gate": ("m", "d"), "W_up": ("m", "d"), "W_down": ("d", "m")},
             {"W_gate": W_gate, "W_up": W_up, "W_down": W_down},
         )
         self.dim, self.hidden = self.params.sizes["d"], self.params.sizes["m"]
+        self.activation_name, self.activation = resolve_activation(activation)
+        self._user_activation = not isinstance(activation, str)
 
     def feed_forward(self, t: float, x: torch.Tensor) -> torch.Tensor:
-        """W_down (silu(W_gate x) ⊙ W_up x) for x (..., n, d)."""
+        """W_down (σ(W_gate x) ⊙ W_up x) for x (..., n, d)."""
         W_gate, W_up, W_down = self.params.at(t, like=x)
-        return linear(F.silu(linear(x, W_gate, None)) * linear(x, W_up, None), W_down, None)
+        z = linear(x, W_gate, None)
+        gate = self.activation(z)
+        if self._user_activation:  # the table's functions are elementwise torch
+            check_activation_output(self.activation_name, z, gate)
+        return linear(gate * linear(x, W_up, None), W_down, None)
 
     def __repr__(self) -> str:
-        return f"SwiGLU(d={self.dim}, m={self.hidden})"
+        extra = "" if self.activation_name == "silu" else f", activation={self.activation_name!r}"
+        return f"SwiGLU(d={self.dim}, m={self.hidden}{extra})"

@@ -16,6 +16,8 @@ LayerNorm      post: x ← LN(x + hΓ[μ](x))                   (BERT's sublayer
                pre:  x ← x + hΓ[LN#μ](LN(x))                ẋ = Γ[LN#μ](LN(x)) (GPT-2)
 RMSNorm        pre:  x ← x + hΓ[RMS#μ](RMS(x))              ẋ = Γ[RMS#μ](RMS(x)) (Llama)
                post: x ← RMS(x + hΓ[μ](x))
+Sandwich       x ← x + h N₂(Γ[N₁#μ](N₁(x)))                 ẋ = N₂(Γ[N₁#μ](N₁(x))) (Gemma-2/3;
+               (N₁ absent: x ← x + h N₂(Γ[μ](x)))            OLMo-2 without N₁)
 =============  ==========================================  ==================================
 
 N, P⊥, LN and RMS are right to rounding at every scale of the dtype (tokens of norm 1e−300
@@ -26,8 +28,8 @@ overflow or underflow).
 A scheme owns its velocity transform (:meth:`NormScheme.velocity`), its projection (the
 retraction a flow applies after every accepted step, or None), the check of the tokens it
 accepts, its pieces in depth-time (Mix-LN) and its gradient structure (PostLN only). The
-strings "post-ln", "pre-ln", "peri-ln", "mix-ln", "ngpt", "layernorm", "rmsnorm" name them
-in :data:`SCHEMES`: a new scheme is one class here and one entry there.
+strings "post-ln", "pre-ln", "peri-ln", "mix-ln", "ngpt", "layernorm", "rmsnorm",
+"sandwich" name them in :data:`SCHEMES`: a new scheme is one class here and one entry there.
 
 References: Geshkovski, Letrouit, Polyanskiy, Rigollet, arXiv:2312.10794 (post-LN, the
 sphere model); Karagodin, Ge, Polyanskiy, Rigollet, arXiv:2510.22026 (normalisation as speed
@@ -59,6 +61,7 @@ __all__ = [
     "PostLN",
     "PreLN",
     "RMSNorm",
+    "Sandwich",
     "scheme_from",
 ]
 
@@ -561,10 +564,64 @@ class RMSNorm(_AffineNorm):
         return f"RMSNorm(eps={self.eps:g}, placement={self.placement!r})"
 
 
+@dataclass(frozen=True, eq=False)
+class Sandwich(NormScheme):
+    """The real Peri-LN layer: ẋ = N₂(Γ[N₁#μ](N₁(x))), a norm on each side of the field
+    (module table). N₁, N₂ are pre-placed :class:`RMSNorm` or :class:`LayerNorm` objects
+    with their gains (Gemma-2/3: both; OLMo-2: ``pre=None``, the output norm only). With
+    Euler and h = 1 the step is the sublayer x ← x + N₂(f(N₁x)); as h → 0 the flow
+    ẋ = N₂(Γ(N₁x)) (N₂ = √d·N with unit gain and ε = 0: :class:`PeriLN` up to the speed √d).
+
+    Parameters
+    ----------
+    pre : RMSNorm or LayerNorm (placement "pre"), or None
+        N₁, the norm the field reads through (identity when None).
+    post : RMSNorm or LayerNorm (placement "pre")
+        N₂, the norm of the field's output.
+    """
+
+    pre: object = None
+    post: object = None
+    name: ClassVar[str] = "sandwich"
+
+    def __post_init__(self):
+        for role in ("pre", "post"):
+            norm = getattr(self, role)
+            if norm is None and role == "pre":
+                continue
+            if not isinstance(norm, _AffineNorm) or norm.placement != "pre":
+                raise TypeError(
+                    f"Sandwich {role} must be an RMSNorm or LayerNorm object with placement "
+                    f"'pre' (e.g. RMSNorm(gamma, eps)); received {norm!r}."
+                )
+
+    @property
+    def placement(self) -> str:
+        """ "pre": the field reads N₁(x) (the tokens themselves without N₁)."""
+        return "pre"
+
+    def norm(self, x: torch.Tensor) -> torch.Tensor:
+        """N₁(x), what the field reads (x itself without N₁)."""
+        return x if self.pre is None else self.pre.norm(x)
+
+    def velocity(self, field, t, mu, x, engine, info):
+        out = _pre_velocity(self.norm, field, t, mu, x, engine, info)
+        return self.post.norm(out)
+
+    def check_dim(self, d: int) -> None:
+        for norm in (self.pre, self.post):
+            if norm is not None:
+                norm.check_dim(d)
+
+    def describe(self) -> str:
+        pre = "None" if self.pre is None else self.pre.describe()
+        return f"Sandwich(pre={pre}, post={self.post.describe()})"
+
+
 #: Every scheme by its string alias: ``Normalized(field, "post-ln", **options)`` builds
 #: ``PostLN(**options)``.
 SCHEMES: dict[str, type[NormScheme]] = {
-    cls.name: cls for cls in (PostLN, PreLN, PeriLN, MixLN, NGPT, LayerNorm, RMSNorm)
+    cls.name: cls for cls in (PostLN, PreLN, PeriLN, MixLN, NGPT, LayerNorm, RMSNorm, Sandwich)
 }
 
 

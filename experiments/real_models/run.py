@@ -1,0 +1,139 @@
+"""The computations of the ``real-models`` study (package notes): ``run(config, out)`` writes
+the raw data."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from tpde.flows import integrate
+from tpde.measures import Empirical
+from tpde.metrics.clustering import angular_cluster_count
+
+from .. import framework as fw
+from ..common import real_normalised as nm
+from .config import MODELS, Config
+
+
+def load_models() -> dict:
+    """The three models in float32, each through :func:`tpde.pretrained.load`."""
+    from tpde.pretrained import load, load_gemma3_270m, load_smollm2
+    from tpde.pretrained._model import model_dir
+
+    return {"minilm": load(model_dir()), "smollm2": load_smollm2(torch.float32),
+            "gemma3": load_gemma3_270m()}  # fmt: skip
+
+
+def _relative(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).norm() / b.norm())
+
+
+def consensus_gap(points: torch.Tensor) -> float:
+    """1 − mean_{j ≥ 1} |cos(x_0, x_j)|: 0 at consensus (Rodríguez Abella et al.)."""
+    unit = nm.on_unit_sphere(points)
+    return float(1 - (unit[1:] @ unit[0]).abs().mean())
+
+
+def layer_row(model, mu: Empirical, delta: float) -> dict:
+    """Questions 1–4 for one sentence: per-layer split shares, norms, cosines, clusters, sink."""
+    net = model.hidden_states(mu)  # (L + 1, n, d)
+    split = model.split(mu)  # (L, 2, n, d)
+    sizes = split.norm(dim=-1).mean(-1)  # (L, 2): token-mean update norms per sublayer
+    layers = len(model.layers)
+    sink = [model.attention_weights(net[l], l)[..., 1:, 0].mean() for l in range(layers)]
+    norms = net.norm(dim=-1).mean(-1)
+    return {
+        "share_attn": (sizes[:, 0] / sizes.sum(-1)).numpy(),
+        "norm": (norms / norms[0]).numpy(),
+        "update": np.array([_relative(net[l + 1], net[l]) for l in range(layers)]),
+        "cos": np.array([float(np.mean(nm.cosines(x))) for x in net]),
+        "clusters": angular_cluster_count(Empirical(net), delta).numpy().astype(float),
+        "sink": torch.stack(sink).numpy(),
+        "split_error": float(
+            (split.sum(1) - (net[1:] - net[:-1])).norm() / (net[1:] - net[:-1]).norm()
+        ),
+    }, net
+
+
+def flow_row(model, mu: Empirical, net: torch.Tensor, step: float) -> dict:
+    """Question 5: the distance by depth of the flow (Lie–Trotter at ``step``) to the network."""
+    flow = model.hidden_states(mu, dt=step)
+    top = model.logits(net[-1]).argmax(-1) if model.head is not None else None
+    row = {"dist_flow": np.array([_relative(flow[l], net[l]) for l in range(len(net))])}
+    if top is not None:
+        row["top1_flow"] = float((model.logits(flow[-1]).argmax(-1) == top).double().mean())
+    return row
+
+
+def loop_row(model, net: torch.Tensor, passes: int) -> dict:
+    """Question 6: the middle layer looped ``passes`` times from its own input tokens."""
+    l = len(model.layers) // 2
+    field = model.layers[l].field
+    mu = Empirical(net[l], positions=torch.arange(net.shape[1]))
+    trajectory = integrate(field, mu, float(passes), dt=1.0, method="lie-trotter",
+                           save=passes + 1, events=())  # fmt: skip
+    points = [m.points for m in trajectory.measures]
+    return {
+        "loop_gap": np.array([consensus_gap(x) for x in points]),
+        "loop_cos": np.array([float(np.mean(nm.cosines(x))) for x in points]),
+        "loop_norm": np.array(
+            [float(x.norm(dim=-1).mean() / net[l].norm(dim=-1).mean()) for x in points]
+        ),
+    }
+
+
+def run(config: Config, out: Path) -> None:
+    from tpde.pretrained import corpus
+
+    started = time.perf_counter()
+    models = load_models()
+    sentences = corpus()[: config.sentences]
+    arrays = {}
+    for name in MODELS:
+        model, rows = models[name], []
+        for i, sentence in enumerate(fw.progress(sentences, f"real-models {name}")):
+            mu = model.embed(sentence)[0]
+            with torch.no_grad():
+                row, net = layer_row(model, mu, config.cluster_delta)
+                if i < config.flow_sentences:
+                    row.update(flow_row(model, mu, net, config.flow_step))
+                if i == 0:
+                    row.update(loop_row(model, net, config.loop_passes))
+            rows.append(row)
+        for key in rows[0]:
+            values = [row[key] for row in rows if key in row]
+            arrays[f"{name}_{key}"] = np.array(values, dtype=float)
+        arrays[f"{name}_lengths"] = np.array([len(model.token_ids(s)) for s in sentences])
+    fw.save(out, config, arrays, summarise(arrays), started)
+
+
+def summarise(arrays: dict) -> dict:
+    """Medians over sentences that the report quotes, per model."""
+    r = {}
+    for name in MODELS:
+        a = {k[len(name) + 1 :]: v for k, v in arrays.items() if k.startswith(name + "_")}
+        median = {k: np.median(a[k], axis=0) for k in ("share_attn", "norm", "update", "cos",
+                                                      "clusters", "sink")}  # fmt: skip
+        r[name] = {
+            **{f"{k}_by_layer": v.tolist() for k, v in median.items()},
+            "share_attn_mean": float(median["share_attn"].mean()),
+            "norm_growth": float(median["norm"][-1]),
+            "update_mean": float(median["update"].mean()),
+            "cos_first": float(median["cos"][0]),
+            "cos_last": float(median["cos"][-1]),
+            "clusters_last": float(median["clusters"][-1]),
+            "sink_mean": float(median["sink"].mean()),
+            "sink_max": float(median["sink"].max()),
+            "split_error_max": float(a["split_error"].max()),
+            "flow_final": float(np.median(a["dist_flow"][:, -1])),
+            "flow_max": float(np.max(a["dist_flow"])),
+            "top1_flow": float(np.mean(a["top1_flow"])) if "top1_flow" in a else None,
+            "loop_gap_start": float(a["loop_gap"][0, 0]),
+            "loop_gap_end": float(a["loop_gap"][0, -1]),
+            "loop_cos_end": float(a["loop_cos"][0, -1]),
+            "loop_norm_end": float(a["loop_norm"][0, -1]),
+        }
+    return r
