@@ -25,7 +25,7 @@ from tpde.fields import (
     Normalized,
     Softmax,
 )
-from tpde.fields.base import queries_are_keys, takes_own
+from tpde.fields.calls import queries_are_keys, takes_own
 from tpde.flows import integrate
 from tpde.measures import Empirical
 

@@ -106,7 +106,7 @@ def truncation(beta_max: float, dtype: torch.dtype, floor: float) -> int:
 @functools.lru_cache(maxsize=64)
 def _coefficients(betas: tuple[float, ...], target: float) -> tuple[int, torch.Tensor]:
     """(L, c_l for l ≤ L, shape (len(betas), L + 1)): L the smallest with τ(L) ≤ target."""
-    beta = torch.tensor(betas, dtype=torch.float64)
+    beta = torch.tensor(betas, dtype=torch.float64, device="cpu")  # host-side tables
     c = spherical_ive(beta, _recurrence_length(max(betas)))
     tails = torch.flip(torch.cumsum(torch.flip(c, [-1]), -1), [-1])  # tails[l] = τ(l − 1)
     above = (tails > target).any(0).nonzero()
@@ -119,9 +119,9 @@ def legendre_fourier(L: int) -> torch.Tensor:
     """C of shape (L + 1, L + 1, L + 1): Λ_l^m(cos θ) = Σ_k C[m, l, k] cos kθ (m even) or
     sin kθ (m odd), θ ∈ R (sin θ signed), Λ_l^m = 0 for l < m; float64."""
     points = 2 * L + 4
-    theta = torch.arange(points, dtype=torch.float64) * (2 * math.pi / points)
+    theta = torch.arange(points, dtype=torch.float64, device="cpu") * (2 * math.pi / points)
     z, s = torch.cos(theta), torch.sin(theta)
-    table = torch.zeros(L + 1, L + 1, points, dtype=torch.float64)
+    table = torch.zeros(L + 1, L + 1, points, dtype=torch.float64, device="cpu")
     diagonal = torch.full_like(theta, 1 / math.sqrt(4 * math.pi))
     for m in range(L + 1):
         if m > 0:
@@ -137,7 +137,7 @@ def legendre_fourier(L: int) -> torch.Tensor:
     cosines = spectrum.real.clone()
     cosines[..., 0] /= 2
     sines = -spectrum.imag
-    odd = (torch.arange(L + 1) % 2 == 1)[:, None, None]
+    odd = (torch.arange(L + 1, device="cpu") % 2 == 1)[:, None, None]
     return torch.where(odd, sines, cosines)
 
 
@@ -148,8 +148,8 @@ def _kernels(betas: tuple[float, ...], target: float, L: int | None):
     if L is None:
         L, c = _coefficients(betas, target)
     else:
-        c = spherical_ive(torch.tensor(betas, dtype=torch.float64), L)
-    degrees = torch.arange(L + 1, dtype=torch.float64)
+        c = spherical_ive(torch.tensor(betas, dtype=torch.float64, device="cpu"), L)
+    degrees = torch.arange(L + 1, dtype=torch.float64, device="cpu")
     a = 4 * math.pi * c / (2 * degrees + 1)  # (B, L + 1)
     C = legendre_fourier(L)
     epsilon = torch.where(degrees > 0, 2.0, 1.0)  # ε_m, m = 0 … L
@@ -271,7 +271,7 @@ def harmonics_refusal(points, weights, beta) -> str | None:
         return f"it needs tokens in d = 3 (the sphere S²); these have d = {points.shape[-1]}"
     if points.dtype not in (torch.float32, torch.float64):
         return f"it computes in float32 or float64; the tokens are {points.dtype}"
-    beta = torch.as_tensor(beta)
+    beta = torch.as_tensor(beta, device=points.device)
     if not bool((beta > 0).all()):
         return f"it needs β > 0 (A = βI); received β = {float(beta.min()):.4g}"
     if not bool((weights > 0).all()):

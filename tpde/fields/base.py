@@ -9,14 +9,14 @@ public names of :class:`Field` below.
 from __future__ import annotations
 
 import functools
-import inspect
 import warnings
 from dataclasses import dataclass
 
 import torch
 
 from tpde._engines import check_engine
-from tpde._validation import as_positions, as_tensor, check_finite, check_real
+from tpde._validation import as_tensor, check_finite, check_real
+from tpde.fields.calls import _positions_user, part_velocity, query_positions
 from tpde.measures import Empirical, Gaussian, Grid, Measure
 
 __all__ = [
@@ -26,12 +26,8 @@ __all__ = [
     "GaussianNotPreserved",
     "InnerSolves",
     "implemented_capabilities",
-    "part_velocity",
-    "queries_are_keys",
-    "query_positions",
     "shared_capabilities",
     "supports",
-    "takes_own",
 ]
 
 
@@ -520,123 +516,3 @@ class Field:
             raise ValueError(f"x must have shape (m, {mu.dim}); received shape {tuple(x.shape)}.")
         check_finite(x, "x")
         return x
-
-
-def part_velocity(field, t, mu, x, engine, info, positions, *, own=None) -> torch.Tensor:
-    """``field.particle_velocity`` at points x with their ``positions`` (m,), passed on only
-    to a field that uses them (:attr:`Field.needs_positions`): None means that x are μ's
-    own tokens (their positions are μ's). ``own`` (whether the queries are the keys: x are
-    μ's own tokens; None: not said) is passed on only to a field whose ``particle_velocity``
-    declares the keyword (:func:`takes_own`), so a field with the older signature keeps
-    working. What every wrapper calls for its parts, and the particle flows for the field."""
-    extra = {}
-    if positions is not None and field.needs_positions:
-        extra["positions"] = positions
-    if own is not None and takes_own(type(field)):
-        extra["own"] = own
-    return field.particle_velocity(t, mu, x, engine, info, **extra)
-
-
-@functools.cache
-def takes_own(cls: type) -> bool:
-    """Whether ``cls.particle_velocity`` declares the keyword ``own`` (asked once per class)."""
-    method = getattr(cls, "particle_velocity", None)
-    try:
-        parameters = inspect.signature(method).parameters
-    except (TypeError, ValueError):  # not introspectable: call it the older way
-        return False
-    return "own" in parameters and parameters["own"].kind in (
-        inspect.Parameter.KEYWORD_ONLY,
-        inspect.Parameter.POSITIONAL_OR_KEYWORD,
-    )
-
-
-def queries_are_keys(own, x: torch.Tensor, mu) -> bool:
-    """Whether the evaluation points x are μ's own tokens (the queries are the keys).
-
-    ``own`` as the caller said it (True or False; False even where x equals μ's tokens in
-    value: the caller evaluates at new points); None, when a caller outside tpde did not
-    say: x is μ's tokens when it is the same tensor or equal to it (the one place tpde
-    compares tensors to decide this; every call inside tpde says ``own``).
-    """
-    if own is not None:
-        return bool(own)
-    points = mu.points
-    return x is points or (x.shape == points.shape and torch.equal(x, points))
-
-
-def own_tokens(x: torch.Tensor, mu, who: str, own=None) -> None:
-    """Raise unless x are μ's own tokens (:func:`queries_are_keys`): a field with positions
-    called at other points without their positions (by a wrapper defined outside tpde that
-    does not pass ``positions=`` on) would otherwise give x the positions of μ's tokens."""
-    if queries_are_keys(own, x, mu):
-        return
-    raise ValueError(
-        f"{who} evaluates at points x other than μ's tokens only with their positions, and "
-        "none were passed: call velocity(mu, x, positions=p), p of shape (m,). A wrapper "
-        "defined outside tpde must pass positions on to its parts (tpde.fields."
-        "part_velocity) and say so with needs_positions."
-    )
-
-
-def _positions_user(field) -> str:
-    """Who needs positions, for messages: the field, or the wrapper and its part."""
-    name = type(field).__name__
-    inner = _positional_part(field)
-    if inner is None or inner is field:
-        return name
-    return f"{name} (its part {type(inner).__name__} uses positions)"
-
-
-def _positional_part(field):
-    """The first field inside ``field`` (itself included) that uses positions, or None."""
-    if not field.needs_positions:
-        return None
-    for attr in ("parts", "layers", "heads"):
-        parts = getattr(field, attr, ())
-        for part in parts if isinstance(parts, tuple | list) else ():
-            if isinstance(part, Field) and part.needs_positions:
-                return _positional_part(part)
-    inner = getattr(field, "field", None)
-    if isinstance(inner, Field) and inner.needs_positions:
-        return _positional_part(inner)
-    return field
-
-
-def query_positions(positions, x, who: str, uses: bool = True):
-    """The checked positions (m,) of evaluation points x (m, d) of a field that ``uses``
-    positions; None where x is None or the field uses none (and then ``positions`` must be
-    None: they would be ignored)."""
-    if x is None or not uses:
-        if positions is not None and not uses:
-            raise ValueError(
-                "positions were given, but this field uses none (not causal, no positional "
-                "encoding), so they would be ignored: drop positions=."
-            )
-        if positions is not None:
-            raise ValueError(
-                "positions are the positions of the evaluation points x, for a field that "
-                "uses positions; pass x too, or drop positions to evaluate at μ's own tokens."
-            )
-        return None
-    if positions is None:
-        raise ValueError(
-            f"{who} at points x needs their positions: pass positions of shape ({x.shape[0]},)."
-        )
-    return _check_positions(positions, x)
-
-
-def _check_positions(positions, x) -> torch.Tensor:
-    positions = as_positions(positions, "positions", dtype=x.dtype, device=x.device)
-    if positions.shape != (x.shape[0],):
-        raise ValueError(
-            f"positions must have shape ({x.shape[0]},) to match x {tuple(x.shape)}; "
-            f"received {tuple(positions.shape)}."
-        )
-    check_finite(positions, "positions")
-    if bool((positions < 0).any()):
-        raise ValueError(
-            f"positions must be ≥ 0 (integer token indices, or s ∈ [0, 1] for a mean-field "
-            f"limit); received a minimum of {float(positions.min()):.4g}."
-        )
-    return positions.detach()

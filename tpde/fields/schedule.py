@@ -7,7 +7,8 @@ from collections.abc import Sequence
 
 import torch
 
-from tpde.fields.base import Field, part_velocity, shared_capabilities
+from tpde.fields.base import Field, shared_capabilities
+from tpde.fields.calls import part_velocity
 from tpde.measures import Empirical
 
 __all__ = ["LayerSchedule"]

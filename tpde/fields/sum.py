@@ -25,9 +25,9 @@ from tpde.fields.base import (
     GaussianNotPreserved,
     check_velocity_shape,
     check_velocity_type,
-    part_velocity,
     shared_capabilities,
 )
+from tpde.fields.calls import part_velocity
 from tpde.measures import Empirical, Gaussian
 
 __all__ = ["Sum"]

@@ -8,7 +8,7 @@ import math
 import torch
 
 from tpde._engines import harmonics, spectral
-from tpde.fields.base import queries_are_keys
+from tpde.fields.calls import queries_are_keys
 from tpde.measures import Empirical
 
 __all__ = ["circle_route", "route_exp_sum", "route_softmax"]
@@ -26,7 +26,7 @@ def circle_route(field, mu: Empirical, x, engine: str, own=None):
     :mod:`tpde._engines.harmonics` (d = 3, tokens on the unit sphere) when A = βI with
     β > 0 (constant, bias-free, outside autograd; one β per batch element), V = vI, x is
     μ's own tokens (``own``, as the caller says it:
-    :func:`~tpde.fields.base.queries_are_keys`) and every weight > 0. ``engine="auto"``
+    :func:`~tpde.fields.calls.queries_are_keys`) and every weight > 0. ``engine="auto"``
     takes them there when they win (:func:`~tpde._engines.spectral.pick_spectral`,
     :func:`~tpde._engines.harmonics.pick_harmonics`); ``engine="spectral"`` or
     ``"harmonics"`` where it does not apply raises a ValueError naming the condition that

@@ -13,7 +13,8 @@ from tpde._engines.torch_engines import hidden_keys
 from tpde._validation import check_positive, check_real
 from tpde.fields.attention.masked import query_positions, velocity_at_positions
 from tpde.fields.attention.positions import positional_encoding
-from tpde.fields.base import Field, GaussianNotPreserved, own_tokens
+from tpde.fields.base import Field, GaussianNotPreserved
+from tpde.fields.calls import own_tokens
 from tpde.fields.forms import key_log_weights, key_positions
 from tpde.fields.params import Weights, linear
 from tpde.measures import Empirical, Gaussian, Grid, Measure

@@ -7,13 +7,8 @@ import torch
 from tpde._engines import check_engine
 from tpde._validation import as_tensor, check_finite, check_positive
 from tpde.fields.attention.positions import ALiBi
-from tpde.fields.base import (
-    Field,
-    GaussianNotPreserved,
-    check_no_overflow,
-    own_tokens,
-    query_positions,
-)
+from tpde.fields.base import Field, GaussianNotPreserved, check_no_overflow
+from tpde.fields.calls import own_tokens, query_positions
 from tpde.fields.forms import key_positions
 from tpde.fields.registry import register, variant
 from tpde.measures import Empirical, Gaussian, Grid, Measure

@@ -7,7 +7,8 @@ from collections.abc import Sequence
 import torch
 
 from tpde._validation import as_parameter, as_tensor
-from tpde.fields.base import Field, GaussianNotPreserved, part_velocity, shared_capabilities
+from tpde.fields.base import Field, GaussianNotPreserved, shared_capabilities
+from tpde.fields.calls import part_velocity
 from tpde.fields.params import evaluate_parameter as _evaluate
 from tpde.fields.registry import register, variant
 from tpde.measures import Empirical

@@ -18,7 +18,8 @@ import torch
 from tpde._linalg import psd_factor, sqrtm_psd, symmetrize, trace
 from tpde._scale_safe import safe_norm
 from tpde._validation import as_tensor
-from tpde.fields.base import Field, queries_are_keys
+from tpde.fields.base import Field
+from tpde.fields.calls import queries_are_keys
 from tpde.fields.gradient_flow.energies import as_energy
 from tpde.measures import Empirical, Gaussian, Grid
 from tpde.metrics.mobility import spd_mobility

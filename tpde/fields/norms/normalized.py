@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import torch
 
-from tpde.fields.base import Field, GaussianNotPreserved, part_velocity
+from tpde.fields.base import Field, GaussianNotPreserved
+from tpde.fields.calls import part_velocity
 from tpde.fields.norms.schemes import scheme_from
 from tpde.measures import Empirical, Gaussian, Grid
 

@@ -59,7 +59,7 @@ import torch
 
 from tpde._engines import check_engine
 from tpde._validation import check_choice, check_positive
-from tpde.fields.base import part_velocity
+from tpde.fields.calls import part_velocity
 from tpde.flows.methods import METHODS
 from tpde.flows.systems.base import System
 from tpde.flows.systems.cfl import CFLController

@@ -8,7 +8,8 @@ import torch
 
 from tpde._engines import check_engine
 from tpde._status import Status
-from tpde.fields.base import check_velocity_shape, check_velocity_type, part_velocity
+from tpde.fields.base import check_velocity_shape, check_velocity_type
+from tpde.fields.calls import part_velocity
 from tpde.flows.systems.base import System, check_start
 from tpde.flows.systems.jacobian import Linearization, backward_jacobian
 from tpde.flows.systems.registry import register_system
