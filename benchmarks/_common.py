@@ -101,3 +101,28 @@ def _fmt(value) -> str:
     if isinstance(value, float):
         return f"{value:.3g}"
     return str(value)
+
+
+def isotropic_field(kind: str, beta: float, d: int):
+    """SA (Softmax) or USA (Exponential) attention with A = βI, V = I in R^d (float64): the
+    isotropic kernel e^{β⟨x, y⟩} of the sphere engines."""
+    from tpde.fields import Exponential, Softmax
+
+    eye = torch.eye(d, dtype=torch.float64)
+    return (Softmax if kind == "SA" else Exponential)(beta * eye, eye, eye, scale=1.0)
+
+
+def sampled_error(kind: str, beta: float, mu, out: torch.Tensor, count: int = 64) -> float:
+    """Largest error on ``count`` random tokens of ``mu`` against their dense rows (float64,
+    8 rows of N kernel values at a time), relative to the largest entry of those rows."""
+    import math
+
+    rows = torch.randperm(mu.n, generator=torch.Generator().manual_seed(1))[:count]
+    x, w = mu.points, mu.weights
+    refs = []
+    for block in rows.split(8):
+        kernel = torch.exp(beta * (x[block] @ x.T - 1)) * w  # e^{−β}-scaled, (8, N)
+        ref = kernel @ x
+        refs.append(ref / kernel.sum(-1, keepdim=True) if kind == "SA" else math.exp(beta) * ref)
+    ref = torch.cat(refs)
+    return float((out[rows] - ref).abs().max() / ref.abs().max())

@@ -33,10 +33,9 @@ import argparse
 import math
 
 import torch
-from _common import print_header, print_row, timed
+from _common import isotropic_field, print_header, print_row, sampled_error, timed
 
 from tpde._engines.spectral import truncation
-from tpde.fields import Exponential, Softmax
 from tpde.measures import Empirical
 
 COLUMNS = ["field", "N", "β", "K", "engine", "threads", "seconds", "×spectral", "max rel. error"]
@@ -49,22 +48,7 @@ def circle(n: int, seed: int = 0) -> Empirical:
 
 
 def field(kind: str, beta: float):
-    eye = torch.eye(2, dtype=torch.float64)
-    return (Softmax if kind == "SA" else Exponential)(beta * eye, eye, eye, scale=1.0)
-
-
-def sampled_error(kind: str, beta: float, mu: Empirical, out: torch.Tensor, count: int = 64):
-    """Largest error on ``count`` random tokens against their dense rows (float64, 8 rows
-    of N kernel values at a time), relative to the largest entry of those rows."""
-    rows = torch.randperm(mu.n, generator=torch.Generator().manual_seed(1))[:count]
-    x, w = mu.points, mu.weights
-    refs = []
-    for block in rows.split(8):
-        kernel = torch.exp(beta * (x[block] @ x.T - 1)) * w  # e^{−β}-scaled, (8, N)
-        ref = kernel @ x
-        refs.append(ref / kernel.sum(-1, keepdim=True) if kind == "SA" else math.exp(beta) * ref)
-    ref = torch.cat(refs)
-    return float((out[rows] - ref).abs().max() / ref.abs().max())
+    return isotropic_field(kind, beta, 2)
 
 
 def main() -> None:

@@ -32,13 +32,11 @@ seconds move with the load, the ratios less), ``--betas 1 10``:
 from __future__ import annotations
 
 import argparse
-import math
 
 import torch
-from _common import print_header, print_row, timed
+from _common import isotropic_field, print_header, print_row, sampled_error, timed
 
 from tpde._engines.harmonics import truncation
-from tpde.fields import Exponential, Softmax
 from tpde.measures import Empirical
 
 COLUMNS = ["field", "N", "β", "L", "engine", "threads", "seconds", "×harmonics", "max rel. error"]
@@ -51,22 +49,7 @@ def sphere(n: int, seed: int = 0) -> Empirical:
 
 
 def field(kind: str, beta: float):
-    eye = torch.eye(3, dtype=torch.float64)
-    return (Softmax if kind == "SA" else Exponential)(beta * eye, eye, eye, scale=1.0)
-
-
-def sampled_error(kind: str, beta: float, mu: Empirical, out: torch.Tensor, count: int = 64):
-    """Largest error on ``count`` random tokens against their dense rows (float64, 8 rows
-    of N kernel values at a time), relative to the largest entry of those rows."""
-    rows = torch.randperm(mu.n, generator=torch.Generator().manual_seed(1))[:count]
-    x, w = mu.points, mu.weights
-    refs = []
-    for block in rows.split(8):
-        kernel = torch.exp(beta * (x[block] @ x.T - 1)) * w  # e^{−β}-scaled, (8, N)
-        ref = kernel @ x
-        refs.append(ref / kernel.sum(-1, keepdim=True) if kind == "SA" else math.exp(beta) * ref)
-    ref = torch.cat(refs)
-    return float((out[rows] - ref).abs().max() / ref.abs().max())
+    return isotropic_field(kind, beta, 3)
 
 
 def compare(kind: str, beta: float, n: int, repeats: int = 3) -> None:
