@@ -205,6 +205,20 @@ _BERT_MLM_HEADS = (
     },
 )
 
+#: The gated (SwiGLU/GeGLU) families' biases: Q, K, V, O as ``attention_bias`` says, none
+#: on the MLP.
+_GATED_BIASES = {
+    **dict.fromkeys("qkvo", "attention_bias"),
+    "gate": False,
+    "up": False,
+    "down": False,
+}
+#: Config values of the Qwen families that keep every layer global (no sliding window).
+_NO_WINDOW_HONOURED = {
+    **_ROPE_HONOURED,
+    "use_sliding_window": (False,),
+    "layer_types": ("full_attention",),
+}
 _ALL_BIASES = dict.fromkeys(("q", "k", "v", "o", "fc1", "fc2", "mlm_dense"), True)
 
 #: Every family tpde reads, in the order of the module table.

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from tpde.pretrained._architecture import (
+    _GATED_BIASES,
     _LLAMA_KEYS,
     _LLAMA_NAMES,
     _ROPE_HONOURED,
@@ -31,13 +32,6 @@ _GEMMA_KEYS = {
     "attn_softcap": ("attn_logit_softcapping", None),
     "logit_softcap": ("final_logit_softcapping", None),
     "tied": ("tie_word_embeddings", True),
-}
-
-_GATED_BIASES = {
-    **dict.fromkeys("qkvo", "attention_bias"),
-    "gate": False,
-    "up": False,
-    "down": False,
 }
 
 _GEMMA_NAMES = {
