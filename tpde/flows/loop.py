@@ -296,7 +296,7 @@ class Loop:
         moved = (h < self.hopeless_h / 10) | (h > self.hopeless_h * 10)
         restart = accept & (~hopeless | moved)
         self.hopeless_h = np.where(restart, h, self.hopeless_h)
-        counted = np.where(hopeless, 1, 0)
+        counted = hopeless.astype(np.int64)
         self.hopeless = np.where(
             restart, counted, np.where(accept, self.hopeless + 1, self.hopeless)
         )

@@ -185,7 +185,7 @@ class CircleSystem(System):
     def reset_run(self) -> None:
         super().reset_run()
         self.fixed_dt, self.dt_cap, self.cause = None, 1.0, None
-        self._rates: tuple | None = None  # (density, (K_c max|u| + max|u'|))
+        self._velocity_at: tuple | None = None  # (density, u) of the last right-hand side
         self.dt_seen: list[float] = []
         self.min_density = float(self._initial[0].min())
         self.mass_error = 0.0
@@ -227,20 +227,23 @@ class CircleSystem(System):
         density = self._filter(density)
         u = self.velocity(density)
         flux = torch.fft.rfft(density * u) * self.mask
-        if self._rates is None or self._rates[0] is not state[0]:
-            slope = torch.fft.irfft(torch.fft.rfft(u) * self.derivative, n=self.size_m)
-            rate = self.modes * float(u.detach().abs().max()) + float(slope.detach().abs().max())
-            self._rates = (state[0], rate)
+        self._velocity_at = (state[0], u)  # the step's rate is read from the start's u only
         return (-torch.fft.irfft(flux * self.derivative, n=self.size_m),)
+
+    def _rate(self, state) -> float:
+        """M/3·max|u| + max|u'| at ``state`` (the stability rate of the step it starts)."""
+        if self._velocity_at is None or self._velocity_at[0] is not state[0]:
+            self.rhs(0.0, state)
+        u = self._velocity_at[1].detach()
+        slope = torch.fft.irfft(torch.fft.rfft(u) * self.derivative, n=self.size_m)
+        return self.modes * float(u.abs().max()) + float(slope.abs().max())
 
     def measure(self, state) -> CircleDensity:
         return CircleDensity._trusted(state[0], self.offset)
 
     # ------------------------------------------------------------------ step control
     def propose_step(self, t: float, state, h):
-        if self._rates is None or self._rates[0] is not state[0]:
-            self.rhs(t, state)
-        rate = self._rates[1]
+        rate = self._rate(state)
         if self.fixed_dt is not None:
             if h * rate > RK4_REACH:
                 raise ValueError(
