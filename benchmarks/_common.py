@@ -105,11 +105,10 @@ def _fmt(value) -> str:
 
 def isotropic_field(kind: str, beta: float, d: int):
     """SA (Softmax) or USA (Exponential) attention with A = βI, V = I in R^d (float64): the
-    isotropic kernel e^{β⟨x, y⟩} of the sphere engines."""
-    from tpde.fields import Exponential, Softmax
+    isotropic kernel e^{β⟨x, y⟩} of the sphere engines (the studies' own builder)."""
+    from tpde.experiments.common.kernels import kernel_field
 
-    eye = torch.eye(d, dtype=torch.float64)
-    return (Softmax if kind == "SA" else Exponential)(beta * eye, eye, eye, scale=1.0)
+    return kernel_field(kind.lower(), beta, d)
 
 
 def sampled_error(kind: str, beta: float, mu, out: torch.Tensor, count: int = 64) -> float:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from tpde.experiments.common.kernels import kernel_field
 from tpde.fields import Normalized, NormScheme, Softmax
 from tpde.fields.norms.schemes import SCHEMES, scheme_from
 
@@ -19,8 +20,7 @@ F64 = torch.float64
 
 def glpr_softmax(beta: float, d: int) -> Softmax:
     """Softmax with Q = K = V = I and score β⟨x, y⟩ in dimension d (float64)."""
-    eye = torch.eye(d, dtype=F64)
-    return Softmax.from_interaction(beta * eye, eye)
+    return kernel_field("sa", beta, d)
 
 
 def scheme_field(scheme: str, beta: float, d: int, horizon: float, *, switch: float = 0.5,
