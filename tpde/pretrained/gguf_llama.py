@@ -334,7 +334,11 @@ def read_llama(path) -> LlamaFile:
     path = Path(path)
     if path.is_dir():
         raise FileNotFoundError(f"{path} is a folder; pass the path of a .gguf file in it.")
-    metadata, stored = _open(path)
+    return read_opened(path, *_open(path))
+
+
+def read_opened(path: Path, metadata: dict, stored: dict) -> LlamaFile:
+    """:func:`read_llama` of a file whose header ``_open`` has already read."""
     config = _config(metadata, path, set(stored))
     tokenizer = {
         key: _get(metadata, f"tokenizer.ggml.{key}", path, required=key in ("model", "tokens"))

@@ -65,8 +65,9 @@ def load_gguf(path, dtype: torch.dtype, device) -> Transformer:
     from tpde.pretrained.architectures import GGUF_ARCHITECTURES
     from tpde.pretrained.gguf_entry import load_gguf_entry
 
-    metadata, stored = gguf_llama._open(Path(path))
+    path = Path(path)
+    metadata, stored = gguf_llama._open(path)  # the header is read once, here
     if metadata.get("general.architecture") in GGUF_ARCHITECTURES:
-        return load_gguf_entry(Path(path), metadata, stored, dtype, device)
-    file = gguf_llama.read_llama(path)
+        return load_gguf_entry(path, metadata, stored, dtype, device)
+    file = gguf_llama.read_opened(path, metadata, stored)
     return from_llama_file(file, dtype, device, build_tokenizer(file.tokenizer, file.path.name))
