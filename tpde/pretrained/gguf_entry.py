@@ -22,8 +22,8 @@ import torch
 
 from tpde.pretrained import _build
 from tpde.pretrained._folder import LoadError
-from tpde.pretrained._model import _require
 from tpde.pretrained.architectures import GGUF_ARCHITECTURES, architecture_for
+from tpde.pretrained.gguf_llama import dequantised
 from tpde.pretrained.transformer import Transformer
 
 __all__ = ["gguf_config", "load_gguf_entry"]
@@ -116,7 +116,8 @@ def load_gguf_entry(path: Path, metadata: dict, stored: dict, dtype, device) -> 
     offset = GGUF_ARCHITECTURES[architecture].stored_gain_offset
     tensors = {}
     for name, (role, _, _, _) in expected.items():
-        array = _dequantised(path, by_name[name], stored[by_name[name]])
+        qtype, _, raw = stored[by_name[name]]
+        array = dequantised(path, by_name[name], qtype, raw, LoadError)
         if offset and role in _build._NORMS:
             array = array - np.float32(offset)
         tensors[name] = torch.from_numpy(array).to(dtype=dtype, device=device)
@@ -146,20 +147,3 @@ def _cached_tokenizer(where: str, size: int, mtime: int, metadata: dict):
         except ValueError as err:
             raise LoadError(str(err)) from None
     return _TOKENIZERS[key]
-
-
-def _dequantised(path: Path, name: str, item) -> np.ndarray:
-    gguf = _require("gguf")
-    qtype, _, raw = item
-    try:
-        array = gguf.quants.dequantize(raw, qtype)
-    except NotImplementedError:
-        raise LoadError(
-            f"{path.name}: the tensor {name!r} is stored as {qtype.name}, a quantisation type "
-            "the gguf package cannot dequantise."
-        ) from None
-    if not array.flags.writeable:  # F32 tensors are views of the read-only file
-        array = array.copy()
-    if not np.isfinite(array).all():
-        raise LoadError(f"{path.name}: the tensor {name!r} holds NaN or infinite values.")
-    return array

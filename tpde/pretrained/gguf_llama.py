@@ -269,8 +269,25 @@ def _expected_shapes(config: LlamaConfig) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def _tensors(stored: dict, config: LlamaConfig, path: Path) -> dict[str, np.ndarray]:
+def dequantised(path: Path, name: str, qtype, raw, error: type[Exception]) -> np.ndarray:
+    """Tensor ``name`` of a GGUF file as a writeable float32 array (``gguf``'s own
+    dequantisation), refused with ``error`` where the type is unknown or a value not finite."""
     gguf = _require("gguf")
+    try:
+        array = gguf.quants.dequantize(raw, qtype)
+    except NotImplementedError:
+        raise error(
+            f"{path.name}: the tensor {name!r} is stored as {qtype.name}, a quantisation type "
+            "the gguf package cannot dequantise."
+        ) from None
+    if not array.flags.writeable:  # F32 tensors are views of the read-only file
+        array = array.copy()
+    if not np.isfinite(array).all():
+        raise error(f"{path.name}: the tensor {name!r} holds NaN or infinite values.")
+    return array
+
+
+def _tensors(stored: dict, config: LlamaConfig, path: Path) -> dict[str, np.ndarray]:
     out = {}
     for name, shape in _expected_shapes(config).items():
         if name not in stored:
@@ -281,17 +298,7 @@ def _tensors(stored: dict, config: LlamaConfig, path: Path) -> dict[str, np.ndar
                 f"{path.name}: the tensor {name!r} has shape {stored_shape}; the metadata "
                 f"implies {shape}."
             )
-        try:
-            array = gguf.quants.dequantize(raw, qtype)
-        except NotImplementedError:
-            raise GGUFError(
-                f"{path.name}: the tensor {name!r} is stored as {qtype.name}, which the gguf "
-                "package cannot dequantise."
-            ) from None
-        if not array.flags.writeable:  # F32 tensors are views of the read-only file
-            array = array.copy()
-        if not np.isfinite(array).all():
-            raise GGUFError(f"{path.name}: the tensor {name!r} holds NaN or infinite values.")
+        array = dequantised(path, name, qtype, raw, GGUFError)
         if ".attn_q." in name:
             array = unpermute_rotary_rows(array, config.heads)
         elif ".attn_k." in name:
