@@ -243,6 +243,23 @@ def as_positions(value, name: str, *, dtype: torch.dtype, device=None) -> torch.
     return cast
 
 
+def check_positions(positions, n: int, like: torch.Tensor, mismatch: str) -> torch.Tensor:
+    """Token positions (n,) in ``like``'s dtype and device, finite and ≥ 0, detached.
+
+    ``mismatch`` is the shape error's text with ``{got}`` for the received shape (the
+    callers name what the positions must match: a measure's points, query points x)."""
+    positions = as_positions(positions, "positions", dtype=like.dtype, device=like.device)
+    if positions.shape != (n,):
+        raise ValueError(mismatch.format(got=tuple(positions.shape)))
+    check_finite(positions, "positions")
+    if bool((positions < 0).any()):
+        raise ValueError(
+            f"positions must be ≥ 0 (integer token indices, or s ∈ [0, 1] for a mean-field "
+            f"limit); received a minimum of {float(positions.min()):.4g}."
+        )
+    return positions.detach()
+
+
 def _integer_tensor(value) -> torch.Tensor | None:
     """An integer tensor, array or list as an integer tensor; None for anything else."""
     if isinstance(value, torch.Tensor):

@@ -9,7 +9,7 @@ import inspect
 
 import torch
 
-from tpde._validation import as_positions, check_finite
+from tpde._validation import check_positions
 
 __all__ = [
     "own_tokens",
@@ -125,16 +125,8 @@ def query_positions(positions, x, who: str, uses: bool = True):
 
 
 def _check_positions(positions, x) -> torch.Tensor:
-    positions = as_positions(positions, "positions", dtype=x.dtype, device=x.device)
-    if positions.shape != (x.shape[0],):
-        raise ValueError(
-            f"positions must have shape ({x.shape[0]},) to match x {tuple(x.shape)}; "
-            f"received {tuple(positions.shape)}."
-        )
-    check_finite(positions, "positions")
-    if bool((positions < 0).any()):
-        raise ValueError(
-            f"positions must be ≥ 0 (integer token indices, or s ∈ [0, 1] for a mean-field "
-            f"limit); received a minimum of {float(positions.min()):.4g}."
-        )
-    return positions.detach()
+    return check_positions(
+        positions, x.shape[0], x,
+        f"positions must have shape ({x.shape[0]},) to match x {tuple(x.shape)}; "
+        "received {got}.",
+    )  # fmt: skip

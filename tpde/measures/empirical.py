@@ -5,7 +5,12 @@ from __future__ import annotations
 import torch
 
 from tpde._scale_safe import unit
-from tpde._validation import as_positions, as_tensor, check_finite, check_float_dtype
+from tpde._validation import (
+    as_tensor,
+    check_finite,
+    check_float_dtype,
+    check_positions,
+)
 from tpde.measures._base import Measure, check_sample_size
 
 __all__ = ["Empirical"]
@@ -92,19 +97,11 @@ class Empirical(Measure):
         if positions is None:
             return None
         points = self._points
-        positions = as_positions(positions, "positions", dtype=points.dtype, device=points.device)
-        if positions.shape != (n,):
-            raise ValueError(
-                f"positions must have shape (n,) = ({n},) to match points "
-                f"{tuple(points.shape)}; received shape {tuple(positions.shape)}."
-            )
-        check_finite(positions, "positions")
-        if (positions < 0).any():
-            raise ValueError(
-                f"positions must be ≥ 0 (integer token indices, or s ∈ [0, 1] for a "
-                f"mean-field limit); received a minimum of {float(positions.min()):.4g}."
-            )
-        return positions.detach()
+        return check_positions(
+            positions, n, points,
+            f"positions must have shape (n,) = ({n},) to match points {tuple(points.shape)}; "
+            "received shape {got}.",
+        )  # fmt: skip
 
     @classmethod
     def from_gaussian(cls, gaussian, n: int, generator: torch.Generator | None = None):
