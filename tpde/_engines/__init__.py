@@ -235,16 +235,18 @@ def softmax_average(
 
 
 def softmax_weights(
-    q, k, key_bias=None, *, query_positions=None, key_positions=None, window=None
+    q, k, key_bias=None, *, query_positions=None, key_positions=None, window=None, softcap=None
 ) -> torch.Tensor:
     """The weights P_ij = exp(q_i·k_j + b_j)/Σ_l exp(q_i·k_l + b_l) of :func:`softmax_average`
     as a (..., n, m) matrix (the dense engine's; rows sum to 1, hidden keys weigh 0).
 
     Arguments and checks as :func:`softmax_average`; softmax_average(q, k, v, ...) equals
-    softmax_weights(q, k, ...) @ v on every engine, to rounding.
+    softmax_weights(q, k, ...) @ v on every engine, to rounding. ``softcap`` c: the scores
+    c·tanh(q_i·k_j/c) + b_j (only this dense matrix has it).
     """
     key_bias = _drop_constant_bias(key_bias)
-    return softmax_weights_dense(q, k, key_bias, *_mask(query_positions, key_positions, window))
+    mask = _mask(query_positions, key_positions, window)
+    return softmax_weights_dense(q, k, key_bias, *mask, softcap=softcap)
 
 
 def _mask(query_positions, key_positions, window) -> tuple:

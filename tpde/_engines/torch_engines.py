@@ -29,9 +29,12 @@ def augment_with_bias(q, k, key_bias):
     return torch.cat([q, ones], dim=-1), torch.cat([k, key_bias.unsqueeze(-1)], dim=-1)
 
 
-def dense_scores(q, k, key_bias):
-    """Scores q_i·k_j + b_j as a materialised (..., n, m) tensor."""
+def dense_scores(q, k, key_bias, softcap=None):
+    """Scores q_i·k_j + b_j as a materialised (..., n, m) tensor; with a ``softcap`` c the
+    product is capped first, c·tanh(q_i·k_j/c) + b_j (Gemma-2's score soft-cap)."""
     scores = q @ k.transpose(-1, -2)
+    if softcap is not None:
+        scores = softcap * torch.tanh(scores / softcap)
     if key_bias is not None:
         scores = scores + key_bias.unsqueeze(-2)
     return scores
@@ -45,13 +48,14 @@ def hidden_keys(query_positions, key_positions, window=None):
 
 
 def softmax_weights_dense(q, k, key_bias=None, query_positions=None, key_positions=None,
-                          window=None):  # fmt: skip
+                          window=None, softcap=None):  # fmt: skip
     """The (..., n, m) softmax weights exp(q_i·k_j + b_j)/Σ_l exp(q_i·k_l + b_l); O(n·m) memory.
 
     With positions (n,) and (m,), key j is seen by query i only if s_j ≤ s_i (causal), and
     with a ``window`` w only if also s_i − s_j < w (sliding window): a hidden key weighs 0.
+    ``softcap``: scores of :func:`dense_scores` capped.
     """
-    scores = dense_scores(q, k, key_bias)
+    scores = dense_scores(q, k, key_bias, softcap)
     if query_positions is not None:
         hidden = hidden_keys(query_positions, key_positions, window)
         scores = scores.masked_fill(hidden, -math.inf)

@@ -9,7 +9,6 @@ from collections import Counter
 import torch
 
 from tpde._engines import softmax_average, softmax_weights
-from tpde._engines.torch_engines import hidden_keys
 from tpde._validation import check_positive, check_real
 from tpde.fields.attention.masked import query_positions, velocity_at_positions
 from tpde.fields.attention.positions import positional_encoding
@@ -193,7 +192,7 @@ class GroupedQueryAttention(Field):
         if self.softcap is None:
             out = softmax_average(q, k, v, bias, engine, **mask)
         else:
-            out = _capped_weights(q, k, bias, mask, self.softcap) @ v
+            out = softmax_weights(q, k, bias, softcap=self.softcap, **mask) @ v
         out = out.flatten(-4, -3).transpose(-3, -2).flatten(-2)  # (..., n, H·d_h)
         return linear(out, Wo, bo)
 
@@ -266,10 +265,7 @@ class GroupedQueryAttention(Field):
         x, at = (mu.points, mu.positions) if x is None else (x, at)
         Wq, Wk, Wv, _, bq, bk, bv, _ = self.params.at(t, x)
         q, k, _, bias, mask = self._grouped(mu, x, at, Wq, Wk, Wv, bq, bk, bv)
-        if self.softcap is None:
-            weights = softmax_weights(q, k, bias, **mask)
-        else:
-            weights = _capped_weights(q, k, bias, mask, self.softcap)
+        weights = softmax_weights(q, k, bias, softcap=self.softcap, **mask)
         weights = weights.flatten(-4, -3)  # (..., H, n, m)
         if weights.shape[-1] == mu.n:
             return weights
@@ -386,18 +382,6 @@ def _vote_head_dim(values: dict, heads: int, kv_heads: int) -> None:
                 f"shape (..., {', '.join(map(str, shape.get(name, (rows, d))))}), with "
                 f"{rows} = {kind} along its axis {_HEAD_AXES[name][0]}, not {size}."
             )
-
-
-def _capped_weights(q, k, bias, mask: dict, cap: float) -> torch.Tensor:
-    """softmax_j(c·tanh(q_i·k_j / c) + b_j) over the keys the mask shows (dense, (..., n, m))."""
-    scores = q @ k.transpose(-1, -2)
-    scores = cap * torch.tanh(scores / cap)
-    if bias is not None:
-        scores = scores + bias.unsqueeze(-2)
-    if mask:
-        hidden = hidden_keys(mask["query_positions"], mask["key_positions"], mask.get("window"))
-        scores = scores.masked_fill(hidden, -math.inf)
-    return torch.softmax(scores, dim=-1)
 
 
 def _heads(x, head_dim: int):
