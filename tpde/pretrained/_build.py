@@ -200,7 +200,7 @@ def read_hyper(raw: dict, entry: Architecture) -> ModelConfig:
     if window is not None:
         window = _integer(window, keys["window"])
     offset = 0
-    if raw.get("model_type") == "roberta":
+    if raw.get("model_type") in entry.facts.get("pad_offset_types", ()):
         offset = _integer(got["pad"], keys["pad"], low=0) + 1
     context = got["context"] - offset
     if context < 1:
@@ -211,7 +211,7 @@ def read_hyper(raw: dict, entry: Architecture) -> ModelConfig:
     if entry.rotary and "rope_base" not in got:
         got["rope_base"], keys["rope_base"] = entry.facts["rope_base"], "rope_base (fixed)"
     rope = _positive(got["rope_base"], keys["rope_base"]) if entry.rotary else None
-    tied = got.get("tied", entry.family == "bert")
+    tied = got.get("tied", entry.facts.get("tied", False))
     if not isinstance(tied, bool):
         raise LoadError(
             f"config.json: {keys.get('tied')} must be true or false; received {tied!r}."

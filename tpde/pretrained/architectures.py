@@ -185,7 +185,11 @@ ARCHITECTURES: tuple[Architecture, ...] = (
         rotary=False,
         causal=False,
         facts={
-            "position_offset": {"bert": 0, "roberta": "pad_token_id + 1"},
+            # positions start after the padding index for these model types (RoBERTa's
+            # create_position_ids_from_input_ids): offset pad_token_id + 1
+            "pad_offset_types": ("roberta",),
+            # BERT ties its masked-LM decoder to the embeddings when the config is silent
+            "tied": True,
             "token_type": "type 0 unless token_types are given",
             "head": "the masked-LM head where the files hold it (mlm_heads); a task head "
             "(pooler, classifier, next-sentence) is not read",
