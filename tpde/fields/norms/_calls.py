@@ -34,19 +34,19 @@ def _check_atol(value):
     return None if value is None else check_positive(value, "atol")
 
 
-def _on_sphere(field, t, mu, x, engine, info) -> tuple[torch.Tensor, torch.Tensor]:
-    """(Γ[N#μ](N(x)), N(x)) for the tangent sphere schemes: Γ[μ](x) on the sphere, and off
-    it (where Runge–Kutta stages evaluate) the 0-homogeneous extension, so that a field with
-    a sphere-only engine (softmax and exponential with A = βI on S¹ or S²: "spectral",
-    "harmonics") keeps it at every stage; N(x) is returned for the tangent projection
-    (computed once)."""
+def _on_sphere(field, t, mu, x, engine, info):
+    """(Γ[N#μ](N(x)), N(x), N#μ) for the tangent sphere schemes: Γ[μ](x) on the sphere, and
+    off it (where Runge–Kutta stages evaluate) the 0-homogeneous extension, so that a field
+    with a sphere-only engine (softmax and exponential with A = βI on S¹ or S²: "spectral",
+    "harmonics") keeps it at every stage; N(x) for the tangent projection and N#μ for the
+    rounding test (each computed once)."""
     return _normalised_call(unit, field, t, mu, x, engine, info)
 
 
 def _normalised_call(norm, field, t, mu, x, engine, info):
-    """(Γ[N#μ](N(x)), N(x)): the field on normalised keys and queries."""
-    keys, queries = norm(mu.points), norm(x)  # Normalized tells the field whether x are μ's
-    return field.particle_velocity(t, mu.with_points(keys), queries, engine, info), queries
+    """(Γ[N#μ](N(x)), N(x), N#μ): the field on normalised keys and queries."""
+    keys, queries = mu.with_points(norm(mu.points)), norm(x)  # Normalized says if x are μ's
+    return field.particle_velocity(t, keys, queries, engine, info), queries, keys
 
 
 def _resolved(field, t, mu, x, out: torch.Tensor) -> torch.Tensor:

@@ -189,7 +189,7 @@ class PostLN(_OnSphere):
     def velocity(self, field, t, mu, x, engine, info):
         if not self.tangent:
             return field.particle_velocity(t, mu, x, engine, info)
-        out, directions = _on_sphere(field, t, mu, x, engine, info)
+        out, directions, _ = _on_sphere(field, t, mu, x, engine, info)
         return tangent_part(directions, out)  # = P⊥_x out, N(x) computed once
 
     def gradient_structure(self, field, t: float):
@@ -256,8 +256,7 @@ class NGPT(_OnSphere):
         if not self.tangent:
             out = _resolved(field, t, mu, x, field.particle_velocity(t, mu, x, engine, info))
             return alpha * (unit(out) - unit(x))
-        out, directions = _on_sphere(field, t, mu, x, engine, info)
-        keys = mu.with_points(unit(mu.points))
+        out, directions, keys = _on_sphere(field, t, mu, x, engine, info)
         out = _resolved(field, t, keys, directions, out)  # a rounded 0 stays 0
         return alpha * tangent_part(directions, unit(out))
 
@@ -284,8 +283,7 @@ class PeriLN(NormScheme):
     name: ClassVar[str] = "peri-ln"
 
     def velocity(self, field, t, mu, x, engine, info):
-        out, queries = _normalised_call(unit, field, t, mu, x, engine, info)
-        keys = mu.with_points(unit(mu.points))
+        out, queries, keys = _normalised_call(unit, field, t, mu, x, engine, info)
         return unit(_resolved(field, t, keys, queries, out))  # 0 stays 0 (_resolved)
 
 
