@@ -65,7 +65,6 @@ from tpde._engines.spectral import _blocks, _recurrence_length
 __all__ = [
     "HARMONICS_MIN_TOKENS",
     "exp_sum_harmonics",
-    "harmonics_refusal",
     "pick_harmonics",
     "softmax_average_harmonics",
     "sphere_sums",
@@ -194,7 +193,7 @@ def sphere_sums(points: torch.Tensor, weights: torch.Tensor, beta, L: int | None
 
     Parameters
     ----------
-    points : (..., n, 3), unit vectors (checked by :func:`harmonics_refusal`).
+    points : (..., n, 3), unit vectors (checked by :func:`~tpde._engines.spectral.sphere_refusal`).
     weights : (..., n) or (n,), positive.
     beta : float or tensor (...,), > 0, broadcasting with the batch of the points.
     L : int, optional
@@ -259,32 +258,6 @@ def exp_sum_harmonics(points, weights, beta, L=None) -> torch.Tensor:
     beta = torch.as_tensor(beta, dtype=points.dtype, device=points.device)
     sums = sphere_sums(points, weights, beta, L)
     return torch.exp(beta).unsqueeze(-1).unsqueeze(-1) * sums[..., 1:]
-
-
-def harmonics_refusal(points, weights, beta) -> str | None:
-    """Why the harmonics engine does not apply to this cloud, or None where it does.
-
-    It needs d = 3, float32 or float64, β > 0, every token on the unit sphere
-    (| |x| − 1 | ≤ 16 eps) and every weight > 0 (the truncation's bound uses them).
-    """
-    if points.shape[-1] != 3:
-        return f"it needs tokens in d = 3 (the sphere S²); these have d = {points.shape[-1]}"
-    if points.dtype not in (torch.float32, torch.float64):
-        return f"it computes in float32 or float64; the tokens are {points.dtype}"
-    beta = torch.as_tensor(beta, device=points.device)
-    if not bool((beta > 0).all()):
-        return f"it needs β > 0 (A = βI); received β = {float(beta.min()):.4g}"
-    if not bool((weights > 0).all()):
-        return "it needs every token's weight > 0 (its truncation bound uses them)"
-    worst = float((points.detach().norm(dim=-1) - 1).abs().max())
-    tolerance = 16 * torch.finfo(points.dtype).eps
-    if worst > tolerance:
-        return (
-            f"it needs every token on the unit sphere; the norms are up to {worst:.3g} away "
-            f"from 1 (tolerance {tolerance:.3g}): normalise them (wrap the field in "
-            "Normalized(field, 'post-ln'))"
-        )
-    return None
 
 
 #: "auto" takes the harmonics engine for clouds of n ≥ HARMONICS_TOKENS_PER_TERM·(L + 1)²

@@ -64,7 +64,7 @@ __all__ = [
     "exp_sum_spectral",
     "pick_spectral",
     "softmax_average_spectral",
-    "spectral_refusal",
+    "sphere_refusal",
     "truncation",
 ]
 
@@ -193,7 +193,7 @@ def circle_sums(points: torch.Tensor, weights: torch.Tensor, beta, K: int | None
 
     Parameters
     ----------
-    points : (..., n, 2), unit vectors (checked by :func:`spectral_refusal`).
+    points : (..., n, 2), unit vectors (checked by :func:`sphere_refusal`).
     weights : (..., n) or (n,), positive.
     beta : float or tensor (...,), > 0, broadcasting with the batch of the points.
     K : int, optional
@@ -275,27 +275,34 @@ def exp_sum_spectral(points, weights, beta, K=None) -> torch.Tensor:
     return torch.exp(beta).unsqueeze(-1).unsqueeze(-1) * sums[..., 1:]
 
 
-def spectral_refusal(points, weights, beta) -> str | None:
-    """Why the spectral engine does not apply to this cloud, or None where it does.
+#: The unit sphere of each sphere engine, by the tokens' dimension d (named in refusals).
+SPHERE_OF_DIM = {2: ("the circle S¹", "circle"), 3: ("the sphere S²", "sphere")}
 
-    It needs d = 2, float32 or float64, β > 0, every token on the unit circle
-    (| |x| − 1 | ≤ 16 eps: the kernel is e^{β cos(θ − φ)} only there) and every weight > 0
-    (the truncation's bound uses each token's own weight).
+
+def sphere_refusal(points, weights, beta, dim: int = 2) -> str | None:
+    """Why a sphere engine of dimension ``dim`` does not apply to this cloud, or None.
+
+    The spectral engine (``dim = 2``) and the harmonics engine
+    (:mod:`tpde._engines.harmonics`, ``dim = 3``) both need tokens in d = dim, float32 or
+    float64, β > 0, every token on the unit sphere (| |x| − 1 | ≤ 16 eps: the kernel is a
+    function of ⟨x, y⟩ = cos(angle) only there) and every weight > 0 (the truncation's
+    bound uses each token's own weight).
     """
-    if points.shape[-1] != 2:
-        return f"it needs tokens in d = 2 (the circle S¹); these have d = {points.shape[-1]}"
+    sphere, word = SPHERE_OF_DIM[dim]
+    if points.shape[-1] != dim:
+        return f"it needs tokens in d = {dim} ({sphere}); these have d = {points.shape[-1]}"
     if points.dtype not in (torch.float32, torch.float64):
         return f"it computes in float32 or float64; the tokens are {points.dtype}"
+    beta = torch.as_tensor(beta, device=points.device)
     if not bool((beta > 0).all()):
         return f"it needs β > 0 (A = βI); received β = {float(beta.min()):.4g}"
     if not bool((weights > 0).all()):
         return "it needs every token's weight > 0 (its truncation bound uses them)"
-    norms = points.detach().norm(dim=-1)
-    worst = float((norms - 1).abs().max())
+    worst = float((points.detach().norm(dim=-1) - 1).abs().max())
     tolerance = 16 * torch.finfo(points.dtype).eps
     if worst > tolerance:
         return (
-            f"it needs every token on the unit circle; the norms are up to {worst:.3g} away "
+            f"it needs every token on the unit {word}; the norms are up to {worst:.3g} away "
             f"from 1 (tolerance {tolerance:.3g}): normalise them (wrap the field in "
             "Normalized(field, 'post-ln'))"
         )

@@ -4,6 +4,8 @@ Fourier series) or on S² ("harmonics", spherical harmonics)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -13,9 +15,27 @@ from tpde.measures import Empirical
 
 __all__ = ["circle_route", "route_exp_sum", "route_softmax"]
 
-#: The sphere engines by dimension: S¹ (d = 2) and S² (d = 3).
-_ENGINE_OF_DIM = {2: "spectral", 3: "harmonics"}
-_SPHERE = {"spectral": "the circle S¹", "harmonics": "the sphere S²"}
+
+@dataclass(frozen=True)
+class _SphereEngine:
+    """One sphere engine: its tokens' dimension and the functions the routing calls."""
+
+    dim: int
+    truncation: Callable  # (β, dtype, floor) -> K
+    wins: Callable  # (n, K, batch) -> bool: the "auto" rule
+    softmax_average: Callable  # (x, weights, β) -> Σ_j w_j k_ij x_j / Σ_j w_j k_ij
+    exp_sum: Callable  # (x, weights, β) -> Σ_j w_j e^{β⟨x_i, x_j⟩} x_j
+
+
+#: The sphere engines: S¹ (d = 2, Fourier series) and S² (d = 3, spherical harmonics).
+_ENGINES = {
+    "spectral": _SphereEngine(2, spectral.truncation, spectral.pick_spectral,
+                              spectral.softmax_average_spectral, spectral.exp_sum_spectral),
+    "harmonics": _SphereEngine(3, harmonics.truncation,
+                               lambda n, L, batch: harmonics.pick_harmonics(n, L),
+                               harmonics.softmax_average_harmonics, harmonics.exp_sum_harmonics),
+}  # fmt: skip
+_ENGINE_OF_DIM = {engine.dim: name for name, engine in _ENGINES.items()}
 
 
 def circle_route(field, mu: Empirical, x, engine: str, own=None):
@@ -52,19 +72,13 @@ def circle_route(field, mu: Empirical, x, engine: str, own=None):
 def route_softmax(route, x, weights):
     """The softmax average of :func:`circle_route`'s engine: v·Σ_j w_j k_ij x_j / Σ_j w_j k_ij."""
     name, beta, value = route
-    average = (
-        spectral.softmax_average_spectral
-        if name == "spectral"
-        else (harmonics.softmax_average_harmonics)
-    )
-    return value * average(x, weights, beta)
+    return value * _ENGINES[name].softmax_average(x, weights, beta)
 
 
 def route_exp_sum(route, x, weights):
     """The unnormalised sum of :func:`circle_route`'s engine: v·Σ_j w_j e^{β⟨x_i, x_j⟩} x_j."""
     name, beta, value = route
-    total = spectral.exp_sum_spectral if name == "spectral" else harmonics.exp_sum_harmonics
-    return value * total(x, weights, beta)
+    return value * _ENGINES[name].exp_sum(x, weights, beta)
 
 
 def _route(params, mu: Empirical, x, auto: bool, name: str, own):
@@ -78,9 +92,9 @@ def _route(params, mu: Empirical, x, auto: bool, name: str, own):
     value = params.isotropic_value(x)
     if value is None:
         return "it needs V = vI (a multiple of the identity)", None
-    dim = 2 if name == "spectral" else 3
-    if x.shape[-1] != dim:
-        return f"it needs tokens in d = {dim} ({_SPHERE[name]}); these have d = {x.shape[-1]}", None
+    engine = _ENGINES[name]
+    if x.shape[-1] != engine.dim:
+        return spectral.sphere_refusal(x, mu.weights, 1.0, engine.dim), None
     if not queries_are_keys(own, x, mu):
         return (
             "it evaluates the field at μ's own tokens (the particle flow), not at other points "
@@ -92,13 +106,8 @@ def _route(params, mu: Empirical, x, auto: bool, name: str, own):
         if not (bool((beta > 0).all()) and bool((weights > 0).all())):
             return "β ≤ 0 or a weight of 0", None
         batch = torch.broadcast_shapes(x.shape[:-2], beta.shape)
-        floor = float(weights.min() / weights.sum())
-        engine = spectral if name == "spectral" else harmonics
-        K = engine.truncation(float(beta.max()), x.dtype, floor)
-        if name == "spectral" and not spectral.pick_spectral(x.shape[-2], K, math.prod(batch)):
+        K = engine.truncation(float(beta.max()), x.dtype, float(weights.min() / weights.sum()))
+        if not engine.wins(x.shape[-2], K, math.prod(batch)):
             return "too few tokens to win", None
-        if name == "harmonics" and not harmonics.pick_harmonics(x.shape[-2], K):
-            return "too few tokens to win", None
-    refusal = spectral.spectral_refusal if name == "spectral" else harmonics.harmonics_refusal
-    reason = refusal(x, mu.weights, beta)
+    reason = spectral.sphere_refusal(x, mu.weights, beta, engine.dim)
     return (reason, None) if reason is not None else (None, (beta, value))
