@@ -9,7 +9,12 @@ import torch
 from tpde._linalg import trace as matrix_trace
 from tpde._status import Status
 from tpde.flows.systems.base import System, check_start
-from tpde.flows.systems.jacobian import Linearization, SymmetricCoordinates, autograd_jacobian
+from tpde.flows.systems.jacobian import (
+    Linearization,
+    SymmetricCoordinates,
+    autograd_jacobian,
+    forward_time_derivative,
+)
 from tpde.flows.systems.registry import register_system
 from tpde.measures import Gaussian
 
@@ -130,9 +135,9 @@ class GaussianSystem(System):
             matrix = self._autograd_jacobian(t, state, coords)
         f_t = None
         if self.field.time_dependent:
-            delta = math.sqrt(torch.finfo(cov.dtype).eps) * max(1.0, abs(float(t)))
-            after = coords.to_vector(self.field.gaussian_rhs(t + delta, mean, cov))
-            f_t = (after - coords.to_vector(self.field.gaussian_rhs(t, mean, cov))) / delta
+            f_t = forward_time_derivative(
+                lambda s: coords.to_vector(self.field.gaussian_rhs(s, mean, cov)), t, cov.dtype
+            )
         return Linearization(matrix, f_t, coords.to_vector, coords.to_state, 1)
 
     def _coordinates(self, d: int, like: torch.Tensor) -> SymmetricCoordinates:

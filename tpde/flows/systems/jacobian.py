@@ -10,11 +10,18 @@ any map by reverse-mode autograd.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 
-__all__ = ["Linearization", "SymmetricCoordinates", "autograd_jacobian", "backward_jacobian"]
+__all__ = [
+    "Linearization",
+    "SymmetricCoordinates",
+    "autograd_jacobian",
+    "backward_jacobian",
+    "forward_time_derivative",
+]
 
 
 @dataclass(frozen=True)
@@ -62,11 +69,24 @@ def autograd_jacobian(f, y: torch.Tensor) -> torch.Tensor:
     return rows.movedim(0, -2)
 
 
-def backward_jacobian(f, y: torch.Tensor) -> torch.Tensor:
-    """J (…, n, n) of f: (…, n) -> (…, n) at y, batch elements independent, by one forward
-    pass and n backward passes of its graph (batched by vmap where the graph allows it,
-    one row at a time otherwise): for maps that take only y's own shape (a particle
-    system's right-hand side). y is detached: J is not differentiated through."""
+def forward_time_derivative(f, t: float, dtype: torch.dtype, at_t=None) -> torch.Tensor:
+    """∂f/∂t of t ↦ f(t) (a tensor) by a forward difference of step δ = √ε·max(1, |t|).
+
+    Relative error ~√ε: the fields' parameters are user callables of a float t, which
+    autograd cannot see into; in a Rosenbrock step the error enters as O(h²·δ).
+    ``at_t`` is f(t) where the caller has it already (one evaluation fewer).
+    """
+    delta = math.sqrt(torch.finfo(dtype).eps) * max(1.0, abs(float(t)))
+    start = f(t) if at_t is None else at_t
+    return (f(t + delta) - start) / delta
+
+
+def backward_jacobian(f, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(J, f(y)): J (…, n, n) of f: (…, n) -> (…, n) at y, batch elements independent, by
+    one forward pass and n backward passes of its graph (batched by vmap where the graph
+    allows it, one row at a time otherwise): for maps that take only y's own shape (a
+    particle system's right-hand side). y is detached: J is not differentiated through;
+    f(y) (detached) is the forward pass's value."""
     y = y.detach().requires_grad_(True)
     n = y.shape[-1]
     with torch.enable_grad():
@@ -79,7 +99,7 @@ def backward_jacobian(f, y: torch.Tensor) -> torch.Tensor:
             grads = torch.stack(
                 [torch.autograd.grad(out, y, row, retain_graph=True)[0] for row in rows]
             )
-    return grads.movedim(0, -2).detach()
+    return grads.movedim(0, -2).detach(), out.detach()
 
 
 class SymmetricCoordinates:

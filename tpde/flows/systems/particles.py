@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from tpde._engines import check_engine
@@ -11,7 +9,11 @@ from tpde._status import Status
 from tpde.fields.base import check_velocity_shape, check_velocity_type
 from tpde.fields.calls import part_velocity
 from tpde.flows.systems.base import System, check_start
-from tpde.flows.systems.jacobian import Linearization, backward_jacobian
+from tpde.flows.systems.jacobian import (
+    Linearization,
+    backward_jacobian,
+    forward_time_derivative,
+)
 from tpde.flows.systems.registry import register_system
 from tpde.measures import Empirical
 
@@ -113,12 +115,12 @@ class ParticleSystem(System):
         def f(v):
             return to_vector(self.rhs(t, to_state(v)))
 
-        matrix = backward_jacobian(f, to_vector(state))
+        matrix, value = backward_jacobian(f, to_vector(state))
         f_t = None
         if self.field.time_dependent:
-            delta = math.sqrt(torch.finfo(points.dtype).eps) * max(1.0, abs(float(t)))
-            after = to_vector(self.rhs(t + delta, state))
-            f_t = (after - to_vector(self.rhs(t, state))).detach() / delta
+            f_t = forward_time_derivative(
+                lambda s: to_vector(self.rhs(s, state)), t, points.dtype, value
+            ).detach()
         return Linearization(matrix, f_t, to_vector, to_state, 2)
 
     domain_status = Status.LOST_TOKEN
