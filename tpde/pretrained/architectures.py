@@ -170,14 +170,7 @@ ARCHITECTURES: tuple[Architecture, ...] = (
         names=_BERT_NAMES,
         biases=_ALL_BIASES,
         prefixes=("", "bert.", "roberta."),
-        ignored=(
-            "pooler.",
-            "bert.pooler.",
-            "roberta.pooler.",
-            "cls.",
-            "lm_head.",
-            "classifier.",
-        ),
+        ignored=("cls.", "lm_head.", "classifier."),  # the heads not read (facts["head"])
         buffers=("embeddings.position_ids",),  # transformers 4's stored arange
         norm="layernorm",
         placement="post",
@@ -191,10 +184,17 @@ ARCHITECTURES: tuple[Architecture, ...] = (
             # BERT ties its masked-LM decoder to the embeddings when the config is silent
             "tied": True,
             "token_type": "type 0 unless token_types are given",
-            "head": "the masked-LM head where the files hold it (mlm_heads); a task head "
-            "(pooler, classifier, next-sentence) is not read",
+            "head": "the masked-LM head where the files hold it (mlm_heads), the pooler where "
+            "they hold it, the sequence-classification head of a *ForSequenceClassification "
+            "(BERT's on the pooled token; RoBERTa's with its own dense + tanh); other task "
+            "heads (next-sentence, token classification, multiple choice, QA) are not read",
         },
         mlm_heads=_BERT_MLM_HEADS,
+        pooler="pooler.dense",
+        classifiers=(
+            {"classifier": "classifier"},
+            {"cls_dense": "classifier.dense", "classifier": "classifier.out_proj"},
+        ),
     ),
 )
 
