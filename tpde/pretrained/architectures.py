@@ -21,16 +21,21 @@ bert           bert, roberta           LayerNorm  post        bidirectional MHA 
                                                               MLP; learned positions (RoBERTa:
                                                               offset pad + 1) and token types,
                                                               then the embedding LayerNorm;
-                                                              the masked-LM head where present
+                                                              the masked-LM head, pooler and
+                                                              sequence-classification head
+                                                              where present
 gpt_neox       gpt_neox                LayerNorm  pre,        fused QKV per head; partial RoPE
                                                   parallel    (rotary_pct); two norms; GELU MLP
 phi            phi                     LayerNorm  pre,        partial RoPE; one norm; GELU-tanh
-                                                  parallel    MLP; final LayerNorm; head bias
+                                                  parallel    MLP; final LayerNorm; head bias;
+                                                              qk_layernorm: per-head QK-LayerNorm
 gptj           gptj                    LayerNorm  pre,        interleaved RoPE on rotary_dim; one
                                                   parallel    norm; no Q/K/V/O biases; head bias
 albert         albert                  LayerNorm  post        as bert, ONE shared layer applied L
-                                                              times (autonomous); embeddings of
-                                                              width E mapped to d; MLM head
+                                                              times (autonomous), or G groups of
+                                                              k blocks (layer i: group ⌊i/(L/G)⌋);
+                                                              embeddings of width E mapped to d;
+                                                              MLM head, pooler, classifier
 gemma2         gemma2                  RMSNorm    sandwich    GQA + RoPE, query_pre_attn_scalar,
                                                               score soft-cap; GeGLU (tanh); local/
                                                               global layers; √d embedding; final
