@@ -14,7 +14,7 @@ import json
 import pytest
 import torch
 
-from tests.pretrained.test_load import _relative
+from tests.pretrained.test_load import _exact_float64, _relative
 from tpde.pretrained import LoadError, load
 
 transformers = pytest.importorskip("transformers")
@@ -24,6 +24,7 @@ N, B = 9, 5  # tokens, sentences (class logits on a batch: B rows to compare)
 _SMALL = {"vocab_size": 40, "num_hidden_layers": 2, "max_position_embeddings": 34,
           "hidden_size": 16, "intermediate_size": 24, "num_attention_heads": 4}  # fmt: skip
 _ALBERT = {**_SMALL, "embedding_size": 8, "num_hidden_layers": 3}
+_LLAMA = {**_SMALL, "num_key_value_heads": 2, "pad_token_id": 0, "attention_bias": True}
 
 #: case → (config class, config, model class, pieces exercised, pooler, classes)
 CASES = {
@@ -39,6 +40,14 @@ CASES = {
     "albert-cls": ("AlbertConfig", {**_ALBERT, "num_labels": 4, "num_hidden_groups": 2,
                                     "inner_group_num": 2}, "AlbertForSequenceClassification",
                    "classifier on the pooler; 2 groups of 2 blocks", True, 4),
+    # decoders: score on the last token of the final-normed states (pad_token_id 0: the
+    # ids below hold none, so transformers reads the last token too)
+    "llama-cls": ("LlamaConfig", {**_LLAMA, "num_labels": 3}, "LlamaForSequenceClassification",
+                  "score on the last token, no bias, no LM head", False, 3),
+    "qwen3-cls": ("Qwen3Config", {**_LLAMA, "num_labels": 2, "head_dim": 8,
+                                  "tie_word_embeddings": True},
+                  "Qwen3ForSequenceClassification", "score; tied config, still no LM head",
+                  False, 2),
 }  # fmt: skip
 
 
@@ -50,6 +59,7 @@ def _oracle(case: str):
     with torch.no_grad():
         for parameter in model.parameters():
             parameter.normal_(0.0, 0.5)
+    _exact_float64(model)  # RMSNorm and RoPE tables in float64 (the decoders)
     return model
 
 
@@ -68,7 +78,8 @@ def case(request, tmp_path_factory):
 def _check(model, name: str, ids, out, tol: float) -> dict:
     _, _, _, _, pooler, classes = CASES[name]
     last = torch.stack([model.hidden_states(model.embed(row)[0])[-1] for row in ids])
-    errors = {"last": _relative(last.double(), out.hidden_states[-1])}
+    normed = last if model.final_norm is None else model.final_norm.norm(last)
+    errors = {"last": _relative(normed.double(), out.hidden_states[-1])}  # decoders: normed
     if pooler and classes is None:
         errors["pooled"] = _relative(model.pooled(last).double(), out.pooler_output)
     elif not pooler:
@@ -91,6 +102,10 @@ def test_float64_equals_transformers(case):
     model = load(folder, dtype=torch.float64)
     assert (model.classifier is None) == (CASES[name][5] is None)
     assert (model.pooler is None) != CASES[name][4]
+    if name.endswith("-cls") and model.final_norm is not None:  # a decoder's score head
+        assert model.head is None and model.classifier.bias is None
+        with pytest.raises(ValueError, match="has no language-model head"):
+            model.logits(torch.zeros(N, 16, dtype=torch.float64))
     _check(model, name, ids, out, 1e-12)
 
 

@@ -91,7 +91,9 @@ class Architecture:
         Sequence-classification heads, read when config.json's ``architectures`` names a
         ``*ForSequenceClassification`` model: the first whose ``classifier`` weight the
         files hold. Roles ``classifier`` (labels × d, on the pooled first token) and, for
-        a head with its own dense + tanh (RoBERTa), ``cls_dense``.
+        a head with its own dense + tanh (RoBERTa), ``cls_dense``; ``"token": "last"``: on
+        the last token of the final-normed states instead (the decoders' ``score``; such a
+        model has no language-model head).
     """
 
     family: str

@@ -99,8 +99,8 @@ def expected_shapes(
     names.update(task_heads(cfg, entry, prefix, found or {}))
     k = cfg.group_blocks
     for role, template in names.items():
-        if role == "head" and cfg.tied_embeddings:
-            continue
+        if role == "head" and (cfg.tied_embeddings or cfg.labels is not None):
+            continue  # tied, or a classification model: no language-model head
         per_layer = "{l}" in template or "{g}" in template
         for l in range(cfg.blocks) if per_layer else [None]:
             base = template.format(l=l, g=l // k, j=l % k) if per_layer else template
@@ -133,11 +133,12 @@ def task_heads(cfg: ModelConfig, entry: Architecture, prefix: str, found) -> dic
     """Role → name of the task heads read: the sequence-classification head where the config
     asks for one (``cfg.labels``; the first of ``entry.classifiers`` whose weight is
     ``found``), and the pooler where the files hold it or that head reads it."""
-    out = {}
+    out, head = {}, {}
     if cfg.labels is not None:
-        out = next((h for h in entry.classifiers if f"{h['classifier']}.weight" in found),
-                   entry.classifiers[0])  # fmt: skip
-    pooled = bool(out) and "cls_dense" not in out
+        head = next((h for h in entry.classifiers if f"{h['classifier']}.weight" in found),
+                    entry.classifiers[0])  # fmt: skip
+        out = {r: n for r, n in head.items() if r in ("classifier", "cls_dense")}
+    pooled = bool(out) and "cls_dense" not in out and head.get("token") != "last"
     if entry.pooler is not None and (pooled or f"{prefix}{entry.pooler}.weight" in found):
         out = {**out, "pooler": prefix + entry.pooler}
     return out
@@ -286,7 +287,7 @@ def build(cfg, entry: Architecture, expected: dict, tensors: dict, tokenizer) ->
     )
     head = head_bias = None
     mlm = next((h for h in entry.mlm_heads if h["mlm_bias"] in expected), None)
-    if "head" in entry.names or mlm is not None:
+    if ("head" in entry.names or mlm is not None) and cfg.labels is None:
         head = embedding.tokens if cfg.tied_embeddings else g["head"]["weight"]
         head_bias = None if cfg.tied_embeddings else g["head"]["bias"]
         if mlm is not None:
@@ -304,7 +305,7 @@ def build(cfg, entry: Architecture, expected: dict, tensors: dict, tokenizer) ->
         head_transform=_mlm_transform(g, cfg, entry, mlm),
         logit_cap=cfg.logit_softcap,
         pooler=Pooler(g["pooler"]["weight"], g["pooler"]["bias"]) if "pooler" in g else None,
-        classifier=_classifier(g),
+        classifier=_classifier(g, entry, expected),
     )
 
 
@@ -320,10 +321,12 @@ def _layers(blocks: list, cfg: ModelConfig) -> list:
     return [groups[cfg.layer_group(i)] for i in range(cfg.layers)]
 
 
-def _classifier(g: dict):
+def _classifier(g: dict, entry: Architecture, expected: dict):
     """The sequence-classification head of the gathered weights (None without one)."""
     if "classifier" not in g:
         return None
+    head = next(h for h in entry.classifiers if f"{h['classifier']}.weight" in expected)
     dense = g.get("cls_dense")
     own = None if dense is None else Pooler(dense["weight"], dense["bias"])
-    return SequenceClassifier(g["classifier"]["weight"], g["classifier"]["bias"], own)
+    token = head.get("token", "first")
+    return SequenceClassifier(g["classifier"]["weight"], g["classifier"]["bias"], own, token)

@@ -11,7 +11,8 @@ new family is one entry here (docs: ``ARCHITECTURES``), never a branch in the lo
 family         model_type              norm       placement   attention, feed-forward, positions
 =============  ======================  =========  ==========  =====================================
 llama          llama, mistral          RMSNorm    pre         causal GQA + RoPE (half); SwiGLU;
-                                                              Mistral's sliding window
+                                                              Mistral's sliding window; the
+                                                              score head (llama, qwen2, qwen3)
 qwen2          qwen2                   RMSNorm    pre         as llama, with Q/K/V biases
 qwen3          qwen3                   RMSNorm    pre         as llama, per-head QK-RMSNorm
 gpt2           gpt2                    LayerNorm  pre         causal MHA with biases, fused QKV in
@@ -77,6 +78,10 @@ from tpde.pretrained._architecture import (
 from tpde.pretrained.families_parallel import ALBERT, PARALLEL_BLOCKS
 from tpde.pretrained.families_peri import PERI_LN
 
+#: The decoders' *ForSequenceClassification head: ``score`` (no bias) on the last token of
+#: the final-normed states, no language-model head.
+_SCORE_HEAD = ({"classifier": "score", "token": "last"},)
+
 ARCHITECTURES: tuple[Architecture, ...] = (
     Architecture(
         family="llama",
@@ -91,6 +96,7 @@ ARCHITECTURES: tuple[Architecture, ...] = (
         rotary=True,
         causal=True,
         facts={"rope_style": "half", "window": "sliding_window (Mistral): p_i − p_j < w"},
+        classifiers=_SCORE_HEAD,
     ),
     Architecture(
         family="qwen2",
@@ -105,6 +111,7 @@ ARCHITECTURES: tuple[Architecture, ...] = (
         rotary=True,
         causal=True,
         facts={"rope_style": "half", "no_window": True},
+        classifiers=_SCORE_HEAD,
     ),
     Architecture(
         family="qwen3",
@@ -123,6 +130,7 @@ ARCHITECTURES: tuple[Architecture, ...] = (
         rotary=True,
         causal=True,
         facts={"rope_style": "half", "qk_norm": "per head, before RoPE", "no_window": True},
+        classifiers=_SCORE_HEAD,
     ),
     Architecture(
         family="gpt2",

@@ -127,21 +127,24 @@ class Pooler:
 
 @dataclass(frozen=True, eq=False)
 class SequenceClassifier:
-    r"""A sequence-classification head: class logits z = W_c p + b_c of the pooled first
-    token p (``*ForSequenceClassification`` of BERT, RoBERTa, ALBERT).
+    r"""A sequence-classification head: class logits z = W_c p + b_c of one token's vector p
+    (``*ForSequenceClassification``): the pooled first token (BERT, RoBERTa, ALBERT), or
+    the last token's final-normed state (Llama, Mistral, Qwen2/3's ``score``, no bias).
 
     Attributes
     ----------
-    weight : tensor (C, d);  bias : tensor (C,)
+    weight : tensor (C, d);  bias : tensor (C,) or None
         C classes (``id2label``).
     pooler : Pooler or None
         The head's own dense + tanh (RoBERTa's ``classifier.dense``); None: it reads the
-        model's pooler (BERT, ALBERT).
+        model's pooler (BERT, ALBERT), or no pooler (``token`` "last").
+    token : "first" or "last"
     """
 
     weight: torch.Tensor
-    bias: torch.Tensor
+    bias: torch.Tensor | None
     pooler: Pooler | None = None
+    token: str = "first"
 
 
 @dataclass(frozen=True, eq=False)
@@ -412,8 +415,11 @@ class Transformer:
 
     def class_logits(self, points: torch.Tensor) -> torch.Tensor:
         """Sequence-classification logits z = W_c p + b_c (..., C) of the last hidden states
-        x (..., n, d), p the pooled first token (:meth:`pooled`, or the head's own dense +
-        tanh for RoBERTa): a ``*ForSequenceClassification`` model's ``logits``."""
+        x (..., n, d): a ``*ForSequenceClassification`` model's ``logits``. p is the pooled
+        first token (:meth:`pooled`, or the head's own dense + tanh for RoBERTa), or for a
+        decoder (``score``) the final-normed last token N_out(x)_{n−1}: tpde's sequences
+        carry no padding, so a sequence must end at its last real token (transformers reads
+        the last token that is not ``pad_token_id``)."""
         head = self.classifier
         if head is None:
             raise ValueError(
@@ -421,7 +427,11 @@ class Transformer:
                 "(config.json's architectures names no *ForSequenceClassification)."
             )
         x = self._points(points)
-        pooled = self.pooler(x) if head.pooler is None else head.pooler(x)
+        if head.token == "last":
+            normed = x if self.final_norm is None else self.final_norm.norm(x)
+            pooled = normed[..., -1, :]
+        else:
+            pooled = self.pooler(x) if head.pooler is None else head.pooler(x)
         return torch.nn.functional.linear(pooled, head.weight, head.bias)
 
     def attention_weights(self, points: torch.Tensor, index: int, block: int = 0) -> torch.Tensor:
