@@ -33,6 +33,10 @@ FAMILIES = {
                             "use_parallel_residual false: the sequential block", False),
     "phi": ("PhiConfig", {**_NEOX, "num_attention_heads": 4, "partial_rotary_factor": 0.5},
             "PhiForCausalLM", "one norm, RoPE on 2 of 4, head bias, final LayerNorm", True),
+    "phi-qk": ("PhiConfig", {**_NEOX, "num_attention_heads": 2, "partial_rotary_factor": 0.5,
+                             "qk_layernorm": True, "layer_norm_eps": 0.3}, "PhiForCausalLM",
+               "qk_layernorm: per-head LayerNorm (gain, bias, eps 0.3) before RoPE on 4 of 8",
+               True),
     "gptj": ("GPTJConfig", {"vocab_size": 40, "n_layer": 2, "n_positions": 32, "n_embd": 16,
                             "n_head": 2, "rotary_dim": 4, "bos_token_id": 0,
                             "eos_token_id": 0}, "GPTJForCausalLM",
@@ -126,6 +130,43 @@ def test_split_sums_to_every_layer_update(case):
         assert _relative(split[0, 1], mlp) < 1e-14
     else:
         assert _relative(split[0, 1], mlp) > 1e-3
+
+
+def test_phi_qk_layernorm_is_a_per_head_layernorm(case):
+    """Phi's qk_layernorm: q = LN_q(W_q x + b_q) over each head's d_h coordinates (gain and
+    bias of size d_h, eps layer_norm_eps), before the partial rotary; without the key the
+    attention has no QK-norm (and the oracle without its norms is another model)."""
+    from tpde.fields import LayerNorm
+
+    family, folder, _, _ = case
+    if not family.startswith("phi"):
+        pytest.skip("Phi only")
+    model = load(folder, dtype=torch.float64)
+    attention = model.layers[1].attention
+    if family == "phi":
+        assert attention.q_norm is None and attention.k_norm is None
+        return
+    for norm in (attention.q_norm, attention.k_norm):
+        assert isinstance(norm, LayerNorm) and norm.placement == "pre"
+        assert norm.gamma.shape == norm.bias.shape == (8,) and norm.eps == 0.3
+    import json
+
+    raw = json.loads((folder / "config.json").read_text())
+    try:
+        (folder / "config.json").write_text(json.dumps({**raw, "qk_layernorm": False}))
+        from tpde.pretrained import LoadError
+
+        with pytest.raises(
+            LoadError,
+            match=r"tensor 'model.layers.\d.self_attn.[qk]_layernorm."
+            r"(weight|bias)' \(shape \(8,\)\) is not one a phi",
+        ):
+            load(folder)
+        (folder / "config.json").write_text(json.dumps({**raw, "qk_layernorm": "yes"}))
+        with pytest.raises(LoadError, match="qk_layernorm must be true or false; received 'yes'"):
+            load(folder)
+    finally:
+        (folder / "config.json").write_text(json.dumps(raw))
 
 
 @pytest.mark.parametrize(

@@ -25,16 +25,27 @@ from tpde.pretrained.minilm import (
     load_minilm,
 )
 from tpde.pretrained.smollm2 import SmolLM2, load_smollm2
-from tpde.pretrained.transformer import DecoderLayer, Embedding, Layer, Transformer
+from tpde.pretrained.transformer import (
+    DecoderLayer,
+    Embedding,
+    Layer,
+    LayerGroup,
+    Pooler,
+    SequenceClassifier,
+    Transformer,
+)
 
 __all__ = [
     "ARCHITECTURES",
     "DecoderLayer",
     "Embedding",
     "Layer",
+    "LayerGroup",
     "LayerNormWeights",
     "LoadError",
     "MiniLM",
+    "Pooler",
+    "SequenceClassifier",
     "SmolLM2",
     "Transformer",
     "corpus",

@@ -77,6 +77,23 @@ class Architecture:
         the MLP reads the attention's norm (one shared norm).
     gain_offset, embed_scale, qk_norm_whole, window_pattern
         The Peri-LN families' pieces (comments at the fields).
+    optional : dict
+        Role → the boolean config key (default false) under which the files hold it
+        (Phi's ``qk_layernorm``: roles ``q_norm``, ``k_norm``); absent otherwise.
+    layer_groups : (str, str) or None
+        ALBERT's weight sharing: the config keys of G (groups) and of the blocks a group
+        holds; the block templates name group ``{g}`` and block ``{j}``, and layer i
+        applies group ⌊i/(L/G)⌋, its blocks in order. None: one block per layer (``{l}``).
+    pooler : str or None
+        The pooler's dense layer (under the base model's prefix; read where the files hold
+        it): p = tanh(W x₀ + b) of the first token (:class:`~tpde.pretrained.Pooler`).
+    classifiers : tuple of dict
+        Sequence-classification heads, read when config.json's ``architectures`` names a
+        ``*ForSequenceClassification`` model: the first whose ``classifier`` weight the
+        files hold. Roles ``classifier`` (labels × d, on the pooled first token) and, for
+        a head with its own dense + tanh (RoBERTa), ``cls_dense``; ``"token": "last"``: on
+        the last token of the final-normed states instead (the decoders' ``score``; such a
+        model has no language-model head).
     """
 
     family: str
@@ -96,8 +113,11 @@ class Architecture:
     buffers: tuple[str, ...] = ()
     facts: dict = field(default_factory=dict)
     parallel: bool | str = False
-    shared_layer: bool = False
     mlm_heads: tuple = ()
+    optional: dict = field(default_factory=dict)
+    layer_groups: tuple[str, str] | None = None
+    pooler: str | None = None
+    classifiers: tuple = ()
     # -- Peri-LN / output-norm families (Gemma-2/3, OLMo-2) ------------------------------
     #: A norm's gain is ``gain_offset + w`` of the stored w (Gemma stores γ − 1: offset 1).
     gain_offset: float = 0.0
@@ -219,6 +239,8 @@ _NO_WINDOW_HONOURED = {
     "use_sliding_window": (False,),
     "layer_types": ("full_attention",),
 }
-_ALL_BIASES = dict.fromkeys(("q", "k", "v", "o", "fc1", "fc2", "mlm_dense"), True)
+_ALL_BIASES = dict.fromkeys(
+    ("q", "k", "v", "o", "fc1", "fc2", "mlm_dense", "pooler", "cls_dense", "classifier"), True
+)
 
 #: Every family tpde reads, in the order of the module table.

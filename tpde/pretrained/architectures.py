@@ -11,7 +11,8 @@ new family is one entry here (docs: ``ARCHITECTURES``), never a branch in the lo
 family         model_type              norm       placement   attention, feed-forward, positions
 =============  ======================  =========  ==========  =====================================
 llama          llama, mistral          RMSNorm    pre         causal GQA + RoPE (half); SwiGLU;
-                                                              Mistral's sliding window
+                                                              Mistral's sliding window; the
+                                                              score head (llama, qwen2, qwen3)
 qwen2          qwen2                   RMSNorm    pre         as llama, with Q/K/V biases
 qwen3          qwen3                   RMSNorm    pre         as llama, per-head QK-RMSNorm
 gpt2           gpt2                    LayerNorm  pre         causal MHA with biases, fused QKV in
@@ -21,16 +22,21 @@ bert           bert, roberta           LayerNorm  post        bidirectional MHA 
                                                               MLP; learned positions (RoBERTa:
                                                               offset pad + 1) and token types,
                                                               then the embedding LayerNorm;
-                                                              the masked-LM head where present
+                                                              the masked-LM head, pooler and
+                                                              sequence-classification head
+                                                              where present
 gpt_neox       gpt_neox                LayerNorm  pre,        fused QKV per head; partial RoPE
                                                   parallel    (rotary_pct); two norms; GELU MLP
 phi            phi                     LayerNorm  pre,        partial RoPE; one norm; GELU-tanh
-                                                  parallel    MLP; final LayerNorm; head bias
+                                                  parallel    MLP; final LayerNorm; head bias;
+                                                              qk_layernorm: per-head QK-LayerNorm
 gptj           gptj                    LayerNorm  pre,        interleaved RoPE on rotary_dim; one
                                                   parallel    norm; no Q/K/V/O biases; head bias
 albert         albert                  LayerNorm  post        as bert, ONE shared layer applied L
-                                                              times (autonomous); embeddings of
-                                                              width E mapped to d; MLM head
+                                                              times (autonomous), or G groups of
+                                                              k blocks (layer i: group ⌊i/(L/G)⌋);
+                                                              embeddings of width E mapped to d;
+                                                              MLM head, pooler, classifier
 gemma2         gemma2                  RMSNorm    sandwich    GQA + RoPE, query_pre_attn_scalar,
                                                               score soft-cap; GeGLU (tanh); local/
                                                               global layers; √d embedding; final
@@ -72,6 +78,10 @@ from tpde.pretrained._architecture import (
 from tpde.pretrained.families_parallel import ALBERT, PARALLEL_BLOCKS
 from tpde.pretrained.families_peri import PERI_LN
 
+#: The decoders' *ForSequenceClassification head: ``score`` (no bias) on the last token of
+#: the final-normed states, no language-model head.
+_SCORE_HEAD = ({"classifier": "score", "token": "last"},)
+
 ARCHITECTURES: tuple[Architecture, ...] = (
     Architecture(
         family="llama",
@@ -86,6 +96,7 @@ ARCHITECTURES: tuple[Architecture, ...] = (
         rotary=True,
         causal=True,
         facts={"rope_style": "half", "window": "sliding_window (Mistral): p_i − p_j < w"},
+        classifiers=_SCORE_HEAD,
     ),
     Architecture(
         family="qwen2",
@@ -100,6 +111,7 @@ ARCHITECTURES: tuple[Architecture, ...] = (
         rotary=True,
         causal=True,
         facts={"rope_style": "half", "no_window": True},
+        classifiers=_SCORE_HEAD,
     ),
     Architecture(
         family="qwen3",
@@ -118,6 +130,7 @@ ARCHITECTURES: tuple[Architecture, ...] = (
         rotary=True,
         causal=True,
         facts={"rope_style": "half", "qk_norm": "per head, before RoPE", "no_window": True},
+        classifiers=_SCORE_HEAD,
     ),
     Architecture(
         family="gpt2",
@@ -170,14 +183,7 @@ ARCHITECTURES: tuple[Architecture, ...] = (
         names=_BERT_NAMES,
         biases=_ALL_BIASES,
         prefixes=("", "bert.", "roberta."),
-        ignored=(
-            "pooler.",
-            "bert.pooler.",
-            "roberta.pooler.",
-            "cls.",
-            "lm_head.",
-            "classifier.",
-        ),
+        ignored=("cls.", "lm_head.", "classifier."),  # the heads not read (facts["head"])
         buffers=("embeddings.position_ids",),  # transformers 4's stored arange
         norm="layernorm",
         placement="post",
@@ -191,10 +197,17 @@ ARCHITECTURES: tuple[Architecture, ...] = (
             # BERT ties its masked-LM decoder to the embeddings when the config is silent
             "tied": True,
             "token_type": "type 0 unless token_types are given",
-            "head": "the masked-LM head where the files hold it (mlm_heads); a task head "
-            "(pooler, classifier, next-sentence) is not read",
+            "head": "the masked-LM head where the files hold it (mlm_heads), the pooler where "
+            "they hold it, the sequence-classification head of a *ForSequenceClassification "
+            "(BERT's on the pooled token; RoBERTa's with its own dense + tanh); other task "
+            "heads (next-sentence, token classification, multiple choice, QA) are not read",
         },
         mlm_heads=_BERT_MLM_HEADS,
+        pooler="pooler.dense",
+        classifiers=(
+            {"classifier": "classifier"},
+            {"cls_dense": "classifier.dense", "classifier": "classifier.out_proj"},
+        ),
     ),
 )
 

@@ -76,7 +76,7 @@ PARALLEL_BLOCKS: tuple[Architecture, ...] = (
             "rotary": ("partial_rotary_factor", 0.5),
             "activation": ("hidden_act", "gelu_new"),
         },
-        honoured={**_PARALLEL_HONOURED, "qk_layernorm": (False,)},
+        honoured=_PARALLEL_HONOURED,
         names={
             "embed": "model.embed_tokens",
             "final_norm": "model.final_layernorm",
@@ -86,6 +86,8 @@ PARALLEL_BLOCKS: tuple[Architecture, ...] = (
             "k": _PHI + "self_attn.k_proj",
             "v": _PHI + "self_attn.v_proj",
             "o": _PHI + "self_attn.dense",
+            "q_norm": _PHI + "self_attn.q_layernorm",
+            "k_norm": _PHI + "self_attn.k_layernorm",
             "fc1": _PHI + "mlp.fc1",
             "fc2": _PHI + "mlp.fc2",
         },
@@ -96,7 +98,13 @@ PARALLEL_BLOCKS: tuple[Architecture, ...] = (
         rotary=True,
         causal=True,
         parallel=True,
-        facts={"rope_style": "half", "rotary": "fraction", "norms": "one, shared"},
+        optional={"q_norm": "qk_layernorm", "k_norm": "qk_layernorm"},
+        facts={
+            "rope_style": "half",
+            "rotary": "fraction",
+            "norms": "one, shared",
+            "qk_norm": "qk_layernorm: per-head LayerNorm (eps layer_norm_eps) before the rotary",
+        },
     ),
     Architecture(
         family="gptj",
@@ -147,7 +155,7 @@ PARALLEL_BLOCKS: tuple[Architecture, ...] = (
 
 
 # ---------------------------------------------------------------------- ALBERT
-_ALBERT = "encoder.albert_layer_groups.0.albert_layers.0."
+_ALBERT = "encoder.albert_layer_groups.{g}.albert_layers.{j}."
 
 ALBERT = Architecture(
     family="albert",
@@ -158,7 +166,7 @@ ALBERT = Architecture(
         "activation": ("hidden_act", "gelu_new"),
         "tied": ("tie_word_embeddings", True),
     },
-    honoured={**_BERT_HONOURED, "num_hidden_groups": (1,), "inner_group_num": (1,)},
+    honoured=_BERT_HONOURED,
     names={
         "embed": "embeddings.word_embeddings",
         "positions": "embeddings.position_embeddings",
@@ -176,14 +184,16 @@ ALBERT = Architecture(
     },
     biases={**_ALL_BIASES, "embed_map": True},
     prefixes=("", "albert."),
-    ignored=("pooler.", "albert.pooler.", "sop_classifier.", "classifier."),
+    ignored=("sop_classifier.", "classifier."),
     buffers=("embeddings.position_ids",),
     norm="layernorm",
     placement="post",
     mlp="mlp",
     rotary=False,
     causal=False,
-    shared_layer=True,
+    layer_groups=("num_hidden_groups", "inner_group_num"),
+    pooler="pooler",
+    classifiers=({"classifier": "classifier"},),
     mlm_heads=(
         {
             "mlm_dense": "predictions.dense",
@@ -197,6 +207,9 @@ ALBERT = Architecture(
     facts={
         "position_offset": 0,
         "embedding": "x₀ = W_map · LN(E[id] + P[p] + T[type]) + b_map, E of width embedding_size",
-        "layers": "one shared layer (num_hidden_groups = inner_group_num = 1), L times",
+        "layers": "G = num_hidden_groups groups of inner_group_num Post-LN blocks; layer i "
+        "applies group int(i / (L / G)) (by default one shared layer, L times)",
+        "heads": "pooler tanh(W x₀ + b); classifier on the pooled token "
+        "(AlbertForSequenceClassification)",
     },
 )

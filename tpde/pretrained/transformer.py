@@ -26,7 +26,16 @@ from tpde._validation import as_tensor, check_finite
 from tpde.fields import Field, GroupedQueryAttention, LayerSchedule, Parallel
 from tpde.measures import Empirical
 
-__all__ = ["DecoderLayer", "Embedding", "Layer", "MaskedLMTransform", "Transformer"]
+__all__ = [
+    "DecoderLayer",
+    "Embedding",
+    "Layer",
+    "LayerGroup",
+    "MaskedLMTransform",
+    "Pooler",
+    "SequenceClassifier",
+    "Transformer",
+]
 
 
 @dataclass(frozen=True, eq=False)
@@ -64,6 +73,78 @@ class Layer:
 
 #: SmolLM2's name for a block (the same class).
 DecoderLayer = Layer
+
+
+@dataclass(frozen=True, eq=False)
+class LayerGroup:
+    r"""Blocks applied in order as one layer: ALBERT's layer group (``inner_group_num`` =
+    k > 1 blocks, Lan et al., arXiv:1909.11942, §3.1).
+
+    Its field is the sum of the blocks' parts in order, Σ_b [Normalized(Attn_b, N_{b,1}) +
+    Normalized(F_b, N_{b,2})], whose Lie–Trotter step at h = 1 applies block 1, …, block k:
+    the group. A group that several layers apply is one object, repeated in the schedule.
+
+    Attributes
+    ----------
+    blocks : tuple of k :class:`Layer`
+    field : Field
+        ``Sum`` of every block's parts, in order (2k parts).
+    """
+
+    blocks: tuple[Layer, ...]
+    field: Field
+
+    @classmethod
+    def of(cls, blocks) -> LayerGroup:
+        """The group of ``blocks`` (Layers), its field the sum of their parts in order."""
+        from tpde.fields import Sum
+
+        return cls(tuple(blocks), Sum([p for block in blocks for p in block.field.parts]))
+
+    @property
+    def parts(self) -> tuple[Field, ...]:
+        """The sublayers in order (attention, MLP of block 1, …): the split's parts."""
+        return tuple(part for block in self.blocks for part in block.parts)
+
+
+@dataclass(frozen=True, eq=False)
+class Pooler:
+    r"""The first token's pooled vector p = tanh(W x₀ + b) (BERT's and ALBERT's pooler;
+    RoBERTa's classification head's own dense + tanh; Devlin et al., arXiv:1810.04805, §3).
+
+    Attributes
+    ----------
+    weight : tensor (d, d);  bias : tensor (d,)
+    """
+
+    weight: torch.Tensor
+    bias: torch.Tensor
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """p of tokens x (..., n, d): shape (..., d)."""
+        return torch.tanh(torch.nn.functional.linear(x[..., 0, :], self.weight, self.bias))
+
+
+@dataclass(frozen=True, eq=False)
+class SequenceClassifier:
+    r"""A sequence-classification head: class logits z = W_c p + b_c of one token's vector p
+    (``*ForSequenceClassification``): the pooled first token (BERT, RoBERTa, ALBERT), or
+    the last token's final-normed state (Llama, Mistral, Qwen2/3's ``score``, no bias).
+
+    Attributes
+    ----------
+    weight : tensor (C, d);  bias : tensor (C,) or None
+        C classes (``id2label``).
+    pooler : Pooler or None
+        The head's own dense + tanh (RoBERTa's ``classifier.dense``); None: it reads the
+        model's pooler (BERT, ALBERT), or no pooler (``token`` "last").
+    token : "first" or "last"
+    """
+
+    weight: torch.Tensor
+    bias: torch.Tensor | None
+    pooler: Pooler | None = None
+    token: str = "first"
 
 
 @dataclass(frozen=True, eq=False)
@@ -172,6 +253,11 @@ class Transformer:
         A masked-LM head's transform (BERT, RoBERTa, ALBERT), applied before ``head``.
     logit_cap : float or None
         Final-logit soft-cap c (Gemma-2): logits c·tanh(z/c).
+    pooler : Pooler or None
+        The pooler where the files hold one (BERT, RoBERTa, ALBERT): :meth:`pooled`.
+    classifier : SequenceClassifier or None
+        The sequence-classification head of a ``*ForSequenceClassification``:
+        :meth:`class_logits`.
     """
 
     config: object
@@ -185,6 +271,8 @@ class Transformer:
     head_bias: torch.Tensor | None = None
     head_transform: MaskedLMTransform | None = None
     logit_cap: float | None = None
+    pooler: Pooler | None = None
+    classifier: SequenceClassifier | None = None
 
     @property
     def embeddings(self) -> torch.Tensor:
@@ -196,7 +284,7 @@ class Transformer:
         """The most tokens a sequence may have."""
         return int(self.config.context)
 
-    def layer(self, index: int) -> Layer:
+    def layer(self, index: int) -> Layer | LayerGroup:
         """``layers[index]``, with a clear error for an index out of range."""
         if isinstance(index, bool) or not isinstance(index, int):
             raise TypeError(f"layer index must be an int; received {index!r}.")
@@ -315,12 +403,51 @@ class Transformer:
         out = out if self.head_bias is None else out + self.head_bias.to(dtype)
         return out if self.logit_cap is None else self.logit_cap * torch.tanh(out / self.logit_cap)
 
-    def attention_weights(self, points: torch.Tensor, index: int) -> torch.Tensor:
+    def pooled(self, points: torch.Tensor) -> torch.Tensor:
+        """The pooler's output p = tanh(W x₀ + b) (..., d) of the last hidden states x
+        (..., n, d): BERT's and ALBERT's ``pooler_output``."""
+        if self.pooler is None:
+            raise ValueError(
+                f"this {self.architecture} checkpoint has no pooler (the files hold no pooler "
+                "weights): use its hidden states (model.hidden_states)."
+            )
+        return self.pooler(self._points(points))
+
+    def class_logits(self, points: torch.Tensor) -> torch.Tensor:
+        """Sequence-classification logits z = W_c p + b_c (..., C) of the last hidden states
+        x (..., n, d): a ``*ForSequenceClassification`` model's ``logits``. p is the pooled
+        first token (:meth:`pooled`, or the head's own dense + tanh for RoBERTa), or for a
+        decoder (``score``) the final-normed last token N_out(x)_{n−1}: tpde's sequences
+        carry no padding, so a sequence must end at its last real token (transformers reads
+        the last token that is not ``pad_token_id``)."""
+        head = self.classifier
+        if head is None:
+            raise ValueError(
+                f"this {self.architecture} checkpoint has no sequence-classification head "
+                "(config.json's architectures names no *ForSequenceClassification)."
+            )
+        x = self._points(points)
+        if head.token == "last":
+            normed = x if self.final_norm is None else self.final_norm.norm(x)
+            pooled = normed[..., -1, :]
+        else:
+            pooled = self.pooler(x) if head.pooler is None else head.pooler(x)
+        return torch.nn.functional.linear(pooled, head.weight, head.bias)
+
+    def attention_weights(self, points: torch.Tensor, index: int, block: int = 0) -> torch.Tensor:
         """The attention probabilities (..., H, n, n) of layer ``index`` on tokens x: the
         probabilities of its attention field on the tokens it reads (N₁(x) for a Pre-norm
         layer, x for a Post-norm one) at positions 0 … n − 1; rows sum to 1, column 0 is
-        the share on the first token (the "attention sink")."""
+        the share on the first token (the "attention sink"). ``block``: the block of an
+        ALBERT layer group (:class:`LayerGroup`; x then the tokens that block reads)."""
         layer = self.layer(index)
+        blocks = getattr(layer, "blocks", (layer,))
+        if isinstance(block, bool) or not isinstance(block, int) or not 0 <= block < len(blocks):
+            raise IndexError(
+                f"block must be an int in 0 … {len(blocks) - 1} (the blocks of layer {index}); "
+                f"received {block!r}."
+            )
+        layer = blocks[block]
         x = self._points(points)
         norm = layer.attention_norm
         seen = norm.norm(x) if norm is not None and norm.placement == "pre" else x

@@ -1,0 +1,362 @@
+"""config.json → the checked hyper-parameters of a checkpoint (:class:`ModelConfig`), read
+by its architecture entry's ``keys``; a key that changes the computation and that tpde does
+not implement is refused naming the key (:func:`read_hyper`)."""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+
+from tpde.pretrained._folder import LoadError
+from tpde.pretrained.architectures import ACTIVATIONS_HF, REQUIRED, Architecture
+
+__all__ = ["ModelConfig", "read_hyper"]
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Hyper-parameters of a checkpoint, read from config.json by its entry's ``keys``.
+
+    Attributes
+    ----------
+    model_type : str
+    layers, hidden, heads, kv_heads, head_dim, mlp_hidden, vocab, context : int
+    norm_eps : float
+    rope_base : float or None (learned positions: None)
+    activation : str (tpde's name) or None (SwiGLU: silu)
+    window : int or None (sliding window)
+    tied_embeddings : bool
+    type_vocab : int or None
+    position_offset : int
+    rotary_dims : int or None
+        The rotated width of each head (partial rotary); None: the whole head.
+    parallel : bool
+        Attention and MLP in one step (:class:`~tpde.fields.Parallel`).
+    embedding_size : int or None
+        E, the width of ALBERT's factorised embeddings (mapped to d); None: E = d.
+    local_layers : tuple of bool, or None
+        Which layers are local (sliding window ``window``, RoPE base ``rope_local_base``);
+        None: every layer alike (the window, if any, on all of them).
+    rope_local_base : float or None
+    attention_scale : float or None
+        The score scale (query_pre_attn_scalar^−½); None: 1/√head_dim.
+    attn_softcap, logit_softcap : float or None
+        Soft-caps c of the scores and of the logits (c·tanh(s/c)).
+    embed_scale : float
+        s of x = s·E[id] (√d for Gemma, else 1).
+    groups : int or None
+        G, ALBERT's ``num_hidden_groups`` (layer i applies group ⌊i/(L/G)⌋); None: one
+        block per layer.
+    group_blocks : int
+        The blocks of a group, applied in order (ALBERT's ``inner_group_num``; else 1).
+    labels : int or None
+        The classes of a sequence-classification head (``id2label``); None: no such head.
+    """
+
+    model_type: str
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    mlp_hidden: int
+    vocab: int
+    context: int
+    norm_eps: float
+    rope_base: float | None
+    activation: str | None
+    window: int | None
+    tied_embeddings: bool
+    type_vocab: int | None
+    position_offset: int
+    rotary_dims: int | None = None
+    parallel: bool = False
+    embedding_size: int | None = None
+    local_layers: tuple[bool, ...] | None = None
+    rope_local_base: float | None = None
+    attention_scale: float | None = None
+    attn_softcap: float | None = None
+    logit_softcap: float | None = None
+    embed_scale: float = 1.0
+    groups: int | None = None
+    group_blocks: int = 1
+    labels: int | None = None
+
+    @property
+    def blocks(self) -> int:
+        """The blocks the files store: G·(blocks of a group), or L."""
+        return self.layers if self.groups is None else self.groups * self.group_blocks
+
+    def layer_group(self, i: int) -> int:
+        """The group that layer i applies: ⌊i/(L/G)⌋ (ALBERT's own expression), or i."""
+        if self.groups is None:
+            return i
+        return int(i / (self.layers / self.groups))
+
+    def layer_window(self, l: int) -> int | None:
+        """The sliding window of layer l (None: it sees every earlier token)."""
+        local = self.local_layers is None or self.local_layers[l]
+        return self.window if local else None
+
+    def layer_rope_base(self, l: int) -> float | None:
+        """The RoPE base of layer l (its local base on a local layer)."""
+        if self.local_layers is not None and self.local_layers[l]:
+            return self.rope_local_base
+        return self.rope_base
+
+
+# ---------------------------------------------------------------------- config
+def _lookup(raw: dict, key: str):
+    """raw[key], with "a.b" reading a nested dict; a KeyError when absent."""
+    value = raw
+    for part in key.split("."):
+        if not isinstance(value, dict) or part not in value:
+            raise KeyError(key)
+        value = value[part]
+    return value
+
+
+def _check_honoured(raw: dict, entry: Architecture) -> None:
+    for key, allowed in entry.honoured.items():
+        try:
+            value = _lookup(raw, key)
+        except KeyError:
+            continue
+        values = value if isinstance(value, list) and key == "layer_types" else [value]
+        for item in values:
+            if item not in allowed:
+                raise LoadError(
+                    f"config.json sets {key} = {value!r}, which changes the computation in a way "
+                    f"tpde does not implement for {entry.family} models (it reads "
+                    f"{' or '.join(map(repr, allowed))}); tpde refuses rather than ignore it."
+                )
+
+
+def _integer(value, key: str, *, low: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise LoadError(f"config.json: {key} must be an integer; received {value!r}.")
+    if value < low:
+        raise LoadError(f"config.json: {key} must be an integer >= {low}; received {value}.")
+    return int(value)
+
+
+def _positive(value, key: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise LoadError(f"config.json: {key} must be a number; received {value!r}.")
+    if not (math.isfinite(value) and value > 0):
+        raise LoadError(f"config.json: {key} must be finite and > 0; received {value!r}.")
+    return float(value)
+
+
+def read_hyper(raw: dict, entry: Architecture) -> ModelConfig:
+    """The checked hyper-parameters of ``raw`` (config.json) for the family ``entry``."""
+    _check_honoured(raw, entry)
+    got, keys = {}, {}
+    for name, (key, default) in entry.keys.items():
+        keys[name] = key
+        if key in raw and raw[key] is not None:
+            got[name] = raw[key]
+        elif default is REQUIRED:
+            raise LoadError(f"config.json has no {key!r}, which {entry.family} models need.")
+        else:
+            got[name] = default
+    _rope_parameters(raw, got, keys)
+    ints = ("layers", "hidden", "heads", "mlp_hidden", "vocab", "context")
+    for name in ints:
+        if not (isinstance(got[name], str) and got[name].startswith("=")):
+            got[name] = _integer(got[name], keys[name])
+    got["kv_heads"] = got["heads"] if got["kv_heads"] == "=heads" else _integer(
+        got["kv_heads"], keys["kv_heads"])  # fmt: skip
+    if got["head_dim"] == "=hidden/heads":
+        if got["hidden"] % got["heads"]:
+            raise LoadError(
+                f"config.json: {keys['hidden']} = {got['hidden']} is not a multiple of "
+                f"{keys['heads']} = {got['heads']} (and there is no head_dim)."
+            )
+        got["head_dim"] = got["hidden"] // got["heads"]
+    head_dim = _integer(got["head_dim"], keys["head_dim"])
+    if got["heads"] % got["kv_heads"]:
+        raise LoadError(
+            f"config.json: {keys['heads']} = {got['heads']} is not a multiple of "
+            f"{keys['kv_heads']} = {got['kv_heads']}."
+        )
+    mlp_hidden = 4 * got["hidden"] if got["mlp_hidden"] == "=4*hidden" else got["mlp_hidden"]
+    activation = None
+    if "activation" in got:
+        name = got["activation"]
+        if name not in ACTIVATIONS_HF:
+            raise LoadError(
+                f"config.json: {keys['activation']} = {name!r} is an activation tpde does not "
+                f"implement (it reads {', '.join(ACTIVATIONS_HF)})."
+            )
+        activation = ACTIVATIONS_HF[name]
+    window = got.get("window")
+    if entry.facts.get("no_window"):
+        window = None  # read only with use_sliding_window, which `honoured` refuses
+    if window is not None:
+        window = _integer(window, keys["window"])
+    offset = 0
+    if raw.get("model_type") in entry.facts.get("pad_offset_types", ()):
+        offset = _integer(got["pad"], keys["pad"], low=0) + 1
+    context = got["context"] - offset
+    if context < 1:
+        raise LoadError(
+            f"config.json: {keys['context']} = {got['context']} leaves no position after the "
+            f"offset {offset}."
+        )
+    if entry.rotary and "rope_base" not in got:
+        got["rope_base"], keys["rope_base"] = entry.facts["rope_base"], "rope_base (fixed)"
+    rope = _positive(got["rope_base"], keys["rope_base"]) if entry.rotary else None
+    tied = got.get("tied", entry.facts.get("tied", False))
+    if not isinstance(tied, bool):
+        raise LoadError(
+            f"config.json: {keys.get('tied')} must be true or false; received {tied!r}."
+        )
+    extra = {**_peri_ln_hyper(raw, entry, got, keys), **_groups_and_labels(raw, entry)}
+    return ModelConfig(
+        **extra,
+        model_type=str(raw.get("model_type")),
+        layers=got["layers"],
+        hidden=got["hidden"],
+        heads=got["heads"],
+        kv_heads=got["kv_heads"],
+        head_dim=head_dim,
+        mlp_hidden=mlp_hidden,
+        vocab=got["vocab"],
+        context=context,
+        norm_eps=_positive(got["norm_eps"], keys["norm_eps"]),
+        rope_base=rope,
+        activation=activation,
+        window=window,
+        tied_embeddings=tied,
+        type_vocab=_integer(got["type_vocab"], keys["type_vocab"]) if "type_vocab" in got else None,
+        position_offset=offset,
+        rotary_dims=_rotary_dims(raw, entry, got, keys, head_dim),
+        parallel=_parallel(raw, entry),
+        embedding_size=_integer(got["embedding_size"], keys["embedding_size"])
+        if "embedding_size" in got
+        else None,
+    )
+
+
+# ---------------------------------------------------------------------- parallel blocks
+def _rotary_dims(raw: dict, entry: Architecture, got: dict, keys: dict, head_dim: int):
+    """The rotated width r of each head, or None for the whole head (module table)."""
+    if not entry.rotary or "rotary" not in got:
+        return None
+    value, key = got["rotary"], keys["rotary"]
+    if entry.facts["rotary"] == "fraction":
+        params = raw.get("rope_parameters")
+        if isinstance(params, dict) and "partial_rotary_factor" in params:
+            value, key = params["partial_rotary_factor"], "rope_parameters.partial_rotary_factor"
+        fraction = _positive(value, key)
+        if fraction > 1:
+            raise LoadError(f"config.json: {key} must lie in (0, 1]; received {value!r}.")
+        dims = int(head_dim * fraction)  # as transformers: int(head_dim * factor)
+    else:
+        dims = head_dim if value is None else _integer(value, key)
+    if dims % 2 or dims > head_dim:
+        raise LoadError(
+            f"config.json: {key} = {value!r} rotates {dims} coordinates of heads of dimension "
+            f"{head_dim}; RoPE rotates an even number of them, at most the head dimension."
+        )
+    return None if dims == head_dim else dims
+
+
+def _parallel(raw: dict, entry: Architecture) -> bool:
+    """Whether attention and MLP are one step (``entry.parallel``, or its config key)."""
+    if not isinstance(entry.parallel, str):
+        return bool(entry.parallel)
+    value = raw.get(entry.parallel, True)
+    if not isinstance(value, bool):
+        raise LoadError(f"config.json: {entry.parallel} must be true or false; received {value!r}.")
+    return value
+
+
+def _rope_parameters(raw: dict, got: dict, keys: dict) -> None:
+    """The RoPE bases of transformers 5's ``rope_parameters``: one dict, or one per layer
+    type (``full_attention``: the global base; ``sliding_attention``: the local one)."""
+    params = raw.get("rope_parameters")
+    if not isinstance(params, dict):
+        return
+    if "rope_theta" in params:
+        got["rope_base"] = params["rope_theta"]
+        keys["rope_base"] = "rope_parameters.rope_theta"
+    for name, kind in (("rope_base", "full_attention"), ("rope_local_base", "sliding_attention")):
+        if isinstance(params.get(kind), dict) and "rope_theta" in params[kind]:
+            got[name] = params[kind]["rope_theta"]
+            keys[name] = f"rope_parameters.{kind}.rope_theta"
+
+
+def _optional_positive(got: dict, keys: dict, name: str):
+    value = got.get(name)
+    return None if value is None else _positive(value, keys[name])
+
+
+def _local_layers(raw: dict, entry: Architecture, layers: int) -> tuple[bool, ...] | None:
+    """Which layers are local: config.json's ``layer_types``, else the entry's pattern
+    (``sliding_window_pattern`` in the file overrides it): layer l global iff (l + 1) % p = 0."""
+    if entry.window_pattern is None:
+        return None
+    kinds = raw.get("layer_types")
+    if kinds is not None:
+        if not isinstance(kinds, list) or len(kinds) != layers:
+            raise LoadError(
+                f"config.json: layer_types must list one type per layer ({layers}); received "
+                f"{kinds!r}."
+            )
+        return tuple(kind == "sliding_attention" for kind in kinds)
+    pattern = raw.get("sliding_window_pattern", entry.window_pattern)
+    pattern = _integer(pattern, "sliding_window_pattern")
+    return tuple(bool((l + 1) % pattern) for l in range(layers))
+
+
+def _peri_ln_hyper(raw: dict, entry: Architecture, got: dict, keys: dict) -> dict:
+    """The Peri-LN families' hyper-parameters (local/global layers, the query scalar, the
+    soft-caps, the embedding scale); their defaults for every other family."""
+    local = _local_layers(raw, entry, got["layers"])
+    if local is not None and any(local) and got.get("window") is None:
+        raise LoadError(
+            f"config.json: {entry.family} has local layers but no sliding_window: tpde cannot "
+            "tell how far back they look."
+        )
+    rope_local = got.get("rope_local_base")
+    if rope_local == "=rope_base":
+        rope_local = got["rope_base"]
+    scalar = _optional_positive(got, keys, "query_scalar")
+    return {
+        "local_layers": local,
+        "rope_local_base": None
+        if rope_local is None
+        else _positive(rope_local, keys["rope_local_base"]),
+        "attention_scale": None if scalar is None else scalar**-0.5,
+        "attn_softcap": _optional_positive(got, keys, "attn_softcap"),
+        "logit_softcap": _optional_positive(got, keys, "logit_softcap"),
+        "embed_scale": got["hidden"] ** 0.5 if entry.embed_scale else 1.0,
+    }
+
+
+# ---------------------------------------------------------------------- ALBERT, task heads
+def _groups_and_labels(raw: dict, entry: Architecture) -> dict:
+    """ALBERT's groups (G, blocks of a group) and the classes of a sequence-classification
+    head (config.json's ``architectures`` names a ``*ForSequenceClassification``)."""
+    out = {}
+    if entry.layer_groups is not None:
+        for name, key in zip(("groups", "group_blocks"), entry.layer_groups, strict=True):
+            out[name] = _integer(raw.get(key, 1), key)
+    names = raw.get("architectures") or ()
+    if not isinstance(names, list | tuple) or not all(isinstance(n, str) for n in names):
+        raise LoadError(f"config.json: architectures must list class names; received {names!r}.")
+    if entry.classifiers and any(n.endswith("ForSequenceClassification") for n in names):
+        labels = raw.get("id2label")
+        if labels is None:
+            out["labels"] = _integer(raw.get("num_labels", 2), "num_labels")
+        elif not isinstance(labels, dict) or not labels:
+            raise LoadError(
+                f"config.json: id2label must map each class index to its name (a non-empty "
+                f"dict); received {labels!r}."
+            )
+        else:
+            out["labels"] = len(labels)
+    return out
