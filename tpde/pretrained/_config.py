@@ -4,11 +4,10 @@ not implement is refused naming the key (:func:`read_hyper`)."""
 
 from __future__ import annotations
 
-import math
-import numbers
 from dataclasses import dataclass
 
 from tpde.pretrained._folder import LoadError
+from tpde.pretrained._numbers import checked_integer, checked_positive
 from tpde.pretrained.architectures import ACTIVATIONS_HF, REQUIRED, Architecture
 
 __all__ = ["ModelConfig", "read_hyper"]
@@ -134,19 +133,11 @@ def _check_honoured(raw: dict, entry: Architecture) -> None:
 
 
 def _integer(value, key: str, *, low: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise LoadError(f"config.json: {key} must be an integer; received {value!r}.")
-    if value < low:
-        raise LoadError(f"config.json: {key} must be an integer >= {low}; received {value}.")
-    return int(value)
+    return checked_integer(value, f"config.json: {key}", LoadError, low=low)
 
 
 def _positive(value, key: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise LoadError(f"config.json: {key} must be a number; received {value!r}.")
-    if not (math.isfinite(value) and value > 0):
-        raise LoadError(f"config.json: {key} must be finite and > 0; received {value!r}.")
-    return float(value)
+    return checked_positive(value, f"config.json: {key}", LoadError)
 
 
 def read_hyper(raw: dict, entry: Architecture) -> ModelConfig:

@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import math
-import numbers
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +31,7 @@ import numpy as np
 
 from tpde.pretrained._gguf_file import read_container
 from tpde.pretrained._model import _require
+from tpde.pretrained._numbers import checked_integer, checked_positive
 
 __all__ = [
     "GGUFError",
@@ -178,36 +177,19 @@ def _open(path: Path) -> tuple[dict, dict]:
 def _int_key(metadata: dict, key: str, path: Path, *, required: bool = True):
     """metadata[key] checked: an integer ≥ 1 (None when absent and not required)."""
     value = _get(metadata, key, path, required=required)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise GGUFError(
-            f"{path.name}: the metadata key {key!r} must be an integer; the file holds "
-            f"{value!r} ({type(value).__name__})."
-        )
-    if value < 1:
-        raise GGUFError(
-            f"{path.name}: the metadata key {key!r} must be an integer >= 1; the file holds "
-            f"{value}."
-        )
-    return int(value)
+    where = f"{path.name}: the metadata key {key!r}"
+    return None if value is None else checked_integer(value, where, GGUFError, said=HOLDS)
 
 
 def _float_key(metadata: dict, key: str, path: Path, *, required: bool = True):
     """metadata[key] checked: a finite number > 0 (None when absent and not required)."""
     value = _get(metadata, key, path, required=required)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise GGUFError(
-            f"{path.name}: the metadata key {key!r} must be a number; the file holds "
-            f"{value!r} ({type(value).__name__})."
-        )
-    if not (math.isfinite(value) and value > 0):
-        raise GGUFError(
-            f"{path.name}: the metadata key {key!r} must be finite and > 0; the file holds {value}."
-        )
-    return float(value)
+    where = f"{path.name}: the metadata key {key!r}"
+    return None if value is None else checked_positive(value, where, GGUFError, said=HOLDS)
+
+
+#: How an error names a GGUF file's value.
+HOLDS = "the file holds"
 
 
 def _config(metadata: dict, path: Path, names: set[str]) -> LlamaConfig:
