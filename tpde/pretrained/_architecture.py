@@ -153,6 +153,19 @@ _LLAMA_KEYS = {
     "window": ("sliding_window", None),
 }
 
+#: GPT-2's config keys, which GPT-J shares (GPT-J adds rotary_dim and unties the head).
+_GPT_KEYS = {
+    "hidden": ("n_embd", REQUIRED),
+    "layers": ("n_layer", REQUIRED),
+    "heads": ("n_head", REQUIRED),
+    "kv_heads": ("n_head", REQUIRED),
+    "head_dim": ("head_dim", "=hidden/heads"),
+    "mlp_hidden": ("n_inner", "=4*hidden"),
+    "vocab": ("vocab_size", REQUIRED),
+    "context": ("n_positions", REQUIRED),
+    "norm_eps": ("layer_norm_epsilon", 1e-5),
+    "activation": ("activation_function", "gelu_new"),
+}
 _LLAMA_NAMES = {
     "embed": "model.embed_tokens",
     "final_norm": "model.norm",

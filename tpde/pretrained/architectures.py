@@ -67,12 +67,12 @@ from tpde.pretrained._architecture import (
     _BERT_MLM_HEADS,
     _BERT_NAMES,
     _GATED_BIASES,
+    _GPT_KEYS,
     _LLAMA_KEYS,
     _LLAMA_NAMES,
     _NO_WINDOW_HONOURED,
     _ROPE_HONOURED,
     ACTIVATIONS_HF,
-    REQUIRED,
     Architecture,
 )
 from tpde.pretrained.families_parallel import ALBERT, PARALLEL_BLOCKS
@@ -136,16 +136,7 @@ ARCHITECTURES: tuple[Architecture, ...] = (
         family="gpt2",
         model_types=("gpt2",),
         keys={
-            "hidden": ("n_embd", REQUIRED),
-            "layers": ("n_layer", REQUIRED),
-            "heads": ("n_head", REQUIRED),
-            "kv_heads": ("n_head", REQUIRED),
-            "head_dim": ("head_dim", "=hidden/heads"),
-            "mlp_hidden": ("n_inner", "=4*hidden"),
-            "vocab": ("vocab_size", REQUIRED),
-            "context": ("n_positions", REQUIRED),
-            "norm_eps": ("layer_norm_epsilon", 1e-5),
-            "activation": ("activation_function", "gelu_new"),
+            **_GPT_KEYS,
             "tied": ("tie_word_embeddings", True),
         },
         honoured={
