@@ -21,15 +21,19 @@ this one process, alternating runs (a change of the machine's load weighs on bot
 
 transformers is imported here only: tpde does not import it.
 
-Measured on the shared 2-core machine (one thread, load 4–6, ``--quick``; Gemma-3 skipped:
-not on this branch). Forward, tpde / transformers: SmolLM2 1 × 128 0.95 s / 1.15 s (0.83),
-16 × 128 17.6 s / 16.0 s (1.10); MiniLM 1 × 128 0.089 s / 0.075 s (1.18), 16 × 128 1.03 s /
-0.98 s (1.05); outputs within 1.1e-6 relative. Loading: SmolLM2 1.08 s / 22.7 s (0.05:
+Measured on the shared 2-core machine (one thread, load 4–7, ``--quick``). Forward, tpde /
+transformers: SmolLM2 1 × 128 0.95 s / 1.15 s (0.83), 16 × 128 17.6 s / 16.0 s (1.10); MiniLM
+1 × 128 0.089 s / 0.075 s (1.18), 16 × 128 1.03 s / 0.98 s (1.05); Gemma-3-270M 1 × 128
+7.11 s / 7.66 s (0.93), 16 × 128 16.6 s / 17.4 s (0.95: both dominated by the 262 144-token
+head); outputs within 3.6e-6 relative. Loading: SmolLM2 1.08 s / 22.7 s (0.05:
 transformers dequantises the GGUF file through numpy), MiniLM 0.084 s / 0.066 s (1.28: tpde
-also reads tokenizer.json, 38 ms, and checks every tensor is finite). Memory after loading:
-SmolLM2 573 / 696 MB RSS (0.82), tensors 513 / 513 MB; MiniLM 133 / 142 MB (0.94), tensors
-86.1 / 86.6 MB. MiniLM's small forward: 6 % of tpde's time is the flow loop's bookkeeping
-(its per-step degenerate-token check and status), the rest the same matrix products.
+also reads tokenizer.json, 38 ms, and checks every tensor is finite), Gemma-3 3.05 s / 54.7 s
+(0.06). Memory after loading, tpde (weights and tokenizer) / transformers' model / with its
+AutoTokenizer: SmolLM2 572 / 695 / 704 MB RSS (0.81 against the last), MiniLM 134 / 141 /
+156 MB (0.86), Gemma-3 1330 / 1270 / 1510 MB (0.88; tpde's Gemma tokenizer alone is 78 MB,
+so without it tpde holds less than transformers' model alone); tensors equal (513, 86.6,
+1020 MB). MiniLM's small forward: 6 % of tpde's time is the flow loop's bookkeeping (its
+per-step degenerate-token check and status), the rest the same matrix products.
 """
 
 from __future__ import annotations
