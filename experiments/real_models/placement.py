@@ -36,6 +36,7 @@ QUANTITIES = ("radius", "angle", "mid", "update", "cos")  # the per-layer curves
 SCALARS = ("ratio", "deviation", "r2_lin", "r2_exp", "slope", "span", "update_cv",
            "cos_first", "cos_last", "cos_rising")  # fmt: skip
 SLOPE_RANGE = 1e-6  # the slope of (b) needs log r̄ to vary by more than this across layers
+FIXED = 1e-9  # (a) a radius within this relative range is fixed: its growth fits are NaN
 RULES = {
     "fixed": 0.05,  # (a) Post-LN: max |r_l/r_0 − 1| ≤ 0.05 holds, ≤ 0.5 partly
     "fixed_partly": 0.5,
@@ -69,10 +70,10 @@ def curves(states: torch.Tensor) -> dict:
 # ---------------------------------------------------------------------- per-sentence numbers
 def r_squared(x: np.ndarray, y: np.ndarray) -> float:
     """R² of the least-squares line through (x, y); NaN where y does not vary."""
-    residual = y - np.polyval(np.polyfit(x, y, 1), x)
     total = float(((y - y.mean()) ** 2).sum())
-    if total <= 1e-24 * max(float((y**2).sum()), 1e-300):
+    if total == 0:
         return math.nan
+    residual = y - np.polyval(np.polyfit(x, y, 1), x)
     return 1 - float((residual**2).sum()) / total
 
 
@@ -87,11 +88,12 @@ def log_slope(norms: np.ndarray, sizes: np.ndarray) -> float:
 def scalars(c: dict) -> dict:
     """Predictions (a)–(d) of one sentence from its :func:`curves` (module notes)."""
     r, layers = c["radius"], np.arange(len(c["radius"]), dtype=float)
+    fixed = np.ptp(r) <= FIXED * r.mean()  # a radius fixed to rounding: no growth to fit
     return {
         "ratio": float(r[-1] / r[0]),
         "deviation": float(np.abs(r / r[0] - 1).max()),
-        "r2_lin": r_squared(layers, r),
-        "r2_exp": r_squared(layers, np.log(r)),
+        "r2_lin": math.nan if fixed else r_squared(layers, r),
+        "r2_exp": math.nan if fixed else r_squared(layers, np.log(r)),
         "slope": log_slope(c["mid"], c["angle"]),
         "span": float(c["mid"].max() / c["mid"].min()),
         "update_cv": float(c["update"].std() / c["update"].mean()),

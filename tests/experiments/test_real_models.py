@@ -242,3 +242,11 @@ def test_verdicts_follow_the_numbers():
     assert "undefined" in post[1]["ideal"]
     assert [len(placement.verdicts(s, _medians(), _medians())) for s in ("pre-ln", "post-ln")] \
         == [3, 3]  # fmt: skip
+
+
+def test_a_radius_fixed_to_rounding_has_no_growth_fits():
+    placement = _study("placement")
+    radii = 1 + 1e-16 * np.array([0.0, 1, -1, 2, 0, 1])  # a sphere run's radius, rounded
+    numbers = placement.scalars(placement.curves(_spiral(radii, 0.2)))
+    assert np.isnan(numbers["r2_lin"]) and np.isnan(numbers["r2_exp"])
+    assert np.isnan(numbers["slope"]) and numbers["deviation"] < 1e-15
