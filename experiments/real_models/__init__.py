@@ -22,10 +22,21 @@ median over sentences:
 6. **Looping one real layer** (an autonomous flow with real weights, ALBERT-style): the
    middle layer applied ``loop_passes`` times (Lie–Trotter, h = 1); the consensus gap
    1 − mean_j |cos(x_0, x_j)| and the mean cosine after the passes.
+7. **Each model against its idealised sphere model** (:mod:`.ideal`): GLPR's softmax
+   (Q = K = V = I, score β⟨x, y⟩) under the model's own norm placement, from the same
+   embedded tokens, over t ∈ [0, L] (layer l ↔ t = l), β calibrated on the real weights
+   (the first layer's median normalised attention entropy). MATH.md §7's predictions,
+   measured alike on both (:mod:`.placement`): (a) r_L/r_0 and linear against exponential
+   growth of r(l); (b) the slope of log(angle swept per layer) against log(mean norm),
+   −1 for Pre-LN and Peri-LN; (c) the spread of ‖x_{l+1} − x_l‖/√d across layers (Peri-LN:
+   constant); (d) the mean cosine, rising. A table per model, prediction | idealised |
+   real | verdict, and the split figure (``real_models_split.png``: |v_attn|, |v_mlp| over
+   |x_l| and their cosine by layer, and (a)–(d) against the idealised model).
 
-Sizes: ``--quick`` (2 sentences, h = 1/2 for the flow, 20 loop passes) ~60 s of one
-thread, most of it loading Gemma-3 (its tokenizer: ~12 s); the full size (24 sentences, 8
-through the flow at h = 1/16, 500 passes) some minutes. Float32 throughout. Needs the
+Sizes: ``--quick`` (2 sentences, h = 1/2 for the flow, 20 loop passes, the idealised
+model at step 1/4) ~25 s of one thread, most of it loading the three models and drawing;
+the full size (24 sentences, 8 through the flow at h = 1/16, 500 passes, the idealised
+model at step 1/16) some minutes. Float32 throughout. Needs the
 ``real`` and ``gemma`` extras.
 """
 

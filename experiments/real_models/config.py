@@ -19,6 +19,7 @@ class Config:
     flow_step: float = 1 / 16  # the flow: Lie–Trotter at this step (order 1: → the flow)
     cluster_delta: float = 1e-2  # tokens i, j in one angular cluster when cos > 1 − δ
     loop_passes: int = 500  # question 6: passes through the middle layer
+    ideal_step: float = 1 / 16  # question 7: the idealised sphere model's RK4 step (1/k)
 
     def check(self) -> None:
         if not 1 <= self.sentences <= 238:
@@ -27,10 +28,7 @@ class Config:
             )
         if not 0 <= self.flow_sentences <= self.sentences:
             raise ValueError("flow_sentences must be in 0 … sentences.")
-        if (
-            not 1e-3 <= self.flow_step < 1
-            or abs(1 / self.flow_step - round(1 / self.flow_step)) > 1e-9
-        ):
+        if not _reciprocal(self.flow_step, 2):
             raise ValueError(
                 f"flow_step must be 1/k for an integer k in 2 … 1000; received {self.flow_step}."
             )
@@ -40,6 +38,11 @@ class Config:
             )
         if not 1 <= self.loop_passes <= 10**5:
             raise ValueError(f"loop_passes must be in 1 … 100000; received {self.loop_passes}.")
+        if not _reciprocal(self.ideal_step, 1):
+            raise ValueError(
+                f"ideal_step must be 1/k for an integer k in 1 … 1000 (so that steps land on "
+                f"every layer's depth); received {self.ideal_step}."
+            )
 
     def memory_bytes(self) -> int:
         """The three models' float32 weights (~0.1 + 0.6 + 1.1 GB with Gemma's dequantised
@@ -47,4 +50,12 @@ class Config:
         return 2 * 10**9
 
 
-QUICK = {"sentences": "2", "flow_sentences": "1", "flow_step": "0.5", "loop_passes": "20"}
+def _reciprocal(step: float, smallest: int) -> bool:
+    """Is ``step`` 1/k for an integer k in ``smallest`` … 1000?"""
+    if not 1e-3 <= step <= 1 / smallest:
+        return False
+    return abs(1 / step - round(1 / step)) <= 1e-9
+
+
+QUICK = {"sentences": "2", "flow_sentences": "1", "flow_step": "0.5", "loop_passes": "20",
+         "ideal_step": "0.25"}  # fmt: skip

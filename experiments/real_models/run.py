@@ -15,6 +15,7 @@ from tpde.metrics.clustering import angular_cluster_count
 
 from .. import framework as fw
 from ..common import real_normalised as nm
+from . import ideal, placement
 from .config import MODELS, Config
 
 
@@ -37,16 +38,30 @@ def consensus_gap(points: torch.Tensor) -> float:
     return float(1 - (unit[1:] @ unit[0]).abs().mean())
 
 
+def split_row(split: torch.Tensor, net: torch.Tensor) -> dict:
+    """The per-sublayer split of each layer (L, 2, n, d) against its input tokens x_l: the
+    token-mean |v_attn| and |v_mlp| over the token-mean |x_l|, and the token-mean cosine
+    between v_attn and v_mlp (L,) each."""
+    sizes = split.norm(dim=-1).mean(-1)  # (L, 2): token-mean update norms per sublayer
+    norms = net[:-1].norm(dim=-1).mean(-1)  # (L,)
+    cos = torch.nn.functional.cosine_similarity(split[:, 0], split[:, 1], dim=-1)
+    return {
+        "share_attn": (sizes[:, 0] / sizes.sum(-1)).numpy(),
+        "attn_rel": (sizes[:, 0] / norms).numpy(),
+        "mlp_rel": (sizes[:, 1] / norms).numpy(),
+        "split_cos": cos.mean(-1).numpy(),
+    }
+
+
 def layer_row(model, mu: Empirical, delta: float) -> dict:
-    """Questions 1–4 for one sentence: per-layer split shares, norms, cosines, clusters, sink."""
+    """Questions 1–4 for one sentence: per-layer split, norms, cosines, clusters, sink."""
     net = model.hidden_states(mu)  # (L + 1, n, d)
     split = model.split(mu)  # (L, 2, n, d)
-    sizes = split.norm(dim=-1).mean(-1)  # (L, 2): token-mean update norms per sublayer
     layers = len(model.layers)
     sink = [model.attention_weights(net[l], l)[..., 1:, 0].mean() for l in range(layers)]
     norms = net.norm(dim=-1).mean(-1)
     return {
-        "share_attn": (sizes[:, 0] / sizes.sum(-1)).numpy(),
+        **split_row(split, net),
         "norm": (norms / norms[0]).numpy(),
         "update": np.array([_relative(net[l + 1], net[l]) for l in range(layers)]),
         "cos": np.array([float(np.mean(nm.cosines(x))) for x in net]),
@@ -85,29 +100,57 @@ def loop_row(model, net: torch.Tensor, passes: int) -> dict:
     }
 
 
+def calibrated_field(name: str, model, tokens: list[torch.Tensor]) -> tuple:
+    """The idealised model of ``name`` (:mod:`.ideal`) with β calibrated on ``tokens``: the
+    field and (β, the network's median first-layer entropy, the idealised one at t = 0)."""
+    target = float(np.median(ideal.network_entropies(model, tokens)))
+    beta = ideal.calibrate_beta(target, tokens)
+    reached = float(np.median(ideal.ideal_entropies(beta, ideal.ideal_scores(tokens))))
+    field = ideal.ideal_field(ideal.SCHEME[name], beta, tokens[0].shape[-1], len(model.layers))
+    return field, np.array([beta, target, reached])
+
+
+def model_rows(name: str, model, sentences: list[str], config: Config) -> tuple[dict, list]:
+    """Every question for one model: its arrays (keys ``{name}_…``) and the statuses of its
+    idealised runs."""
+    mus = [model.embed(s)[0] for s in sentences]
+    layers, rows, statuses = len(model.layers), [], []
+    with torch.no_grad():
+        field, calibration = calibrated_field(name, model, [mu.points for mu in mus])
+        for i, mu in enumerate(fw.progress(mus, f"real-models {name}")):
+            row, net = layer_row(model, mu, config.cluster_delta)
+            row.update(placement.row(net, "real"))
+            states, status = ideal.ideal_states(field, mu.points, layers, config.ideal_step)
+            row.update(placement.row(states, "ideal"))
+            statuses.append(status)
+            if i < config.flow_sentences:
+                row.update(flow_row(model, mu, net, config.flow_step))
+            if i == 0:
+                row.update(loop_row(model, net, config.loop_passes))
+            rows.append(row)
+    arrays = {}
+    for key in rows[0]:
+        values = [row[key] for row in rows if key in row]
+        arrays[f"{name}_{key}"] = np.array(values, dtype=float)
+    arrays[f"{name}_lengths"] = np.array([len(mu.points) for mu in mus])
+    arrays[f"{name}_beta"] = calibration
+    return arrays, statuses
+
+
 def run(config: Config, out: Path) -> None:
     from tpde.pretrained import corpus
 
     started = time.perf_counter()
     models = load_models()
     sentences = corpus()[: config.sentences]
-    arrays = {}
+    arrays, statuses = {}, {}
     for name in MODELS:
-        model, rows = models[name], []
-        for i, sentence in enumerate(fw.progress(sentences, f"real-models {name}")):
-            mu = model.embed(sentence)[0]
-            with torch.no_grad():
-                row, net = layer_row(model, mu, config.cluster_delta)
-                if i < config.flow_sentences:
-                    row.update(flow_row(model, mu, net, config.flow_step))
-                if i == 0:
-                    row.update(loop_row(model, net, config.loop_passes))
-            rows.append(row)
-        for key in rows[0]:
-            values = [row[key] for row in rows if key in row]
-            arrays[f"{name}_{key}"] = np.array(values, dtype=float)
-        arrays[f"{name}_lengths"] = np.array([len(model.token_ids(s)) for s in sentences])
-    fw.save(out, config, arrays, summarise(arrays), started)
+        more, statuses[name] = model_rows(name, models[name], sentences, config)
+        arrays.update(more)
+    results = summarise(arrays)
+    for name in MODELS:
+        results[name]["ideal_status"] = sorted(set(statuses[name]))
+    fw.save(out, config, arrays, results, started)
 
 
 def summarise(arrays: dict) -> dict:
@@ -116,7 +159,8 @@ def summarise(arrays: dict) -> dict:
     for name in MODELS:
         a = {k[len(name) + 1 :]: v for k, v in arrays.items() if k.startswith(name + "_")}
         median = {k: np.median(a[k], axis=0) for k in ("share_attn", "norm", "update", "cos",
-                                                      "clusters", "sink")}  # fmt: skip
+                                                      "clusters", "sink", "attn_rel",
+                                                      "mlp_rel", "split_cos")}  # fmt: skip
         r[name] = {
             **{f"{k}_by_layer": v.tolist() for k, v in median.items()},
             "share_attn_mean": float(median["share_attn"].mean()),
@@ -135,5 +179,11 @@ def summarise(arrays: dict) -> dict:
             "loop_gap_end": float(a["loop_gap"][0, -1]),
             "loop_cos_end": float(a["loop_cos"][0, -1]),
             "loop_norm_end": float(a["loop_norm"][0, -1]),
+            "split_cos_mean": float(median["split_cos"].mean()),
+            "beta": float(a["beta"][0]),
+            "entropy_network": float(a["beta"][1]),
+            "entropy_ideal": float(a["beta"][2]),
+            "ideal": placement.medians(a, "ideal"),
+            "real": placement.medians(a, "real"),
         }
     return r
