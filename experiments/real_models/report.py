@@ -35,10 +35,12 @@ def _predictions(r: dict) -> dict:
 
 
 def _holding(rows: list[dict]) -> str:
-    """'k/n (j/n)': how many predictions hold in the real weights (in the idealised model)."""
+    """'k/n (j/m)': how many predictions hold in the real weights (in the idealised model,
+    out of those that apply to it: Post-LN's angle-radius slope does not, its r is fixed)."""
     real = sum(row["real_verdict"] == "holds" for row in rows)
     ideal = sum(row["ideal_verdict"] == "holds" for row in rows)
-    return f"{real}/{len(rows)} ({ideal}/{len(rows)})"
+    applies = sum(row["ideal_verdict"] != "n/a" for row in rows)
+    return f"{real}/{len(rows)} ({ideal}/{applies})"
 
 
 def _prediction_table(name: str, rows: list[dict], m: dict) -> str:
