@@ -294,3 +294,5 @@ LAW_SCHEMES = SCHEMES_WITH_LAW
 
 #: Part 1's agreement target (issue 22) and part 2's.
 LAW_TOL, RATE_TOL = 1e-8, 0.03
+#: Part 2 on S², one mode on the exact grid (RK4 error (λh)⁴/120 and δ² at the defaults: ~1e-9).
+S2_LATTICE_TOL = 1e-6
