@@ -39,7 +39,7 @@ class Config:
     lat_modes: int = 12
     lat_beta_max: int = 20
     lat_delta: float = 1e-6
-    s2_tokens: int = 250_000
+    s2_tokens: int = 100_000
     s2_seeds: int = 4
     s2_modes: int = 6
     s2_level: float = 0.01
