@@ -168,7 +168,8 @@ def _claims_instability_s2(config, arrays, results) -> list[fw.Claim]:
                 f"{formula} (MATH.md §9, instability_rate(d=3)): to {S2_LATTICE_TOL:g}",
                 f"each zonal mode alone ({lat['tokens']} tokens: Gauss–Legendre × equal "
                 f"azimuths, exact to degree {config['s2_lat_degree']}; its own drift max |v| = "
-                f"{lat['residual']:.1e}; ±δ = {config['s2_lat_delta']:g} along ∇P_k, "
+                f"{lat['residual']:.1e} in the original time; ±δ = {config['s2_lat_delta']:g} "
+                f"along ∇P_k, "
                 f"{config['s2_lat_steps']} RK4 steps to T = 1): max relative error "
                 f"{lat['max_rel_error']:.1e} for k ≤ {config['s2_lat_modes']}, β ∈ "
                 f"{tuple(config['inst_betas'])}",
@@ -178,10 +179,14 @@ def _claims_instability_s2(config, arrays, results) -> list[fw.Claim]:
         for beta in config["inst_betas"]:
             tag = f"s2__{kernel}__{beta:g}"
             _sort_rates(r[f"random/{kernel}/{beta:g}"], beta, arrays[f"{tag}__predicted"],
-                        arrays[f"{tag}__forcing"], "the products of degrees j, l with |j − l| "
-                        "≤ k ≤ j + l, j + l + k even (Clebsch–Gordan), which grow at max λ_j "
-                        "+ λ_l", good, bad)  # fmt: skip
-        reason = "; outside 3 % (measured reason in brackets): " + "; ".join(bad) if bad else ""
+                        arrays[f"{tag}__forcing"], "products of degrees j, l (Clebsch–Gordan), "
+                        "at max λ_j + λ_l", good, bad)  # fmt: skip
+        reason = (
+            "; outside 3 % (measured reason in brackets; degrees j and l feed degree k where "
+            "|j − l| ≤ k ≤ j + l and j + l + k is even): " + "; ".join(bad)
+            if bad
+            else ""
+        )
         out.append(fw.Claim(
             f"{kernel.upper()} on S²: from {config['s2_tokens']} uniform tokens × "
             f"{config['s2_seeds']} seeds (harmonics engine), E_k = (1/N²)Σ P_k(⟨x_i, x_j⟩) ≈ "

@@ -168,9 +168,10 @@ def _lattice_run(config, kernel: str) -> dict:
     scale = np.exp(-betas)[:, None] if kernel == "usa" else 1.0
     measured = np.log(odd1 / odd0) / scale
     predicted = np.stack([instability_rate(modes, b, kernel=kernel, d=3) for b in betas])
-    residual = field.velocity(Empirical(x.expand(len(betas), 1, -1, -1), torch.as_tensor(weights)))
+    grid_mu = Empirical(x.expand(len(betas), 1, -1, -1), torch.as_tensor(weights))
+    drift = field.velocity(grid_mu).norm(dim=-1).amax(-1).numpy().ravel() / np.ravel(scale)
     return {"betas": betas, "measured": measured, "predicted": predicted, "seconds": seconds,
-            "residual": residual.norm(dim=-1).amax(-1).numpy() / np.ravel(scale)}  # fmt: skip
+            "residual": drift}  # fmt: skip
 
 
 def part_sphere(config) -> tuple[dict, dict]:
