@@ -19,7 +19,7 @@ def plot(out: Path) -> list[Path]:
 def plot_all(plt, out, config, arrays, results) -> list:
     return [_plot_equiangular(plt, out, config, arrays, results),
             _plot_instability(plt, out, config, arrays),
-            _plot_instability_s2(plt, out, config, arrays),
+            _plot_instability_s2(plt, out, config, arrays, results),
             _plot_causal(plt, out, config, arrays),
             _plot_hardmax(plt, out, config, arrays),
             _plot_sync(plt, out, config, arrays)]  # fmt: skip
@@ -71,7 +71,7 @@ def _plot_instability(plt, out, config, arrays):
     return fw.savefig(fig, out / "theory_instability.png")
 
 
-def _plot_instability_s2(plt, out, config, arrays):
+def _plot_instability_s2(plt, out, config, arrays, results):
     kernels = config["inst_kernels"]
     fig, axes = plt.subplots(1, len(kernels) + 1, figsize=(5.5 * (len(kernels) + 1), 4.2))
     for ax, kernel in zip(axes, kernels, strict=False):
@@ -92,12 +92,12 @@ def _plot_instability_s2(plt, out, config, arrays):
     times, power, pred = (arrays[f"{tag}__{k}"] for k in ("times", "power", "predicted"))
     scale = 1.0 if kernel == "sa" else math.exp(-beta)  # USA runs in rescaled time
     for k in range(power.shape[1]):
-        axes[-1].semilogy(times, config["s2_tokens"] * power[:, k], "o", color=f"C{k}", ms=3,
+        axes[-1].semilogy(times, power[:, k] / power[0, k], "o", color=f"C{k}", ms=3,
                           label=f"k = {k + 1}")  # fmt: skip
         axes[-1].semilogy(times, np.exp(2 * pred[k] * scale * times), "-", color=f"C{k}", lw=0.8)
-    axes[-1].axhline(config["s2_level"] * config["s2_tokens"], color="k", ls="--", lw=0.8,
-                     label="s2_level (end of the fit window)")  # fmt: skip
-    axes[-1].set(xlabel="t (USA: t·e^β)" if kernel == "usa" else "t", ylabel="N·E_k(t)",
+    window = results["instability_s2"][f"random/{kernel}/{beta:g}"]["window"]
+    axes[-1].axvline(window, color="k", ls="--", lw=0.8, label="end of the fit window")
+    axes[-1].set(xlabel="t (USA: t·e^β)" if kernel == "usa" else "t", ylabel="E_k(t)/E_k(0)",
                  title=f"{kernel.upper()}, β = {beta:g}: mean of seeds, e^(2λt)")  # fmt: skip
     axes[-1].legend(fontsize=7)
     fig.tight_layout()

@@ -364,7 +364,8 @@ def figures_of(config) -> list[tuple[str, str]]:
                                    "dominant mode against β."),
         ("theory_instability_s2.png", "Part 2 on S²: measured growth rates of the degree-k "
                                       "energies (± jackknife s.e.) against λ_k, SA and USA, "
-                                      "and N·E_k(t) against e^(2λ_k t) at the middle β."),
+                                      "the lattice's (x), and E_k(t)/E_k(0) against "
+                                      "e^(2λ_k t) at the middle β."),
         ("theory_causal.png", "Part 3: causal clustering: distance to token 1, and cluster "
                               "counts at large β against the Rényi centres."),
         ("theory_hardmax.png", "Part 4: share of interior tokens at their Voronoi vertex, and "
