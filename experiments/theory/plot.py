@@ -79,9 +79,10 @@ def _plot_instability_s2(plt, out, config, arrays, results):
             tag = f"s2__{kernel}__{beta:g}"
             pred, meas, se = (arrays[f"{tag}__{k}"] for k in ("predicted", "measured", "se"))
             k = np.arange(1, len(pred) + 1)
-            ax.plot(k, pred, "-", color=f"C{i}", label=f"β = {beta:g}: λ_k")
-            ax.errorbar(k, meas, yerr=se, fmt="o", color=f"C{i}", ms=4, capsize=2)
             lat = arrays.get(f"s2lat__{kernel}__measured")
+            law = pred if lat is None else arrays[f"s2lat__{kernel}__predicted"][i]
+            ax.plot(np.arange(1, len(law) + 1), law, "-", color=f"C{i}", label=f"β = {beta:g}: λ_k")
+            ax.errorbar(k, meas, yerr=se, fmt="o", color=f"C{i}", ms=4, capsize=2)
             if lat is not None:
                 ax.plot(np.arange(1, lat.shape[1] + 1), lat[i], "x", color=f"C{i}", ms=6)
         ax.set(xlabel="degree k", ylabel="growth rate (rates ≤ 0 not shown)", yscale="log",
