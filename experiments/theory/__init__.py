@@ -18,6 +18,13 @@ sets the measured number beside it (:mod:`tpde.theory` holds the closed forms;
    ≤ ``inst_level`` (E|m_k|² ≈ e^{2λ_k t}/N), jackknife errors over the seeds. (b) Each mode
    alone on a lattice of ``lat_tokens`` tokens (amplitude ~kδ), which pins λ_k to ~1e-8
    and the dominant mode argmax_k k²I_k(β) for β = 1 … ``lat_beta_max``.
+   **On S²** (:mod:`.sphere`): λ_k = k(k + 1)i_k(β)/(βi_0(β)) (SA), k(k + 1)i_k(β)/β (USA)
+   for the degree-k spherical harmonics. (a) ``s2_tokens`` uniform tokens × ``s2_seeds``
+   seeds on the ``harmonics`` engine: the degree-k energy E_k = (1/N²)Σ_{ij}P_k(⟨x_i, x_j⟩)
+   (addition theorem, O(N·K²)) grows as e^{2λ_k t}/N; the same window rule (``s2_level``)
+   and jackknife errors. (b) Each zonal mode alone on a Gauss–Legendre × equal-azimuth grid
+   with its weights (exact to degree ``s2_lat_degree``, so stationary to rounding), tokens
+   moved by ±``s2_lat_delta`` along ∇P_k: λ_k to ~1e-9.
 3. **Causal clustering** (Karagodin, Polyanskiy, Rigollet, arXiv:2411.04990): post-LN,
    causal softmax, V = I, random Q, K: token 1 never moves, every token converges to it
    (stopped when the diameter is < ``causal_tol``). At large β (Q = K = V = I_2,
@@ -34,7 +41,9 @@ sets the measured number beside it (:mod:`tpde.theory` holds the closed forms;
    reach diameter < 1e-4 by t = ``sync_t1`` (time rescaled by e^{β}), against β and n.
 
 Full size: the defaults; part 2 then flows 4 × 10⁶ tokens per β on the spectral engine
-(about 1 s per field evaluation per 10⁶ tokens on one core, 80 evaluations per β and kernel).
+(about 1 s per field evaluation per 10⁶ tokens on one core, 80 evaluations per β and kernel),
+and part 2 on S² 4 × 10⁵ tokens per β on the harmonics engine (about 1 s per evaluation
+per 10⁵ tokens at β = 10, 48 per β and kernel: about 10 minutes of one core in all).
 ``--set inst_tokens=10000 --set inst_seeds=8`` is the size of the issue's first check (N ≥ 10⁴
 averaged over seeds). Quick: ``QUICK`` (under a minute on one core).
 """

@@ -39,6 +39,15 @@ class Config:
     lat_modes: int = 12
     lat_beta_max: int = 20
     lat_delta: float = 1e-6
+    s2_tokens: int = 100_000
+    s2_seeds: int = 4
+    s2_modes: int = 6
+    s2_level: float = 0.01
+    s2_steps: int = 12
+    s2_lat_degree: int = 47
+    s2_lat_modes: int = 8
+    s2_lat_delta: float = 1e-5
+    s2_lat_steps: int = 40
     causal_dims: tuple[int, ...] = (2, 3, 8)
     causal_tokens: int = 32
     causal_seeds: int = 20
@@ -102,6 +111,40 @@ class Config:
         if not self.renyi_times or min(self.renyi_times) <= 0:
             raise ValueError(f"renyi_times must be times > 0; received {self.renyi_times}.")
         self._check_ranges()
+        self._check_sphere()
+
+    def _check_sphere(self) -> None:
+        """Part 2 on S² (:mod:`.sphere`): sizes, the fit window and the lattice's degree."""
+        small = [f"{k} = {getattr(self, k)}" for k in ("s2_tokens", "s2_steps", "s2_lat_steps")
+                 if getattr(self, k) < 3]  # fmt: skip
+        if small or self.s2_modes < 1 or self.s2_lat_modes < 0:
+            raise ValueError(
+                f"s2_tokens, s2_steps, s2_lat_steps must be >= 3, s2_modes >= 1 and "
+                f"s2_lat_modes >= 0 (0: no lattice run); received {', '.join(small) or ''}"
+                f"{'' if not small else ', '}s2_modes = {self.s2_modes}, s2_lat_modes = "
+                f"{self.s2_lat_modes}."
+            )
+        if self.s2_seeds < 2:
+            raise ValueError(f"s2_seeds must be >= 2 (jackknife errors over the seeds); "
+                             f"received {self.s2_seeds}.")  # fmt: skip
+        if not 0 < self.s2_level <= 1 or self.s2_level * self.s2_tokens < 2:
+            raise ValueError(
+                f"s2_level must lie in [2/s2_tokens, 1] (the fit window starts at E_k = 1/N "
+                f"and E_k <= 1); received s2_level = {self.s2_level} with s2_tokens = "
+                f"{self.s2_tokens}."
+            )
+        if not 1e-12 <= self.s2_lat_delta <= 1e-2:
+            raise ValueError(f"s2_lat_delta must lie in [1e-12, 0.01] (a linear amplitude "
+                             f"float64 resolves); received {self.s2_lat_delta}.")  # fmt: skip
+        if self.s2_lat_modes and self.s2_lat_degree < 2 * self.s2_lat_modes + 1:
+            raise ValueError(
+                f"s2_lat_degree must be at least 2·s2_lat_modes + 1 = "
+                f"{2 * self.s2_lat_modes + 1} (the grid integrates the moments of a degree-k "
+                f"perturbation exactly); received {self.s2_lat_degree}."
+            )
+        if max(self.s2_steps, self.s2_lat_steps, self.s2_lat_degree) > MAX_STEPS:
+            raise ValueError(f"s2_steps, s2_lat_steps and s2_lat_degree must be at most "
+                             f"{MAX_STEPS:.0e}.")  # fmt: skip
 
     def _check_ranges(self) -> None:
         """The ranges beyond the signs (the module notes' float64 and step limits)."""
@@ -196,6 +239,10 @@ class Config:
             * (self.hard_vertices + self.hard_interior) ** 2
             * max(1, len(self.hard_betas))
         )
+        sphere = self.s2_seeds * self.s2_tokens * 3 * (8 + self.s2_steps)
+        grid = (self.s2_lat_degree + 2) ** 2 // 2  # tokens of the zonal grid
+        lat = 6 * len(self.inst_betas) * 2 * self.s2_lat_modes * grid * 3 + 2**23
+        inst = max(inst, sphere, lat)
         return 8 * max(inst, renyi, sync, equiangular, lattice, causal, hard)
 
 
@@ -219,6 +266,13 @@ QUICK = {
     "inst_level": "0.05",
     "inst_steps": "20",
     "inst_saves": "11",
+    "s2_tokens": "2000",
+    "s2_seeds": "2",
+    "s2_level": "0.05",
+    "s2_steps": "6",
+    "s2_lat_degree": "27",
+    "s2_lat_modes": "3",
+    "s2_lat_steps": "8",
     "lat_tokens": "64",
     "lat_modes": "10",
     "causal_tokens": "8",
@@ -240,3 +294,8 @@ LAW_SCHEMES = SCHEMES_WITH_LAW
 
 #: Part 1's agreement target (issue 22) and part 2's.
 LAW_TOL, RATE_TOL = 1e-8, 0.03
+#: Part 2 on S², one mode on the exact grid: relative target (RK4's (λh)⁴/120 and the δ²
+#: terms are ~1e-8 at the defaults) and absolute floor (float64 resolves log(c_k(T)/c_k(0))
+#: of a moment of size ~δ to ~eps/δ ≈ 2e-11 at δ = 1e-5: rates below floor/tol ≈ 1e-4, e.g.
+#: λ_8 ≈ 2e-6 at β = 1, are checked in absolute terms).
+S2_LATTICE_TOL, S2_LATTICE_FLOOR = 1e-6, 1e-10

@@ -19,6 +19,7 @@ def plot(out: Path) -> list[Path]:
 def plot_all(plt, out, config, arrays, results) -> list:
     return [_plot_equiangular(plt, out, config, arrays, results),
             _plot_instability(plt, out, config, arrays),
+            _plot_instability_s2(plt, out, config, arrays, results),
             _plot_causal(plt, out, config, arrays),
             _plot_hardmax(plt, out, config, arrays),
             _plot_sync(plt, out, config, arrays)]  # fmt: skip
@@ -68,6 +69,40 @@ def _plot_instability(plt, out, config, arrays):
     axes[1].legend(fontsize=8)
     fig.tight_layout()
     return fw.savefig(fig, out / "theory_instability.png")
+
+
+def _plot_instability_s2(plt, out, config, arrays, results):
+    kernels = config["inst_kernels"]
+    fig, axes = plt.subplots(1, len(kernels) + 1, figsize=(5.5 * (len(kernels) + 1), 4.2))
+    for ax, kernel in zip(axes, kernels, strict=False):
+        for i, beta in enumerate(config["inst_betas"]):
+            tag = f"s2__{kernel}__{beta:g}"
+            pred, meas, se = (arrays[f"{tag}__{k}"] for k in ("predicted", "measured", "se"))
+            k = np.arange(1, len(pred) + 1)
+            lat = arrays.get(f"s2lat__{kernel}__measured")
+            law = pred if lat is None else arrays[f"s2lat__{kernel}__predicted"][i]
+            ax.plot(np.arange(1, len(law) + 1), law, "-", color=f"C{i}", label=f"β = {beta:g}: λ_k")
+            ax.errorbar(k, meas, yerr=se, fmt="o", color=f"C{i}", ms=4, capsize=2)
+            if lat is not None:
+                ax.plot(np.arange(1, lat.shape[1] + 1), lat[i], "x", color=f"C{i}", ms=6)
+        ax.set(xlabel="degree k", ylabel="growth rate (rates ≤ 0 not shown)", yscale="log",
+               title=f"{kernel.upper()} on S²: random (o), lattice (x), law (lines)")  # fmt: skip
+        ax.legend(fontsize=8)
+    kernel, beta = kernels[0], config["inst_betas"][len(config["inst_betas"]) // 2]
+    tag = f"s2__{kernel}__{beta:g}"
+    times, power, pred = (arrays[f"{tag}__{k}"] for k in ("times", "power", "predicted"))
+    scale = 1.0 if kernel == "sa" else math.exp(-beta)  # USA runs in rescaled time
+    for k in range(power.shape[1]):
+        axes[-1].semilogy(times, power[:, k] / power[0, k], "o", color=f"C{k}", ms=3,
+                          label=f"k = {k + 1}")  # fmt: skip
+        axes[-1].semilogy(times, np.exp(2 * pred[k] * scale * times), "-", color=f"C{k}", lw=0.8)
+    window = results["instability_s2"][f"random/{kernel}/{beta:g}"]["window"]
+    axes[-1].axvline(window, color="k", ls="--", lw=0.8, label="end of the fit window")
+    axes[-1].set(xlabel="t (USA: t·e^β)" if kernel == "usa" else "t", ylabel="E_k(t)/E_k(0)",
+                 title=f"{kernel.upper()}, β = {beta:g}: mean of seeds, e^(2λt)")  # fmt: skip
+    axes[-1].legend(fontsize=7)
+    fig.tight_layout()
+    return fw.savefig(fig, out / "theory_instability_s2.png")
 
 
 def _plot_causal(plt, out, config, arrays):

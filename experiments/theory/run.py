@@ -1,4 +1,4 @@
-"""The five computations of the ``theory`` study (package notes).
+"""The computations of the ``theory`` study (package notes; part 2 on S² in :mod:`.sphere`).
 
 Each ``part*`` function takes the study's config and returns (arrays, results): the arrays
 go to data.npz, the results (plain numbers) to meta.json. Every random draw goes through a
@@ -32,14 +32,15 @@ from .. import framework as fw
 from ..common.kernels import fit_rate, fourier_modes, kernel_field
 from ..common.schemes import scheme_object
 from .config import F64, LAW_SCHEMES, Config
+from .sphere import part_sphere
 
 
 def run(config: Config, out: Path) -> None:
     started = time.perf_counter()
     arrays, results = {}, {}
     for name, part in (("equiangular", part1), ("instability", part2),
-                       ("causal", part3), ("hardmax", part4),
-                       ("sync", part5)):  # fmt: skip
+                       ("instability_s2", part_sphere), ("causal", part3),
+                       ("hardmax", part4), ("sync", part5)):  # fmt: skip
         tic = time.perf_counter()
         data, summary = part(config)
         arrays.update(data)
