@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import framework as fw
+from .report import law_offset
 from .run import seed_mean
 
 
@@ -76,10 +77,14 @@ def _plateaus(config, arrays, results, path: Path) -> Path:
         x = np.array([math.log(n) for n, _ in pairs])
         y = np.array([s for _, s in pairs])
         axes[1].plot(x, y, markers[b % 4], color=colours[b], label=f"β = {beta}: first plateaus")
-        offset = float(np.mean(y - x * law["law_slope"]))
+        offset = law_offset(table, law)
         grid = np.linspace(x.min(), max(x.max(), math.log(results["n_eff"] or 1)), 10)
         axes[1].plot(grid, offset + law["law_slope"] * grid, "--", color=colours[b],
                      label=f"log N/(2λ_{law['k_star']}) + c")  # fmt: skip
+        if law["fit"]:
+            fit = law["fit"]
+            axes[1].plot(grid, fit["offset"] + fit["slope"] * grid, ":", color=colours[b],
+                         label=f"fit: slope {fit['slope']:.2f}")  # fmt: skip
     first = max(results["pde"], key=lambda p: p["grid"])["first_cluster"]
     if first is not None and results["n_eff"]:
         axes[1].plot(math.log(results["n_eff"]), first, "k*", ms=12, label="PDE, N_eff = 4/a²")
