@@ -31,17 +31,20 @@ def _versus(config, arrays, path: Path) -> Path:
     t, tp = arrays["times"], arrays["pde_times"]
     dense = t <= config["dense_until"] + 1e-9
     densities = arrays["densities"]
-    axes[0].pcolormesh(tp, _angles(densities.shape[1]), densities.T, shading="nearest")
+    axes[0].pcolormesh(tp, _angles(densities.shape[1]), np.log1p(densities.T), shading="nearest")
     axes[0].set(
-        title=f"PDE density ρ(t, θ), M = {max(config['grids'])}",
+        title=f"PDE: log(1 + ρ(t, θ)), M = {max(config['grids'])}",
         xlabel="t",
         ylabel="θ",
         xlim=(0, t[dense][-1]),
     )
-    axes[1].pcolormesh(
-        t[dense], _angles(config["bins"]), arrays["histogram"][dense].T, shading="nearest"
+    histogram = np.log1p(arrays["histogram"].T)
+    axes[1].pcolormesh(t[dense], _angles(config["bins"]), histogram[:, dense], shading="nearest")
+    axes[1].set(
+        title=f"particles: log(1 + histogram), N = {config['sizes'][-1]:.0e}",
+        xlabel="t",
+        xlim=(0, t[dense][-1]),
     )
-    axes[1].set(title=f"particles, N = {config['sizes'][-1]:.0e}", xlabel="t")
     for i, n in enumerate(config["sizes"]):
         axes[2].semilogy(t[dense], seed_mean(arrays["distance"])[i], label=f"N = {n:.0e}")
     axes[2].set(title="W1(particles, PDE)", xlabel="t")
@@ -90,9 +93,10 @@ def _plateaus(config, arrays, results, path: Path) -> Path:
         axes[1].plot(math.log(results["n_eff"]), first, "k*", ms=12, label="PDE, N_eff = 4/a²")
     axes[1].set(xlabel="log N", ylabel="start of the first plateau", title="plateau start")
     axes[1].legend(fontsize=7)
-    axes[2].pcolormesh(t, _angles(config["bins"]), arrays["histogram"].T, shading="nearest")
+    histogram = np.log1p(arrays["histogram"].T)
+    axes[2].pcolormesh(t, _angles(config["bins"]), histogram, shading="nearest")
     axes[2].set(
         xscale="symlog", xlabel="t", ylabel="θ",
-        title=f"particles, N = {config['sizes'][-1]:.0e}, β = {config['beta']}",
+        title=f"particles: log(1 + histogram), N = {config['sizes'][-1]:.0e}, β = {config['beta']}",
     )  # fmt: skip
     return fw.savefig(fig, path)
