@@ -16,7 +16,7 @@ SLOPE_TOLERANCE, PDE_TOLERANCE = 0.25, 0.15
 
 
 def report(out: Path) -> fw.Report:
-    config, _, r = fw.load(out)
+    config, arrays, r = fw.load(out)
     rate = r["rate"]
     claims = [
         fw.Claim(
@@ -54,7 +54,7 @@ def report(out: Path) -> fw.Report:
                 "log N with the law, particles over the long window",
             ),
         ],
-        tables=[plateau_table(r)],
+        tables=[plateau_table(r, arrays)],
         notes=notes,
     )
 
@@ -156,12 +156,25 @@ def plateau_summary(r: dict) -> str:
     return "; ".join(parts) or "none"
 
 
-def plateau_table(r: dict) -> str:
-    """Per β and N: draws, first plateau start (mean ± sd), counts, durations, the law."""
+def first_clusters(arrays: dict, b: int, i: int) -> np.ndarray:
+    """The first saved time with a count ≥ 1 of every draw of β index b and size index i
+    (NaN for a draw that never has one)."""
+    counts = arrays["counts"][b, i]
+    drawn = counts[:, 0] >= 0
+    seen = counts[drawn] >= 1
+    first = arrays["times"][np.argmax(seen, axis=1)]
+    return np.where(seen.any(axis=1), first, np.nan)
+
+
+def plateau_table(r: dict, arrays: dict) -> str:
+    """Per β and N: draws, first cluster (mean), first plateau start (mean ± sd), counts,
+    durations, the law."""
     rows = []
-    for beta, table in r["plateaus"].items():
+    for b, (beta, table) in enumerate(r["plateaus"].items()):
         law = r["laws"][beta]
-        for n, found in table.items():
+        for i, (n, found) in enumerate(table.items()):
+            if not found:
+                continue  # not drawn at this β
             ok = [row for row in found if row]
             starts = np.array([row[1] for row in ok])
             durations = ", ".join(
@@ -170,13 +183,14 @@ def plateau_table(r: dict) -> str:
             )
             rows.append([
                 beta, n, f"{len(ok)}/{len(found)}",
+                f"{np.nanmean(first_clusters(arrays, b, i)):.2f}",
                 f"{starts.mean():.2f} ± {starts.std():.2f}" if len(ok) else "—",
                 ", ".join(str(row[0]) for row in ok) or "—",
                 durations or "—",
                 f"{math.log(int(n)) * law['law_slope']:.2f}",
             ])  # fmt: skip
     return fw.markdown_table(
-        ["β", "N", "draws with a plateau", "start", "count", "duration (→ next count)",
-         "log N/(2λ_k*)"],
+        ["β", "N", "draws with a plateau", "first cluster", "plateau start", "count",
+         "duration (→ next count)", "log N/(2λ_k*)"],
         rows,
     )  # fmt: skip

@@ -20,6 +20,7 @@ from tpde.experiments.circle_pde.clusters import (
     points_masses,
 )
 from tpde.experiments.circle_pde.config import Config, save_times
+from tpde.experiments.circle_pde.report import first_clusters
 from tpde.measures import CircleDensity
 
 COUNTER = {"window": 17, "level": 2.0, "min_share": 0.05}  # the study's defaults
@@ -171,8 +172,15 @@ def test_report_of_a_tiny_run(tmp_path):
     assert 0 < pde["first_cluster"] < pde["end"] < 10
     report = module.report(out)
     text = report.markdown("circle-pde", module.TITLE)
-    assert "| 5.0 | 500 |" in text and "| 10.0 | 500 |" in text and "| 10.0 | 1000 |" in text
+    assert "| 5.0 | 500 |" in text and "| 5.0 | 1000 |" in text and "| 10.0 | 500 |" in text
+    assert "| 10.0 | 1000 |" not in text  # not drawn: no row
     verdicts = {c.claim.split(":")[0]: c.verdict for c in report.claims}
     assert set(verdicts.values()) <= {"agrees", "differs", "partly", "n/a"}
+    for b, table in enumerate(results["plateaus"].values()):  # a plateau starts clustered
+        for i, rows in enumerate(table.values()):
+            first = first_clusters(arrays, b, i)
+            assert len(first) == len(rows) and all(
+                f <= row[1] for f, row in zip(first, rows, strict=True) if row
+            )
     law = results["laws"]["5.0"]
     assert law["k_star"] == 3 and law["law_slope"] == pytest.approx(1 / (2 * 0.6826783336167468))
