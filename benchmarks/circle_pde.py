@@ -1,12 +1,14 @@
 """The circle PDE (a density on M angles) against particles on the spectral engine.
 
-    python benchmarks/circle_pde.py            # M = 1024, 4096; N = 10⁴, 10⁵, 10⁶
+    python benchmarks/circle_pde.py            # M = 1024, 4096, 16384; N = 10⁴, 10⁵, 10⁶
     python benchmarks/circle_pde.py --quick    # M = 1024; N = 10⁴
 
 One right-hand side of :class:`tpde.flows.CircleSystem` (SA, β = 5, a smooth density)
 against one particle velocity evaluation of the same post-LN field at N tokens on the
 spectral engine (float64): seconds (median of 5 after a warm-up) and ×PDE, the particles'
-time over the PDE's, in one run.
+time over the PDE's, in one run. Then the circle-pde study's cluster count of the N tokens
+(cell masses and window runs, :mod:`tpde.experiments.circle_pde.clusters`) as a fraction
+of that velocity evaluation: the study counts every saved cloud.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import time
 
 import torch
 
+from tpde.experiments.circle_pde.clusters import cluster_masses, points_masses
 from tpde.fields import Normalized, Softmax
 from tpde.flows import CircleSystem
 from tpde.measures import CircleDensity, uniform_on_sphere
@@ -39,7 +42,7 @@ def main() -> None:
     args = parser.parse_args()
     eye = torch.eye(2, dtype=torch.float64)
     field = Normalized(Softmax(eye, eye, eye, scale=5.0), "post-ln")
-    grids = (1024,) if args.quick else (1024, 4096)
+    grids = (1024,) if args.quick else (1024, 4096, 16384)
     sizes = (10_000,) if args.quick else (10_000, 100_000, 1_000_000)
     pde = {}
     for M in grids:
@@ -53,6 +56,8 @@ def main() -> None:
         t = seconds(lambda mu=mu: field.particle_velocity(0.0, mu, mu.points, "spectral"), 3)
         ratios = ", ".join(f"×{t / pde[M]:.0f} over M = {M}" for M in grids)
         print(f"particles (spectral), N = {n}: {t:.4f} s ({ratios})")
+        c = seconds(lambda mu=mu: cluster_masses(points_masses(mu.points, 512), 17, 2.0, 0.05))
+        print(f"cluster count, N = {n}: {c:.4f} s (×{c / t:.3f} of one velocity evaluation)")
 
 
 if __name__ == "__main__":

@@ -1,11 +1,29 @@
-"""The circle-pde study's helpers: cluster counts and plateaus."""
+"""The circle-pde study: the cluster counter (tokens and densities), the plateau extractor,
+the configuration's refusals and the report of a tiny run."""
 
 import math
+import re
 
 import numpy as np
+import pytest
 import torch
 
-from tpde.experiments.circle_pde import clusters, plateaus
+from tpde import experiments
+from tpde.experiments import framework as fw
+from tpde.experiments.circle_pde.clusters import (
+    Plateau,
+    cell_masses,
+    cluster_masses,
+    density_masses,
+    first_plateau,
+    plateaus,
+    points_masses,
+)
+from tpde.experiments.circle_pde.config import Config, save_times
+from tpde.experiments.circle_pde.report import first_clusters
+from tpde.measures import CircleDensity
+
+COUNTER = {"window": 17, "level": 2.0, "min_share": 0.05}  # the study's defaults
 
 
 def on_circle(angles):
@@ -13,26 +31,156 @@ def on_circle(angles):
     return torch.stack([angles.cos(), angles.sin()], -1)
 
 
-def test_clusters_counts_tight_groups_across_the_seam():
-    g = torch.Generator().manual_seed(0)
-    centres = torch.tensor([0.0, 2.0, 4.0]).repeat_interleave(100)
-    angles = centres + 0.01 * torch.randn(300, generator=g, dtype=torch.float64)
-    assert clusters(on_circle(angles), gap=0.05, min_share=0.01) == 3
-    assert clusters(on_circle(angles + math.pi), gap=0.05, min_share=0.01) == 3  # at the seam
+def groups(centres, sizes, spread, seed=0):
+    """Tokens in groups of the given sizes, Gaussian angles of sd ``spread`` about centres."""
+    g = torch.Generator().manual_seed(seed)
+    centre = torch.tensor(centres, dtype=torch.float64).repeat_interleave(torch.tensor(sizes))
+    return on_circle(centre + spread * torch.randn(len(centre), generator=g, dtype=torch.float64))
 
 
-def test_spread_cloud_has_no_cluster():
-    angles = torch.arange(1000, dtype=torch.float64) * 2 * math.pi / 1000
-    assert clusters(on_circle(angles), gap=0.05, min_share=0.01) == 0
+def count_points(points, cells=512, **options):
+    return cluster_masses(points_masses(points, cells), **{**COUNTER, **options})
 
 
-def test_plateaus_runs_of_one_count():
-    times = np.arange(10.0)
-    counts = np.array([0, 0, 3, 3, 3, 3, 2, 2, 1, 1])
-    assert plateaus(times, counts, 2.0) == [(3, 2.0, 3.0)]
-    assert plateaus(times, counts, 1.0) == [
-        (0, 0.0, 1.0),
-        (3, 2.0, 3.0),
-        (2, 6.0, 1.0),
-        (1, 8.0, 1.0),
+def test_groups_of_known_sizes_give_their_masses():
+    points = groups([0.5, 2.0, 4.0], [500, 300, 200], 0.01)
+    assert count_points(points) == pytest.approx([0.5, 0.3, 0.2], abs=1e-12)
+
+
+def test_a_group_across_the_seam_is_one_cluster():
+    # Centred on 0 = 2π: half its tokens at angles just below 2π, half just above 0.
+    points = groups([0.0, 2.5], [600, 400], 0.02)
+    # In the order of their first cell from angle 0: the seam's group starts near 2π.
+    assert count_points(points) == pytest.approx([0.4, 0.6], abs=1e-12)
+    rotated = groups([math.pi, 2.5 + math.pi], [600, 400], 0.02)
+    assert count_points(rotated) == pytest.approx([0.6, 0.4], abs=1e-12)
+
+
+def test_a_single_cluster_and_the_uniform_law():
+    assert count_points(groups([1.0], [1000], 0.05)) == pytest.approx([1.0])
+    g = torch.Generator().manual_seed(1)
+    for n in (1_000, 100_000):  # uniform tokens: no window reaches twice the uniform density
+        angles = 2 * math.pi * torch.rand(n, generator=g, dtype=torch.float64)
+        assert count_points(on_circle(angles)) == []
+
+
+def test_groups_closer_than_a_window_are_one_cluster_and_small_groups_are_dropped():
+    window = 17 * 2 * math.pi / 512  # 0.209 rad
+    near = groups([1.0, 1.0 + 0.5 * window], [500, 500], 0.002)
+    assert count_points(near) == pytest.approx([1.0])
+    far = groups([1.0, 1.0 + 2 * window], [500, 500], 0.002)
+    assert count_points(far) == pytest.approx([0.5, 0.5])
+    # A tight group is seen when its mass exceeds level·w/G = 2·17/512 = 6.6%; then kept
+    # when its run holds ≥ min_share.
+    small = groups([1.0, 3.0], [940, 60], 0.002)
+    assert count_points(small, min_share=0.01) == pytest.approx([0.94])
+    seen = groups([1.0, 3.0], [920, 80], 0.002)
+    assert count_points(seen) == pytest.approx([0.92, 0.08])
+    assert count_points(seen, min_share=0.1) == pytest.approx([0.92])
+
+
+def test_cell_masses_and_weights():
+    masses = cell_masses(torch.tensor([0.0, -0.1, 2 * math.pi + 0.1]), torch.ones(3), 4)
+    assert masses == pytest.approx([2 / 3, 0, 0, 1 / 3])  # −0.1 ≡ 2π − 0.1, in the last arc
+    weighted = points_masses(on_circle([0.1, 2.0]), 4, weights=torch.tensor([3.0, 1.0]))
+    assert weighted == pytest.approx([0.75, 0.25, 0, 0])
+
+
+def test_a_density_is_counted_like_tokens():
+    M = 4096
+    theta = torch.arange(M, dtype=torch.float64) * 2 * math.pi / M
+    bumps = sum(w * torch.exp(400 * (torch.cos(theta - c) - 1)) for c, w in ((1, 2), (4, 1)))
+    rho = CircleDensity(bumps + 1e-4)
+    masses = cluster_masses(density_masses(rho, 512), **COUNTER)
+    assert masses == pytest.approx(
+        [2 / 3, 1 / 3], abs=0.01
+    )  # sd 0.05: the runs hold all but the floor
+    tokens = rho.sample(200_000, generator=torch.Generator().manual_seed(0))
+    assert count_points(tokens) == pytest.approx(masses, abs=0.01)
+    flat = CircleDensity(1 + 0.1 * torch.cos(3 * theta))  # below twice the mean everywhere
+    assert cluster_masses(density_masses(flat, 512), **COUNTER) == []
+    with pytest.raises(
+        ValueError, match="needs a density on at least as many angles; received M = 256"
+    ):
+        density_masses(CircleDensity(torch.ones(256, dtype=torch.float64)), 512)
+
+
+def test_plateaus_of_a_count_series():
+    times = np.arange(0.0, 20.0)
+    counts = np.array([0, 0, 1, 3, 3, 3, 4, 4, 4, 4, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2])
+    assert plateaus(times, counts, 2.0) == [
+        Plateau(3, 3.0, 2.0, False, 4),
+        Plateau(4, 6.0, 3.0, False, 3),
+        Plateau(3, 10.0, 4.0, False, 2),
+        Plateau(2, 15.0, 4.0, True, None),
     ]
+    # The 3 followed by a 4 is a stage of the formation: the first plateau is the 4.
+    assert first_plateau(times, counts, 2.0) == Plateau(4, 6.0, 3.0, False, 3)
+    assert first_plateau(times, counts, 5.0) is None
+    assert first_plateau(times, np.zeros(20, dtype=int), 0.0) is None  # uniform: no plateau
+    assert first_plateau(times[:3], [2, 2, 2], 1.0) == Plateau(2, 0.0, 2.0, True, None)
+    with pytest.raises(ValueError, match="received 20 times and 3 counts"):
+        plateaus(times, [1, 2, 3], 1.0)
+
+
+def test_save_times_are_dense_then_sparse():
+    config = Config(t1=40.0, dense_until=10.0, dense_step=0.5, sparse_step=5.0)
+    times = save_times(config)
+    assert times[:3] == pytest.approx([0, 0.5, 1.0]) and len(times) == 21 + 6
+    assert times[20:] == pytest.approx([10, 15, 20, 25, 30, 35, 40])
+
+
+CONFIGS = {
+    "window even": ({"window": "16"}, "window must be an odd number of cells in [1, cells = 512]"),
+    "level 1": ({"level": "1"}, "level must be > 1 (times the uniform density"),
+    "share": ({"min_share": "1.5"}, "min_share in [0, 1]"),
+    "cells past a grid": ({"grids": "256"}, "cells must lie in [1, min(grids)]"),
+    "dense past t1": ({"dense_until": "400"}, "dense_until must lie in (0, t1]; received 400.0"),
+    "more betas": ({"more_betas": "0"}, "beta and more_betas must be > 0"),
+    "beta huge": ({"beta": "1e300"}, "beta <= 1e12"),
+    "steps": ({"sparse_step": "0"}, "dense_step, sparse_step, rtol and atol must be > 0"),
+}
+
+
+@pytest.mark.parametrize("case", CONFIGS.values(), ids=CONFIGS.keys())
+def test_config_refusals(case):
+    overrides, match = case
+    with pytest.raises(fw.ConfigError, match=re.escape(match)):
+        fw.apply_overrides(Config(), overrides, "circle-pde")
+
+
+def test_report_of_a_tiny_run(tmp_path):
+    module = experiments.get("circle-pde")
+    overrides = {
+        "sizes": "500,1000", "seeds": "2", "more_betas": "10", "grids": "512", "t1": "20",
+        "dense_until": "10", "dense_step": "1", "sparse_step": "5", "amplitude": "0.02",
+    }  # fmt: skip
+    config = fw.apply_overrides(module.Config(), overrides, "circle-pde")
+    out = tmp_path / "circle-pde"
+    module.run(config, out)
+    figures = module.plot(out)
+    assert [f.name for f in figures] == ["circle_pde.png", "circle_pde_plateaus.png"]
+    _, arrays, results = fw.load(out)
+    counts = arrays["counts"]
+    assert counts.shape == (2, 2, 2, len(save_times(config)))
+    assert (counts[1, 1] == -1).all()  # the more_betas skip the largest N
+    drawn = counts[:, :, :, 0] >= 0
+    assert (counts[:, :, :, 0][drawn] == 0).all()  # near-uniform draws: no cluster at t = 0
+    assert (counts[:, :, :, -1][drawn] >= 2).all()  # every cloud has clustered by t = 20
+    pde = results["pde"][0]  # a = 0.02: three clusters by t ≈ 6, past the grid soon after
+    assert pde["status"] == "unresolved" and pde["count_at_end"] == 3  # k*(5) = 3
+    assert 0 < pde["first_cluster"] < pde["end"] < 10
+    report = module.report(out)
+    text = report.markdown("circle-pde", module.TITLE)
+    assert "| 5.0 | 500 |" in text and "| 5.0 | 1000 |" in text and "| 10.0 | 500 |" in text
+    assert "| 10.0 | 1000 |" not in text  # not drawn: no row
+    verdicts = {c.claim.split(":")[0]: c.verdict for c in report.claims}
+    assert set(verdicts.values()) <= {"agrees", "differs", "partly", "n/a"}
+    for b, table in enumerate(results["plateaus"].values()):  # a plateau starts clustered
+        for i, rows in enumerate(table.values()):
+            first = first_clusters(arrays, b, i)
+            assert len(first) == len(rows) and all(
+                f <= row[1] for f, row in zip(first, rows, strict=True) if row
+            )
+    law = results["laws"]["5.0"]
+    assert law["k_star"] == 3 and law["law_slope"] == pytest.approx(1 / (2 * 0.6826783336167468))

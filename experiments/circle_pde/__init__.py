@@ -1,0 +1,37 @@
+r"""Experiment 11: particles against the mean-field PDE on the circle — distance, rate in N,
+metastable plateaus.
+
+From one initial density ρ₀ ∝ 1 + a cos θ + a cos k*θ on S¹ (k* = dominant_mode(β), a =
+``amplitude``, small: 2·10⁻⁴), the Transformer PDE is solved as a density
+(:class:`tpde.flows.CircleSystem`, pseudo-spectral, SA post-LN, β) on each of ``grids``
+angles until the clusters it forms sharpen past the grid (status "unresolved"), and N
+tokens drawn from ρ₀ (N = 10³ … 10⁶; ``seeds`` draws below 10⁵, ``large_seeds`` at 10⁵,
+one at 10⁶) follow the particle flow on the spectral engine (dopri5, to t1 = 300, saved
+every 0.25 up to 20, then every 10). Then, from the saved data:
+
+- W1 on the circle between the particles and the PDE (finest grid; :func:`tpde.metrics.
+  w1_circle`, exact) and its rate in N: the median slope of log W1 against log N at the
+  saved times where the noise of the smallest cloud is still linear, e^{λ_k* t}/√N_min ≤
+  0.1 (the Monte-Carlo error N^{-1/2} carried by the linearised flow).
+- The cluster count of every saved cloud and PDE density, one definition for both
+  (:mod:`.clusters`: arcs where the density averaged over a window exceeds twice the
+  uniform one, holding ≥ 5% of the mass), its plateaus (runs of one count lasting ≥
+  ``min_plateau``) and the first one per draw: start, count, duration until the count
+  changes (a merge), censored at t1; and the first time with a cluster (count ≥ 1).
+- The metastable picture of Bruno, Pasqualotto, Agazzi (arXiv:2410.23228): from
+  near-uniform, the dominant mode k* grows at λ_k* (:func:`tpde.theory.instability_rate`)
+  from the sampling noise 1/√N, so ≈ k* clusters form at log N/(2λ_k*) + c, and persist
+  long before merging. The fitted slope of start against log N is compared with
+  1/(2λ_k*); a ≪ 1/√N keeps the particles noise-driven, and the PDE, whose modes start at
+  a/2, is the point N_eff = 4/a² of the same line. ``more_betas`` repeat the plateaus
+  (sizes below the largest).
+"""
+
+from __future__ import annotations
+
+from .config import NAME, ORDER, QUICK, TITLE, Config
+from .plot import plot
+from .report import report
+from .run import run
+
+__all__ = ["NAME", "ORDER", "QUICK", "TITLE", "Config", "plot", "report", "run"]

@@ -1,0 +1,178 @@
+r"""Clusters of a measure on the circle, counted one way for particles and densities, and
+the plateaus of a count over time.
+
+**Clusters.** The circle is cut into ``cells`` equal arcs [2πc/G, 2π(c + 1)/G) (G =
+``cells``) and μ gives each its mass m_c (tokens: the share of the weights whose angle lies
+in it; a density on M ≥ G angles: ρ_i·2π/M summed over the angles θ_i in it, the
+rectangle rule). The window average of μ at cell c is its mass over the w = ``window``
+cells centred on c (w odd) per unit length,
+
+    ρ_w(c) = (Σ_{|c' − c| ≤ (w−1)/2} m_{c'}) / (2πw/G)      (indices mod G),
+
+and a **cluster** is a maximal circular run of cells where ρ_w > ``level``/2π (``level``
+times the uniform density) whose cells carry a mass ≥ ``min_share``. The count is the
+number of clusters.
+
+- A level L > 1 gives the uniform law none (the window averages of a measure of mass 1
+  have mean 1/2π, so not every cell exceeds the level either).
+- A tight group of tokens, narrower than the window, sits inside one run, which holds its
+  whole mass; it is seen when that mass exceeds L·w/G (6.6% with the defaults G = 512,
+  w = 17, L = 2: smaller groups are not clusters here).
+- Two groups are separate clusters when the density between them falls below the level
+  over at least one cell: when they are more than about a window (0.21 rad) apart.
+- N uniform tokens put a Poisson number of mean λ = Nw/G in a window, above the level with
+  probability ≤ exp(−λ(L ln L − L + 1)) (Chernoff): 3e-6 per window at N = 10³ with the
+  defaults (λ = 33), less at larger N.
+- A density on M ≥ G angles is counted the same way, as far as its grid resolves it.
+
+**Plateaus.** Of a count sampled at increasing times t_0 < … < t_n: the maximal runs of one
+value lasting ≥ ``shortest`` (last time of the run minus its first). The first plateau is
+the first such run with a count ≥ 1 that a larger count does not follow (a run followed by
+a larger count is a stage of the formation): the first metastable state (Bruno,
+Pasqualotto, Agazzi, arXiv:2410.23228). Its duration ends where the count changes (a merge
+when it drops) and is a lower bound ("censored") when the run reaches t_n.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+__all__ = [
+    "Plateau",
+    "cell_masses",
+    "cluster_masses",
+    "density_masses",
+    "first_plateau",
+    "plateaus",
+    "points_masses",
+]
+
+TWO_PI = 2 * math.pi
+
+
+def cell_masses(angles, weights, cells: int) -> np.ndarray:
+    """Masses (cells,) of the arcs [2πc/cells, 2π(c + 1)/cells) of the weighted angles.
+
+    Parameters
+    ----------
+    angles : (n,) tensor or array of angles (any real values: taken mod 2π).
+    weights : (n,) nonnegative weights (token weights, or ρ_i·2π/M for a density).
+    cells : number of arcs G ≥ 1.
+
+    Returns
+    -------
+    (cells,) float64 array of the masses, normalised to total 1.
+    """
+    angles = torch.as_tensor(angles, dtype=torch.float64)
+    weights = torch.as_tensor(weights, dtype=torch.float64)
+    index = torch.floor(torch.remainder(angles, TWO_PI) * (cells / TWO_PI)).long()
+    masses = torch.bincount(index.clamp(0, cells - 1), weights, minlength=cells).numpy()
+    return masses / masses.sum()
+
+
+def points_masses(points: torch.Tensor, cells: int, weights=None) -> np.ndarray:
+    """:func:`cell_masses` of tokens (n, 2) on the circle (uniform weights by default)."""
+    angles = torch.atan2(points[:, 1], points[:, 0])
+    if weights is None:
+        weights = torch.ones(len(points), dtype=torch.float64)
+    return cell_masses(angles, weights, cells)
+
+
+def density_masses(density, cells: int) -> np.ndarray:
+    """:func:`cell_masses` of a :class:`~tpde.measures.CircleDensity` (M ≥ cells angles).
+
+    Raises ValueError when the density's grid is coarser than the cells.
+    """
+    if density.size < cells:
+        raise ValueError(
+            f"counting clusters on {cells} cells needs a density on at least as many angles; "
+            f"received M = {density.size}. Pass cells <= {density.size}."
+        )
+    theta = density.offset + torch.arange(density.size, dtype=torch.float64) * (
+        TWO_PI / density.size
+    )
+    return cell_masses(theta, density.density.double().clamp_min(0), cells)
+
+
+def cluster_masses(masses: np.ndarray, window: int, level: float, min_share: float) -> list[float]:
+    """The masses of the clusters of cell masses (module notes).
+
+    Parameters
+    ----------
+    masses : (G,) nonnegative cell masses (normalised here to total 1).
+    window : odd number of cells w of the moving average, 1 ≤ w ≤ G.
+    level : threshold of the window average in units of the uniform density 1/2π (> 1).
+    min_share : smallest mass of a cluster, in [0, 1].
+
+    Returns
+    -------
+    list of the clusters' masses (its length is the count), in the order of their first
+    cell counted from angle 0.
+    """
+    m = np.asarray(masses, dtype=np.float64)
+    m = m / m.sum()
+    G, half = len(m), window // 2
+    padded = np.concatenate([m[G - half :], m, m[:half]]) if half else m
+    sums = np.convolve(padded, np.ones(window), mode="valid")  # (G,): window masses
+    above = sums > level * window / G
+    if not above.any() or above.all():
+        return []
+    first_below = int(np.argmin(above))  # a run never wraps past a cell below the level
+    above, m = np.roll(above, -first_below), np.roll(m, -first_below)
+    edges = np.diff(above.astype(np.int8), prepend=0, append=0)
+    starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+    runs = sorted(
+        ((s + first_below) % G, float(m[s:e].sum())) for s, e in zip(starts, ends, strict=True)
+    )
+    return [mass for _, mass in runs if mass >= min_share]
+
+
+@dataclass(frozen=True)
+class Plateau:
+    """A run of one cluster count: its count, first time, duration, whether the run reaches
+    the last time (the duration is then a lower bound), and the count after it (None if
+    censored)."""
+
+    count: int
+    start: float
+    duration: float
+    censored: bool
+    after: int | None
+
+
+def plateaus(times, counts, shortest: float) -> list[Plateau]:
+    """The runs of one count lasting ≥ ``shortest`` (module notes), in time order.
+
+    Parameters
+    ----------
+    times : (n,) increasing times; counts : (n,) integer counts at them.
+    shortest : the shortest duration kept (≥ 0).
+    """
+    times, counts = np.asarray(times, dtype=float), np.asarray(counts)
+    if len(times) != len(counts):
+        raise ValueError(
+            f"times and counts must have one entry per sample; received {len(times)} times "
+            f"and {len(counts)} counts."
+        )
+    out, start, n = [], 0, len(counts)
+    for i in range(1, n + 1):
+        if i < n and counts[i] == counts[start]:
+            continue
+        duration = float(times[i - 1] - times[start])
+        if duration >= shortest:
+            after = int(counts[i]) if i < n else None
+            out.append(Plateau(int(counts[start]), float(times[start]), duration, i == n, after))
+        start = i
+    return out
+
+
+def first_plateau(times, counts, shortest: float) -> Plateau | None:
+    """The first plateau with a count ≥ 1 not followed by a larger count (None if there is
+    none): a run that a larger count follows is a stage of the formation (a further bump
+    still growing to the level), not a metastable state."""
+    found = plateaus(times, counts, shortest)
+    return next((p for p in found if p.count >= 1 and (p.after is None or p.after < p.count)), None)

@@ -1,0 +1,102 @@
+"""The circle-pde study's figures: the PDE against particles, and the plateaus."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from .. import framework as fw
+from .report import law_offset
+from .run import seed_mean
+
+
+def plot(out: Path) -> list[Path]:
+    config, arrays, results = fw.load(out)
+    return [
+        _versus(config, arrays, Path(out) / "circle_pde.png"),
+        _plateaus(config, arrays, results, Path(out) / "circle_pde_plateaus.png"),
+    ]
+
+
+def _angles(bins: int) -> np.ndarray:
+    return (np.arange(bins) + 0.5) * 2 * math.pi / bins
+
+
+def _versus(config, arrays, path: Path) -> Path:
+    """PDE heat map, particles' histogram (largest N) and W1 over the dense saves."""
+    plt = fw.pyplot()
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    t, tp = arrays["times"], arrays["pde_times"]
+    dense = t <= config["dense_until"] + 1e-9
+    densities = arrays["densities"]
+    axes[0].pcolormesh(tp, _angles(densities.shape[1]), np.log1p(densities.T), shading="nearest")
+    axes[0].set(
+        title=f"PDE: log(1 + ρ(t, θ)), M = {max(config['grids'])}",
+        xlabel="t",
+        ylabel="θ",
+        xlim=(0, t[dense][-1]),
+    )
+    histogram = np.log1p(arrays["histogram"].T)
+    axes[1].pcolormesh(t[dense], _angles(config["bins"]), histogram[:, dense], shading="nearest")
+    axes[1].set(
+        title=f"particles: log(1 + histogram), N = {config['sizes'][-1]:.0e}",
+        xlabel="t",
+        xlim=(0, t[dense][-1]),
+    )
+    for i, n in enumerate(config["sizes"]):
+        axes[2].semilogy(t[dense], seed_mean(arrays["distance"])[i], label=f"N = {n:.0e}")
+    axes[2].set(title="W1(particles, PDE)", xlabel="t")
+    axes[2].legend()
+    return fw.savefig(fig, path)
+
+
+def _plateaus(config, arrays, results, path: Path) -> Path:
+    """Cluster count against t per N (every draw, main β, with the PDE's), the first
+    plateaus' start against log N with the law, the particles' histogram over [0, t1]."""
+    plt = fw.pyplot()
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.2))
+    t, counts = arrays["times"], arrays["counts"]
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, n in enumerate(config["sizes"]):
+        for s in range(counts.shape[2]):
+            if counts[0, i, s, 0] >= 0:
+                axes[0].step(
+                    t, counts[0, i, s] + 0.04 * (i - 1.5), where="post", lw=0.8,
+                    color=colours[i % len(colours)], label=f"N = {n:.0e}" if s == 0 else None,
+                )  # fmt: skip
+    axes[0].step(arrays["pde_times"], arrays["pde_counts"], "k--", where="post", label="PDE")
+    axes[0].set(
+        xscale="symlog", xlabel="t", ylabel="clusters", title=f"cluster count, β = {config['beta']}"
+    )
+    axes[0].legend(fontsize=7)
+    markers = "os^v"
+    for b, (beta, table) in enumerate(results["plateaus"].items()):
+        law = results["laws"][beta]
+        pairs = [(int(n), r[1]) for n, rows in table.items() for r in rows if r]
+        if not pairs:
+            continue
+        x = np.array([math.log(n) for n, _ in pairs])
+        y = np.array([s for _, s in pairs])
+        axes[1].plot(x, y, markers[b % 4], color=colours[b], label=f"β = {beta}: first plateaus")
+        offset = law_offset(table, law)
+        grid = np.linspace(x.min(), max(x.max(), math.log(results["n_eff"] or 1)), 10)
+        axes[1].plot(grid, offset + law["law_slope"] * grid, "--", color=colours[b],
+                     label=f"log N/(2λ_{law['k_star']}) + c")  # fmt: skip
+        if law["fit"]:
+            fit = law["fit"]
+            axes[1].plot(grid, fit["offset"] + fit["slope"] * grid, ":", color=colours[b],
+                         label=f"fit: slope {fit['slope']:.2f}")  # fmt: skip
+    first = max(results["pde"], key=lambda p: p["grid"])["first_cluster"]
+    if first is not None and results["n_eff"]:
+        axes[1].plot(math.log(results["n_eff"]), first, "k*", ms=12, label="PDE, N_eff = 4/a²")
+    axes[1].set(xlabel="log N", ylabel="start of the first plateau", title="plateau start")
+    axes[1].legend(fontsize=7)
+    histogram = np.log1p(arrays["histogram"].T)
+    axes[2].pcolormesh(t, _angles(config["bins"]), histogram, shading="nearest")
+    axes[2].set(
+        xscale="symlog", xlabel="t", ylabel="θ",
+        title=f"particles: log(1 + histogram), N = {config['sizes'][-1]:.0e}, β = {config['beta']}",
+    )  # fmt: skip
+    return fw.savefig(fig, path)
