@@ -159,7 +159,14 @@ def report(out: Path) -> fw.Report:
         f"Phase diagrams of {config['betas']} β × {config['systems']} systems × "
         f"{config['tokens']} tokens to t = {config['t1']:g} ({sizes}); "
         f"{results['one_cluster']['status'].get('clustered', 0)}/{config['cluster_seeds']} "
-        f"seeds form one cluster in d = {config['cluster_dim']}; {len(config['schemes'])} "
+        f"seeds form one cluster in d = {config['cluster_dim']}; "
+        + (
+            f"density against N = {config['size_tokens'][0]}…{config['size_tokens'][-1]} "
+            "tokens per cloud (d = 3); "
+            if "size_scan" in results
+            else ""
+        )
+        + f"{len(config['schemes'])} "
         "normalisation schemes from the same tokens; R^d blow-up vs post-LN clustering."
     )
     figures = [
