@@ -15,7 +15,7 @@ is a 32-token diagram. Here, at ``size_betas`` and the diagram's checkpoints, cl
 of ``size_tokens`` tokens, systems × N² ≈ ``size_budget`` (at least ``size_min_systems``
 systems), exact densities (all pairs); the time each size reaches density ``size_level``
 (interpolated between checkpoints, its Monte-Carlo error by the delta method) and the slope
-of that time against ln N, fitted by least squares, against 1/(2λ_k*) of (1). The level is
+of that time against ln N, fitted by weighted least squares, against 1/(2λ_k*) of (1). The level is
 low (0.1 by default) because at large β the density stays below ½ for long (several
 metastable clusters: it plateaus near Σ_c p_c², p_c the clusters' shares).
 """
@@ -65,24 +65,26 @@ def crossing_time(times, mean, se, level: float) -> tuple[np.ndarray, np.ndarray
     return t, se_t
 
 
-def log_fit(tokens, t) -> dict:
-    """Least-squares t = a + s ln N over the sizes with a finite t: slope s, its standard
-    error from the residuals (NaN with fewer than 3 sizes), intercept a and the sizes used."""
-    n = np.asarray(tokens, dtype=float)
-    t = np.asarray(t, dtype=float)
-    ok = np.isfinite(t)
-    x, y = np.log(n[ok]), t[ok]
+def log_fit(tokens, t, se) -> dict:
+    """Weighted least squares t = a + s ln N over the sizes with a finite t and se > 0
+    (weights 1/se²: the large sizes have few systems): slope s, its standard error (the
+    weighted fit's, scaled up by √(χ²/dof) when the scatter exceeds the errors; NaN with
+    fewer than 3 sizes), intercept a, χ²/dof and the sizes used."""
+    x = np.log(np.asarray(tokens, dtype=float))
+    t, se = np.asarray(t, dtype=float), np.asarray(se, dtype=float)
+    ok = np.isfinite(t) & np.isfinite(se) & (se > 0)
+    x, y, w = x[ok], t[ok], 1 / se[ok] ** 2
+    nan = {"slope": math.nan, "slope_se": math.nan, "intercept": math.nan, "chi2_dof": math.nan}
     if len(x) < 2:
-        return {"slope": math.nan, "slope_se": math.nan, "intercept": math.nan, "sizes": 0}
-    design = np.stack([np.ones_like(x), x], -1)
-    coef, *_ = np.linalg.lstsq(design, y, rcond=None)
+        return {**nan, "sizes": int(ok.sum())}
+    centre = float((w * x).sum() / w.sum())
+    spread = float((w * (x - centre) ** 2).sum())
+    slope = float((w * (x - centre) * y).sum()) / spread
+    intercept = float((w * y).sum() / w.sum()) - slope * centre
     dof = len(x) - 2
-    if dof > 0:
-        sigma2 = float(((y - design @ coef) ** 2).sum()) / dof
-        slope_se = math.sqrt(sigma2 / float(((x - x.mean()) ** 2).sum()))
-    else:
-        slope_se = math.nan
-    return {"slope": float(coef[1]), "slope_se": slope_se, "intercept": float(coef[0]),
+    chi2 = float((w * (y - intercept - slope * x) ** 2).sum()) / dof if dof else math.nan
+    slope_se = math.sqrt(max(1.0, chi2) / spread) if dof else math.nan
+    return {"slope": slope, "slope_se": slope_se, "intercept": intercept, "chi2_dof": chi2,
             "sizes": int(ok.sum())}  # fmt: skip
 
 
@@ -115,7 +117,7 @@ def run_sizes(config) -> tuple[dict, dict]:
     for b, beta in enumerate(betas):
         k, law = law_slope(float(beta))
         fits.append({"beta": float(beta), "k_star": k, "law": law,
-                     **log_fit(config.size_tokens, t_level[:, b])})  # fmt: skip
+                     **log_fit(config.size_tokens, t_level[:, b], t_level_se[:, b])})  # fmt: skip
     arrays = {"size_density": mean, "size_density_se": se}
     results = {"sizes": per_size, "t_level": t_level.tolist(),
                "t_level_se": t_level_se.tolist(), "fits": fits}  # fmt: skip

@@ -30,6 +30,7 @@ TINY = {
     "blowup_tokens": 16, "blowup_t1": 8.0, "movie_frames": 4,
     "large_tokens": 48, "large_systems": 2, "large_every": 2, "large_pairs": 400,
     "size_tokens": "8,16,32", "size_betas": "1,3", "size_budget": 512,
+    "size_min_systems": 2,
 }  # fmt: skip
 
 
@@ -126,7 +127,8 @@ def test_tiny_run_shows_what_the_papers_claim(tiny):
         ({"large_tokens": "1"}, r"large_tokens >= 2; received 4, 6, 20000, 1"),
         ({"size_tokens": "64,32"}, r"size_tokens must be increasing sizes >= 2 .*\(64, 32\)"),
         ({"size_tokens": "1,8"}, r"size_tokens must be increasing sizes >= 2"),
-        ({"size_betas": "1,0"}, r"size_betas must be values of beta > 0 .*; received \(1\.0, 0\.0\)"),
+        ({"size_betas": "1,0"}, r"size_betas must be values of beta > 0 .*; received "
+                                r"\(1\.0, 0\.0\)"),
         ({"size_min_systems": "1"}, r"size_min_systems >= 2 \(a standard error needs two "
                                     r"systems\); received 4194304, 1"),
         ({"size_level": "1"}, r"size_level is a cluster density, in \(0, 1\); received 1\.0"),
@@ -166,10 +168,21 @@ def test_log_fit_recovers_an_exact_law_and_the_law_is_the_s2_rate():
     from scipy.special import spherical_in
 
     tokens = [32, 64, 128, 256]
-    fit = log_fit(tokens, 2.0 + 0.7 * np.log(tokens))
-    assert fit["slope"] == pytest.approx(0.7, abs=1e-12) and fit["slope_se"] < 1e-12
+    se = np.array([0.01, 0.02, 0.05, 0.1])
+    fit = log_fit(tokens, 2.0 + 0.7 * np.log(tokens), se)
+    assert fit["slope"] == pytest.approx(0.7, abs=1e-12) and fit["chi2_dof"] < 1e-20
     assert fit["intercept"] == pytest.approx(2.0, abs=1e-12) and fit["sizes"] == 4
-    assert math.isnan(log_fit(tokens, [np.nan, np.nan, 1.0, 2.0])["slope_se"])  # 2 points
+    # χ² ≤ 1: the slope's error is the weighted fit's, 1/√(Σ w (ln N − centre)²)
+    x, w = np.log(tokens), 1 / se**2
+    centre = (w * x).sum() / w.sum()
+    assert fit["slope_se"] == pytest.approx(1 / math.sqrt((w * (x - centre) ** 2).sum()))
+    # one size off by 10 standard errors: the slope's error grows by √(χ²/dof) > 1
+    off = log_fit(tokens, 2.0 + 0.7 * np.log(tokens) + [0, 0, 0.5, 0], se)
+    assert off["chi2_dof"] > 1 and off["slope_se"] == pytest.approx(
+        fit["slope_se"] * math.sqrt(off["chi2_dof"])
+    )
+    two = log_fit(tokens, [np.nan, 0.3, 1.0, 2.0], [0.1, 0.0, 0.1, 0.1])  # se = 0 is dropped
+    assert two["sizes"] == 2 and math.isnan(two["slope_se"])
     # λ_k = k(k + 1) i_k(β) / (β i_0(β)) on S² (MATH.md §9); k* = 2 at β = 3
     k, slope = law_slope(3.0)
     rates = [j * (j + 1) * spherical_in(j, 3.0) / (3.0 * spherical_in(0, 3.0)) for j in (1, 2, 3)]
@@ -207,7 +220,8 @@ def test_size_scan_of_the_tiny_run(tiny):
     np.testing.assert_allclose(np.asarray(scan["t_level_se"], dtype=float), t_se)
     for b, fit in enumerate(scan["fits"]):
         assert fit["beta"] == [1.0, 3.0][b] and fit["law"] == law_slope(fit["beta"])[1]
-        assert fit["slope"] == pytest.approx(log_fit([8, 16, 32], t[:, b])["slope"], nan_ok=True)
+        refit = log_fit([8, 16, 32], t[:, b], t_se[:, b])
+        assert fit["slope"] == pytest.approx(refit["slope"], nan_ok=True)
     assert (out / "sphere_sizes.png") in figures
     assert any("cluster later by ln N/(2λ_k*)" in c.claim for c in report.claims)
     assert any("no mean-field diagram at fixed t" in c.claim for c in report.claims)
