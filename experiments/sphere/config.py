@@ -46,6 +46,7 @@ class Config:
     size_budget: int = 2**22
     size_min_systems: int = 8  # the crossing time varies by ~0.6 between systems
     size_level: float = 0.1
+    size_exact_tokens: int = 1024  # above: the density from large_pairs sampled pairs
     cluster_seeds: int = 20
     cluster_beta: float = 1.0
     cluster_dim: int = 3

@@ -30,7 +30,7 @@ TINY = {
     "blowup_tokens": 16, "blowup_t1": 8.0, "movie_frames": 4,
     "large_tokens": 48, "large_systems": 2, "large_every": 2, "large_pairs": 400,
     "size_tokens": "8,16,32", "size_betas": "1,3", "size_budget": 512,
-    "size_min_systems": 2,
+    "size_min_systems": 2, "size_exact_tokens": 16,
 }  # fmt: skip
 
 
@@ -210,11 +210,15 @@ def test_size_scan_of_the_tiny_run(tiny):
     _, out, figures, report, (config, arrays, results) = tiny
     scan = results["size_scan"]
     assert [s["systems"] for s in scan["sizes"]] == [8, 2, 2]  # 512 // N², at least 2
+    assert [s["sampled"] for s in scan["sizes"]] == [False, False, True]  # above 16 tokens
     density, se = arrays["size_density"], arrays["size_density_se"]
     assert density.shape == se.shape == (3, 2, 9) and (se >= 0).all()
     for i, n in enumerate((8, 16, 32)):  # the first column: the seeded initial clouds
-        mu = systems_for(2, [8, 2, 2][i], n, 3, fw.torch_generator(500 + n))
-        np.testing.assert_allclose(density[i, :, 0], cluster_density(mu).mean(-1).numpy())
+        gen = fw.torch_generator(500 + n)
+        mu = systems_for(2, [8, 2, 2][i], n, 3, gen)
+        exact = cluster_density(mu).mean(-1).numpy()
+        first = sampled_density_stats(mu, 1e-3, 400, gen)[0] if n == 32 else exact
+        np.testing.assert_allclose(density[i, :, 0], first)
     t, t_se = crossing_time(arrays["times"], density, se, config["size_level"])
     np.testing.assert_allclose(np.asarray(scan["t_level"], dtype=float), t)
     np.testing.assert_allclose(np.asarray(scan["t_level_se"], dtype=float), t_se)
