@@ -14,6 +14,15 @@ compares GLPR's own Euler loop). Then, d = 3, β = ``cluster_beta``: ``cluster_s
 independent clouds, each stopped by the Clustered event (diameter < 1e-4) — one cluster for
 every seed (GLPR's theorem for d ≥ 3).
 
+(a') **Many tokens**: the d = 3 diagram at ``large_tokens`` tokens per cloud (harmonics
+engine), every ``large_every``-th β, ``large_systems`` systems, the density from
+``large_pairs`` sampled pairs per cloud. (a'') **The density against N** (sizes.py): at
+``size_betas``, clouds of each of ``size_tokens`` tokens. The diagram is a finite-N diagram:
+from N uniform tokens the instability of the uniform measure (MATH.md §9) needs a time
+≈ t₀ + ln N/(2λ_k*) to lift the O(N^{-1/2}) modes to O(1), so every size clusters later by
+ln 2/(2λ_k*) ≈ 0.5 per doubling; (a') is the 32-token diagram delayed by ln(N/32)/(2λ_k*),
+and at fixed (β, t) the density falls toward its initial value as N grows.
+
 (b) **Schemes**: the same initial tokens (``scheme_tokens`` uniform on S^{d−1}) under every
 normalisation of :class:`~tpde.fields.Normalized` (post-ln, pre-ln, peri-ln, mix-ln with
 the switch at half the horizon, ngpt with α = ``ngpt_alpha``, layernorm with γ = 1, b = 0)

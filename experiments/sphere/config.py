@@ -39,6 +39,14 @@ class Config:
     large_systems: int = 4
     large_every: int = 6
     large_pairs: int = 20_000
+    # (a'') the density against the tokens per cloud (d = 3, sizes.py): systems × N² ≈
+    # size_budget (at least size_min_systems), the time to density size_level against ln N
+    size_tokens: tuple[int, ...] = (32, 64, 128, 256, 512, 1024, 2048, 4096)
+    size_betas: tuple[float, ...] = (1.0, 3.0, 6.0, 9.0)
+    size_budget: int = 2**22
+    size_min_systems: int = 8  # the crossing time varies by ~0.6 between systems
+    size_level: float = 0.1
+    size_exact_tokens: int = 1024  # above: the density from large_pairs sampled pairs
     cluster_seeds: int = 20
     cluster_beta: float = 1.0
     cluster_dim: int = 3
@@ -77,6 +85,7 @@ class Config:
                 f"received {self.large_systems}, {self.large_every}, {self.large_pairs}, "
                 f"{self.large_tokens}."
             )
+        self._check_sizes()
         if self.cluster_dim < 3:
             raise ValueError(f"cluster_dim must be >= 3 (GLPR's one-cluster theorem is for "
                              f"d >= 3); received {self.cluster_dim}.")  # fmt: skip
@@ -108,6 +117,23 @@ class Config:
                 f"= {self.ngpt_alpha * self.scheme_dt:.3g}."
             )
 
+    def _check_sizes(self) -> None:
+        tokens = self.size_tokens
+        if tokens and (min(tokens) < 2 or list(tokens) != sorted(set(tokens))):
+            raise ValueError(f"size_tokens must be increasing sizes >= 2 (or empty: no part "
+                             f"(a'')); received {tokens}.")  # fmt: skip
+        if tokens and (not self.size_betas or min(self.size_betas) <= 0):
+            raise ValueError(f"size_betas must be values of beta > 0 (the instability rate "
+                             f"divides by beta); received {self.size_betas}.")  # fmt: skip
+        if self.size_budget < 1 or self.size_min_systems < 2:
+            raise ValueError(
+                f"size_budget must be >= 1 and size_min_systems >= 2 (a standard error needs "
+                f"two systems); received {self.size_budget}, {self.size_min_systems}."
+            )
+        if not 0 < self.size_level < 1:
+            raise ValueError(f"size_level is a cluster density, in (0, 1); received "
+                             f"{self.size_level}.")  # fmt: skip
+
     def memory_bytes(self) -> int:
         """float64 arrays of the largest part: the phase diagram's betas · systems clouds
         (n² scores and ~6 RK4 copies of n × d each), the schemes' and the blow-up's saved
@@ -124,7 +150,12 @@ class Config:
         movie = self.tokens * (self.tokens + 2 * self.movie_frames)
         large_betas = -(-self.betas // self.large_every)
         large = large_betas * self.large_systems * self.large_tokens * 3 * 8 + 3 * self.large_pairs
-        return 8 * max(diagram, schemes, blowup, seeds, movie, large)
+        sizes = max(
+            (len(self.size_betas) * max(self.size_min_systems, self.size_budget // n**2) * n
+             * (n + 6 * 3) for n in self.size_tokens),
+            default=0,
+        )  # fmt: skip
+        return 8 * max(diagram, schemes, blowup, seeds, movie, large, sizes)
 
 
 QUICK = {
@@ -136,7 +167,11 @@ QUICK = {
     "scheme_dt": "0.2",
     "blowup_tokens": "128",
     "movie_frames": "16",
-    "large_tokens": "1024",
-    "large_systems": "1",
+    "large_tokens": "512",
+    "large_systems": "2",
     "large_pairs": "5000",
+    "size_tokens": "32,64,128,256",
+    "size_betas": "1,6",
+    "size_budget": "65536",
+    "size_min_systems": "4",
 }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from tpde.measures import Empirical
@@ -15,9 +16,11 @@ from .config import F64
 # ---------------------------------------------------------------------- figures
 def plot(out: Path) -> list[Path]:
     plt = fw.pyplot()
-    config, arrays, _ = fw.load(out)
+    config, arrays, results = fw.load(out)
     files = [_plot_diagram(plt, out, config, arrays), _plot_schemes(plt, out, config, arrays),
              _plot_blowup(plt, out, arrays), _animate(out, arrays, config)]  # fmt: skip
+    if "size_density" in arrays:
+        files.append(_plot_sizes(plt, out, config, arrays, results))
     return files
 
 
@@ -34,6 +37,40 @@ def _plot_diagram(plt, out, config, arrays) -> Path:
         ax.set_title(f"d = {d}: {config['systems']} systems × {config['tokens']} tokens per β")
     fig.tight_layout()
     return fw.savefig(fig, out / "sphere_phase_diagram.png")
+
+
+def _plot_sizes(plt, out, config, arrays, results) -> Path:
+    """(a''): density over t for every N, one panel per β; the crossing time against ln N
+    with the law's slope 1/(2λ_k*) through the fit's centre."""
+    betas, tokens = config["size_betas"], config["size_tokens"]
+    fig, axes = plt.subplots(1, len(betas) + 1, figsize=(4.2 * (len(betas) + 1), 3.8))
+    colors = plt.cm.viridis(np.linspace(0, 0.9, len(tokens)))
+    for b, (ax, beta) in enumerate(zip(axes[:-1], betas, strict=True)):
+        for i, n in enumerate(tokens):
+            density = arrays["size_density"][i, b]
+            ax.plot(arrays["times"], density, color=colors[i], label=f"N = {n}")
+        ax.axhline(config["size_level"], color="0.6", lw=0.8, ls=":")
+        ax.set_title(f"β = {beta:g}")
+        ax.set_xlabel("t")
+    axes[0].set_ylabel("cluster density")
+    axes[0].legend(fontsize=7)
+    ax = axes[-1]
+    t_level = np.asarray(results["size_scan"]["t_level"], dtype=float)
+    t_se = np.asarray(results["size_scan"]["t_level_se"], dtype=float)
+    logs = np.log(np.asarray(tokens, dtype=float))
+    for b, fit in enumerate(results["size_scan"]["fits"]):
+        ax.errorbar(logs, t_level[:, b], yerr=t_se[:, b], fmt="o", ms=3, color=f"C{b}",
+                    label=f"β = {fit['beta']:g}")  # fmt: skip
+        ok = np.isfinite(t_level[:, b])
+        if ok.any():
+            centre = logs[ok].mean()
+            ax.plot(logs, t_level[ok, b].mean() + fit["law"] * (logs - centre), "--",
+                    color=f"C{b}", lw=0.8)  # fmt: skip
+    ax.set_xlabel("ln N")
+    ax.set_title(f"time to density {config['size_level']:g}; dashed: slope 1/(2λ_k*)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fw.savefig(fig, out / "sphere_sizes.png")
 
 
 def _plot_schemes(plt, out, config, arrays) -> Path:

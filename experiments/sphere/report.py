@@ -9,6 +9,7 @@ import numpy as np
 
 from .. import framework as fw
 from .config import BLOWUP_TRACE
+from .sizes import large_claim, size_claims, size_table
 
 
 # ---------------------------------------------------------------------- report
@@ -79,25 +80,6 @@ def _claims_diagram(config, results) -> list[fw.Claim]:
     return claims
 
 
-def _claim_large(config, arrays, results) -> list[fw.Claim]:
-    """(a') The d = 3 diagram at many tokens per cloud against the same cells of (a)."""
-    if "large_diagram_d3" not in results:
-        return []
-    r, every = results["large_diagram_d3"], config["large_every"]
-    old, se = arrays["density_d3"][::every], arrays["density_se_d3"][::every]
-    new, se2 = arrays["large_density_d3"], arrays["large_density_se_d3"]
-    z = np.abs(new - old) / np.maximum(np.sqrt(se**2 + se2**2), 1e-12)
-    share = float((z > 3).mean())
-    return [fw.Claim(
-        f"d = 3: the diagram of {config['tokens']} tokens per cloud is the mean-field one "
-        f"(the same cells at {config['large_tokens']} tokens, harmonics engine)",
-        f"{share:.0%} of the {z.size} cells (β × t) differ by > 3 standard errors; largest "
-        f"difference {float(np.abs(new - old).max()):.3f}; {r['seconds']:.0f} s for "
-        f"{r['rhs']} field evaluations",
-        "agrees" if share < 0.01 else "differs",
-    )]  # fmt: skip
-
-
 def _time(value) -> float:
     """A saved time (NaN is saved as null: never)."""
     return math.nan if value is None else float(value)
@@ -153,7 +135,8 @@ def _claims_schemes(config, arrays, results) -> list[fw.Claim]:
 
 def report(out: Path) -> fw.Report:
     config, arrays, results = fw.load(out)
-    claims = _claims_diagram(config, results) + _claim_large(config, arrays, results)
+    claims = _claims_diagram(config, results) + large_claim(config, arrays, results)
+    claims += size_claims(config, arrays, results)
     claims += _claims_schemes(config, arrays, results)
     b = results["blowup"]
     turned = b["ode_status"] == "blow_up" and math.isfinite(_time(b["sphere_time_to_one_cluster"]))
@@ -176,7 +159,14 @@ def report(out: Path) -> fw.Report:
         f"Phase diagrams of {config['betas']} β × {config['systems']} systems × "
         f"{config['tokens']} tokens to t = {config['t1']:g} ({sizes}); "
         f"{results['one_cluster']['status'].get('clustered', 0)}/{config['cluster_seeds']} "
-        f"seeds form one cluster in d = {config['cluster_dim']}; {len(config['schemes'])} "
+        f"seeds form one cluster in d = {config['cluster_dim']}; "
+        + (
+            f"density against N = {config['size_tokens'][0]}…{config['size_tokens'][-1]} "
+            "tokens per cloud (d = 3); "
+            if "size_scan" in results
+            else ""
+        )
+        + f"{len(config['schemes'])} "
         "normalisation schemes from the same tokens; R^d blow-up vs post-LN clustering."
     )
     figures = [
@@ -198,4 +188,8 @@ def report(out: Path) -> fw.Report:
         "(tpde.metrics.diagnostics.effective_rank of that matrix).",
     ]
     tables = [_diagram_table(config, arrays, results), _scheme_table(config, results)]
+    if "size_scan" in results:
+        tables.insert(1, size_table(config, arrays, results))
+        figures.insert(1, ("sphere_sizes.png", "Cluster density against the tokens per cloud "
+                           "(d = 3): every size later by ln N/(2λ_k*)."))  # fmt: skip
     return fw.Report(summary, claims, figures, tables, notes)

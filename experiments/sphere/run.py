@@ -24,6 +24,7 @@ from ..common.sphere_diagram import (
     systems_for,
 )
 from .config import BLOWUP_TRACE, DELTA, F64, Config
+from .sizes import run_sizes
 
 
 # ---------------------------------------------------------------------- (a) phase diagram
@@ -212,6 +213,9 @@ def run(config: Config, out: Path) -> None:
         results[f"diagram_d{d}"] = summary
     if 3 in config.dims:
         data, results["large_diagram_d3"] = run_large_diagram(config)
+        arrays.update(data)
+    if config.size_tokens:
+        data, results["size_scan"] = run_sizes(config)
         arrays.update(data)
     results["one_cluster"] = run_one_cluster(config)
     data, results["schemes"] = run_schemes(config)

@@ -14,6 +14,13 @@ from tpde.experiments.common.sphere_diagram import (
     sampled_density_stats,
     systems_for,
 )
+from tpde.experiments.sphere.sizes import (
+    crossing_time,
+    large_claim,
+    law_slope,
+    log_fit,
+    systems_per_size,
+)
 from tpde.measures import Empirical, uniform_on_sphere
 from tpde.metrics import cluster_density
 
@@ -22,6 +29,8 @@ TINY = {
     "scheme_tokens": 8, "scheme_saves": 11, "scheme_t1": 10.0, "scheme_dt": 0.2,
     "blowup_tokens": 16, "blowup_t1": 8.0, "movie_frames": 4,
     "large_tokens": 48, "large_systems": 2, "large_every": 2, "large_pairs": 400,
+    "size_tokens": "8,16,32", "size_betas": "1,3", "size_budget": 512,
+    "size_min_systems": 2, "size_exact_tokens": 16,
 }  # fmt: skip
 
 
@@ -64,7 +73,7 @@ def test_large_diagram_is_the_diagram_of_every_other_beta_from_sampled_pairs(tin
     assert large["rhs"] == 4 * 8
     # β = 0.1 gathers into (nearly) one cluster by t = 8, from 5e-4 linked pairs at t = 0
     assert density[0, 0] < 0.01 and density[0, -1] > 0.9
-    assert any("tokens per cloud is the mean-field one" in c.claim for c in report.claims)
+    assert any("is the 8-token diagram delayed by ln(48/8)" in c.claim for c in report.claims)
 
 
 def test_sampled_pairs_estimate_the_exact_density():
@@ -116,9 +125,108 @@ def test_tiny_run_shows_what_the_papers_claim(tiny):
         ({"schemes": "post-ln,rms"}, r"schemes must be among post-ln, .*; received rms"),
         ({"ngpt_alpha": "0"}, r"these must be > 0: ngpt_alpha = 0\.0"),
         ({"large_tokens": "1"}, r"large_tokens >= 2; received 4, 6, 20000, 1"),
+        ({"size_tokens": "64,32"}, r"size_tokens must be increasing sizes >= 2 .*\(64, 32\)"),
+        ({"size_tokens": "1,8"}, r"size_tokens must be increasing sizes >= 2"),
+        ({"size_betas": "1,0"}, r"size_betas must be values of beta > 0 .*; received "
+                                r"\(1\.0, 0\.0\)"),
+        ({"size_min_systems": "1"}, r"size_min_systems >= 2 \(a standard error needs two "
+                                    r"systems\); received 4194304, 1"),
+        ({"size_level": "1"}, r"size_level is a cluster density, in \(0, 1\); received 1\.0"),
     ],
 )  # fmt: skip
 def test_bad_configs_are_refused_before_running(overrides, match):
     module = experiments.get("sphere")
     with pytest.raises(fw.ConfigError, match=match):
         fw.apply_overrides(module.Config(), overrides, "sphere")
+
+
+def test_sampled_pairs_on_a_small_cloud_against_its_exact_share():
+    """Two tokens at each pole: 4 of the 12 ordered pairs i ≠ j are linked (density 1/3);
+    one cloud of one cluster: every sampled pair is linked."""
+    generator = torch.Generator().manual_seed(5)
+    poles = torch.tensor([[0, 0, 1], [0, 0, 1], [0, 0, -1], [0, 0, -1]], dtype=torch.float64)
+    assert float(cluster_density(Empirical(poles))) == pytest.approx(1 / 3, abs=1e-15)
+    mean, se = sampled_density_stats(Empirical(poles[None, None]), 1e-3, 90_000, generator)
+    binomial = math.sqrt(1 / 3 * 2 / 3 / 90_000)
+    assert abs(mean[0] - 1 / 3) < 5 * binomial  # the sampled share is unbiased
+    assert se[0] == pytest.approx(math.sqrt(mean[0] * (1 - mean[0]) / 90_000), rel=1e-12)
+    mean, se = sampled_density_stats(Empirical(poles[None, None, :2]), 1e-3, 100, generator)
+    assert mean[0] == 1.0 and se[0] == 0.0
+
+
+def test_crossing_time_and_its_delta_method_error():
+    times = np.linspace(0, 10, 11)
+    ramp = np.stack([times / 10, times / 40])  # reaches 0.5 at t = 5; never
+    t, se = crossing_time(times, ramp, np.full_like(ramp, 0.01), 0.5)
+    assert t[0] == pytest.approx(5.0, abs=1e-12) and se[0] == pytest.approx(0.1, rel=1e-12)
+    assert np.isnan(t[1]) and np.isnan(se[1])
+    t, _ = crossing_time(times, times / 10, np.zeros(11), 0.33)  # between checkpoints
+    assert t == pytest.approx(3.3, abs=1e-12)
+
+
+def test_log_fit_recovers_an_exact_law_and_the_law_is_the_s2_rate():
+    from scipy.special import spherical_in
+
+    tokens = [32, 64, 128, 256]
+    se = np.array([0.01, 0.02, 0.05, 0.1])
+    fit = log_fit(tokens, 2.0 + 0.7 * np.log(tokens), se)
+    assert fit["slope"] == pytest.approx(0.7, abs=1e-12) and fit["chi2_dof"] < 1e-20
+    assert fit["intercept"] == pytest.approx(2.0, abs=1e-12) and fit["sizes"] == 4
+    # χ² ≤ 1: the slope's error is the weighted fit's, 1/√(Σ w (ln N − centre)²)
+    x, w = np.log(tokens), 1 / se**2
+    centre = (w * x).sum() / w.sum()
+    assert fit["slope_se"] == pytest.approx(1 / math.sqrt((w * (x - centre) ** 2).sum()))
+    # one size off by 10 standard errors: the slope's error grows by √(χ²/dof) > 1
+    off = log_fit(tokens, 2.0 + 0.7 * np.log(tokens) + [0, 0, 0.5, 0], se)
+    assert off["chi2_dof"] > 1 and off["slope_se"] == pytest.approx(
+        fit["slope_se"] * math.sqrt(off["chi2_dof"])
+    )
+    two = log_fit(tokens, [np.nan, 0.3, 1.0, 2.0], [0.1, 0.0, 0.1, 0.1])  # se = 0 is dropped
+    assert two["sizes"] == 2 and math.isnan(two["slope_se"])
+    # λ_k = k(k + 1) i_k(β) / (β i_0(β)) on S² (MATH.md §9); k* = 2 at β = 3
+    k, slope = law_slope(3.0)
+    rates = [j * (j + 1) * spherical_in(j, 3.0) / (3.0 * spherical_in(0, 3.0)) for j in (1, 2, 3)]
+    assert k == 2 and slope == pytest.approx(1 / (2 * max(rates)), rel=1e-12)
+    assert systems_per_size(32, 2**22, 2) == 4096 and systems_per_size(4096, 2**22, 2) == 2
+
+
+def test_large_claim_agrees_with_the_law_shift_only():
+    """A ramp delayed by ln(N/n)/(2λ*) agrees; the same ramp undelayed differs."""
+    times = np.linspace(0, 30, 301)
+    betas = [1.0, 6.0]
+    config = {"large_every": 1, "size_level": 0.1, "large_tokens": 4096, "tokens": 32}
+    delay = np.array([law_slope(b)[1] * math.log(128) for b in betas])
+    small = np.clip(0.05 * (times[None] - 2.0), 0, 1).repeat(2, 0)
+    results = {"large_diagram_d3": {"betas": betas, "seconds": 1.0, "rhs": 4}}
+    for shift, verdict in ((delay, "agrees"), (np.zeros(2), "differs")):
+        large = np.clip(0.05 * (times[None] - 2.0 - shift[:, None]), 0, 1)
+        arrays = {"times": times, "density_d3": small, "density_se_d3": small * 0 + 1e-4,
+                  "large_density_d3": large, "large_density_se_d3": large * 0 + 1e-4}  # fmt: skip
+        (claim,) = large_claim(config, arrays, results)
+        assert claim.verdict == verdict, claim.outcome
+
+
+def test_size_scan_of_the_tiny_run(tiny):
+    _, out, figures, report, (config, arrays, results) = tiny
+    scan = results["size_scan"]
+    assert [s["systems"] for s in scan["sizes"]] == [8, 2, 2]  # 512 // N², at least 2
+    assert [s["sampled"] for s in scan["sizes"]] == [False, False, True]  # above 16 tokens
+    density, se = arrays["size_density"], arrays["size_density_se"]
+    assert density.shape == se.shape == (3, 2, 9) and (se >= 0).all()
+    for i, n in enumerate((8, 16, 32)):  # the first column: the seeded initial clouds
+        gen = fw.torch_generator(500 + n)
+        mu = systems_for(2, [8, 2, 2][i], n, 3, gen)
+        exact = cluster_density(mu).mean(-1).numpy()
+        first = sampled_density_stats(mu, 1e-3, 400, gen)[0] if n == 32 else exact
+        np.testing.assert_allclose(density[i, :, 0], first)
+    t, t_se = crossing_time(arrays["times"], density, se, config["size_level"])
+    np.testing.assert_allclose(np.asarray(scan["t_level"], dtype=float), t)
+    np.testing.assert_allclose(np.asarray(scan["t_level_se"], dtype=float), t_se)
+    for b, fit in enumerate(scan["fits"]):
+        assert fit["beta"] == [1.0, 3.0][b] and fit["law"] == law_slope(fit["beta"])[1]
+        refit = log_fit([8, 16, 32], t[:, b], t_se[:, b])
+        assert fit["slope"] == pytest.approx(refit["slope"], nan_ok=True)
+    assert (out / "sphere_sizes.png") in figures
+    assert any("cluster later by ln N/(2λ_k*)" in c.claim for c in report.claims)
+    assert any("no mean-field diagram at fixed t" in c.claim for c in report.claims)
+    assert any("by the number N of tokens per cloud" in table for table in report.tables)
