@@ -21,7 +21,8 @@ seconds move with the load, the ratios less), ``--betas 1 10``:
     N = 10⁴:  SA ×9.9 (β = 1), ×7.9 (β = 10) against SDPA; USA ×21, ×8.7 against tiled
     N = 10⁵:  SA ×207, ×135 (harmonics 0.31 s, 0.53 s; SDPA 63 s, 72 s); USA ×199, ×146
     N = 10⁶:  SA 2.4 s (β = 1, L = 18), 15 s (β = 10, L = 38) on one thread at load 8;
-              0.79 s and 1.83 s on 2 threads at load 3.5 (a separate timing)
+              on the idle machine (load < 1, median of 3, a separate timing): 0.50 s and
+              1.49 s on 2 threads, 0.80 s and 2.09 s on one
     max rel. error: ≤ 2e-13 against SDPA (10⁴, 10⁵), ≤ 1.3e-13 against dense rows (10⁶)
 
 ``--crossover`` (SA, one thread, load 3–4): SDPA wins to N = 1000 (harmonics ×0.4 at
