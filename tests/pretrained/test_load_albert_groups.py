@@ -121,6 +121,8 @@ def test_attention_weights_of_a_block(case):
     with pytest.raises(IndexError, match=rf"block must be an int in 0 … {k - 1} \(the blocks of "
                                          rf"layer 1\); received {k}"):  # fmt: skip
         model.attention_weights(x, 1, block=k)
+    with pytest.raises(TypeError, match=r"block must be an int; received '0'"):
+        model.attention_weights(x, 1, block="0")
 
 
 @pytest.mark.parametrize(

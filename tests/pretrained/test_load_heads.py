@@ -123,6 +123,22 @@ def test_split_sums_to_every_layer_update(case):
     assert float((split.sum(1) - update).norm() / update.norm()) < 1e-12
 
 
+def test_heads_promote_float64_tokens_on_a_float32_model(case):
+    # As ``logits`` does: float64 hidden states on a float32 model compute in float64
+    # (the wider dtype), equal to the float64 model's heads to float32 weight rounding.
+    _, folder, ids, _ = case
+    narrow, wide = load(folder), load(folder, dtype=torch.float64)
+    x = wide.hidden_states(wide.embed(ids[0])[0])[-1]
+    held = {"pooled": narrow.pooler, "class_logits": narrow.classifier}
+    heads = [head for head, there in held.items() if there is not None]
+    if not heads:
+        pytest.skip("a model with a pooler or a classifier")
+    for head in heads:
+        got, want = getattr(narrow, head)(x), getattr(wide, head)(x)
+        assert got.dtype == torch.float64
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
 def test_pooled_tokens_are_checked(case):
     name, folder, _, _ = case
     if not CASES[name][4]:
@@ -166,6 +182,33 @@ def test_a_classifier_without_its_pooler_is_named(tmp_path):
     with pytest.raises(LoadError, match=r"'bert.pooler.dense.weight' is missing \(shape "
                                         r"\(16, 16\) expected\)"):  # fmt: skip
         load(tmp_path)
+
+
+def test_a_classifier_of_a_family_without_one_is_refused_by_name(tmp_path):
+    config = transformers.GPT2Config(vocab_size=40, n_positions=34, n_embd=16, n_layer=2,
+                                     n_head=4, num_labels=3)  # fmt: skip
+    transformers.GPT2ForSequenceClassification(config).save_pretrained(tmp_path)
+    with pytest.raises(LoadError, match=r"architectures names GPT2ForSequenceClassification, "
+                       r"a sequence-classification head tpde does not read for gpt2 models "
+                       r"\(it reads the heads of albert, bert, "):  # fmt: skip
+        load(tmp_path)
+
+
+@pytest.mark.parametrize("kind", ["BertForQuestionAnswering", "AlbertForQuestionAnswering"])
+def test_question_answering_heads_are_not_read(tmp_path, kind):
+    """A QA checkpoint's span head (``qa_outputs``) is not read: its encoder loads."""
+    torch.manual_seed(0)
+    config = (transformers.BertConfig(**_SMALL) if kind.startswith("Bert") else
+              transformers.AlbertConfig(**_SMALL, embedding_size=8))  # fmt: skip
+    model = getattr(transformers, kind)(config).to(torch.float64).eval()
+    model.save_pretrained(tmp_path)
+    loaded = load(tmp_path, dtype=torch.float64)
+    assert loaded.classifier is None
+    ids = torch.arange(3, 3 + N)
+    with torch.no_grad():
+        out = model(ids[None], output_hidden_states=True)
+    last = loaded.hidden_states(loaded.embed(ids)[0])[-1]
+    assert _relative(last, out.hidden_states[-1][0]) < 1e-12
 
 
 def test_token_classification_heads_are_not_read(tmp_path):

@@ -61,6 +61,7 @@ __all__ = [
     "SPECTRAL_TOKENS_PER_MODE",
     "bessel_ive",
     "circle_sums",
+    "dimension_refusal",
     "exp_sum_spectral",
     "pick_spectral",
     "softmax_average_spectral",
@@ -279,6 +280,11 @@ def exp_sum_spectral(points, weights, beta, K=None) -> torch.Tensor:
 SPHERE_OF_DIM = {2: ("the circle S¹", "circle"), 3: ("the sphere S²", "sphere")}
 
 
+def dimension_refusal(d: int, dim: int) -> str:
+    """Why a sphere engine of dimension ``dim`` does not take tokens in R^d (d ≠ dim)."""
+    return f"it needs tokens in d = {dim} ({SPHERE_OF_DIM[dim][0]}); these have d = {d}"
+
+
 def sphere_refusal(points, weights, beta, dim: int = 2) -> str | None:
     """Why a sphere engine of dimension ``dim`` does not apply to this cloud, or None.
 
@@ -288,9 +294,8 @@ def sphere_refusal(points, weights, beta, dim: int = 2) -> str | None:
     function of ⟨x, y⟩ = cos(angle) only there) and every weight > 0 (the truncation's
     bound uses each token's own weight).
     """
-    sphere, word = SPHERE_OF_DIM[dim]
     if points.shape[-1] != dim:
-        return f"it needs tokens in d = {dim} ({sphere}); these have d = {points.shape[-1]}"
+        return dimension_refusal(points.shape[-1], dim)
     if points.dtype not in (torch.float32, torch.float64):
         return f"it computes in float32 or float64; the tokens are {points.dtype}"
     beta = torch.as_tensor(beta, device=points.device)
@@ -302,9 +307,9 @@ def sphere_refusal(points, weights, beta, dim: int = 2) -> str | None:
     tolerance = 16 * torch.finfo(points.dtype).eps
     if worst > tolerance:
         return (
-            f"it needs every token on the unit {word}; the norms are up to {worst:.3g} away "
-            f"from 1 (tolerance {tolerance:.3g}): normalise them (wrap the field in "
-            "Normalized(field, 'post-ln'))"
+            f"it needs every token on the unit {SPHERE_OF_DIM[dim][1]}; the norms are up to "
+            f"{worst:.3g} away from 1 (tolerance {tolerance:.3g}): normalise them (wrap the "
+            "field in Normalized(field, 'post-ln'))"
         )
     return None
 

@@ -54,14 +54,10 @@ def _bias(entry: Architecture, role: str, raw: dict) -> bool:
 
 
 def _present(entry: Architecture, role: str, raw: dict) -> bool:
-    """Whether the files hold ``role``: always, or as its ``optional`` config key says."""
+    """Whether the files hold ``role``: always, or as its ``optional`` config key says
+    (a bool, checked by :func:`read_hyper`)."""
     key = entry.optional.get(role)
-    if key is None:
-        return True
-    value = raw.get(key, False)
-    if not isinstance(value, bool):
-        raise LoadError(f"config.json: {key} must be true or false; received {value!r}.")
-    return value
+    return True if key is None else raw.get(key, False)
 
 
 def _role_shapes(cfg: ModelConfig, entry: Architecture) -> dict[str, tuple[int, ...]]:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from tpde.pretrained._architecture import REQUIRED
 from tpde.pretrained._folder import LoadError
 from tpde.pretrained._numbers import checked_integer, checked_positive
-from tpde.pretrained.architectures import ACTIVATIONS_HF, Architecture
+from tpde.pretrained.architectures import ACTIVATIONS_HF, ARCHITECTURES, Architecture
 
 __all__ = ["ModelConfig", "read_hyper"]
 
@@ -144,6 +144,9 @@ def _positive(value, key: str) -> float:
 def read_hyper(raw: dict, entry: Architecture) -> ModelConfig:
     """The checked hyper-parameters of ``raw`` (config.json) for the family ``entry``."""
     _check_honoured(raw, entry)
+    for key in sorted(set(entry.optional.values())):  # roles the files hold when key is true
+        if not isinstance(raw.get(key, False), bool):
+            raise LoadError(f"config.json: {key} must be true or false; received {raw[key]!r}.")
     got, keys = {}, {}
     for name, (key, default) in entry.keys.items():
         keys[name] = key
@@ -340,7 +343,15 @@ def _groups_and_labels(raw: dict, entry: Architecture) -> dict:
     names = raw.get("architectures") or ()
     if not isinstance(names, list | tuple) or not all(isinstance(n, str) for n in names):
         raise LoadError(f"config.json: architectures must list class names; received {names!r}.")
-    if entry.classifiers and any(n.endswith("ForSequenceClassification") for n in names):
+    classifying = [n for n in names if n.endswith("ForSequenceClassification")]
+    if classifying and not entry.classifiers:
+        readers = sorted(a.family for a in ARCHITECTURES if a.classifiers)
+        raise LoadError(
+            f"config.json: architectures names {classifying[0]}, a sequence-classification "
+            f"head tpde does not read for {entry.family} models (it reads the heads of "
+            f"{', '.join(readers)}); load a checkpoint of the base or language model."
+        )
+    if classifying:
         labels = raw.get("id2label")
         if labels is None:
             out["labels"] = _integer(raw.get("num_labels", 2), "num_labels")

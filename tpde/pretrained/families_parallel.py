@@ -176,7 +176,7 @@ ALBERT = Architecture(
     },
     biases={**_ALL_BIASES, "embed_map": True},
     prefixes=("", "albert."),
-    ignored=("sop_classifier.", "classifier."),
+    ignored=("sop_classifier.", "classifier.", "qa_outputs."),
     buffers=("embeddings.position_ids",),
     norm="layernorm",
     placement="post",

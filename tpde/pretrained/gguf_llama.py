@@ -174,22 +174,22 @@ def _open(path: Path) -> tuple[dict, dict]:
         ) from None
 
 
+#: How an error names a GGUF file's value.
+_HOLDS = "the file holds"
+
+
 def _int_key(metadata: dict, key: str, path: Path, *, required: bool = True):
     """metadata[key] checked: an integer ≥ 1 (None when absent and not required)."""
     value = _get(metadata, key, path, required=required)
     where = f"{path.name}: the metadata key {key!r}"
-    return None if value is None else checked_integer(value, where, GGUFError, said=HOLDS)
+    return None if value is None else checked_integer(value, where, GGUFError, said=_HOLDS)
 
 
 def _float_key(metadata: dict, key: str, path: Path, *, required: bool = True):
     """metadata[key] checked: a finite number > 0 (None when absent and not required)."""
     value = _get(metadata, key, path, required=required)
     where = f"{path.name}: the metadata key {key!r}"
-    return None if value is None else checked_positive(value, where, GGUFError, said=HOLDS)
-
-
-#: How an error names a GGUF file's value.
-HOLDS = "the file holds"
+    return None if value is None else checked_positive(value, where, GGUFError, said=_HOLDS)
 
 
 def _config(metadata: dict, path: Path, names: set[str]) -> LlamaConfig:

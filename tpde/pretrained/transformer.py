@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from tpde._validation import as_tensor, check_finite
-from tpde.fields import Field, GroupedQueryAttention, LayerSchedule, Parallel
+from tpde.fields import Field, GroupedQueryAttention, LayerSchedule, Parallel, Sum
 from tpde.measures import Empirical
 
 __all__ = [
@@ -97,8 +97,6 @@ class LayerGroup:
     @classmethod
     def of(cls, blocks) -> LayerGroup:
         """The group of ``blocks`` (Layers), its field the sum of their parts in order."""
-        from tpde.fields import Sum
-
         return cls(tuple(blocks), Sum([p for block in blocks for p in block.field.parts]))
 
     @property
@@ -121,8 +119,15 @@ class Pooler:
     bias: torch.Tensor
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        """p of tokens x (..., n, d): shape (..., d)."""
-        return torch.tanh(torch.nn.functional.linear(x[..., 0, :], self.weight, self.bias))
+        """p of tokens x (..., n, d): shape (..., d), in the wider of x's and W's dtypes."""
+        return torch.tanh(_affine(x[..., 0, :], self.weight, self.bias))
+
+
+def _affine(x: torch.Tensor, weight: torch.Tensor, bias) -> torch.Tensor:
+    """W x + b over the last axis, in the wider of x's and W's dtypes (as ``logits``)."""
+    dtype = torch.promote_types(x.dtype, weight.dtype)
+    bias = None if bias is None else bias.to(dtype)
+    return torch.nn.functional.linear(x.to(dtype), weight.to(dtype), bias)
 
 
 @dataclass(frozen=True, eq=False)
@@ -235,7 +240,7 @@ class Transformer:
     config : object
         The hyper-parameters read from the files (``layers``, ``hidden``, ``heads``,
         ``kv_heads``, ``head_dim``, ``vocab``, ``context`` …).
-    layers : tuple of L :class:`Layer`
+    layers : tuple of L :class:`Layer` or :class:`LayerGroup` (ALBERT's groups of blocks)
     schedule : LayerSchedule
         ``layers[l].field`` on depth-time [l, l + 1).
     embedding : Embedding
@@ -261,7 +266,7 @@ class Transformer:
     """
 
     config: object
-    layers: tuple[Layer, ...]
+    layers: tuple[Layer | LayerGroup, ...]
     schedule: LayerSchedule
     embedding: Embedding
     final_norm: object
@@ -432,7 +437,7 @@ class Transformer:
             pooled = normed[..., -1, :]
         else:
             pooled = self.pooler(x) if head.pooler is None else head.pooler(x)
-        return torch.nn.functional.linear(pooled, head.weight, head.bias)
+        return _affine(pooled, head.weight, head.bias)
 
     def attention_weights(self, points: torch.Tensor, index: int, block: int = 0) -> torch.Tensor:
         """The attention probabilities (..., H, n, n) of layer ``index`` on tokens x: the
@@ -442,7 +447,9 @@ class Transformer:
         ALBERT layer group (:class:`LayerGroup`; x then the tokens that block reads)."""
         layer = self.layer(index)
         blocks = getattr(layer, "blocks", (layer,))
-        if isinstance(block, bool) or not isinstance(block, int) or not 0 <= block < len(blocks):
+        if isinstance(block, bool) or not isinstance(block, int):
+            raise TypeError(f"block must be an int; received {block!r}.")
+        if not 0 <= block < len(blocks):
             raise IndexError(
                 f"block must be an int in 0 … {len(blocks) - 1} (the blocks of layer {index}); "
                 f"received {block!r}."
@@ -484,7 +491,8 @@ class Transformer:
         r"""The per-sublayer velocities v_{l,k}: shape (L, K, ..., n, d), K sublayers a layer.
 
         v_{l,k} = x_{l,k+1} − x_{l,k}, the k-th sub-step of layer l's Lie–Trotter step at
-        h = 1 (x_{l,0} = x_l, x_{l,K} = x_{l+1}; k = 0 attention, k = 1 MLP), each after
+        h = 1 (x_{l,0} = x_l, x_{l,K} = x_{l+1}; k = 0 attention, k = 1 MLP; an ALBERT layer
+        group of b blocks has K = 2b: attention, MLP of each block in order), each after
         the norms that act on it: Pre-norm v = f(N(x)), Post-norm v = N(x + f(x)) − x. A
         parallel block (one Euler step x + Σ_b f_b(N_b x)) contributes its branches'
         velocities v_{l,b} = f_b(N_b x_l), all at x_l. So x_{l+1} − x_l = Σ_k v_{l,k} for

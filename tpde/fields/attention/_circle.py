@@ -94,7 +94,7 @@ def _route(params, mu: Empirical, x, auto: bool, name: str, own):
         return "it needs V = vI (a multiple of the identity)", None
     engine = _ENGINES[name]
     if x.shape[-1] != engine.dim:
-        return spectral.sphere_refusal(x, mu.weights, 1.0, engine.dim), None
+        return spectral.dimension_refusal(x.shape[-1], engine.dim), None
     if not queries_are_keys(own, x, mu):
         return (
             "it evaluates the field at μ's own tokens (the particle flow), not at other points "
