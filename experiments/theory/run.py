@@ -29,9 +29,10 @@ from tpde.theory import (
 )
 
 from .. import framework as fw
-from ..common.kernels import fit_rate, fourier_modes, kernel_field
+from ..common.kernels import fourier_modes, kernel_field
 from ..common.schemes import scheme_object
 from .config import F64, LAW_SCHEMES, Config
+from .rates import random_rates, rate_results
 from .sphere import part_sphere
 
 
@@ -123,37 +124,14 @@ def part1(config) -> tuple[dict, dict]:
 
 # ---------------------------------------------------------------------- part 2
 def _random_protocol(config, kernel: str, beta: float) -> dict:
-    """N i.i.d. uniform tokens, S seeds batched; rates from the linear window."""
+    """N i.i.d. uniform tokens on S¹, S seeds batched; |m_k|², rates from the linear window."""
     modes = np.arange(1, config.inst_modes + 1)
-    scale = 1.0 if kernel == "sa" else math.exp(-beta)  # USA runs rescaled (kernel_field)
-    rates = instability_rate(modes, beta, kernel=kernel) * scale
-    horizon = math.log(config.inst_level * config.inst_tokens * 5) / (2 * rates.max())
-    times = np.linspace(0.0, horizon, config.inst_saves)
-    gen = fw.torch_generator(config.seed + 1000 + int(100 * beta))
-    mu = uniform_on_sphere(config.inst_tokens, 2, batch=(config.inst_seeds,), generator=gen)
-    field = Normalized(kernel_field(kernel, beta, 2, rescale=True))
-    start = time.perf_counter()
-    traj = integrate(field, mu, horizon, dt=horizon / config.inst_steps, method="rk4",
-                     save=times.tolist(), events=())  # fmt: skip
-    seconds = time.perf_counter() - start
-    power = np.stack([fourier_modes(m.points, modes).abs().square().numpy()
-                      for m in traj.measures])  # (T, S, K)  # fmt: skip
-    measured, used = fit_rate(times, power, config.inst_level)
-    se = _jackknife_se(times, power, config.inst_level)
-    window = times[used - 1] if used else 0.0
-    return {"predicted": rates / scale, "measured": measured / scale, "se": se / scale,
-            "window": window, "growth": 2 * rates * window, "seconds": seconds,
-            "power": power.mean(1), "times": times}  # fmt: skip
-
-
-def _jackknife_se(times, power, level: float) -> np.ndarray:
-    """Jackknife standard error of the fitted rates over the S seeds (axis 1 of ``power``,
-    (T, S, K)): se² = (S − 1)/S · Σ_s (λ̂_(s) − λ̄)², λ̂_(s) the fit without seed s (Efron &
-    Tibshirani, An Introduction to the Bootstrap, 1993, §11.2). Needs S >= 2 (the config
-    check refuses fewer); with S = 2 it is |λ̂_(1) − λ̂_(2)|/2, one degree of freedom."""
-    seeds = power.shape[1]
-    jack = np.stack([fit_rate(times, np.delete(power, s, 1), level)[0] for s in range(seeds)])
-    return np.sqrt((seeds - 1) * jack.var(0))
+    return random_rates(
+        kernel, beta, d=2, modes=config.inst_modes, tokens=config.inst_tokens,
+        seeds=config.inst_seeds, level=config.inst_level, saves=config.inst_saves,
+        steps=config.inst_steps, seed=config.seed + 1000 + int(100 * beta),
+        power=lambda points: fourier_modes(points, modes).abs().square().numpy(),
+    )  # fmt: skip
 
 
 def _lattice_protocol(config, kernel: str) -> dict:
@@ -200,12 +178,7 @@ def part2(config) -> tuple[dict, dict]:
             tag = f"inst__{kernel}__{beta:g}"
             for key in ("predicted", "measured", "se", "power", "times"):
                 arrays[f"{tag}__{key}"] = run[key]
-            rel = run["measured"] / run["predicted"] - 1
-            results[f"random/{kernel}/{beta:g}"] = {
-                "rel_error": rel.tolist(), "rel_se": (run["se"] / run["predicted"]).tolist(),
-                "growth": run["growth"].tolist(), "window": run["window"],
-                "seconds": run["seconds"],
-            }  # fmt: skip
+            results[f"random/{kernel}/{beta:g}"] = rate_results(run)
     return arrays, results
 
 

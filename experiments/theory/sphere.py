@@ -34,11 +34,11 @@ from scipy.special import eval_legendre, roots_legendre
 
 from tpde.fields import Normalized
 from tpde.flows import integrate
-from tpde.measures import Empirical, uniform_on_sphere
+from tpde.measures import Empirical
 from tpde.theory import instability_rate
 
-from .. import framework as fw
-from ..common.kernels import fit_rate, kernel_field
+from ..common.kernels import kernel_field
+from .rates import random_rates, rate_results
 
 __all__ = ["forcing_rate", "harmonic_energy", "part_sphere", "zonal_grid"]
 
@@ -114,31 +114,19 @@ def zonal_grid(degree: int) -> tuple[np.ndarray, np.ndarray]:
 
 # ---------------------------------------------------------------------- (a) random tokens
 def _random_run(config, kernel: str, beta: float) -> dict:
-    modes = np.arange(1, config.s2_modes + 1)
-    scale = 1.0 if kernel == "sa" else math.exp(-beta)  # USA rescaled (kernel_field)
-    rates = instability_rate(modes, beta, kernel=kernel, d=3) * scale
-    horizon = math.log(config.s2_level * config.s2_tokens * 5) / (2 * rates.max())
-    times = np.linspace(0.0, horizon, config.s2_steps + 1)
-    gen = fw.torch_generator(config.seed + 6000 + int(100 * beta))
-    mu = uniform_on_sphere(config.s2_tokens, 3, batch=(config.s2_seeds,), generator=gen)
-    field = Normalized(kernel_field(kernel, beta, 3, rescale=True))
-    start = time.perf_counter()
-    traj = integrate(field, mu, horizon, dt=horizon / config.s2_steps, method="rk4",
-                     save=times.tolist(), events=(), engine="harmonics")  # fmt: skip
-    seconds = time.perf_counter() - start
-    power = np.stack([harmonic_energy(m.points, config.s2_modes).numpy()
-                      for m in traj.measures])  # (T, S, K)  # fmt: skip
-    measured, used = fit_rate(times, power, config.s2_level)
-    jack = np.stack([fit_rate(times, np.delete(power, s, 1), config.s2_level)[0]
-                     for s in range(config.s2_seeds)])  # fmt: skip
-    se = np.sqrt((config.s2_seeds - 1) * jack.var(0))  # jackknife (run._jackknife_se)
-    window = times[used - 1] if used else 0.0
+    """:func:`.rates.random_rates` on S² (harmonics engine, degree-k energies), with the
+    forcing rate of each degree (:func:`forcing_rate` over degrees up to K + 4√β + 20)."""
+    run = random_rates(
+        kernel, beta, d=3, modes=config.s2_modes, tokens=config.s2_tokens,
+        seeds=config.s2_seeds, level=config.s2_level, saves=config.s2_steps + 1,
+        steps=config.s2_steps, seed=config.seed + 6000 + int(100 * beta),
+        power=lambda points: harmonic_energy(points, config.s2_modes).numpy(),
+        engine="harmonics",
+    )  # fmt: skip
     search = np.arange(1, config.s2_modes + int(4 * math.sqrt(beta)) + 21)
     every = instability_rate(search, beta, kernel=kernel, d=3)
-    return {"predicted": rates / scale, "measured": measured / scale, "se": se / scale,
-            "window": window, "growth": 2 * rates * window, "seconds": seconds,
-            "forcing": np.array([forcing_rate(every, int(k)) for k in modes]),
-            "power": power.mean(1), "times": times}  # fmt: skip
+    run["forcing"] = np.array([forcing_rate(every, k) for k in range(1, config.s2_modes + 1)])
+    return run
 
 
 # ---------------------------------------------------------------------- (b) one mode
@@ -183,12 +171,7 @@ def part_sphere(config) -> tuple[dict, dict]:
             tag = f"s2__{kernel}__{beta:g}"
             for key in ("predicted", "measured", "se", "power", "times", "forcing"):
                 arrays[f"{tag}__{key}"] = run[key]
-            results[f"random/{kernel}/{beta:g}"] = {
-                "rel_error": (run["measured"] / run["predicted"] - 1).tolist(),
-                "rel_se": (run["se"] / run["predicted"]).tolist(),
-                "growth": run["growth"].tolist(), "window": run["window"],
-                "seconds": run["seconds"],
-            }  # fmt: skip
+            results[f"random/{kernel}/{beta:g}"] = rate_results(run)
         if config.s2_lat_modes:
             lat = _lattice_run(config, kernel)
             for key in ("betas", "measured", "predicted", "residual"):

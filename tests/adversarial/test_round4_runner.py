@@ -20,7 +20,7 @@ from tpde.experiments import framework as fw
 from tpde.experiments import sweep
 from tpde.experiments.sweep import studies
 
-theory_run = importlib.import_module("tpde.experiments.theory.run")  # the module, not run()
+theory_rates = importlib.import_module("tpde.experiments.theory.rates")
 
 # ---------------------------------------------------------------------- theory: the jackknife
 THEORY = {
@@ -56,7 +56,7 @@ def test_the_jackknife_error_of_the_rates_is_the_textbook_one(rates):
     lam = np.asarray(rates)
     k = np.arange(1, 4)
     power = 1e-4 * np.exp(2 * lam[None, :, None] * k[None, None, :] * times[:, None, None])
-    se = theory_run._jackknife_se(times, power, level=1.0)
+    se = theory_rates.jackknife_se(times, power, level=1.0)
     fits = []
     for s in range(len(lam)):
         rest = np.delete(power, s, 1).sum(1) / np.delete(power, s, 1)[0].sum(0)

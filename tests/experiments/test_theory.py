@@ -9,6 +9,13 @@ from scipy.special import eval_legendre
 from tpde import experiments
 from tpde.experiments import framework as fw
 from tpde.experiments.common.kernels import fit_rate
+from tpde.experiments.theory.config import RATE_TOL
+from tpde.experiments.theory.report import (
+    _sort_rates,
+    forcing_rate_circle,
+    rate_kind,
+    rate_verdict,
+)
 from tpde.experiments.theory.sphere import forcing_rate, harmonic_energy, lat_tokens, zonal_grid
 from tpde.theory import dominant_mode
 
@@ -60,7 +67,16 @@ def test_tiny_run_shows_what_the_theory_predicts(tiny):
     assert by_start("LayerNorm has no") == ["agrees"]  # first order
     assert by_start("SA: mode k") == by_start("USA: mode k") == ["agrees"]
     assert by_start("SA on S²: degree k") == by_start("USA on S²: degree k") == ["agrees"]
-    assert by_start("SA on S²: from 300") in (["agrees"], ["partly"])  # the reasons: below
+    for kernel in ("sa", "usa"):  # random tokens: the verdict the rule gives on the data
+        for part, start in (("instability", f"{kernel.upper()}: from 128"),
+                            ("instability_s2", f"{kernel.upper()} on S²: from 300")):  # fmt: skip
+            kinds = [
+                rate_kind(np.nan if rel is None else rel, np.nan if se is None else se, growth)
+                for key, r in results[part].items() if key.startswith(f"random/{kernel}/")
+                for rel, se, growth in zip(r["rel_error"], r["rel_se"], r["growth"], strict=True)
+            ]  # fmt: skip
+            assert len(kinds) == (12 if part == "instability" else 6)
+            assert by_start(start) == [rate_verdict(kinds)]
     assert results["instability_s2"]["lattice/sa"]["max_rel_error"] < 1e-6
     assert results["instability_s2"]["lattice/sa"]["residual"] < 1e-13  # exact grid
     assert "Growth rates on S²" in report.markdown("theory", "t")
@@ -169,3 +185,44 @@ def test_forcing_rate_follows_the_clebsch_gordan_rule():
     # degree 2 by (1, 1), (1, 3), (2, 2), (3, 3): the fastest λ_3 + λ_3
     assert forcing_rate(rates, 2) == 6.0
     assert forcing_rate([1.0], 1) == float("-inf")  # (1, 1) holds degrees 0 and 2 only
+
+
+# ---------------------------------------------------------------------- part 2 verdicts
+def test_forcing_rate_on_the_circle_counts_sums_and_differences():
+    # a real density has a_{−l} = ā_l: a_j a_l feeds j + l, a_j ā_l feeds |j − l|
+    rates = [1.0, 2.0, 3.0, 4.0]
+    assert forcing_rate_circle(rates, 1) == 7.0  # (3, 4): 4 − 3 = 1, not reached by j + l
+    assert forcing_rate_circle(rates, 2) == 6.0  # (2, 4): 4 − 2 = 2 beats (1, 1)
+    assert forcing_rate_circle(rates, 4) == 4.0  # (1, 3), (2, 2); no l − j = 4 within K = 4
+    assert forcing_rate_circle(rates, 3) == 5.0  # (1, 4): 4 − 1 = 3 beats (1, 2)
+    assert forcing_rate_circle([1.0], 1) == float("-inf")
+
+
+@pytest.mark.parametrize(
+    ("cells", "verdict"),
+    [
+        # every cell within RATE_TOL (the boundary included)
+        ([(0.01, 0.001, 3.0), (-RATE_TOL, 0.001, 2.0), (0.0, 0.0, 0.1)], "agrees"),
+        # half within; the misses within 2 s.e. or barely growing (2λT < 1)
+        ([(0.01, 0.01, 3.0), (0.02, 0.01, 3.0), (0.2, 0.1, 3.0), (0.5, 0.01, 0.5)], "partly"),
+        # one growing miss beyond 2 s.e.
+        ([(0.01, 0.01, 3.0), (0.02, 0.01, 3.0), (0.1, 0.01, 3.0)], "differs"),
+        # every miss explained, but fewer than half within
+        ([(0.01, 0.01, 3.0), (0.2, 0.1, 3.0), (0.5, 0.01, 0.5)], "differs"),
+        # a cell without a fit
+        ([(0.01, 0.01, 3.0), (0.02, 0.01, 3.0), (np.nan, np.nan, 0.0)], "differs"),
+        ([], "n/a"),
+    ],
+)
+def test_the_random_rate_verdict_is_a_function_of_the_cells(cells, verdict):
+    assert rate_verdict([rate_kind(*c) for c in cells]) == verdict
+
+
+def test_a_miss_consistent_with_forcing_is_not_counted_as_explained():
+    # k = 2 is +10 % at 10 s.e. and its forcing (8) outgrows λ_2 = 2: said, not counted
+    run = {"rel_error": [0.0, 0.1], "rel_se": [0.001, 0.01], "growth": [3.0, 3.0]}
+    good, bad = [], []
+    kinds = _sort_rates(run, 5.0, [1.0, 2.0], [7.0, 8.0], "pairs", good, bad)
+    assert kinds == ["within", "unexplained"] and rate_verdict(kinds) == "differs"
+    assert len(good) == 1 and "unexplained; consistent with second-order forcing" in bad[0]
+    assert "not isolated" in bad[0]
