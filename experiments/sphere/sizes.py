@@ -28,7 +28,8 @@ Measured in an earlier scan whose protocol differs from this study's defaults: N
 and exact densities from all pairs at every size, one thread; the defaults now take at
 least ``size_min_systems`` = 8 systems and sampled pairs above ``size_exact_tokens`` =
 1024 tokens (config.py), so a run at the defaults does not reproduce these numbers
-exactly. That scan's slopes 0.840 ± 0.016, 0.757 ± 0.021, 0.731 ± 0.011, 0.707 ± 0.017 at β = 1, 3, 6, 9 against
+exactly. That scan's slopes 0.840 ± 0.016, 0.757 ± 0.021, 0.731 ± 0.011, 0.707 ± 0.017
+at β = 1, 3, 6, 9 against
 1/(2λ_k*) = 0.799, 0.761, 0.720, 0.711 (χ²/dof 0.9–4); the delay from 32 to 4096 tokens
 4.35, 3.46, 3.62, 3.62 against ln 128/(2λ_k*) = 3.88, 3.69, 3.49, 3.45. The full (a') (4096
 tokens × 4 systems × 15 β, 796 field evaluations, harmonics engine) took 493 s against a
