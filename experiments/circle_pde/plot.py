@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import framework as fw
-from .report import law_offset
+from .report import first_cluster_fit, first_clusters, law_offset
 from .run import seed_mean
 
 
@@ -54,7 +54,9 @@ def _versus(config, arrays, path: Path) -> Path:
 
 def _plateaus(config, arrays, results, path: Path) -> Path:
     """Cluster count against t per N (every draw, main β, with the PDE's), the first
-    plateaus' start against log N with the law, the particles' histogram over [0, t1]."""
+    plateaus' start against log N with the law and, like for like, the first clusters
+    (count ≥ 1) of the main β's particles and of the PDE, the particles' histogram over
+    [0, t1]."""
     plt = fw.pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.2))
     t, counts = arrays["times"], arrays["counts"]
@@ -88,10 +90,9 @@ def _plateaus(config, arrays, results, path: Path) -> Path:
             fit = law["fit"]
             axes[1].plot(grid, fit["offset"] + fit["slope"] * grid, ":", color=colours[b],
                          label=f"fit: slope {fit['slope']:.2f}")  # fmt: skip
-    first = max(results["pde"], key=lambda p: p["grid"])["first_cluster"]
-    if first is not None and results["n_eff"]:
-        axes[1].plot(math.log(results["n_eff"]), first, "k*", ms=12, label="PDE, N_eff = 4/a²")
-    axes[1].set(xlabel="log N", ylabel="start of the first plateau", title="plateau start")
+    _first_clusters(axes[1], config, arrays, results)
+    axes[1].set(xlabel="log N", ylabel="t",
+                title="first plateau's start (o) and first cluster (×, PDE ★)")  # fmt: skip
     axes[1].legend(fontsize=7)
     histogram = np.log1p(arrays["histogram"].T)
     axes[2].pcolormesh(t, _angles(config["bins"]), histogram, shading="nearest")
@@ -100,3 +101,22 @@ def _plateaus(config, arrays, results, path: Path) -> Path:
         title=f"particles: log(1 + histogram), N = {config['sizes'][-1]:.0e}, β = {config['beta']}",
     )  # fmt: skip
     return fw.savefig(fig, path)
+
+
+def _first_clusters(ax, config, arrays, results) -> None:
+    """The main β's first clusters against log N (every draw), their fitted line to N_eff,
+    and the PDE's first cluster at N_eff: the pair the report's PDE claim compares."""
+    law = next(iter(results["laws"].values()))
+    fit = first_cluster_fit(config["sizes"], arrays, law["law_slope"])
+    for i, n in enumerate(config["sizes"]):
+        first = first_clusters(arrays, 0, i)
+        ax.plot(np.full(len(first), math.log(n)), first, "kx", ms=5,
+                label=f"β = {config['beta']}: first clusters" if i == 0 else None)  # fmt: skip
+    n_eff, pde = results["n_eff"], max(results["pde"], key=lambda p: p["grid"])["first_cluster"]
+    if fit:
+        logs = np.log(config["sizes"])
+        grid = np.linspace(logs.min(), max(logs.max(), math.log(n_eff or 1)), 10)
+        ax.plot(grid, fit["offset"] + fit["slope"] * grid, "k-", lw=0.8,
+                label=f"first clusters' fit: slope {fit['slope']:.2f}")  # fmt: skip
+    if pde is not None and n_eff:
+        ax.plot(math.log(n_eff), pde, "k*", ms=12, label="PDE's first cluster, N_eff = 4/a²")

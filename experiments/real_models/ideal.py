@@ -31,18 +31,14 @@ import torch
 from tpde.flows import integrate
 from tpde.measures import Empirical
 
-from ..common.schemes import glpr_softmax, scheme_field, scheme_start
+from ..common.schemes import glpr_softmax, scheme_start
+from .config import PLACEMENT
 
-#: The tpde scheme of each model's norm placement (MATH.md §7).
-SCHEME = {"minilm": "post-ln", "smollm2": "pre-ln", "gemma3": "peri-ln"}
+#: The tpde scheme of each model's norm placement (MATH.md §7): config's PLACEMENT in
+#: tpde's spelling ("Post-LN" → "post-ln").
+SCHEME = {model: placement.lower() for model, placement in PLACEMENT.items()}
 BETA_RANGE = (1e-3, 1e4)  # the bisection's bracket for β
 F64 = torch.float64
-
-
-def ideal_field(scheme: str, beta: float, d: int, depth: int):
-    """The idealised model: GLPR's softmax (Q = K = V = I, score β⟨x, y⟩) in width d under
-    ``scheme`` ("post-ln", "pre-ln" or "peri-ln"), float64."""
-    return scheme_field(scheme, beta, d, float(depth))
 
 
 def ideal_start(field, points: torch.Tensor) -> Empirical:

@@ -165,8 +165,13 @@ def _fmt_a(m: dict) -> str:
 
 
 def _fmt_b(m: dict) -> str:
+    """The slope of (b), or why it is undefined (:func:`log_slope`): r̄ fixed (log r̄ varies
+    by less than :data:`SLOPE_RANGE`, or its span is unknown) or an angle swept of 0."""
     if math.isnan(m["slope"]):
-        return "undefined (r fixed)"
+        span = m["span"]
+        if math.isnan(span) or math.log(span) < SLOPE_RANGE:
+            return "undefined (r fixed)"
+        return f"undefined (an angle swept is 0; r̄ over ×{span:.3g})"
     return f"s = {m['slope']:.2f} (r̄ over ×{m['span']:.3g})"
 
 
@@ -221,8 +226,11 @@ def verdicts(scheme: str, ideal: dict, real: dict) -> list[dict]:
 
 
 def overall(rows: list[dict]) -> str:
-    """The claim's verdict from the real verdicts: all hold "agrees", none "differs"."""
+    """The claim's verdict from the real verdicts: all hold "agrees", all fail "differs",
+    "n/a" when none is defined (no rows, or every one "n/a")."""
     real = [r["real_verdict"] for r in rows if r["real_verdict"] != "n/a"]
-    if real and all(v == "holds" for v in real):
+    if not real:
+        return "n/a"
+    if all(v == "holds" for v in real):
         return "agrees"
     return "differs" if all(v == "fails" for v in real) else "partly"

@@ -15,6 +15,7 @@ from tpde.metrics.clustering import angular_cluster_count
 
 from .. import framework as fw
 from ..common import real_normalised as nm
+from ..common.schemes import scheme_field
 from . import ideal, placement
 from .config import MODELS, Config
 
@@ -106,7 +107,7 @@ def calibrated_field(name: str, model, tokens: list[torch.Tensor]) -> tuple:
     target = float(np.median(ideal.network_entropies(model, tokens)))
     beta = ideal.calibrate_beta(target, tokens)
     reached = float(np.median(ideal.ideal_entropies(beta, ideal.ideal_scores(tokens))))
-    field = ideal.ideal_field(ideal.SCHEME[name], beta, tokens[0].shape[-1], len(model.layers))
+    field = scheme_field(ideal.SCHEME[name], beta, tokens[0].shape[-1], float(len(model.layers)))
     return field, np.array([beta, target, reached])
 
 

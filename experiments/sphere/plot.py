@@ -41,7 +41,8 @@ def _plot_diagram(plt, out, config, arrays) -> Path:
 
 def _plot_sizes(plt, out, config, arrays, results) -> Path:
     """(a''): density over t for every N, one panel per β; the crossing time against ln N
-    with the law's slope 1/(2λ_k*) through the fit's centre."""
+    with the law's slope 1/(2λ_k*) (dashed) through the unweighted mean (mean ln N, mean t)
+    of the sizes that cross: a guide to the slope, not the weighted fit of the claim."""
     betas, tokens = config["size_betas"], config["size_tokens"]
     fig, axes = plt.subplots(1, len(betas) + 1, figsize=(4.2 * (len(betas) + 1), 3.8))
     colors = plt.cm.viridis(np.linspace(0, 0.9, len(tokens)))

@@ -24,19 +24,12 @@ from ..common.sphere_diagram import (
     systems_for,
 )
 from .config import BLOWUP_TRACE, DELTA, F64, Config
-from .sizes import run_sizes
+from .sizes import crossing_time, run_sizes
 
 
 # ---------------------------------------------------------------------- (a) phase diagram
 def betas_of(config: Config) -> np.ndarray:
     return np.linspace(config.beta_min, config.beta_max, config.betas)
-
-
-def first_time_above(times, table, level: float) -> np.ndarray:
-    """Per row of ``table`` (nβ, T), the first time its value reaches ``level`` (NaN: never)."""
-    reached = table >= level
-    first = np.where(reached.any(-1), reached.argmax(-1), -1)
-    return np.where(first >= 0, np.asarray(times)[np.maximum(first, 0)], np.nan)
 
 
 def run_diagram(config: Config, d: int) -> tuple[dict, dict]:
@@ -54,8 +47,8 @@ def run_diagram(config: Config, d: int) -> tuple[dict, dict]:
         "rhs": table.rhs,
         "status": table.status,
         "final_density": table.mean[:, -1].tolist(),
-        "t_half": first_time_above(times, table.mean, 0.5).tolist(),
-        "t_99": first_time_above(times, table.mean, 0.99).tolist(),
+        "t_half": crossing_time(times, table.mean, None, 0.5, interpolate=False)[0].tolist(),
+        "t_99": crossing_time(times, table.mean, None, 0.99, interpolate=False)[0].tolist(),
         "max_se": float(table.se.max()),
     }
     return arrays, results
@@ -79,7 +72,7 @@ def run_large_diagram(config: Config) -> tuple[dict, dict]:
         "rhs": table.rhs,
         "status": table.status,
         "betas": betas.tolist(),
-        "t_half": first_time_above(times, table.mean, 0.5).tolist(),
+        "t_half": crossing_time(times, table.mean, None, 0.5, interpolate=False)[0].tolist(),
         "max_se": float(table.se.max()),
     }
     return arrays, results

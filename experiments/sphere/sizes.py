@@ -23,8 +23,13 @@ of that time against ln N, fitted by weighted least squares, against 1/(2λ_k*) 
 low (0.1 by default) because at large β the density stays below ½ for long (several
 metastable clusters: it plateaus near Σ_c p_c², p_c the clusters' shares).
 
-Measured (N = 32 … 4096 at systems × N² = 2²², at least 2 systems, all pairs, one thread):
-slopes 0.840 ± 0.016, 0.757 ± 0.021, 0.731 ± 0.011, 0.707 ± 0.017 at β = 1, 3, 6, 9 against
+Measured in an earlier scan whose protocol differs from this study's defaults: N = 32 …
+4096 at systems × N² = 2²² with at least 2 systems (so 2 systems at 2048 and 4096 tokens)
+and exact densities from all pairs at every size, one thread; the defaults now take at
+least ``size_min_systems`` = 8 systems and sampled pairs above ``size_exact_tokens`` =
+1024 tokens (config.py), so a run at the defaults does not reproduce these numbers
+exactly. That scan's slopes 0.840 ± 0.016, 0.757 ± 0.021, 0.731 ± 0.011, 0.707 ± 0.017
+at β = 1, 3, 6, 9 against
 1/(2λ_k*) = 0.799, 0.761, 0.720, 0.711 (χ²/dof 0.9–4); the delay from 32 to 4096 tokens
 4.35, 3.46, 3.62, 3.62 against ln 128/(2λ_k*) = 3.88, 3.69, 3.49, 3.45. The full (a') (4096
 tokens × 4 systems × 15 β, 796 field evaluations, harmonics engine) took 493 s against a
@@ -50,20 +55,29 @@ def systems_per_size(tokens: int, budget: int, minimum: int) -> int:
     return max(int(minimum), int(budget) // int(tokens) ** 2)
 
 
-def crossing_time(times, mean, se, level: float) -> tuple[np.ndarray, np.ndarray]:
-    """The first time each curve of ``mean`` (..., T) reaches ``level``, linearly
-    interpolated between the checkpoints around it (NaN: never, or already at t = times[0]),
-    and its Monte-Carlo error by the delta method: se(t) = se(mean) / (slope of the curve)
-    at the crossing (the standard errors ``se`` interpolated alike).
+def crossing_time(times, mean, se, level: float, *, interpolate: bool = True
+                  ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """The first time each curve of ``mean`` (..., T) reaches ``level``, and its Monte-Carlo
+    error.
+
+    ``interpolate=True``: linearly interpolated between the checkpoints around the crossing
+    (NaN: never, or already at t = times[0]), its error by the delta method: se(t) =
+    se(mean) / (slope of the curve) at the crossing (the standard errors ``se`` interpolated
+    alike). ``interpolate=False``: the first checkpoint where the curve is ≥ ``level``
+    (times[0] included; NaN: never), its error NaN (``se`` may be None).
 
     Returns
     -------
     (t, se_t), each of shape (...).
     """
     times = np.asarray(times, dtype=float)
-    mean, se = np.asarray(mean, dtype=float), np.asarray(se, dtype=float)
+    mean = np.asarray(mean, dtype=float)
     reached = mean >= level
-    first = np.where(reached.any(-1), reached.argmax(-1), 0)
+    first = np.where(reached.any(-1), reached.argmax(-1), -1)
+    if not interpolate:
+        t = np.where(first >= 0, times[np.maximum(first, 0)], np.nan)
+        return t, np.full(t.shape, np.nan)
+    se = np.asarray(se, dtype=float)
     valid = first > 0
     k = np.maximum(first, 1)
     take = lambda a, i: np.take_along_axis(a, i[..., None], -1)[..., 0]  # noqa: E731
@@ -213,9 +227,7 @@ def large_claim(config, arrays, results) -> list[fw.Claim]:
     law = np.array([law_slope(b)[1] * ratio for b in r["betas"]])
     shift = t_large - t_small
     error = np.hypot(se_small, se_large)
-    ok = np.isfinite(shift) & np.isfinite(error)
-    off = np.abs(shift - law)[ok] / law[ok]
-    good = bool(ok.any() and (off <= SLOPE_TOLERANCE + 3 * error[ok] / law[ok]).all())
+    verdict, ok, within = delay_verdict(shift, error, law)
     pairs = ", ".join(f"{b:.2g}: {s:.2f} ± {e:.2f} ({w:.2f})"
                       for b, s, e, w, k in zip(r["betas"], shift, error, law, ok, strict=True)
                       if k)  # fmt: skip
@@ -223,11 +235,34 @@ def large_claim(config, arrays, results) -> list[fw.Claim]:
         f"d = 3: the diagram of {config['large_tokens']} tokens per cloud (a') is the "
         f"{config['tokens']}-token diagram delayed by ln({config['large_tokens']}/"
         f"{config['tokens']})/(2λ_k*(β)) (finite-N, part (a''))",
-        f"delay of the time to density {level:g} ± MC error (law) by β: {pairs}; "
-        f"{int(ok.sum())} of {len(ok)} β cross in both; {r['seconds']:.0f} s for {r['rhs']} "
-        "field evaluations",
-        "agrees" if good else "differs",
+        f"delay of the time to density {level:g} ± MC error (law) by β: {pairs or 'none'}; "
+        f"{int(ok.sum())} of {len(ok)} β cross in both, {int(within.sum())} of them within "
+        f"{SLOPE_TOLERANCE:.0%} + 3 MC errors (every crossing β must, and at least half of "
+        f"the β cross); {r['seconds']:.0f} s for {r['rhs']} field evaluations",
+        verdict,
     )]  # fmt: skip
+
+
+def delay_verdict(shift, error, law) -> tuple[str, np.ndarray, np.ndarray]:
+    """The verdict on the delays ``shift`` (nβ,) ± ``error`` against ``law`` (nβ,): a β
+    counts where both diagrams cross (shift and error finite); it is within when |shift −
+    law| ≤ (SLOPE_TOLERANCE + 3 error/law)·law. "agrees": every crossing β within and at
+    least half of the β crossing; "differs": one crossing β outside; else "partly" (too few
+    cross, all of them within) or "n/a" (none crosses).
+
+    Returns
+    -------
+    (verdict, crossing (nβ,) bool, within (nβ,) bool).
+    """
+    shift, error, law = (np.asarray(a, dtype=float) for a in (shift, error, law))
+    ok = np.isfinite(shift) & np.isfinite(error)
+    off = np.abs(np.where(ok, shift, 0) - law) / law
+    within = ok & (off <= SLOPE_TOLERANCE + 3 * np.where(ok, error, 0) / law)
+    if not ok.any():
+        return "n/a", ok, within
+    if (within != ok).any():
+        return "differs", ok, within
+    return ("agrees" if 2 * ok.sum() >= len(ok) else "partly"), ok, within
 
 
 def size_table(config, arrays, results) -> str:

@@ -20,7 +20,12 @@ from tpde.experiments.circle_pde.clusters import (
     points_masses,
 )
 from tpde.experiments.circle_pde.config import Config, save_times
-from tpde.experiments.circle_pde.report import first_clusters
+from tpde.experiments.circle_pde.report import (
+    first_cluster_fit,
+    first_clusters,
+    pde_claim,
+    plateau_claims,
+)
 from tpde.measures import CircleDensity
 
 COUNTER = {"window": 17, "level": 2.0, "min_share": 0.05}  # the study's defaults
@@ -184,3 +189,79 @@ def test_report_of_a_tiny_run(tmp_path):
             )
     law = results["laws"]["5.0"]
     assert law["k_star"] == 3 and law["law_slope"] == pytest.approx(1 / (2 * 0.6826783336167468))
+
+
+LAW = {"k_star": 3, "rate": 0.5, "law_slope": 1.0, "fit": {"slope": 1.0, "offset": 0.0}}
+
+
+def _table(rows_per_n):
+    """A plateau table {N: [[count, start, duration, censored, after], …]} at start =
+    log N (the law with c = 0)."""
+    return {str(n): [[k, math.log(n), d, False, k - 1] for k, d in rows]
+            for n, rows in rows_per_n.items()}  # fmt: skip
+
+
+def test_plateau_claims_agree_and_differ_on_synthetic_results():
+    good = _table({1000: [(3, 30.0), (3, 30.0)], 10_000: [(3, 40.0), (2, 40.0)]})
+    assert [c.verdict for c in plateau_claims("5.0", good, LAW)] == ["agrees"] * 3
+    # k* = 3 is not the most common first count, but it is seen: partly; never seen: differs
+    some = _table({1000: [(2, 30.0), (2, 30.0)], 10_000: [(3, 40.0)]})
+    assert plateau_claims("5.0", some, LAW)[0].verdict == "partly"
+    wrong = _table({1000: [(2, 30.0)], 10_000: [(4, 40.0)]})
+    assert plateau_claims("5.0", wrong, LAW)[0].verdict == "differs"
+    # a fitted slope twice the law's: differs; within 25%: agrees
+    steep = {**LAW, "fit": {"slope": 2.0, "offset": -5.0}}
+    assert plateau_claims("5.0", good, steep)[1].verdict == "differs"
+    near = {**LAW, "fit": {"slope": 1.2, "offset": -1.0}}
+    assert plateau_claims("5.0", good, near)[1].verdict == "agrees"
+    # plateaus shorter than twice their start: not metastable
+    short = _table({1000: [(3, 5.0)], 10_000: [(3, 5.0)]})
+    assert plateau_claims("5.0", short, LAW)[2].verdict == "differs"
+    assert plateau_claims("5.0", {"1000": [None]}, LAW)[0].verdict == "n/a"
+    assert plateau_claims("5.0", good, {**LAW, "fit": None})[1].verdict == "n/a"
+
+
+def _first_arrays(sizes, firsts, length=200):
+    """counts (1, sizes, draws, T) of draws that reach one cluster at the given times (NaN:
+    never) on saves every 0.1."""
+    times = np.arange(length) * 0.1
+    counts = np.zeros((1, len(sizes), len(firsts[0]), length), dtype=np.int64)
+    for i, row in enumerate(firsts):
+        for s, t in enumerate(row):
+            counts[0, i, s] = np.where(times >= t, 1, 0) if np.isfinite(t) else 0
+    return {"times": times, "counts": counts}
+
+
+def test_first_cluster_fit_recovers_the_particles_line():
+    sizes = [100, 1000, 10_000]
+    spread = (0.5, 0.0, 1.0)  # the two draws of each N on either side of 2 + log N
+    firsts = [
+        [2 + math.log(n) + e, 2 + math.log(n) - e] for n, e in zip(sizes, spread, strict=True)
+    ]
+    arrays = _first_arrays(sizes, np.round(firsts, 1))
+    fit = first_cluster_fit(sizes, arrays, law_slope=1.0)
+    assert fit["slope"] == pytest.approx(1.0, abs=0.02)
+    assert fit["offset"] == pytest.approx(2.0, abs=0.1)
+    assert fit["law_offset"] == pytest.approx(2.0, abs=0.05)
+    never = _first_arrays(sizes, [[1.0, np.nan], [np.nan, np.nan], [np.nan, np.nan]])
+    assert first_cluster_fit(sizes, never, law_slope=1.0) is None  # one size clusters
+
+
+def _pde_results(first):
+    pde = {"grid": 512, "end": 9.0, "status": "unresolved", "count_at_end": 3,
+           "first_cluster": first}  # fmt: skip
+    return {"pde": [pde], "laws": {"5.0": LAW}, "n_eff": math.e**10}
+
+
+def test_pde_claim_compares_first_clusters_with_first_clusters():
+    fit = {"slope": 0.5, "offset": 1.0, "law_offset": -4.0}  # 6.0 at log N_eff = 10
+    assert pde_claim(_pde_results(6.5), fit).verdict == "agrees"  # within 15%
+    assert pde_claim(_pde_results(5.0), fit).verdict == "differs"  # 17% early
+    claim = pde_claim(_pde_results(12.0), fit)
+    assert claim.verdict == "differs" and "against 6.00 on the particles' first-cluster" in (
+        claim.outcome
+    )
+    assert "6.00 on log N/(2λ_k*) + c" in claim.outcome  # c = −4 with the law's slope 1
+    assert "first cluster (first save with a count ≥ 1)" in claim.claim
+    assert pde_claim(_pde_results(None), fit).verdict == "n/a"
+    assert pde_claim(_pde_results(6.0), None).verdict == "n/a"

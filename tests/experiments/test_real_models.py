@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from tests.experiments.test_experiments import _run
+from tpde.experiments.common.schemes import scheme_field
 
 
 @pytest.mark.slow  # loads MiniLM, SmolLM2 and Gemma-3-270M (~20 s)
@@ -95,7 +96,7 @@ def _gamma(points: torch.Tensor, beta: float) -> torch.Tensor:
 
 def test_idealised_post_ln_keeps_norms_and_starts_on_the_sphere():
     ideal = _study("ideal")
-    field = ideal.ideal_field("post-ln", 2.0, 5, 3)
+    field = scheme_field("post-ln", 2.0, 5, 3)
     states, status = ideal.ideal_states(field, _tokens(), 3, 0.25)
     assert states.shape == (4, 7, 5) and states.dtype == torch.float64
     assert status == "completed"
@@ -113,7 +114,7 @@ def test_idealised_pre_ln_radial_speed_is_theta_dot_gamma():
 
     ideal = _study("ideal")
     x, beta = _tokens(), 1.7
-    field = ideal.ideal_field("pre-ln", beta, 5, 4)
+    field = scheme_field("pre-ln", beta, 5, 4)
     velocity = field.velocity(Empirical(x))
     r = x.norm(dim=-1, keepdim=True)
     theta, gamma = x / r, _gamma(x, beta)
@@ -135,7 +136,7 @@ def test_idealised_peri_ln_has_unit_speed():
 
     ideal = _study("ideal")
     x, beta = _tokens(), 2.5
-    field = ideal.ideal_field("peri-ln", beta, 5, 2)
+    field = scheme_field("peri-ln", beta, 5, 2)
     velocity = field.velocity(Empirical(x))
     gamma = _gamma(x, beta)
     assert torch.allclose(velocity, gamma / gamma.norm(dim=-1, keepdim=True), rtol=0, atol=1e-12)
@@ -242,6 +243,34 @@ def test_verdicts_follow_the_numbers():
     assert "undefined" in post[1]["ideal"]
     assert [len(placement.verdicts(s, _medians(), _medians())) for s in ("pre-ln", "post-ln")] \
         == [3, 3]  # fmt: skip
+
+
+def test_overall_of_no_defined_verdict_is_not_applicable():
+    placement = _study("placement")
+    assert placement.overall([]) == "n/a"
+    undefined = placement.verdicts("post-ln", _medians(), _medians(slope=None))[1:2]
+    assert [r["real_verdict"] for r in undefined] == ["n/a"]
+    assert placement.overall(undefined) == "n/a"
+    mixed = placement.verdicts("pre-ln", _medians(), _medians(slope=0.5, cos_last=0.0))
+    assert placement.overall(mixed) == "partly"  # (a) holds, (b), (d) fail
+
+
+def test_an_undefined_slope_says_why():
+    placement = _study("placement")
+    fixed = placement.verdicts("post-ln", _medians(), _medians(slope=None, span=1.0))[1]
+    assert fixed["real"] == "undefined (r fixed)" and fixed["real_verdict"] == "n/a"
+    still = placement.verdicts("post-ln", _medians(), _medians(slope=None, span=5.0))[1]
+    assert still["real"] == "undefined (an angle swept is 0; r̄ over ×5)"
+    # the curves of a growing radius with an angle of 0 give that second case
+    numbers = placement.scalars(placement.curves(_spiral(1.3 ** np.arange(12), 0.0)))
+    text = placement.verdicts("pre-ln", numbers, numbers)[1]["real"]
+    assert text.startswith("undefined (an angle swept is 0")
+
+
+def test_the_idealised_schemes_are_the_configured_placements():
+    ideal, config = _study("ideal"), _study("config")
+    assert ideal.SCHEME == {"minilm": "post-ln", "smollm2": "pre-ln", "gemma3": "peri-ln"}
+    assert set(ideal.SCHEME) == set(config.MODELS)
 
 
 def test_a_radius_fixed_to_rounding_has_no_growth_fits():

@@ -16,6 +16,7 @@ from tpde.experiments.common.sphere_diagram import (
 )
 from tpde.experiments.sphere.sizes import (
     crossing_time,
+    delay_verdict,
     large_claim,
     law_slope,
     log_fit,
@@ -162,6 +163,13 @@ def test_crossing_time_and_its_delta_method_error():
     assert np.isnan(t[1]) and np.isnan(se[1])
     t, _ = crossing_time(times, times / 10, np.zeros(11), 0.33)  # between checkpoints
     assert t == pytest.approx(3.3, abs=1e-12)
+    # without interpolation: the first checkpoint at or above the level, t = times[0]
+    # included, no error (the diagram's t_half and t_99)
+    table = np.stack([times / 10, times / 40, 0.6 + times / 100])
+    t, se = crossing_time(times, table, None, 0.33, interpolate=False)
+    assert t[0] == 4.0 and np.isnan(t[1]) and t[2] == 0.0 and np.isnan(se).all()
+    t, _ = crossing_time(times, table, np.zeros_like(table), 0.33)  # interpolated: NaN at t0
+    assert t[0] == pytest.approx(3.3, abs=1e-12) and np.isnan(t[2])
 
 
 def test_log_fit_recovers_an_exact_law_and_the_law_is_the_s2_rate():
@@ -204,6 +212,44 @@ def test_large_claim_agrees_with_the_law_shift_only():
                   "large_density_d3": large, "large_density_se_d3": large * 0 + 1e-4}  # fmt: skip
         (claim,) = large_claim(config, arrays, results)
         assert claim.verdict == verdict, claim.outcome
+
+
+def test_delay_verdict_needs_every_crossing_beta_and_half_of_them():
+    law, error = np.array([2.0, 2.0, 2.0, 2.0]), np.full(4, 0.01)
+    nan = math.nan
+    cases = {
+        "every β crosses, within": ([2.1, 1.9, 2.0, 2.3], "agrees", 4, 4),
+        "one β of four outside": ([2.1, 1.9, 2.0, 4.0], "differs", 4, 3),
+        "the only outside β": ([2.0, nan, nan, 0.5], "differs", 2, 1),
+        "half cross, within": ([2.0, nan, 2.1, nan], "agrees", 2, 2),
+        "one of four crosses": ([2.0, nan, nan, nan], "partly", 1, 1),
+        "none crosses": ([nan] * 4, "n/a", 0, 0),
+    }
+    for name, (shift, verdict, crossing, within) in cases.items():
+        got, ok, inside = delay_verdict(np.array(shift), error, law)
+        assert (got, int(ok.sum()), int(inside.sum())) == (verdict, crossing, within), name
+    # the Monte-Carlo error widens the tolerance: 25% + 3 errors/law
+    assert delay_verdict([2.6], [0.01], [2.0])[0] == "differs"
+    assert delay_verdict([2.6], [0.05], [2.0])[0] == "agrees"
+
+
+def test_large_claim_counts_the_betas_that_never_cross():
+    """Two β of three never reach the level in the large diagram: not "agrees" although
+    the one that crosses is delayed by the law; with a wrong delay it differs."""
+    times = np.linspace(0, 30, 301)
+    betas = [1.0, 3.0, 6.0]
+    config = {"large_every": 1, "size_level": 0.1, "large_tokens": 4096, "tokens": 32}
+    delay = np.array([law_slope(b)[1] * math.log(128) for b in betas])
+    small = np.clip(0.05 * (times[None] - 2.0), 0, 1).repeat(3, 0)
+    results = {"large_diagram_d3": {"betas": betas, "seconds": 1.0, "rhs": 4}}
+    for factor, verdict in ((1.0, "partly"), (2.0, "differs")):
+        large = np.clip(0.05 * (times[None] - 2.0 - factor * delay[:, None]), 0, 1)
+        large[1:] = 0.0  # β = 3, 6 never cluster in the large diagram
+        arrays = {"times": times, "density_d3": small, "density_se_d3": small * 0 + 1e-4,
+                  "large_density_d3": large, "large_density_se_d3": large * 0 + 1e-4}  # fmt: skip
+        (claim,) = large_claim(config, arrays, results)
+        assert claim.verdict == verdict, claim.outcome
+        assert "1 of 3 β cross in both" in claim.outcome
 
 
 def test_size_scan_of_the_tiny_run(tiny):
