@@ -7,7 +7,7 @@ One right-hand side of :class:`tpde.flows.CircleSystem` (SA, β = 5, a smooth de
 against one particle velocity evaluation of the same post-LN field at N tokens on the
 spectral engine (float64): seconds (median of 5 after a warm-up) and ×PDE, the particles'
 time over the PDE's, in one run. Then the circle-pde study's cluster count of the N tokens
-(cell masses and window runs, :mod:`tpde.experiments.circle_pde.clusters`) as a fraction
+(cell masses and window runs, :mod:`tpde.experiments.common.circle_clusters`) as a fraction
 of that velocity evaluation: the study counts every saved cloud.
 """
 
@@ -20,7 +20,7 @@ import time
 
 import torch
 
-from tpde.experiments.circle_pde.clusters import cluster_masses, points_masses
+from tpde.experiments.common.circle_clusters import cluster_masses, points_masses
 from tpde.fields import Normalized, Softmax
 from tpde.flows import CircleSystem
 from tpde.measures import CircleDensity, uniform_on_sphere

@@ -102,7 +102,7 @@ plt.show()
 # The lattice pins every rate to about 1e-8 relative. From random tokens the fast modes
 # agree within a few percent; the slow high modes come out too fast. That is consistent
 # with the theory at second order: the products :math:`a_j a_l` (j + l = k) and
-# :math:`a_j \bar a_l` (|j − l| = k) force mode k and grow at
+# :math:`a_j \bar a_l` (:math:`|j - l| = k`) force mode k and grow at
 # :math:`\lambda_j + \lambda_l > \lambda_k` (for k = 8 at β = 5: 2λ₄ = 1.2 against
 # λ₈ = 0.04), a necessary condition that no run here isolates. The linear rate is a
 # statement about each mode alone, which the lattice isolates; ``tpde run theory`` reports

@@ -14,10 +14,10 @@ every 0.25 up to 20, then every 10). Then, from the saved data:
   saved times where the noise of the smallest cloud is still linear, e^{λ_k* t}/√N_min ≤
   0.1 (the Monte-Carlo error N^{-1/2} carried by the linearised flow).
 - The cluster count of every saved cloud and PDE density, one definition for both
-  (:mod:`.clusters`: arcs where the density averaged over a window exceeds twice the
-  uniform one, holding ≥ 5% of the mass), its plateaus (runs of one count lasting ≥
-  ``min_plateau``) and the first one per draw: start, count, duration until the count
-  changes (a merge), censored at t1; and the first time with a cluster (count ≥ 1).
+  (:mod:`tpde.experiments.common.circle_clusters`: arcs where the density averaged over a
+  window exceeds twice the uniform one, holding ≥ 5% of the mass), its plateaus (runs of
+  one count lasting ≥ ``min_plateau``) and the first one per draw: start, count, duration
+  until the count changes (a merge), censored at t1; and the first time with a cluster (count ≥ 1).
 - The metastable picture of Bruno, Pasqualotto, Agazzi (arXiv:2410.23228): from
   near-uniform, the dominant mode k* grows at λ_k* (:func:`tpde.theory.instability_rate`)
   from the sampling noise 1/√N, so ≈ k* clusters form at log N/(2λ_k*) + c, and persist

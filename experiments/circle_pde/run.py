@@ -19,7 +19,7 @@ from tpde.metrics import w1_circle
 from tpde.theory import dominant_mode, instability_rate
 
 from .. import framework as fw
-from .clusters import cluster_masses, density_masses, first_plateau, points_masses
+from ..common.circle_clusters import cluster_masses, density_masses, first_plateau, points_masses
 from .config import CHUNK, Config, draws, initial_density, save_times
 
 

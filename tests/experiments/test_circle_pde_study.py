@@ -10,7 +10,14 @@ import torch
 
 from tpde import experiments
 from tpde.experiments import framework as fw
-from tpde.experiments.circle_pde.clusters import (
+from tpde.experiments.circle_pde.config import Config, save_times
+from tpde.experiments.circle_pde.report import (
+    first_cluster_fit,
+    first_clusters,
+    pde_claim,
+    plateau_claims,
+)
+from tpde.experiments.common.circle_clusters import (
     Plateau,
     cell_masses,
     cluster_masses,
@@ -18,13 +25,6 @@ from tpde.experiments.circle_pde.clusters import (
     first_plateau,
     plateaus,
     points_masses,
-)
-from tpde.experiments.circle_pde.config import Config, save_times
-from tpde.experiments.circle_pde.report import (
-    first_cluster_fit,
-    first_clusters,
-    pde_claim,
-    plateau_claims,
 )
 from tpde.measures import CircleDensity
 
