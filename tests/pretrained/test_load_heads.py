@@ -9,12 +9,15 @@ identical, the per-sublayer split summing to every layer's update to 1e-12.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 import torch
 
+from tests.pretrained import test_load_peri as peri
 from tests.pretrained.test_load import _exact_float64, _relative
+from tests.pretrained.test_load_parallel import _gptj_float64
 from tpde.pretrained import LoadError, load
 
 transformers = pytest.importorskip("transformers")
@@ -25,6 +28,10 @@ _SMALL = {"vocab_size": 40, "num_hidden_layers": 2, "max_position_embeddings": 3
           "hidden_size": 16, "intermediate_size": 24, "num_attention_heads": 4}  # fmt: skip
 _ALBERT = {**_SMALL, "embedding_size": 8, "num_hidden_layers": 3}
 _LLAMA = {**_SMALL, "num_key_value_heads": 2, "pad_token_id": 0, "attention_bias": True}
+_NEOX = {**_SMALL, "num_attention_heads": 2, "pad_token_id": 0}
+_PERI = {**_SMALL, "num_key_value_heads": 2, "head_dim": 8, "pad_token_id": 0}
+_GEMMA = {**_PERI, "sliding_window": 3, "query_pre_attn_scalar": 6, "attention_bias": True}
+_GPT = {"vocab_size": 40, "n_layer": 2, "n_positions": 34, "n_embd": 16, "pad_token_id": 0}
 
 #: case → (config class, config, model class, pieces exercised, pooler, classes)
 CASES = {
@@ -48,6 +55,30 @@ CASES = {
                                   "tie_word_embeddings": True},
                   "Qwen3ForSequenceClassification", "score; tied config, still no LM head",
                   False, 2),
+    "gpt2-cls": ("GPT2Config", {**_GPT, "n_head": 4, "num_labels": 3},
+                 "GPT2ForSequenceClassification", "score beside transformer.*, after ln_f",
+                 False, 3),
+    "gpt_neox-cls": ("GPTNeoXConfig", {**_NEOX, "rotary_pct": 0.5, "num_labels": 2},
+                     "GPTNeoXForSequenceClassification", "score beside gpt_neox.*, parallel "
+                     "block, after final_layer_norm", False, 2),
+    "phi-cls": ("PhiConfig", {**_NEOX, "partial_rotary_factor": 0.5, "num_labels": 3},
+                "PhiForSequenceClassification", "score; no LM head (nor its bias)", False, 3),
+    "gptj-cls": ("GPTJConfig", {**_GPT, "n_head": 2, "rotary_dim": 4, "bos_token_id": 0,
+                                "eos_token_id": 0, "num_labels": 2},
+                 "GPTJForSequenceClassification", "score beside transformer.*, parallel "
+                 "block; no LM head (nor its bias)", False, 2),
+    "gemma2-cls": ("Gemma2Config", {**_GEMMA, "attn_logit_softcapping": 2.0,
+                                    "final_logit_softcapping": 3.0, "num_labels": 3},
+                   "Gemma2ForSequenceClassification", "score NOT soft-capped (the final "
+                   "logit cap is the LM head's), after the final (1 + w) RMSNorm", False, 3),
+    "gemma3-cls": ("Gemma3TextConfig", {**_GEMMA, "num_hidden_layers": 3,
+                                        "sliding_window_pattern": 3, "rope_theta": 50.0,
+                                        "rope_local_base_freq": 7.0, "num_labels": 2},
+                   "Gemma3TextForSequenceClassification", "score; model_type gemma3_text",
+                   False, 2),
+    "olmo2-cls": ("Olmo2Config", {**_PERI, "tie_word_embeddings": False, "num_labels": 3},
+                  "Olmo2ForSequenceClassification", "score after the output-norm model's "
+                  "final RMSNorm", False, 3),
 }  # fmt: skip
 
 
@@ -55,12 +86,19 @@ def _oracle(case: str):
     config_cls, kwargs, model_cls, _, _, _ = CASES[case]
     torch.manual_seed(sum(map(ord, case)))
     config = getattr(transformers, config_cls)(**kwargs)
+    if config_cls in _PERI_CONFIGS:
+        config._attn_implementation = "eager"  # Gemma-2's score soft-cap: transformers' own
     model = getattr(transformers, model_cls)(config).to(torch.float64).eval()
     with torch.no_grad():
         for parameter in model.parameters():
             parameter.normal_(0.0, 0.5)
-    _exact_float64(model)  # RMSNorm and RoPE tables in float64 (the decoders)
+    # RMSNorm (Gemma: 1 + w), RoPE tables, Gemma's √d and GPT-J's sinusoids in float64
+    _FLOAT64.get(config_cls, _exact_float64)(model)
     return model
+
+
+_PERI_CONFIGS = ("Gemma2Config", "Gemma3TextConfig", "Olmo2Config")
+_FLOAT64 = {"GPTJConfig": _gptj_float64, **dict.fromkeys(_PERI_CONFIGS, peri._exact_float64)}
 
 
 @pytest.fixture(scope="module", params=list(CASES))
@@ -70,7 +108,7 @@ def case(request, tmp_path_factory):
     folder = tmp_path_factory.mktemp(name)
     model.save_pretrained(folder)
     ids = torch.randint(3, 40, (B, N), generator=torch.Generator().manual_seed(1))
-    with torch.no_grad():
+    with torch.no_grad(), peri._softmax_in_float64():  # eager attention's float32 softmax
         out = model(ids, output_hidden_states=True)
     return name, folder, ids, out
 
@@ -106,6 +144,8 @@ def test_float64_equals_transformers(case):
         assert model.head is None and model.classifier.bias is None
         with pytest.raises(ValueError, match="has no language-model head"):
             model.logits(torch.zeros(N, 16, dtype=torch.float64))
+    if name == "gemma2-cls":  # beyond final_logit_softcapping 3: the cap is not the score's
+        assert float(out.logits.abs().max()) > 3.0
     _check(model, name, ids, out, 1e-12)
 
 
@@ -184,13 +224,22 @@ def test_a_classifier_without_its_pooler_is_named(tmp_path):
         load(tmp_path)
 
 
-def test_a_classifier_of_a_family_without_one_is_refused_by_name(tmp_path):
-    config = transformers.GPT2Config(vocab_size=40, n_positions=34, n_embd=16, n_layer=2,
-                                     n_head=4, num_labels=3)  # fmt: skip
-    transformers.GPT2ForSequenceClassification(config).save_pretrained(tmp_path)
+def test_a_classifier_of_a_family_without_one_is_refused_by_name(tmp_path, monkeypatch):
+    """Every family tpde reads has a sequence-classification head; an entry without one
+    (here gpt2's with ``classifiers`` emptied: a family added without its head) refuses a
+    ``*ForSequenceClassification`` checkpoint by name instead of misreading it."""
+    from tpde.pretrained import _config, architectures
+
+    entries = tuple(dataclasses.replace(a, classifiers=()) if a.family == "gpt2" else a
+                    for a in architectures.ARCHITECTURES)  # fmt: skip
+    monkeypatch.setattr(architectures, "ARCHITECTURES", entries)
+    monkeypatch.setattr(_config, "ARCHITECTURES", entries)
+    _oracle("gpt2-cls").save_pretrained(tmp_path)
     with pytest.raises(LoadError, match=r"architectures names GPT2ForSequenceClassification, "
                        r"a sequence-classification head tpde does not read for gpt2 models "
-                       r"\(it reads the heads of albert, bert, "):  # fmt: skip
+                       r"\(it reads the heads of albert, bert, gemma2, gemma3, gpt_neox, "
+                       r"gptj, llama, olmo2, phi, qwen2, qwen3\); load a checkpoint of the "
+                       r"base or language model"):  # fmt: skip
         load(tmp_path)
 
 

@@ -65,7 +65,8 @@ class Architecture:
         positions.
     causal : bool
     conv1d : bool
-        Linear weights stored (in, out) (GPT-2's Conv1D), transposed on reading.
+        The blocks' linear weights stored (in, out) (GPT-2's Conv1D), transposed on
+        reading; its task heads (``score``) are nn.Linear, stored (out, in).
     facts : dict
         What the files do not say and the entry fixes (documentation, and read by the
         builder: ``position_offset``, ``tied``, ``rope_base`` where no key holds it,
@@ -93,7 +94,8 @@ class Architecture:
         files hold. Roles ``classifier`` (labels × d, on the pooled first token) and, for
         a head with its own dense + tanh (RoBERTa), ``cls_dense``; ``"token": "last"``: on
         the last token of the final-normed states instead (the decoders' ``score``; such a
-        model has no language-model head).
+        model has no language-model head); ``"bias": False``: the head has no bias,
+        whatever ``biases`` says of the role ``classifier``.
     """
 
     family: str
@@ -216,6 +218,12 @@ _BERT_HONOURED = {
     "is_decoder": (False,),
     "add_cross_attention": (False,),
 }
+
+#: The decoders' *ForSequenceClassification head (transformers' GenericForSequenceClassification
+#: and GPT-2's and GPT-NeoX's own classes): ``score`` (no bias, beside the base model's
+#: prefix) on the last token of the final-normed states, no soft-cap (Gemma-2's
+#: final_logit_softcapping caps the language-model logits only), no language-model head.
+_SCORE_HEAD = ({"classifier": "score", "token": "last", "bias": False},)
 
 #: BertForMaskedLM's and RobertaForMaskedLM's heads (RoBERTa's σ is the erf GELU whatever
 #: hidden_act says: ``gelu`` in RobertaLMHead).

@@ -41,12 +41,17 @@ __all__ = ["ModelConfig", "build", "expected_shapes", "read_hyper"]
 
 _LINEAR = ("q", "k", "v", "o", "qkv", "gate", "up", "down", "fc1", "fc2", "embed_map",
            "mlm_dense", "pooler", "cls_dense", "classifier")  # fmt: skip
+#: The linear roles of a Conv1D checkpoint stored (in, out): the blocks' (GPT-2's task heads,
+#: ``score``, are nn.Linear, stored (out, in)).
+_CONV1D = ("q", "k", "v", "o", "qkv", "gate", "up", "down", "fc1", "fc2")
 _NORMS = ("attn_norm", "mlp_norm", "final_norm", "embed_norm", "q_norm", "k_norm", "mlm_norm",
           "attn_post_norm", "mlp_post_norm")  # fmt: skip
 
 
 # ---------------------------------------------------------------------- tensor names
 def _bias(entry: Architecture, role: str, raw: dict) -> bool:
+    if role == "classifier" and "bias" in next(iter(entry.classifiers), {}):
+        return entry.classifiers[0]["bias"]  # the decoders' score: none, whatever ``biases``
     flag = entry.biases.get(role, False)
     if isinstance(flag, tuple):  # (config key, default where the key is absent)
         return bool(raw.get(flag[0], flag[1]))
@@ -102,7 +107,7 @@ def expected_shapes(
             base = template.format(l=l, g=l // k, j=l % k) if per_layer else template
             shape = shapes[role]
             if role in _LINEAR:
-                stored = shape[::-1] if entry.conv1d else shape
+                stored = shape[::-1] if entry.conv1d and role in _CONV1D else shape
                 out[f"{base}.weight"] = (role, l, "weight", stored)
                 if _bias(entry, role, raw):
                     out[f"{base}.bias"] = (role, l, "bias", shape[:1])
@@ -172,7 +177,7 @@ def _gather(expected: dict, tensors: dict, entry: Architecture) -> dict:
     out = {}
     for name, (role, l, part, _) in expected.items():
         tensor = tensors[name]
-        if part == "weight" and role in _LINEAR and entry.conv1d:
+        if part == "weight" and role in _CONV1D and entry.conv1d:
             tensor = tensor.T.contiguous()
         out.setdefault((role, l), {"weight": None, "bias": None})[part] = tensor
     return out

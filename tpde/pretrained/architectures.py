@@ -11,8 +11,7 @@ new family is one entry here (docs: ``ARCHITECTURES``), never a branch in the lo
 family         model_type              norm       placement   attention, feed-forward, positions
 =============  ======================  =========  ==========  =====================================
 llama          llama, mistral          RMSNorm    pre         causal GQA + RoPE (half); SwiGLU;
-                                                              Mistral's sliding window; the
-                                                              score head (llama, qwen2, qwen3)
+                                                              Mistral's sliding window
 qwen2          qwen2                   RMSNorm    pre         as llama, with Q/K/V biases
 qwen3          qwen3                   RMSNorm    pre         as llama, per-head QK-RMSNorm
 gpt2           gpt2                    LayerNorm  pre         causal MHA with biases, fused QKV in
@@ -52,6 +51,10 @@ its Lie–Trotter step of size 1 with Euler sub-steps is the network's block. A 
 block (``parallel``: GPT-NeoX, Phi, GPT-J) is ``Sum([Parallel([Normalized(attention, N₁),
 Normalized(mlp, N₂)])])``, one part whose Euler step is x + Attn(N₁x) + F(N₂x) (N₂ = N₁
 where the block has one norm).
+
+Every decoder (all but bert and albert) reads the ``score`` head of its
+``*ForSequenceClassification`` (``_SCORE_HEAD``: W_s N_out(x_L)_{n−1}, the last token, no
+bias, no soft-cap); bert and albert read their classifiers on the pooled first token.
 """
 
 from __future__ import annotations
@@ -72,15 +75,12 @@ from tpde.pretrained._architecture import (
     _LLAMA_NAMES,
     _NO_WINDOW_HONOURED,
     _ROPE_HONOURED,
+    _SCORE_HEAD,
     ACTIVATIONS_HF,
     Architecture,
 )
 from tpde.pretrained.families_parallel import ALBERT, PARALLEL_BLOCKS
 from tpde.pretrained.families_peri import PERI_LN
-
-#: The decoders' *ForSequenceClassification head: ``score`` (no bias) on the last token of
-#: the final-normed states, no language-model head.
-_SCORE_HEAD = ({"classifier": "score", "token": "last"},)
 
 ARCHITECTURES: tuple[Architecture, ...] = (
     Architecture(
@@ -165,6 +165,7 @@ ARCHITECTURES: tuple[Architecture, ...] = (
         conv1d=True,
         buffers=(".attn.bias", ".attn.masked_bias"),
         facts={"position_offset": 0, "fused_qkv": "c_attn = [W_q | W_k | W_v] (in, 3d)"},
+        classifiers=_SCORE_HEAD,
     ),
     Architecture(
         family="bert",

@@ -8,6 +8,7 @@ from tpde.pretrained._architecture import (
     _BERT_HONOURED,
     _BERT_KEYS,
     _GPT_KEYS,
+    _SCORE_HEAD,
     REQUIRED,
     Architecture,
 )
@@ -66,6 +67,7 @@ PARALLEL_BLOCKS: tuple[Architecture, ...] = (
             "rotary": "fraction",
             "qkv_layout": "per_head",  # rows of head h: [q_h | k_h | v_h]
         },
+        classifiers=_SCORE_HEAD,
     ),
     Architecture(
         family="phi",
@@ -106,6 +108,7 @@ PARALLEL_BLOCKS: tuple[Architecture, ...] = (
             "norms": "one, shared",
             "qk_norm": "qk_layernorm: per-head LayerNorm (eps layer_norm_eps) before the rotary",
         },
+        classifiers=_SCORE_HEAD,
     ),
     Architecture(
         family="gptj",
@@ -142,6 +145,7 @@ PARALLEL_BLOCKS: tuple[Architecture, ...] = (
             "rope_base": 10000.0,  # fixed in GPT-J's code, no config key
             "norms": "one, shared",
         },
+        classifiers=_SCORE_HEAD,
     ),
 )
 

@@ -8,6 +8,7 @@ from tpde.pretrained._architecture import (
     _LLAMA_KEYS,
     _LLAMA_NAMES,
     _ROPE_HONOURED,
+    _SCORE_HEAD,
     REQUIRED,
     Architecture,
 )
@@ -67,6 +68,7 @@ PERI_LN: tuple[Architecture, ...] = (
         embed_scale=True,
         window_pattern=2,
         facts={"rope_style": "half", "pattern": "local, global, local, … (layer_types)"},
+        classifiers=_SCORE_HEAD,
     ),
     Architecture(
         family="gemma3",
@@ -96,6 +98,7 @@ PERI_LN: tuple[Architecture, ...] = (
             "pattern": "5 local : 1 global (sliding_window_pattern)",
             "qk_norm": "per head, gains 1 + w, before RoPE",
         },
+        classifiers=_SCORE_HEAD,
     ),
     Architecture(
         family="olmo2",
@@ -117,5 +120,6 @@ PERI_LN: tuple[Architecture, ...] = (
         causal=True,
         qk_norm_whole=True,
         facts={"rope_style": "half", "qk_norm": "RMSNorm over the whole projection"},
+        classifiers=_SCORE_HEAD,
     ),
 )

@@ -134,7 +134,7 @@ def _affine(x: torch.Tensor, weight: torch.Tensor, bias) -> torch.Tensor:
 class SequenceClassifier:
     r"""A sequence-classification head: class logits z = W_c p + b_c of one token's vector p
     (``*ForSequenceClassification``): the pooled first token (BERT, RoBERTa, ALBERT), or
-    the last token's final-normed state (Llama, Mistral, Qwen2/3's ``score``, no bias).
+    the last token's final-normed state (every decoder's ``score``, no bias, no soft-cap).
 
     Attributes
     ----------
