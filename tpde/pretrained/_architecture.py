@@ -94,8 +94,7 @@ class Architecture:
         files hold. Roles ``classifier`` (labels × d, on the pooled first token) and, for
         a head with its own dense + tanh (RoBERTa), ``cls_dense``; ``"token": "last"``: on
         the last token of the final-normed states instead (the decoders' ``score``; such a
-        model has no language-model head); ``"bias": False``: the head has no bias,
-        whatever ``biases`` says of the role ``classifier``.
+        model has no language-model head).
     """
 
     family: str
@@ -223,7 +222,7 @@ _BERT_HONOURED = {
 #: and GPT-2's and GPT-NeoX's own classes): ``score`` (no bias, beside the base model's
 #: prefix) on the last token of the final-normed states, no soft-cap (Gemma-2's
 #: final_logit_softcapping caps the language-model logits only), no language-model head.
-_SCORE_HEAD = ({"classifier": "score", "token": "last", "bias": False},)
+_SCORE_HEAD = ({"classifier": "score", "token": "last"},)
 
 #: BertForMaskedLM's and RobertaForMaskedLM's heads (RoBERTa's σ is the erf GELU whatever
 #: hidden_act says: ``gelu`` in RobertaLMHead).
@@ -260,8 +259,8 @@ _NO_WINDOW_HONOURED = {
     "use_sliding_window": (False,),
     "layer_types": ("full_attention",),
 }
-_ALL_BIASES = dict.fromkeys(
-    ("q", "k", "v", "o", "fc1", "fc2", "mlm_dense", "pooler", "cls_dense", "classifier"), True
-)
+_ALL_BIASES = dict.fromkeys(("q", "k", "v", "o", "fc1", "fc2", "mlm_dense"), True)
+#: BERT's and ALBERT's: every linear map biased, the pooler and classification heads too.
+_ENCODER_BIASES = {**_ALL_BIASES, "pooler": True, "cls_dense": True, "classifier": True}
 
 #: Every family tpde reads, in the order of the module table.

@@ -50,8 +50,6 @@ _NORMS = ("attn_norm", "mlp_norm", "final_norm", "embed_norm", "q_norm", "k_norm
 
 # ---------------------------------------------------------------------- tensor names
 def _bias(entry: Architecture, role: str, raw: dict) -> bool:
-    if role == "classifier" and "bias" in next(iter(entry.classifiers), {}):
-        return entry.classifiers[0]["bias"]  # the decoders' score: none, whatever ``biases``
     flag = entry.biases.get(role, False)
     if isinstance(flag, tuple):  # (config key, default where the key is absent)
         return bool(raw.get(flag[0], flag[1]))

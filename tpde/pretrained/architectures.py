@@ -69,6 +69,7 @@ from tpde.pretrained._architecture import (
     _BERT_KEYS,
     _BERT_MLM_HEADS,
     _BERT_NAMES,
+    _ENCODER_BIASES,
     _GATED_BIASES,
     _GPT_KEYS,
     _LLAMA_KEYS,
@@ -173,7 +174,7 @@ ARCHITECTURES: tuple[Architecture, ...] = (
         keys=_BERT_KEYS,
         honoured=_BERT_HONOURED,
         names=_BERT_NAMES,
-        biases=_ALL_BIASES,
+        biases=_ENCODER_BIASES,
         prefixes=("", "bert.", "roberta."),
         ignored=("cls.", "lm_head.", "classifier.", "qa_outputs."),  # heads not read (facts)
         buffers=("embeddings.position_ids",),  # transformers 4's stored arange
