@@ -20,7 +20,7 @@ import time
 
 import torch
 
-from tpde.experiments.common.circle_clusters import cluster_masses, points_masses
+from tpde.experiments.common import circle_clusters as cc
 from tpde.fields import Normalized, Softmax
 from tpde.flows import CircleSystem
 from tpde.measures import CircleDensity, uniform_on_sphere
@@ -56,8 +56,14 @@ def main() -> None:
         t = seconds(lambda mu=mu: field.particle_velocity(0.0, mu, mu.points, "spectral"), 3)
         ratios = ", ".join(f"×{t / pde[M]:.0f} over M = {M}" for M in grids)
         print(f"particles (spectral), N = {n}: {t:.4f} s ({ratios})")
-        c = seconds(lambda mu=mu: cluster_masses(points_masses(mu.points, 512), 17, 2.0, 0.05))
+        c = seconds(lambda mu=mu: count_clusters(mu.points))
         print(f"cluster count, N = {n}: {c:.4f} s (×{c / t:.3f} of one velocity evaluation)")
+
+
+def count_clusters(points: torch.Tensor) -> list[float]:
+    """The circle-pde study's default cluster count of one cloud (common/circle_clusters)."""
+    masses = cc.points_masses(points, cc.CELLS)
+    return cc.cluster_masses(masses, cc.WINDOW, cc.LEVEL, cc.MIN_SHARE)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,8 @@ import torch
 from tpde.measures import CircleDensity
 from tpde.theory import dominant_mode
 
+from ..common import circle_clusters as cc
+
 NAME = "circle-pde"
 ORDER = 11  # place in ``tpde run`` and in the report
 TITLE = "the circle PDE against particles: distance, rate in N, metastable plateaus"
@@ -36,10 +38,10 @@ class Config:
     rtol: float = 1e-6  # dopri5 for the particles
     atol: float = 1e-8
     bins: int = 256  # of the particles' histogram
-    cells: int = 512  # of the cluster counter (clusters.py)
-    window: int = 17  # cells of its moving average (odd)
-    level: float = 2.0  # in units of the uniform density
-    min_share: float = 0.05
+    cells: int = cc.CELLS  # of the cluster counter (common/circle_clusters.py)
+    window: int = cc.WINDOW  # cells of its moving average (odd)
+    level: float = cc.LEVEL  # in units of the uniform density
+    min_share: float = cc.MIN_SHARE
     min_plateau: float = 2.0
     seed: int = 0
 

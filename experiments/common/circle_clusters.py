@@ -48,6 +48,10 @@ import numpy as np
 import torch
 
 __all__ = [
+    "CELLS",
+    "LEVEL",
+    "MIN_SHARE",
+    "WINDOW",
     "Plateau",
     "cell_masses",
     "cluster_masses",
@@ -58,6 +62,11 @@ __all__ = [
 ]
 
 TWO_PI = 2 * math.pi
+
+#: The counter's settings the ``circle-pde`` study uses by default (its Config) and the
+#: benchmark times: cells on the circle, the moving average's width in cells (odd), the
+#: level in units of the uniform density, a cluster's smallest share of the mass.
+CELLS, WINDOW, LEVEL, MIN_SHARE = 512, 17, 2.0, 0.05
 
 
 def cell_masses(angles, weights, cells: int) -> np.ndarray:
