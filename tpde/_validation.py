@@ -7,6 +7,7 @@ trusts its inputs.
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Callable, Sequence
 
@@ -24,6 +25,8 @@ __all__ = [
     "check_psd",
     "check_real",
     "check_symmetric",
+    "checked_integer",
+    "checked_positive",
 ]
 
 
@@ -273,3 +276,22 @@ def _integer_tensor(value) -> torch.Tensor | None:
         # numpy data live on the CPU; as_positions moves them to the tokens' device
         return torch.as_tensor(array, device="cpu") if array.dtype.kind in "iu" else None
     return None
+
+
+def checked_integer(value, where: str, error: type, *, low: int = 1, said="received") -> int:
+    """``value`` as an int ≥ ``low``, else ``error`` naming ``where`` (the file and key) and
+    what it holds (``said``: "received", "the file holds"); a bool is not an integer."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise error(f"{where} must be an integer; {said} {value!r} ({type(value).__name__}).")
+    if value < low:
+        raise error(f"{where} must be an integer >= {low}; {said} {value}.")
+    return int(value)
+
+
+def checked_positive(value, where: str, error: type, *, said="received") -> float:
+    """``value`` as a finite float > 0, else ``error`` naming ``where`` and the value."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise error(f"{where} must be a number; {said} {value!r} ({type(value).__name__}).")
+    if not (math.isfinite(value) and value > 0):
+        raise error(f"{where} must be finite and > 0; {said} {value!r}.")
+    return float(value)

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tpde._validation import checked_integer, checked_positive
 from tpde.pretrained._architecture import REQUIRED
 from tpde.pretrained._folder import LoadError
-from tpde.pretrained._numbers import checked_integer, checked_positive
 from tpde.pretrained.architectures import ACTIVATIONS_HF, ARCHITECTURES, Architecture
 
 __all__ = ["ModelConfig", "read_hyper"]

@@ -29,9 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
+from tpde._validation import checked_integer, checked_positive
 from tpde.pretrained._gguf_file import read_container
 from tpde.pretrained._model import _require
-from tpde.pretrained._numbers import checked_integer, checked_positive
 
 __all__ = [
     "GGUFError",
