@@ -3,6 +3,8 @@ study and the ``theory_euler`` benchmark)."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 
@@ -24,6 +26,16 @@ def kernel_field(kernel: str, beta, d: int, *, rescale: bool = False) -> Field:
     if kernel == "sa":
         return Softmax.from_interaction(beta * eye, eye)
     return Exponential(beta * eye, eye, V, scale=1.0)
+
+
+def time_scale(kernel: str, beta):
+    """The factor :func:`kernel_field` with ``rescale`` puts on every rate: 1 for SA, e^{−β}
+    for USA (V = e^{−β}I). β a float (a float back) or an array (shape (nβ, 1) back)."""
+    if kernel == "sa":
+        return 1.0
+    if np.ndim(beta):
+        return np.exp(-np.asarray(beta, dtype=float))[:, None]
+    return math.exp(-beta)
 
 
 def fourier_modes(points: torch.Tensor, modes) -> torch.Tensor:

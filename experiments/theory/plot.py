@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import framework as fw
+from ..common.kernels import time_scale
 from .config import LAW_SCHEMES, LAW_TOL
 
 
@@ -91,7 +92,7 @@ def _plot_instability_s2(plt, out, config, arrays, results):
     kernel, beta = kernels[0], config["inst_betas"][len(config["inst_betas"]) // 2]
     tag = f"s2__{kernel}__{beta:g}"
     times, power, pred = (arrays[f"{tag}__{k}"] for k in ("times", "power", "predicted"))
-    scale = 1.0 if kernel == "sa" else math.exp(-beta)  # USA runs in rescaled time
+    scale = time_scale(kernel, beta)  # USA runs in rescaled time
     for k in range(power.shape[1]):
         axes[-1].semilogy(times, power[:, k] / power[0, k], "o", color=f"C{k}", ms=3,
                           label=f"k = {k + 1}")  # fmt: skip

@@ -22,7 +22,7 @@ from tpde.measures import uniform_on_sphere
 from tpde.theory import instability_rate
 
 from .. import framework as fw
-from ..common.kernels import fit_rate, kernel_field
+from ..common.kernels import fit_rate, kernel_field, time_scale
 
 __all__ = ["jackknife_se", "random_rates", "rate_results"]
 
@@ -59,7 +59,7 @@ def random_rates(
     seconds (the flow), power (T, K) (mean over seeds), times (T,).
     """
     ks = np.arange(1, modes + 1)
-    scale = 1.0 if kernel == "sa" else math.exp(-beta)  # USA runs rescaled (kernel_field)
+    scale = time_scale(kernel, beta)  # USA runs rescaled (kernel_field)
     rates = instability_rate(ks, beta, kernel=kernel, d=d) * scale
     horizon = math.log(level * tokens * 5) / (2 * rates.max())
     times = np.linspace(0.0, horizon, saves)

@@ -29,7 +29,7 @@ from tpde.theory import (
 )
 
 from .. import framework as fw
-from ..common.kernels import fourier_modes, kernel_field
+from ..common.kernels import fourier_modes, kernel_field, time_scale
 from ..common.schemes import scheme_object
 from .config import F64, LAW_SCHEMES, Config
 from .rates import random_rates, rate_results
@@ -151,7 +151,7 @@ def _lattice_protocol(config, kernel: str) -> dict:
     own = torch.as_tensor(modes).reshape(1, -1, 1)  # each element's own mode k
     z0, z1 = (torch.complex(m.points[..., 0], m.points[..., 1]) for m in traj.measures)
     m0, m1 = ((z.conj() ** own).mean(-1) for z in (z0, z1))
-    scale = np.exp(-betas)[:, None] if kernel == "usa" else 1.0
+    scale = time_scale(kernel, betas)
     measured = torch.log(m1.abs() / m0.abs()).numpy() / scale
     predicted = np.stack([instability_rate(modes, b, kernel=kernel) for b in betas])
     return {"betas": betas, "measured": measured, "predicted": predicted, "seconds": seconds,

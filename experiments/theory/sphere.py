@@ -37,7 +37,7 @@ from tpde.flows import integrate
 from tpde.measures import Empirical
 from tpde.theory import instability_rate
 
-from ..common.kernels import kernel_field
+from ..common.kernels import kernel_field, time_scale
 from .rates import random_rates, rate_results
 
 __all__ = ["forcing_rate", "harmonic_energy", "part_sphere", "zonal_grid"]
@@ -153,7 +153,7 @@ def _lattice_run(config, kernel: str) -> dict:
     c0, c1 = ((eval_legendre(own, m.points[..., 2].numpy()) * weights).sum(-1)
               .reshape(len(betas), len(modes), 2) for m in traj.measures)  # fmt: skip
     odd0, odd1 = ((c[..., 0] - c[..., 1]) / 2 for c in (c0, c1))
-    scale = np.exp(-betas)[:, None] if kernel == "usa" else 1.0
+    scale = time_scale(kernel, betas)
     measured = np.log(odd1 / odd0) / scale
     predicted = np.stack([instability_rate(modes, b, kernel=kernel, d=3) for b in betas])
     grid_mu = Empirical(x.expand(len(betas), 1, -1, -1), torch.as_tensor(weights))
