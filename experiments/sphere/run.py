@@ -24,7 +24,7 @@ from ..common.sphere_diagram import (
     systems_for,
 )
 from .config import BLOWUP_TRACE, DELTA, F64, Config
-from .sizes import crossing_time, run_sizes
+from .sizes import first_time_above, run_sizes
 
 
 # ---------------------------------------------------------------------- (a) phase diagram
@@ -47,8 +47,8 @@ def run_diagram(config: Config, d: int) -> tuple[dict, dict]:
         "rhs": table.rhs,
         "status": table.status,
         "final_density": table.mean[:, -1].tolist(),
-        "t_half": crossing_time(times, table.mean, None, 0.5, interpolate=False)[0].tolist(),
-        "t_99": crossing_time(times, table.mean, None, 0.99, interpolate=False)[0].tolist(),
+        "t_half": first_time_above(times, table.mean, 0.5).tolist(),
+        "t_99": first_time_above(times, table.mean, 0.99).tolist(),
         "max_se": float(table.se.max()),
     }
     return arrays, results
@@ -72,7 +72,7 @@ def run_large_diagram(config: Config) -> tuple[dict, dict]:
         "rhs": table.rhs,
         "status": table.status,
         "betas": betas.tolist(),
-        "t_half": crossing_time(times, table.mean, None, 0.5, interpolate=False)[0].tolist(),
+        "t_half": first_time_above(times, table.mean, 0.5).tolist(),
         "max_se": float(table.se.max()),
     }
     return arrays, results

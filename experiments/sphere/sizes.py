@@ -55,16 +55,25 @@ def systems_per_size(tokens: int, budget: int, minimum: int) -> int:
     return max(int(minimum), int(budget) // int(tokens) ** 2)
 
 
-def crossing_time(times, mean, se, level: float, *, interpolate: bool = True
-                  ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
-    """The first time each curve of ``mean`` (..., T) reaches ``level``, and its Monte-Carlo
-    error.
+def first_reached(table, level: float) -> np.ndarray:
+    """Per curve of ``table`` (..., T), the index of the first checkpoint ≥ ``level``
+    (-1: never)."""
+    reached = np.asarray(table, dtype=float) >= level
+    return np.where(reached.any(-1), reached.argmax(-1), -1)
 
-    ``interpolate=True``: linearly interpolated between the checkpoints around the crossing
-    (NaN: never, or already at t = times[0]), its error by the delta method: se(t) =
-    se(mean) / (slope of the curve) at the crossing (the standard errors ``se`` interpolated
-    alike). ``interpolate=False``: the first checkpoint where the curve is ≥ ``level``
-    (times[0] included; NaN: never), its error NaN (``se`` may be None).
+
+def first_time_above(times, table, level: float) -> np.ndarray:
+    """Per curve of ``table`` (..., T), the first checkpoint where it is ≥ ``level``
+    (times[0] included; NaN: never): the diagram's t_half and t_99."""
+    first = first_reached(table, level)
+    return np.where(first >= 0, np.asarray(times, dtype=float)[np.maximum(first, 0)], np.nan)
+
+
+def crossing_time(times, mean, se, level: float) -> tuple[np.ndarray, np.ndarray]:
+    """The first time each curve of ``mean`` (..., T) reaches ``level``, linearly
+    interpolated between the checkpoints around the crossing (NaN: never, or already at
+    t = times[0]), and its Monte-Carlo error by the delta method: se(t) = se(mean) / (slope
+    of the curve) at the crossing (the standard errors ``se`` interpolated alike).
 
     Returns
     -------
@@ -72,11 +81,7 @@ def crossing_time(times, mean, se, level: float, *, interpolate: bool = True
     """
     times = np.asarray(times, dtype=float)
     mean = np.asarray(mean, dtype=float)
-    reached = mean >= level
-    first = np.where(reached.any(-1), reached.argmax(-1), -1)
-    if not interpolate:
-        t = np.where(first >= 0, times[np.maximum(first, 0)], np.nan)
-        return t, np.full(t.shape, np.nan)
+    first = first_reached(mean, level)
     se = np.asarray(se, dtype=float)
     valid = first > 0
     k = np.maximum(first, 1)
