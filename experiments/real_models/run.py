@@ -55,17 +55,19 @@ def split_row(split: torch.Tensor, net: torch.Tensor) -> dict:
 
 
 def layer_row(model, mu: Empirical, delta: float) -> dict:
-    """Questions 1–4 for one sentence: per-layer split, norms, cosines, clusters, sink."""
+    """Questions 1–4 for one sentence: per-layer split, norms, cosines, clusters, sink, and
+    the network's placement curves (:func:`placement.row`, keys ``real_…``)."""
     net = model.hidden_states(mu)  # (L + 1, n, d)
     split = model.split(mu)  # (L, 2, n, d)
     layers = len(model.layers)
     sink = [model.attention_weights(net[l], l)[..., 1:, 0].mean() for l in range(layers)]
-    norms = net.norm(dim=-1).mean(-1)
+    real = placement.row(net, "real")  # radius and mean cosine per layer, among others
     return {
         **split_row(split, net),
-        "norm": (norms / norms[0]).numpy(),
+        **real,
+        "norm": real["real_radius"] / real["real_radius"][0],
         "update": np.array([_relative(net[l + 1], net[l]) for l in range(layers)]),
-        "cos": np.array([float(np.mean(nm.cosines(x))) for x in net]),
+        "cos": real["real_cos"],
         "clusters": angular_cluster_count(Empirical(net), delta).numpy().astype(float),
         "sink": torch.stack(sink).numpy(),
         "split_error": float(
@@ -120,7 +122,6 @@ def model_rows(name: str, model, sentences: list[str], config: Config) -> tuple[
         field, calibration = calibrated_field(name, model, [mu.points for mu in mus])
         for i, mu in enumerate(fw.progress(mus, f"real-models {name}")):
             row, net = layer_row(model, mu, config.cluster_delta)
-            row.update(placement.row(net, "real"))
             states, status = ideal.ideal_states(field, mu.points, layers, config.ideal_step)
             row.update(placement.row(states, "ideal"))
             statuses.append(status)
