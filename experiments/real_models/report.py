@@ -52,7 +52,7 @@ def _prediction_table(name: str, rows: list[dict], m: dict) -> str:
     return fw.markdown_table(header, escaped)
 
 
-def _placement_claims(r: dict, predictions: dict) -> list:
+def _placement_claims(predictions: dict) -> list:
     """One claim per model: the theory's predictions for its placement, with the numbers."""
     out = []
     for name, rows in predictions.items():
@@ -179,5 +179,5 @@ def report(out: Path) -> fw.Report:
         "its own input tokens of the first sentence.",
         *_placement_notes(r),
     ]
-    claims = [norms, flow, loop, *_placement_claims(r, predictions)]
+    claims = [norms, flow, loop, *_placement_claims(predictions)]
     return fw.Report(summary, claims, figures, tables=tables, notes=notes)
