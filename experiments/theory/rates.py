@@ -24,7 +24,7 @@ from tpde.theory import instability_rate
 from .. import framework as fw
 from ..common.kernels import fit_rate, kernel_field, time_scale
 
-__all__ = ["jackknife_se", "random_rates", "rate_results"]
+__all__ = ["forcing_rate_of", "jackknife_se", "random_rates", "rate_results"]
 
 
 def random_rates(
@@ -97,3 +97,12 @@ def rate_results(run: dict) -> dict:
         "rel_se": (run["se"] / run["predicted"]).tolist(),
         "growth": run["growth"].tolist(), "window": run["window"], "seconds": run["seconds"],
     }  # fmt: skip
+
+
+def forcing_rate_of(rates, k: int, feeds: Callable[[int, int, int], bool]) -> float:
+    """max λ_j + λ_l over the pairs 1 ≤ j ≤ l ≤ len(rates) whose product ``feeds(j, l, k)``
+    mode k: the growth rate of the quadratic forcing of mode k (−∞ where no pair feeds
+    it). ``rates``: λ_1, λ_2, … up to the largest mode searched."""
+    top = len(rates)
+    return max((rates[j - 1] + rates[l - 1] for j in range(1, top + 1)
+                for l in range(j, top + 1) if feeds(j, l, k)), default=-math.inf)  # fmt: skip

@@ -9,6 +9,7 @@ import numpy as np
 
 from .. import framework as fw
 from .config import LAW_SCHEMES, LAW_TOL, RATE_TOL, S2_LATTICE_FLOOR, S2_LATTICE_TOL
+from .rates import forcing_rate_of
 
 
 def report(out: Path) -> fw.Report:
@@ -98,10 +99,7 @@ def forcing_rate_circle(rates, k: int) -> float:
     """max λ_j + λ_l over the pairs whose product feeds Fourier mode k of a real density:
     a_j a_l (j + l = k) and a_j ā_l = a_j a_{−l} (|j − l| = k), 1 ≤ j, l ≤ len(rates) (the
     measured modes): the growth rate of the quadratic forcing of mode k."""
-    top = len(rates)
-    return max((rates[j - 1] + rates[l - 1] for j in range(1, top + 1)
-                for l in range(j, top + 1) if j + l == k or l - j == k),
-               default=-math.inf)  # fmt: skip
+    return forcing_rate_of(rates, k, lambda j, l, k: j + l == k or l - j == k)
 
 
 def rate_kind(rel: float, se: float, growth: float) -> str:

@@ -38,7 +38,7 @@ from tpde.measures import Empirical
 from tpde.theory import instability_rate
 
 from ..common.kernels import kernel_field, time_scale
-from .rates import random_rates, rate_results
+from .rates import forcing_rate_of, random_rates, rate_results
 
 __all__ = ["forcing_rate", "harmonic_energy", "part_sphere", "zonal_grid"]
 
@@ -93,10 +93,7 @@ def forcing_rate(rates, k: int) -> float:
     """max λ_j + λ_l over the degree pairs whose products hold degree k (Clebsch–Gordan:
     |j − l| ≤ k ≤ j + l, j + l + k even; j, l ≥ 1): the growth rate of the quadratic forcing
     of degree k. ``rates``: λ_1, λ_2, … up to the largest degree searched."""
-    top = len(rates)
-    return max((rates[j - 1] + rates[l - 1] for j in range(1, top + 1)
-                for l in range(j, top + 1) if l - j <= k <= j + l and (j + l + k) % 2 == 0),
-               default=-math.inf)  # fmt: skip
+    return forcing_rate_of(rates, k, lambda j, l, k: l - j <= k <= j + l and (j + l + k) % 2 == 0)
 
 
 def zonal_grid(degree: int) -> tuple[np.ndarray, np.ndarray]:
