@@ -37,6 +37,10 @@ SCALARS = ("ratio", "deviation", "r2_lin", "r2_exp", "slope", "span", "update_cv
            "cos_first", "cos_last", "cos_rising")  # fmt: skip
 SLOPE_RANGE = 1e-6  # the slope of (b) needs log r̄ to vary by more than this across layers
 FIXED = 1e-9  # (a) a radius within this relative range is fixed: its growth fits are NaN
+# An angle swept below this many units of the tokens' float rounding is 0: two unit vectors
+# of one direction differ by rounding (|û − v̂| ≈ 1e-16 in float64, 6e-8 in float32), whose
+# size depends on the CPU, and a slope fitted to those logs would be noise.
+ANGLE_ROUNDING = 64
 RULES = {
     "fixed": 0.05,  # (a) Post-LN: max |r_l/r_0 − 1| ≤ 0.05 holds, ≤ 0.5 partly
     "fixed_partly": 0.5,
@@ -53,14 +57,22 @@ def angles(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return 2 * torch.atan2((u - v).norm(dim=-1), (u + v).norm(dim=-1))
 
 
+def swept(x: torch.Tensor, y: torch.Tensor, eps: float) -> torch.Tensor:
+    """:func:`angles` with every angle below ``ANGLE_ROUNDING · eps`` (the rounding of the
+    tokens' own float type) set to 0: an angle no float computation resolves."""
+    a = angles(x, y)
+    return torch.where(a < ANGLE_ROUNDING * eps, torch.zeros_like(a), a)
+
+
 def curves(states: torch.Tensor) -> dict:
     """The per-layer curves of tokens ``states`` (L + 1, n, d) (module notes): radius and
     cos (L + 1,), angle, mid and update (L,)."""
+    eps = torch.finfo(states.dtype).eps if states.is_floating_point() else 0.0
     x = states.double()
     r = x.norm(dim=-1)  # (L + 1, n)
     return {
         "radius": r.mean(-1).numpy(),
-        "angle": angles(x[:-1], x[1:]).mean(-1).numpy(),
+        "angle": swept(x[:-1], x[1:], eps).mean(-1).numpy(),
         "mid": ((r[:-1] + r[1:]) / 2).mean(-1).numpy(),
         "update": ((x[1:] - x[:-1]).norm(dim=-1).mean(-1) / math.sqrt(x.shape[-1])).numpy(),
         "cos": np.array([float(np.mean(nm.cosines(p))) for p in x]),

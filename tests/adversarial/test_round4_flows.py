@@ -3,7 +3,6 @@ at the edges of float16 and of stiff particle flows. Each case failed before its
 (counts in the closing note of issue 28)."""
 
 import math
-import time
 import warnings
 
 import numpy as np
@@ -100,12 +99,10 @@ def test_a_cloud_in_large_units_stops_early_when_its_budget_cannot_reach_t1():
     # soon as its step size cannot reach t1 within what is left, naming the cause.
     X = torch.randn(16, 2, generator=torch.Generator().manual_seed(0), dtype=F64) * 1e6
     field = Softmax.from_interaction(-I2, I2)
-    start = time.perf_counter()
     with pytest.warns(RuntimeWarning, match="would need more than the .* steps left"):
         traj = integrate(field, Empirical(X), 0.1, max_steps=3000)
     assert traj.status == "max_steps" and float(traj.times[-1]) < 0.1
     assert traj.stats["n_steps"] + traj.stats["n_rejected"] < 3000
-    assert time.perf_counter() - start < 30
 
 
 def test_ngpt_with_a_huge_step_returns_under_the_default():
@@ -115,10 +112,11 @@ def test_ngpt_with_a_huge_step_returns_under_the_default():
     X = X / X.norm(dim=-1, keepdim=True)
     eye = torch.eye(d, dtype=F64)
     field = Normalized(Softmax.from_interaction(eye, eye), "ngpt", alpha=1e6)
-    start = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         traj = integrate(field, Empirical(X), 1.0)
-    assert time.perf_counter() - start < 30  # measured 0.1 s: "auto" switches to rodas4
+    # "auto" switches to rodas4, which needs few steps (the work, not the wall clock: measured
+    # 70 accepted and 14 rejected steps; an explicit method at α·h = 1e4 would need about 10⁶)
     assert traj.status == "completed" and traj.stats["switched_at"] is not None
+    assert traj.stats["n_steps"] + traj.stats["n_rejected"] < 1000
     assert torch.allclose(traj.final.points.norm(dim=-1), torch.ones(6, dtype=F64))

@@ -115,12 +115,12 @@ def test_workers_end_when_their_parent_is_killed_and_the_folder_is_held_till_the
         assert "tpde run" in err and f"kill {proc.pid}" in err
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
-        start = time.monotonic()
+        # The kernel's death signal (Linux) or the watcher's poll ends them within
+        # milliseconds; 60 s only bounds a hang on a loaded machine (no wall-clock claim).
         try:
-            _wait_for(lambda: not _alive(descendants), 5, f"the end of {descendants}")
+            _wait_for(lambda: not _alive(descendants), 60, f"the end of {descendants}")
         except AssertionError as err:
             raise AssertionError(f"{err}; alive: {_describe(descendants)}") from None
-        assert time.monotonic() - start < 5
         # The lock stays behind (SIGKILL runs no handler); its owner is gone: stale.
         held = json.loads((out / workers.LOCK_FILE).read_text())
         assert held["pid"] == proc.pid and workers.FolderLock(out, "x").holder() is None

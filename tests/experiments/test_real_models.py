@@ -217,6 +217,20 @@ def test_angles_are_right_for_tiny_and_opposite_pairs():
                           dtype=torch.float64), rtol=1e-6, atol=0)  # fmt: skip
 
 
+def test_an_angle_at_rounding_level_is_zero_on_any_cpu():
+    # Another CPU rounds a constant direction to angles of 1e-17 … 1e-16, not exactly 0: a
+    # spiral that turns by 2e-16 per layer (every angle nonzero) must read as an angle of 0.
+    placement = _study("placement")
+    c = placement.curves(_spiral(1.3 ** np.arange(12), 2e-16))
+    assert (c["angle"] == 0).all()
+    assert np.isnan(placement.scalars(c)["slope"])
+    # float32 tokens: the floor is float32's rounding (an angle of 1e-9 is below it) …
+    c32 = placement.curves(_spiral(1.3 ** np.arange(12), 1e-9).float())
+    assert (c32["angle"] == 0).all()
+    # … while float64 resolves the same 1e-9 turn
+    assert (placement.curves(_spiral(1.3 ** np.arange(12), 1e-9))["angle"] > 0).all()
+
+
 def _medians(**changes) -> dict:
     base = {"ratio": 5.0, "deviation": 4.0, "r2_lin": 0.99, "r2_exp": 0.9, "slope": -1.1,
             "span": 5.0, "update_cv": 0.1, "cos_first": 0.1, "cos_last": 0.9,
