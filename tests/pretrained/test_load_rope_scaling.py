@@ -13,6 +13,7 @@ every hidden state and the logits in float64 (measured: ≤ 1e-15), greedy token
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 
@@ -175,3 +176,22 @@ def test_gemma3_config_of_transformers_4(gemma3, tmp_path):
     model = load(tmp_path, dtype=torch.float64)
     ((ids, out),) = outputs.values()
     assert max(_errors(model, ids, out).values()) < 1e-12
+
+
+def test_float32_within_1e5(case):
+    _, folder, outputs = case
+    model = load(folder)
+    for ids, out in outputs.values():
+        assert max(_errors(model, ids, out).values()) < 1e-5
+
+
+def test_without_the_scaling_the_model_differs(case):
+    """The oracle is not vacuous: the same model with its RoPE unscaled is far from it at the
+    first (longest) length."""
+    _, folder, outputs = case
+    model = load(folder, dtype=torch.float64)
+    for layer in model.layers:
+        layer.attention.position = dataclasses.replace(layer.attention.position, scaling=None)
+    ids, out = next(iter(outputs.values()))
+    logits = model.logits(model.hidden_states(model.embed(ids)[0])[-1])
+    assert test_load._relative(logits, out.logits[0]) > 1e-4
