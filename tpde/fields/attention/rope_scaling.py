@@ -78,7 +78,8 @@ class RopeScaling:
     ``reads_length`` says whether θ' depends on the sequence length L.
     """
 
-    #: Its ``rope_type`` in transformers' configs (the key of :data:`ROPE_SCALINGS`).
+    # Its rope_type in transformers' configs, the key of ROPE_SCALINGS; not a documented
+    # attribute, so that the docs' cross-references to `name` stay unambiguous.
     name: ClassVar[str] = ""
     #: Whether the frequencies depend on the sequence length L.
     reads_length: ClassVar[bool] = False
