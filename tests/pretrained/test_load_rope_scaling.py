@@ -79,6 +79,13 @@ CASES = {
     "gemma3-linear": ("gemma3", "Gemma3TextConfig", {**_GEMMA3, "rope_scaling": {
                           "rope_type": "linear", "factor": 8.0}},
                       "Gemma3ForCausalLM", LinearScaling, (48,)),
+    "gemma3-yarn-local-linear": ("gemma3", "Gemma3TextConfig", {**_GEMMA3, "rope_parameters": {
+                                     "full_attention": {"rope_type": "yarn", "factor": 4.0,
+                                                        "original_max_position_embeddings": 16,
+                                                        "rope_theta": 50.0},
+                                     "sliding_attention": {"rope_type": "linear", "factor": 2.0,
+                                                           "rope_theta": 7.0}}},
+                                 "Gemma3ForCausalLM", YaRN, (48,)),
 }  # fmt: skip
 
 
@@ -157,6 +164,9 @@ def test_layers_carry_the_scaling(case):
     positions = [layer.attention.position for layer in load(folder).layers]
     if name == "gemma3-linear":
         assert [p.scaling for p in positions] == [None, None, LinearScaling(8.0)]
+        assert [p.base for p in positions] == [7.0, 7.0, 50.0]
+    elif name == "gemma3-yarn-local-linear":
+        assert [type(p.scaling) for p in positions] == [LinearScaling, LinearScaling, YaRN]
         assert [p.base for p in positions] == [7.0, 7.0, 50.0]
     else:
         assert all(type(p.scaling) is expected for p in positions)
