@@ -132,8 +132,6 @@ class Architecture:
 
 
 _ROPE_HONOURED = {
-    "rope_scaling": (None,),  # transformers 4: a dict for scaled RoPE variants
-    "rope_parameters.rope_type": ("default",),  # transformers 5
     "pretraining_tp": (1,),
     "mlp_bias": (False,),
     "hidden_act": ("silu",),

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tpde._validation import checked_integer, checked_positive
+from tpde.fields import rope_scaling_from_config
 from tpde.pretrained._architecture import REQUIRED
 from tpde.pretrained._folder import LoadError
 from tpde.pretrained.architectures import ACTIVATIONS_HF, ARCHITECTURES, Architecture
@@ -52,6 +53,9 @@ class ModelConfig:
         The blocks of a group, applied in order (ALBERT's ``inner_group_num``; else 1).
     labels : int or None
         The classes of a sequence-classification head (``id2label``); None: no such head.
+    rope_scaling : tuple (global, local) of RopeScaling or None
+        The RoPE scaling of the global and of the local layers (None: unscaled;
+        :func:`tpde.fields.rope_scaling_from_config`).
     """
 
     model_type: str
@@ -82,6 +86,7 @@ class ModelConfig:
     groups: int | None = None
     group_blocks: int = 1
     labels: int | None = None
+    rope_scaling: tuple = (None, None)
 
     @property
     def blocks(self) -> int:
@@ -104,6 +109,11 @@ class ModelConfig:
         if self.local_layers is not None and self.local_layers[l]:
             return self.rope_local_base
         return self.rope_base
+
+    def layer_rope_scaling(self, l: int):
+        """The RoPE scaling of layer l (its local one on a local layer), or None."""
+        local = self.local_layers is not None and self.local_layers[l]
+        return self.rope_scaling[1] if local else self.rope_scaling[0]
 
 
 # ---------------------------------------------------------------------- config
@@ -209,6 +219,13 @@ def read_hyper(raw: dict, entry: Architecture) -> ModelConfig:
             f"config.json: {keys.get('tied')} must be true or false; received {tied!r}."
         )
     extra = {**_peri_ln_hyper(raw, entry, got, keys), **_groups_and_labels(raw, entry)}
+    rotary_dims = _rotary_dims(raw, entry, got, keys, head_dim)
+    if entry.rotary and "rope_base" in entry.keys:  # RoPE read from config.json (not GPT-J's)
+        local = got.get("rope_local_base") not in (None, "=rope_base")  # Gemma-3: RoPE per type
+        extra["rope_scaling"] = rope_scaling_from_config(
+            raw, context=got["context"], dims=rotary_dims or head_dim, per_layer_type=local,
+            error=LoadError,
+        )  # fmt: skip
     return ModelConfig(
         **extra,
         model_type=str(raw.get("model_type")),
@@ -227,7 +244,7 @@ def read_hyper(raw: dict, entry: Architecture) -> ModelConfig:
         tied_embeddings=tied,
         type_vocab=_integer(got["type_vocab"], keys["type_vocab"]) if "type_vocab" in got else None,
         position_offset=offset,
-        rotary_dims=_rotary_dims(raw, entry, got, keys, head_dim),
+        rotary_dims=rotary_dims,
         parallel=_parallel(raw, entry),
         embedding_size=_integer(got["embedding_size"], keys["embedding_size"])
         if "embedding_size" in got

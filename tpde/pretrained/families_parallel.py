@@ -18,10 +18,7 @@ from tpde.pretrained._architecture import (
 _NEOX = "gpt_neox.layers.{l}."
 _PHI = "model.layers.{l}."
 _GPTJ = "transformer.h.{l}."
-_PARALLEL_HONOURED = {
-    "rope_scaling": (None,),
-    "rope_parameters.rope_type": ("default",),
-}
+_PARALLEL_HONOURED: dict = {}
 
 _NEOX_KEYS = {
     **_BERT_KEYS,

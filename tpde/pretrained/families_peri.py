@@ -43,10 +43,6 @@ _GEMMA_NAMES = {
 }
 
 _GEMMA_HONOURED = {
-    "rope_scaling": (None,),
-    "rope_parameters.rope_type": ("default",),
-    "rope_parameters.full_attention.rope_type": ("default",),
-    "rope_parameters.sliding_attention.rope_type": ("default",),
     "layer_types": ("sliding_attention", "full_attention"),
     "use_bidirectional_attention": (None, False),
 }
