@@ -1,0 +1,406 @@
+"""The nearest gradient field of real-form heads (MATH.md §12): oracles, scores, errors.
+
+Tolerances. Every oracle is float64; its weights are built so that the structure holds
+exactly in real arithmetic, and the residuals and gaps are ratios of O(d²k) rounded sums
+(≈ 1e-16 each): ROUND = 1e-12 leaves three orders of magnitude. "Far" is > 0.1: a random
+head's residuals and gaps are O(1) (measured 0.3–0.9 at these seeds).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from tpde.fields import (
+    GroupedQueryAttention,
+    Hardmax,
+    Linear,
+    Masked,
+    MultiHead,
+    NotAGradientFlow,
+    RoPE,
+    Sigmoid,
+    Sinkhorn,
+    Softmax,
+    StructuredAttention,
+    directionality_score,
+    dynamic_gap,
+    head_velocities,
+    nearest_gradient_field,
+    nearest_mobility,
+    symmetry_score,
+)
+from tpde.measures import Empirical, Gaussian
+
+F64 = torch.float64
+ROUND = 1e-12
+FAR = 0.1
+
+
+def _randn(g, *shape):
+    return torch.randn(*shape, generator=g, dtype=F64)
+
+
+def _psd(g, d, rank=None, sign=1):
+    G = _randn(g, d, rank or d)
+    return sign * (G @ G.mT / d)
+
+
+def _exact_head(g, d=6, k=3, sign=1, biases=True):
+    """A rank-k softmax head built as a gradient flow: W_K = S W_Q (S symmetric), so A is
+    symmetric of rank k; V = M A with M semidefinite; b_v with W_O b_v = M a (no drift)."""
+    Wq = _randn(g, k, d)
+    S = _randn(g, k, k)
+    Wk = (S + S.mT) @ Wq
+    scale = 1 / math.sqrt(k)
+    A = scale * Wk.mT @ Wq
+    M = _psd(g, d, sign=sign)
+    bq = _randn(g, k) if biases else None
+    a = scale * Wk.mT @ bq if biases else torch.zeros(d, dtype=F64)
+    bk = _randn(g, k) if biases else None
+    return Softmax(Wq, Wk, M @ A, query_bias=bq, key_bias=bk, value_bias=M @ a), M, A, a
+
+
+def _cloud(g, n=24, d=6, positions=False):
+    points = 0.5 * _randn(g, n, d)
+    return Empirical(points, positions=torch.arange(n) if positions else None)
+
+
+# ---------------------------------------------------------------------- scores
+def _saponati_symmetry(A):
+    """utils/scores.py of matteosaponati/attention-geometry, transcribed."""
+    SYM = 0.5 * (A + A.T)
+    score = (SYM**2).sum() / (A**2).sum()
+    return score
+
+
+def _saponati_directionality(A, num_std: int = 2):
+    """utils/scores.py of matteosaponati/attention-geometry, transcribed."""
+    row_norms = torch.norm(A, dim=1)
+    column_norms = torch.norm(A, dim=0)
+    row_threshold = row_norms.mean().item() + num_std * row_norms.std().item()
+    col_threshold = column_norms.mean().item() + num_std * column_norms.std().item()
+    row_excess = torch.sum(row_norms[row_norms > row_threshold] - row_threshold)
+    col_excess = torch.sum(column_norms[column_norms > col_threshold] - col_threshold)
+    denom_excess = col_excess + row_excess
+    if denom_excess == 0:
+        score = 0.0
+    else:
+        score = (col_excess - row_excess) / denom_excess
+    return score
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_scores_equal_saponati_transcription(seed):
+    g = torch.Generator().manual_seed(seed)
+    Wq, Wk = _randn(g, 4, 12), _randn(g, 4, 12)
+    Wk[:, seed] *= 8.0  # one dominant column (a key direction): directionality ≠ 0
+    W_qk = Wq.mT @ Wk
+    assert float(symmetry_score(W_qk)) == pytest.approx(
+        float(_saponati_symmetry(W_qk.numpy())), rel=1e-14
+    )
+    theirs = float(_saponati_directionality(W_qk))
+    assert float(directionality_score(W_qk)) == pytest.approx(theirs, rel=1e-12, abs=1e-15)
+    assert abs(theirs) > 0.05  # the dominant column is seen, the test is not of 0 = 0
+
+
+def test_symmetry_score_bounds():
+    g = torch.Generator().manual_seed(1)
+    B = _randn(g, 5, 5)
+    assert float(symmetry_score(B + B.mT)) == pytest.approx(1.0, abs=1e-15)
+    assert float(symmetry_score(B - B.mT)) == pytest.approx(0.0, abs=1e-15)
+    with pytest.raises(ValueError, match="square"):
+        symmetry_score(np.ones((2, 3)))
+
+
+# ---------------------------------------------------------------------- closed forms
+def test_nearest_mobility_exact_on_rank_deficient_interaction():
+    """V = M A_s with M ⪰ 0 coupling range and kernel: M_s A_s = V to rounding, M_s ⪰ 0."""
+    g = torch.Generator().manual_seed(2)
+    d, k = 7, 3
+    W = _randn(g, k, d)
+    A = W.mT @ torch.diag(torch.tensor([1.0, -2.0, 0.5], dtype=F64)) @ W
+    M = _psd(g, d)
+    near = nearest_mobility(A, M @ A)
+    V = M @ A
+    assert float((near.M_definite @ near.A_s - V).norm() / V.norm()) <= ROUND
+    assert near.sign == 1 and near.inertia == (k, 0, 0)
+    assert float(torch.linalg.eigvalsh(near.M_definite)[0]) >= -ROUND * float(M.norm())
+
+
+def test_nearest_mobility_is_the_least_squares_minimiser():
+    """Stationarity of ½‖V − MA_s‖² over symmetric M: sym((V − M*A_s)A_s) = 0."""
+    g = torch.Generator().manual_seed(3)
+    A, V = _randn(g, 6, 6), _randn(g, 6, 6)
+    near = nearest_mobility(A, V)
+    R = (V - near.M @ near.A_s) @ near.A_s
+    assert float((R + R.mT).norm()) <= ROUND * float(V.norm() * A.norm() ** 2)
+    assert float((near.M - near.M.mT).norm()) <= ROUND * float(near.M.norm())
+
+
+# ---------------------------------------------------------------------- one head
+@pytest.mark.parametrize("sign", [1, -1])
+def test_exact_rank_k_head_with_biases_is_at_rounding(sign):
+    g = torch.Generator().manual_seed(4)
+    head, *_ = _exact_head(g, sign=sign)
+    near, report = nearest_gradient_field(head)
+    h = report.heads[0]
+    assert report.exact and report.sum_structure == "one head", report.breaks
+    assert max(h.symmetry_residual, h.value_residual, h.definite_residual) <= ROUND
+    assert h.sign == sign and h.inertia == ((3, 0, 0) if sign == 1 else (0, 3, 0))
+    gap = dynamic_gap(head, _cloud(g))
+    assert float(gap.relative_gap) <= ROUND and float(gap.head_gaps[0]) <= ROUND
+    assert isinstance(near, StructuredAttention)
+
+
+def test_velocity_is_mobility_times_grad_log_kernel_plus_drift():
+    """Γ = M∇log K_μ + (u − Ma), log K_μ(x) = aᵀx + log Σ_j w_j e^{x_jᵀAx + aᵀx_j}, by
+    autograd against the Softmax field's own velocity (drift u − Ma ≠ 0 on purpose)."""
+    g = torch.Generator().manual_seed(5)
+    Wq = _randn(g, 3, 6)
+    Wk = torch.diag(torch.tensor([1.0, -0.5, 2.0], dtype=F64)) @ Wq
+    A = Wk.mT @ Wq / math.sqrt(3)
+    M, bq, u = _psd(g, 6), _randn(g, 3), _randn(g, 6)
+    a = Wk.mT @ bq / math.sqrt(3)
+    field = Softmax(Wq, Wk, M @ A, query_bias=bq, key_bias=_randn(g, 3), value_bias=u)
+    mu = _cloud(g)
+    x = mu.points.clone().requires_grad_(True)
+    keys = mu.points
+    log_k = x @ a + torch.logsumexp(x @ A.mT @ keys.mT + keys @ a + mu.weights.log(), dim=-1)
+    (grad,) = torch.autograd.grad(log_k.sum(), x)
+    expected = grad @ M.mT + (u - M @ a)
+    velocity = field.velocity(mu)
+    assert float((velocity - expected).norm() / velocity.norm()) <= ROUND
+    _, report = nearest_gradient_field(field)
+    assert any("drift" in b for b in report.breaks)
+    assert float(dynamic_gap(field, mu).relative_gap) <= ROUND  # the drift is kept
+
+
+@pytest.mark.parametrize("sign", [1, -1])
+def test_energy_dissipation_sign(sign):
+    """d𝓔/dt = Σ_i ∂𝓔/∂x_i · Γ_i = ‖Γ‖²_g ≥ 0 for 𝓔 = sE, the field's own Γ (w = 0)."""
+    g = torch.Generator().manual_seed(6)
+    head, *_ = _exact_head(g, sign=sign)
+    near, _ = nearest_gradient_field(head)
+    mu = _cloud(g)
+    x = mu.points.clone().requires_grad_(True)
+    (grad,) = torch.autograd.grad(near.energy(mu.with_points(x)), x)
+    velocity = head.velocity(mu)
+    rate = (grad * velocity).sum()
+    predicted = near.metric_norm2(mu, velocity)
+    assert float(rate) > 0
+    assert float((rate - predicted).abs() / predicted) <= 1e-10  # pinv of M: cond(M)·eps
+
+
+def test_random_head_is_far():
+    g = torch.Generator().manual_seed(7)
+    head = Softmax(_randn(g, 3, 6), _randn(g, 3, 6), _randn(g, 6, 6))
+    _, report = nearest_gradient_field(head)
+    h = report.heads[0]
+    assert h.symmetry_residual > FAR and h.definite_residual > FAR and not report.exact
+    assert float(dynamic_gap(head, _cloud(g)).relative_gap) > FAR
+
+
+# ---------------------------------------------------------------------- sums
+def _block_heads(g, d=6, blocks=((0, 1, 2), (3, 4, 5))):
+    """Heads on orthogonal coordinate blocks, each exact with its own biases."""
+    heads = []
+    for idx in blocks:
+        E = torch.eye(d, dtype=F64)[list(idx)]
+        Wq = _randn(g, 2, len(idx)) @ E
+        S = _randn(g, 2, 2)
+        Wk = (S + S.mT) @ Wq
+        A = Wk.mT @ Wq / math.sqrt(2)
+        M = E.mT @ _psd(g, len(idx)) @ E
+        bq = _randn(g, 2)
+        a = Wk.mT @ bq / math.sqrt(2)
+        heads.append(Softmax(Wq, Wk, M @ A, query_bias=bq, value_bias=M @ a))
+    return heads
+
+
+def test_multihead_orthogonal_and_shared_sums_are_exact():
+    g = torch.Generator().manual_seed(8)
+    mu = _cloud(g)
+    orthogonal = MultiHead(_block_heads(g))
+    _, report = nearest_gradient_field(orthogonal)
+    assert report.exact and report.sum_structure == "orthogonal classes", report.breaks
+    assert float(dynamic_gap(orthogonal, mu).relative_gap) <= ROUND
+    head, _, A, _ = _exact_head(g, biases=False)
+    M2 = _psd(g, 6)
+    shared = MultiHead([head, Softmax(head.params.Q, head.params.K, M2 @ A)])
+    _, report = nearest_gradient_field(shared)
+    assert report.exact and report.sum_structure == "shared interaction"
+    assert float(dynamic_gap(shared, mu).relative_gap) <= ROUND
+
+
+def test_multihead_of_exact_overlapping_heads_is_not_one_flow():
+    g = torch.Generator().manual_seed(9)
+    heads = [_exact_head(g)[0], _exact_head(g)[0]]
+    field = MultiHead(heads, W=torch.stack([torch.eye(6, dtype=F64)] * 2), bias=_randn(g, 6))
+    _, report = nearest_gradient_field(field)
+    assert report.sum_structure == "none" and all(h.exact for h in report.heads)
+    gap = dynamic_gap(field, _cloud(g))
+    assert float(gap.head_gaps.max()) <= ROUND  # each head is still its own gradient flow
+
+
+def _gqa(g, d=8, dh=2, heads=4, kv_heads=2, shared=False, **options):
+    """GQA whose groups live on orthogonal coordinate blocks and whose heads are exact:
+    W_Q^h = S_h W_K^g (S_h symmetric), W_V^g = W_K^g, W_O^h = c N_h W_K^gᵀ S_h (N_h ⪰ 0 on
+    the group's block). ``shared``: one S per group (its heads share A, not M)."""
+    c = 1 / math.sqrt(dh)
+    block = d // kv_heads
+    Wk, Wv, Wq, Wo = [], [], [], []
+    for grp in range(kv_heads):
+        E = torch.eye(d, dtype=F64)[grp * block : (grp + 1) * block]
+        K = _randn(g, dh, block) @ E
+        Wk.append(K)
+        Wv.append(K)
+        S = _randn(g, dh, dh)
+        for _ in range(heads // kv_heads):
+            N = E.mT @ _psd(g, block) @ E
+            if not shared:
+                S = _randn(g, dh, dh)
+            S = 0.5 * (S + S.mT)
+            Wq.append(S @ K)
+            Wo.append(c * N @ K.mT @ S)
+    return GroupedQueryAttention(
+        torch.cat(Wq), torch.cat(Wk), torch.cat(Wv), torch.cat(Wo, dim=1), heads, kv_heads,
+        **options,
+    )  # fmt: skip
+
+
+def test_gqa_head_velocities_sum_to_the_field():
+    g = torch.Generator().manual_seed(10)
+    field = _gqa(g, causal=True, position=RoPE(), bo=_randn(g, 8))
+    mu = _cloud(g, d=8, positions=True)
+    total = sum(head_velocities(field, mu)) + field.params.at(0.0, mu.points)[-1]
+    velocity = field.velocity(mu)
+    assert float((total - velocity).norm() / velocity.norm()) <= ROUND
+
+
+def test_gqa_sharing_groups_are_at_rounding():
+    """Groups on orthogonal blocks, the heads of a group sharing A (not M): one flow."""
+    g = torch.Generator().manual_seed(11)
+    mu = _cloud(g, d=8)
+    field = _gqa(g, shared=True, causal=False)
+    _, report = nearest_gradient_field(field)
+    assert report.exact and report.sum_structure == "orthogonal classes", report.breaks
+    assert float(dynamic_gap(field, mu).relative_gap) <= ROUND
+    # heads of a group with their own A: each exact, their sum not one flow
+    field = _gqa(g, causal=False)
+    _, report = nearest_gradient_field(field)
+    assert report.sum_structure == "none" and all(h.exact for h in report.heads)
+    assert float(dynamic_gap(field, mu).head_gaps.max()) <= ROUND
+
+
+def test_gqa_causal_and_random_rope_are_measured_not_raised():
+    g = torch.Generator().manual_seed(12)
+    field = _gqa(g, causal=True)
+    mu = _cloud(g, d=8, positions=True)
+    _, report = nearest_gradient_field(field)
+    assert any("causal" in b for b in report.breaks)
+    gap = dynamic_gap(field, mu)
+    assert 0 < float(gap.relative_gap) < math.inf
+    rand = GroupedQueryAttention(
+        _randn(g, 8, 8), _randn(g, 4, 8), _randn(g, 4, 8), _randn(g, 8, 8), 4, 2,
+        position=RoPE(), causal=False,
+    )  # fmt: skip
+    _, report = nearest_gradient_field(rand)
+    assert all(h.rope_residual > FAR for h in report.heads)
+    assert any("RoPE" in b for b in report.breaks)
+    assert float(dynamic_gap(rand, mu).relative_gap) > FAR
+
+
+def test_rope_head_where_it_holds_is_at_rounding():
+    """W_K = W_Q (the pair kernel is symmetric at every offset) and a mobility that kills
+    the rotated directions (partial rotary: only the first r = 2 of d_h = 4 rotate)."""
+    g = torch.Generator().manual_seed(13)
+    d, dh, r = 6, 4, 2
+    W = torch.zeros(dh, d, dtype=F64)
+    W[:r, :2] = _randn(g, r, 2)  # rotated rows read coordinates 0, 1
+    W[r:, 2:] = _randn(g, dh - r, d - 2)  # the others read 2 … 5
+    M = torch.zeros(d, d, dtype=F64)
+    M[2:, 2:] = _psd(g, d - 2)
+    c = 1 / math.sqrt(dh)
+    field = GroupedQueryAttention(W, W, W, c * M @ W.mT, 1, 1, position=RoPE(dims=r),
+                                  causal=False)  # fmt: skip
+    _, report = nearest_gradient_field(field)
+    assert report.exact, report.breaks
+    assert report.heads[0].rope_residual <= ROUND
+    mu = Empirical(0.5 * _randn(g, 16, d), positions=torch.arange(16))
+    assert float(dynamic_gap(field, mu).relative_gap) <= ROUND
+
+
+def test_masked_softmax_reports_the_mask():
+    g = torch.Generator().manual_seed(14)
+    head, *_ = _exact_head(g)
+    _, report = nearest_gradient_field(Masked(head))
+    assert report.heads[0].symmetry_residual <= ROUND
+    assert report.breaks == ("causal mask: a one-sided kernel has no interaction energy",)
+    mu = Empirical(_cloud(g).points, positions=torch.arange(24) / 23)
+    assert float(dynamic_gap(Masked(head), mu).relative_gap) > 1e-3
+
+
+def test_sinkhorn_head_nearest_is_sinkhorn():
+    """A = scale·KᵀQ symmetric, V = MA: the nearest field is the same Sinkhorn field up to
+    rounding of A_s and M_sA_s; both stop their iterations at tol 1e-6 on the same
+    scalings, so the velocities agree far below the tolerance (measured ~1e-15)."""
+    g = torch.Generator().manual_seed(15)
+    Q = _randn(g, 4, 4)
+    M = _psd(g, 4)
+    field = Sinkhorn(Q, Q, M @ (Q.mT @ Q) / 2, tol=1e-12)
+    near, report = nearest_gradient_field(field)
+    assert isinstance(near, Sinkhorn) and report.exact
+    assert float(dynamic_gap(field, _cloud(g, d=4)).relative_gap) <= 1e-9
+
+
+# ---------------------------------------------------------------------- errors
+@pytest.mark.parametrize(
+    ("cls", "lacks"),
+    [(Sigmoid, "a normalisation"), (Linear, "an exponential kernel"),
+     (Hardmax, "a smooth partition function")],
+)  # fmt: skip
+def test_non_softmax_heads_name_what_they_lack(cls, lacks):
+    g = torch.Generator().manual_seed(16)
+    field = cls(_randn(g, 2, 4), _randn(g, 2, 4), _randn(g, 4, 4))
+    with pytest.raises(NotAGradientFlow, match=f"lacks {lacks}"):
+        nearest_gradient_field(field)
+    with pytest.raises(NotAGradientFlow, match="lacks"):
+        nearest_gradient_field(MultiHead([field]))
+
+
+def test_bad_inputs_raise():
+    g = torch.Generator().manual_seed(17)
+    head, *_ = _exact_head(g)
+    with pytest.raises(TypeError, match="tpde attention field"):
+        nearest_gradient_field("softmax")
+    with pytest.raises(NotAGradientFlow, match="batched parameters"):
+        nearest_gradient_field(Softmax(_randn(g, 2, 2, 4), _randn(g, 2, 2, 4), _randn(g, 2, 4, 4)))
+    with pytest.raises(NotAGradientFlow, match="not a single head"):
+        nearest_gradient_field(MultiHead([MultiHead([head, head])]))
+    sink = Sinkhorn(_randn(g, 2, 6), _randn(g, 2, 6), _randn(g, 6, 6))
+    with pytest.raises(NotAGradientFlow, match="sums of Sinkhorn heads"):
+        nearest_gradient_field(MultiHead([sink, sink]))
+    with pytest.raises(NotAGradientFlow, match="not read as softmax or Sinkhorn heads"):
+        nearest_gradient_field(head + head)
+    with pytest.raises(TypeError, match="pass an Empirical"):
+        dynamic_gap(head, Gaussian(torch.zeros(6, dtype=F64), torch.eye(6, dtype=F64)))
+    with pytest.raises(TypeError, match="head_velocities takes a tpde field"):
+        head_velocities("softmax", _cloud(g))
+    _, report = nearest_gradient_field(head)
+    with pytest.raises(ValueError, match="scores takes one of"):
+        report.scores("breaks")
+    assert report.scores("symmetry").shape == (1,)
+
+
+def test_rope_structured_head_needs_positions():
+    g = torch.Generator().manual_seed(18)
+    field = _gqa(g, causal=False, position=RoPE())
+    near, _ = nearest_gradient_field(field)
+    with pytest.raises(ValueError, match="needs token positions"):
+        near.energy(_cloud(g, d=8))
+    with pytest.raises(TypeError, match="computed on particles"):
+        near.energy(Gaussian(torch.zeros(8, dtype=F64), torch.eye(8, dtype=F64)))
