@@ -25,6 +25,7 @@ from tpde.pretrained.minilm import (
     load_minilm,
 )
 from tpde.pretrained.smollm2 import SmolLM2, load_smollm2
+from tpde.pretrained.structure import ModelStructure, model_structure
 from tpde.pretrained.transformer import (
     DecoderLayer,
     Embedding,
@@ -44,6 +45,7 @@ __all__ = [
     "LayerNormWeights",
     "LoadError",
     "MiniLM",
+    "ModelStructure",
     "Pooler",
     "SequenceClassifier",
     "SmolLM2",
@@ -56,4 +58,5 @@ __all__ = [
     "load_gemma3_270m",
     "load_minilm",
     "load_smollm2",
+    "model_structure",
 ]

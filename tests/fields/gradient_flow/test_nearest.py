@@ -202,6 +202,11 @@ def test_random_head_is_far():
     h = report.heads[0]
     assert h.symmetry_residual > FAR and h.definite_residual > FAR and not report.exact
     assert float(dynamic_gap(head, _cloud(g)).relative_gap) > FAR
+    with pytest.raises(NotAGradientFlow, match=r"nearest_gradient_field\(field\)"):
+        head.gradient_structure()  # the yes/no question points to its quantitative form
+    biased, *_ = _exact_head(g)
+    with pytest.raises(NotAGradientFlow, match=r"with biases.*nearest_gradient_field"):
+        biased.gradient_structure()
 
 
 # ---------------------------------------------------------------------- sums
@@ -339,7 +344,7 @@ def test_masked_softmax_reports_the_mask():
     head, *_ = _exact_head(g)
     _, report = nearest_gradient_field(Masked(head))
     assert report.heads[0].symmetry_residual <= ROUND
-    assert report.breaks == ("causal mask: a one-sided kernel has no interaction energy",)
+    assert report.breaks == ("head 0: causal mask: a one-sided kernel has no interaction energy",)
     mu = Empirical(_cloud(g).points, positions=torch.arange(24) / 23)
     assert float(dynamic_gap(Masked(head), mu).relative_gap) > 1e-3
 

@@ -96,7 +96,7 @@ class StructureReport:
     heads : tuple of :class:`HeadStructure`, in the field's head order.
     sum_structure : "one head", "shared interaction", "orthogonal classes" or "none"
         (module notes: when the sum of exact heads is one gradient flow).
-    breaks : every break of the heads, and of the sum, without repeats.
+    breaks : every break, "head h: …" for the heads', then the sum's.
     """
 
     heads: tuple[HeadStructure, ...]
@@ -116,7 +116,7 @@ class StructureReport:
             ]
             raise ValueError(f"scores takes one of {', '.join(numeric)}; received {name!r}.")
         values = [getattr(h, name) for h in self.heads]
-        return torch.tensor([float("nan") if v is None else v for v in values])
+        return torch.tensor([float("nan") if v is None else v for v in values], dtype=torch.float64)
 
 
 def nearest_gradient_field(field, *, t: float = 0.0, rtol: float = 1e-10):
@@ -154,13 +154,13 @@ def nearest_gradient_field(field, *, t: float = 0.0, rtol: float = 1e-10):
     else:
         near = StructuredAttention(structured, drift)
     case = _sum_structure(structured, rtol)
-    breaks = [b for r in reports for b in r.breaks]
+    breaks = [f"head {h}: {b}" for h, r in enumerate(reports) for b in r.breaks]
     if case == "none":
         breaks.append("sum of heads: not one gradient flow (no shared interaction, ranges "
                       "not orthogonal)")  # fmt: skip
     if len(heads) > 1 and float(drift.norm()) > rtol * _scale(heads):
         breaks.append("sum of heads: a constant drift w = Σ_h(u_h − M_h a_h) + b_O ≠ 0")
-    report = StructureReport(tuple(reports), case, tuple(dict.fromkeys(breaks)))
+    report = StructureReport(tuple(reports), case, tuple(breaks))
     return near, report
 
 

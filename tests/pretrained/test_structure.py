@@ -1,0 +1,121 @@
+"""model_structure on tiny random models loaded by tpde.pretrained.load (MATH.md §12).
+
+Two families read from their own files: Llama (GQA 4/2, RoPE, causal, all four attention
+biases, Pre-RMSNorm) and BERT (Post-LayerNorm encoder, biases, no positions in the scores).
+The weights-only scores are checked against Saponati et al.'s formulas applied to the
+transformers model's own q_proj/k_proj rows (an independent read of the checkpoint); the
+dynamic part against the network's own per-sublayer split. Random weights are not
+structured: every head is far (> 0.1).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tpde.pretrained import ModelStructure, load, model_structure
+
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("safetensors")
+
+F64 = torch.float64
+N = 9
+FAR = 0.1
+_SMALL = {"vocab_size": 40, "num_hidden_layers": 2, "max_position_embeddings": 32,
+          "hidden_size": 16, "intermediate_size": 24, "num_attention_heads": 4}  # fmt: skip
+FAMILIES = {
+    "llama": ("LlamaConfig", {**_SMALL, "num_key_value_heads": 2, "attention_bias": True,
+                              "tie_word_embeddings": False}, "LlamaForCausalLM"),
+    "bert": ("BertConfig", _SMALL, "BertModel"),
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module", params=list(FAMILIES))
+def case(request, tmp_path_factory):
+    family = request.param
+    config_cls, kwargs, model_cls = FAMILIES[family]
+    torch.manual_seed(sum(map(ord, family)))
+    oracle = getattr(transformers, model_cls)(getattr(transformers, config_cls)(**kwargs))
+    oracle = oracle.to(F64).eval()
+    with torch.no_grad():
+        for parameter in oracle.parameters():
+            parameter.normal_(0.0, 0.5)
+    folder = tmp_path_factory.mktemp(family)
+    oracle.save_pretrained(folder)
+    model = load(folder, dtype=F64)
+    mu = model.embed(torch.arange(3, 3 + N))[0]
+    return family, oracle, model, mu, model_structure(model, mu)
+
+
+def _saponati_symmetry(A):
+    SYM = 0.5 * (A + A.T)
+    return (SYM**2).sum() / (A**2).sum()
+
+
+def _query_key_rows(oracle, family: str, layer: int):
+    """(W_Q, W_K) of every query head, from the transformers modules (repeat_kv order)."""
+    if family == "llama":
+        attention = oracle.model.layers[layer].self_attn
+        q, k = attention.q_proj.weight, attention.k_proj.weight
+        heads, kv = oracle.config.num_attention_heads, oracle.config.num_key_value_heads
+    else:
+        attention = oracle.encoder.layer[layer].attention.self
+        q, k = attention.query.weight, attention.key.weight
+        heads = kv = oracle.config.num_attention_heads
+    dh = q.shape[0] // heads
+    return [
+        (q[h * dh : (h + 1) * dh], k[(h // (heads // kv)) * dh : (h // (heads // kv) + 1) * dh])
+        for h in range(heads)
+    ]  # fmt: skip
+
+
+def test_every_layer_and_head_is_reported(case):
+    _, oracle, model, _, result = case
+    assert isinstance(result, ModelStructure)
+    layers, heads = len(model.layers), oracle.config.num_attention_heads
+    assert result.places == tuple((l, 0) for l in range(layers))
+    for name in ("symmetry", "directionality", "symmetry_residual", "definite_residual",
+                 "dynamic_gap"):  # fmt: skip
+        table = result.table(name)
+        assert table.shape == (layers, heads) and bool(torch.isfinite(table).all()), name
+
+
+def test_scores_equal_saponati_on_the_checkpoint_rows(case):
+    family, oracle, _, _, result = case
+    for l in range(len(result.reports)):
+        mine = result.table("symmetry")[l]
+        theirs = [
+            float(_saponati_symmetry((q.T @ k).detach().numpy()))
+            for q, k in _query_key_rows(oracle, family, l)
+        ]
+        assert torch.allclose(mine, torch.tensor(theirs, dtype=F64), rtol=1e-12, atol=0)
+
+
+def test_random_weights_are_far_from_the_structure(case):
+    family, _, _, _, result = case
+    assert float(result.table("definite_residual").min()) > FAR
+    assert float(result.table("dynamic_gap").min()) > FAR
+    causal = any("causal mask" in b for b in result.reports[0].breaks)
+    rope = any("RoPE" in b for b in result.reports[0].breaks)
+    assert causal == rope == (family == "llama")
+
+
+def test_dynamic_gap_reads_the_tokens_the_sublayer_reads(case):
+    """Pre-norm: the attention velocity on N₁(x_l) is the split's first sub-step v_{l,0}."""
+    family, _, model, mu, result = case
+    if family != "llama":
+        pytest.skip("a Post-norm sub-step is N(x + f(x)) − x, not f: checked on Pre-norm")
+    split = model.split(mu)
+    for l, gap in enumerate(result.gaps):
+        expected = split[l, 0]
+        assert float((gap.velocity - expected).norm() / expected.norm()) <= 1e-12
+
+
+def test_bad_inputs(case):
+    _, _, model, _, _ = case
+    with pytest.raises(TypeError, match=r"tpde\.pretrained\.Transformer"):
+        model_structure(model.layers[0])
+    weights_only = model_structure(model)
+    assert weights_only.gaps is None
+    with pytest.raises(ValueError, match="without tokens"):
+        weights_only.table("dynamic_gap")

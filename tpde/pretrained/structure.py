@@ -1,0 +1,111 @@
+r"""How much of a loaded model's attention is a gradient flow, layer by layer and head by head.
+
+For every attention sublayer of a :class:`~tpde.pretrained.Transformer` (each block of an
+ALBERT layer group too), :func:`model_structure` projects its heads onto the gradient structure
+(:func:`tpde.fields.nearest_gradient_field`: weights only) and, given a token measure,
+measures the dynamic gap (:func:`tpde.fields.dynamic_gap`) on the tokens that sublayer reads
+in the network: x_{l,k} = x_l + Σ_{k' < k} v_{l,k'} from the per-sublayer split
+(:meth:`Transformer.split`), then N₁(x) for a Pre-norm sublayer, x for a Post-norm one
+(MATH.md §8). Positions, masks, GQA, RoPE, QK-norms and soft-caps are the loaded fields'
+own; nothing here depends on the family.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from tpde.fields import dynamic_gap, nearest_gradient_field
+from tpde.measures import Empirical
+from tpde.pretrained.transformer import Transformer
+
+__all__ = ["ModelStructure", "model_structure"]
+
+
+@dataclass(frozen=True)
+class ModelStructure:
+    """Result of :func:`model_structure`, one entry per attention sublayer in depth order.
+
+    Attributes
+    ----------
+    places : tuple of (layer, block) pairs (block 0 unless the layer is an ALBERT group).
+    reports : tuple of :class:`~tpde.fields.StructureReport` (weights only).
+    gaps : tuple of :class:`~tpde.fields.DynamicGap`, or None without a token measure.
+    """
+
+    places: tuple[tuple[int, int], ...]
+    reports: tuple
+    gaps: tuple | None
+
+    def table(self, name: str) -> torch.Tensor:
+        """A per-head score of every sublayer, (S, H) float64 (H the most heads of a
+        sublayer; NaN-padded): a :class:`~tpde.fields.HeadStructure` attribute such as
+        ``"symmetry"``, or ``"dynamic_gap"`` (the per-head gaps, with a token measure)."""
+        if name == "dynamic_gap":
+            if self.gaps is None:
+                raise ValueError(
+                    "this ModelStructure was computed without tokens: pass mu to "
+                    "model_structure for the dynamic gaps."
+                )
+            rows = [gap.head_gaps.detach().to(torch.float64).cpu() for gap in self.gaps]
+        else:
+            rows = [report.scores(name) for report in self.reports]
+        width = max(len(r) for r in rows)
+        out = torch.full((len(rows), width), float("nan"), dtype=torch.float64)
+        for i, row in enumerate(rows):
+            out[i, : len(row)] = row
+        return out
+
+
+def model_structure(model, mu: Empirical | None = None, *, engine: str = "auto"):
+    """The gradient structure of every attention sublayer of a loaded model (module notes).
+
+    Parameters
+    ----------
+    model : :class:`~tpde.pretrained.Transformer` (from :func:`tpde.pretrained.load`).
+    mu : Empirical, optional
+        A sentence's depth-0 tokens (``model.embed(...)[0]``): with it, the dynamic gap of
+        each sublayer on the tokens it reads in the network.
+    engine : pairwise engine of the velocities.
+
+    Returns
+    -------
+    :class:`ModelStructure`.
+    """
+    if not isinstance(model, Transformer):
+        raise TypeError(
+            f"model_structure reads a tpde.pretrained.Transformer (tpde.pretrained.load); "
+            f"received {type(model).__name__}."
+        )
+    places, reports, gaps = [], [], []
+    clouds = None if mu is None else _sublayer_inputs(model, mu, engine)
+    for l, layer in enumerate(model.layers):
+        for b, block in enumerate(getattr(layer, "blocks", (layer,))):
+            places.append((l, b))
+            if clouds is None:
+                reports.append(nearest_gradient_field(block.attention)[1])
+                continue
+            seen = _read_by(block, clouds[l][2 * b], mu)
+            gap = dynamic_gap(block.attention, seen, engine=engine)
+            reports.append(gap.report)
+            gaps.append(gap)
+    return ModelStructure(tuple(places), tuple(reports), None if mu is None else tuple(gaps))
+
+
+def _sublayer_inputs(model, mu: Empirical, engine: str) -> list[torch.Tensor]:
+    """For each layer, the tokens before each sublayer: (K, n, d), x_{l,k}."""
+    split = model.split(mu, engine=engine)  # (L, K, n, d)
+    x, out = mu.points, []
+    for velocities in split:
+        steps = torch.cumsum(velocities, dim=0)
+        out.append(torch.cat([x[None], x[None] + steps[:-1]]))
+        x = x + steps[-1]
+    return out
+
+
+def _read_by(block, x: torch.Tensor, mu: Empirical) -> Empirical:
+    """The tokens a block's attention reads: N₁(x) for a Pre-norm block, x for Post-norm."""
+    norm = block.attention_norm
+    seen = norm.norm(x) if norm is not None and norm.placement == "pre" else x
+    return Empirical(seen, mu.weights, positions=mu.positions)
