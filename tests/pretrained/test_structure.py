@@ -119,3 +119,15 @@ def test_bad_inputs(case):
     assert weights_only.gaps is None
     with pytest.raises(ValueError, match="without tokens"):
         weights_only.table("dynamic_gap")
+    with pytest.raises(ValueError, match="without tokens"):
+        weights_only.layer_scores("dynamic_gap")
+    with pytest.raises(ValueError, match="layer_scores takes"):
+        weights_only.layer_scores("drift")
+
+
+def test_layer_scores(case):
+    _, _, model, _, result = case
+    for name in ("symmetry", "directionality", "dynamic_gap"):
+        values = result.layer_scores(name)
+        assert values.shape == (len(model.layers),) and bool(torch.isfinite(values).all())
+    assert float(result.layer_scores("dynamic_gap").min()) > FAR

@@ -57,6 +57,22 @@ class ModelStructure:
             out[i, : len(row)] = row
         return out
 
+    def layer_scores(self, name: str) -> torch.Tensor:
+        """A per-sublayer number, (S,) float64: Saponati et al.'s layer-level ``"symmetry"``
+        or ``"directionality"`` (:class:`~tpde.fields.StructureReport`), or
+        ``"dynamic_gap"`` (the whole sublayer's relative gap, with a token measure)."""
+        if name == "dynamic_gap":
+            self.table(name)  # the same refusal without tokens
+            values = [float(gap.relative_gap) for gap in self.gaps]
+        elif name in ("symmetry", "directionality"):
+            values = [getattr(report, name) for report in self.reports]
+        else:
+            raise ValueError(
+                "layer_scores takes 'symmetry', 'directionality' or 'dynamic_gap'; received "
+                f"{name!r} (per-head scores: table)."
+            )
+        return torch.tensor(values, dtype=torch.float64)
+
 
 def model_structure(model, mu: Empirical | None = None, *, engine: str = "auto"):
     """The gradient structure of every attention sublayer of a loaded model (module notes).

@@ -107,6 +107,20 @@ def test_scores_equal_saponati_transcription(seed):
     assert abs(theirs) > 0.05  # the dominant column is seen, the test is not of 0 = 0
 
 
+def test_layer_scores_are_saponati_of_the_summed_query_key_product():
+    g = torch.Generator().manual_seed(19)
+    field = GroupedQueryAttention(
+        _randn(g, 8, 8), _randn(g, 4, 8), _randn(g, 4, 8), _randn(g, 8, 8), 4, 2, causal=False
+    )
+    _, report = nearest_gradient_field(field)
+    Wq, Wk = field.params.at(0.0, torch.empty((), dtype=F64))[:2]
+    W_qk = sum(Wq[2 * h : 2 * h + 2].mT @ Wk[2 * (h // 2) : 2 * (h // 2) + 2] for h in range(4))
+    assert report.symmetry == pytest.approx(float(_saponati_symmetry(W_qk)), rel=1e-14)
+    assert report.directionality == pytest.approx(
+        float(_saponati_directionality(W_qk)), rel=1e-12, abs=1e-15
+    )
+
+
 def test_symmetry_score_bounds():
     g = torch.Generator().manual_seed(1)
     B = _randn(g, 5, 5)

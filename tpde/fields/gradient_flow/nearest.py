@@ -97,11 +97,16 @@ class StructureReport:
     sum_structure : "one head", "shared interaction", "orthogonal classes" or "none"
         (module notes: when the sum of exact heads is one gradient flow).
     breaks : every break, "head h: …" for the heads', then the sum's.
+    symmetry, directionality : Saponati et al.'s layer-level scores, of
+        Σ_h W_Q^hᵀ W_K^{g(h)} (their W_QK of the whole layer; GQA with the key head each query
+        head reads, as ``repeat_kv``).
     """
 
     heads: tuple[HeadStructure, ...]
     sum_structure: str
     breaks: tuple[str, ...]
+    symmetry: float
+    directionality: float
 
     @property
     def exact(self) -> bool:
@@ -160,7 +165,11 @@ def nearest_gradient_field(field, *, t: float = 0.0, rtol: float = 1e-10):
                       "not orthogonal)")  # fmt: skip
     if len(heads) > 1 and float(drift.norm()) > rtol * _scale(heads):
         breaks.append("sum of heads: a constant drift w = Σ_h(u_h − M_h a_h) + b_O ≠ 0")
-    report = StructureReport(tuple(reports), case, tuple(breaks))
+    W_qk = sum(h.Wq.mT @ h.Wk for h in heads.heads)
+    report = StructureReport(
+        tuple(reports), case, tuple(breaks), float(symmetry_score(W_qk)),
+        float(directionality_score(W_qk)),
+    )  # fmt: skip
     return near, report
 
 
