@@ -333,6 +333,38 @@ def test_gqa_causal_and_random_rope_are_measured_not_raised():
     assert float(dynamic_gap(rand, mu).relative_gap) > FAR
 
 
+def _rope_by_hand(k: int, m: int, base: float = 10000.0) -> torch.Tensor:
+    """R(m) of RoPE "half": pair (i, i + k/2) rotated by m·base^(−2i/k)."""
+    R = torch.zeros(k, k, dtype=F64)
+    for i in range(k // 2):
+        phi = m * base ** (-2 * i / k)
+        c, s = math.cos(phi), math.sin(phi)
+        j = i + k // 2
+        R[i, i], R[i, j], R[j, i], R[j, j] = c, -s, s, c
+    return R
+
+
+def test_rope_residual_equals_the_dense_definition():
+    """The 2k × 2k trace formulas against d × d matrices built from RoPE's own equations."""
+    g = torch.Generator().manual_seed(20)
+    d, k = 6, 4
+    Wq, Wk, Wv, Wo = _randn(g, k, d), _randn(g, k, d), _randn(g, k, d), _randn(g, d, k)
+    field = GroupedQueryAttention(Wq, Wk, Wv, Wo, 1, 1, position=RoPE(), causal=False)
+    near, report = nearest_gradient_field(field)
+    c, V, M = 1 / math.sqrt(k), Wo @ Wv, near.heads[0].M
+
+    def A(m):
+        return c * Wk.mT @ _rope_by_hand(k, m) @ Wq
+
+    base = float((V - M @ (0.5 * (A(0) + A(0).mT))).norm())
+    worst = 0.0
+    for m in (1, 2, 4, 8, 16, 32, 64, -1, -2, -4, -8, -16, -32, -64):
+        asym = float((A(m).mT - A(-m)).norm() / A(m).norm())
+        shift = float((M @ (0.5 * (A(m).mT + A(-m)) - 0.5 * (A(0) + A(0).mT))).norm())
+        worst = max(worst, asym, (base + shift) / float(V.norm()))
+    assert report.heads[0].rope_residual == pytest.approx(worst, rel=1e-10)
+
+
 def test_rope_head_where_it_holds_is_at_rounding():
     """W_K = W_Q (the pair kernel is symmetric at every offset) and a mobility that kills
     the rotated directions (partial rotary: only the first r = 2 of d_h = 4 rotate)."""

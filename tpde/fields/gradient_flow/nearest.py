@@ -22,6 +22,7 @@ and the sum is not one in general (measured by :func:`dynamic_gap`).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -47,7 +48,7 @@ __all__ = [
     "nearest_gradient_field",
 ]
 
-#: Offsets m = ±1 … ±ROPE_OFFSETS at which a rotary head's pair kernel is checked.
+#: Offsets m = ±1, ±2, ±4, …, ±ROPE_OFFSETS at which a rotary head's pair kernel is checked.
 ROPE_OFFSETS = 64
 
 
@@ -64,9 +65,10 @@ class HeadStructure:
     sign : s of M_s (+1: the head ascends its energy).
     symmetry, directionality : Saponati et al.'s scores of W_Qᵀ W_K.
     drift : ‖u − M_s a‖ (absolute, in the tokens' units per unit time).
-    rope_residual : for a RoPE head, max over offsets m of ‖A(m)ᵀ − A(−m)‖_F/‖A(m)‖_F and of
-        ‖V − M_s B(m)‖_F/‖V‖_F (B(m) = ½(A(m)ᵀ + A(−m)), the pair kernel's gradient map);
-        None without RoPE.
+    rope_residual : for a RoPE head, max over offsets m (±2^i up to ``ROPE_OFFSETS``) of
+        ‖A(m)ᵀ − A(−m)‖_F/‖A(m)‖_F and of an upper bound of ‖V − M_s B(m)‖_F/‖V‖_F,
+        ‖V − M_s B(0)‖ + ‖M_s(B(m) − B(0))‖ (B(m) = ½(A(m)ᵀ + A(−m)), the pair kernel's
+        gradient map); None without RoPE.
     breaks : tuple of str, what keeps this head from being exactly a gradient flow.
     """
 
@@ -224,17 +226,32 @@ def _rope_matrix(rope, k: int, m: int) -> torch.Tensor:
 
 
 def _rope_residual(head: AttentionHead, M: torch.Tensor, V_norm: float) -> float:
-    """max_m of the pair kernel's asymmetry and of ‖V − M B(m)‖/‖V‖ (HeadStructure notes)."""
-    k, worst = head.Wq.shape[0], 0.0
+    """max over the offsets ±1, ±2, ±4, …, ±ROPE_OFFSETS of the pair kernel's asymmetry
+    ‖A(m)ᵀ − A(−m)‖/‖A(m)‖ and of ‖V − M B(m)‖/‖V‖ (HeadStructure notes).
 
-    def A_at(m):
-        return head.scale * head.Wk.mT @ _rope_matrix(head.rope, k, m).to(head.Wq) @ head.Wq
-
-    for m in range(1, ROPE_OFFSETS + 1):
-        plus, minus = A_at(m), A_at(-m)
-        asym = float((plus.mT - minus).norm()) / (float(plus.norm()) or 1.0)
-        for B in (0.5 * (plus.mT + minus), 0.5 * (minus.mT + plus)):
-            worst = max(worst, asym, float((head.V - M @ B).norm()) / V_norm)
+    In the 2k rows G = [W_Q; W_K]: A(m)ᵀ − A(−m) = Gᵀ c[[0, T], [−T, 0]] G and
+    B(m) − B(0) = Gᵀ (c/2)[[0, ΔT], [ΔT, 0]] G, T = R(−m), ΔT = T − I, so every norm is a
+    trace of 2k × 2k matrices with C = GGᵀ: O(k³) per offset after O(d²k) once.
+    """
+    k = head.Wq.shape[0]
+    G = torch.cat([head.Wq, head.Wk])
+    C = G @ G.mT
+    Cqq, Ckk = C[:k, :k], C[k:, k:]
+    base = head.V - M @ (0.5 * head.scale * (head.Wq.mT @ head.Wk + head.Wk.mT @ head.Wq))
+    base_norm, P = float(base.norm()), M @ G.mT  # (d, 2k)
+    worst, zero = 0.0, torch.zeros(k, k, dtype=G.dtype)
+    offsets = [2**i for i in range(int(math.log2(ROPE_OFFSETS)) + 1)]
+    for m in [*offsets, *(-o for o in offsets)]:
+        R = _rope_matrix(head.rope, k, m).to(G)
+        T = R.mT  # R(−m)
+        J = head.scale * torch.cat([torch.cat([zero, T], 1), torch.cat([-T, zero], 1)])
+        asym2 = torch.trace(J.mT @ C @ J @ C).clamp_min(0)
+        norm2 = head.scale**2 * torch.trace(R.mT @ Ckk @ R @ Cqq)
+        dT = T - torch.eye(k, dtype=G.dtype)
+        X = P @ (0.5 * head.scale * torch.cat([torch.cat([zero, dT], 1), torch.cat([dT, zero], 1)]))
+        shift = float(torch.trace(X.mT @ X @ C).clamp_min(0).sqrt())
+        asym = float(asym2.sqrt()) / (float(norm2.clamp_min(0).sqrt()) or 1.0)
+        worst = max(worst, asym, (base_norm + shift) / V_norm)
     return worst
 
 
