@@ -129,6 +129,17 @@ class StructuredAttention(Field):
         signs = torch.tensor([h.sign for h in self.heads], dtype=mu.dtype, device=mu.device)
         return (signs * self.head_energies(mu)).sum()
 
+    def energy_rate(self, mu: Empirical, velocity: torch.Tensor | None = None) -> torch.Tensor:
+        """d𝓔/dt = Σ_i ∇_{x_i}𝓔(μ) · v_i when the tokens move with v (n, d), by autograd of
+        :meth:`energy`; default v = Γ_s[μ], the structured flow's own rate (≥ 0 for one
+        head with w = 0: ‖Γ_s‖²_g, module notes). A 0-d tensor."""
+        with torch.enable_grad():
+            x = mu.points.detach().requires_grad_(True)
+            (grad,) = torch.autograd.grad(self.energy(mu.with_points(x)), x)
+        if velocity is None:
+            velocity = self.velocity(mu)
+        return (grad * velocity).sum()
+
     def metric_norm2(self, mu: Empirical, v: torch.Tensor, head: int = 0) -> torch.Tensor:
         """‖v‖²_g = Σ_i w_i K^h_μ(x_i) v_iᵀ(s_h M_h)⁺v_i in head h's metric, for v (n, d)."""
         h = self.heads[head]
