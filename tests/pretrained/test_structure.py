@@ -13,7 +13,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tpde.pretrained import ModelStructure, load, model_structure
+from tpde.fields import nearest_gradient_field
+from tpde.measures import Empirical
+from tpde.pretrained import DepthEnergies, ModelStructure, depth_energies, load, model_structure
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("safetensors")
@@ -44,7 +46,7 @@ def case(request, tmp_path_factory):
     oracle.save_pretrained(folder)
     model = load(folder, dtype=F64)
     mu = model.embed(torch.arange(3, 3 + N))[0]
-    return family, oracle, model, mu, model_structure(model, mu)
+    return family, oracle, model, mu, model_structure(model, mu), depth_energies(model, mu)
 
 
 def _saponati_symmetry(A):
@@ -70,7 +72,7 @@ def _query_key_rows(oracle, family: str, layer: int):
 
 
 def test_every_layer_and_head_is_reported(case):
-    _, oracle, model, _, result = case
+    _, oracle, model, _, result, _ = case
     assert isinstance(result, ModelStructure)
     layers, heads = len(model.layers), oracle.config.num_attention_heads
     assert result.places == tuple((l, 0) for l in range(layers))
@@ -81,7 +83,7 @@ def test_every_layer_and_head_is_reported(case):
 
 
 def test_scores_equal_saponati_on_the_checkpoint_rows(case):
-    family, oracle, _, _, result = case
+    family, oracle, _, _, result, _ = case
     for l in range(len(result.reports)):
         mine = result.table("symmetry")[l]
         theirs = [
@@ -92,7 +94,7 @@ def test_scores_equal_saponati_on_the_checkpoint_rows(case):
 
 
 def test_random_weights_are_far_from_the_structure(case):
-    family, _, _, _, result = case
+    family, _, _, _, result, _ = case
     assert float(result.table("definite_residual").min()) > FAR
     assert float(result.table("dynamic_gap").min()) > FAR
     causal = any("causal mask" in b for b in result.reports[0].breaks)
@@ -102,7 +104,7 @@ def test_random_weights_are_far_from_the_structure(case):
 
 def test_dynamic_gap_reads_the_tokens_the_sublayer_reads(case):
     """Pre-norm: the attention velocity on N₁(x_l) is the split's first sub-step v_{l,0}."""
-    family, _, model, mu, result = case
+    family, _, model, mu, result, _ = case
     if family != "llama":
         pytest.skip("a Post-norm sub-step is N(x + f(x)) − x, not f: checked on Pre-norm")
     split = model.split(mu)
@@ -112,7 +114,7 @@ def test_dynamic_gap_reads_the_tokens_the_sublayer_reads(case):
 
 
 def test_bad_inputs(case):
-    _, _, model, _, _ = case
+    _, _, model, _, _, _ = case
     with pytest.raises(TypeError, match=r"tpde\.pretrained\.Transformer"):
         model_structure(model.layers[0])
     weights_only = model_structure(model)
@@ -126,8 +128,50 @@ def test_bad_inputs(case):
 
 
 def test_layer_scores(case):
-    _, _, model, _, result = case
+    _, _, model, _, result, _ = case
     for name in ("symmetry", "directionality", "dynamic_gap"):
         values = result.layer_scores(name)
         assert values.shape == (len(model.layers),) and bool(torch.isfinite(values).all())
     assert float(result.layer_scores("dynamic_gap").min()) > FAR
+
+
+def _read(layer, x):
+    norm = layer.attention_norm
+    return norm.norm(x) if norm is not None and norm.placement == "pre" else x
+
+
+def test_depth_energies_on_the_hidden_states(case):
+    """𝓔_l before and after layer l on the network's hidden states, recomputed from
+    hidden_states and the layer's own norm; the network rate against a central difference
+    (ε = 1e-5: O(ε²) truncation, ≈ 1e-9 relative; 1e-6 allowed)."""
+    _, _, model, mu, _, energies = case
+    assert isinstance(energies, DepthEnergies)
+    states = model.hidden_states(mu)
+    L = len(model.layers)
+    for column in (energies.before, energies.after_attention, energies.after,
+                   energies.structured_rate, energies.network_rate):  # fmt: skip
+        assert column.shape == (L,) and bool(torch.isfinite(column).all())
+    for l, layer in enumerate(model.layers):
+        near, _ = nearest_gradient_field(layer.attention)
+
+        def energy(x, near=near, layer=layer):
+            return float(near.energy(Empirical(_read(layer, x), positions=mu.positions)))
+
+        assert energies.before[l] == pytest.approx(energy(states[l]), rel=1e-12)
+        assert energies.after[l] == pytest.approx(energy(states[l + 1]), rel=1e-12)
+        part, x = layer.parts[0], states[l]  # the attention sub-step (Transformer.split)
+        new = x + part.velocity(mu.with_points(x), t=float(l))
+        step = (part.project(new) if part.supports("projection") else new) - x
+        eps = 1e-5
+        central = (energy(states[l] + eps * step) - energy(states[l] - eps * step)) / (2 * eps)
+        assert float(energies.network_rate[l]) == pytest.approx(central, rel=1e-6)
+    assert energies.agrees.dtype == torch.bool
+    assert torch.equal(energies.change, energies.after_attention - energies.before)
+
+
+def test_depth_energies_bad_inputs(case):
+    _, _, model, mu, _, _ = case
+    with pytest.raises(TypeError, match=r"tpde\.pretrained\.Transformer"):
+        depth_energies(model.layers[0], mu)
+    with pytest.raises(TypeError, match="Empirical of tokens"):
+        depth_energies(model, mu.points)

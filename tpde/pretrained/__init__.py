@@ -25,7 +25,7 @@ from tpde.pretrained.minilm import (
     load_minilm,
 )
 from tpde.pretrained.smollm2 import SmolLM2, load_smollm2
-from tpde.pretrained.structure import ModelStructure, model_structure
+from tpde.pretrained.structure import DepthEnergies, ModelStructure, depth_energies, model_structure
 from tpde.pretrained.transformer import (
     DecoderLayer,
     Embedding,
@@ -39,6 +39,7 @@ from tpde.pretrained.transformer import (
 __all__ = [
     "ARCHITECTURES",
     "DecoderLayer",
+    "DepthEnergies",
     "Embedding",
     "Layer",
     "LayerGroup",
@@ -51,6 +52,7 @@ __all__ = [
     "SmolLM2",
     "Transformer",
     "corpus",
+    "depth_energies",
     "embed",
     "gemma3_270m_path",
     "hidden_states",

@@ -8,6 +8,14 @@ in the network: x_{l,k} = x_l + Σ_{k' < k} v_{l,k'} from the per-sublayer split
 (:meth:`Transformer.split`), then N₁(x) for a Pre-norm sublayer, x for a Post-norm one
 (MATH.md §8). Positions, masks, GQA, RoPE, QK-norms and soft-caps are the loaded fields'
 own; nothing here depends on the family.
+
+:func:`depth_energies` asks what the network's own tokens do to each sublayer's structured
+energy 𝓔_l = Σ_h s_h E_h (the functional its nearest gradient field ascends, MATH.md §12),
+evaluated on the tokens as the sublayer reads them (y = N₁(x) for Pre-norm, x for Post-norm):
+before the sublayer, after its attention step and after the whole layer, beside the rate
+the structure predicts, d𝓔/dt = ⟨∇𝓔, Γ_s⟩ along the nearest gradient field (≥ 0 where the
+sublayer is one exact head without drift), and the first-order change the network's own
+attention step predicts, ⟨∇_x 𝓔(N₁x), v⟩ (v = x_{l,1} − x_l, autograd through N₁).
 """
 
 from __future__ import annotations
@@ -20,7 +28,7 @@ from tpde.fields import dynamic_gap, nearest_gradient_field
 from tpde.measures import Empirical
 from tpde.pretrained.transformer import Transformer
 
-__all__ = ["ModelStructure", "model_structure"]
+__all__ = ["DepthEnergies", "ModelStructure", "depth_energies", "model_structure"]
 
 
 @dataclass(frozen=True)
@@ -110,12 +118,13 @@ def model_structure(model, mu: Empirical | None = None, *, engine: str = "auto")
 
 
 def _sublayer_inputs(model, mu: Empirical, engine: str) -> list[torch.Tensor]:
-    """For each layer, the tokens before each sublayer: (K, n, d), x_{l,k}."""
+    """For each layer, the tokens before each sublayer and after the last: (K + 1, n, d),
+    x_{l,k} = x_l + Σ_{k' < k} v_{l,k'} (x_{l,K} = x_{l+1})."""
     split = model.split(mu, engine=engine)  # (L, K, n, d)
     x, out = mu.points, []
     for velocities in split:
         steps = torch.cumsum(velocities, dim=0)
-        out.append(torch.cat([x[None], x[None] + steps[:-1]]))
+        out.append(torch.cat([x[None], x[None] + steps]))
         x = x + steps[-1]
     return out
 
@@ -125,3 +134,82 @@ def _read_by(block, x: torch.Tensor, mu: Empirical) -> Empirical:
     norm = block.attention_norm
     seen = norm.norm(x) if norm is not None and norm.placement == "pre" else x
     return Empirical(seen, mu.weights, positions=mu.positions)
+
+
+@dataclass(frozen=True)
+class DepthEnergies:
+    """Result of :func:`depth_energies`, one entry per attention sublayer (S of them).
+
+    Attributes
+    ----------
+    places : tuple of (layer, block).
+    before, after_attention, after : (S,) float64, 𝓔_l on the tokens the sublayer reads,
+        at its input, after its attention step, after its layer (its block for an ALBERT
+        group).
+    structured_rate : (S,) d𝓔_l/dt along the nearest gradient field at the input (its
+        predicted sign: ≥ 0 where the structure holds).
+    network_rate : (S,) ⟨∇_x 𝓔_l(N₁x), v⟩, the first-order change of the network's own
+        attention step v.
+    """
+
+    places: tuple[tuple[int, int], ...]
+    before: torch.Tensor
+    after_attention: torch.Tensor
+    after: torch.Tensor
+    structured_rate: torch.Tensor
+    network_rate: torch.Tensor
+
+    @property
+    def change(self) -> torch.Tensor:
+        """after_attention − before: what the attention step did to 𝓔_l, (S,)."""
+        return self.after_attention - self.before
+
+    @property
+    def agrees(self) -> torch.Tensor:
+        """Whether the attention step moved 𝓔_l with the sign the structure predicts, (S,)."""
+        return torch.sign(self.change) == torch.sign(self.structured_rate)
+
+
+def depth_energies(model, mu: Empirical, *, engine: str = "auto") -> DepthEnergies:
+    """Each attention sublayer's structured energy along the network's own tokens (module
+    notes).
+
+    Parameters
+    ----------
+    model : :class:`~tpde.pretrained.Transformer`.
+    mu : Empirical, a sentence's depth-0 tokens (``model.embed(...)[0]``).
+    engine : pairwise engine of the velocities.
+
+    Returns
+    -------
+    :class:`DepthEnergies` (energies are O(n²) dense sums per head).
+    """
+    if not isinstance(model, Transformer):
+        raise TypeError(
+            f"depth_energies reads a tpde.pretrained.Transformer (tpde.pretrained.load); "
+            f"received {type(model).__name__}."
+        )
+    if not isinstance(mu, Empirical):
+        raise TypeError(f"mu must be an Empirical of tokens; received {type(mu).__name__}.")
+    clouds = _sublayer_inputs(model, mu, engine)
+    places, rows = [], []
+    for l, layer in enumerate(model.layers):
+        blocks = getattr(layer, "blocks", (layer,))
+        for b, block in enumerate(blocks):
+            near, _ = nearest_gradient_field(block.attention)
+            x_in, x_att, x_out = clouds[l][2 * b : 2 * b + 3]
+            energy = [near.energy(_read_by(block, x, mu)) for x in (x_in, x_att, x_out)]
+            seen = _read_by(block, x_in, mu)
+            rate = near.energy_rate(seen, near.velocity(seen, engine=engine))
+            places.append((l, b))
+            rows.append((*energy, rate, _network_rate(near, block, x_in, x_att, mu)))
+    columns = [torch.stack([r[i] for r in rows]).detach().to(torch.float64) for i in range(5)]
+    return DepthEnergies(tuple(places), *columns)
+
+
+def _network_rate(near, block, x_in, x_att, mu: Empirical) -> torch.Tensor:
+    """⟨∇_x 𝓔(read(x)), x_att − x_in⟩ at x_in, autograd through the block's norm."""
+    with torch.enable_grad():
+        x = x_in.detach().requires_grad_(True)
+        (grad,) = torch.autograd.grad(near.energy(_read_by(block, x, mu)), x)
+    return (grad * (x_att - x_in)).sum()
