@@ -155,6 +155,25 @@ def test_nearest_mobility_is_the_least_squares_minimiser():
     assert float((near.M - near.M.mT).norm()) <= ROUND * float(near.M.norm())
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_nearest_mobility_in_the_head_rows_equals_the_full_computation(seed):
+    """rows=[W_Q; W_K] (O(d²k)) against the d × d eigendecomposition (O(d³))."""
+    g = torch.Generator().manual_seed(30 + seed)
+    Wq, Wk, V = _randn(g, 3, 9), _randn(g, 3, 9), _randn(g, 9, 9)
+    A = Wk.mT @ Wq
+    full, fast = nearest_mobility(A, V), nearest_mobility(A, V, rows=torch.cat([Wq, Wk]))
+    for name in ("M", "M_definite"):
+        a, b = getattr(full, name), getattr(fast, name)
+        assert float((a - b).norm() / a.norm()) <= 1e-10, name
+    assert full.sign == fast.sign and full.inertia == fast.inertia
+
+
+def test_nearest_mobility_of_a_zero_interaction_is_zero():
+    V = torch.eye(4, dtype=F64)
+    near = nearest_mobility(torch.zeros(4, 4, dtype=F64), V, rows=torch.zeros(2, 4, dtype=F64))
+    assert float(near.M_definite.abs().max()) == 0.0 and near.inertia == (0, 0, 0)
+
+
 # ---------------------------------------------------------------------- one head
 @pytest.mark.parametrize("sign", [1, -1])
 def test_exact_rank_k_head_with_biases_is_at_rounding(sign):

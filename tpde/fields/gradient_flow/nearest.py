@@ -182,7 +182,7 @@ def _scale(heads) -> float:
 def _project(head: AttentionHead, rtol: float):
     """(StructuredHead, HeadStructure, drift w_h) of one head."""
     A, V = head.A, head.V
-    near = nearest_mobility(A, V)
+    near = nearest_mobility(A, V, rows=torch.cat([head.Wq, head.Wk]))
     A_norm, V_norm = float(A.norm()), float(V.norm()) or 1.0
     sym_res = float((A - near.A_s).norm()) / (A_norm or 1.0)
     val_res = float((V - near.M @ near.A_s).norm()) / V_norm

@@ -101,7 +101,7 @@ class NearestMobility:
     M : (d, d), M*, the symmetric least-squares mobility (kernel block completed).
     M_definite : (d, d), M_s, semidefinite of sign ``sign``.
     sign : +1 or −1.
-    range_basis : (d, r), orthonormal basis of range(A_s).
+    range_basis : (d, r), orthonormal eigenvectors of A_s with nonzero eigenvalues.
     inertia : (n₊, n₋, n₀) of M* compressed to range(A_s).
     """
 
@@ -113,44 +113,70 @@ class NearestMobility:
     inertia: tuple[int, int, int]
 
 
-def nearest_mobility(A: torch.Tensor, V: torch.Tensor, dtype=None) -> NearestMobility:
+def nearest_mobility(A: torch.Tensor, V: torch.Tensor, dtype=None, rows=None) -> NearestMobility:
     """The nearest symmetric and definite mobilities with V ≈ M A_s (module notes).
 
     Parameters
     ----------
     A, V : (d, d) tensors (float64 recommended).
     dtype : the dtype whose epsilon sets the zero threshold (default A's).
+    rows : (r, d) tensor, optional
+        Rows whose span holds the ranges of A and Aᵀ (a head's [W_Q; W_K]): the eigenbasis
+        of A_s is then found in that r-dimensional span and M is built from factors of
+        width ≤ 2r, O(d²r) instead of O(d³) (the same matrices to rounding).
 
     Returns
     -------
     :class:`NearestMobility`.
+
+    Notes
+    -----
+    With U_R the eigenvectors of nonzero eigenvalues Λ, the kernel side of M* in the
+    original coordinates is Y = (I − U_RU_Rᵀ) V U_R Λ⁻¹ (M̃_ij = Ṽ_ij/λ_j for λ_i = 0), so
+    M* = [U_R, Y] [[M̃_RR, I], [I, M̃_RR⁺]] [U_R, Y]ᵀ (the minimal completion), and the
+    eigenvalue clip of M* is that of a 2r × 2r matrix after a QR of [U_R, Y].
     """
     dtype = dtype or A.dtype
-    A_s = 0.5 * (A + A.mT)
-    lam, U = torch.linalg.eigh(A_s)
     d = A.shape[-1]
-    floor = DEGENERATE * d * torch.finfo(dtype).eps * float(lam.abs().max().clamp_min(1e-300))
+    A_s = 0.5 * (A + A.mT)
+    basis = torch.eye(d, dtype=A.dtype, device=A.device) if rows is None else _span(rows)
+    lam, W = torch.linalg.eigh(basis.mT @ A_s @ basis)
+    top = float(lam.abs().max()) if lam.numel() else 0.0
+    floor = DEGENERATE * d * torch.finfo(dtype).eps * max(top, 1e-300)
     on = lam.abs() > floor
-    Vt = U.mT @ V @ U
+    lam, U = lam[on], basis @ W[:, on]  # (r,), (d, r)
+    VU = V @ U
+    Vt = U.mT @ VU
     li, lj = lam[:, None], lam[None, :]
-    den = li.square() + lj.square()
-    pair = on[:, None] | on[None, :]
-    Mt = torch.where(pair, (lj * Vt + li * Vt.mT) / torch.where(pair, den, 1.0), 0.0)
+    Mt = (lj * Vt + li * Vt.mT) / (li.square() + lj.square())
     Mt = 0.5 * (Mt + Mt.mT)
-    R, N = on.nonzero()[:, 0], (~on).nonzero()[:, 0]
-    if len(R) and len(N):  # minimal completion of the kernel block
-        P, B = Mt[R][:, R], Mt[R][:, N]
-        Mt[N[:, None], N[None, :]] = B.mT @ torch.linalg.pinv(P, hermitian=True) @ B
-    M = U @ Mt @ U.mT
-    M = 0.5 * (M + M.mT)
-    inertia = _inertia(Mt[R][:, R] if len(R) else Mt[:0, :0], dtype)
+    Y = (VU - U @ Vt) / lam  # (I − UUᵀ) V U Λ⁻¹
+    r = len(lam)
+    eye = torch.eye(r, dtype=A.dtype, device=A.device)
+    core = torch.cat([torch.cat([Mt, eye], 1),
+                      torch.cat([eye, torch.linalg.pinv(Mt, hermitian=True)], 1)])  # fmt: skip
+    F = torch.cat([U, Y], 1)  # M* = F core Fᵀ
+    Qf, Rf = torch.linalg.qr(F)
+    small = Rf @ core @ Rf.mT
+    small = 0.5 * (small + small.mT)
+    M = Qf @ small @ Qf.mT
+    inertia = _inertia(Mt, dtype)
     best = None
     for sign in (1, -1):
-        definite = sign * _clip(sign * M)
-        residual = float((V - definite @ A_s).norm())
+        definite = sign * (Qf @ _clip(sign * small) @ Qf.mT)
+        residual = float((V - (definite @ U) * lam @ U.mT).norm())
         if best is None or residual < best[0]:
             best = (residual, sign, definite)
-    return NearestMobility(A_s, M, best[2], best[1], U[:, on], inertia)
+    return NearestMobility(A_s, M, best[2], best[1], U, inertia)
+
+
+def _span(rows: torch.Tensor) -> torch.Tensor:
+    """An orthonormal basis (d, r) of the row space of ``rows`` (r, d) (zero below
+    1e3·d·eps·σ_max)."""
+    U, S, _ = torch.linalg.svd(rows.mT, full_matrices=False)
+    if S.numel() == 0 or float(S[0]) == 0.0:
+        return U[:, :0]
+    return U[:, S > DEGENERATE * rows.shape[-1] * torch.finfo(rows.dtype).eps * float(S[0])]
 
 
 def _clip(S: torch.Tensor) -> torch.Tensor:
