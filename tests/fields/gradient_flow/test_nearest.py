@@ -31,6 +31,7 @@ from tpde.fields import (
     head_velocities,
     nearest_gradient_field,
     nearest_mobility,
+    row_space,
     symmetry_score,
 )
 from tpde.measures import Empirical, Gaussian
@@ -166,6 +167,15 @@ def test_nearest_mobility_in_the_head_rows_equals_the_full_computation(seed):
         a, b = getattr(full, name), getattr(fast, name)
         assert float((a - b).norm() / a.norm()) <= 1e-10, name
     assert full.sign == fast.sign and full.inertia == fast.inertia
+
+
+def test_row_space_of_dependent_rows():
+    g = torch.Generator().manual_seed(22)
+    W = _randn(g, 2, 5)
+    B = row_space(torch.cat([W, W.sum(0, keepdim=True), 3 * W]))
+    assert B.shape == (5, 2)
+    assert float((B.mT @ B - torch.eye(2, dtype=F64)).norm()) <= ROUND
+    assert float((W.mT - B @ (B.mT @ W.mT)).norm()) <= ROUND * float(W.norm())
 
 
 def test_nearest_mobility_of_a_zero_interaction_is_zero():

@@ -32,6 +32,7 @@ from tpde.fields.gradient_flow.heads import AttentionHead, attention_heads
 from tpde.fields.gradient_flow.projection import (
     directionality_score,
     nearest_mobility,
+    row_space,
     symmetry_score,
 )
 from tpde.fields.gradient_flow.structured import StructuredAttention, StructuredHead
@@ -185,8 +186,13 @@ def _project(head: AttentionHead, rtol: float):
     near = nearest_mobility(A, V, rows=torch.cat([head.Wq, head.Wk]))
     A_norm, V_norm = float(A.norm()), float(V.norm()) or 1.0
     sym_res = float((A - near.A_s).norm()) / (A_norm or 1.0)
-    val_res = float((V - near.M @ near.A_s).norm()) / V_norm
-    def_res = float((V - near.M_definite @ near.A_s).norm()) / V_norm
+    U, lam = near.range_basis, near.eigenvalues
+
+    def times_A_s(M):  # M A_s = (M U) Λ Uᵀ: O(d²r)
+        return ((M @ U) * lam) @ U.mT
+
+    val_res = float((V - times_A_s(near.M)).norm()) / V_norm
+    def_res = float((V - times_A_s(near.M_definite)).norm()) / V_norm
     w = head.u - near.M_definite @ head.a
     W_qk = head.Wq.mT @ head.Wk  # Saponati et al.'s W_Qᵀ W_K
     breaks = []
@@ -213,8 +219,9 @@ def _project(head: AttentionHead, rtol: float):
         sym_res, val_res, def_res, near.inertia, near.sign, float(symmetry_score(W_qk)),
         float(directionality_score(W_qk)), drift, rope_res, tuple(breaks),
     )  # fmt: skip
+    basis = row_space(torch.cat([head.Wq, head.Wk, near.mobility_basis.mT]))
     structured = StructuredHead(
-        head.Wq, head.Wk, head.scale, head.a, near.M_definite, near.sign, head.rope
+        head.Wq, head.Wk, head.scale, head.a, near.M_definite, near.sign, head.rope, basis
     )
     return structured, report, w
 
@@ -266,15 +273,6 @@ def _sinkhorn(head: AttentionHead, structured: StructuredHead):
     )
 
 
-def _basis(*blocks: torch.Tensor, rtol: float) -> torch.Tensor:
-    """Orthonormal basis (d, r) of the span of the columns of ``blocks``."""
-    stacked = torch.cat([b.reshape(b.shape[0], -1) for b in blocks], dim=-1)
-    U, S, _ = torch.linalg.svd(stacked, full_matrices=False)
-    if S.numel() == 0 or float(S[0]) == 0.0:
-        return U[:, :0]
-    return U[:, S > rtol * S[0]]
-
-
 def _sym(head: StructuredHead) -> torch.Tensor:
     return 0.5 * head.scale * (head.Wk.mT @ head.Wq + head.Wq.mT @ head.Wk)
 
@@ -306,12 +304,9 @@ def _sum_structure(heads, rtol: float) -> str:
             classes.append([h])
     if len(classes) == 1:
         return "shared interaction"
-    bases = []
+    bases = []  # each head's span holds its kernel at every RoPE offset, its M and a
     for members in classes:
-        h = members[0]  # RoPE: every offset's kernel lives in range [W_Qᵀ, W_Kᵀ]
-        A = _sym(h) if h.rope is None else torch.cat([h.Wq.mT, h.Wk.mT], dim=-1)
-        mobility = sum(m.M for m in members)
-        bases.append(_basis(A, mobility, h.a[:, None], rtol=rtol))
+        bases.append(row_space(torch.cat([h.span.mT for h in members])))
     for i in range(len(bases)):
         for j in range(i):
             if float((bases[i].mT @ bases[j]).norm()) > 1e3 * rtol:

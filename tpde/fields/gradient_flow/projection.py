@@ -39,6 +39,7 @@ __all__ = [
     "NearestMobility",
     "directionality_score",
     "nearest_mobility",
+    "row_space",
     "symmetry_score",
 ]
 
@@ -102,6 +103,8 @@ class NearestMobility:
     M_definite : (d, d), M_s, semidefinite of sign ``sign``.
     sign : +1 or −1.
     range_basis : (d, r), orthonormal eigenvectors of A_s with nonzero eigenvalues.
+    eigenvalues : (r,), those eigenvalues (A_s = range_basis · diag · range_basisᵀ).
+    mobility_basis : (d, ≤ 2r), an orthonormal basis of range([U_R, Y]) ⊇ range(M*), range(M_s).
     inertia : (n₊, n₋, n₀) of M* compressed to range(A_s).
     """
 
@@ -110,6 +113,8 @@ class NearestMobility:
     M_definite: torch.Tensor
     sign: int
     range_basis: torch.Tensor
+    eigenvalues: torch.Tensor
+    mobility_basis: torch.Tensor
     inertia: tuple[int, int, int]
 
 
@@ -139,7 +144,7 @@ def nearest_mobility(A: torch.Tensor, V: torch.Tensor, dtype=None, rows=None) ->
     dtype = dtype or A.dtype
     d = A.shape[-1]
     A_s = 0.5 * (A + A.mT)
-    basis = torch.eye(d, dtype=A.dtype, device=A.device) if rows is None else _span(rows)
+    basis = torch.eye(d, dtype=A.dtype, device=A.device) if rows is None else row_space(rows)
     lam, W = torch.linalg.eigh(basis.mT @ A_s @ basis)
     top = float(lam.abs().max()) if lam.numel() else 0.0
     floor = DEGENERATE * d * torch.finfo(dtype).eps * max(top, 1e-300)
@@ -167,12 +172,12 @@ def nearest_mobility(A: torch.Tensor, V: torch.Tensor, dtype=None, rows=None) ->
         residual = float((V - (definite @ U) * lam @ U.mT).norm())
         if best is None or residual < best[0]:
             best = (residual, sign, definite)
-    return NearestMobility(A_s, M, best[2], best[1], U, inertia)
+    return NearestMobility(A_s, M, best[2], best[1], U, lam, row_space(F.mT), inertia)
 
 
-def _span(rows: torch.Tensor) -> torch.Tensor:
-    """An orthonormal basis (d, r) of the row space of ``rows`` (r, d) (zero below
-    1e3·d·eps·σ_max)."""
+def row_space(rows: torch.Tensor) -> torch.Tensor:
+    """An orthonormal basis (d, r) of the row space of ``rows`` (m, d): the left singular
+    vectors of ``rows``ᵀ above 1e3·d·eps·σ_max."""
     U, S, _ = torch.linalg.svd(rows.mT, full_matrices=False)
     if S.numel() == 0 or float(S[0]) == 0.0:
         return U[:, :0]

@@ -46,7 +46,8 @@ class StructuredHead:
     Attributes
     ----------
     Wq, Wk : (k, d);  scale : float c;  a : (d,) key weight;  M : (d, d) mobility,
-    semidefinite of sign ``sign``;  rope : :class:`~tpde.fields.RoPE` or None.
+    semidefinite of sign ``sign``;  rope : :class:`~tpde.fields.RoPE` or None;
+    span : (d, r) or None, an orthonormal basis holding range(A_s), range(M) and a.
     """
 
     Wq: torch.Tensor
@@ -56,6 +57,7 @@ class StructuredHead:
     M: torch.Tensor
     sign: int
     rope: object = None
+    span: torch.Tensor | None = None
 
 
 class StructuredAttention(Field):
@@ -64,8 +66,12 @@ class StructuredAttention(Field):
     Parameters
     ----------
     heads : sequence of :class:`StructuredHead`
-    drift : (d,) tensor, w = Σ_h (u_h − M_h a_h) + b_O.
+        The heads, each with its kernel and mobility.
+    drift : tensor (d,)
+        The constant drift w = Σ_h (u_h − M_h a_h) + b_O.
 
+    Notes
+    -----
     Built by :func:`tpde.fields.nearest_gradient_field`; the velocity runs on the particle
     engines (one softmax average per head), at μ's own tokens (with positions when a head
     has RoPE) or at points x without RoPE.
