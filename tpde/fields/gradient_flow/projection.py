@@ -177,7 +177,7 @@ def nearest_mobility(A: torch.Tensor, V: torch.Tensor, dtype=None, rows=None) ->
 
 def row_space(rows: torch.Tensor) -> torch.Tensor:
     """An orthonormal basis (d, r) of the row space of ``rows`` (m, d): the left singular
-    vectors of ``rows``ᵀ above 1e3·d·eps·σ_max."""
+    vectors of its transpose above 1e3·d·eps·σ_max."""
     U, S, _ = torch.linalg.svd(rows.mT, full_matrices=False)
     if S.numel() == 0 or float(S[0]) == 0.0:
         return U[:, :0]
