@@ -207,7 +207,7 @@ def _project(head: AttentionHead, rtol: float):
         breaks.append(f"constant drift w = u − M a ≠ 0 (‖w‖ = {drift:.3g})")
     rope_res = None
     if head.rope is not None:
-        rope_res = _rope_residual(head, near.M_definite, V_norm)
+        rope_res = _rope_residual(head, near.M_definite, V_norm, def_res * V_norm)
         if rope_res > rtol:
             breaks.append(f"RoPE: the pair kernel is not a gradient map (residual {rope_res:.3g})")
         if head.bq is not None or head.bk is not None:
@@ -232,7 +232,7 @@ def _rope_matrix(rope, k: int, m: int) -> torch.Tensor:
     return rope.rotate(eye.unsqueeze(0), torch.full((k,), float(m))).squeeze(0).mT
 
 
-def _rope_residual(head: AttentionHead, M: torch.Tensor, V_norm: float) -> float:
+def _rope_residual(head: AttentionHead, M: torch.Tensor, V_norm: float, base_norm: float):
     """max over the offsets ±1, ±2, ±4, …, ±ROPE_OFFSETS of the pair kernel's asymmetry
     ‖A(m)ᵀ − A(−m)‖/‖A(m)‖ and of ‖V − M B(m)‖/‖V‖ (HeadStructure notes).
 
@@ -244,8 +244,7 @@ def _rope_residual(head: AttentionHead, M: torch.Tensor, V_norm: float) -> float
     G = torch.cat([head.Wq, head.Wk])
     C = G @ G.mT
     Cqq, Ckk = C[:k, :k], C[k:, k:]
-    base = head.V - M @ (0.5 * head.scale * (head.Wq.mT @ head.Wk + head.Wk.mT @ head.Wq))
-    base_norm, P = float(base.norm()), M @ G.mT  # (d, 2k)
+    P = M @ G.mT  # (d, 2k); base_norm = ‖V − M B(0)‖ = ‖V − M A_s‖, computed by the caller
     worst, zero = 0.0, torch.zeros(k, k, dtype=G.dtype)
     offsets = [2**i for i in range(int(math.log2(ROPE_OFFSETS)) + 1)]
     for m in [*offsets, *(-o for o in offsets)]:
