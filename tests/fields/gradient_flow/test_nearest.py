@@ -490,6 +490,8 @@ def test_bad_inputs_raise():
         dynamic_gap(head, Gaussian(torch.zeros(6, dtype=F64), torch.eye(6, dtype=F64)))
     with pytest.raises(TypeError, match="head_velocities takes a tpde field"):
         head_velocities("softmax", _cloud(g))
+    with pytest.raises(ValueError, match="rtol must be finite and > 0"):
+        nearest_gradient_field(head, rtol=0.0)
     _, report = nearest_gradient_field(head)
     with pytest.raises(ValueError, match="scores takes one of"):
         report.scores("breaks")

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
+from tpde._validation import check_positive
 from tpde.fields.base import Field
 from tpde.fields.gradient_flow.heads import AttentionHead, attention_heads
 from tpde.fields.gradient_flow.projection import (
@@ -147,6 +148,7 @@ def nearest_gradient_field(field, *, t: float = 0.0, rtol: float = 1e-10):
     NotAGradientFlow
         A head that is not softmax or Sinkhorn (naming the structure it lacks).
     """
+    rtol = check_positive(rtol, "rtol")
     heads = attention_heads(field, t)
     structured, reports, drift = [], [], heads.bias.clone()
     for head in heads.heads:
@@ -157,7 +159,10 @@ def nearest_gradient_field(field, *, t: float = 0.0, rtol: float = 1e-10):
     kinds = {head.kind for head in heads.heads}
     if "sinkhorn" in kinds:
         if len(heads) != 1:
-            raise NotAGradientFlow("sums of Sinkhorn heads are not read; pass one head.")
+            raise NotAGradientFlow(
+                "sums of Sinkhorn heads are not read: the nearest field of a sum of Sinkhorn "
+                "heads (one plan per head) is not built; pass one Sinkhorn head."
+            )
         near = _sinkhorn(heads.heads[0], structured[0])
     else:
         near = StructuredAttention(structured, drift)
