@@ -141,9 +141,11 @@ def _read(layer, x):
 
 
 def test_depth_energies_on_the_hidden_states(case):
-    """𝓔_l before and after layer l on the network's hidden states, recomputed from
-    hidden_states and the layer's own norm; the network rate against a central difference
-    (ε = 1e-5: O(ε²) truncation, ≈ 1e-9 relative; 1e-6 allowed)."""
+    """𝓔_l before, after the attention step and after layer l on the network's hidden
+    states, recomputed from hidden_states, the layer's own norm and its attention part's
+    velocity (Normalized(attn, N₁): Attn(N₁x) Pre-norm, Attn(x) Post-norm, no projection);
+    the network rate against a central difference (ε = 1e-5: O(ε²) truncation, ≈ 1e-9
+    relative; 1e-6 allowed)."""
     _, _, model, mu, _, energies = case
     assert isinstance(energies, DepthEnergies)
     states = model.hidden_states(mu)
@@ -159,9 +161,9 @@ def test_depth_energies_on_the_hidden_states(case):
 
         assert energies.before[l] == pytest.approx(energy(states[l]), rel=1e-12)
         assert energies.after[l] == pytest.approx(energy(states[l + 1]), rel=1e-12)
-        part, x = layer.parts[0], states[l]  # the attention sub-step (Transformer.split)
-        new = x + part.velocity(mu.with_points(x), t=float(l))
-        step = (part.project(new) if part.supports("projection") else new) - x
+        x = states[l]  # the attention's step, before a Post-norm's projection
+        step = layer.parts[0].velocity(mu.with_points(x), t=float(l))
+        assert energies.after_attention[l] == pytest.approx(energy(x + step), rel=1e-12)
         eps = 1e-5
         central = (energy(states[l] + eps * step) - energy(states[l] - eps * step)) / (2 * eps)
         assert float(energies.network_rate[l]) == pytest.approx(central, rel=1e-6)

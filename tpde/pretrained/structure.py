@@ -12,10 +12,12 @@ own; nothing here depends on the family.
 :func:`depth_energies` asks what the network's own tokens do to each sublayer's structured
 energy 𝓔_l = Σ_h s_h E_h (the functional its nearest gradient field ascends, MATH.md §12),
 evaluated on the tokens as the sublayer reads them (y = N₁(x) for Pre-norm, x for Post-norm):
-before the sublayer, after its attention step and after the whole layer, beside the rate
-the structure predicts, d𝓔/dt = ⟨∇𝓔, Γ_s⟩ along the nearest gradient field (≥ 0 where the
-sublayer is one exact head without drift), and the first-order change the network's own
-attention step predicts, ⟨∇_x 𝓔(N₁x), v⟩ (v = x_{l,1} − x_l, autograd through N₁).
+before the sublayer, after its attention step x + v (v = Attn[N₁#μ](N₁x) for Pre-norm,
+Attn[μ](x) for Post-norm, before the Post-norm's projection: a LayerNorm rescales the tokens
+and with them every exponential score, so it is not part of the attention's step) and after
+the whole layer, beside the rate the structure predicts, d𝓔/dt = ⟨∇𝓔, Γ_s⟩ along the nearest
+gradient field (≥ 0 where the sublayer is one exact head without drift), and the first-order
+change of the network's own step, ⟨∇_x 𝓔(N₁x), v⟩ (autograd through N₁).
 """
 
 from __future__ import annotations
@@ -144,8 +146,9 @@ class DepthEnergies:
     ----------
     places : tuple of (layer, block).
     before, after_attention, after : (S,) float64, 𝓔_l on the tokens the sublayer reads,
-        at its input, after its attention step, after its layer (its block for an ALBERT
-        group).
+        at its input, after its attention step x + v (before a Post-norm's projection),
+        after its layer (its block for an ALBERT group; a Post-norm layer's output is
+        LayerNorm-scaled).
     structured_rate : (S,) d𝓔_l/dt along the nearest gradient field at the input (its
         predicted sign: ≥ 0 where the structure holds).
     network_rate : (S,) ⟨∇_x 𝓔_l(N₁x), v⟩, the first-order change of the network's own
@@ -197,19 +200,20 @@ def depth_energies(model, mu: Empirical, *, engine: str = "auto") -> DepthEnergi
         blocks = getattr(layer, "blocks", (layer,))
         for b, block in enumerate(blocks):
             near, _ = nearest_gradient_field(block.attention)
-            x_in, x_att, x_out = clouds[l][2 * b : 2 * b + 3]
-            energy = [near.energy(_read_by(block, x, mu)) for x in (x_in, x_att, x_out)]
+            x_in, x_out = clouds[l][2 * b], clouds[l][2 * b + 2]
             seen = _read_by(block, x_in, mu)
+            step = block.attention.velocity(seen, engine=engine)  # before any projection
+            energy = [near.energy(_read_by(block, x, mu)) for x in (x_in, x_in + step, x_out)]
             rate = near.energy_rate(seen, near.velocity(seen, engine=engine))
             places.append((l, b))
-            rows.append((*energy, rate, _network_rate(near, block, x_in, x_att, mu)))
+            rows.append((*energy, rate, _network_rate(near, block, x_in, step, mu)))
     columns = [torch.stack([r[i] for r in rows]).detach().to(torch.float64) for i in range(5)]
     return DepthEnergies(tuple(places), *columns)
 
 
-def _network_rate(near, block, x_in, x_att, mu: Empirical) -> torch.Tensor:
-    """⟨∇_x 𝓔(read(x)), x_att − x_in⟩ at x_in, autograd through the block's norm."""
+def _network_rate(near, block, x_in, step, mu: Empirical) -> torch.Tensor:
+    """⟨∇_x 𝓔(read(x)), v⟩ at x_in, autograd through the block's norm."""
     with torch.enable_grad():
         x = x_in.detach().requires_grad_(True)
         (grad,) = torch.autograd.grad(near.energy(_read_by(block, x, mu)), x)
-    return (grad * (x_att - x_in)).sum()
+    return (grad * step).sum()
