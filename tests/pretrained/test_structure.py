@@ -177,3 +177,35 @@ def test_depth_energies_bad_inputs(case):
         depth_energies(model.layers[0], mu)
     with pytest.raises(TypeError, match="Empirical of tokens"):
         depth_energies(model, mu.points)
+
+
+def test_albert_group_blocks_each_get_a_report(tmp_path):
+    """ALBERT, one group of k = 2 Post-LN blocks applied L = 2 times: four attention
+    sublayers (layer, block), each read on the tokens before its block."""
+    from tests.pretrained.test_load_albert_groups import _oracle
+
+    _oracle(2, 1, 2).save_pretrained(tmp_path)
+    model = load(tmp_path, dtype=F64)
+    mu = model.embed(torch.arange(3, 3 + N))[0]
+    result, energies = model_structure(model, mu), depth_energies(model, mu)
+    assert result.places == energies.places == ((0, 0), (0, 1), (1, 0), (1, 1))
+    split = model.split(mu)  # (L, 4, n, d): attention, MLP of block 0, then of block 1
+    second = mu.points + split[0, :2].sum(0)  # the tokens block 1 of layer 0 reads (Post-LN)
+    expected = model.layers[0].blocks[1].attention.velocity(mu.with_points(second))
+    assert float((result.gaps[1].velocity - expected).norm() / expected.norm()) <= 1e-12
+    assert bool(torch.isfinite(result.table("dynamic_gap")).all())
+
+
+def test_float32_model_matches_float64(case, tmp_path):
+    """A float32 load (the default) runs through the same path; its gaps agree with the
+    float64 ones to float32 rounding amplified by the exponential scores (measured 1.5e-6
+    and 1.7e-7 relative; 1e-4 allowed); the weight scores are computed in float64 from
+    the float32 weights (their rounding, 6e-8: 1e-6 allowed)."""
+    _, oracle, _, _, result, _ = case
+    oracle.save_pretrained(tmp_path)
+    model = load(tmp_path)
+    mu = model.embed(torch.arange(3, 3 + N))[0]
+    single = model_structure(model, mu)
+    assert mu.points.dtype == torch.float32
+    assert torch.allclose(single.table("dynamic_gap"), result.table("dynamic_gap"), rtol=1e-4)
+    assert torch.allclose(single.table("symmetry"), result.table("symmetry"), rtol=1e-6)
