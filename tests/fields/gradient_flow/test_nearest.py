@@ -238,6 +238,28 @@ def test_energy_dissipation_sign(sign):
     assert float((rate - predicted).abs() / predicted) <= 1e-10  # pinv of M: cond(M)·eps
 
 
+def test_dissipation_identity_with_a_drift():
+    """MATH.md §12: d𝓔/dt = ‖Γ − w‖²_g + s wᵀ∫∇K_μ dμ (𝓔 = sE) along the head's own Γ, for
+    a drift w = u − Ma ≠ 0; ∇K_μ by autograd in the query with the keys fixed (pinv of M:
+    1e-10)."""
+    g = torch.Generator().manual_seed(23)
+    Wq = 0.5 * _randn(g, 3, 6)
+    Wk = torch.diag(torch.tensor([1.0, -0.5, 2.0], dtype=F64)) @ Wq
+    A, M, bq, u = Wk.mT @ Wq / math.sqrt(3), -_psd(g, 6), _randn(g, 3), _randn(g, 6)
+    field = Softmax(Wq, Wk, M @ A, query_bias=bq, value_bias=u)
+    near, _ = nearest_gradient_field(field)
+    head, mu = near.heads[0], _cloud(g)
+    w = u - head.M @ head.a
+    velocity = field.velocity(mu)
+    x = mu.points.clone().requires_grad_(True)
+    (grad_k,) = torch.autograd.grad(near.log_partition(head, mu, x).exp().sum(), x)
+    drift_term = head.sign * (w * (mu.weights[:, None] * grad_k).sum(0)).sum()
+    predicted = near.metric_norm2(mu, velocity - w) + drift_term
+    rate = near.energy_rate(mu, velocity)
+    assert head.sign == -1 and abs(float(drift_term)) > 1e-3 * abs(float(rate))
+    assert float((rate - predicted).abs() / rate.abs()) <= 1e-10
+
+
 def test_structured_flow_ascends_its_energy_along_a_trajectory():
     """Integrated (RK4, h = 0.001, 20 steps), an exact head with w = 0 (M ≺ 0: it descends
     E) raises 𝓔 = sE at every step, and 𝓔(t) − 𝓔(0) equals ∫ energy_rate dt (Simpson on
