@@ -280,6 +280,14 @@ def test_structured_flow_ascends_its_energy_along_a_trajectory():
     assert float((simpson - change).abs() / change.abs()) <= 1e-7
 
 
+def test_trainable_parameters_are_read_detached():
+    g = torch.Generator().manual_seed(24)
+    Wq = torch.nn.Parameter(_randn(g, 3, 6))
+    head = Softmax(Wq, Wq, torch.nn.Parameter(_randn(g, 6, 6)))
+    near, report = nearest_gradient_field(head)
+    assert not near.heads[0].M.requires_grad and report.heads[0].symmetry_residual <= ROUND
+
+
 def test_random_head_is_far():
     g = torch.Generator().manual_seed(7)
     head = Softmax(_randn(g, 3, 6), _randn(g, 3, 6), _randn(g, 6, 6))
@@ -512,6 +520,8 @@ def test_bad_inputs_raise():
         dynamic_gap(head, Gaussian(torch.zeros(6, dtype=F64), torch.eye(6, dtype=F64)))
     with pytest.raises(TypeError, match="head_velocities takes a tpde field"):
         head_velocities("softmax", _cloud(g))
+    with pytest.raises(TypeError, match="t must be"):
+        nearest_gradient_field(head, t="0")
     with pytest.raises(ValueError, match="rtol must be finite and > 0"):
         nearest_gradient_field(head, rtol=0.0)
     _, report = nearest_gradient_field(head)

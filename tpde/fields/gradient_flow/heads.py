@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
+from tpde._validation import check_real
 from tpde.fields.base import Field
 from tpde.metrics.mobility import NotAGradientFlow
 
@@ -130,7 +131,7 @@ def attention_heads(field, t: float = 0.0) -> AttentionHeads:
         raise TypeError(
             f"attention_heads reads a tpde attention field; received {type(field).__name__}."
         )
-    heads, bias = _read(field, float(t))
+    heads, bias = _read(field, check_real(t, "t"))
     d = field.dim
     like = heads[0].V
     total = like.new_zeros(d) if bias is None else bias
@@ -195,11 +196,11 @@ def _single(field, t: float) -> AttentionHead:
     from tpde.fields.attention import Sinkhorn
 
     p = field.params.at(t, like=torch.empty((), dtype=torch.float64))
-    _unbatched(field, p.Q, p.K, p.V)
-    d = p.V.shape[-1]
-    u = p.bv if p.bv is not None else p.V.new_zeros(d)
+    Q, K, V, bq, bk, bv = (_f64(w) for w in (p.Q, p.K, p.V, p.bq, p.bk, p.bv))
+    _unbatched(field, Q, K, V)
+    u = bv if bv is not None else V.new_zeros(V.shape[-1])
     kind = "sinkhorn" if isinstance(field, Sinkhorn) else "softmax"
-    return AttentionHead(p.Q, p.K, p.bq, p.bk, p.scale, p.V, u, kind, source=field)
+    return AttentionHead(Q, K, bq, bk, p.scale, V, u, kind, source=field)
 
 
 def _multihead(field, t: float):
