@@ -44,7 +44,12 @@ LACKS = {
 
 @dataclass(frozen=True, eq=False)
 class AttentionHead:
-    r"""One head in the affine form (module notes), float64 on the parameters' device.
+    r"""One head in the affine form (module notes), float64 on the CPU.
+
+    The weights are read once, detached, into float64 on the CPU: the closed forms of
+    :mod:`~tpde.fields.gradient_flow.projection` are small dense problems (d × k factors),
+    and the structured field moves its parameters to the tokens' device and dtype when it
+    is evaluated.
 
     Attributes
     ----------
@@ -139,7 +144,9 @@ def attention_heads(field, t: float = 0.0) -> AttentionHeads:
 
 
 def _f64(tensor: torch.Tensor | None) -> torch.Tensor | None:
-    return None if tensor is None else tensor.detach().to(torch.float64)
+    if tensor is None:
+        return None
+    return tensor.detach().to(dtype=torch.float64, device="cpu")
 
 
 def _unbatched(field, *tensors) -> None:

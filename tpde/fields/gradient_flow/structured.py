@@ -41,7 +41,8 @@ __all__ = ["StructuredAttention", "StructuredHead"]
 
 @dataclass(frozen=True, eq=False)
 class StructuredHead:
-    """One structured head (module notes), float64.
+    """One structured head (module notes), float64 on the CPU (moved to the tokens' device
+    and dtype when evaluated).
 
     Attributes
     ----------
