@@ -530,6 +530,15 @@ def test_bad_inputs_raise():
     assert report.scores("symmetry").shape == (1,)
 
 
+def test_energy_overflow_is_an_error():
+    g = torch.Generator().manual_seed(25)
+    head, *_ = _exact_head(g)
+    near, _ = nearest_gradient_field(head)
+    mu = _cloud(g)
+    with pytest.raises(OverflowError, match=r"overflowed in torch\.float32"):
+        near.energy(Empirical(30 * mu.points.float()))
+
+
 def test_rope_structured_head_needs_positions():
     g = torch.Generator().manual_seed(18)
     field = _gqa(g, causal=False, position=RoPE())

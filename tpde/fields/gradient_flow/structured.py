@@ -123,7 +123,14 @@ class StructuredAttention(Field):
         for head in self.heads:
             log_k = self.log_partition(head, mu, mu.points, mu.positions)
             values.append(0.5 * torch.logsumexp(log_k + log_w, dim=-1).exp())
-        return torch.stack(values)
+        energies = torch.stack(values)
+        if not bool(torch.isfinite(energies).all()):
+            raise OverflowError(
+                f"a structured energy E_h = ½∬K^h dμdμ overflowed in {energies.dtype} (largest "
+                f"|token coordinate| {float(mu.points.detach().abs().max()):.3g}): compute "
+                "in float64, or rescale the tokens."
+            )
+        return energies
 
     def energy(self, mu, *, t: float = 0.0, engine: str = "auto", info=None) -> torch.Tensor:
         """𝓔(μ) = Σ_h s_h E_h(μ): the functional each head's flow ascends (module notes)."""
