@@ -199,6 +199,25 @@ def test_exact_rank_k_head_with_biases_is_at_rounding(sign):
     assert isinstance(near, StructuredAttention)
 
 
+def test_agrees_with_gradient_structure_where_it_exists():
+    """Full rank, symmetric A, bias-free: the projection's M_s is gradient_structure's raw
+    mobility M = V A⁻¹, and both gaps vanish (tpde.fields.gradient_flow_gap is the exact
+    case of dynamic_gap)."""
+    from tpde.fields import gradient_flow_gap
+
+    g = torch.Generator().manual_seed(26)
+    B = _randn(g, 5, 5)
+    A, M = 0.3 * (B + B.mT), -_psd(g, 5)
+    field = Softmax.from_interaction(A, M @ A)
+    structure = field.gradient_structure()
+    near, report = nearest_gradient_field(field)
+    assert report.exact and report.heads[0].sign == structure.sign == -1
+    assert float((near.heads[0].M - structure.M).norm() / structure.M.norm()) <= ROUND
+    mu = _cloud(g, d=5)
+    assert float(dynamic_gap(field, mu).relative_gap) <= ROUND
+    assert float(gradient_flow_gap(field, mu).relative_gap) <= 1e-10  # its own autograd path
+
+
 def test_velocity_is_mobility_times_grad_log_kernel_plus_drift():
     """Γ = M∇log K_μ + (u − Ma), log K_μ(x) = aᵀx + log Σ_j w_j e^{x_jᵀAx + aᵀx_j}, by
     autograd against the Softmax field's own velocity (drift u − Ma ≠ 0 on purpose)."""
