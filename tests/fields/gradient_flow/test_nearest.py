@@ -356,11 +356,15 @@ def test_multihead_orthogonal_and_shared_sums_are_exact():
 def test_multihead_of_exact_overlapping_heads_is_not_one_flow():
     g = torch.Generator().manual_seed(9)
     heads = [_exact_head(g)[0], _exact_head(g)[0]]
-    field = MultiHead(heads, W=torch.stack([torch.eye(6, dtype=F64)] * 2), bias=_randn(g, 6))
+    W = torch.stack([torch.eye(6, dtype=F64), 2 * torch.eye(6, dtype=F64)])  # 2M ⪰ 0 still
+    field = MultiHead(heads, W=W, bias=_randn(g, 6))
     _, report = nearest_gradient_field(field)
     assert report.sum_structure == "none" and all(h.exact for h in report.heads)
-    gap = dynamic_gap(field, _cloud(g))
+    mu = _cloud(g)
+    gap = dynamic_gap(field, mu)
     assert float(gap.head_gaps.max()) <= ROUND  # each head is still its own gradient flow
+    total = sum(head_velocities(field, mu)) + field.bias
+    assert float((total - gap.velocity).norm() / gap.velocity.norm()) <= ROUND
 
 
 def _gqa(g, d=8, dh=2, heads=4, kv_heads=2, shared=False, **options):

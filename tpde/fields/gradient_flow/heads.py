@@ -25,6 +25,7 @@ import torch
 
 from tpde._validation import check_real
 from tpde.fields.base import Field
+from tpde.fields.params import evaluate_parameter
 from tpde.metrics.mobility import NotAGradientFlow
 
 __all__ = ["AttentionHead", "AttentionHeads", "attention_heads"]
@@ -211,7 +212,7 @@ def _single(field, t: float) -> AttentionHead:
 
 
 def _multihead(field, t: float):
-    W = field._W_at(t, None)
+    W = evaluate_parameter(field.W, "W", t)  # (H, d, d), checked by MultiHead
     _unbatched(field, None if W is None else W[0])
     heads = []
     for h, part in enumerate(field.heads):
@@ -225,7 +226,7 @@ def _multihead(field, t: float):
             Wt = _f64(W[h]).mT
             head = _replace(head, V=Wt @ head.V, u=Wt @ head.u)
         heads.append(head)
-    bias = field._bias_at(t, None)
+    bias = evaluate_parameter(field.bias, "bias", t)
     return heads, _f64(bias)
 
 

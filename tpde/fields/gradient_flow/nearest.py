@@ -37,7 +37,7 @@ from tpde.fields.gradient_flow.projection import (
     symmetry_score,
 )
 from tpde.fields.gradient_flow.structured import StructuredAttention, StructuredHead
-from tpde.fields.params import linear
+from tpde.fields.params import evaluate_parameter, linear
 from tpde.measures import Empirical
 from tpde.metrics.mobility import NotAGradientFlow
 
@@ -396,11 +396,11 @@ def head_velocities(field, mu: Empirical, *, t: float = 0.0, engine: str = "auto
     from tpde.fields.attention import GroupedQueryAttention, MultiHead
 
     if isinstance(field, MultiHead):
-        W = field._W_at(t, mu.points)
+        W = evaluate_parameter(field.W, "W", t)  # (H, d, d): head h adds W_hᵀ Γ_h
         out = []
         for h, head in enumerate(field.heads):
             v = head.velocity(mu, t=t, engine=engine)
-            out.append(v if W is None else v @ W[h])
+            out.append(v if W is None else v @ W[h].to(v))
         return out
     if isinstance(field, GroupedQueryAttention):
         P = field.probabilities(mu, t=t)  # (H, n, N)
