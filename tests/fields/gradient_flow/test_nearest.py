@@ -26,6 +26,7 @@ from tpde.fields import (
     Sinkhorn,
     Softmax,
     StructuredAttention,
+    attention_heads,
     directionality_score,
     dynamic_gap,
     head_velocities,
@@ -365,6 +366,25 @@ def test_multihead_of_exact_overlapping_heads_is_not_one_flow():
     assert float(gap.head_gaps.max()) <= ROUND  # each head is still its own gradient flow
     total = sum(head_velocities(field, mu)) + field.bias
     assert float((total - gap.velocity).norm() / gap.velocity.norm()) <= ROUND
+
+
+def test_multihead_output_matrices_map_the_value_side():
+    """Head h adds W_hᵀΓ_h: its V and u are read as W_hᵀV_h and W_hᵀu_h, and the heads'
+    own velocities sum to the field's."""
+    g = torch.Generator().manual_seed(27)
+    parts = [Softmax(_randn(g, 2, 6), _randn(g, 2, 6), _randn(g, 6, 6), value_bias=_randn(g, 6))
+             for _ in range(2)]  # fmt: skip
+    W = _randn(g, 2, 6, 6)
+    field = MultiHead(parts, W=W, bias=_randn(g, 6))
+    heads = attention_heads(field)
+    for h, part in enumerate(parts):
+        p = part.params.at(0.0, W)
+        assert torch.allclose(heads.heads[h].V, W[h].mT @ p.V, rtol=1e-14, atol=0)
+        assert torch.allclose(heads.heads[h].u, W[h].mT @ p.bv, rtol=1e-14, atol=0)
+    mu = _cloud(g)
+    total = sum(head_velocities(field, mu)) + field.bias
+    velocity = field.velocity(mu)
+    assert float((total - velocity).norm() / velocity.norm()) <= ROUND
 
 
 def _gqa(g, d=8, dh=2, heads=4, kv_heads=2, shared=False, **options):
