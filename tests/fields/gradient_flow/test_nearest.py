@@ -179,6 +179,19 @@ def test_row_space_of_dependent_rows():
     assert float((W.mT - B @ (B.mT @ W.mT)).norm()) <= ROUND * float(W.norm())
 
 
+def test_nearest_mobility_boundary():
+    """numpy in, clear errors for shapes that do not fit."""
+    A = np.diag([1.0, 2.0, 0.0])
+    near = nearest_mobility(A, 3 * A)
+    assert float((near.M_definite @ near.A_s - 3 * torch.as_tensor(A)).norm()) <= ROUND
+    with pytest.raises(ValueError, match="A must be a square"):
+        nearest_mobility(np.ones((2, 3)), np.ones((2, 3)))
+    with pytest.raises(ValueError, match="of one d"):
+        nearest_mobility(np.eye(2), np.eye(3))
+    with pytest.raises(ValueError, match=r"rows must have shape \(r, 2\)"):
+        nearest_mobility(np.eye(2), np.eye(2), rows=np.ones((2, 3)))
+
+
 def test_nearest_mobility_of_a_zero_interaction_is_zero():
     V = torch.eye(4, dtype=F64)
     near = nearest_mobility(torch.zeros(4, 4, dtype=F64), V, rows=torch.zeros(2, 4, dtype=F64))

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 import torch
 
+from tpde._validation import as_tensor
 from tpde.metrics.mobility import DEGENERATE
 
 __all__ = [
@@ -85,8 +86,7 @@ def directionality_score(M: torch.Tensor, num_std: float = 2.0) -> torch.Tensor:
 
 
 def _square(M, name: str) -> torch.Tensor:
-    if not isinstance(M, torch.Tensor):
-        M = torch.as_tensor(M, dtype=torch.float64)
+    M = as_tensor(M, name)
     if M.ndim != 2 or M.shape[0] != M.shape[1] or M.shape[0] == 0:
         raise ValueError(f"{name} must be a square (d, d) matrix; received {tuple(M.shape)}.")
     return M
@@ -141,8 +141,19 @@ def nearest_mobility(A: torch.Tensor, V: torch.Tensor, dtype=None, rows=None) ->
     M* = [U_R, Y] [[M̃_RR, I], [I, M̃_RR⁺]] [U_R, Y]ᵀ (the minimal completion), and the
     eigenvalue clip of M* is that of a 2r × 2r matrix after a QR of [U_R, Y].
     """
+    A, V = _square(A, "A"), _square(V, "V")
+    if V.shape != A.shape:
+        raise ValueError(
+            f"A and V must be (d, d) matrices of one d; received A {tuple(A.shape)} and V "
+            f"{tuple(V.shape)}."
+        )
+    V = V.to(A)
     dtype = dtype or A.dtype
     d = A.shape[-1]
+    if rows is not None:
+        rows = as_tensor(rows, "rows").to(A)
+        if rows.ndim != 2 or rows.shape[-1] != d:
+            raise ValueError(f"rows must have shape (r, {d}); received {tuple(rows.shape)}.")
     A_s = 0.5 * (A + A.mT)
     basis = torch.eye(d, dtype=A.dtype, device=A.device) if rows is None else row_space(rows)
     lam, W = torch.linalg.eigh(basis.mT @ A_s @ basis)
