@@ -321,6 +321,19 @@ def test_trainable_parameters_are_read_detached():
     assert not near.heads[0].M.requires_grad and report.heads[0].symmetry_residual <= ROUND
 
 
+def test_summary_names_the_breaks_once():
+    g = torch.Generator().manual_seed(28)
+    field = GroupedQueryAttention(
+        _randn(g, 8, 8), _randn(g, 4, 8), _randn(g, 4, 8), _randn(g, 8, 8), 4, 2,
+        position=RoPE(), causal=True,
+    )  # fmt: skip
+    text = nearest_gradient_field(field)[1].summary()
+    assert text.startswith("4 head(s); sum of heads: none")
+    assert text.count("causal mask") == 1 and "RoPE" in text
+    exact = nearest_gradient_field(_exact_head(g)[0])[1].summary()
+    assert exact.endswith("breaks: none (a gradient flow)")
+
+
 def test_random_head_is_far():
     g = torch.Generator().manual_seed(7)
     head = Softmax(_randn(g, 3, 6), _randn(g, 3, 6), _randn(g, 6, 6))

@@ -23,6 +23,7 @@ and the sum is not one in general (measured by :func:`dynamic_gap`).
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 import torch
@@ -116,6 +117,22 @@ class StructureReport:
     def exact(self) -> bool:
         """Whether the field is one gradient flow (every head exact and the sum one flow)."""
         return not self.breaks
+
+    def summary(self) -> str:
+        """A few lines: heads, the sum's case, median scores over heads, the breaks' kinds."""
+        lines = [
+            f"{len(self.heads)} head(s); sum of heads: {self.sum_structure}; layer symmetry "
+            f"{self.symmetry:.3f}, directionality {self.directionality:+.3f}"
+        ]
+        for name in ("symmetry", "symmetry_residual", "value_residual", "definite_residual"):
+            values = self.scores(name)
+            lines.append(
+                f"  {name}: median {float(values.median()):.3g} "
+                f"[{float(values.min()):.3g}, {float(values.max()):.3g}]"
+            )
+        kinds = dict.fromkeys(re.sub(r"^head \d+: ", "", b).split(" (")[0] for b in self.breaks)
+        lines.append("  breaks: " + ("; ".join(kinds) if kinds else "none (a gradient flow)"))
+        return "\n".join(lines)
 
     def scores(self, name: str) -> torch.Tensor:
         """One attribute of every head as a float64 tensor (H,), e.g. ``"symmetry"``."""

@@ -18,7 +18,8 @@ A_s = ½(A + Aᵀ). With K_μ(x_i) = Σ_j w_j K(i, j) and a mobility M (semidefi
 is exactly s_h times the gradient of E_h = ½∬K^h dμdμ in the metric ∫K^h_μ⟨(s_hM_h)⁺v, v⟩dμ;
 a single head with w = 0 ascends 𝓔 = s E at the rate d𝓔/dt = ‖Γ_s‖²_g
 (:meth:`StructuredAttention.metric_norm2`). No causal mask: a one-sided kernel has no
-interaction energy (Karagodin et al., arXiv:2510.22026, study the masked dynamics).
+interaction energy (Karagodin, Polyanskiy, Rigollet, arXiv:2411.04990, study the masked
+dynamics directly; Karagodin et al., arXiv:2510.22026, the normalised ones).
 
 References: Castin, Ablin, Carrillo, Peyré, arXiv:2501.18322 (2025), §5; Sander, Ablin,
 Blondel, Peyré, "Sinkformers", arXiv:2110.11773 (2022).
