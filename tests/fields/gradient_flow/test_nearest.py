@@ -541,6 +541,8 @@ def test_masked_softmax_reports_the_mask():
     assert report.breaks == ("head 0: causal mask: a one-sided kernel has no interaction energy",)
     mu = Empirical(_cloud(g).points, positions=torch.arange(24) / 23)
     assert float(dynamic_gap(Masked(head), mu).relative_gap) > 1e-3
+    _, report = nearest_gradient_field(Masked(head, sink_mass=0.1))
+    assert any("attention sink" in b for b in report.breaks)
 
 
 def test_sinkhorn_head_nearest_is_sinkhorn():

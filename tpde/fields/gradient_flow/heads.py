@@ -63,7 +63,8 @@ class AttentionHead:
     rope : :class:`~tpde.fields.RoPE` or None, the rotary encoding of queries and keys.
     causal : bool, keys at positions p_j ≤ p_i only.
     extras : tuple of str, nonlinear or positional pieces of the score besides RoPE
-        ("QK-norm", "soft-cap", "ALiBi", "sliding window", "position bias").
+        ("QK-norm", "soft-cap", "ALiBi", "sliding window", "position bias",
+        "attention sink").
     source : the single-head field it was read from (Softmax, Sinkhorn), or None (a head
         of a GroupedQueryAttention): a Sinkhorn head's ε and solver options.
     """
@@ -176,6 +177,7 @@ def _read(field, t: float) -> tuple[list[AttentionHead], torch.Tensor | None]:
     if isinstance(field, Masked):
         (head,), _ = _read(field.field, t)  # Masked wraps one softmax-form field
         extras = head.extras + (("position bias",) if field.position_bias is not None else ())
+        extras = extras + (("attention sink",) if field.sink_mass else ())
         return [_replace(head, causal=True, extras=extras)], None
     if isinstance(field, MultiHead):
         return _multihead(field, t)
