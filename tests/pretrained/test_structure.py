@@ -209,3 +209,17 @@ def test_float32_model_matches_float64(case, tmp_path):
     assert mu.points.dtype == torch.float32
     assert torch.allclose(single.table("dynamic_gap"), result.table("dynamic_gap"), rtol=1e-4)
     assert torch.allclose(single.table("symmetry"), result.table("symmetry"), rtol=1e-6)
+
+
+def test_a_subset_of_layers(case):
+    _, _, model, mu, result, energies = case
+    last = len(model.layers) - 1
+    sub = model_structure(model, mu, layers=[last])
+    assert sub.places == ((last, 0),)
+    assert torch.equal(sub.table("dynamic_gap")[0], result.table("dynamic_gap")[last])
+    part = depth_energies(model, mu, layers=[last])
+    assert torch.equal(part.before, energies.before[last:])
+    with pytest.raises(IndexError, match="out of range"):
+        model_structure(model, layers=[len(model.layers)])
+    with pytest.raises(TypeError, match="sequence of layer indices"):
+        depth_energies(model, mu, layers=1)

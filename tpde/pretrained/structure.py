@@ -84,7 +84,9 @@ class ModelStructure:
         return torch.tensor(values, dtype=torch.float64)
 
 
-def model_structure(model, mu: Empirical | None = None, *, engine: str = "auto"):
+def model_structure(
+    model, mu: Empirical | None = None, *, layers=None, engine: str = "auto"
+) -> ModelStructure:
     """The gradient structure of every attention sublayer of a loaded model (module notes).
 
     Parameters
@@ -93,6 +95,8 @@ def model_structure(model, mu: Empirical | None = None, *, engine: str = "auto")
     mu : Empirical, optional
         A sentence's depth-0 tokens (``model.embed(...)[0]``): with it, the dynamic gap of
         each sublayer on the tokens it reads in the network.
+    layers : sequence of layer indices, optional
+        The layers to report (default all); the tokens still run through every layer.
     engine : pairwise engine of the velocities.
 
     Returns
@@ -106,7 +110,8 @@ def model_structure(model, mu: Empirical | None = None, *, engine: str = "auto")
         )
     places, reports, gaps = [], [], []
     clouds = None if mu is None else _sublayer_inputs(model, mu, engine)
-    for l, layer in enumerate(model.layers):
+    for l in _layer_indices(model, layers):
+        layer = model.layers[l]
         for b, block in enumerate(getattr(layer, "blocks", (layer,))):
             places.append((l, b))
             if clouds is None:
@@ -117,6 +122,17 @@ def model_structure(model, mu: Empirical | None = None, *, engine: str = "auto")
             reports.append(gap.report)
             gaps.append(gap)
     return ModelStructure(tuple(places), tuple(reports), None if mu is None else tuple(gaps))
+
+
+def _layer_indices(model, layers) -> list[int]:
+    """The layer indices asked for (all by default), each checked by ``model.layer``."""
+    if layers is None:
+        return list(range(len(model.layers)))
+    if isinstance(layers, int) or not all(isinstance(l, int) for l in layers):
+        raise TypeError(f"layers must be a sequence of layer indices; received {layers!r}.")
+    for l in layers:
+        model.layer(l)  # IndexError naming the range
+    return list(layers)
 
 
 def _sublayer_inputs(model, mu: Empirical, engine: str) -> list[torch.Tensor]:
@@ -173,7 +189,7 @@ class DepthEnergies:
         return torch.sign(self.change) == torch.sign(self.structured_rate)
 
 
-def depth_energies(model, mu: Empirical, *, engine: str = "auto") -> DepthEnergies:
+def depth_energies(model, mu: Empirical, *, layers=None, engine: str = "auto") -> DepthEnergies:
     """Each attention sublayer's structured energy along the network's own tokens (module
     notes).
 
@@ -181,6 +197,7 @@ def depth_energies(model, mu: Empirical, *, engine: str = "auto") -> DepthEnergi
     ----------
     model : :class:`~tpde.pretrained.Transformer`.
     mu : Empirical, a sentence's depth-0 tokens (``model.embed(...)[0]``).
+    layers : sequence of layer indices, optional (default all).
     engine : pairwise engine of the velocities.
 
     Returns
@@ -194,9 +211,11 @@ def depth_energies(model, mu: Empirical, *, engine: str = "auto") -> DepthEnergi
         )
     if not isinstance(mu, Empirical):
         raise TypeError(f"mu must be an Empirical of tokens; received {type(mu).__name__}.")
+    indices = _layer_indices(model, layers)
     clouds = _sublayer_inputs(model, mu, engine)
     places, rows = [], []
-    for l, layer in enumerate(model.layers):
+    for l in indices:
+        layer = model.layers[l]
         blocks = getattr(layer, "blocks", (layer,))
         for b, block in enumerate(blocks):
             near, _ = nearest_gradient_field(block.attention)
