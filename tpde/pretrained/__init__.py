@@ -26,6 +26,7 @@ from tpde.pretrained.minilm import (
     minilm_path,
 )
 from tpde.pretrained.smollm2 import SmolLM2, load_smollm2
+from tpde.pretrained.structure import DepthEnergies, ModelStructure, depth_energies, model_structure
 from tpde.pretrained.transformer import (
     DecoderLayer,
     Embedding,
@@ -39,17 +40,20 @@ from tpde.pretrained.transformer import (
 __all__ = [
     "ARCHITECTURES",
     "DecoderLayer",
+    "DepthEnergies",
     "Embedding",
     "Layer",
     "LayerGroup",
     "LayerNormWeights",
     "LoadError",
     "MiniLM",
+    "ModelStructure",
     "Pooler",
     "SequenceClassifier",
     "SmolLM2",
     "Transformer",
     "corpus",
+    "depth_energies",
     "embed",
     "gemma3_270m_path",
     "hidden_states",
@@ -58,4 +62,5 @@ __all__ = [
     "load_minilm",
     "load_smollm2",
     "minilm_path",
+    "model_structure",
 ]
