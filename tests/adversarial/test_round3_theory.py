@@ -170,11 +170,11 @@ ERRORS = {
     "solution-ngpt-alpha-huge": (  # fixed: same, with no word on alpha; then a hang
         _solution(alpha=1e300, scheme="ngpt"),
         ValueError,
-        r"alpha = 1e\+300, .* is too stiff to solve: its Jacobian at the start has an "
+        r"alpha = 1e\+300, .* moves too fast to solve: its Jacobian at the start has an "
         r"eigenvalue of size 4.43e\+299",
     ),
-    "solution-long-horizon": (  # an O(1) rate over 1e12 time units: hopeless work
-        _solution(times=(0.0, 1e12)),
+    "solution-long-horizon": (  # an O(1) decay over 1e12 time units: hopeless work (a
+        _solution(times=(0.0, 1e12), rho0=0.999),  # growth from rho0 = 0.1 solves: round 5)
         ValueError,
         r"needs at least .* right-hand side evaluations over the horizon 1e\+12",
     ),
