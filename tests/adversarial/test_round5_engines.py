@@ -37,7 +37,7 @@ def direct_average(x: torch.Tensor, w: torch.Tensor, beta: float) -> torch.Tenso
     return (kernel @ x) / kernel.sum(-1, keepdim=True)
 
 
-# -------- accuracy: equal weights on clustered clouds (24 cases, 8 failed before: up to 1.6e-12)
+# -------- accuracy: equal weights on clustered clouds (24 cases, 5 failed before: up to 1.6e-12)
 CLOUDS = {"tight": (1, 0.01), "three": (3, 0.05), "five-wide": (5, 0.2), "pair": (2, 0.001)}
 
 
@@ -56,7 +56,8 @@ def test_equal_weights_on_clustered_clouds_match_a_direct_sum(cloud, n, beta):
     assert error <= 1.5e-13
 
 
-# ------------- the degree bound (16 cases, 10 failed before: no bound, or a hang, or a crash)
+# -------- the degree bound (17 cases, 3 failed before when run; 8 more not run on the old code:
+# -------- 2 to 12 GiB asked for, or a recurrence of 6e16 terms)
 def _harmonics(beta, dtype=F64, n=200):
     x, eye = clustered(n, 3, 0.3).to(dtype), I3.to(dtype)
     return lambda: Softmax(eye, eye, eye, scale=beta).velocity(Empirical(x), engine="harmonics")

@@ -54,7 +54,7 @@ def _gqa(**options):
     )
 
 
-# --------------------------- own: one normaliser (84 cases, 66 failed before: read as truthy)
+# --------------------------- own: one normaliser (85 cases, 84 failed before: read as truthy)
 NOT_A_BOOL = {
     "str-False": "False",
     "str-empty": "",
@@ -143,7 +143,7 @@ OWN_COUNT = {
 test_own_true_needs_mus_token_count = error_table_test(OWN_COUNT)
 
 
-# ---------- positions through a stack whose acting layer uses none (12 cases, 6 failed before)
+# ---------- positions through a stack whose acting layer uses none (15 cases, 8 failed before)
 def _stack():
     eye = torch.eye(D, dtype=F64)
     return LayerSchedule([Softmax(eye, eye, eye), _gqa()])
@@ -195,7 +195,7 @@ STACK_ERRORS = {
 test_stack_positions_are_still_checked = error_table_test(STACK_ERRORS)
 
 
-# ------------------ the method table: traits checked where resolved (22 cases, 19 failed before)
+# ------------------ the method table: traits checked where resolved (20 cases, 19 failed before)
 def _method(**traits):
     def step(self, f, t, y, h, k1=None, h_clock=0.0):
         return tuple(part + h * d for part, d in zip(y, f(t, y), strict=True)), None, None
@@ -259,7 +259,7 @@ def test_a_valid_unregistered_method_runs():
     assert str(run.status) == "completed"
 
 
-# ------------------------------- supports(field, name): (24 cases, 16 failed before)
+# ------------------------------- supports(field, name): (28 cases, 24 failed before)
 NOT_A_FIELD = {
     "None": None,
     "int": 3,
@@ -287,7 +287,7 @@ def test_supports_names_the_known_capabilities(capability):
 
 
 # ------------------------- NaN carried through: tokens changed after the check (32 cases,
-# ------------------------- 30 failed before: reported as score overflow, or a NaN blow_up)
+# ------------------------- 32 failed before: reported as score overflow, or a NaN blow_up)
 def _poisoned(n=6, d=3, value=math.nan, where=(0, 0), sphere=True):
     mu = Empirical(_sphere(n, d) if sphere else _r(n, d))
     mu.points[where] = value  # changed in place after the measure was checked
@@ -438,7 +438,7 @@ def test_a_measure_changed_in_place_is_named(case):
         build()
 
 
-# ---- positions through wrappers and stacks at every depth (24 cases, 3 failed before: a
+# ---- positions through wrappers and stacks at every depth (24 cases, 9 failed before: a
 # ---- stack whose piece is Masked leaked "Masked.velocity() got an unexpected keyword 'info'")
 def _eye():
     return torch.eye(D, dtype=F64)

@@ -5,7 +5,7 @@ A tiny llama GGUF file (written to tmp_path, as in tests/pretrained) loaded as a
 (``embed(["fine", 5])`` said "token ids must be a non-empty 1-d sequence; received shape ()";
 NaN tokens through ``split`` were reported as score overflow) and errors from deep inside (a
 sentence that encodes to no token). Skipped where the ``real`` extra is missing.
-(26 cases, 22 failed before.)
+(26 cases, 26 failed before.)
 """
 
 import math

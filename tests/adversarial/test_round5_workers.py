@@ -5,7 +5,7 @@ armed their watcher in the pool's initializer, after the imports. A worker now a
 first import of tpde, before torch (:mod:`tpde._lifetime`, from the parent's pid in
 ``TPDE_END_WITH_PARENT``). Each case starts a fresh interpreter that records, at the moment
 torch is first imported, whether the watcher thread runs: an order of events, not a time.
-(6 cases, 3 failed before: the armed cases, and the dead parent, which ran on.)
+(7 cases, 3 failed before: the armed case, the dead parent, which ran on, and the kill.)
 """
 
 import os
