@@ -23,15 +23,24 @@ from tpde.theory import equiangular_solution, equiangular_velocity
 I2 = torch.eye(2, dtype=F64)
 
 
-# ------------- valid inputs refused: a growth rate is not stiffness (37 cases, 25 failed before)
-LONG = {  # (scheme, beta, rho0, horizon): every one solves, rho rising to 1 (post-ln: c ≥ 0)
+# -------- valid inputs refused: a growth rate is not stiffness, the horizon is not the work
+# -------- (61 cases, 49 failed before, with the solvable fast rates below)
+LONG = {  # (scheme, beta, rho0, horizon): every one solves, rho rising to 1 (ρ̇ = c ≥ 0)
     f"{scheme}-b{beta:g}-rho{rho0:g}-T{horizon:g}": (scheme, beta, rho0, horizon)
     for scheme in ("post-ln", "pre-ln")
     for beta in (0.5, 1.0, 4.0)
     for rho0 in (0.0, 0.3)
     for horizon in (10.0, 1e6, 1e9, 1e12)
-    if scheme == "post-ln" or horizon <= 1e6  # pre-ln at β = 4 has a decay rate 0.02: stiff
 }
+# near ρ = 1 the start decays at rate ≈ 2 (post-ln): stiff only while the state moves, then
+# the clip at ρ = 1 leaves nothing to follow (was "too stiff" over the whole horizon)
+LONG.update(
+    {
+        f"post-ln-b1-rho{rho0:g}-T{horizon:g}": ("post-ln", 1.0, rho0, horizon)
+        for rho0 in (0.999, 0.99999)
+        for horizon in (1e11, 1e12, 1e14)
+    }
+)
 
 
 @pytest.mark.parametrize("case", LONG.values(), ids=LONG.keys())
@@ -46,6 +55,8 @@ def test_a_growth_rate_over_a_long_horizon_is_solved(case):
     assert rho0 <= solution.rho[-1] <= 1 + 1e-12  # DOP853 may overshoot the clip by rounding
     if scheme == "post-ln" and horizon >= 1e6:  # long past the transient: clustered
         assert solution.rho[-1] >= 1 - 1e-9
+    if scheme == "pre-ln" and horizon >= 1e6:  # r grows (ṙ = g > 0), slowing every rate
+        assert solution.r[-1] > 1.0
 
 
 def test_the_regression_case_of_issue_36_solves_to_one():
@@ -56,36 +67,65 @@ def test_the_regression_case_of_issue_36_solves_to_one():
     assert solution.rho[1] > 0
 
 
-# ---- refused as it must be: stiffness, time scales past float64 (12 cases, 6 failed before:
-# ---- the message did not say 'a decay rate'; the refusals themselves held)
-STIFF = {  # a decay rate at the start over a horizon that the work bound cannot reach
-    f"post-ln-rho{rho0:g}-T{horizon:g}": (
-        lambda rho0=rho0, horizon=horizon: equiangular_solution(
-            [0.0, horizon], rho0, beta=1.0, n=3, scheme="post-ln"
+# ---- refused as it must be: stiffness past max_evals, rates past the controller's underflow
+# ---- (12 cases, 12 failed before, on the message only: the refusals held, but a rate past
+# ---- the underflow was "too stiff" and the stiffness was charged over the whole horizon)
+STIFF = {  # a decay rate ≈ 2 lasting while the state moves (≈ 500 and 5e4 time units)
+    f"post-ln-rho{rho0:g}-max{budget}": (
+        lambda rho0=rho0, budget=budget: equiangular_solution(
+            [0.0, 1e6], rho0, beta=1.0, n=3, scheme="post-ln", max_evals=budget
         ),
         ValueError,
-        r"too stiff to solve: .*a decay rate .* over the horizon",
+        r"too stiff to solve: .*a decay rate .*, lasting while the state moves",
     )
     for rho0 in (0.999, 0.99999)
-    for horizon in (1e11, 1e12, 1e14)
+    for budget in (10, 100, 1000)
 }
-FAST = {  # growth rates whose time scale float64 times on [0, 1] cannot resolve
+FAST = {  # rates past 1/√tiny ≈ 6.7e153, where scipy's step-size control underflows
     f"{scheme}-{what}": (
         lambda kw=kw, scheme=scheme: equiangular_solution(
             [0.0, 1.0], 0.1, beta=1.0, n=3, scheme=scheme, **kw
         ),
         ValueError,
-        r"(moves too fast|too stiff) to solve",
+        r"moves too fast to solve: .*where the solver's step-size control underflows",
     )
     for scheme, what, kw in (
         ("ngpt", "alpha-1e300", {"alpha": 1e300}),
-        ("ngpt", "alpha-1e100", {"alpha": 1e100}),
-        ("ngpt", "alpha-1e30", {"alpha": 1e30}),
+        ("ngpt", "alpha-1e200", {"alpha": 1e200}),
+        ("ngpt", "alpha-1e160", {"alpha": 1e160}),
         ("pre-ln", "r0-1e-300", {"r0": 1e-300}),
-        ("pre-ln", "r0-1e-100", {"r0": 1e-100}),
+        ("pre-ln", "r0-1e-200", {"r0": 1e-200}),
         ("peri-ln", "r0-1e-300", {"r0": 1e-300}),
     )
 }
+
+
+@pytest.mark.parametrize(
+    ("scheme", "options"),
+    [
+        ("ngpt", {"alpha": 1e30}),
+        ("ngpt", {"alpha": 1e100}),
+        ("ngpt", {"alpha": 1e150}),
+        ("pre-ln", {"r0": 1e-100}),
+        ("pre-ln", {"r0": 1e-150}),
+        ("peri-ln", {"r0": 1e-20}),
+    ],
+    ids=[
+        "ngpt-1e30",
+        "ngpt-1e100",
+        "ngpt-1e150",
+        "pre-ln-1e-100",
+        "pre-ln-1e-150",
+        "peri-ln-1e-20",
+    ],
+)
+def test_fast_rates_below_the_underflow_are_solved(scheme, options):
+    # fixed: refused as "too stiff" (a rate times the horizon); DOP853 follows them (ρ → 1 at
+    # once: ngpt's ρ(t; α) = ρ(αt; 1), pre-ln's ρ(t; r0) = ρ(t/r0; 1) for small t).
+    solution = equiangular_solution([0.0, 1.0], 0.1, beta=1.0, n=3, scheme=scheme, **options)
+    assert solution.rho[-1] >= 1 - 1e-6
+
+
 test_stiffness_and_unresolvable_time_scales_are_refused = error_table_test({**STIFF, **FAST})
 
 
