@@ -5,10 +5,13 @@ into the output folder. Two rules keep a folder consistent:
 
 - **Workers end with their parent.** A SIGINT already ends them (:func:`.framework.exit_on_ctrl_c`
   kills them), but a SIGKILL of the parent (an out-of-memory kill, a closed terminal) runs
-  no handler. :func:`end_with_parent`, called first thing in every worker, asks Linux to
-  send the worker SIGKILL when its parent dies (``prctl(PR_SET_PDEATHSIG)``, through ctypes)
-  and, everywhere, starts a daemon thread that polls the parent's pid every
-  :data:`POLL_S` seconds and ends the worker once the parent is gone (it was re-parented).
+  no handler. A worker of ``tpde run --jobs N`` arms itself on its first import of tpde,
+  before torch (:mod:`tpde._lifetime`: the parent's pid in ``TPDE_END_WITH_PARENT``, set
+  while the pool lives); :func:`end_with_parent`, the pool's initializer (and the sweep's
+  Dask plugin), arms any worker not armed yet. Arming asks Linux to send the worker SIGKILL
+  when its parent dies (``prctl(PR_SET_PDEATHSIG)``, through ctypes) and, everywhere,
+  starts a daemon thread that polls the parent's pid every :data:`POLL_S` seconds and ends
+  the worker once the parent is gone (it was re-parented).
   Every result is renamed into place atomically, so a worker killed mid-task leaves no
   partial file.
 - **One owner per folder.** :class:`FolderLock` writes ``OUT/.tpde-lock.json`` (the owner's
@@ -25,18 +28,16 @@ import json
 import os
 import socket
 import sys
-import threading
 from pathlib import Path
+
+from tpde import _lifetime
 
 __all__ = ["LOCK_FILE", "POLL_S", "FolderInUse", "FolderLock", "end_with_parent", "process_alive"]
 
 #: The lock file of an output folder (ignored by the checks of an empty folder).
 LOCK_FILE = ".tpde-lock.json"
-#: Seconds between two looks at the parent's pid (the portable fallback).
-POLL_S = 0.25
-_PR_SET_PDEATHSIG, _PR_SET_NAME = 1, 15  # <linux/prctl.h>
-#: The name of the watching thread of an armed worker (Linux).
-WATCHER = "tpde-watch"
+#: The watching thread's poll and name (:mod:`tpde._lifetime`, shared with the early arming).
+POLL_S, WATCHER = _lifetime.POLL_S, _lifetime.WATCHER
 
 
 class FolderInUse(RuntimeError):
@@ -44,38 +45,8 @@ class FolderInUse(RuntimeError):
 
 
 # ---------------------------------------------------------------------- workers
-def _linux_death_signal() -> bool:
-    """Ask the kernel for SIGKILL when the parent (the thread that spawned us) dies."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        import ctypes
-        import signal
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) == 0
-    except (OSError, AttributeError):
-        return False
-
-
-def _watch_parent(parent: int) -> None:
-    """The daemon thread's loop: end this process once ``parent`` is no longer its parent.
-
-    On Linux the thread is named :data:`WATCHER` (``ps -L``, /proc/PID/task/*/comm shows
-    that the worker is armed)."""
-    import time
-
-    if sys.platform.startswith("linux"):
-        try:
-            import ctypes
-
-            ctypes.CDLL(None).prctl(_PR_SET_NAME, WATCHER.encode(), 0, 0, 0)
-        except (OSError, AttributeError):
-            pass
-    while True:
-        if os.getppid() != parent or not process_alive(parent):
-            os._exit(1)  # the results written so far were renamed into place: nothing to undo
-        time.sleep(POLL_S)
+#: Ask the kernel for SIGKILL when the parent dies (Linux; False elsewhere).
+_linux_death_signal = _lifetime.linux_death_signal
 
 
 def end_with_parent(parent: int | None = None) -> None:
@@ -83,17 +54,18 @@ def end_with_parent(parent: int | None = None) -> None:
 
     Linux: ``prctl(PR_SET_PDEATHSIG, SIGKILL)``; everywhere: a daemon thread polling the
     parent every :data:`POLL_S` s. A parent that died before this call ends the worker at
-    once: a worker still starting when its parent is killed (a spawned worker imports torch
-    first, seconds) ends as soon as it has started, before taking any task.
+    once. A worker of ``tpde run`` is armed already, before its imports
+    (:mod:`tpde._lifetime`); then this call does nothing.
     Used as the ``initializer`` of ``tpde run``'s process pool (with the parent's pid) and by
     a Dask worker plugin in ``tpde sweep --workers N``.
     """
     parent = os.getppid() if parent is None else int(parent)
+    if _lifetime.armed(parent):  # armed on its first import of tpde (:mod:`tpde._lifetime`)
+        return
     _linux_death_signal()
     if os.getppid() != parent:  # the parent died before the death signal was armed
         os._exit(1)
-    threading.Thread(target=_watch_parent, args=(parent,), daemon=True,
-                     name="tpde-end-with-parent").start()  # fmt: skip
+    _lifetime.watch(parent, process_alive)
 
 
 # ---------------------------------------------------------------------- processes

@@ -5,7 +5,14 @@ Subpackages, in dependency order: :mod:`tpde.measures` (state), :mod:`tpde.metri
 :mod:`tpde.attention` is a façade over :mod:`tpde.fields`.
 """
 
-from tpde import measures, metrics, fields, flows, attention  # noqa: I001 (dependency order)
+import os as _os
+
+if _os.environ.get("TPDE_END_WITH_PARENT"):  # a worker of `tpde run --jobs N`: armed first,
+    from tpde._lifetime import arm_from_environment  # before torch (stdlib only)
+
+    arm_from_environment()
+
+from tpde import measures, metrics, fields, flows, attention  # noqa: E402, I001 (dependency order)
 
 __version__ = "0.1.0"
 __all__ = ["measures", "metrics", "fields", "flows", "attention"]  # noqa: RUF022 (dependency order)

@@ -96,6 +96,22 @@ def check_finite(tensor: torch.Tensor, name: str) -> None:
         )
 
 
+def check_measure_finite(mu, who: str = "mu") -> None:
+    """Raise where a measure's values (``mu.values()``: an Empirical's points and weights, a
+    Gaussian's mean and covariance, a grid's density) hold NaN or Inf — checked when the
+    measure was built, then changed in place or rebuilt by ``with_points``: what a field or
+    a flow would otherwise report as an overflow, or carry as a NaN state ("blow_up")."""
+    for name, tensor in mu.values().items():
+        if not all_finite(tensor):
+            bad = ~torch.isfinite(tensor.detach())
+            first = tuple(int(i) for i in bad.nonzero()[0])
+            raise ValueError(
+                f"{who}'s {name} has {int(bad.sum())} non-finite value(s) (NaN or Inf), the "
+                f"first at index {first} (changed in place after the measure checked it, or "
+                "rebuilt without checks, e.g. by Empirical.with_points). Remove or replace them."
+            )
+
+
 def check_positive(value, name: str, *, strict: bool = True) -> float:
     """Return ``value`` as a float after checking that it is (strictly) positive: a Python
     or numpy number, or a one-element tensor; bools, strings and None are refused

@@ -476,8 +476,10 @@ class _Runner:
             import concurrent.futures
             import multiprocessing
 
+            from tpde._lifetime import export_parent
             from tpde.experiments.workers import end_with_parent
 
+            self._restore = export_parent()  # workers arm before their imports (tpde._lifetime)
             self.pool = concurrent.futures.ProcessPoolExecutor(
                 max_workers=jobs,
                 mp_context=multiprocessing.get_context("spawn"),
@@ -500,6 +502,7 @@ class _Runner:
     def __exit__(self, *exc):
         if self.pool is not None:
             self.pool.shutdown(wait=exc[0] is None, cancel_futures=True)
+            self._restore()
         return False
 
 

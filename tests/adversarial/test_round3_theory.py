@@ -160,23 +160,23 @@ ERRORS = {
     "solution-r0-tiny": (  # fixed: "the equiangular ODE solve failed: Required step size"
         _solution(r0=1e-300, scheme="pre-ln"),
         ValueError,
-        r"received r0 = 1e-300, .* is too stiff to solve: .*rho\(t; r0\) = rho\(t/r0; 1\)",
+        r"received r0 = 1e-300, .* moves too fast to solve: .*rho\(t; r0\) = rho\(t/r0; 1\)",
     ),
     "solution-peri-ln-r0-tiny": (
         _solution(r0=1e-300, scheme="peri-ln"),
         ValueError,
-        r"\(peri-ln\) .*received r0 = 1e-300, .* is too stiff to solve",
+        r"\(peri-ln\) .*received r0 = 1e-300, .* moves too fast to solve",
     ),
     "solution-ngpt-alpha-huge": (  # fixed: same, with no word on alpha; then a hang
         _solution(alpha=1e300, scheme="ngpt"),
         ValueError,
-        r"alpha = 1e\+300, .* is too stiff to solve: its Jacobian at the start has an "
+        r"alpha = 1e\+300, .* moves too fast to solve: its Jacobian at the start has an "
         r"eigenvalue of size 4.43e\+299",
     ),
-    "solution-long-horizon": (  # an O(1) rate over 1e12 time units: hopeless work
-        _solution(times=(0.0, 1e12)),
-        ValueError,
-        r"needs at least .* right-hand side evaluations over the horizon 1e\+12",
+    "solution-long-horizon": (  # a decay lasting ~500 time units, 10 evaluations: hopeless
+        _solution(times=(0.0, 1e12), rho0=0.999, max_evals=10),  # (round 5: a long horizon
+        ValueError,  # alone is no work, the stiffness lasts while the state moves)
+        r"needs at least .* right-hand side evaluations, past max_evals \(10 left\)",
     ),
     "solution-max-evals-hit": (  # the bound itself: work stops with an error, not a hang
         _solution(times=(0.0, 50.0), beta=5.0, rtol=1e-13, max_evals=40),

@@ -38,7 +38,17 @@ at a cloud's own tokens D_i ≥ w_i e^{β}, and :func:`truncation` takes the sma
 Rounding: relative to e^{β}W, as on S¹ (module notes of :mod:`tpde._engines.spectral`), with
 a factor growing slowly with L from the sizes of the Legendre coefficients: measured against
 dense rows in float64, ≤ 2.3e-14 relative for β = 0.1 … 100 (2000 tokens), ≤ 1.3e-13 at 10⁶
-tokens (64 sampled rows, benchmarks/sphere_harmonics.py).
+tokens (64 sampled rows, benchmarks/sphere_harmonics.py). The moments are summed so that
+their rounding does not grow with the number of tokens (matrix products over chunks of
+max(32, L + 1) tokens, the chunks and the blocks summed pairwise): with equal weights 1/N
+a running sum made 2000 × (1/2000) = 1 − 5.5e-14, and the softmax average of clustered
+clouds (N = 2000 … 4000, β = 10 and 50) was 1.6e-12 off a direct float64 sum; pairwise,
+≤ 7.5e-14 (tokens between clusters, where D_i is small against e^{β}W) and ≤ 1e-14
+inside clusters (tests/adversarial/test_round5_engines.py).
+
+Degree bound: the tables take table_bytes(L) = 8(L + 1)²(2L + 4) bytes; past
+HARMONICS_MAX_BYTES (1 GiB, L ≤ 405, β up to about 1800 at 3000 tokens in float64) the
+engine refuses, naming β, the degree and the memory ("auto" takes SDPA instead).
 
 Gradients: torch operations only, checkpointed per block of tokens; in the tokens and
 weights, not in β. The sums equal the kernel sums on the sphere, so derivatives along it
@@ -60,7 +70,7 @@ import math
 
 import torch
 
-from tpde._engines.spectral import _blocks, _recurrence_length
+from tpde._engines.spectral import _blocks, _recurrence_length, degree_estimate
 
 __all__ = [
     "HARMONICS_MIN_TOKENS",
@@ -97,9 +107,58 @@ def spherical_ive(beta: torch.Tensor, lmax: int) -> torch.Tensor:
     return torch.cat([c0, c0 * odd[:lmax] * products[..., :lmax]], dim=-1)
 
 
+#: The most memory the harmonics engine's kernel tables may take (:func:`table_bytes`): 1 GiB,
+#: degree L ≈ 320 (β up to about 1000 in float64); beyond it SDPA's cost, which does not
+#: grow with β, wins anyway.
+HARMONICS_MAX_BYTES = 2**30
+
+
+def table_bytes(L: int) -> int:
+    """Bytes of the largest table at degree L: the Legendre recurrence on 2L + 4 angles,
+    (L + 1)²(2L + 4) float64 numbers (the Fourier coefficients and kernels are as large)."""
+    return 8 * (L + 1) ** 2 * (2 * L + 4)
+
+
+@functools.cache
+def _max_degree() -> int:
+    """The largest L whose tables fit :data:`HARMONICS_MAX_BYTES`."""
+    L = 1
+    while table_bytes(L + 1) <= HARMONICS_MAX_BYTES:
+        L += 1
+    return L
+
+
+def check_degree(beta_max: float, L: int) -> int:
+    """``L``, or a ValueError naming β, the degree and the memory its tables would need."""
+    if table_bytes(L) > HARMONICS_MAX_BYTES:
+        raise ValueError(
+            f"the harmonics engine at beta = {beta_max:.6g} needs degree L = {L}, whose "
+            f"tables would take {table_bytes(L) / 2**30:.3g} GiB, past its bound of "
+            f"{HARMONICS_MAX_BYTES / 2**30:.3g} GiB (L <= {_max_degree()}): use "
+            "engine='sdpa' or 'dense' (their cost does not grow with beta)."
+        )
+    return L
+
+
+def _degree(betas: tuple[float, ...], target: float) -> tuple[int, torch.Tensor]:
+    """:func:`_coefficients` behind the degree bound: ValueError before any table is built."""
+    beta_max = max(betas)
+    estimate = degree_estimate(beta_max, target, "harmonics", math.inf)
+    if table_bytes(int(estimate / 2)) > HARMONICS_MAX_BYTES:  # L is within 2× of it
+        raise ValueError(
+            f"the harmonics engine at beta = {beta_max:.6g} needs degree L ≈ {estimate:.0f}, "
+            f"whose tables would take about {table_bytes(int(estimate)) / 2**30:.3g} GiB, past "
+            f"its bound of {HARMONICS_MAX_BYTES / 2**30:.3g} GiB (L <= {_max_degree()}): use "
+            "engine='sdpa' or 'dense' (their cost does not grow with beta)."
+        )
+    L, c = _coefficients(betas, target)
+    return check_degree(beta_max, L), c
+
+
 def truncation(beta_max: float, dtype: torch.dtype, floor: float) -> int:
-    """The degree L: the smallest with τ(L) = Σ_{l>L} c_l ≤ eps·floor (module notes)."""
-    return _coefficients((float(beta_max),), torch.finfo(dtype).eps * floor)[0]
+    """The degree L: the smallest with τ(L) = Σ_{l>L} c_l ≤ eps·floor (module notes);
+    ValueError past the memory bound :data:`HARMONICS_MAX_BYTES` (:func:`check_degree`)."""
+    return _degree((float(beta_max),), torch.finfo(dtype).eps * floor)[0]
 
 
 @functools.lru_cache(maxsize=64)
@@ -145,8 +204,9 @@ def _kernels(betas: tuple[float, ...], target: float, L: int | None):
     """(L, rows of the even and odd groups, their kernel matrices): for each azimuth row
     (cos mφ or sin mφ) K^m = ε_m C^{mᵀ} diag(a) C^m, shape (B, rows, k, k) (module notes)."""
     if L is None:
-        L, c = _coefficients(betas, target)
+        L, c = _degree(betas, target)
     else:
+        check_degree(max(betas), L)
         c = spherical_ive(torch.tensor(betas, dtype=torch.float64, device="cpu"), L)
     degrees = torch.arange(L + 1, dtype=torch.float64, device="cpu")
     a = 4 * math.pi * c / (2 * degrees + 1)  # (B, L + 1)
@@ -226,14 +286,14 @@ def sphere_sums(points: torch.Tensor, weights: torch.Tensor, beta, L: int | None
     def moments(x, w):
         even, odd, cos, sin = _tables(x, L)
         w = w.transpose(-1, -2).unsqueeze(-1)  # (B, b, 4, 1)
-        me = (w * even.unsqueeze(-2)).flatten(-2).transpose(-1, -2) @ cos
-        mo = (w * odd.unsqueeze(-2)).flatten(-2).transpose(-1, -2) @ sin
+        me = _chunked_product((w * even.unsqueeze(-2)).flatten(-2), cos, L + 1)
+        mo = _chunked_product((w * odd.unsqueeze(-2)).flatten(-2), sin, L + 1)
         return me, mo  # (B, 4·rows, L + 1), (B, 4·rows, L)
 
     rows = max(BLOCK_MIN, BLOCK_TOKENS // tokens.shape[0])  # tokens of all clouds per block
     parts = _blocks(moments, tokens, channels, grad=grad, rows=rows)
-    me = sum(p[0] for p in parts).unflatten(-2, (4, -1))  # (B, 4, rows, L + 1)
-    mo = sum(p[1] for p in parts).unflatten(-2, (4, -1))
+    me = pairwise_sum(torch.stack([p[0] for p in parts])).unflatten(-2, (4, -1))
+    mo = pairwise_sum(torch.stack([p[1] for p in parts])).unflatten(-2, (4, -1))
     ge = torch.einsum("brkj,bcrj->bkcr", k_even, me).flatten(-2)  # (B, L + 1, 4·rows)
     go = torch.einsum("brkj,bcrj->bkcr", k_odd, mo).flatten(-2)
 
@@ -245,6 +305,36 @@ def sphere_sums(points: torch.Tensor, weights: torch.Tensor, beta, L: int | None
 
     out = torch.cat(_blocks(combine, tokens, grad=grad, rows=rows), dim=-2)
     return out.reshape(*batch, *out.shape[-2:])
+
+
+#: The fewest tokens per chunk of the moments' sums (:func:`_chunked_product`).
+MOMENT_CHUNK = 32
+
+
+def pairwise_sum(t: torch.Tensor) -> torch.Tensor:
+    """Σ over the first dimension by halves (a tree): rounding grows like log₂ of its length,
+    not like the length (a running sum of 2000 × (1/2000) is 1 − 5.5e-14)."""
+    while t.shape[0] > 1:
+        half = t.shape[0] // 2
+        paired = t[:half] + t[half : 2 * half]
+        t = torch.cat([paired, t[2 * half :]]) if t.shape[0] % 2 else paired
+    return t[0]
+
+
+def _chunked_product(left: torch.Tensor, right: torch.Tensor, degree: int) -> torch.Tensor:
+    """leftᵀ right over the tokens (dimension −2: (B, b, r) and (B, b, k) -> (B, r, k)) as
+    matrix products over chunks of max(:data:`MOMENT_CHUNK`, L + 1) tokens (their partial sums
+    take no more memory than the tables), the chunks summed by :func:`pairwise_sum`: the
+    moments' rounding then does not grow with the number of tokens (module notes)."""
+    b = left.shape[-2]
+    chunk = max(MOMENT_CHUNK, degree)
+    if b <= chunk:
+        return left.transpose(-1, -2) @ right
+    pad = -b % chunk
+    left = torch.nn.functional.pad(left, (0, 0, 0, pad)).unflatten(-2, (-1, chunk))
+    right = torch.nn.functional.pad(right, (0, 0, 0, pad)).unflatten(-2, (-1, chunk))
+    partial = left.transpose(-1, -2) @ right  # (B, chunks, r, k)
+    return pairwise_sum(partial.movedim(-3, 0))
 
 
 def softmax_average_harmonics(points, weights, beta, L=None) -> torch.Tensor:

@@ -106,13 +106,40 @@ def bessel_ive(beta: torch.Tensor, kmax: int) -> torch.Tensor:
     return torch.cat([ive0, ive0 * products[..., :kmax]], dim=-1)
 
 
+#: The most modes the spectral engine takes (β up to about 4·10⁷ in float64): its
+#: coefficients' recurrence costs 60√β terms, and beyond this the dense engines win anyway.
+SPECTRAL_MAX_MODES = 2**16
+
+
+def degree_estimate(beta_max: float, target: float, engine: str, limit: int) -> float:
+    """√(2β ln(1/target)), the truncation's order of size for large β (the coefficients fall
+    like e^{−k²/2β}), checked before any coefficient is computed: ValueError for β not finite
+    and > 0, or an estimate past twice ``limit`` (the exact count is then surely past it)."""
+    if not (math.isfinite(beta_max) and beta_max > 0):
+        raise ValueError(
+            f"the {engine} engine needs a finite beta > 0 (A = beta·I); received beta = "
+            f"{beta_max:.6g} (a scale past the range of the tokens' dtype is inf)."
+        )
+    estimate = math.sqrt(2 * beta_max * math.log(1 / target))
+    if estimate > 2 * limit:
+        raise ValueError(
+            f"the {engine} engine at beta = {beta_max:.6g} needs about {estimate:.3g} terms, "
+            f"past its bound of {limit}: use engine='sdpa' or 'dense' (their cost does not "
+            "grow with beta)."
+        )
+    return estimate
+
+
 def truncation(beta_max: float, dtype: torch.dtype, floor: float) -> int:
     """The number of modes K: the smallest with τ(K) = 2 Σ_{k>K} e^{−β}I_k(β) ≤ eps·floor.
 
     ``floor`` is a lower bound of D_i/(e^{β}W), here min_i w_i/W (module notes); eps is the
     machine epsilon of ``dtype``. The largest β of a batch decides (τ grows with β).
+    ValueError past :data:`SPECTRAL_MAX_MODES` (:func:`degree_estimate`).
     """
-    return _coefficients((float(beta_max),), torch.finfo(dtype).eps * floor)[0]
+    target = torch.finfo(dtype).eps * floor
+    degree_estimate(float(beta_max), target, "spectral", SPECTRAL_MAX_MODES)
+    return _coefficients((float(beta_max),), target)[0]
 
 
 @functools.lru_cache(maxsize=64)
@@ -223,7 +250,9 @@ def circle_sums(points: torch.Tensor, weights: torch.Tensor, beta, K: int | None
     floor = float((weights.detach().amin(-2) / weights.detach().sum(-2)).min())
     distinct = sorted(set(betas))
     if K is None:
-        K, ive = _coefficients(tuple(distinct), torch.finfo(points.dtype).eps * floor)
+        target = torch.finfo(points.dtype).eps * floor
+        degree_estimate(max(distinct), target, "spectral", SPECTRAL_MAX_MODES)
+        K, ive = _coefficients(tuple(distinct), target)
         ive = ive[[distinct.index(b) for b in betas]] if len(distinct) > 1 else ive
     else:
         ive = bessel_ive(torch.tensor(betas, dtype=torch.float64, device="cpu"), K)
@@ -303,9 +332,11 @@ def sphere_refusal(points, weights, beta, dim: int = 2) -> str | None:
         return f"it needs β > 0 (A = βI); received β = {float(beta.min()):.4g}"
     if not bool((weights > 0).all()):
         return "it needs every token's weight > 0 (its truncation bound uses them)"
+    if not bool(torch.isfinite(beta).all()):
+        return f"it needs a finite β; received β = {float(beta.max()):.4g}"
     worst = float((points.detach().norm(dim=-1) - 1).abs().max())
     tolerance = 16 * torch.finfo(points.dtype).eps
-    if worst > tolerance:
+    if not worst <= tolerance:  # NaN-safe
         return (
             f"it needs every token on the unit {SPHERE_OF_DIM[dim][1]}; the norms are up to "
             f"{worst:.3g} away from 1 (tolerance {tolerance:.3g}): normalise them (wrap the "

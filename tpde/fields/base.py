@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from tpde._engines import check_engine
-from tpde._validation import as_tensor, check_finite, check_real
+from tpde._validation import as_tensor, check_finite, check_measure_finite, check_real
 from tpde.fields.calls import _positions_user, part_velocity, query_positions
 from tpde.measures import Empirical, Gaussian, Grid, Measure
 
@@ -59,6 +59,7 @@ def check_no_overflow(value: torch.Tensor, mu, what: str, field=None) -> None:
     """
     if bool(torch.isfinite(value.detach().sum())) or bool(torch.isfinite(value).all()):
         return
+    check_measure_finite(mu)  # non-finite tokens first: not an overflow
     bad = ~torch.isfinite(value.detach())
     nan = bool(torch.isnan(value.detach()).any())
     foreign = _foreign_fields(field) if field is not None else []
@@ -218,8 +219,13 @@ def supports(field, capability: str) -> bool:
     field's capabilities follow from the methods its class implements; a wrapper's from
     its parts (its ``capabilities`` property).
     """
-    if capability not in CAPABILITIES:
+    if not isinstance(capability, str) or capability not in CAPABILITIES:
         raise ValueError(f"unknown capability {capability!r}; known: {', '.join(CAPABILITIES)}.")
+    if not isinstance(getattr(field, "capabilities", None), frozenset | set):
+        raise TypeError(
+            f"supports(field, capability) asks a tpde field (a tpde.fields.Field); received "
+            f"{type(field).__name__} as the field."
+        )
     return capability in field.capabilities
 
 
@@ -397,6 +403,12 @@ class Field:
         t = check_real(t, "t")
         piece = self.piece(t)
         if piece is not self:  # the field acting at t checks and evaluates (Mix-LN, stacks)
+            if positions is not None and self.needs_positions and not piece.needs_positions:
+                # the stack uses positions in another piece: checked here, not passed on
+                self.check_measure(mu)
+                at = None if x is None else self.check_points(x, mu)
+                query_positions(positions, at, _positions_user(self), True)
+                positions = None
             return piece.velocity(mu, x, positions=positions, t=t, engine=engine, info=info)
         self.check_measure(mu)
         if x is not None:
@@ -505,6 +517,7 @@ class Field:
             raise ValueError(
                 f"dimension mismatch: the measure lives in d = {mu.dim} but {_acts_on(self)}."
             )
+        check_measure_finite(mu)
         params = getattr(self, "params", None)
         batch = getattr(mu, "batch_shape", ())
         if params is not None and batch != () and params.batch_shape != ():

@@ -12,6 +12,7 @@ import torch
 from tpde._validation import check_positions
 
 __all__ = [
+    "check_own",
     "own_tokens",
     "part_velocity",
     "queries_are_keys",
@@ -27,6 +28,7 @@ def part_velocity(field, t, mu, x, engine, info, positions, *, own=None) -> torc
     μ's own tokens; None: not said) is passed on only to a field whose ``particle_velocity``
     declares the keyword (:func:`takes_own`), so a field with the older signature keeps
     working. What every wrapper calls for its parts, and the particle flows for the field."""
+    own = check_own(own, x, mu)
     extra = {}
     if positions is not None and field.needs_positions:
         extra["positions"] = positions
@@ -49,6 +51,26 @@ def takes_own(cls: type) -> bool:
     )
 
 
+def check_own(own, x=None, mu=None):
+    """``own`` checked: True, False or None (not said), nothing else — a truthy "False" or
+    [False] would silently read as True. With ``x`` and ``mu``, own=True also needs x to hold
+    as many points as μ has tokens (x are μ's tokens). Every ``own=`` goes through here."""
+    if own is not None and not isinstance(own, bool):
+        raise TypeError(
+            f"own says whether the points x are μ's own tokens: True, False or None (not "
+            f"said); received {own!r} ({type(own).__name__}). Pass a bool."
+        )
+    if own and x is not None and mu is not None:
+        n, m = mu.points.shape[-2], x.shape[-2]
+        if m != n:
+            raise ValueError(
+                f"own=True says that x are μ's tokens, but x has {m} points and μ has {n} "
+                "tokens. Pass own=False (new points, with their positions where the field "
+                "uses them), or x = mu.points."
+            )
+    return own
+
+
 def queries_are_keys(own, x: torch.Tensor, mu) -> bool:
     """Whether the evaluation points x are μ's own tokens (the queries are the keys).
 
@@ -57,8 +79,9 @@ def queries_are_keys(own, x: torch.Tensor, mu) -> bool:
     say: x is μ's tokens when it is the same tensor or equal to it (the one place tpde
     compares tensors to decide this; every call inside tpde says ``own``).
     """
+    own = check_own(own, x, mu)
     if own is not None:
-        return bool(own)
+        return own
     points = mu.points
     return x is points or (x.shape == points.shape and torch.equal(x, points))
 

@@ -177,10 +177,14 @@ class QKV:
             dtype = torch.promote_types(torch.promote_types(Q.dtype, K.dtype), V.dtype)
             Q, K, V = (p.to(dtype) for p in (Q, K, V))  # parameters may mix dtypes
             eye = torch.eye(self.dim, dtype=dtype, device=V.device)
-            A = self.scale * K.transpose(-1, -2) @ Q
+            # A in float64 (then c in the parameters' dtype): a scale past float32's range
+            # is inf in its dtype, and inf·0 = NaN would hide that A = cI
+            A = self.scale * (K.transpose(-1, -2) @ Q).to(torch.float64)
             c, v = A[..., :1, :1], V[..., :1, :1]
-            scalar = c if bool((A == c * eye).all()) else None
-            value = v if bool((V == v * eye).all()) else None
+            # cI compared entrywise, not as c·I: an overflowed c = inf gives inf·0 = NaN there
+            isotropic = bool((A == torch.where(eye.bool(), c, 0.0)).all())
+            scalar = c.to(dtype) if isotropic else None
+            value = v if bool((V == torch.where(eye.bool(), v, 0.0)).all()) else None
             # a batched identity V still carries the batch shape into the velocity: not skipped
             identity = V.ndim == 2 and bool((V == eye).all())
             self._isotropic_key, self._isotropic_value = key, (scalar, identity, value)

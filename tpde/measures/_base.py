@@ -48,6 +48,12 @@ class Measure(abc.ABC):
     def to(self, device=None, dtype=None) -> Measure:
         """Return the same measure with tensors on ``device`` and/or in ``dtype``."""
 
+    def values(self) -> dict[str, torch.Tensor]:
+        """The tensors that hold this measure's values, by name: what a public boundary
+        checks finite again (:func:`tpde._validation.check_measure_finite`), since a tensor
+        may change in place after the measure checked it when built."""
+        return {}
+
 
 def check_sample_size(n) -> int:
     """Validate the number of samples requested from a measure."""

@@ -14,6 +14,7 @@ degree < M exactly: the mass (2πc_0), the mean and the covariance below are exa
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 
@@ -24,6 +25,10 @@ __all__ = ["MIN_POINTS", "CircleDensity"]
 
 #: The fewest grid points: the second moments (modes up to M/2 + 2) must stay below M.
 MIN_POINTS = 8
+
+#: Dtypes torch's FFT does not take on every device: their transforms run in float32 and
+#: come back in the density's dtype.
+HALF_DTYPES = (torch.float16, torch.bfloat16)
 
 #: Refinement of the sampler's table of the distribution function (module notes of sample).
 SAMPLE_REFINEMENT = 16
@@ -116,10 +121,19 @@ class CircleDensity(Measure):
         """h Σ_j ρ_j (1 unless a flow drifted; exact for the interpolant)."""
         return self._density.sum(-1) * self.spacing
 
+    def values(self) -> dict[str, torch.Tensor]:
+        return {"density": self._density}
+
+    def _spectrum(self) -> torch.Tensor:
+        """rfft of the values, in float32 for a half-precision density (:data:`HALF_DTYPES`)."""
+        density = self._density
+        return torch.fft.rfft(density.float() if density.dtype in HALF_DTYPES else density)
+
     def fourier(self) -> torch.Tensor:
-        """c_k = (1/2π)∫ρ e^{−ikθ}dθ for k = 0 … ⌊M/2⌋ (complex, shape (⌊M/2⌋ + 1,))."""
-        coefficients = torch.fft.rfft(self._density) / self.size
-        k = torch.arange(coefficients.shape[-1], dtype=self.dtype, device=self.device)
+        """c_k = (1/2π)∫ρ e^{−ikθ}dθ for k = 0 … ⌊M/2⌋ (complex, shape (⌊M/2⌋ + 1,); complex64
+        for a half-precision density)."""
+        coefficients = self._spectrum() / self.size
+        k = torch.arange(coefficients.shape[-1], dtype=coefficients.real.dtype, device=self.device)
         return coefficients * torch.polar(torch.ones_like(k), -k * self._offset)
 
     def cdf(self) -> torch.Tensor:
@@ -130,16 +144,18 @@ class CircleDensity(Measure):
         zero at the grid angles). Shape (M + 1,).
         """
         M = self.size
-        spectrum = torch.fft.rfft(self._density)
-        k = torch.arange(spectrum.shape[-1], dtype=self.dtype, device=self.device)
+        spectrum = self._spectrum()
+        work = spectrum.real.dtype  # float32 for a half-precision density
+        k = torch.arange(spectrum.shape[-1], dtype=work, device=self.device)
         scale = torch.where(k > 0, 1 / torch.where(k > 0, k, 1.0), 0.0)
         if M % 2 == 0:
             scale[-1] = 0.0
         antiderivative = torch.fft.irfft(spectrum * scale / 1j, n=M)  # G(θ_j) with θ_0 ↦ 0
         c0 = spectrum[0].real / M
-        j = torch.arange(M + 1, dtype=self.dtype, device=self.device)
+        j = torch.arange(M + 1, dtype=work, device=self.device)
         values = c0 * j * self.spacing
-        return values + torch.cat([antiderivative - antiderivative[0], values.new_zeros(1)])
+        out = values + torch.cat([antiderivative - antiderivative[0], values.new_zeros(1)])
+        return out.to(self.dtype)
 
     # ------------------------------------------------------------------ Measure
     @property
@@ -196,14 +212,19 @@ class CircleDensity(Measure):
 
     def refined(self, factor: int) -> CircleDensity:
         """The same interpolant at ``factor``·M angles (zero-padded spectrum; the mode M/2
-        of an even M split evenly between ±M/2)."""
+        of an even M split evenly between ±M/2). ``factor``: an int ≥ 1."""
+        if isinstance(factor, bool) or not isinstance(factor, numbers.Integral) or factor < 1:
+            raise ValueError(
+                f"refined takes the factor of angles to add, an int >= 1 (1: the same grid); "
+                f"received {factor!r}."
+            )
         M = self.size
-        spectrum = torch.fft.rfft(self._density)
+        spectrum = self._spectrum()
         if M % 2 == 0:
             spectrum = spectrum.clone()
             spectrum[-1] = spectrum[-1] / 2
-        values = torch.fft.irfft(spectrum, n=factor * M) * factor
-        return CircleDensity._trusted(values, self._offset)
+        values = torch.fft.irfft(spectrum, n=int(factor) * M) * int(factor)
+        return CircleDensity._trusted(values.to(self.dtype), self._offset)
 
     def to(self, device=None, dtype=None) -> CircleDensity:
         if dtype is not None:

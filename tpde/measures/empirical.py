@@ -145,6 +145,9 @@ class Empirical(Measure):
         new._points, new._weights, new._positions = points, self._weights, self._positions
         return new
 
+    def values(self) -> dict[str, torch.Tensor]:
+        return {"points": self._points, "weights": self._weights}
+
     def with_points(self, points: torch.Tensor) -> Empirical:
         """Same weights and positions, new locations (used by flows; checked for shape only)."""
         if points.shape != self._points.shape:

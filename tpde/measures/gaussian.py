@@ -87,6 +87,9 @@ class Gaussian(Measure):
     def device(self) -> torch.device:
         return self._mean.device
 
+    def values(self) -> dict[str, torch.Tensor]:
+        return {"mean": self._mean, "cov": self._cov}
+
     def mean(self) -> torch.Tensor:
         """Mean α, shape (..., d)."""
         return self._mean

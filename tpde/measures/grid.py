@@ -117,6 +117,9 @@ class Grid(Measure):
         return new
 
     # ------------------------------------------------------------------ geometry
+    def values(self) -> dict[str, torch.Tensor]:
+        return {"density": self.density}
+
     @property
     def density(self) -> torch.Tensor:
         """Cell masses, shape (n1,) or (n1, n2)."""

@@ -28,6 +28,7 @@ import math
 
 import torch
 
+from tpde._validation import check_measure_finite
 from tpde.measures import Empirical
 from tpde.measures.circle import CircleDensity
 
@@ -47,7 +48,7 @@ def _knots_empirical(mu: Empirical) -> tuple[torch.Tensor, torch.Tensor, torch.T
     radius = points.norm(dim=-1)
     worst = float((radius - 1).abs().max())
     tolerance = 1e3 * torch.finfo(mu.dtype).eps
-    if worst > tolerance:
+    if not worst <= tolerance:  # NaN-safe (finite above; a guard must not pass NaN)
         raise ValueError(
             f"w1_circle needs tokens on the unit circle: their norms are up to {worst:.3g} "
             f"away from 1 (tolerance {tolerance:.3g}). Normalise them, points / "
@@ -81,6 +82,8 @@ def _knots_density(rho: CircleDensity) -> tuple[torch.Tensor, torch.Tensor, torc
 
 
 def _knots(measure, name: str):
+    if isinstance(measure, CircleDensity | Empirical):
+        check_measure_finite(measure, f"w1_circle's {name}")
     if isinstance(measure, CircleDensity):
         return _knots_density(measure)
     if isinstance(measure, Empirical):

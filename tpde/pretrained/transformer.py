@@ -323,6 +323,12 @@ class Transformer:
             raise ValueError(f"a sentence must be a non-empty string; received {sentence!r}.")
         check_unicode(sentence, "the sentence")
         ids = self.tokenizer.encode(sentence).ids
+        if not ids:
+            raise ValueError(
+                f"the sentence {sentence!r} encodes to no tokens with this model's tokenizer "
+                "(none of its characters is in the vocabulary): a token measure needs one. "
+                "Check the text, or pass token ids, model.embed(torch.tensor([...]))."
+            )
         self._check_length(len(ids))
         return torch.tensor(ids, dtype=torch.long, device="cpu")  # token ids: host data
 
@@ -373,7 +379,12 @@ class Transformer:
                 f"received {sentences!r}."
             )
         out = []
-        for item in sentences:
+        for index, item in enumerate(sentences):
+            if not isinstance(item, str | torch.Tensor):
+                raise TypeError(
+                    f"a sentence must be a str (or a tensor of token ids); received "
+                    f"{type(item).__name__} {item!r} at index {index} of sentences."
+                )
             text = isinstance(item, str)
             ids = self.token_ids(item).to(self.embeddings.device) if text else self._ids(item)
             positions = torch.arange(len(ids), device=self.embeddings.device)

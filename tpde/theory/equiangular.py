@@ -193,6 +193,21 @@ def _rates(rho, r, beta: float, n: int, scheme: str, kernel: str, alpha: float):
     return np.where(norm > 0, alpha * c / safe, 0.0) + zero, zero
 
 
+def _check_usa_reach(beta: float, n: int, schemes, kernel: str) -> None:
+    """Refuse a USA solve whose weights overflow on its way: the flow moves ρ towards 1, where
+    the weight on another token is e^β/n (the start's weights are checked by
+    :func:`equiangular_velocity`; peri-ln and ngpt do not read the normaliser)."""
+    reads_usa = kernel == "usa" and any(s in ("post-ln", "pre-ln") for s in schemes)
+    with np.errstate(over="ignore"):
+        if reads_usa and not math.isfinite(float(np.exp(beta) / n)):
+            raise ValueError(
+                f"the USA velocity overflows float64 at beta = {beta:.6g}: the flow moves rho "
+                "towards 1, where its weights e^(beta rho)/n reach e^beta/n, past 1.8e308 "
+                "beyond beta ≈ 709.78 + log n. Use kernel='sa' (the softmax normaliser), or "
+                "a smaller beta."
+            )
+
+
 def _check_alpha(alpha) -> float:
     alpha = check_real(alpha, "alpha")
     if alpha <= 0:
@@ -282,6 +297,7 @@ def equiangular_solution(times, rho0: float, *, beta: float, n: int, scheme: str
     equiangular_velocity(rho0, r0, beta=beta, n=n, scheme=first, kernel=kernel, alpha=alpha)
     beta, kernel, alpha = check_real(beta, "beta"), _check_kernel(kernel), _check_alpha(alpha)
     max_evals = check_positive_int(max_evals, "max_evals")
+    _check_usa_reach(beta, n, [piece for piece, _, _ in pieces], kernel)
     state = np.array([rho0, float(r0)])
     rho, r = np.empty_like(times), np.empty_like(times)
     evals = [0]

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from tpde._engines import harmonics, spectral
-from tpde.fields.calls import queries_are_keys
+from tpde.fields.calls import check_own, queries_are_keys
 from tpde.measures import Empirical
 
 __all__ = ["circle_route", "route_exp_sum", "route_softmax"]
@@ -56,6 +56,7 @@ def circle_route(field, mu: Empirical, x, engine: str, own=None):
     -------
     None, or ("spectral" or "harmonics", β of shape (...), v of shape (..., 1, 1)).
     """
+    own = check_own(own, x, mu)
     if engine not in ("auto", "spectral", "harmonics"):
         return None
     name = _ENGINE_OF_DIM.get(x.shape[-1]) if engine == "auto" else engine
@@ -106,7 +107,10 @@ def _route(params, mu: Empirical, x, auto: bool, name: str, own):
         if not (bool((beta > 0).all()) and bool((weights > 0).all())):
             return "β ≤ 0 or a weight of 0", None
         batch = torch.broadcast_shapes(x.shape[:-2], beta.shape)
-        K = engine.truncation(float(beta.max()), x.dtype, float(weights.min() / weights.sum()))
+        try:
+            K = engine.truncation(float(beta.max()), x.dtype, float(weights.min() / weights.sum()))
+        except ValueError as bound:  # β not finite, or past the engine's degree bound
+            return str(bound), None
         if not engine.wins(x.shape[-2], K, math.prod(batch)):
             return "too few tokens to win", None
     reason = spectral.sphere_refusal(x, mu.weights, beta, engine.dim)

@@ -13,7 +13,7 @@ from tpde._validation import check_positive, check_real
 from tpde.fields.attention.masked import query_positions, velocity_at_positions
 from tpde.fields.attention.positions import positional_encoding
 from tpde.fields.base import Field, GaussianNotPreserved
-from tpde.fields.calls import own_tokens
+from tpde.fields.calls import check_own, own_tokens
 from tpde.fields.forms import key_log_weights, key_positions
 from tpde.fields.params import Weights, linear
 from tpde.measures import Empirical, Gaussian, Grid, Measure
@@ -181,6 +181,7 @@ class GroupedQueryAttention(Field):
     def particle_velocity(
         self, t, mu: Empirical, x, engine: str, info=None, positions=None, *, own=None
     ) -> torch.Tensor:
+        own = check_own(own, x, mu)
         if positions is None and self.needs_positions:  # x must be μ's tokens (own_tokens)
             own_tokens(x, mu, self._why_positions(), own)
         at = mu.positions if positions is None else positions

@@ -8,7 +8,7 @@ from tpde._engines import check_engine
 from tpde._validation import as_tensor, check_finite, check_positive
 from tpde.fields.attention.positions import ALiBi
 from tpde.fields.base import Field, GaussianNotPreserved, check_no_overflow
-from tpde.fields.calls import own_tokens, query_positions
+from tpde.fields.calls import check_own, own_tokens, query_positions
 from tpde.fields.forms import key_positions
 from tpde.fields.registry import register, variant
 from tpde.measures import Empirical, Gaussian, Grid, Measure
@@ -142,15 +142,18 @@ class Masked(Field):
         positions=None,
         t: float = 0.0,
         engine: str = "auto",
+        info=None,
     ):
         """Γ[μ](s, x): at μ's own tokens, or at points ``x`` (m, d) with ``positions`` (m,).
 
-        See :meth:`Field.velocity`; ``positions`` are the query positions (≥ 0) and are
-        required with ``x`` (and refused without it).
+        See :meth:`Field.velocity` (``info`` too: a stack's piece is called with it);
+        ``positions`` are the query positions (≥ 0) and are required with ``x`` (and refused
+        without it).
         """
         return velocity_at_positions(
-            self, mu, x, positions, engine, "masked attention", self._masked_velocity, t=t
-        )
+            self, mu, x, positions, engine, "masked attention", self._masked_velocity, t=t,
+            info=info,
+        )  # fmt: skip
 
     @property
     def time_dependent(self) -> bool:
@@ -165,6 +168,7 @@ class Masked(Field):
     ) -> torch.Tensor:
         """Γ[μ](x) at μ's own tokens (``own``; x: (…, n, d), a batch of clouds or one), or
         at points x with their ``positions`` (m,) (checked by the caller)."""
+        own = check_own(own, x, mu)
         if positions is not None:
             return self._masked_velocity(t, mu, x, positions, engine)
         own_tokens(x, mu, "masked attention", own)

@@ -19,7 +19,7 @@ from tpde._linalg import psd_factor, sqrtm_psd, symmetrize, trace
 from tpde._scale_safe import safe_norm
 from tpde._validation import as_tensor
 from tpde.fields.base import Field
-from tpde.fields.calls import queries_are_keys
+from tpde.fields.calls import check_own, queries_are_keys
 from tpde.fields.gradient_flow.energies import as_energy
 from tpde.measures import Empirical, Gaussian, Grid
 from tpde.metrics.mobility import spd_mobility
@@ -88,6 +88,7 @@ class GradientFlowField(Field):
     def particle_velocity(
         self, t, mu: Empirical, x, engine: str, info=None, *, own=None
     ) -> torch.Tensor:
+        own = check_own(own, x, mu)
         energy = self.energy_functional
         try:
             grad = energy.first_variation_grad(mu, x, engine)

@@ -15,7 +15,7 @@ def _check_on_sphere(mu, name: str, atol) -> None:
     atol = atol if atol is not None else 1e3 * torch.finfo(norms.dtype).eps
     low, high = torch.aminmax(norms)  # one pass: max | |x| − 1 | from the extremes
     worst = max(float(high) - 1, 1 - float(low))
-    if worst > atol:
+    if not worst <= atol:  # NaN-safe (a NaN norm must not pass a guard)
         raise ValueError(
             f"{name} attention moves tokens on the unit sphere, but the tokens have norms up "
             f"to {worst:.3g} away from 1 (tolerance {atol:.3g}). Normalise them first: "

@@ -131,15 +131,35 @@ class _Adopted(Method):
 
 
 def check_traits(method, where: str) -> None:
-    """Raise, naming the trait, unless ``method`` has every trait of :data:`REQUIRED` and
-    its optional traits have the declared types."""
+    """Raise, naming every trait at fault, unless ``method`` has every trait of
+    :data:`REQUIRED` and its optional traits have the declared types. Checked where a method
+    is registered and where one is resolved for a run (:func:`resolve_method`), so a method
+    never registered is checked too."""
     label = getattr(method, "name", type(method).__name__)
     missing = [t for t in REQUIRED if not hasattr(method, t)]
+    if isinstance(method, Method) and type(method).step is Method.step:
+        missing.append("step")  # the base's step only raises
     if missing:
+        needs = "; ".join(f"{t!r}: {REQUIRED[t]}" for t in missing)
         raise TypeError(
-            f"{where}: method {label!r} lacks the trait {missing[0]!r} that the stepping loop "
-            f"needs ({REQUIRED[missing[0]]}). Subclass tpde.flows.Method and set it."
+            f"{where}: method {label!r} ({type(method).__name__}) lacks the trait"
+            f"{'s' if len(missing) > 1 else ''} {', '.join(repr(t) for t in missing)} that the "
+            f"stepping loop needs ({needs}). Subclass tpde.flows.Method and set "
+            f"{'them' if len(missing) > 1 else 'it'}."
         )
+    wrong = [t for t, ok in _trait_checks(method).items() if not ok]
+    if wrong:
+        said = "; ".join(
+            f"{t!r} as {REQUIRED.get(t, f'a {type(TRAITS.get(t)).__name__}')}, received "
+            f"{getattr(method, t)!r}"
+            for t in wrong
+        )
+        plural = "s" if len(wrong) > 1 else ""
+        raise TypeError(f"{where}: method {label!r} must declare the trait{plural} {said}.")
+
+
+def _trait_checks(method) -> dict[str, bool]:
+    """Whether each trait of ``method`` (required and optional) has its declared type."""
     name, order, adaptive = method.name, method.order, method.adaptive
     checks = {
         "name": isinstance(name, str) and name != "",
@@ -156,14 +176,7 @@ def check_traits(method, where: str) -> None:
         )
         if trait == "error_exponent" and checks[trait]:
             checks[trait] = math.isfinite(value) and value > 0
-    wrong = [t for t, ok in checks.items() if not ok]
-    if wrong:
-        trait = wrong[0]
-        meaning = REQUIRED.get(trait, f"a {type(TRAITS.get(trait)).__name__}")
-        raise TypeError(
-            f"{where}: method {label!r} must declare the trait {trait!r} as {meaning}; "
-            f"received {getattr(method, trait)!r}."
-        )
+    return checks
 
 
 #: Every method by name, in registration order (the method modules register theirs).
@@ -218,6 +231,7 @@ def resolve_method(method, default: str = "auto") -> Method:
             "an ExplicitRK tableau) or a name such as 'rk4'."
         )
     if isinstance(method, Method):
+        check_traits(method, "integrate")  # a subclass never registered is checked here
         return method
     if callable(getattr(method, "step", None)) and hasattr(method, "order"):
         check_traits(method, "integrate")

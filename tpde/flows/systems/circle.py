@@ -55,7 +55,7 @@ import torch
 
 from tpde._engines.spectral import bessel_ive, truncation
 from tpde._status import Status
-from tpde._validation import check_positive
+from tpde._validation import check_measure_finite, check_positive
 from tpde.flows.systems.base import System
 from tpde.flows.systems.registry import register_system
 from tpde.measures.circle import CircleDensity
@@ -125,22 +125,32 @@ class CircleSystem(System):
     field : Normalized(Softmax or Exponential with A = βI, V = vI, d = 2, "post-ln").
     rho : CircleDensity, the initial density (M ≥ 3K(β) points, resolved: module notes).
     cfl : fraction of RK4's stability reach taken by each step, in (0, 1]; default 0.5.
-    resolution : tolerance of the resolution and positivity checks; default 1e-8.
+    resolution : tolerance of the resolution and positivity checks; default
+        max(1e-8, 100·eps) of the density's dtype (1e-8 in float64, 1.2e-5 in float32: a
+        tolerance below the dtype's rounding would refuse every density).
     """
 
     part_dims = (1,)
     default_method = "rk4"
     domain_status = Status.UNRESOLVED
 
-    def __init__(self, field, rho, *, cfl: float = 0.5, resolution: float = 1e-8):
+    def __init__(self, field, rho, *, cfl: float = 0.5, resolution: float | None = None):
         super().__init__(field)
         if not isinstance(rho, CircleDensity):
             raise TypeError(f"a CircleSystem steps a CircleDensity; received {type(rho).__name__}.")
+        check_measure_finite(rho, "rho")
+        if rho.dtype not in (torch.float32, torch.float64):
+            raise TypeError(
+                f"the circle PDE computes in float32 or float64 (its FFTs); received a "
+                f"{rho.dtype} density. Convert it: rho.to(dtype=torch.float32)."
+            )
         self.kernel, self.beta, self.value = circle_model(field)
         self.cfl = check_positive(cfl, "cfl")
         if self.cfl > 1:
             raise ValueError(f"cfl must lie in (0, 1]; received {self.cfl}.")
-        self.resolution = check_positive(resolution, "resolution")
+        self.resolution = _resolution(resolution, rho.dtype)
+        if self.kernel == "usa":
+            _check_usa_range(self.beta, rho.dtype)
         self.offset, self.size_m = rho.offset, rho.size
         self.modes = rho.size // 3
         needed = truncation(self.beta, rho.dtype, 1.0)
@@ -163,7 +173,8 @@ class CircleSystem(System):
         rates = k[1:] ** 2 * ive[1:].to(dtype) * self.prefactor
         if self.kernel == "sa":
             rates = rates / float(ive[0])
-        self.growth = float(rates[: self.modes].max())  # λ_max at uniform, resolved modes
+        # λ_max at uniform over the resolved modes; ≤ 0 (v ≤ 0: every mode decays) sets no bound
+        self.growth = max(float(rates[: self.modes].max()), 0.0)
         self._initial = (self._resolved(rho.density),)
         self.mass0 = float(self._initial[0].sum()) * rho.spacing
         self.reset_run()
@@ -173,7 +184,7 @@ class CircleSystem(System):
         resolution tolerance (relative to its largest value)."""
         filtered = torch.fft.irfft(torch.fft.rfft(density) * self.mask, n=self.size_m)
         change = float((filtered - density).abs().max()) / float(density.abs().max())
-        if change > self.resolution:
+        if not change <= self.resolution:  # NaN-safe
             raise ValueError(
                 f"the initial density is not resolved on its grid of M = {self.size_m} "
                 f"angles: its modes above M/3 = {self.modes} move it by {change:.3g} of its "
@@ -252,7 +263,9 @@ class CircleSystem(System):
                     f"{RK4_REACH / rate:.4g}, or dt=None for the system's own steps."
                 )
             return h
-        bounds = [self.dt_cap, 0.1 / self.growth]
+        bounds = [self.dt_cap]
+        if self.growth > 0:
+            bounds.append(0.1 / self.growth)
         if rate > 0:
             bounds.append(self.cfl * RK4_REACH / rate)
         return min(bounds)
@@ -314,6 +327,34 @@ class CircleSystem(System):
         density = state[0].detach()
         u = self.velocity(self._filter(density))
         return ((density * u**2).sum() / density.sum()).sqrt()
+
+
+def _resolution(resolution, dtype: torch.dtype) -> float:
+    """The tolerance of the resolution checks: ``resolution``, or by default max(1e-8,
+    100·eps) of ``dtype``; refused below 100·eps, where rounding alone fails the checks."""
+    floor = 100 * torch.finfo(dtype).eps
+    if resolution is None:
+        return max(1e-8, floor)
+    resolution = check_positive(resolution, "resolution")
+    if resolution < floor:
+        raise ValueError(
+            f"resolution = {resolution:.3g} is below the rounding of the density's {dtype} "
+            f"(100·eps = {floor:.3g}): rounding alone would fail the resolution checks. Pass "
+            f"resolution >= {floor:.3g}, leave the default, or compute in float64."
+        )
+    return resolution
+
+
+def _check_usa_range(beta: float, dtype: torch.dtype) -> None:
+    """Refuse USA where its factor e^β overflows ``dtype`` (the SA normaliser never forms it)."""
+    limit = math.log(torch.finfo(dtype).max)
+    if beta >= limit:
+        raise ValueError(
+            f"the circle PDE of USA attention multiplies by e^beta, which overflows {dtype} "
+            f"at beta = {beta:.6g} (beyond beta ≈ {limit:.5g}). Use Softmax (SA: the "
+            "normaliser cancels e^beta), a smaller beta"
+            + (", or float64." if dtype != torch.float64 else ".")
+        )
 
 
 def _build(field, rho, t0: float, engine: str) -> CircleSystem:
