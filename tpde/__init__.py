@@ -12,7 +12,7 @@ if _os.environ.get("TPDE_END_WITH_PARENT"):  # a worker of `tpde run --jobs N`: 
 
     arm_from_environment()
 
-from tpde import measures, metrics, fields, flows, attention  # noqa: E402, I001 (dependency order)
+from tpde import measures, metrics, fields, flows, attention  # noqa: I001 (dependency order)
 
 __version__ = "0.1.0"
 __all__ = ["measures", "metrics", "fields", "flows", "attention"]  # noqa: RUF022 (dependency order)
