@@ -15,16 +15,7 @@ from pathlib import Path
 
 import torch
 
-EXTRA_HINT = "install the optional extra with `pip install 'tpde[real]'`"
-
-
-def _require(module: str):
-    try:
-        return __import__(module)
-    except ImportError as err:
-        raise ImportError(
-            f"tpde.pretrained needs the package {module!r} ({err}); {EXTRA_HINT}."
-        ) from None
+from tpde.pretrained._checkpoint import require as _require
 
 
 def model_dir() -> Path:

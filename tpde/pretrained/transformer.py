@@ -252,7 +252,7 @@ class Transformer:
     tokenizer : tokenizers.Tokenizer or None
         None when the folder has no tokenizer: :meth:`embed` then takes token ids.
     architecture : str
-        The family (:data:`tpde.pretrained.architectures.ARCHITECTURES`).
+        The family (:data:`tpde.pretrained.ARCHITECTURES`).
     head_bias : tensor (V,) or None
     head_transform : MaskedLMTransform or None
         A masked-LM head's transform (BERT, RoBERTa, ALBERT), applied before ``head``.

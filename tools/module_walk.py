@@ -1,0 +1,164 @@
+"""Count the modules of ``tpde.pretrained`` that ``load(path)`` walks through (issue 34).
+
+    .venv/bin/python tools/module_walk.py
+
+A tiny llama checkpoint is written twice, as a Hugging Face folder (config.json and
+model.safetensors, written with safetensors) and as a GGUF file (written with gguf's
+GGUFWriter), and each is loaded with ``sys.setprofile`` recording every Python function call
+whose code lives in ``tpde/pretrained``. Two counts, per path:
+
+- **modules**: the distinct ``tpde/pretrained`` modules (files) whose functions run;
+- **returns**: the calls into a module that is already on the call stack below a call into
+  another module (A → B → A: a parameter that came back to a module it had left);
+- **revisits**: in the sequence of the modules of every call (repeats in a row merged), the
+  entries into a module that an earlier call had already entered and left (loader →
+  _folder → loader → _build counts one: the loader's own second call). This is the stricter
+  count: an orchestrator calling its own helpers between stages counts.
+
+Stack unwinding (B returning its value to A) is not a return in either sense. The walk (the
+modules in the order first entered) is printed too. Calls into ``tpde.fields``,
+``tpde._validation`` and the libraries are not counted: the count is of the loader's own
+layout.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+D, H, HKV, M, V, L = 8, 2, 1, 12, 5, 2
+
+
+def _weights(rng) -> dict[str, np.ndarray]:
+    def w(*shape):
+        return rng.standard_normal(shape).astype(np.float32)
+
+    out = {"model.embed_tokens.weight": w(V, D), "model.norm.weight": w(D),
+           "lm_head.weight": w(V, D)}  # fmt: skip
+    for l in range(L):
+        p = f"model.layers.{l}."
+        out |= {
+            p + "input_layernorm.weight": w(D),
+            p + "self_attn.q_proj.weight": w(H * D // H, D),
+            p + "self_attn.k_proj.weight": w(HKV * D // H, D),
+            p + "self_attn.v_proj.weight": w(HKV * D // H, D),
+            p + "self_attn.o_proj.weight": w(D, D),
+            p + "post_attention_layernorm.weight": w(D),
+            p + "mlp.gate_proj.weight": w(M, D),
+            p + "mlp.up_proj.weight": w(M, D),
+            p + "mlp.down_proj.weight": w(D, M),
+        }
+    return out
+
+
+def write_folder(folder: Path) -> None:
+    from safetensors.numpy import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    config = {"model_type": "llama", "hidden_size": D, "num_hidden_layers": L,
+              "num_attention_heads": H, "num_key_value_heads": HKV, "intermediate_size": M,
+              "vocab_size": V, "max_position_embeddings": 16, "rms_norm_eps": 1e-5,
+              "rope_theta": 500.0, "tie_word_embeddings": False}  # fmt: skip
+    (folder / "config.json").write_text(json.dumps(config))
+    save_file(_weights(np.random.default_rng(0)), str(folder / "model.safetensors"))
+
+
+_GGUF = {"model.embed_tokens": "token_embd", "model.norm": "output_norm", "lm_head": "output",
+         "input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q",
+         "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+         "self_attn.o_proj": "attn_output", "post_attention_layernorm": "ffn_norm",
+         "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+         "mlp.down_proj": "ffn_down"}  # fmt: skip
+
+
+def write_gguf(path: Path) -> None:
+    import gguf
+
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_block_count(L)
+    writer.add_context_length(16)
+    writer.add_embedding_length(D)
+    writer.add_feed_forward_length(M)
+    writer.add_head_count(H)
+    writer.add_head_count_kv(HKV)
+    writer.add_rope_freq_base(500.0)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_vocab_size(V)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("smollm")
+    writer.add_token_list(["<s>", "a", "b", "ab", "Ġ"])
+    writer.add_token_types([3, 1, 1, 1, 1])
+    writer.add_token_merges(["a b"])
+    for name, array in _weights(np.random.default_rng(0)).items():
+        stem = name.removesuffix(".weight")
+        if stem.startswith("model.layers."):
+            _, _, l, rest = stem.split(".", 3)
+            stem = f"blk.{l}.{_GGUF[rest]}"
+        else:
+            stem = _GGUF[stem]
+        writer.add_tensor(stem + ".weight", array)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def walk(path: Path) -> tuple[list[str], int, int]:
+    """(modules in the order first entered, returns, revisits) of ``load(path)`` (module
+    notes)."""
+    import tpde.pretrained
+
+    root = str(Path(tpde.pretrained.__file__).parent)
+    stack: list[str | None] = []
+    order: list[str] = []
+    sequence: list[str] = []
+    returns = 0
+
+    def profile(frame, event, arg):
+        nonlocal returns
+        if event == "call":
+            file = frame.f_code.co_filename
+            module = file[len(root) + 1 :] if file.startswith(root) else None
+            if module is not None:
+                if module not in order:
+                    order.append(module)
+                if not sequence or sequence[-1] != module:
+                    sequence.append(module)
+                mine = [m for m in stack if m is not None]
+                if mine and mine[-1] != module and module in mine:
+                    returns += 1
+            stack.append(module)
+        elif event == "return" and stack:
+            stack.pop()
+
+    sys.setprofile(profile)
+    try:
+        tpde.pretrained.load(path, dtype=torch.float64)
+    finally:
+        sys.setprofile(None)
+    revisits = sum(module in sequence[:i] for i, module in enumerate(sequence))
+    return order, returns, revisits
+
+
+def main() -> None:
+    import tpde.pretrained
+
+    with tempfile.TemporaryDirectory() as tmp:
+        folder, file = Path(tmp) / "tiny", Path(tmp) / "tiny.gguf"
+        write_folder(folder)
+        write_gguf(file)
+        tpde.pretrained.load(folder)  # imports done before the count
+        tpde.pretrained.load(file)
+        for name, path in (("folder", folder), ("GGUF", file)):
+            order, returns, revisits = walk(path)
+            print(f"{name}: {len(order)} modules, {returns} returns, {revisits} revisits: "
+                  f"{' -> '.join(order)}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
