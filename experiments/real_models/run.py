@@ -22,10 +22,9 @@ from .config import MODELS, Config
 
 def load_models() -> dict:
     """The three models in float32, each through :func:`tpde.pretrained.load`."""
-    from tpde.pretrained import load, load_gemma3_270m, load_smollm2
-    from tpde.pretrained._model import model_dir
+    from tpde.pretrained import load, load_gemma3_270m, load_smollm2, minilm_path
 
-    return {"minilm": load(model_dir()), "smollm2": load_smollm2(torch.float32),
+    return {"minilm": load(minilm_path()), "smollm2": load_smollm2(torch.float32),
             "gemma3": load_gemma3_270m()}  # fmt: skip
 
 

@@ -309,8 +309,6 @@ class Transformer:
         ValueError
             An empty sentence, one longer than the context, or a model without tokenizer.
         """
-        from tpde.pretrained.minilm import check_unicode
-
         if not isinstance(sentence, str):
             raise TypeError(f"a sentence must be a str; received {type(sentence).__name__}.")
         if self.tokenizer is None:
@@ -525,6 +523,18 @@ class Transformer:
 
 #: The options of :func:`tpde.flows.integrate` that :meth:`Transformer.hidden_states` passes on.
 HIDDEN_STATE_OPTIONS = frozenset({"rtol", "atol", "max_steps", "engine"})
+
+
+def check_unicode(sentence: str, name: str) -> None:
+    """Raise unless ``sentence`` is valid Unicode (a lone surrogate such as '\\ud800', from
+    a bad decode, cannot be tokenised)."""
+    try:
+        sentence.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise ValueError(
+            f"{name} is not valid Unicode: {err.reason} at position {err.start} "
+            f"({sentence[err.start : err.end]!r}); decode the text with errors='replace'."
+        ) from None
 
 
 def _check_mu(mu) -> None:
