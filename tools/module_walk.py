@@ -154,7 +154,9 @@ def main() -> None:
         write_gguf(file)
         tpde.pretrained.load(folder)  # imports done before the count
         tpde.pretrained.load(file)
-        for name, path in (("folder", folder), ("GGUF", file)):
+        fresh = Path(tmp) / "fresh.gguf"  # a file not read before: its tokenizer is built
+        fresh.write_bytes(file.read_bytes())
+        for name, path in (("folder", folder), ("GGUF", fresh)):
             order, returns, revisits = walk(path)
             print(f"{name}: {len(order)} modules, {returns} returns, {revisits} revisits: "
                   f"{' -> '.join(order)}")  # fmt: skip

@@ -94,12 +94,12 @@ def expected_shapes(cfg: ModelConfig, entry: Family, raw: dict, prefix: str, fou
         names.update({r: n for r, n in head.items() if r in ("mlm_dense", "mlm_norm", "head")})
         out[head["mlm_bias"]] = ("mlm_bias", None, "bias", shapes["mlm_bias"])
     names.update(task_heads(cfg, entry, prefix, found or {}))
-    k = cfg.group_blocks
+    k, blocks = cfg.group_blocks, range(cfg.blocks)
     for role, template in names.items():
         if role == "head" and (cfg.tied_embeddings or cfg.labels is not None):
             continue  # tied, or a classification model: no language-model head
         per_layer = "{l}" in template or "{g}" in template
-        for l in range(cfg.blocks) if per_layer else [None]:
+        for l in blocks if per_layer else [None]:
             base = template.format(l=l, g=l // k, j=l % k) if per_layer else template
             shape = shapes[role]
             if role in _LINEAR:

@@ -11,33 +11,13 @@ is the same road for both.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-__all__ = ["EXTRA_HINT", "LoadError", "Source", "require"]
-
-EXTRA_HINT = "install the optional extra with `pip install 'tpde[real]'`"
+__all__ = ["LoadError", "Source"]
 
 
 class LoadError(ValueError):
     """A checkpoint that cannot be read as a tpde model (what is wrong is in the message)."""
-
-
-def require(module: str):
-    """Import ``module`` (an optional dependency), or an ImportError naming the extra."""
-    try:
-        return __import__(module)
-    except ImportError as err:
-        raise ImportError(
-            f"tpde.pretrained needs the package {module!r} ({err}); {EXTRA_HINT}."
-        ) from None
-
-
-def _same(message: str) -> str:
-    return message
-
-
-def _config_json(key: str) -> str:
-    return f"config.json: {key}"
 
 
 @dataclass(frozen=True, eq=False)
@@ -57,15 +37,16 @@ class Source:
         (:func:`tpde.pretrained._build.expected_shapes`), checked finite.
     tokenizer : callable
         ``tokenizer()`` → a ``tokenizers.Tokenizer`` or None.
-    key_name : callable
-        A config.json key → how an error names it (``config.json: hidden_size``; in a GGUF
-        file the metadata key it came from).
+    key_name : callable or None
+        A config.json key → how an error names it (in a GGUF file the metadata key it came
+        from); None: ``config.json: <key>``.
     said : str
         How an error introduces a bad value ("received", "the file holds").
-    rename : callable
-        A message naming checkpoint tensor names → the message naming the stored ones.
+    rename : callable or None
+        A message naming checkpoint tensor names → the message naming the stored ones (None:
+        the names are the stored ones).
     context : str
-        Put before a config error ("{where}" for a folder).
+        Put before a config error ("{where}: " for a folder).
     """
 
     where: str
@@ -73,8 +54,7 @@ class Source:
     shapes: dict
     read: Callable
     tokenizer: Callable
-    key_name: Callable[[str], str] = _config_json
+    key_name: Callable[[str], str] | None = None
     said: str = "received"
-    rename: Callable[[str], str] = _same
+    rename: Callable[[str], str] | None = None
     context: str = ""
-    extra: dict = field(default_factory=dict)

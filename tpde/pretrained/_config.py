@@ -10,7 +10,7 @@ from tpde._validation import checked_integer, checked_positive
 from tpde.pretrained._checkpoint import LoadError
 from tpde.pretrained.families.base import ACTIVATIONS_HF, FAMILIES, REQUIRED, Family
 
-__all__ = ["ModelConfig", "Naming", "read_hyper"]
+__all__ = ["ModelConfig", "Naming", "family_for", "read_hyper"]
 
 
 @dataclass(frozen=True)
@@ -137,25 +137,44 @@ def _check_honoured(raw: dict, entry: Family) -> None:
                 )
 
 
-def _config_json(key: str) -> str:
-    return f"config.json: {key}"
+def family_for(model_type, where) -> Family:
+    """The family whose ``model_types`` holds ``model_type``, or a LoadError naming
+    ``where`` (the checkpoint) and the ``model_type`` and listing the known ones."""
+    for entry in FAMILIES.values():
+        if model_type in entry.model_types:
+            return entry
+    known = ", ".join(t for entry in FAMILIES.values() for t in entry.model_types)
+    raise LoadError(
+        f"{where}: config.json has model_type {model_type!r}, which tpde does not read; tpde "
+        f"reads {known} (tpde.pretrained.ARCHITECTURES)."
+    )
 
 
 @dataclass(frozen=True)
 class Naming:
-    """How an error names a config key (``where``) and introduces its value (``said``): a
-    folder's ``config.json: hidden_size``, a GGUF file's metadata key."""
+    """How an error names a config key (``where``; None: ``config.json: <key>``) and
+    introduces its value (``said``): a GGUF file names the metadata key."""
 
-    where: object = _config_json
+    where: object = None
     said: str = "received"
 
+    def name(self, key: str) -> str:
+        """How an error names config key ``key``."""
+        return f"config.json: {key}" if self.where is None else self.where(key)
+
     def integer(self, value, key: str, *, low: int = 1) -> int:
-        """``value`` as an int ≥ ``low``, else a LoadError naming ``key``."""
-        return checked_integer(value, self.where(key), LoadError, low=low, said=self.said)
+        """``value`` as an int ≥ ``low``, else a LoadError naming ``key`` (named only then)."""
+        try:
+            return checked_integer(value, key, LoadError, low=low, said=self.said)
+        except LoadError:
+            return checked_integer(value, self.name(key), LoadError, low=low, said=self.said)
 
     def positive(self, value, key: str) -> float:
-        """``value`` as a finite float > 0, else a LoadError naming ``key``."""
-        return checked_positive(value, self.where(key), LoadError, said=self.said)
+        """``value`` as a finite float > 0, else a LoadError naming ``key`` (named only then)."""
+        try:
+            return checked_positive(value, key, LoadError, said=self.said)
+        except LoadError:
+            return checked_positive(value, self.name(key), LoadError, said=self.said)
 
 
 def read_hyper(raw: dict, entry: Family, n: Naming = Naming()) -> ModelConfig:

@@ -15,8 +15,8 @@ from pathlib import Path
 import torch
 
 from tpde._validation import all_finite
+from tpde._validation import require_package as _require
 from tpde.pretrained._checkpoint import LoadError, Source
-from tpde.pretrained._checkpoint import require as _require
 
 __all__ = [
     "LoadError",

@@ -15,7 +15,7 @@ tensor's bytes, as a read-only numpy view of the memory-mapped file, to
 the K-quants, the IQ types; float32).
 
 **The translation.** The file's family is the one whose GGUF map names its
-``general.architecture`` (:func:`~tpde.pretrained.families.base.gguf_family`). Its
+``general.architecture`` (:func:`gguf_family`). Its
 ``<arch>.<key>`` metadata become config.json keys through :data:`STANDARD_KEYS` (llama.cpp's
 key → the family's hyper-parameter, whose config key the family's ``keys`` name) and the
 family's own ``keys``; a key in neither, nor among the ``equal`` ones the family checks, is
@@ -52,13 +52,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tpde.pretrained._checkpoint import LoadError, Source, require
-from tpde.pretrained.families.base import Family, gguf_family
+from tpde._validation import require_package as require
+from tpde.pretrained._checkpoint import LoadError, Source
+from tpde.pretrained.families.base import FAMILIES, Family
 
 __all__ = [
     "STANDARD_EQUAL",
     "STANDARD_KEYS",
     "gguf_config",
+    "gguf_family",
     "open_gguf",
     "read_container",
     "unpermute_rotary_rows",
@@ -339,6 +341,19 @@ def _renamer(to_checkpoint: dict[str, str]):
         return message
 
     return rename
+
+
+def gguf_family(architecture, where: str) -> Family:
+    """The family that reads GGUF files of ``general.architecture`` = ``architecture``, or a
+    LoadError naming the file and the architecture and listing those tpde reads."""
+    for entry in FAMILIES.values():
+        if entry.gguf is not None and entry.gguf.architecture == architecture:
+            return entry
+    known = ", ".join(e.gguf.architecture for e in FAMILIES.values() if e.gguf is not None)
+    raise LoadError(
+        f"{where} holds a model of architecture {architecture!r} (general.architecture); "
+        f"tpde reads GGUF files of {known}."
+    )
 
 
 def _open_container(path: Path) -> tuple[dict, dict]:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from tpde.pretrained._checkpoint import require as _require
+from tpde._validation import require_package as _require
 from tpde.pretrained.transformer import Transformer
 
 __all__ = ["GEMMA3_PACKAGE", "build_folder", "gemma3_270m_path", "load_gemma3_270m"]

@@ -19,8 +19,7 @@ import torch
 from tpde._validation import check_float_dtype
 from tpde.pretrained import _build
 from tpde.pretrained._checkpoint import LoadError, Source
-from tpde.pretrained._config import Naming
-from tpde.pretrained.families import family_for
+from tpde.pretrained._config import Naming, family_for
 from tpde.pretrained.transformer import Transformer
 
 __all__ = ["LoadError", "load", "read_checkpoint"]
@@ -135,19 +134,15 @@ def _read(source: Source, dtype, device) -> tuple:
         cfg = _build.read_hyper(raw, entry, Naming(source.key_name, source.said))
     except LoadError as err:
         raise LoadError(f"{source.context}{err}") from None
-    prefix = _prefix(source.shapes, entry)
+    # the prefix under which the checkpoint stores the embedding (a task model's base)
+    stored = [p for p in entry.prefixes if f"{p}{entry.names['embed']}.weight" in source.shapes]
+    prefix = (stored or entry.prefixes)[0]
     expected = _build.expected_shapes(cfg, entry, raw, prefix, source.shapes)
     try:
         _build.check_names(expected, source.shapes, entry, prefix, source.where)
     except LoadError as err:
+        if source.rename is None:
+            raise
         raise LoadError(source.rename(str(err))) from None
     tensors = source.read(expected, dtype, device)
     return cfg, entry, expected, tensors, source.tokenizer()
-
-
-def _prefix(found: dict, entry) -> str:
-    """The prefix under which the checkpoint stores the embedding (a task model's base)."""
-    for prefix in entry.prefixes:
-        if f"{prefix}{entry.names['embed']}.weight" in found:
-            return prefix
-    return entry.prefixes[0]

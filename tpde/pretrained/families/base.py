@@ -14,9 +14,6 @@ name → entry), :data:`ARCHITECTURES` (the entries in order), the error that li
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
-
-from tpde.pretrained._checkpoint import LoadError
 
 __all__ = [
     "ACTIVATIONS_HF",
@@ -26,8 +23,6 @@ __all__ = [
     "Architecture",
     "Family",
     "GGUFMap",
-    "family_for",
-    "gguf_family",
     "register",
 ]
 
@@ -232,32 +227,6 @@ def register(entry: Family) -> Family:
     FAMILIES[entry.family] = entry
     ARCHITECTURES.append(entry)
     return entry
-
-
-def family_for(model_type, where: Path | str = "config.json") -> Family:
-    """The entry whose ``model_types`` holds ``model_type``, or a LoadError naming ``where``
-    and the ``model_type`` and listing the known ones."""
-    for entry in FAMILIES.values():
-        if model_type in entry.model_types:
-            return entry
-    known = ", ".join(t for entry in FAMILIES.values() for t in entry.model_types)
-    raise LoadError(
-        f"{where}: config.json has model_type {model_type!r}, which tpde does not read; tpde "
-        f"reads {known} (tpde.pretrained.ARCHITECTURES)."
-    )
-
-
-def gguf_family(architecture, where: Path | str) -> Family:
-    """The entry that reads GGUF files of ``general.architecture`` = ``architecture``, or a
-    LoadError naming the file and the architecture and listing those tpde reads."""
-    for entry in FAMILIES.values():
-        if entry.gguf is not None and entry.gguf.architecture == architecture:
-            return entry
-    known = ", ".join(e.gguf.architecture for e in FAMILIES.values() if e.gguf is not None)
-    raise LoadError(
-        f"{where} holds a model of architecture {architecture!r} (general.architecture); "
-        f"tpde reads GGUF files of {known}."
-    )
 
 
 # ---------------------------------------------------------------------- pieces families share
