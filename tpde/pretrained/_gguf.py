@@ -37,9 +37,10 @@ loader does, ``_reverse_permute_weights``). Gemma's norm gains are stored as 1 +
 family's ``stored_gain_offset``, subtracted).
 
 The tokenizer is built from the file's ``tokenizer.ggml.*`` vocabulary: GPT-2 byte-level BPE
-(:mod:`tpde.pretrained._bpe`) or Gemma's SentencePiece BPE (:mod:`tpde.pretrained._spm`,
-once per file and process: ~12 s for Gemma's 262144 tokens); a file without one gives a
-model whose :meth:`~tpde.pretrained.Transformer.embed` takes token ids.
+(:mod:`tpde.pretrained._bpe`) or Gemma's SentencePiece BPE (:mod:`tpde.pretrained._spm`),
+as the family's GGUF map says, once per file and process (~12 s for Gemma's 262144 tokens);
+a file without one gives a model whose :meth:`~tpde.pretrained.Transformer.embed` takes
+token ids.
 """
 
 from __future__ import annotations
@@ -444,8 +445,8 @@ _TOKENIZERS: dict = {}
 
 
 def _tokenizer(path: Path, metadata: dict, family: Family):
-    """The file's tokenizer (None without ``tokenizer.ggml.tokens``); Gemma's cached per
-    file and process."""
+    """The file's tokenizer (None without ``tokenizer.ggml.tokens``), built once per file
+    (path, size, modification time) and process: Gemma's 262144 tokens take ~12 s."""
     if not metadata.get("tokenizer.ggml.tokens"):
         return None
     fields = {k.removeprefix("tokenizer.ggml."): v for k, v in metadata.items()

@@ -19,7 +19,7 @@ import torch
 from tpde._validation import check_float_dtype
 from tpde.pretrained import _build
 from tpde.pretrained._checkpoint import LoadError, Source
-from tpde.pretrained._config import Naming, family_for
+from tpde.pretrained._config import Naming, family_for, read_hyper
 from tpde.pretrained.transformer import Transformer
 
 __all__ = ["LoadError", "load", "read_checkpoint"]
@@ -88,7 +88,9 @@ def load(path, dtype: torch.dtype = torch.float32, device="cpu") -> Transformer:
         ``path`` is not a path; ``dtype`` not floating, or half precision on the CPU.
     """
     device = check_dtype_device(dtype, device)
-    return _build.build(*_read(_open(path), dtype, device))
+    source = _open(path)
+    cfg, entry, expected, tensors = _read(source, dtype, device)
+    return _build.build(cfg, entry, expected, tensors, source.tokenizer())
 
 
 def read_checkpoint(path, dtype: torch.dtype = torch.float32, device="cpu"):
@@ -106,7 +108,7 @@ def read_checkpoint(path, dtype: torch.dtype = torch.float32, device="cpu"):
     As :func:`load`.
     """
     device = check_dtype_device(dtype, device)
-    cfg, _, _, tensors, _ = _read(_open(path), dtype, device)
+    cfg, _, _, tensors = _read(_open(path), dtype, device)
     return cfg, tensors
 
 
@@ -126,12 +128,12 @@ def _open(path) -> Source:
 
 
 def _read(source: Source, dtype, device) -> tuple:
-    """(config record, family entry, expected names, tensors, tokenizer) of a checkpoint read
-    as far as its headers: the arguments of :func:`tpde.pretrained._build.build`."""
+    """(config record, family entry, expected names, tensors) of a checkpoint read as far as
+    its headers: with its tokenizer, the arguments of :func:`tpde.pretrained._build.build`."""
     raw = source.raw
     entry = family_for(raw.get("model_type"), source.where)
     try:
-        cfg = _build.read_hyper(raw, entry, Naming(source.key_name, source.said))
+        cfg = read_hyper(raw, entry, Naming(source.key_name, source.said))
     except LoadError as err:
         raise LoadError(f"{source.context}{err}") from None
     # the prefix under which the checkpoint stores the embedding (a task model's base)
@@ -144,5 +146,4 @@ def _read(source: Source, dtype, device) -> tuple:
         if source.rename is None:
             raise
         raise LoadError(source.rename(str(err))) from None
-    tensors = source.read(expected, dtype, device)
-    return cfg, entry, expected, tensors, source.tokenizer()
+    return cfg, entry, expected, source.read(expected, dtype, device)

@@ -45,7 +45,8 @@ olmo2          olmo2                   RMSNorm    output      as llama, QK-RMSNo
                                                               projection
 =============  ======================  =========  ==========  =====================================
 
-GGUF files: the families with a ``gguf`` map (llama, gemma3), through the one translator
+GGUF files: the families with a ``gguf`` map (llama — Mistral files too, which llama.cpp
+writes as llama —, qwen2, qwen3, gemma3), through the one translator
 :mod:`tpde.pretrained._gguf`.
 
 Every layer is the field ``Normalized(attention, N₁) + Normalized(mlp, N₂)`` (MATH.md §8):
