@@ -33,8 +33,10 @@ class Source:
     shapes : dict
         Checkpoint tensor name → shape as stored.
     read : callable
-        ``read(expected, dtype, device)`` → name → tensor of every name of ``expected``
-        (:func:`tpde.pretrained._build.expected_shapes`), checked finite.
+        ``read(cfg, expected, dtype, device)`` → name → tensor of every name of
+        ``expected`` (:func:`tpde.pretrained._build.expected_shapes`), checked finite; the
+        config record ``cfg`` for the checks a reader makes against it (a GGUF file's keys
+        that must equal a hyper-parameter).
     tokenizer : callable
         ``tokenizer()`` → a ``tokenizers.Tokenizer`` or None.
     key_name : callable or None

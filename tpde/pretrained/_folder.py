@@ -40,7 +40,7 @@ def open_folder(folder: Path) -> Source:
                         "architecture.")  # fmt: skip
     shapes, where = tensor_shapes(folder)
 
-    def read(expected, dtype, device):
+    def read(cfg, expected, dtype, device):
         return read_tensors(expected, where, dtype, device)
 
     return Source(

@@ -246,15 +246,16 @@ def _equal(family: Family) -> dict[str, str]:
     return {**STANDARD_EQUAL, **family.gguf.equal}
 
 
-def _check_equal(metadata: dict, family: Family, head_dim: int, where: str) -> None:
-    """The ``equal`` metadata keys (each must equal the hyper-parameter it names)."""
+def _check_equal(metadata: dict, family: Family, cfg, where: str) -> None:
+    """The ``equal`` metadata keys, each equal to the hyper-parameter of the config record
+    ``cfg`` it names."""
     prefix = f"{family.gguf.architecture}."
     for short, target in _equal(family).items():
-        value = metadata.get(prefix + short)
-        if value is not None and value != head_dim:
+        value, expected = metadata.get(prefix + short), getattr(cfg, target)
+        if value is not None and value != expected:
             raise LoadError(
                 f"{where}: the metadata key {prefix + short!r} = {value!r} differs from "
-                f"{target} = {head_dim!r}; tpde implements only equal ones."
+                f"{target} = {expected!r}; tpde implements only equal ones."
             )
 
 
@@ -384,9 +385,9 @@ def open_gguf(path: Path) -> Source:
     shapes = {name: stored[gguf_name][1] for name, gguf_name in by_name.items()}
     raw.update(_bias_keys(family, shapes))
 
-    def read(expected, dtype, device):
-        _check_equal(metadata, family, raw.get("head_dim") or _head_dim(raw, family), path.name)
-        return _read(path, stored, by_name, expected, family, raw, dtype, device)
+    def read(cfg, expected, dtype, device):
+        _check_equal(metadata, family, cfg, path.name)
+        return _read(path, stored, by_name, expected, family, cfg, dtype, device)
 
     return Source(
         where=path.name,
@@ -419,21 +420,14 @@ def _metadata_key(path: Path, source: dict, key: str) -> str:
     return f"{path.name}: the metadata key {source[key]!r}" if key in source else key
 
 
-def _head_dim(raw: dict, family: Family):
-    hidden, heads = raw.get(family.keys["hidden"][0]), raw.get(family.keys["heads"][0])
-    return hidden // heads if isinstance(hidden, int) and isinstance(heads, int) else None
-
-
-def _read(path, stored, by_name, expected, family, raw, dtype, device) -> dict:
+def _read(path, stored, by_name, expected, family, cfg, dtype, device) -> dict:
     """The tensors of ``expected`` (checkpoint names), dequantised and un-permuted."""
     spec, out = family.gguf, {}
-    heads = {"heads": raw[family.keys["heads"][0]]}
-    heads["kv_heads"] = raw.get(family.keys["kv_heads"][0], heads["heads"])
     for name, (role, _, _, _) in expected.items():
         qtype, _, data = stored[by_name[name]]
         array = dequantised(path, by_name[name], qtype, data)
         if role in spec.permuted:
-            array = unpermute_rotary_rows(array, heads[spec.permuted[role]])
+            array = unpermute_rotary_rows(array, getattr(cfg, spec.permuted[role]))
         if spec.stored_gain_offset and role.endswith(_NORMS):
             array = array - np.float32(spec.stored_gain_offset)
         out[name] = torch.from_numpy(array).to(dtype=dtype, device=device)

@@ -146,4 +146,4 @@ def _read(source: Source, dtype, device) -> tuple:
         if source.rename is None:
             raise
         raise LoadError(source.rename(str(err))) from None
-    return cfg, entry, expected, source.read(expected, dtype, device)
+    return cfg, entry, expected, source.read(cfg, expected, dtype, device)

@@ -62,15 +62,18 @@ class GGUFMap:
     derived : dict
         config.json key → the config.json key whose value it takes (what the file omits).
     equal : dict
-        GGUF metadata key → the config.json key it must equal (checked, else refused). Any
-        other ``<arch>.`` key of the file is refused, naming it (a RoPE scaling, …).
+        Further GGUF metadata keys → the hyper-parameter (an attribute of the config record,
+        :class:`~tpde.pretrained._config.ModelConfig`) they must equal (checked, else
+        refused), beyond :data:`tpde.pretrained._gguf.STANDARD_EQUAL`. Any other ``<arch>.``
+        key of the file is refused, naming it (a RoPE scaling, an expert count, …).
     stored_gain_offset : float
         llama.cpp's converter stores Gemma's norm gains as 1 + w: subtracted on reading (as
         transformers' GGUF loader does), the family adding it back.
     permuted : dict
-        Role → the hyper-parameter counting its heads, for the rotary weights whose rows
-        llama.cpp's converter interleaved (llama: ``{"q": "heads", "k": "kv_heads"}``);
-        un-permuted on reading (:func:`tpde.pretrained._gguf.unpermute_rotary_rows`).
+        Role → the hyper-parameter (of the config record) counting its heads, for the rotary
+        weights whose rows llama.cpp's converter interleaved (llama: ``{"q": "heads", "k":
+        "kv_heads"}``); un-permuted on reading
+        (:func:`tpde.pretrained._gguf.unpermute_rotary_rows`).
     tokenizer : "bpe" or "spm"
         How the file's ``tokenizer.ggml.*`` vocabulary becomes a tokenizer: GPT-2 byte-level
         BPE (:mod:`tpde.pretrained._bpe`) or Gemma's SentencePiece BPE
