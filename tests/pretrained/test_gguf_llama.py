@@ -57,10 +57,11 @@ def tiny_weights(tied=True, seed=0):
 
 
 def write_tiny(path, *, arch="llama", tied=True, drop=(), replace=None, tokenizer="gpt2",
-               metadata=None):  # fmt: skip
+               metadata=None, extra=None):  # fmt: skip
     """A tiny llama GGUF file as llama.cpp's converter writes it (q/k rows permuted);
-    ``metadata``: key → (GGUFWriter method, value), written over the defaults."""
-    weights = tiny_weights(tied)
+    ``metadata``: key → (GGUFWriter method, value), written over the defaults; ``extra``:
+    name → array, tensors written beside the model's."""
+    weights = {**tiny_weights(tied), **(extra or {})}
     writer = gguf.GGUFWriter(str(path), arch)
     writer.add_block_count(L)
     writer.add_context_length(16)
@@ -186,6 +187,25 @@ def test_missing_or_misshapen_tensors(tmp_path):
     write_tiny(tmp_path / "c.gguf", replace={"output_norm.weight": nan})
     with pytest.raises(GGUFError, match=r"'output_norm.weight' holds NaN or infinite values"):
         read_llama(tmp_path / "c.gguf")
+
+
+@pytest.mark.parametrize(
+    "metadata, extra, match",
+    [
+        ({"llama.expert_count": ("add_uint32", 8)}, None,
+         r"the metadata key 'llama.expert_count' = 8 changes the computation"),
+        ({"llama.rope.scaling.type": ("add_string", "linear")}, None,
+         r"the metadata key 'llama.rope.scaling.type' = 'linear' changes the computation"),
+        ({}, {"rope_freqs.weight": np.ones(K // 2, dtype=np.float32)},
+         r"the tensor 'rope_freqs.weight' \(shape \(2,\)\) is not one a llama model reads"),
+    ],
+)  # fmt: skip
+def test_what_tpde_does_not_implement_is_refused_by_name(tmp_path, metadata, extra, match):
+    """Nothing in a llama file is silently ignored: an unread metadata key or tensor is a
+    LoadError naming it (the removed llama reader loaded such files without them)."""
+    write_tiny(tmp_path / "x.gguf", metadata=metadata, extra=extra)
+    with pytest.raises(LoadError, match=match):
+        load(tmp_path / "x.gguf")
 
 
 def test_tiny_tokenizer(tmp_path):
