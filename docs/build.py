@@ -48,12 +48,21 @@ def stage(work: Path) -> Path:
 
 
 def build(
-    out: Path, work: Path, size: str = "full", *, keep_going: bool = False, capture: bool = False
+    out: Path,
+    work: Path,
+    size: str = "full",
+    *,
+    keep_going: bool = False,
+    capture: bool = False,
+    execute: bool = True,
 ) -> subprocess.CompletedProcess:
     """Stage the sources and run ``sphinx-build -b html -W`` (warnings are errors).
 
     ``keep_going``: on an error, still write every page (the tests then report each
-    problem); ``capture``: return the build's output instead of printing it.
+    problem); ``capture``: return the build's output instead of printing it;
+    ``execute=False``: the gallery's pages show each example's code without running it
+    (sphinx-gallery's ``plot_gallery=0``): the default test suite checks the pages that way
+    and runs each example as its own test (tests/docs).
     """
     if size not in SIZES:
         raise ValueError(f"size must be one of {', '.join(SIZES)}; received {size!r}.")
@@ -68,6 +77,8 @@ def build(
     command = [sys.executable, "-m", "sphinx", "-b", "html", "-W", "-q"]
     if keep_going:
         command.append("--keep-going")
+    if not execute:
+        command += ["-D", "plot_gallery=0"]
     command += ["-d", str(work / "doctrees"), str(src), str(out)]
     return subprocess.run(
         command,

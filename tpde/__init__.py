@@ -1,11 +1,11 @@
 """tpde: the Transformer PDE as optimal-transport geometry.
 
-Subpackages: :mod:`tpde.measures` (state), :mod:`tpde.fields` (fields; :mod:`tpde.attention`
-is a façade over it), :mod:`tpde.flows` (time), :mod:`tpde.metrics` (distances and
-diagnostics).
+Subpackages, in dependency order: :mod:`tpde.measures` (state), :mod:`tpde.metrics`
+(distances and diagnostics), :mod:`tpde.fields` (velocity fields), :mod:`tpde.flows` (time);
+:mod:`tpde.attention` is a façade over :mod:`tpde.fields`.
 """
 
-from tpde import attention, fields, flows, measures, metrics
+from tpde import measures, metrics, fields, flows, attention  # noqa: I001 (dependency order)
 
 __version__ = "0.1.0"
-__all__ = ["attention", "fields", "flows", "measures", "metrics"]
+__all__ = ["measures", "metrics", "fields", "flows", "attention"]  # noqa: RUF022 (dependency order)

@@ -13,7 +13,11 @@ median over sentences:
 2. **Token norms and their growth** (mean |x_l| / mean |x_0|) and the relative update size
    ‖x_{l+1} − x_l‖/‖x_l‖: Post-LN keeps norms fixed by its LayerNorm, Pre-LN lets them
    grow, Peri-LN bounds each update by its output norm (the "speed regulation" reading).
-3. **Mean pairwise cosine and angular cluster count** (cos > 1 − δ, single linkage).
+3. **Mean pairwise cosine and the effective number of directions**
+   n²/Σ_{ij} cos²(x_i, x_j) (the participation ratio of the tokens' cosine Gram matrix: k
+   equal groups of one direction each, mutually orthogonal, give k; one direction gives 1;
+   n orthogonal tokens give n). Single linkage at a fixed angle counted one cluster per
+   token in these widths (d = 384–640) and was dropped.
 4. **The attention sink**: the mean share of attention on the first token (queries i ≥ 1).
 5. **The network against its continuous-depth flow**: relative distance of the hidden
    states by depth to the flow, computed as Lie–Trotter at ``flow_step`` = 1/k (Euler

@@ -17,7 +17,6 @@ class Config:
     sentences: int = 24  # the first sentences of the bundled corpus
     flow_sentences: int = 8  # … of which the first go through the flow (question 5)
     flow_step: float = 1 / 16  # the flow: Lie–Trotter at this step (order 1: → the flow)
-    cluster_delta: float = 1e-2  # tokens i, j in one angular cluster when cos > 1 − δ
     loop_passes: int = 500  # question 6: passes through the middle layer
     ideal_step: float = 1 / 16  # question 7: the idealised sphere model's RK4 step (1/k)
 
@@ -31,10 +30,6 @@ class Config:
         if not _reciprocal(self.flow_step, 2):
             raise ValueError(
                 f"flow_step must be 1/k for an integer k in 2 … 1000; received {self.flow_step}."
-            )
-        if not 1e-14 <= self.cluster_delta < 1:
-            raise ValueError(
-                f"cluster_delta must lie in [1e-14, 1); received {self.cluster_delta}."
             )
         if not 1 <= self.loop_passes <= 10**5:
             raise ValueError(f"loop_passes must be in 1 … 100000; received {self.loop_passes}.")

@@ -238,11 +238,13 @@ def verdicts(scheme: str, ideal: dict, real: dict) -> list[dict]:
 
 
 def overall(rows: list[dict]) -> str:
-    """The claim's verdict from the real verdicts: all hold "agrees", all fail "differs",
-    "n/a" when none is defined (no rows, or every one "n/a")."""
+    """The claim's verdict from the real verdicts: "agrees" when all hold, "differs" when
+    any fails (a failed prediction falsifies the claim, whatever the others do), "partly"
+    otherwise (some only partly hold), "n/a" when none is defined (no rows, or every one
+    "n/a")."""
     real = [r["real_verdict"] for r in rows if r["real_verdict"] != "n/a"]
     if not real:
         return "n/a"
     if all(v == "holds" for v in real):
         return "agrees"
-    return "differs" if all(v == "fails" for v in real) else "partly"
+    return "differs" if any(v == "fails" for v in real) else "partly"

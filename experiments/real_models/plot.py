@@ -15,7 +15,7 @@ PANELS = (
     ("norm", "mean token norm / depth 0", True),
     ("update", "‖x_{l+1} − x_l‖ / ‖x_l‖", True),
     ("cos", "mean pairwise cosine", False),
-    ("clusters", "angular clusters", False),
+    ("directions", "directions n²/Σcos²", False),
     ("sink", "attention on the first token", False),
 )
 

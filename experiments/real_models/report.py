@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from .. import framework as fw
 from . import placement
-from .config import MODELS, PLACEMENT
+from .config import MODELS, PLACEMENT, Config
 from .ideal import SCHEME
 
 
@@ -19,14 +20,27 @@ def _table(r: dict) -> str:
             f"{name} ({PLACEMENT[name]})", f"{m['share_attn_mean']:.2f}",
             f"×{m['norm_growth']:.3g}",
             f"{m['update_mean']:.3g}", f"{m['cos_first']:.2f} → {m['cos_last']:.2f}",
-            f"{m['clusters_last']:.0f}", f"{m['sink_mean']:.2f} (max {m['sink_max']:.2f})",
+            f"{m['directions_last']:.3g}", f"{m['sink_mean']:.2f} (max {m['sink_max']:.2f})",
             f"{m['flow_final']:.2g}", top1,
             f"{m['loop_gap_start']:.3f} → {m['loop_gap_end']:.3g}", f"{m['split_error_max']:.1e}",
         ])  # fmt: skip
     header = ["model", "attention share", "norm growth", "mean update", "mean cos (0 → L)",
-              "clusters (L)", "first-token attention", "flow distance (L)", "flow top-1",
+              "directions (L)", "first-token attention", "flow distance (L)", "flow top-1",
               "looped layer: gap", "split error"]  # fmt: skip
     return fw.markdown_table(header, rows)
+
+
+def _norm_parts(growth: dict, update: dict) -> list[tuple[str, bool]]:
+    """The norm claim's three parts, each with whether it holds: Post-LN's norms stay
+    within ×2, Pre-LN's grow beyond ×2, and Peri-LN's updates, bounded by its output norm,
+    are relatively smaller than Pre-LN's (mean relative update under half SmolLM2's). A
+    failed part falsifies the claim (its verdict is then "differs")."""
+    return [
+        ("Post-LN norms within ×2 (MiniLM)", growth["minilm"] < 2),
+        ("Pre-LN norms grow beyond ×2 (SmolLM2)", growth["smollm2"] > 2),
+        ("Peri-LN relative update under half Pre-LN's (Gemma-3 vs SmolLM2)",
+         update["gemma3"] < 0.5 * update["smollm2"]),
+    ]  # fmt: skip
 
 
 def _predictions(r: dict) -> dict:
@@ -99,7 +113,8 @@ def _placement_notes(r: dict) -> list[str]:
         "r grows and R² lin ≥ R² exp, partly when it grows; (b) holds when |s − s_theory| ≤ "
         f"{rules['slope']}, partly when s < 0 for s_theory = −1; (c) holds when std/mean ≤ "
         f"{rules['cv']}, partly ≤ {rules['cv_partly']}; (d) holds when the mean cosine rises "
-        "in every layer, partly when it ends higher than it starts.",
+        "in every layer, partly when it ends higher than it starts. A model's claim agrees "
+        "when every defined prediction holds and differs when any fails (partly otherwise).",
         "(b) mixes two effects: the radius and |P⊥Γ|, which clustering changes as the run "
         "goes on; the idealised model's s is the theory's own value with that effect in. In "
         "a real Pre-LN or Peri-LN layer Δx = f(N(x)) does not depend on |x| (the norm "
@@ -115,6 +130,7 @@ def report(out: Path) -> fw.Report:
     growth = {name: r[name]["norm_growth"] for name in MODELS}
     predictions = _predictions(r)
     update = {name: r[name]["update_mean"] for name in MODELS}
+    parts = _norm_parts(growth, update)
     norms = fw.Claim(
         "Norm placement regulates token norms (Karagodin et al.): Post-LN keeps them fixed, "
         "Pre-LN lets them grow, Peri-LN grows them but bounds each update by its output norm",
@@ -122,10 +138,10 @@ def report(out: Path) -> fw.Report:
             f"{m} ({PLACEMENT[m]}): norms ×{growth[m]:.3g} over the stack, mean relative "
             f"update {update[m]:.3g}"
             for m in MODELS
-        ),
-        "agrees"
-        if growth["minilm"] < 2 < growth["smollm2"] and update["gemma3"] < 0.5 * update["smollm2"]
-        else "partly",
+        )
+        + "; "
+        + ", ".join(f"{text}: {'holds' if ok else 'fails'}" for text, ok in parts),
+        "agrees" if all(ok for _, ok in parts) else "differs",
     )
     flow = fw.Claim(
         "A trained Transformer is a discretisation of its own continuous-depth flow",
@@ -161,8 +177,8 @@ def report(out: Path) -> fw.Report:
     )
     figures = [("real_models.png", "Per layer (relative depth), median over sentences with "
                 "quartiles: attention's share of the update, token norms, update size, mean "
-                "cosine, clusters, attention sink; the network against its flow; one layer "
-                "looped."),
+                "cosine, effective number of directions n²/Σcos², attention sink; the network "
+                "against its flow; one layer looped."),
                ("real_models_split.png", "One row per model, by layer, median over sentences "
                 "with quartiles: the split's token-mean |v_attn| and |v_mlp| over |x_l|, the "
                 "cosine between v_attn and v_mlp; then the network (solid) against its "
@@ -180,4 +196,15 @@ def report(out: Path) -> fw.Report:
         *_placement_notes(r),
     ]
     claims = [norms, flow, loop, *_placement_claims(predictions)]
+    if n < Config().sentences:  # a quick run: the verdicts say so
+        notes.append(_indicative_note(n))
+        claims = [replace(c, verdict=f"{c.verdict} (indicative: {n} sentences)") for c in claims]
     return fw.Report(summary, claims, figures, tables=tables, notes=notes)
+
+
+def _indicative_note(n: int) -> str:
+    return (
+        f"A quick run: {n} sentence(s) instead of {Config().sentences}, fewer flow sentences "
+        "and loop passes. Every verdict is marked indicative: medians over so few sentences "
+        "are not the full run's, and a verdict may change at full size."
+    )

@@ -11,7 +11,6 @@ import torch
 
 from tpde.flows import integrate
 from tpde.measures import Empirical
-from tpde.metrics.clustering import angular_cluster_count
 
 from .. import framework as fw
 from ..common import real_normalised as nm
@@ -53,7 +52,18 @@ def split_row(split: torch.Tensor, net: torch.Tensor) -> dict:
     }
 
 
-def layer_row(model, mu: Empirical, delta: float) -> dict:
+def effective_directions(states: torch.Tensor) -> np.ndarray:
+    """n²/Σ_{ij} cos²(x_i, x_j) per layer of ``states`` (L + 1, n, d) → (L + 1,): the
+    participation ratio (tr G)²/tr G² of the cosine Gram matrix G (G_ii = 1). k mutually
+    orthogonal groups of equal size, each of one direction, give k; antipodal tokens count
+    as one direction."""
+    unit = nm.on_unit_sphere(states.double())
+    gram = unit @ unit.mT
+    n = states.shape[-2]
+    return (n**2 / (gram**2).sum((-2, -1))).numpy()
+
+
+def layer_row(model, mu: Empirical) -> dict:
     """Questions 1–4 for one sentence: per-layer split, norms, cosines, clusters, sink, and
     the network's placement curves (:func:`placement.row`, keys ``real_…``)."""
     net = model.hidden_states(mu)  # (L + 1, n, d)
@@ -67,7 +77,7 @@ def layer_row(model, mu: Empirical, delta: float) -> dict:
         "norm": real["real_radius"] / real["real_radius"][0],
         "update": np.array([_relative(net[l + 1], net[l]) for l in range(layers)]),
         "cos": real["real_cos"],
-        "clusters": angular_cluster_count(Empirical(net), delta).numpy().astype(float),
+        "directions": effective_directions(net),
         "sink": torch.stack(sink).numpy(),
         "split_error": float(
             (split.sum(1) - (net[1:] - net[:-1])).norm() / (net[1:] - net[:-1]).norm()
@@ -120,7 +130,7 @@ def model_rows(name: str, model, sentences: list[str], config: Config) -> tuple[
     with torch.no_grad():
         field, calibration = calibrated_field(name, model, [mu.points for mu in mus])
         for i, mu in enumerate(fw.progress(mus, f"real-models {name}")):
-            row, net = layer_row(model, mu, config.cluster_delta)
+            row, net = layer_row(model, mu)
             states, status = ideal.ideal_states(field, mu.points, layers, config.ideal_step)
             row.update(placement.row(states, "ideal"))
             statuses.append(status)
@@ -160,7 +170,7 @@ def summarise(arrays: dict) -> dict:
     for name in MODELS:
         a = {k[len(name) + 1 :]: v for k, v in arrays.items() if k.startswith(name + "_")}
         median = {k: np.median(a[k], axis=0) for k in ("share_attn", "norm", "update", "cos",
-                                                      "clusters", "sink", "attn_rel",
+                                                      "directions", "sink", "attn_rel",
                                                       "mlp_rel", "split_cos")}  # fmt: skip
         r[name] = {
             **{f"{k}_by_layer": v.tolist() for k, v in median.items()},
@@ -169,7 +179,7 @@ def summarise(arrays: dict) -> dict:
             "update_mean": float(median["update"].mean()),
             "cos_first": float(median["cos"][0]),
             "cos_last": float(median["cos"][-1]),
-            "clusters_last": float(median["clusters"][-1]),
+            "directions_last": float(median["directions"][-1]),
             "sink_mean": float(median["sink"].mean()),
             "sink_max": float(median["sink"].max()),
             "split_error_max": float(a["split_error"].max()),

@@ -7,6 +7,7 @@ workers end with their parent and a folder is held by one live process at a time
 subprocess, killed, and its descendants watched with psutil.
 """
 
+import contextlib
 import json
 import os
 import re
@@ -85,6 +86,15 @@ def _armed(pid: int) -> bool:
         return False
 
 
+def _cmdline(process) -> str:
+    """A process's command line, or "" for one that ended or became a zombie meanwhile (a
+    busy machine reaps a short-lived child between the listing and this read)."""
+    try:
+        return " ".join(process.cmdline())
+    except (psutil.NoSuchProcess, psutil.AccessDenied):  # ZombieProcess is a NoSuchProcess
+        return ""
+
+
 def _workers_of(pid: int, count: int, armed: bool):
     """The pids of the descendants of ``pid`` once ``count`` workers have started (and,
     with ``armed``, run their watcher thread)."""
@@ -94,7 +104,7 @@ def _workers_of(pid: int, count: int, armed: bool):
             kids = psutil.Process(pid).children(recursive=True)
         except psutil.NoSuchProcess:
             return None
-        spawned = [k.pid for k in kids if "spawn_main" in " ".join(k.cmdline())]
+        spawned = [k.pid for k in kids if "spawn_main" in _cmdline(k)]
         ready = [p for p in spawned if not armed or _armed(p)]
         return [k.pid for k in kids] if len(ready) >= count else None
 
@@ -139,7 +149,7 @@ def test_workers_killed_while_starting_end_before_taking_a_task(tmp_path):
         descendants = _workers_of(proc.pid, 2, armed=False)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
-        _wait_for(lambda: not _alive(descendants), 30, f"the end of {descendants}")
+        _wait_for(lambda: not _alive(descendants), 60, f"the end of {descendants}")
         assert not (out / "convexity").exists() and not (out / "cones").exists()
     finally:
         _kill_group(proc)
@@ -211,7 +221,7 @@ def test_end_with_parent_ends_a_worker_whose_parent_is_gone(tmp_path):
         "import os, subprocess, sys\n"
         "code = ('import os, sys, time; from tpde.experiments import workers; '\n"
         "        'workers.end_with_parent(int(sys.argv[1])); print(os.getpid(), flush=True); '\n"
-        "        'time.sleep(60)')\n"
+        "        'time.sleep(600)')\n"
         "child = subprocess.Popen([sys.executable, '-c', code, str(os.getpid())],\n"
         "                         stdout=subprocess.PIPE, text=True)\n"
         "print(child.stdout.readline().strip(), flush=True)\n"
@@ -220,7 +230,11 @@ def test_end_with_parent_ends_a_worker_whose_parent_is_gone(tmp_path):
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           timeout=60)  # fmt: skip
     worker = int(proc.stdout.strip())
-    _wait_for(lambda: not _alive([worker]), 3, f"the end of worker {worker}")
+    try:  # a hang guard (it ends within a poll, 0.25 s); the worker would sleep 600 s
+        _wait_for(lambda: not _alive([worker]), 60, f"the end of worker {worker}")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(worker, signal.SIGKILL)
 
 
 def test_the_portable_fallback_alone_ends_the_worker(tmp_path):
@@ -230,7 +244,7 @@ def test_the_portable_fallback_alone_ends_the_worker(tmp_path):
         "code = ('import os, sys, time; from tpde.experiments import workers; '\n"
         "        'workers._linux_death_signal = lambda: False; '\n"
         "        'workers.end_with_parent(int(sys.argv[1])); print(os.getpid(), flush=True); '\n"
-        "        'time.sleep(60)')\n"
+        "        'time.sleep(600)')\n"
         "child = subprocess.Popen([sys.executable, '-c', code, str(os.getpid())],\n"
         "                         stdout=subprocess.PIPE, text=True)\n"
         "print(child.stdout.readline().strip(), flush=True)\n"
@@ -239,7 +253,11 @@ def test_the_portable_fallback_alone_ends_the_worker(tmp_path):
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           timeout=60)  # fmt: skip
     worker = int(proc.stdout.strip())
-    _wait_for(lambda: not _alive([worker]), 3, f"the end of worker {worker}")
+    try:  # a hang guard (it ends within a poll, 0.25 s); the worker would sleep 600 s
+        _wait_for(lambda: not _alive([worker]), 60, f"the end of worker {worker}")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(worker, signal.SIGKILL)
 
 
 SWEEP = {"study": "blowup", "grid": {"value_scale": [1.0, 2.0, 3.0, 4.0]},
@@ -258,8 +276,8 @@ def test_dask_workers_of_a_sweep_end_when_it_is_killed(tmp_path):
         descendants = _workers_of(proc.pid, 2, armed=True)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
-        try:
-            _wait_for(lambda: not _alive(descendants), 5, f"the end of {descendants}")
+        try:  # a hang guard, as above: no wall-clock claim
+            _wait_for(lambda: not _alive(descendants), 60, f"the end of {descendants}")
         except AssertionError as err:
             raise AssertionError(f"{err}; alive: {_describe(descendants)}") from None
     finally:

@@ -3,7 +3,7 @@
 Independent of tpde's fields (an oracle: it shares no code with them): the tests hold
 tpde's layer schedule against it and it against transformers' ``LlamaForCausalLM``. ``w``
 is a dict of torch tensors named as in a Hugging Face llama checkpoint
-(:func:`tpde.pretrained.loader.read_checkpoint`), ``cfg`` the model's config record. Tokens
+(:func:`tpde.pretrained.read_checkpoint`), ``cfg`` the model's config record. Tokens
 are (..., n, d), positions 0 … n − 1 (one sentence per batch row, no padding).
 
 One block l (Pre-RMSNorm), with N_γ(x) = γ ⊙ x/√(mean(x²) + ε):

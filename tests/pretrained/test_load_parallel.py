@@ -181,7 +181,9 @@ def test_phi_qk_layernorm_is_a_per_head_layernorm(case):
                                        r"heads of dimension 8; RoPE rotates an even number"),
         ("partial_rotary_factor", 1.5, r"partial_rotary_factor must lie in \(0, 1\]; "
                                        "received 1.5"),
-        ("rope_type", "linear", "rope_parameters.rope_type = 'linear'.*does not implement"),
+        ("rope_type", "su", "rope_parameters.rope_type = 'su' is a RoPE scaling tpde does not "
+                            "implement"),
+        ("rope_type", "linear", r"rope_parameters\.factor is missing, and 'linear'"),
     ],
 )  # fmt: skip
 def test_config_keys_tpde_cannot_honour_are_refused(tmp_path, key, value, message):

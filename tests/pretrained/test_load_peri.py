@@ -232,7 +232,9 @@ def test_gemma3_checkpoint_config_of_transformers_4(gemma3, tmp_path):
 @pytest.mark.parametrize(
     ("changes", "match"),
     [
-        ({"rope_scaling": {"rope_type": "linear", "factor": 8.0}}, "rope_scaling"),
+        ({"rope_parameters": {"rope_type": "linear", "factor": 8.0}},
+         "rope_parameters.rope_type is set on the whole of a model whose layers have a RoPE "
+         "per type"),
         ({"layer_types": ["sliding_attention", "chunked_attention", "full_attention"]},
          "layer_types"),
         ({"layer_types": ["full_attention"]}, "one type per layer"),

@@ -31,6 +31,12 @@ __all__ = [
 ]
 
 
+def addition(cls: type) -> type:
+    """Class decorator: ``cls([a, b])`` is the field ``a + b`` of any two fields."""
+    Field._addition = cls
+    return cls
+
+
 def check_velocity_type(value, field) -> None:
     """Raise TypeError unless a field's ``particle_velocity`` returned a torch tensor."""
     if not isinstance(value, torch.Tensor):
@@ -335,13 +341,15 @@ class Field:
         """Whether this field has ``capability`` (:func:`supports`)."""
         return supports(self, capability)
 
+    #: The field type ``a + b`` builds, :class:`tpde.fields.Sum`: it declares itself with
+    #: :func:`addition` (a Sum is a Field, so this module cannot import it).
+    _addition: type | None = None
+
     def __add__(self, other):
         """``a + b``: the field whose velocity is Γ_a + Γ_b (:class:`tpde.fields.Sum`)."""
-        from tpde.fields.sum import Sum
-
-        if not isinstance(other, Field):
+        if not isinstance(other, Field) or Field._addition is None:
             return NotImplemented
-        return Sum([self, other])
+        return Field._addition([self, other])
 
     # ------------------------------------------------------------------ particles
     def velocity(

@@ -229,7 +229,8 @@ def check_no_bias(field) -> None:
         raise _not_a_gradient_flow(
             field,
             "the field has query, key or value biases; E and F are defined for bias-free "
-            "attention (Ax scores, values Vy)",
+            "attention (Ax scores, values Vy); with biases, the key weight and drift of "
+            "tpde.fields.nearest_gradient_field(field) (MATH.md §12)",
         )
 
 

@@ -23,6 +23,7 @@ import torch
 from tpde.fields.base import (
     Field,
     GaussianNotPreserved,
+    addition,
     check_velocity_shape,
     check_velocity_type,
     shared_capabilities,
@@ -33,6 +34,7 @@ from tpde.measures import Empirical, Gaussian
 __all__ = ["Sum"]
 
 
+@addition
 class Sum(Field):
     r"""Γ[μ](x) = Σ_p Γ_p[μ](x), the field whose velocity is the sum of its parts'.
 

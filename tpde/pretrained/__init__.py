@@ -17,7 +17,7 @@ use, with an error naming the extra when they are missing.
 
 from tpde.pretrained.families import ARCHITECTURES
 from tpde.pretrained.gemma3 import gemma3_270m_path, load_gemma3_270m
-from tpde.pretrained.loader import LoadError, load
+from tpde.pretrained.loader import LoadError, load, read_checkpoint
 from tpde.pretrained.minilm import (
     LayerNormWeights,
     MiniLM,
@@ -28,6 +28,7 @@ from tpde.pretrained.minilm import (
     minilm_path,
 )
 from tpde.pretrained.smollm2 import SmolLM2, load_smollm2, smollm2_path
+from tpde.pretrained.structure import DepthEnergies, ModelStructure, depth_energies, model_structure
 from tpde.pretrained.transformer import (
     DecoderLayer,
     Embedding,
@@ -41,17 +42,20 @@ from tpde.pretrained.transformer import (
 __all__ = [
     "ARCHITECTURES",
     "DecoderLayer",
+    "DepthEnergies",
     "Embedding",
     "Layer",
     "LayerGroup",
     "LayerNormWeights",
     "LoadError",
     "MiniLM",
+    "ModelStructure",
     "Pooler",
     "SequenceClassifier",
     "SmolLM2",
     "Transformer",
     "corpus",
+    "depth_energies",
     "embed",
     "gemma3_270m_path",
     "hidden_states",
@@ -60,5 +64,7 @@ __all__ = [
     "load_minilm",
     "load_smollm2",
     "minilm_path",
+    "model_structure",
+    "read_checkpoint",
     "smollm2_path",
 ]

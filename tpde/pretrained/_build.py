@@ -195,7 +195,10 @@ def _attention(p: dict, cfg: ModelConfig, entry: Family, l: int) -> GroupedQuery
     rope = None
     if entry.rotary:
         style = entry.facts.get("rope_style", "half")
-        rope = RoPE(base=cfg.layer_rope_base(l), dims=cfg.rotary_dims, style=style)
+        rope = RoPE(
+            base=cfg.layer_rope_base(l), dims=cfg.rotary_dims, style=style,
+            scaling=cfg.layer_rope_scaling(l),
+        )  # fmt: skip
     return GroupedQueryAttention(
         p["q"]["weight"], p["k"]["weight"], p["v"]["weight"], p["o"]["weight"],
         cfg.heads, cfg.kv_heads,

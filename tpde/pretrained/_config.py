@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tpde._validation import checked_integer, checked_positive
+from tpde.fields import rope_scaling_from_config
 from tpde.pretrained._checkpoint import LoadError
 from tpde.pretrained.families.base import ACTIVATIONS_HF, FAMILIES, REQUIRED, Family
 
@@ -51,6 +52,9 @@ class ModelConfig:
         The blocks of a group, applied in order (ALBERT's ``inner_group_num``; else 1).
     labels : int or None
         The classes of a sequence-classification head (``id2label``); None: no such head.
+    rope_scaling : tuple (global, local) of RopeScaling or None
+        The RoPE scaling of the global and of the local layers (None: unscaled;
+        :func:`tpde.fields.rope_scaling_from_config`).
     """
 
     model_type: str
@@ -81,6 +85,7 @@ class ModelConfig:
     groups: int | None = None
     group_blocks: int = 1
     labels: int | None = None
+    rope_scaling: tuple = (None, None)
 
     @property
     def rms_eps(self) -> float:
@@ -108,6 +113,11 @@ class ModelConfig:
         if self.local_layers is not None and self.local_layers[l]:
             return self.rope_local_base
         return self.rope_base
+
+    def layer_rope_scaling(self, l: int):
+        """The RoPE scaling of layer l (its local one on a local layer), or None."""
+        local = self.local_layers is not None and self.local_layers[l]
+        return self.rope_scaling[1] if local else self.rope_scaling[0]
 
 
 # ---------------------------------------------------------------------- config
@@ -246,6 +256,13 @@ def read_hyper(raw: dict, entry: Family, n: Naming = Naming()) -> ModelConfig:
             f"config.json: {keys.get('tied')} must be true or false; received {tied!r}."
         )
     extra = {**_peri_ln_hyper(raw, entry, got, keys, n), **_groups_and_labels(raw, entry, n)}
+    rotary_dims = _rotary_dims(raw, entry, got, keys, head_dim, n)
+    if entry.rotary and "rope_base" in entry.keys:  # RoPE read from config.json (not GPT-J's)
+        local = got.get("rope_local_base") not in (None, "=rope_base")  # Gemma-3: RoPE per type
+        extra["rope_scaling"] = rope_scaling_from_config(
+            raw, context=got["context"], dims=rotary_dims or head_dim, per_layer_type=local,
+            error=LoadError,
+        )  # fmt: skip
     return ModelConfig(
         **extra,
         model_type=str(raw.get("model_type")),
@@ -266,7 +283,7 @@ def read_hyper(raw: dict, entry: Family, n: Naming = Naming()) -> ModelConfig:
         if "type_vocab" in got
         else None,
         position_offset=offset,
-        rotary_dims=_rotary_dims(raw, entry, got, keys, head_dim, n),
+        rotary_dims=rotary_dims,
         parallel=_parallel(raw, entry),
         embedding_size=n.integer(got["embedding_size"], keys["embedding_size"])
         if "embedding_size" in got

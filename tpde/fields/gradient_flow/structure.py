@@ -132,7 +132,8 @@ def gradient_structure(field, t: float = 0.0) -> GradientStructure:
     except NotAGradientFlow as err:
         raise NotAGradientFlow(
             f"{name} attention is not a gradient flow in tpde for these parameters: {err} "
-            "(MATH.md §5)."
+            "(MATH.md §5). For how far it is, and its nearest gradient field: "
+            "tpde.fields.nearest_gradient_field(field) (MATH.md §12)."
         ) from None
     A = 0.5 * (A + A.mT)
     return GradientStructure(field, sign, sign * sM, A, float(t))

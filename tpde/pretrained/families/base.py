@@ -251,8 +251,3 @@ GATED_BIASES = {
 ALL_BIASES = dict.fromkeys(("q", "k", "v", "o", "fc1", "fc2", "mlm_dense"), True)
 #: BERT's and ALBERT's: every linear map biased, the pooler and classification heads too.
 ENCODER_BIASES = {**ALL_BIASES, "pooler": True, "cls_dense": True, "classifier": True}
-#: RoPE keys of transformers 4 and 5 whose only value tpde implements is the default.
-ROPE_DEFAULT = {
-    "rope_scaling": (None,),  # transformers 4: a dict for scaled RoPE variants
-    "rope_parameters.rope_type": ("default",),  # transformers 5
-}

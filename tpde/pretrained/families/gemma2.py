@@ -24,7 +24,6 @@ from __future__ import annotations
 from tpde.pretrained.families.base import (
     GATED_BIASES,
     REQUIRED,
-    ROPE_DEFAULT,
     SCORE_HEAD,
     Family,
     register,
@@ -52,9 +51,6 @@ GEMMA_NAMES = {
 }
 
 GEMMA_HONOURED = {
-    **ROPE_DEFAULT,
-    "rope_parameters.full_attention.rope_type": ("default",),
-    "rope_parameters.sliding_attention.rope_type": ("default",),
     "layer_types": ("sliding_attention", "full_attention"),
     "use_bidirectional_attention": (None, False),
 }

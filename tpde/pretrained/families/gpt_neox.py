@@ -4,7 +4,7 @@ partial RoPE (``rotary_pct``), GELU MLP."""
 
 from __future__ import annotations
 
-from tpde.pretrained.families.base import ROPE_DEFAULT, SCORE_HEAD, Family, register
+from tpde.pretrained.families.base import SCORE_HEAD, Family, register
 from tpde.pretrained.families.bert import BERT_KEYS
 
 __all__ = ["GPT_NEOX", "NEOX_KEYS"]
@@ -27,7 +27,7 @@ GPT_NEOX = register(
         family="gpt_neox",
         model_types=("gpt_neox",),
         keys=NEOX_KEYS,
-        honoured=ROPE_DEFAULT,
+        honoured={},
         names={
             "embed": "gpt_neox.embed_in",
             "final_norm": "gpt_neox.final_layer_norm",

@@ -12,7 +12,6 @@ from __future__ import annotations
 from tpde.pretrained.families.base import (
     GATED_BIASES,
     REQUIRED,
-    ROPE_DEFAULT,
     SCORE_HEAD,
     Family,
     GGUFMap,
@@ -23,7 +22,6 @@ __all__ = ["LLAMA", "LLAMA_HONOURED", "LLAMA_KEYS", "LLAMA_NAMES"]
 
 #: Config values of the llama-like families that tpde implements (any other is refused).
 LLAMA_HONOURED = {
-    **ROPE_DEFAULT,
     "pretraining_tp": (1,),
     "mlp_bias": (False,),
     "hidden_act": ("silu",),

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from tpde.pretrained.families.base import (
     ALL_BIASES,
-    ROPE_DEFAULT,
     SCORE_HEAD,
     Family,
     register,
@@ -28,7 +27,7 @@ PHI = register(
             "rotary": ("partial_rotary_factor", 0.5),
             "activation": ("hidden_act", "gelu_new"),
         },
-        honoured=ROPE_DEFAULT,
+        honoured={},
         names={
             "embed": "model.embed_tokens",
             "final_norm": "model.final_layernorm",

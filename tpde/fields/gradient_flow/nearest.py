@@ -1,0 +1,433 @@
+r"""The quantitative form of "is this attention a gradient flow?" (MATH.md §12).
+
+:func:`nearest_gradient_field` projects every head of a softmax attention field onto the
+gradient structure in closed form (:mod:`~tpde.fields.gradient_flow.projection`: A_s = sym A,
+the nearest symmetric and definite mobility, the biases mapped to a key weight a and a drift
+w = u − M a) and returns the structured field (:class:`StructuredAttention`) with a
+:class:`StructureReport`: per head the relative residuals, the mobility's inertia, Saponati et
+al.'s scores, and what breaks the structure. :func:`dynamic_gap` measures, on a token cloud,
+the relative L2(μ) gap between the field's velocity and its nearest gradient field's, per head
+and for the sum: :func:`tpde.fields.gradient_flow_gap` generalised to fields that are not
+exactly gradient flows.
+
+A structure *holds* for a head when its relative residual is ≤ ``rtol`` (default 1e-10: the
+weights are read in float64 — float32 or bfloat16 checkpoints are exact float64 numbers —
+and d × d products round at ~d·1e-16). What the sum of heads is [derived, MATH.md §12]: one
+head; heads sharing (A_s, a, RoPE): one flow with mobility Σ_h M_h; heads on mutually
+orthogonal subspaces (range A_s^h + range M_h + span a_h): one flow of Σ_h s_h E_h in the
+block metric ⊕_h K^h_μ(s_hM_h)⁺, and classes of shared heads on orthogonal subspaces (GQA
+groups) likewise; otherwise each head is a gradient flow of its own energy
+and the sum is not one in general (measured by :func:`dynamic_gap`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+import torch
+
+from tpde._validation import check_positive
+from tpde.fields.base import Field
+from tpde.fields.gradient_flow.heads import AttentionHead, attention_heads
+from tpde.fields.gradient_flow.projection import (
+    directionality_score,
+    nearest_mobility,
+    row_space,
+    symmetry_score,
+)
+from tpde.fields.gradient_flow.structured import StructuredAttention, StructuredHead
+from tpde.fields.params import evaluate_parameter, linear
+from tpde.measures import Empirical
+from tpde.metrics.mobility import NotAGradientFlow
+
+__all__ = [
+    "DynamicGap",
+    "HeadStructure",
+    "StructureReport",
+    "dynamic_gap",
+    "head_velocities",
+    "nearest_gradient_field",
+]
+
+#: Offsets m = ±1, ±2, ±4, …, ±ROPE_OFFSETS at which a rotary head's pair kernel is checked.
+ROPE_OFFSETS = 64
+
+
+@dataclass(frozen=True)
+class HeadStructure:
+    """One head's distance to the gradient structure, from its weights (module notes).
+
+    Attributes
+    ----------
+    symmetry_residual : ‖A − A_s‖_F/‖A‖_F, A = c W_Kᵀ W_Q (no position).
+    value_residual : ‖V − M* A_s‖_F/‖V‖_F, M* the nearest symmetric mobility.
+    definite_residual : ‖V − M_s A_s‖_F/‖V‖_F, M_s the nearest definite one (sign ``sign``).
+    inertia : (n₊, n₋, n₀) of M* on range(A_s).
+    sign : s of M_s (+1: the head ascends its energy).
+    symmetry, directionality : Saponati et al.'s scores of W_Qᵀ W_K.
+    drift : ‖u − M_s a‖ (absolute, in the tokens' units per unit time).
+    rope_residual : for a RoPE head, max over offsets m (±2^i up to ``ROPE_OFFSETS``) of
+        ‖A(m)ᵀ − A(−m)‖_F/‖A(m)‖_F and of an upper bound of ‖V − M_s B(m)‖_F/‖V‖_F,
+        ‖V − M_s B(0)‖ + ‖M_s(B(m) − B(0))‖ (B(m) = ½(A(m)ᵀ + A(−m)), the pair kernel's
+        gradient map); None without RoPE.
+    breaks : tuple of str, what keeps this head from being exactly a gradient flow.
+    """
+
+    symmetry_residual: float
+    value_residual: float
+    definite_residual: float
+    inertia: tuple[int, int, int]
+    sign: int
+    symmetry: float
+    directionality: float
+    drift: float
+    rope_residual: float | None
+    breaks: tuple[str, ...]
+
+    @property
+    def exact(self) -> bool:
+        """Whether the head is a gradient flow (nothing breaks)."""
+        return not self.breaks
+
+
+@dataclass(frozen=True)
+class StructureReport:
+    """Result of :func:`nearest_gradient_field`: per-head structure and what the sum is.
+
+    Attributes
+    ----------
+    heads : tuple of :class:`HeadStructure`, in the field's head order.
+    sum_structure : "one head", "shared interaction", "orthogonal classes" or "none"
+        (module notes: when the sum of exact heads is one gradient flow).
+    breaks : every break, "head h: …" for the heads', then the sum's.
+    symmetry, directionality : Saponati et al.'s layer-level scores, of
+        Σ_h W_Q^hᵀ W_K^{g(h)} (their W_QK of the whole layer; GQA with the key head each query
+        head reads, as ``repeat_kv``).
+    """
+
+    heads: tuple[HeadStructure, ...]
+    sum_structure: str
+    breaks: tuple[str, ...]
+    symmetry: float
+    directionality: float
+
+    @property
+    def exact(self) -> bool:
+        """Whether the field is one gradient flow (every head exact and the sum one flow)."""
+        return not self.breaks
+
+    def summary(self) -> str:
+        """A few lines: heads, the sum's case, median scores over heads, the breaks' kinds."""
+        lines = [
+            f"{len(self.heads)} head(s); sum of heads: {self.sum_structure}; layer symmetry "
+            f"{self.symmetry:.3f}, directionality {self.directionality:+.3f}"
+        ]
+        for name in ("symmetry", "symmetry_residual", "value_residual", "definite_residual"):
+            values = self.scores(name)
+            lines.append(
+                f"  {name}: median {float(values.median()):.3g} "
+                f"[{float(values.min()):.3g}, {float(values.max()):.3g}]"
+            )
+        kinds = dict.fromkeys(re.sub(r"^head \d+: ", "", b).split(" (")[0] for b in self.breaks)
+        lines.append("  breaks: " + ("; ".join(kinds) if kinds else "none (a gradient flow)"))
+        return "\n".join(lines)
+
+    def scores(self, name: str) -> torch.Tensor:
+        """One attribute of every head as a float64 tensor (H,), e.g. ``"symmetry"``."""
+        if name not in HeadStructure.__dataclass_fields__ or name in ("inertia", "breaks"):
+            numeric = [
+                n for n in HeadStructure.__dataclass_fields__ if n not in ("inertia", "breaks")
+            ]
+            raise ValueError(f"scores takes one of {', '.join(numeric)}; received {name!r}.")
+        values = [getattr(h, name) for h in self.heads]
+        return torch.tensor([float("nan") if v is None else v for v in values], dtype=torch.float64)
+
+
+def nearest_gradient_field(field, *, t: float = 0.0, rtol: float = 1e-10):
+    """The nearest gradient-flow field of an attention field, and the report (module notes).
+
+    Parameters
+    ----------
+    field : Softmax, Sinkhorn, Masked(Softmax), MultiHead of softmax heads, or
+        GroupedQueryAttention (a loaded model's attention sublayer).
+    t : depth-time of time-dependent parameters.
+    rtol : relative residual below which a structure holds (module notes).
+
+    Returns
+    -------
+    (structured, report): a :class:`StructuredAttention` (a :class:`~tpde.fields.Sinkhorn`
+    for a Sinkhorn head) and a :class:`StructureReport`.
+
+    Raises
+    ------
+    NotAGradientFlow
+        A head that is not softmax or Sinkhorn (naming the structure it lacks).
+    """
+    rtol = check_positive(rtol, "rtol")
+    heads = attention_heads(field, t)
+    structured, reports, drift = [], [], heads.bias.clone()
+    for head in heads.heads:
+        s_head, report, w = _project(head, rtol)
+        structured.append(s_head)
+        reports.append(report)
+        drift = drift + w
+    kinds = {head.kind for head in heads.heads}
+    if "sinkhorn" in kinds:
+        if len(heads) != 1:
+            raise NotAGradientFlow(
+                "sums of Sinkhorn heads are not read: the nearest field of a sum of Sinkhorn "
+                "heads (one plan per head) is not built; pass one Sinkhorn head."
+            )
+        near = _sinkhorn(heads.heads[0], structured[0])
+    else:
+        near = StructuredAttention(structured, drift)
+    case = _sum_structure(structured, rtol)
+    breaks = [f"head {h}: {b}" for h, r in enumerate(reports) for b in r.breaks]
+    if case == "none":
+        breaks.append("sum of heads: not one gradient flow (no shared interaction, ranges "
+                      "not orthogonal)")  # fmt: skip
+    if len(heads) > 1 and float(drift.norm()) > rtol * _scale(heads):
+        breaks.append("sum of heads: a constant drift w = Σ_h(u_h − M_h a_h) + b_O ≠ 0")
+    W_qk = sum(h.Wq.mT @ h.Wk for h in heads.heads)
+    report = StructureReport(
+        tuple(reports), case, tuple(breaks), float(symmetry_score(W_qk)),
+        float(directionality_score(W_qk)),
+    )  # fmt: skip
+    return near, report
+
+
+def _scale(heads) -> float:
+    return max(float(h.V.norm()) for h in heads.heads) + float(heads.bias.norm())
+
+
+def _project(head: AttentionHead, rtol: float):
+    """(StructuredHead, HeadStructure, drift w_h) of one head."""
+    A, V = head.A, head.V
+    near = nearest_mobility(A, V, rows=torch.cat([head.Wq, head.Wk]))
+    A_norm, V_norm = float(A.norm()), float(V.norm()) or 1.0
+    sym_res = float((A - near.A_s).norm()) / (A_norm or 1.0)
+    U, lam = near.range_basis, near.eigenvalues
+
+    def times_A_s(M):  # M A_s = (M U) Λ Uᵀ: O(d²r)
+        return ((M @ U) * lam) @ U.mT
+
+    val_res = float((V - times_A_s(near.M)).norm()) / V_norm
+    def_res = float((V - times_A_s(near.M_definite)).norm()) / V_norm
+    w = head.u - near.M_definite @ head.a
+    W_qk = head.Wq.mT @ head.Wk  # Saponati et al.'s W_Qᵀ W_K
+    breaks = []
+    if sym_res > rtol:
+        breaks.append(f"interaction not symmetric (‖A − A_s‖/‖A‖ = {sym_res:.3g})")
+    if val_res > rtol:
+        breaks.append(f"no symmetric mobility (‖V − M*A_s‖/‖V‖ = {val_res:.3g})")
+    if near.inertia[0] and near.inertia[1]:
+        breaks.append(f"mobility indefinite on range(A) (inertia {near.inertia})")
+    drift = float(w.norm())
+    if head.kind == "softmax" and drift > rtol * (V_norm + float(head.u.norm())):
+        breaks.append(f"constant drift w = u − M a ≠ 0 (‖w‖ = {drift:.3g})")
+    rope_res = None
+    if head.rope is not None:
+        rope_res = _rope_residual(head, near.M_definite, V_norm, def_res * V_norm)
+        if rope_res > rtol:
+            breaks.append(f"RoPE: the pair kernel is not a gradient map (residual {rope_res:.3g})")
+        if head.bq is not None or head.bk is not None:
+            breaks.append("query/key biases under RoPE: position-dependent key weights")
+    if head.causal:
+        breaks.append("causal mask: a one-sided kernel has no interaction energy")
+    breaks.extend(f"{extra}: the score is not of the form yᵀAx + aᵀy" for extra in head.extras)
+    report = HeadStructure(
+        sym_res, val_res, def_res, near.inertia, near.sign, float(symmetry_score(W_qk)),
+        float(directionality_score(W_qk)), drift, rope_res, tuple(breaks),
+    )  # fmt: skip
+    basis = row_space(torch.cat([head.Wq, head.Wk, near.mobility_basis.mT]))
+    structured = StructuredHead(
+        head.Wq, head.Wk, head.scale, head.a, near.M_definite, near.sign, head.rope, basis
+    )
+    return structured, report, w
+
+
+def _rope_matrix(rope, k: int, m: int) -> torch.Tensor:
+    """R(m) (k, k): rope.rotate maps a row x at position m to (R(m)x)ᵀ."""
+    eye = torch.eye(k, dtype=torch.float64)
+    return rope.rotate(eye.unsqueeze(0), torch.full((k,), float(m))).squeeze(0).mT
+
+
+def _rope_residual(head: AttentionHead, M: torch.Tensor, V_norm: float, base_norm: float):
+    """max over the offsets ±1, ±2, ±4, …, ±ROPE_OFFSETS of the pair kernel's asymmetry
+    ‖A(m)ᵀ − A(−m)‖/‖A(m)‖ and of ‖V − M B(m)‖/‖V‖ (HeadStructure notes).
+
+    In the 2k rows G = [W_Q; W_K]: A(m)ᵀ − A(−m) = Gᵀ c[[0, T], [−T, 0]] G and
+    B(m) − B(0) = Gᵀ (c/2)[[0, ΔT], [ΔT, 0]] G, T = R(−m), ΔT = T − I, so every norm is a
+    trace of 2k × 2k matrices with C = GGᵀ: O(k³) per offset after O(d²k) once.
+    """
+    k = head.Wq.shape[0]
+    G = torch.cat([head.Wq, head.Wk])
+    C = G @ G.mT
+    Cqq, Ckk = C[:k, :k], C[k:, k:]
+    P = M @ G.mT  # (d, 2k); base_norm = ‖V − M B(0)‖ = ‖V − M A_s‖, computed by the caller
+    worst, zero = 0.0, torch.zeros(k, k, dtype=G.dtype)
+    offsets = [2**i for i in range(int(math.log2(ROPE_OFFSETS)) + 1)]
+    for m in [*offsets, *(-o for o in offsets)]:
+        R = _rope_matrix(head.rope, k, m).to(G)
+        T = R.mT  # R(−m)
+        J = head.scale * torch.cat([torch.cat([zero, T], 1), torch.cat([-T, zero], 1)])
+        asym2 = torch.trace(J.mT @ C @ J @ C).clamp_min(0)
+        norm2 = head.scale**2 * torch.trace(R.mT @ Ckk @ R @ Cqq)
+        dT = T - torch.eye(k, dtype=G.dtype)
+        X = P @ (0.5 * head.scale * torch.cat([torch.cat([zero, dT], 1), torch.cat([dT, zero], 1)]))
+        shift = float(torch.trace(X.mT @ X @ C).clamp_min(0).sqrt())
+        asym = float(asym2.sqrt()) / (float(norm2.clamp_min(0).sqrt()) or 1.0)
+        worst = max(worst, asym, (base_norm + shift) / V_norm)
+    return worst
+
+
+def _sinkhorn(head: AttentionHead, structured: StructuredHead):
+    from tpde.fields.attention import Sinkhorn
+
+    A_s = 0.5 * (head.A + head.A.mT)
+    eye = torch.eye(A_s.shape[-1], dtype=A_s.dtype)
+    src = head.source  # the nearest field solves its plan as the head does
+    return Sinkhorn(
+        A_s, eye, structured.M @ A_s, scale=1.0, eps=src.eps, iters=src.iters, tol=src.tol
+    )
+
+
+def _sym(head: StructuredHead) -> torch.Tensor:
+    return 0.5 * head.scale * (head.Wk.mT @ head.Wq + head.Wq.mT @ head.Wk)
+
+
+def _shares(h: StructuredHead, g: StructuredHead, rtol: float) -> bool:
+    """Whether two heads have one pair kernel: the same (A_s, a) and RoPE (same W_Q, W_K)."""
+    if (h.rope is None) != (g.rope is None) or h.sign != g.sign:
+        return False
+    if h.rope is not None:
+        return h.rope == g.rope and torch.equal(h.Wq, g.Wq) and torch.equal(h.Wk, g.Wk)
+    A, B = _sym(h), _sym(g)
+    scale = float(A.norm()) + float(h.a.norm()) or 1.0
+    return float((A - B).norm()) + float((h.a - g.a).norm()) <= rtol * scale
+
+
+def _sum_structure(heads, rtol: float) -> str:
+    """Which exact case the sum of the structured heads is (module notes): heads that share
+    a kernel merge (mobility Σ M_h of one sign); merged classes on mutually orthogonal
+    subspaces are one flow in the block metric."""
+    if len(heads) == 1:
+        return "one head"
+    classes: list[list[StructuredHead]] = []
+    for h in heads:
+        for members in classes:
+            if _shares(h, members[0], rtol):
+                members.append(h)
+                break
+        else:
+            classes.append([h])
+    if len(classes) == 1:
+        return "shared interaction"
+    bases = []  # each head's span holds its kernel at every RoPE offset, its M and a
+    for members in classes:
+        bases.append(row_space(torch.cat([h.span.mT for h in members])))
+    for i in range(len(bases)):
+        for j in range(i):
+            if float((bases[i].mT @ bases[j]).norm()) > 1e3 * rtol:
+                return "none"
+    return "orthogonal classes"
+
+
+# ---------------------------------------------------------------------- dynamics
+@dataclass(frozen=True)
+class DynamicGap:
+    """Result of :func:`dynamic_gap`.
+
+    Attributes
+    ----------
+    relative_gap : 0-d tensor, (Σ_i w_i|Γ_i − Γ^s_i|² / Σ_i w_i|Γ_i|²)^{1/2}.
+    head_gaps : (H,) tensor, the same per head, Γ_h against M_h∇log K^h_μ + u_h − M_h a_h.
+    velocity : (n, d) Γ[μ] of the field;  nearest : (n, d) Γ^s[μ] of its nearest gradient field.
+    report : the :class:`StructureReport` of the projection.
+    """
+
+    relative_gap: torch.Tensor
+    head_gaps: torch.Tensor
+    velocity: torch.Tensor
+    nearest: torch.Tensor
+    report: StructureReport
+
+
+def dynamic_gap(field, mu, *, t: float = 0.0, rtol: float = 1e-10, engine: str = "auto"):
+    r"""Relative L2(μ) gap between a field's velocity and its nearest gradient field's.
+
+    ‖Γ[μ] − Γ_s[μ]‖_{L²(μ)} / ‖Γ[μ]‖_{L²(μ)} at μ's tokens, Γ_s from
+    :func:`nearest_gradient_field` (module notes); per head with each head's own drift.
+    Causal masks, RoPE, QK-norms and soft-caps stay in Γ (the field's own velocity) and are
+    absent from Γ_s where they break the structure: the gap measures them.
+
+    Parameters
+    ----------
+    field : as :func:`nearest_gradient_field`.
+    mu : Empirical, the tokens (with positions where the field needs them).
+
+    Returns
+    -------
+    :class:`DynamicGap`.
+    """
+    if not isinstance(mu, Empirical):
+        raise TypeError(
+            f"dynamic_gap compares velocities at tokens: pass an Empirical; received "
+            f"{type(mu).__name__}."
+        )
+    near, report = nearest_gradient_field(field, t=t, rtol=rtol)
+    field.check_measure(mu)
+    x = mu.points
+    heads = attention_heads(field, t)
+    own = head_velocities(field, mu, t=t, engine=engine)
+    if not isinstance(near, StructuredAttention):  # a Sinkhorn head
+        nearest = near.velocity(mu, engine=engine)
+        targets = [nearest]
+    else:
+        positions = mu.positions if near.needs_positions else None
+        parts = near.head_velocities(mu, x, positions, engine=engine)
+        pairs = zip(parts, heads.heads, near.heads, strict=True)
+        targets = [p + (h.u - s.M @ h.a).to(p) for p, h, s in pairs]
+        nearest = sum(targets) + heads.bias.to(x)
+    velocity = field.velocity(mu, t=t, engine=engine)
+    gap = _l2_gap(mu, velocity, nearest)
+    head_gaps = torch.stack([_l2_gap(mu, v, s) for v, s in zip(own, targets, strict=True)])
+    return DynamicGap(gap, head_gaps, velocity, nearest, report)
+
+
+def _l2_gap(mu: Empirical, v: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    num = (mu.weights * (v - s).square().sum(-1)).sum()
+    den = (mu.weights * v.square().sum(-1)).sum()
+    return (num / den.clamp_min(torch.finfo(den.dtype).tiny)).sqrt()
+
+
+def head_velocities(field, mu: Empirical, *, t: float = 0.0, engine: str = "auto"):
+    """Each head's own velocity Γ_h[μ] at μ's tokens (no output bias): a list of (n, d).
+
+    Σ_h Γ_h + b_O = field.velocity(mu). A grouped-query field's heads come from its
+    attention probabilities (:meth:`GroupedQueryAttention.probabilities`): RoPE, masks,
+    QK-norms and soft-caps included.
+    """
+    from tpde.fields.attention import GroupedQueryAttention, MultiHead
+
+    if isinstance(field, MultiHead):
+        W = evaluate_parameter(field.W, "W", t)  # (H, d, d): head h adds W_hᵀ Γ_h
+        out = []
+        for h, head in enumerate(field.heads):
+            v = head.velocity(mu, t=t, engine=engine)
+            out.append(v if W is None else v @ W[h].to(v))
+        return out
+    if isinstance(field, GroupedQueryAttention):
+        P = field.probabilities(mu, t=t)  # (H, n, N)
+        _, _, Wv, Wo, _, _, bv, _ = field.params.at(t, mu.points)
+        values = linear(mu.points, Wv, bv).unflatten(-1, (-1, field.head_dim)).transpose(-3, -2)
+        group, dh = field.heads // field.kv_heads, field.head_dim
+        return [
+            P[h] @ values[h // group] @ Wo[:, h * dh : (h + 1) * dh].mT
+            for h in range(field.heads)
+        ]  # fmt: skip
+    if isinstance(field, Field):
+        return [field.velocity(mu, t=t, engine=engine)]
+    raise TypeError(f"head_velocities takes a tpde field; received {type(field).__name__}.")

@@ -1,0 +1,238 @@
+r"""How much of a loaded model's attention is a gradient flow, layer by layer and head by head.
+
+For every attention sublayer of a :class:`~tpde.pretrained.Transformer` (each block of an
+ALBERT layer group too), :func:`model_structure` projects its heads onto the gradient structure
+(:func:`tpde.fields.nearest_gradient_field`: weights only) and, given a token measure,
+measures the dynamic gap (:func:`tpde.fields.dynamic_gap`) on the tokens that sublayer reads
+in the network: x_{l,k} = x_l + Σ_{k' < k} v_{l,k'} from the per-sublayer split
+(:meth:`Transformer.split`), then N₁(x) for a Pre-norm sublayer, x for a Post-norm one
+(MATH.md §8). Positions, masks, GQA, RoPE, QK-norms and soft-caps are the loaded fields'
+own; nothing here depends on the family.
+
+:func:`depth_energies` asks what the network's own tokens do to each sublayer's structured
+energy 𝓔_l = Σ_h s_h E_h (the functional its nearest gradient field ascends, MATH.md §12),
+evaluated on the tokens as the sublayer reads them (y = N₁(x) for Pre-norm, x for Post-norm):
+before the sublayer, after its attention step x + v (v = Attn[N₁#μ](N₁x) for Pre-norm,
+Attn[μ](x) for Post-norm, before the Post-norm's projection: a LayerNorm rescales the tokens
+and with them every exponential score, so it is not part of the attention's step) and after
+the whole layer, beside the rate the structure predicts, d𝓔/dt = ⟨∇𝓔, Γ_s⟩ along the nearest
+gradient field (≥ 0 where the sublayer is one exact head without drift), and the first-order
+change of the network's own step, ⟨∇_x 𝓔(N₁x), v⟩ (autograd through N₁).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from tpde.fields import dynamic_gap, nearest_gradient_field
+from tpde.measures import Empirical
+from tpde.pretrained.transformer import Transformer
+
+__all__ = ["DepthEnergies", "ModelStructure", "depth_energies", "model_structure"]
+
+
+@dataclass(frozen=True)
+class ModelStructure:
+    """Result of :func:`model_structure`, one entry per attention sublayer in depth order.
+
+    Attributes
+    ----------
+    places : tuple of (layer, block) pairs (block 0 unless the layer is an ALBERT group).
+    reports : tuple of :class:`~tpde.fields.StructureReport` (weights only).
+    gaps : tuple of :class:`~tpde.fields.DynamicGap`, or None without a token measure.
+    """
+
+    places: tuple[tuple[int, int], ...]
+    reports: tuple
+    gaps: tuple | None
+
+    def table(self, name: str) -> torch.Tensor:
+        """A per-head score of every sublayer, (S, H) float64 (H the most heads of a
+        sublayer; NaN-padded): a :class:`~tpde.fields.HeadStructure` attribute such as
+        ``"symmetry"``, or ``"dynamic_gap"`` (the per-head gaps, with a token measure)."""
+        if name == "dynamic_gap":
+            if self.gaps is None:
+                raise ValueError(
+                    "this ModelStructure was computed without tokens: pass mu to "
+                    "model_structure for the dynamic gaps."
+                )
+            rows = [gap.head_gaps.detach().to(torch.float64).cpu() for gap in self.gaps]
+        else:
+            rows = [report.scores(name) for report in self.reports]
+        width = max(len(r) for r in rows)
+        out = torch.full((len(rows), width), float("nan"), dtype=torch.float64)
+        for i, row in enumerate(rows):
+            out[i, : len(row)] = row
+        return out
+
+    def layer_scores(self, name: str) -> torch.Tensor:
+        """A per-sublayer number, (S,) float64: Saponati et al.'s layer-level ``"symmetry"``
+        or ``"directionality"`` (:class:`~tpde.fields.StructureReport`), or
+        ``"dynamic_gap"`` (the whole sublayer's relative gap, with a token measure)."""
+        if name == "dynamic_gap":
+            self.table(name)  # the same refusal without tokens
+            values = [float(gap.relative_gap) for gap in self.gaps]
+        elif name in ("symmetry", "directionality"):
+            values = [getattr(report, name) for report in self.reports]
+        else:
+            raise ValueError(
+                "layer_scores takes 'symmetry', 'directionality' or 'dynamic_gap'; received "
+                f"{name!r} (per-head scores: table)."
+            )
+        return torch.tensor(values, dtype=torch.float64)
+
+
+def model_structure(
+    model, mu: Empirical | None = None, *, layers=None, engine: str = "auto"
+) -> ModelStructure:
+    """The gradient structure of every attention sublayer of a loaded model (module notes).
+
+    Parameters
+    ----------
+    model : :class:`~tpde.pretrained.Transformer` (from :func:`tpde.pretrained.load`).
+    mu : Empirical, optional
+        A sentence's depth-0 tokens (``model.embed(...)[0]``): with it, the dynamic gap of
+        each sublayer on the tokens it reads in the network.
+    layers : sequence of layer indices, optional
+        The layers to report (default all); the tokens still run through every layer.
+    engine : pairwise engine of the velocities.
+
+    Returns
+    -------
+    :class:`ModelStructure`.
+    """
+    if not isinstance(model, Transformer):
+        raise TypeError(
+            f"model_structure reads a tpde.pretrained.Transformer (tpde.pretrained.load); "
+            f"received {type(model).__name__}."
+        )
+    places, reports, gaps = [], [], []
+    clouds = None if mu is None else _sublayer_inputs(model, mu, engine)
+    for l in _layer_indices(model, layers):
+        layer = model.layers[l]
+        for b, block in enumerate(getattr(layer, "blocks", (layer,))):
+            places.append((l, b))
+            if clouds is None:
+                reports.append(nearest_gradient_field(block.attention)[1])
+                continue
+            seen = _read_by(block, clouds[l][2 * b], mu)
+            gap = dynamic_gap(block.attention, seen, engine=engine)
+            reports.append(gap.report)
+            gaps.append(gap)
+    return ModelStructure(tuple(places), tuple(reports), None if mu is None else tuple(gaps))
+
+
+def _layer_indices(model, layers) -> list[int]:
+    """The layer indices asked for (all by default), each checked by ``model.layer``."""
+    if layers is None:
+        return list(range(len(model.layers)))
+    if isinstance(layers, int) or not all(isinstance(l, int) for l in layers):
+        raise TypeError(f"layers must be a sequence of layer indices; received {layers!r}.")
+    for l in layers:
+        model.layer(l)  # IndexError naming the range
+    return list(layers)
+
+
+def _sublayer_inputs(model, mu: Empirical, engine: str) -> list[torch.Tensor]:
+    """For each layer, the tokens before each sublayer and after the last: (K + 1, n, d),
+    x_{l,k} = x_l + Σ_{k' < k} v_{l,k'} (x_{l,K} = x_{l+1})."""
+    split = model.split(mu, engine=engine)  # (L, K, n, d)
+    x, out = mu.points, []
+    for velocities in split:
+        steps = torch.cumsum(velocities, dim=0)
+        out.append(torch.cat([x[None], x[None] + steps]))
+        x = x + steps[-1]
+    return out
+
+
+def _read_by(block, x: torch.Tensor, mu: Empirical) -> Empirical:
+    """The tokens a block's attention reads: N₁(x) for a Pre-norm block, x for Post-norm."""
+    norm = block.attention_norm
+    seen = norm.norm(x) if norm is not None and norm.placement == "pre" else x
+    return Empirical(seen, mu.weights, positions=mu.positions)
+
+
+@dataclass(frozen=True)
+class DepthEnergies:
+    """Result of :func:`depth_energies`, one entry per attention sublayer (S of them).
+
+    Attributes
+    ----------
+    places : tuple of (layer, block).
+    before, after_attention, after : (S,) float64, 𝓔_l on the tokens the sublayer reads,
+        at its input, after its attention step x + v (before a Post-norm's projection),
+        after its layer (its block for an ALBERT group; a Post-norm layer's output is
+        LayerNorm-scaled).
+    structured_rate : (S,) d𝓔_l/dt along the nearest gradient field at the input (its
+        predicted sign: ≥ 0 where the structure holds).
+    network_rate : (S,) ⟨∇_x 𝓔_l(N₁x), v⟩, the first-order change of the network's own
+        attention step v.
+    """
+
+    places: tuple[tuple[int, int], ...]
+    before: torch.Tensor
+    after_attention: torch.Tensor
+    after: torch.Tensor
+    structured_rate: torch.Tensor
+    network_rate: torch.Tensor
+
+    @property
+    def change(self) -> torch.Tensor:
+        """after_attention − before: what the attention step did to 𝓔_l, (S,)."""
+        return self.after_attention - self.before
+
+    @property
+    def agrees(self) -> torch.Tensor:
+        """Whether the attention step moved 𝓔_l with the sign the structure predicts, (S,)."""
+        return torch.sign(self.change) == torch.sign(self.structured_rate)
+
+
+def depth_energies(model, mu: Empirical, *, layers=None, engine: str = "auto") -> DepthEnergies:
+    """Each attention sublayer's structured energy along the network's own tokens (module
+    notes).
+
+    Parameters
+    ----------
+    model : :class:`~tpde.pretrained.Transformer`.
+    mu : Empirical, a sentence's depth-0 tokens (``model.embed(...)[0]``).
+    layers : sequence of layer indices, optional (default all).
+    engine : pairwise engine of the velocities.
+
+    Returns
+    -------
+    :class:`DepthEnergies` (energies are O(n²) dense sums per head).
+    """
+    if not isinstance(model, Transformer):
+        raise TypeError(
+            f"depth_energies reads a tpde.pretrained.Transformer (tpde.pretrained.load); "
+            f"received {type(model).__name__}."
+        )
+    if not isinstance(mu, Empirical):
+        raise TypeError(f"mu must be an Empirical of tokens; received {type(mu).__name__}.")
+    indices = _layer_indices(model, layers)
+    clouds = _sublayer_inputs(model, mu, engine)
+    places, rows = [], []
+    for l in indices:
+        layer = model.layers[l]
+        blocks = getattr(layer, "blocks", (layer,))
+        for b, block in enumerate(blocks):
+            near, _ = nearest_gradient_field(block.attention)
+            x_in, x_out = clouds[l][2 * b], clouds[l][2 * b + 2]
+            seen = _read_by(block, x_in, mu)
+            step = block.attention.velocity(seen, engine=engine)  # before any projection
+            energy = [near.energy(_read_by(block, x, mu)) for x in (x_in, x_in + step, x_out)]
+            rate = near.energy_rate(seen, near.velocity(seen, engine=engine))
+            places.append((l, b))
+            rows.append((*energy, rate, _network_rate(near, block, x_in, step, mu)))
+    columns = [torch.stack([r[i] for r in rows]).detach().to(torch.float64) for i in range(5)]
+    return DepthEnergies(tuple(places), *columns)
+
+
+def _network_rate(near, block, x_in, step, mu: Empirical) -> torch.Tensor:
+    """⟨∇_x 𝓔(read(x)), v⟩ at x_in, autograd through the block's norm."""
+    with torch.enable_grad():
+        x = x_in.detach().requires_grad_(True)
+        (grad,) = torch.autograd.grad(near.energy(_read_by(block, x, mu)), x)
+    return (grad * step).sum()
