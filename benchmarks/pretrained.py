@@ -59,7 +59,7 @@ BATCH = 16
 
 # ---------------------------------------------------------------------- the models
 def _smollm2():
-    from tpde.pretrained.gguf_llama import smollm2_path
+    from tpde.pretrained import smollm2_path
 
     path = smollm2_path()
     return path, ("LlamaForCausalLM", str(path.parent), {"gguf_file": path.name})

@@ -65,7 +65,7 @@ def windows(tokenizer, count: int, length: int) -> torch.Tensor:
 def load_transformers():
     import transformers
 
-    from tpde.pretrained.gguf_llama import smollm2_path
+    from tpde.pretrained import smollm2_path
 
     path = smollm2_path()
     transformers.logging.set_verbosity_error()

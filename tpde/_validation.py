@@ -27,6 +27,7 @@ __all__ = [
     "check_symmetric",
     "checked_integer",
     "checked_positive",
+    "require_package",
 ]
 
 
@@ -311,3 +312,15 @@ def checked_positive(value, where: str, error: type, *, said="received") -> floa
     if not (math.isfinite(value) and value > 0):
         raise error(f"{where} must be finite and > 0; {said} {value!r}.")
     return float(value)
+
+
+def require_package(module: str, who: str = "tpde.pretrained", extra: str = "real"):
+    """Import the optional dependency ``module``, or an ImportError naming the package and
+    the extra that installs it (no silent fallback)."""
+    try:
+        return __import__(module)
+    except ImportError as err:
+        raise ImportError(
+            f"{who} needs the package {module!r} ({err}); install the optional extra with "
+            f"`pip install 'tpde[{extra}]'`."
+        ) from None

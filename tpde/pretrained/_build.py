@@ -1,7 +1,7 @@
 """The general builder: an architecture entry + config.json + tensors → a Transformer.
 
 Nothing here is specific to a family: every difference is a field of the entry
-(:mod:`tpde.pretrained.architectures`). The order is fixed so that nothing is half-built:
+(:mod:`tpde.pretrained.families`). The order is fixed so that nothing is half-built:
 the config is read and checked (every key by name), the expected tensor names and shapes
 are derived from it and compared with the files' headers (missing, unexpected, wrong
 shape: each named), and only then are tensors read and fields built.
@@ -24,9 +24,9 @@ from tpde.fields import (
     Sum,
     SwiGLU,
 )
+from tpde.pretrained._checkpoint import LoadError
 from tpde.pretrained._config import ModelConfig, read_hyper
-from tpde.pretrained._folder import LoadError
-from tpde.pretrained.architectures import ACTIVATIONS_HF, Architecture
+from tpde.pretrained.families.base import ACTIVATIONS_HF, Family
 from tpde.pretrained.transformer import (
     Embedding,
     Layer,
@@ -49,21 +49,21 @@ _NORMS = ("attn_norm", "mlp_norm", "final_norm", "embed_norm", "q_norm", "k_norm
 
 
 # ---------------------------------------------------------------------- tensor names
-def _bias(entry: Architecture, role: str, raw: dict) -> bool:
+def _bias(entry: Family, role: str, raw: dict) -> bool:
     flag = entry.biases.get(role, False)
     if isinstance(flag, tuple):  # (config key, default where the key is absent)
         return bool(raw.get(flag[0], flag[1]))
     return bool(raw.get(flag, False)) if isinstance(flag, str) else flag
 
 
-def _present(entry: Architecture, role: str, raw: dict) -> bool:
+def _present(entry: Family, role: str, raw: dict) -> bool:
     """Whether the files hold ``role``: always, or as its ``optional`` config key says
     (a bool, checked by :func:`read_hyper`)."""
     key = entry.optional.get(role)
     return True if key is None else raw.get(key, False)
 
 
-def _role_shapes(cfg: ModelConfig, entry: Architecture) -> dict[str, tuple[int, ...]]:
+def _role_shapes(cfg: ModelConfig, entry: Family) -> dict[str, tuple[int, ...]]:
     """The (out, in) weight shape of every linear role and the gain shape of every norm."""
     d, k, m = cfg.hidden, cfg.head_dim, cfg.mlp_hidden
     e = cfg.embedding_size or d  # ALBERT's factorised embeddings: E, mapped to d
@@ -82,9 +82,7 @@ def _role_shapes(cfg: ModelConfig, entry: Architecture) -> dict[str, tuple[int, 
     }  # fmt: skip
 
 
-def expected_shapes(
-    cfg: ModelConfig, entry: Architecture, raw: dict, prefix: str, found=None
-) -> dict:
+def expected_shapes(cfg: ModelConfig, entry: Family, raw: dict, prefix: str, found=None) -> dict:
     """name → (role, block or None, part, shape as stored) of every tensor the model reads
     (with the masked-LM head whose dense weight is among the ``found`` names, and the task
     heads of :func:`task_heads`). Block b of a per-block template is ``{l}`` = b, or for
@@ -96,12 +94,12 @@ def expected_shapes(
         names.update({r: n for r, n in head.items() if r in ("mlm_dense", "mlm_norm", "head")})
         out[head["mlm_bias"]] = ("mlm_bias", None, "bias", shapes["mlm_bias"])
     names.update(task_heads(cfg, entry, prefix, found or {}))
-    k = cfg.group_blocks
+    k, blocks = cfg.group_blocks, range(cfg.blocks)
     for role, template in names.items():
         if role == "head" and (cfg.tied_embeddings or cfg.labels is not None):
             continue  # tied, or a classification model: no language-model head
         per_layer = "{l}" in template or "{g}" in template
-        for l in range(cfg.blocks) if per_layer else [None]:
+        for l in blocks if per_layer else [None]:
             base = template.format(l=l, g=l // k, j=l % k) if per_layer else template
             shape = shapes[role]
             if role in _LINEAR:
@@ -120,7 +118,7 @@ def expected_shapes(
     return out
 
 
-def mlm_head(entry: Architecture, found) -> dict | None:
+def mlm_head(entry: Family, found) -> dict | None:
     """The first of ``entry.mlm_heads`` whose dense weight is among the ``found`` names."""
     for head in entry.mlm_heads:
         if f"{head['mlm_dense']}.weight" in found:
@@ -128,7 +126,7 @@ def mlm_head(entry: Architecture, found) -> dict | None:
     return None
 
 
-def task_heads(cfg: ModelConfig, entry: Architecture, prefix: str, found) -> dict:
+def task_heads(cfg: ModelConfig, entry: Family, prefix: str, found) -> dict:
     """Role → name of the task heads read: the sequence-classification head where the config
     asks for one (``cfg.labels``; the first of ``entry.classifiers`` whose weight is
     ``found``), and the pooler where the files hold it or that head reads it."""
@@ -143,7 +141,7 @@ def task_heads(cfg: ModelConfig, entry: Architecture, prefix: str, found) -> dic
     return out
 
 
-def check_names(expected: dict, found: dict, entry: Architecture, prefix: str, where) -> None:
+def check_names(expected: dict, found: dict, entry: Family, prefix: str, where) -> None:
     """Raise naming the first missing, wrong-shaped or unexpected tensor."""
     for name, (_, _, _, shape) in expected.items():
         if name not in found:
@@ -170,7 +168,7 @@ def check_names(expected: dict, found: dict, entry: Architecture, prefix: str, w
 
 
 # ---------------------------------------------------------------------- fields
-def _gather(expected: dict, tensors: dict, entry: Architecture) -> dict:
+def _gather(expected: dict, tensors: dict, entry: Family) -> dict:
     """(role, layer) → {"weight": tensor (out, in), "bias": tensor or None}."""
     out = {}
     for name, (role, l, part, _) in expected.items():
@@ -181,7 +179,7 @@ def _gather(expected: dict, tensors: dict, entry: Architecture) -> dict:
     return out
 
 
-def _norm(w: dict | None, cfg: ModelConfig, entry: Architecture, placement: str):
+def _norm(w: dict | None, cfg: ModelConfig, entry: Family, placement: str):
     if w is None:
         return None
     if entry.norm == "rmsnorm":
@@ -190,7 +188,7 @@ def _norm(w: dict | None, cfg: ModelConfig, entry: Architecture, placement: str)
     return LayerNorm(w["weight"], w["bias"], cfg.norm_eps, placement=placement)
 
 
-def _attention(p: dict, cfg: ModelConfig, entry: Architecture, l: int) -> GroupedQueryAttention:
+def _attention(p: dict, cfg: ModelConfig, entry: Family, l: int) -> GroupedQueryAttention:
     if "qkv" in p:
         p = {**p, **_split_qkv(p["qkv"], cfg, entry)}
     norms = {r: _norm(p.get(r), cfg, entry, "pre") for r in ("q_norm", "k_norm")}
@@ -211,7 +209,7 @@ def _attention(p: dict, cfg: ModelConfig, entry: Architecture, l: int) -> Groupe
     )  # fmt: skip
 
 
-def _split_qkv(fused: dict, cfg: ModelConfig, entry: Architecture) -> dict:
+def _split_qkv(fused: dict, cfg: ModelConfig, entry: Family) -> dict:
     """Q, K, V of a fused projection: blocks [W_q; W_k; W_v] (GPT-2), or head by head
     [q_h; k_h; v_h] for h = 0 … H − 1 (``qkv_layout`` "per_head": GPT-NeoX)."""
     q, kv = cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
@@ -228,7 +226,7 @@ def _split_qkv(fused: dict, cfg: ModelConfig, entry: Architecture) -> dict:
     return {r: {"weight": x, "bias": y} for r, x, y in zip("qkv", ws, bs, strict=True)}
 
 
-def _mlp(p: dict, cfg: ModelConfig, entry: Architecture):
+def _mlp(p: dict, cfg: ModelConfig, entry: Family):
     if entry.mlp == "swiglu":
         return SwiGLU(p["gate"]["weight"], p["up"]["weight"], p["down"]["weight"],
                       activation=cfg.activation or "silu")  # fmt: skip
@@ -236,7 +234,7 @@ def _mlp(p: dict, cfg: ModelConfig, entry: Architecture):
                activation=cfg.activation)  # fmt: skip
 
 
-def _layer(p: dict, cfg: ModelConfig, entry: Architecture, l: int) -> Layer:
+def _layer(p: dict, cfg: ModelConfig, entry: Family, l: int) -> Layer:
     """Block l of its weights ``p`` (role → weight and bias)."""
     attention, mlp = _attention(p, cfg, entry, l), _mlp(p, cfg, entry)
     n1 = _layer_norm(p, "attn", cfg, entry)
@@ -247,7 +245,7 @@ def _layer(p: dict, cfg: ModelConfig, entry: Architecture, l: int) -> Layer:
     return Layer(attention, mlp, n1, n2, field)
 
 
-def _layer_norm(p: dict, sublayer: str, cfg: ModelConfig, entry: Architecture):
+def _layer_norm(p: dict, sublayer: str, cfg: ModelConfig, entry: Family):
     """N of a sublayer ("attn" or "mlp"): its norm with the entry's placement, or for
     "sandwich"/"output" the :class:`Sandwich` of its input norm (if any) and output norm."""
     if entry.placement in ("pre", "post"):
@@ -256,7 +254,7 @@ def _layer_norm(p: dict, sublayer: str, cfg: ModelConfig, entry: Architecture):
     return Sandwich(before, _norm(p[f"{sublayer}_post_norm"], cfg, entry, "pre"))
 
 
-def _mlm_transform(g: dict, cfg: ModelConfig, entry: Architecture, head: dict):
+def _mlm_transform(g: dict, cfg: ModelConfig, entry: Family, head: dict):
     """The masked-LM head's transform LN(σ(W x + b)) (None without a head)."""
     if head is None:
         return None
@@ -269,7 +267,7 @@ def _mlm_transform(g: dict, cfg: ModelConfig, entry: Architecture, head: dict):
     )  # fmt: skip
 
 
-def build(cfg, entry: Architecture, expected: dict, tensors: dict, tokenizer) -> Transformer:
+def build(cfg, entry: Family, expected: dict, tensors: dict, tokenizer) -> Transformer:
     """The Transformer of checked tensors (names and shapes as ``expected``)."""
     w = _gather(expected, tensors, entry)
     blocks = [
@@ -323,7 +321,7 @@ def _layers(blocks: list, cfg: ModelConfig) -> list:
     return [groups[cfg.layer_group(i)] for i in range(cfg.layers)]
 
 
-def _classifier(g: dict, entry: Architecture, expected: dict):
+def _classifier(g: dict, entry: Family, expected: dict):
     """The sequence-classification head of the gathered weights (None without one)."""
     if "classifier" not in g:
         return None

@@ -8,11 +8,10 @@ from dataclasses import dataclass
 
 from tpde._validation import checked_integer, checked_positive
 from tpde.fields import rope_scaling_from_config
-from tpde.pretrained._architecture import REQUIRED
-from tpde.pretrained._folder import LoadError
-from tpde.pretrained.architectures import ACTIVATIONS_HF, ARCHITECTURES, Architecture
+from tpde.pretrained._checkpoint import LoadError
+from tpde.pretrained.families.base import ACTIVATIONS_HF, FAMILIES, REQUIRED, Family
 
-__all__ = ["ModelConfig", "read_hyper"]
+__all__ = ["ModelConfig", "Naming", "family_for", "read_hyper"]
 
 
 @dataclass(frozen=True)
@@ -89,6 +88,11 @@ class ModelConfig:
     rope_scaling: tuple = (None, None)
 
     @property
+    def rms_eps(self) -> float:
+        """ε of the norms (``norm_eps``; the name the GGUF llama reader gave it)."""
+        return self.norm_eps
+
+    @property
     def blocks(self) -> int:
         """The blocks the files store: G·(blocks of a group), or L."""
         return self.layers if self.groups is None else self.groups * self.group_blocks
@@ -127,7 +131,7 @@ def _lookup(raw: dict, key: str):
     return value
 
 
-def _check_honoured(raw: dict, entry: Architecture) -> None:
+def _check_honoured(raw: dict, entry: Family) -> None:
     for key, allowed in entry.honoured.items():
         try:
             value = _lookup(raw, key)
@@ -143,16 +147,49 @@ def _check_honoured(raw: dict, entry: Architecture) -> None:
                 )
 
 
-def _integer(value, key: str, *, low: int = 1) -> int:
-    return checked_integer(value, f"config.json: {key}", LoadError, low=low)
+def family_for(model_type, where) -> Family:
+    """The family whose ``model_types`` holds ``model_type``, or a LoadError naming
+    ``where`` (the checkpoint) and the ``model_type`` and listing the known ones."""
+    for entry in FAMILIES.values():
+        if model_type in entry.model_types:
+            return entry
+    known = ", ".join(t for entry in FAMILIES.values() for t in entry.model_types)
+    raise LoadError(
+        f"{where}: config.json has model_type {model_type!r}, which tpde does not read; tpde "
+        f"reads {known} (tpde.pretrained.ARCHITECTURES)."
+    )
 
 
-def _positive(value, key: str) -> float:
-    return checked_positive(value, f"config.json: {key}", LoadError)
+@dataclass(frozen=True)
+class Naming:
+    """How an error names a config key (``where``; None: ``config.json: <key>``) and
+    introduces its value (``said``): a GGUF file names the metadata key."""
+
+    where: object = None
+    said: str = "received"
+
+    def name(self, key: str) -> str:
+        """How an error names config key ``key``."""
+        return f"config.json: {key}" if self.where is None else self.where(key)
+
+    def integer(self, value, key: str, *, low: int = 1) -> int:
+        """``value`` as an int ≥ ``low``, else a LoadError naming ``key`` (named only then)."""
+        try:
+            return checked_integer(value, key, LoadError, low=low, said=self.said)
+        except LoadError:
+            return checked_integer(value, self.name(key), LoadError, low=low, said=self.said)
+
+    def positive(self, value, key: str) -> float:
+        """``value`` as a finite float > 0, else a LoadError naming ``key`` (named only then)."""
+        try:
+            return checked_positive(value, key, LoadError, said=self.said)
+        except LoadError:
+            return checked_positive(value, self.name(key), LoadError, said=self.said)
 
 
-def read_hyper(raw: dict, entry: Architecture) -> ModelConfig:
-    """The checked hyper-parameters of ``raw`` (config.json) for the family ``entry``."""
+def read_hyper(raw: dict, entry: Family, n: Naming = Naming()) -> ModelConfig:
+    """The checked hyper-parameters of ``raw`` (config.json) for the family ``entry``; ``n``
+    names the keys in errors (a GGUF file's metadata keys)."""
     _check_honoured(raw, entry)
     for key in sorted(set(entry.optional.values())):  # roles the files hold when key is true
         if not isinstance(raw.get(key, False), bool):
@@ -170,8 +207,8 @@ def read_hyper(raw: dict, entry: Architecture) -> ModelConfig:
     ints = ("layers", "hidden", "heads", "mlp_hidden", "vocab", "context")
     for name in ints:
         if not (isinstance(got[name], str) and got[name].startswith("=")):
-            got[name] = _integer(got[name], keys[name])
-    got["kv_heads"] = got["heads"] if got["kv_heads"] == "=heads" else _integer(
+            got[name] = n.integer(got[name], keys[name])
+    got["kv_heads"] = got["heads"] if got["kv_heads"] == "=heads" else n.integer(
         got["kv_heads"], keys["kv_heads"])  # fmt: skip
     if got["head_dim"] == "=hidden/heads":
         if got["hidden"] % got["heads"]:
@@ -180,7 +217,7 @@ def read_hyper(raw: dict, entry: Architecture) -> ModelConfig:
                 f"{keys['heads']} = {got['heads']} (and there is no head_dim)."
             )
         got["head_dim"] = got["hidden"] // got["heads"]
-    head_dim = _integer(got["head_dim"], keys["head_dim"])
+    head_dim = n.integer(got["head_dim"], keys["head_dim"])
     if got["heads"] % got["kv_heads"]:
         raise LoadError(
             f"config.json: {keys['heads']} = {got['heads']} is not a multiple of "
@@ -200,10 +237,10 @@ def read_hyper(raw: dict, entry: Architecture) -> ModelConfig:
     if entry.facts.get("no_window"):
         window = None  # read only with use_sliding_window, which `honoured` refuses
     if window is not None:
-        window = _integer(window, keys["window"])
+        window = n.integer(window, keys["window"])
     offset = 0
     if raw.get("model_type") in entry.facts.get("pad_offset_types", ()):
-        offset = _integer(got["pad"], keys["pad"], low=0) + 1
+        offset = n.integer(got["pad"], keys["pad"], low=0) + 1
     context = got["context"] - offset
     if context < 1:
         raise LoadError(
@@ -212,14 +249,14 @@ def read_hyper(raw: dict, entry: Architecture) -> ModelConfig:
         )
     if entry.rotary and "rope_base" not in got:
         got["rope_base"], keys["rope_base"] = entry.facts["rope_base"], "rope_base (fixed)"
-    rope = _positive(got["rope_base"], keys["rope_base"]) if entry.rotary else None
+    rope = n.positive(got["rope_base"], keys["rope_base"]) if entry.rotary else None
     tied = got.get("tied", entry.facts.get("tied", False))
     if not isinstance(tied, bool):
         raise LoadError(
             f"config.json: {keys.get('tied')} must be true or false; received {tied!r}."
         )
-    extra = {**_peri_ln_hyper(raw, entry, got, keys), **_groups_and_labels(raw, entry)}
-    rotary_dims = _rotary_dims(raw, entry, got, keys, head_dim)
+    extra = {**_peri_ln_hyper(raw, entry, got, keys, n), **_groups_and_labels(raw, entry, n)}
+    rotary_dims = _rotary_dims(raw, entry, got, keys, head_dim, n)
     if entry.rotary and "rope_base" in entry.keys:  # RoPE read from config.json (not GPT-J's)
         local = got.get("rope_local_base") not in (None, "=rope_base")  # Gemma-3: RoPE per type
         extra["rope_scaling"] = rope_scaling_from_config(
@@ -237,23 +274,25 @@ def read_hyper(raw: dict, entry: Architecture) -> ModelConfig:
         mlp_hidden=mlp_hidden,
         vocab=got["vocab"],
         context=context,
-        norm_eps=_positive(got["norm_eps"], keys["norm_eps"]),
+        norm_eps=n.positive(got["norm_eps"], keys["norm_eps"]),
         rope_base=rope,
         activation=activation,
         window=window,
         tied_embeddings=tied,
-        type_vocab=_integer(got["type_vocab"], keys["type_vocab"]) if "type_vocab" in got else None,
+        type_vocab=n.integer(got["type_vocab"], keys["type_vocab"])
+        if "type_vocab" in got
+        else None,
         position_offset=offset,
         rotary_dims=rotary_dims,
         parallel=_parallel(raw, entry),
-        embedding_size=_integer(got["embedding_size"], keys["embedding_size"])
+        embedding_size=n.integer(got["embedding_size"], keys["embedding_size"])
         if "embedding_size" in got
         else None,
     )
 
 
 # ---------------------------------------------------------------------- parallel blocks
-def _rotary_dims(raw: dict, entry: Architecture, got: dict, keys: dict, head_dim: int):
+def _rotary_dims(raw: dict, entry: Family, got: dict, keys: dict, head_dim: int, n: Naming):
     """The rotated width r of each head, or None for the whole head (module table)."""
     if not entry.rotary or "rotary" not in got:
         return None
@@ -262,12 +301,12 @@ def _rotary_dims(raw: dict, entry: Architecture, got: dict, keys: dict, head_dim
         params = raw.get("rope_parameters")
         if isinstance(params, dict) and "partial_rotary_factor" in params:
             value, key = params["partial_rotary_factor"], "rope_parameters.partial_rotary_factor"
-        fraction = _positive(value, key)
+        fraction = n.positive(value, key)
         if fraction > 1:
             raise LoadError(f"config.json: {key} must lie in (0, 1]; received {value!r}.")
         dims = int(head_dim * fraction)  # as transformers: int(head_dim * factor)
     else:
-        dims = head_dim if value is None else _integer(value, key)
+        dims = head_dim if value is None else n.integer(value, key)
     if dims % 2 or dims > head_dim:
         raise LoadError(
             f"config.json: {key} = {value!r} rotates {dims} coordinates of heads of dimension "
@@ -276,7 +315,7 @@ def _rotary_dims(raw: dict, entry: Architecture, got: dict, keys: dict, head_dim
     return None if dims == head_dim else dims
 
 
-def _parallel(raw: dict, entry: Architecture) -> bool:
+def _parallel(raw: dict, entry: Family) -> bool:
     """Whether attention and MLP are one step (``entry.parallel``, or its config key)."""
     if not isinstance(entry.parallel, str):
         return bool(entry.parallel)
@@ -287,8 +326,10 @@ def _parallel(raw: dict, entry: Architecture) -> bool:
 
 
 def _rope_parameters(raw: dict, got: dict, keys: dict) -> None:
-    """The RoPE bases of transformers 5's ``rope_parameters``: one dict, or one per layer
-    type (``full_attention``: the global base; ``sliding_attention``: the local one)."""
+    """The one reader of a config's RoPE keys beyond ``rope_theta`` (their refusals are the
+    families' ``honoured`` entries): the RoPE bases of transformers 5's ``rope_parameters``,
+    one dict, or one per layer type (``full_attention``: the global base;
+    ``sliding_attention``: the local one)."""
     params = raw.get("rope_parameters")
     if not isinstance(params, dict):
         return
@@ -301,12 +342,12 @@ def _rope_parameters(raw: dict, got: dict, keys: dict) -> None:
             keys[name] = f"rope_parameters.{kind}.rope_theta"
 
 
-def _optional_positive(got: dict, keys: dict, name: str):
+def _optional_positive(got: dict, keys: dict, name: str, n: Naming):
     value = got.get(name)
-    return None if value is None else _positive(value, keys[name])
+    return None if value is None else n.positive(value, keys[name])
 
 
-def _local_layers(raw: dict, entry: Architecture, layers: int) -> tuple[bool, ...] | None:
+def _local_layers(raw: dict, entry: Family, layers: int, n: Naming) -> tuple[bool, ...] | None:
     """Which layers are local: config.json's ``layer_types``, else the entry's pattern
     (``sliding_window_pattern`` in the file overrides it): layer l global iff (l + 1) % p = 0."""
     if entry.window_pattern is None:
@@ -320,14 +361,14 @@ def _local_layers(raw: dict, entry: Architecture, layers: int) -> tuple[bool, ..
             )
         return tuple(kind == "sliding_attention" for kind in kinds)
     pattern = raw.get("sliding_window_pattern", entry.window_pattern)
-    pattern = _integer(pattern, "sliding_window_pattern")
+    pattern = n.integer(pattern, "sliding_window_pattern")
     return tuple(bool((l + 1) % pattern) for l in range(layers))
 
 
-def _peri_ln_hyper(raw: dict, entry: Architecture, got: dict, keys: dict) -> dict:
+def _peri_ln_hyper(raw: dict, entry: Family, got: dict, keys: dict, n: Naming) -> dict:
     """The Peri-LN families' hyper-parameters (local/global layers, the query scalar, the
     soft-caps, the embedding scale); their defaults for every other family."""
-    local = _local_layers(raw, entry, got["layers"])
+    local = _local_layers(raw, entry, got["layers"], n)
     if local is not None and any(local) and got.get("window") is None:
         raise LoadError(
             f"config.json: {entry.family} has local layers but no sliding_window: tpde cannot "
@@ -336,33 +377,33 @@ def _peri_ln_hyper(raw: dict, entry: Architecture, got: dict, keys: dict) -> dic
     rope_local = got.get("rope_local_base")
     if rope_local == "=rope_base":
         rope_local = got["rope_base"]
-    scalar = _optional_positive(got, keys, "query_scalar")
+    scalar = _optional_positive(got, keys, "query_scalar", n)
     return {
         "local_layers": local,
         "rope_local_base": None
         if rope_local is None
-        else _positive(rope_local, keys["rope_local_base"]),
+        else n.positive(rope_local, keys["rope_local_base"]),
         "attention_scale": None if scalar is None else scalar**-0.5,
-        "attn_softcap": _optional_positive(got, keys, "attn_softcap"),
-        "logit_softcap": _optional_positive(got, keys, "logit_softcap"),
+        "attn_softcap": _optional_positive(got, keys, "attn_softcap", n),
+        "logit_softcap": _optional_positive(got, keys, "logit_softcap", n),
         "embed_scale": got["hidden"] ** 0.5 if entry.embed_scale else 1.0,
     }
 
 
 # ---------------------------------------------------------------------- ALBERT, task heads
-def _groups_and_labels(raw: dict, entry: Architecture) -> dict:
+def _groups_and_labels(raw: dict, entry: Family, n: Naming) -> dict:
     """ALBERT's groups (G, blocks of a group) and the classes of a sequence-classification
     head (config.json's ``architectures`` names a ``*ForSequenceClassification``)."""
     out = {}
     if entry.layer_groups is not None:
         for name, key in zip(("groups", "group_blocks"), entry.layer_groups, strict=True):
-            out[name] = _integer(raw.get(key, 1), key)
+            out[name] = n.integer(raw.get(key, 1), key)
     names = raw.get("architectures") or ()
     if not isinstance(names, list | tuple) or not all(isinstance(n, str) for n in names):
         raise LoadError(f"config.json: architectures must list class names; received {names!r}.")
     classifying = [n for n in names if n.endswith("ForSequenceClassification")]
     if classifying and not entry.classifiers:
-        readers = sorted(a.family for a in ARCHITECTURES if a.classifiers)
+        readers = sorted(a.family for a in FAMILIES.values() if a.classifiers)
         raise LoadError(
             f"config.json: architectures names {classifying[0]}, a sequence-classification "
             f"head tpde does not read for {entry.family} models (it reads the heads of "
@@ -371,7 +412,7 @@ def _groups_and_labels(raw: dict, entry: Architecture) -> dict:
     if classifying:
         labels = raw.get("id2label")
         if labels is None:
-            out["labels"] = _integer(raw.get("num_labels", 2), "num_labels")
+            out["labels"] = n.integer(raw.get("num_labels", 2), "num_labels")
         elif not isinstance(labels, dict) or not labels:
             raise LoadError(
                 f"config.json: id2label must map each class index to its name (a non-empty "

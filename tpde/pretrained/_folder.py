@@ -15,16 +15,42 @@ from pathlib import Path
 import torch
 
 from tpde._validation import all_finite
-from tpde.pretrained._model import _require
+from tpde._validation import require_package as _require
+from tpde.pretrained._checkpoint import LoadError, Source
 
-__all__ = ["LoadError", "read_config", "read_tensors", "read_tokenizer", "tensor_shapes"]
+__all__ = [
+    "LoadError",
+    "open_folder",
+    "read_config",
+    "read_tensors",
+    "read_tokenizer",
+    "tensor_shapes",
+]
 
 INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"
 
 
-class LoadError(ValueError):
-    """A checkpoint that cannot be read as a tpde model (what is wrong is in the message)."""
+def open_folder(folder: Path) -> Source:
+    """The folder as a :class:`~tpde.pretrained._checkpoint.Source`: its config.json (with a
+    ``model_type``) and every tensor's name and shape, read from the headers only."""
+    raw = read_config(folder)
+    if "model_type" not in raw:
+        raise LoadError(f"{folder / 'config.json'} has no model_type: tpde cannot tell the "
+                        "architecture.")  # fmt: skip
+    shapes, where = tensor_shapes(folder)
+
+    def read(cfg, expected, dtype, device):
+        return read_tensors(expected, where, dtype, device)
+
+    return Source(
+        where=str(folder),
+        raw=raw,
+        shapes=shapes,
+        read=read,
+        tokenizer=lambda: read_tokenizer(folder),
+        context=f"{folder}: ",
+    )
 
 
 def read_config(folder: Path) -> dict:

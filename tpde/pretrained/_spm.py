@@ -13,7 +13,7 @@ when the file says ``add_bos_token``.
 
 from __future__ import annotations
 
-from tpde.pretrained._model import _require
+from tpde._validation import require_package as _require
 
 __all__ = ["build_gemma_tokenizer", "recovered_merges"]
 

@@ -11,7 +11,7 @@ GeGLU of width 2048, Peri-LN (a norm before and after each sublayer) with per-he
 QK-norm, local layers (window 512, RoPE base 10⁴) and every sixth layer global (RoPE base
 10⁶), √d embedding, vocabulary 262144, tied head. Every result is for the 4-bit weights,
 dequantised. The facts the file does not carry come from the gemma3 entry
-(:data:`~tpde.pretrained.architectures.GGUF_ARCHITECTURES`).
+(the GGUF map of :mod:`tpde.pretrained.families.gemma3`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from tpde.pretrained._model import _require
+from tpde._validation import require_package as _require
 from tpde.pretrained.transformer import Transformer
 
 __all__ = ["GEMMA3_PACKAGE", "build_folder", "gemma3_270m_path", "load_gemma3_270m"]

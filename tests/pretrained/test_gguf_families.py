@@ -1,0 +1,118 @@
+"""GGUF files of the llama, mistral, qwen2 and qwen3 families through the generic translator,
+each equal to the Hugging Face folder of the same weights.
+
+Each family: the tiny transformers model of ``test_load`` (every parameter redrawn), its
+weights rounded to float32 and saved as a folder, and written as a GGUF file the way
+llama.cpp's converter writes it (gguf-py's ``GGUFWriter``; tensor names from gguf-py's
+``TensorNameMap``, the rows of llama's ``attn_q``/``attn_k`` interleaved per head). Both are
+loaded in float64: the F32 file holds the folder's values exactly, so every hidden state and
+the logits agree to rounding (≤ 1e-12 relative); an F16 file agrees to its rounding (the
+tiny widths, 16 and 24, fill no 32-wide block of llama.cpp's quantised types; the quantised
+path is the real Gemma-3 and SmolLM2 files' and test_gguf_gemma3's Q8_0).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from tests.pretrained.test_load import _oracle, _relative
+from tpde.pretrained import load
+
+gguf = pytest.importorskip("gguf")
+pytest.importorskip("transformers")
+
+#: family of test_load → (GGUF architecture, rotary rows interleaved by the converter)
+CASES = {
+    "llama": ("llama", True),
+    "mistral": ("llama", True),
+    "qwen2": ("qwen2", False),
+    "qwen3": ("qwen3", False),
+}
+
+
+def _interleave(weight: np.ndarray, heads: int) -> np.ndarray:
+    """llama.cpp's convert_hf_to_gguf.py LlamaModel.permute of a q or k weight (or bias)."""
+    return (
+        weight.reshape(heads, 2, weight.shape[0] // heads // 2, *weight.shape[1:])
+        .swapaxes(1, 2)
+        .reshape(weight.shape)
+    )
+
+
+def write_gguf(path, model, architecture: str, interleaved: bool, half=False) -> None:
+    """``model`` (a transformers decoder) as a GGUF file of ``architecture`` (matrices F16
+    with ``half``, else everything F32)."""
+    cfg = model.config
+    arch = {name: a for a, name in gguf.MODEL_ARCH_NAMES.items()}[architecture]
+    names = gguf.get_tensor_name_map(arch, cfg.num_hidden_layers)
+    writer = gguf.GGUFWriter(str(path), architecture)
+    writer.add_block_count(cfg.num_hidden_layers)
+    writer.add_context_length(cfg.max_position_embeddings)
+    writer.add_embedding_length(cfg.hidden_size)
+    writer.add_feed_forward_length(cfg.intermediate_size)
+    writer.add_head_count(cfg.num_attention_heads)
+    writer.add_head_count_kv(cfg.num_key_value_heads)
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    writer.add_key_length(head_dim)
+    writer.add_value_length(head_dim)
+    writer.add_rope_dimension_count(head_dim)
+    writer.add_rope_freq_base(cfg.rope_parameters["rope_theta"])
+    writer.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    writer.add_vocab_size(cfg.vocab_size)
+    if getattr(cfg, "sliding_window", None) is not None and architecture == "llama":
+        writer.add_sliding_window(cfg.sliding_window)
+    heads = {"q_proj": cfg.num_attention_heads, "k_proj": cfg.num_key_value_heads}
+    for name, tensor in model.state_dict().items():
+        stem, part = name.rsplit(".", 1)
+        array = tensor.detach().float().numpy()
+        if interleaved and stem.rsplit(".", 1)[-1] in heads:
+            array = _interleave(array, heads[stem.rsplit(".", 1)[-1]])
+        stored = f"{names.get_name(stem)}.{part}"
+        writer.add_tensor(stored, array.astype(np.float16) if half and array.ndim == 2 else array)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+@pytest.fixture(scope="module", params=list(CASES))
+def pair(request, tmp_path_factory):
+    """(family, folder, F32 GGUF file, F16 GGUF file) of the same float32 weights."""
+    family = request.param
+    architecture, interleaved = CASES[family]
+    model = _oracle(family).float()
+    base = tmp_path_factory.mktemp(f"gguf-{family}")
+    model.save_pretrained(base / "folder")
+    write_gguf(base / "f32.gguf", model, architecture, interleaved)
+    write_gguf(base / "f16.gguf", model, architecture, interleaved, half=True)
+    return family, base / "folder", base / "f32.gguf", base / "f16.gguf"
+
+
+def _outputs(model, ids):
+    states = model.hidden_states(model.embed(ids)[0])
+    return states, model.logits(states[-1])
+
+
+def test_f32_file_equals_its_folder_in_float64(pair):
+    family, folder, file, _ = pair
+    ids = torch.arange(3, 12)
+    folder_model = load(folder, dtype=torch.float64)
+    file_model = load(file, dtype=torch.float64)
+    assert file_model.architecture == folder_model.architecture
+    assert file_model.config.window == folder_model.config.window
+    states, logits = _outputs(file_model, ids)
+    expected_states, expected_logits = _outputs(folder_model, ids)
+    for l in range(len(states)):
+        assert _relative(states[l], expected_states[l]) < 1e-12, (family, l)
+    assert _relative(logits, expected_logits) < 1e-12
+    assert torch.equal(logits.argmax(-1), expected_logits.argmax(-1))
+
+
+def test_f16_file_is_its_folder_to_rounding(pair):
+    _, folder, _, file = pair
+    ids = torch.arange(3, 12)
+    _, logits = _outputs(load(file, dtype=torch.float64), ids)
+    _, expected = _outputs(load(folder, dtype=torch.float64), ids)
+    assert _relative(logits, expected) < 1e-2

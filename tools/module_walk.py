@@ -1,0 +1,213 @@
+"""Count the modules of ``tpde.pretrained`` that ``load(path)`` walks through (issue 34).
+
+    .venv/bin/python tools/module_walk.py
+
+A tiny llama checkpoint is written twice, as a Hugging Face folder (config.json and
+model.safetensors, written with safetensors) and as a GGUF file (written with gguf's
+GGUFWriter, with a BPE vocabulary), and a tiny Gemma-3 checkpoint as a GGUF file (no
+vocabulary; names from gguf-py's TensorNameMap), and each is loaded with ``sys.setprofile``
+recording every Python function call whose code lives in ``tpde/pretrained``. Three counts,
+per path:
+
+- **modules**: the distinct ``tpde/pretrained`` modules (files) whose functions run;
+- **returns**: the calls into a module that is already on the call stack below a call into
+  another module (A → B → A: a parameter that came back to a module it had left);
+- **revisits**: in the sequence of the modules of every call (repeats in a row merged), the
+  entries into a module that an earlier call had already entered and left (loader →
+  _folder → loader → _build counts one: the loader's own second call). This is the stricter
+  count: an orchestrator calling its own helpers between stages counts.
+
+Stack unwinding (B returning its value to A) is not a return in either sense. The walk (the
+modules in the order first entered) is printed too. Calls into ``tpde.fields``,
+``tpde._validation`` and the libraries are not counted: the count is of the loader's own
+layout.
+
+Measured with this script on the branch ``road`` and on its parent (issue 34): llama folder
+4 modules, 0 returns, 12 revisits (was 6, 0, 26); llama GGUF 5, 0, 12 (was 6, 0, 45; the
+fifth module is the BPE tokenizer builder, absent for a file without a vocabulary);
+Gemma-3 GGUF 4, 0, 12 (was 9, 0, 82).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+D, H, HKV, M, V, L = 8, 2, 1, 12, 5, 2
+
+
+def _weights(rng) -> dict[str, np.ndarray]:
+    def w(*shape):
+        return rng.standard_normal(shape).astype(np.float32)
+
+    out = {"model.embed_tokens.weight": w(V, D), "model.norm.weight": w(D),
+           "lm_head.weight": w(V, D)}  # fmt: skip
+    for l in range(L):
+        p = f"model.layers.{l}."
+        out |= {
+            p + "input_layernorm.weight": w(D),
+            p + "self_attn.q_proj.weight": w(H * D // H, D),
+            p + "self_attn.k_proj.weight": w(HKV * D // H, D),
+            p + "self_attn.v_proj.weight": w(HKV * D // H, D),
+            p + "self_attn.o_proj.weight": w(D, D),
+            p + "post_attention_layernorm.weight": w(D),
+            p + "mlp.gate_proj.weight": w(M, D),
+            p + "mlp.up_proj.weight": w(M, D),
+            p + "mlp.down_proj.weight": w(D, M),
+        }
+    return out
+
+
+def write_folder(folder: Path) -> None:
+    from safetensors.numpy import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    config = {"model_type": "llama", "hidden_size": D, "num_hidden_layers": L,
+              "num_attention_heads": H, "num_key_value_heads": HKV, "intermediate_size": M,
+              "vocab_size": V, "max_position_embeddings": 16, "rms_norm_eps": 1e-5,
+              "rope_theta": 500.0, "tie_word_embeddings": False}  # fmt: skip
+    (folder / "config.json").write_text(json.dumps(config))
+    save_file(_weights(np.random.default_rng(0)), str(folder / "model.safetensors"))
+
+
+_GGUF = {"model.embed_tokens": "token_embd", "model.norm": "output_norm", "lm_head": "output",
+         "input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q",
+         "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+         "self_attn.o_proj": "attn_output", "post_attention_layernorm": "ffn_norm",
+         "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+         "mlp.down_proj": "ffn_down"}  # fmt: skip
+
+
+def write_gguf(path: Path) -> None:
+    import gguf
+
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_block_count(L)
+    writer.add_context_length(16)
+    writer.add_embedding_length(D)
+    writer.add_feed_forward_length(M)
+    writer.add_head_count(H)
+    writer.add_head_count_kv(HKV)
+    writer.add_rope_freq_base(500.0)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_vocab_size(V)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("smollm")
+    writer.add_token_list(["<s>", "a", "b", "ab", "Ġ"])
+    writer.add_token_types([3, 1, 1, 1, 1])
+    writer.add_token_merges(["a b"])
+    for name, array in _weights(np.random.default_rng(0)).items():
+        stem = name.removesuffix(".weight")
+        if stem.startswith("model.layers."):
+            _, _, l, rest = stem.split(".", 3)
+            stem = f"blk.{l}.{_GGUF[rest]}"
+        else:
+            stem = _GGUF[stem]
+        writer.add_tensor(stem + ".weight", array)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def write_gemma3_gguf(path: Path) -> None:
+    """A tiny Gemma-3 GGUF file (2 layers, d = 16, 2 heads and 1 key/value head of 8)."""
+    import gguf
+
+    rng, k = np.random.default_rng(1), 8
+    shapes = {"model.embed_tokens": (V, D), "model.norm": (D,)}
+    for l in range(L):
+        p = f"model.layers.{l}."
+        shapes |= {p + "self_attn.q_proj": (H * k, D), p + "self_attn.k_proj": (HKV * k, D),
+                   p + "self_attn.v_proj": (HKV * k, D), p + "self_attn.o_proj": (D, H * k),
+                   p + "self_attn.q_norm": (k,), p + "self_attn.k_norm": (k,),
+                   p + "mlp.gate_proj": (M, D), p + "mlp.up_proj": (M, D),
+                   p + "mlp.down_proj": (D, M)}  # fmt: skip
+        for norm in ("input_layernorm", "post_attention_layernorm",
+                     "pre_feedforward_layernorm", "post_feedforward_layernorm"):  # fmt: skip
+            shapes[p + norm] = (D,)
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.GEMMA3, L)
+    writer = gguf.GGUFWriter(str(path), "gemma3")
+    writer.add_block_count(L)
+    writer.add_context_length(16)
+    writer.add_embedding_length(D)
+    writer.add_feed_forward_length(M)
+    writer.add_head_count(H)
+    writer.add_head_count_kv(HKV)
+    writer.add_key_length(k)
+    writer.add_value_length(k)
+    writer.add_layer_norm_rms_eps(1e-6)
+    writer.add_sliding_window(3)
+    writer.add_vocab_size(V)
+    for stem, shape in shapes.items():
+        writer.add_tensor(f"{names.get_name(stem)}.weight", rng.standard_normal(shape, np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def walk(path: Path) -> tuple[list[str], int, int]:
+    """(modules in the order first entered, returns, revisits) of ``load(path)`` (module
+    notes)."""
+    import tpde.pretrained
+
+    root = str(Path(tpde.pretrained.__file__).parent)
+    stack: list[str | None] = []
+    order: list[str] = []
+    sequence: list[str] = []
+    returns = 0
+
+    def profile(frame, event, arg):
+        nonlocal returns
+        if event == "call":
+            file = frame.f_code.co_filename
+            module = file[len(root) + 1 :] if file.startswith(root) else None
+            if module is not None:
+                if module not in order:
+                    order.append(module)
+                if not sequence or sequence[-1] != module:
+                    sequence.append(module)
+                mine = [m for m in stack if m is not None]
+                if mine and mine[-1] != module and module in mine:
+                    returns += 1
+            stack.append(module)
+        elif event == "return" and stack:
+            stack.pop()
+
+    sys.setprofile(profile)
+    try:
+        tpde.pretrained.load(path, dtype=torch.float64)
+    finally:
+        sys.setprofile(None)
+    revisits = sum(module in sequence[:i] for i, module in enumerate(sequence))
+    return order, returns, revisits
+
+
+def main() -> None:
+    import tpde.pretrained
+
+    with tempfile.TemporaryDirectory() as tmp:
+        folder, file = Path(tmp) / "tiny", Path(tmp) / "tiny.gguf"
+        gemma = Path(tmp) / "gemma3.gguf"
+        write_folder(folder)
+        write_gguf(file)
+        write_gemma3_gguf(gemma)
+        for path in (folder, file, gemma):
+            tpde.pretrained.load(path)  # imports done before the count
+        fresh = Path(tmp) / "fresh.gguf"  # a file not read before: its tokenizer is built
+        fresh.write_bytes(file.read_bytes())
+        cases = (("llama folder", folder), ("llama GGUF", fresh), ("gemma3 GGUF", gemma))
+        for name, path in cases:
+            order, returns, revisits = walk(path)
+            print(f"{name}: {len(order)} modules, {returns} returns, {revisits} revisits: "
+                  f"{' -> '.join(order)}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

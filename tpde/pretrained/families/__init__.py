@@ -1,0 +1,87 @@
+r"""The families :func:`tpde.pretrained.load` reads: one module per family, each registering
+its :class:`~tpde.pretrained.families.base.Family` entry when imported.
+
+Every module of this folder is imported here (a new module is found, with no list to
+edit): a new family is one file — its config keys, its weight names, its GGUF map and its
+pieces — plus its test. The record and the registry live in
+:mod:`~tpde.pretrained.families.base`, which imports none of them.
+
+=============  ======================  =========  ==========  =====================================
+family         model_type              norm       placement   attention, feed-forward, positions
+=============  ======================  =========  ==========  =====================================
+llama          llama, mistral          RMSNorm    pre         causal GQA + RoPE (half); SwiGLU;
+                                                              Mistral's sliding window
+qwen2          qwen2                   RMSNorm    pre         as llama, with Q/K/V biases
+qwen3          qwen3                   RMSNorm    pre         as llama, per-head QK-RMSNorm
+gpt2           gpt2                    LayerNorm  pre         causal MHA with biases, fused QKV in
+                                                              transposed Conv1D weights; GELU-tanh
+                                                              MLP; learned absolute positions
+bert           bert, roberta           LayerNorm  post        bidirectional MHA with biases; GELU
+                                                              MLP; learned positions (RoBERTa:
+                                                              offset pad + 1) and token types,
+                                                              then the embedding LayerNorm;
+                                                              the masked-LM head, pooler and
+                                                              sequence-classification head
+                                                              where present
+gpt_neox       gpt_neox                LayerNorm  pre,        fused QKV per head; partial RoPE
+                                                  parallel    (rotary_pct); two norms; GELU MLP
+phi            phi                     LayerNorm  pre,        partial RoPE; one norm; GELU-tanh
+                                                  parallel    MLP; final LayerNorm; head bias;
+                                                              qk_layernorm: per-head QK-LayerNorm
+gptj           gptj                    LayerNorm  pre,        interleaved RoPE on rotary_dim; one
+                                                  parallel    norm; no Q/K/V/O biases; head bias
+albert         albert                  LayerNorm  post        as bert, ONE shared layer applied L
+                                                              times (autonomous), or G groups of
+                                                              k blocks (layer i: group ⌊i/(L/G)⌋);
+                                                              embeddings of width E mapped to d;
+                                                              MLM head, pooler, classifier
+gemma2         gemma2                  RMSNorm    sandwich    GQA + RoPE, query_pre_attn_scalar,
+                                                              score soft-cap; GeGLU (tanh); local/
+                                                              global layers; √d embedding; final
+                                                              logit soft-cap; gains 1 + w
+gemma3         gemma3_text             RMSNorm    sandwich    as gemma2 without soft-caps, per-head
+                                                              QK-RMSNorm, local RoPE base
+olmo2          olmo2                   RMSNorm    output      as llama, QK-RMSNorm over the whole
+                                                              projection
+=============  ======================  =========  ==========  =====================================
+
+GGUF files: the families with a ``gguf`` map (llama — Mistral files too, which llama.cpp
+writes as llama —, qwen2, qwen3, gemma3), through the one translator
+:mod:`tpde.pretrained._gguf`.
+
+Every layer is the field ``Normalized(attention, N₁) + Normalized(mlp, N₂)`` (MATH.md §8):
+its Lie–Trotter step of size 1 with Euler sub-steps is the network's block. A parallel
+block (``parallel``: GPT-NeoX, Phi, GPT-J) is ``Sum([Parallel([Normalized(attention, N₁),
+Normalized(mlp, N₂)])])``, one part whose Euler step is x + Attn(N₁x) + F(N₂x) (N₂ = N₁
+where the block has one norm). Every decoder (all but bert and albert) reads the ``score``
+head of its ``*ForSequenceClassification`` (W_s N_out(x_L)_{n−1}, the last token, no bias, no
+soft-cap); bert and albert read their classifiers on the pooled first token.
+"""
+
+import importlib
+import pkgutil
+
+from tpde.pretrained.families.base import (
+    ACTIVATIONS_HF,
+    ARCHITECTURES,
+    FAMILIES,
+    REQUIRED,
+    Architecture,
+    Family,
+    GGUFMap,
+    register,
+)
+
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")
+
+__all__ = [
+    "ACTIVATIONS_HF",
+    "ARCHITECTURES",
+    "FAMILIES",
+    "REQUIRED",
+    "Architecture",
+    "Family",
+    "GGUFMap",
+    "register",
+]

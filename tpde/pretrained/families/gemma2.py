@@ -1,0 +1,77 @@
+"""Gemma-2: a sandwich (real Peri-LN) decoder x ← x + N₂(f(N₁x)) on each sublayer, GQA +
+RoPE with the score scale query_pre_attn_scalar^−½ and a score soft-cap, GeGLU (tanh),
+local (sliding-window) and global layers alternating, √d embedding, a final-logit
+soft-cap, norm gains stored as γ − 1 (γ = 1 + w).
+
+Every piece is a field or an option of one (MATH.md §7, §8):
+
+=============================  ==========================  ==========================
+piece                          equation                    where
+=============================  ==========================  ==========================
+``Sandwich(N₁, N₂)``           x ← x + N₂(f(N₁x))          tpde.fields.Sandwich
+``GQA(scale=s**-0.5)``         query_pre_attn_scalar s
+``GQA(softcap=c)``             scores c·tanh(s/c)          Gemma-2: 50
+``SwiGLU(activation=gelu-tanh)``  GeGLU
+``Transformer(logit_cap=c)``   logits c·tanh(z/c)          Gemma-2: 30
+=============================  ==========================  ==========================
+
+Facts the files do not carry: Gemma-2 alternates local/global (pattern 2: layers 0, 2, …
+local).
+"""
+
+from __future__ import annotations
+
+from tpde.pretrained.families.base import (
+    GATED_BIASES,
+    REQUIRED,
+    SCORE_HEAD,
+    Family,
+    register,
+)
+from tpde.pretrained.families.llama import LLAMA_KEYS, LLAMA_NAMES
+
+__all__ = ["GEMMA2", "GEMMA_HONOURED", "GEMMA_KEYS", "GEMMA_NAMES"]
+
+#: The Gemma families' config keys (Gemma-3 changes the RoPE bases).
+GEMMA_KEYS = {
+    **LLAMA_KEYS,
+    "activation": ("hidden_activation", "gelu_pytorch_tanh"),
+    "query_scalar": ("query_pre_attn_scalar", REQUIRED),
+    "attn_softcap": ("attn_logit_softcapping", None),
+    "logit_softcap": ("final_logit_softcapping", None),
+    "tied": ("tie_word_embeddings", True),
+}
+
+#: The Gemma families' weight names: a norm before and after each sublayer.
+GEMMA_NAMES = {
+    **LLAMA_NAMES,
+    "attn_post_norm": "model.layers.{l}.post_attention_layernorm",
+    "mlp_norm": "model.layers.{l}.pre_feedforward_layernorm",
+    "mlp_post_norm": "model.layers.{l}.post_feedforward_layernorm",
+}
+
+GEMMA_HONOURED = {
+    "layer_types": ("sliding_attention", "full_attention"),
+    "use_bidirectional_attention": (None, False),
+}
+
+GEMMA2 = register(
+    Family(
+        family="gemma2",
+        model_types=("gemma2",),
+        keys={**GEMMA_KEYS, "rope_local_base": ("rope_local_base_freq", "=rope_base")},
+        honoured=GEMMA_HONOURED,
+        names=GEMMA_NAMES,
+        biases=GATED_BIASES,
+        norm="rmsnorm",
+        placement="sandwich",
+        mlp="swiglu",
+        rotary=True,
+        causal=True,
+        gain_offset=1.0,
+        embed_scale=True,
+        window_pattern=2,
+        facts={"rope_style": "half", "pattern": "local, global, local, … (layer_types)"},
+        classifiers=SCORE_HEAD,
+    )
+)

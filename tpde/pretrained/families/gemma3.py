@@ -1,0 +1,57 @@
+"""Gemma-3 (text): as Gemma-2 without soft-caps, with a per-head QK-RMSNorm (gains 1 + w)
+before RoPE, 5 local : 1 global layers (``sliding_window_pattern`` 6) and a local RoPE base
+(``rope_local_base_freq``, 10⁴; global 10⁶).
+
+GGUF: llama.cpp's ``gemma3`` files. They do not carry the 5 : 1 pattern, the local RoPE
+base, the activation (tanh GELU), the √d embedding scale nor query_pre_attn_scalar: this
+entry's defaults give the first four, and query_pre_attn_scalar = head_dim (llama.cpp's
+rule for every Gemma-3 but 27B; transformers' GGUF loader leaves its default 256, equal for
+the 256-wide heads of 270M). The converter stores each norm gain as 1 + w.
+"""
+
+from __future__ import annotations
+
+from tpde.pretrained.families.base import GATED_BIASES, SCORE_HEAD, Family, GGUFMap, register
+from tpde.pretrained.families.gemma2 import GEMMA_HONOURED, GEMMA_KEYS, GEMMA_NAMES
+
+__all__ = ["GEMMA3"]
+
+GEMMA3 = register(
+    Family(
+        family="gemma3",
+        model_types=("gemma3_text",),
+        keys={
+            **GEMMA_KEYS,
+            "rope_base": ("rope_theta", 1_000_000.0),
+            "rope_local_base": ("rope_local_base_freq", 10_000.0),
+        },
+        honoured=GEMMA_HONOURED,
+        names={
+            **GEMMA_NAMES,
+            "q_norm": "model.layers.{l}.self_attn.q_norm",
+            "k_norm": "model.layers.{l}.self_attn.k_norm",
+        },
+        biases=GATED_BIASES,
+        norm="rmsnorm",
+        placement="sandwich",
+        mlp="swiglu",
+        rotary=True,
+        causal=True,
+        gain_offset=1.0,
+        embed_scale=True,
+        window_pattern=6,
+        facts={
+            "rope_style": "half",
+            "pattern": "5 local : 1 global (sliding_window_pattern)",
+            "qk_norm": "per head, gains 1 + w, before RoPE",
+        },
+        classifiers=SCORE_HEAD,
+        gguf=GGUFMap(
+            architecture="gemma3",
+            model_type="gemma3_text",
+            derived={"query_pre_attn_scalar": "head_dim"},
+            stored_gain_offset=1.0,
+            tokenizer="spm",
+        ),
+    )
+)

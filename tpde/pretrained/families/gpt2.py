@@ -1,0 +1,58 @@
+"""GPT-2: Pre-LayerNorm decoder, causal multi-head attention with biases, the fused QKV in
+transposed Conv1D weights (``c_attn`` = [W_q | W_k | W_v], stored (in, 3d)), GELU-tanh MLP,
+learned absolute positions, head tied to the embeddings by default."""
+
+from __future__ import annotations
+
+from tpde.pretrained.families.base import ALL_BIASES, REQUIRED, SCORE_HEAD, Family, register
+
+__all__ = ["GPT2", "GPT_KEYS"]
+
+#: GPT-2's config keys, which GPT-J shares (GPT-J adds rotary_dim and unties the head).
+GPT_KEYS = {
+    "hidden": ("n_embd", REQUIRED),
+    "layers": ("n_layer", REQUIRED),
+    "heads": ("n_head", REQUIRED),
+    "kv_heads": ("n_head", REQUIRED),
+    "head_dim": ("head_dim", "=hidden/heads"),
+    "mlp_hidden": ("n_inner", "=4*hidden"),
+    "vocab": ("vocab_size", REQUIRED),
+    "context": ("n_positions", REQUIRED),
+    "norm_eps": ("layer_norm_epsilon", 1e-5),
+    "activation": ("activation_function", "gelu_new"),
+}
+
+GPT2 = register(
+    Family(
+        family="gpt2",
+        model_types=("gpt2",),
+        keys={**GPT_KEYS, "tied": ("tie_word_embeddings", True)},
+        honoured={
+            "scale_attn_weights": (True,),
+            "scale_attn_by_inverse_layer_idx": (False,),
+            "add_cross_attention": (False,),
+        },
+        names={
+            "embed": "transformer.wte",
+            "positions": "transformer.wpe",
+            "final_norm": "transformer.ln_f",
+            "head": "lm_head",
+            "attn_norm": "transformer.h.{l}.ln_1",
+            "qkv": "transformer.h.{l}.attn.c_attn",
+            "o": "transformer.h.{l}.attn.c_proj",
+            "mlp_norm": "transformer.h.{l}.ln_2",
+            "fc1": "transformer.h.{l}.mlp.c_fc",
+            "fc2": "transformer.h.{l}.mlp.c_proj",
+        },
+        biases={**ALL_BIASES, "qkv": True},
+        norm="layernorm",
+        placement="pre",
+        mlp="mlp",
+        rotary=False,
+        causal=True,
+        conv1d=True,
+        buffers=(".attn.bias", ".attn.masked_bias"),
+        facts={"position_offset": 0, "fused_qkv": "c_attn = [W_q | W_k | W_v] (in, 3d)"},
+        classifiers=SCORE_HEAD,
+    )
+)

@@ -1,0 +1,83 @@
+"""Llama and Mistral: Pre-RMSNorm decoders, causal grouped-query attention with RoPE
+("rotate half"), SwiGLU MLP; Mistral's sliding window (p_i − p_j < w).
+
+The config keys and weight names here are the ones the other gated decoders start from
+(Qwen2/3, Gemma-2/3, OLMo-2 import them). GGUF: llama.cpp's ``llama`` files (Mistral's
+too), whose ``attn_q``/``attn_k`` rows the converter interleaved per head (un-permuted on
+reading).
+"""
+
+from __future__ import annotations
+
+from tpde.pretrained.families.base import (
+    GATED_BIASES,
+    REQUIRED,
+    SCORE_HEAD,
+    Family,
+    GGUFMap,
+    register,
+)
+
+__all__ = ["LLAMA", "LLAMA_HONOURED", "LLAMA_KEYS", "LLAMA_NAMES"]
+
+#: Config values of the llama-like families that tpde implements (any other is refused).
+LLAMA_HONOURED = {
+    "pretraining_tp": (1,),
+    "mlp_bias": (False,),
+    "hidden_act": ("silu",),
+}
+
+#: Canonical hyper-parameter → (config.json key, default) of the llama-like decoders.
+LLAMA_KEYS = {
+    "hidden": ("hidden_size", REQUIRED),
+    "layers": ("num_hidden_layers", REQUIRED),
+    "heads": ("num_attention_heads", REQUIRED),
+    "kv_heads": ("num_key_value_heads", "=heads"),
+    "head_dim": ("head_dim", "=hidden/heads"),
+    "mlp_hidden": ("intermediate_size", REQUIRED),
+    "vocab": ("vocab_size", REQUIRED),
+    "context": ("max_position_embeddings", REQUIRED),
+    "norm_eps": ("rms_norm_eps", 1e-6),
+    "rope_base": ("rope_theta", 10000.0),
+    "tied": ("tie_word_embeddings", False),
+    "window": ("sliding_window", None),
+}
+
+#: Role → weight name of the llama-like decoders (``{l}``: the layer).
+LLAMA_NAMES = {
+    "embed": "model.embed_tokens",
+    "final_norm": "model.norm",
+    "head": "lm_head",
+    "attn_norm": "model.layers.{l}.input_layernorm",
+    "q": "model.layers.{l}.self_attn.q_proj",
+    "k": "model.layers.{l}.self_attn.k_proj",
+    "v": "model.layers.{l}.self_attn.v_proj",
+    "o": "model.layers.{l}.self_attn.o_proj",
+    "mlp_norm": "model.layers.{l}.post_attention_layernorm",
+    "gate": "model.layers.{l}.mlp.gate_proj",
+    "up": "model.layers.{l}.mlp.up_proj",
+    "down": "model.layers.{l}.mlp.down_proj",
+}
+
+LLAMA = register(
+    Family(
+        family="llama",
+        model_types=("llama", "mistral"),
+        keys=LLAMA_KEYS,
+        honoured=LLAMA_HONOURED,
+        names=LLAMA_NAMES,
+        biases=GATED_BIASES,
+        norm="rmsnorm",
+        placement="pre",
+        mlp="swiglu",
+        rotary=True,
+        causal=True,
+        facts={"rope_style": "half", "window": "sliding_window (Mistral): p_i − p_j < w"},
+        classifiers=SCORE_HEAD,
+        gguf=GGUFMap(
+            architecture="llama",
+            model_type="llama",
+            permuted={"q": "heads", "k": "kv_heads"},
+        ),
+    )
+)

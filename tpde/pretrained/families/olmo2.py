@@ -1,0 +1,34 @@
+"""OLMo-2: an output-norm decoder x ← x + N₂(f(x)) on each sublayer (no norm before it),
+a QK-RMSNorm over the whole projection (H·d_h), otherwise as llama."""
+
+from __future__ import annotations
+
+from tpde.pretrained.families.base import GATED_BIASES, SCORE_HEAD, Family, register
+from tpde.pretrained.families.llama import LLAMA_HONOURED, LLAMA_KEYS, LLAMA_NAMES
+
+__all__ = ["OLMO2"]
+
+OLMO2 = register(
+    Family(
+        family="olmo2",
+        model_types=("olmo2",),
+        keys=LLAMA_KEYS,
+        honoured={**LLAMA_HONOURED, "clip_qkv": (None,)},
+        names={
+            **{k: v for k, v in LLAMA_NAMES.items() if k not in ("attn_norm", "mlp_norm")},
+            "attn_post_norm": "model.layers.{l}.post_attention_layernorm",
+            "mlp_post_norm": "model.layers.{l}.post_feedforward_layernorm",
+            "q_norm": "model.layers.{l}.self_attn.q_norm",
+            "k_norm": "model.layers.{l}.self_attn.k_norm",
+        },
+        biases=GATED_BIASES,
+        norm="rmsnorm",
+        placement="output",
+        mlp="swiglu",
+        rotary=True,
+        causal=True,
+        qk_norm_whole=True,
+        facts={"rope_style": "half", "qk_norm": "RMSNorm over the whole projection"},
+        classifiers=SCORE_HEAD,
+    )
+)

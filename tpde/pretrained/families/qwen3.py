@@ -1,0 +1,33 @@
+"""Qwen3: as llama, with a per-head QK-RMSNorm before the rotation; every layer global.
+GGUF: llama.cpp's ``qwen3`` files (rotary rows not interleaved)."""
+
+from __future__ import annotations
+
+from tpde.pretrained.families.base import GATED_BIASES, SCORE_HEAD, Family, GGUFMap, register
+from tpde.pretrained.families.llama import LLAMA_KEYS, LLAMA_NAMES
+from tpde.pretrained.families.qwen2 import NO_WINDOW_HONOURED
+
+__all__ = ["QWEN3"]
+
+QWEN3 = register(
+    Family(
+        family="qwen3",
+        model_types=("qwen3",),
+        keys=LLAMA_KEYS,
+        honoured=NO_WINDOW_HONOURED,
+        names={
+            **LLAMA_NAMES,
+            "q_norm": "model.layers.{l}.self_attn.q_norm",
+            "k_norm": "model.layers.{l}.self_attn.k_norm",
+        },
+        biases=GATED_BIASES,
+        norm="rmsnorm",
+        placement="pre",
+        mlp="swiglu",
+        rotary=True,
+        causal=True,
+        facts={"rope_style": "half", "qk_norm": "per head, before RoPE", "no_window": True},
+        classifiers=SCORE_HEAD,
+        gguf=GGUFMap(architecture="qwen3", model_type="qwen3"),
+    )
+)
