@@ -18,11 +18,14 @@ from tpde.experiments.circle_pde.report import (
     plateau_claims,
 )
 from tpde.experiments.common.circle_clusters import (
+    Merge,
     Plateau,
     cell_masses,
     cluster_masses,
     density_masses,
     first_plateau,
+    lifetimes,
+    merges,
     plateaus,
     points_masses,
 )
@@ -126,6 +129,33 @@ def test_plateaus_of_a_count_series():
     assert first_plateau(times[:3], [2, 2, 2], 1.0) == Plateau(2, 0.0, 2.0, True, None)
     with pytest.raises(ValueError, match="received 20 times and 3 counts"):
         plateaus(times, [1, 2, 3], 1.0)
+
+
+def test_lifetimes_and_merges_of_a_flickering_count():
+    """0 until t = 5, three clusters to t = 43 with one save at 2 (t = 41, a flicker), two
+    to t = 79, one from t = 80 on: the three-cluster state lives 38 (joined across the
+    flicker), merges 3 → 2 in [43, 44] and 2 → 1 in [79, 80]; the last state is censored."""
+    times = np.arange(0.0, 101.0)
+    counts = np.zeros(101, dtype=int)
+    counts[5:44], counts[41], counts[44:80], counts[80:] = 3, 2, 2, 1
+    assert lifetimes(times, counts, 2.0) == [
+        Plateau(0, 0.0, 4.0, False, 3),
+        Plateau(3, 5.0, 38.0, False, 2),
+        Plateau(2, 44.0, 35.0, False, 1),
+        Plateau(1, 80.0, 20.0, True, None),
+    ]
+    found = merges(times, counts, 2.0)
+    assert found == [Merge(3, 2, 43.0, 44.0), Merge(2, 1, 79.0, 80.0)]
+    assert (found[0].time, found[0].error) == (43.5, 0.5)
+    # Sparser saves: the merge is known only within the gap between them.
+    sparse = merges(times[::10], counts[::10], 2.0)
+    assert [(m.before, m.after, m.time, m.error) for m in sparse] == [
+        (3, 2, 45.0, 5.0),
+        (2, 1, 75.0, 5.0),
+    ]
+    assert merges(times, np.full(101, 3), 2.0) == []  # one state to the end: no merge
+    with pytest.raises(ValueError, match="received 101 times and 3 counts"):
+        lifetimes(times, [1, 2, 3], 1.0)
 
 
 def test_save_times_are_dense_then_sparse():
