@@ -158,6 +158,23 @@ def test_lifetimes_and_merges_of_a_flickering_count():
         lifetimes(times, [1, 2, 3], 1.0)
 
 
+def test_long_pde_counts_the_clusters_past_the_finest_grid():
+    """a = 0.05 (clusters by t ≈ 4.5), grids 256 → 512, then the nodes to t = 8 (their
+    quadrature gap peaks near 1e-4 at 512 nodes as the gaps between clusters empty: the
+    tolerance is loosened to 1e-3 here): three clusters from t = 4.5 to the end, the
+    heavier one where the cos θ mode adds mass, and the mass conserved."""
+    from tpde.experiments.circle_pde.long import long_pde
+
+    config = Config(amplitude=0.05, cells=256, window=9)
+    out = long_pde(config, 8.0, start_grid=256, max_grid=512, quadrature=1e-3)
+    assert out["status"] == "completed" and out["end"] == 8.0
+    assert [M for _, M in out["refinements"]] == [512] and 5 < out["switch"] < 6
+    assert out["counts"][-1] == 3 and out["mass_error"] < 1e-14
+    assert out["lifetimes"][-1].count == 3 and out["lifetimes"][-1].censored
+    light, _, heavy = sorted(out["masses"][-1])
+    assert 0.25 < light < heavy < 0.4 and sum(out["masses"][-1]) > 0.85
+
+
 def test_save_times_are_dense_then_sparse():
     config = Config(t1=40.0, dense_until=10.0, dense_step=0.5, sparse_step=5.0)
     times = save_times(config)

@@ -32,6 +32,14 @@ from there:
    weights never change). Its check: at every save the velocity from all nodes against the
    velocity from every other node (weights 2w_{2j}, the trapezoidal rule at step 2h), in
    max norm relative to max|u|; above ``quadrature`` the run stops "unresolved" naming it.
+   While Φ_t is resolved the rule is spectrally accurate and the gap (the coarse rule's
+   error) far exceeds the full rule's: 7.8e-8 against 5.4e-12 for 512 nodes, measured
+   against a 1024-angle Eulerian run (tests). Between clusters the map expands (at the rate
+   u' ≈ 3β/4 − 1/2 at the midpoint of two clusters 2π/3 apart, SA): the nodes there spread
+   out and act as particles of mass ρ_s(φ)h, a first-order error that the gap then measures
+   fairly; it peaks while the gaps empty into the clusters (the node nearest an unstable
+   midpoint leaves after ≈ ln(1/h)/u') and scales with the density left in the gaps at the
+   switch, so a later switch on a finer grid lowers it.
 
 References: the system's module notes (:mod:`tpde.flows.systems.circle`); Bruno,
 Pasqualotto, Agazzi, arXiv:2410.23228 (the Fourier picture of the circle dynamics).
