@@ -9,21 +9,25 @@ Measured (β = 5, SA, ρ₀ = (1 + a cos θ + a cos 3θ)/2π, a = 2·10⁻⁴, f
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 from tpde.flows import integrate_circle
-from tpde.measures import CircleDensity
+from tpde.measures import CircleDensity, Empirical
 
 from ..common.circle_clusters import (
     cluster_masses,
+    clusters,
     density_masses,
     lifetimes,
     merges,
     points_masses,
 )
 from .config import Config, initial_density
-from .run import post_ln_field
+from .run import follow, post_ln_field
 
-__all__ = ["cell_masses_of", "long_pde"]
+__all__ = ["cell_masses_of", "long_pde", "pde_against_particles"]
+
+TWO_PI = 2 * np.pi
 
 
 def cell_masses_of(measure, cells: int) -> np.ndarray:
@@ -94,4 +98,70 @@ def long_pde(
         "lifetimes": lifetimes(saved, counts, config.min_plateau),
         "merges": merges(saved, counts, config.min_plateau),
         "_trajectory": run,
+    }
+
+
+def _paired(ours: list, theirs: list) -> list[tuple[float, float]] | None:
+    """(mass difference, arc between centres) of each of ``ours`` (mass, centre) with the
+    nearest of ``theirs``; None when the counts differ."""
+    if len(ours) != len(theirs) or not ours:
+        return None
+    out = []
+    for mass, centre in ours:
+        arcs = [abs((c - centre + np.pi) % TWO_PI - np.pi) for _, c in theirs]
+        j = int(np.argmin(arcs))
+        out.append((theirs[j][0] - mass, arcs[j]))
+    return out
+
+
+def pde_against_particles(
+    config: Config,
+    n: int,
+    t1: float,
+    *,
+    step: float = 0.5,
+    start_grid: int = 256,
+    max_grid: int = 2048,
+    seed: int = 0,
+    quadrature: float = 1e-6,
+) -> dict:
+    """The PDE's clusters (mass, centre) against those of ``n`` particles drawn from the same
+    ρ₀ (:meth:`~tpde.measures.CircleDensity.sample`), at every save.
+
+    The particles follow dopri5 (``config.rtol``, ``config.atol``; the study's
+    :func:`~experiments.circle_pde.run.follow`). Their sampling noise, |ĉ_k| ~ 1/√n, must
+    be small against the PDE's modes a/2 for the two to form the same clusters: n ≫ 4/a².
+
+    Returns
+    -------
+    dict: ``times``; ``pde`` and ``particles`` the (mass, centre) lists per save;
+    ``pairs`` per save: [(particle mass − PDE mass, arc between centres)] with each PDE
+    cluster paired to the nearest particle cluster, or None where the counts differ;
+    ``pde_status``, ``pde_end``.
+    """
+    pde = long_pde(
+        config, t1, step=step, start_grid=start_grid, max_grid=max_grid, quadrature=quadrature
+    )
+    times = np.asarray(pde["times"])
+    counter = (config.window, config.level, config.min_share)
+    ours = [
+        clusters(cell_masses_of(m, config.cells), *counter) for m in pde["_trajectory"].measures
+    ]
+    rho0 = initial_density(config, config.beta, start_grid)
+    cloud = Empirical(rho0.sample(n, generator=torch.Generator().manual_seed(seed)))
+    theirs: list = [None] * len(times)
+
+    def visit(j, mu):
+        theirs[j] = clusters(points_masses(mu.points, config.cells), *counter)
+
+    follow(config, post_ln_field(config.beta), cloud, times, visit)
+    return {
+        "times": times.tolist(),
+        "pde": ours,
+        "particles": theirs,
+        "pairs": [
+            _paired(a, b) if b is not None else None for a, b in zip(ours, theirs, strict=True)
+        ],
+        "pde_status": pde["status"],
+        "pde_end": pde["end"],
     }

@@ -65,6 +65,7 @@ __all__ = [
     "Plateau",
     "cell_masses",
     "cluster_masses",
+    "clusters",
     "density_masses",
     "first_plateau",
     "lifetimes",
@@ -140,6 +141,18 @@ def cluster_masses(masses: np.ndarray, window: int, level: float, min_share: flo
     list of the clusters' masses (its length is the count), in the order of their first
     cell counted from angle 0.
     """
+    return [mass for mass, _ in clusters(masses, window, level, min_share)]
+
+
+def clusters(
+    masses: np.ndarray, window: int, level: float, min_share: float
+) -> list[tuple[float, float]]:
+    """The clusters of cell masses (module notes) as (mass, centre): the centre is the
+    angle in [0, 2π) of Σ_c m_c e^{iθ_c} over the cluster's cells, θ_c the cells' centres
+    (the circular mean at the cells' resolution 2π/G).
+
+    Parameters and order as :func:`cluster_masses`.
+    """
     m = np.asarray(masses, dtype=np.float64)
     m = m / m.sum()
     G, half = len(m), window // 2
@@ -150,12 +163,15 @@ def cluster_masses(masses: np.ndarray, window: int, level: float, min_share: flo
         return []
     first_below = int(np.argmin(above))  # a run never wraps past a cell below the level
     above, m = np.roll(above, -first_below), np.roll(m, -first_below)
+    centres = np.roll((np.arange(G) + 0.5) * (TWO_PI / G), -first_below)
     edges = np.diff(above.astype(np.int8), prepend=0, append=0)
     starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
-    runs = sorted(
-        ((s + first_below) % G, float(m[s:e].sum())) for s, e in zip(starts, ends, strict=True)
-    )
-    return [mass for _, mass in runs if mass >= min_share]
+    runs = []
+    for s, e in zip(starts, ends, strict=True):
+        mean = np.sum(m[s:e] * np.exp(1j * centres[s:e]))
+        centre = float(np.angle(mean)) % TWO_PI
+        runs.append(((s + first_below) % G, float(m[s:e].sum()), centre))
+    return [(mass, centre) for _, mass, centre in sorted(runs) if mass >= min_share]
 
 
 @dataclass(frozen=True)
