@@ -53,12 +53,13 @@ def long_pde(
 
     Returns
     -------
-    dict: ``status``, ``end`` (the time reached), ``unresolved`` (None or the cause),
-    ``refinements`` [(t, M)], ``switch`` (time, or None), ``grids`` (per save; the nodes
-    after a switch), ``seconds`` and ``steps`` per grid (key −n: the n followed nodes),
-    ``mass_error``, ``clipped_mass``, ``quadrature``, ``times``, ``counts`` and
-    ``masses`` (the clusters' masses) per save, ``lifetimes`` and ``merges`` of the count
-    (:func:`~experiments.common.circle_clusters.lifetimes`, shortest ``config.min_plateau``).
+    dict
+        ``status``, ``end`` (the time reached), ``unresolved`` (None or the cause),
+        ``refinements`` [(t, M)], ``switch`` (time, or None), ``grids`` (per save; the
+        nodes after a switch), ``seconds`` and ``steps`` per grid (key −n: the n followed
+        nodes), ``mass_error``, ``clipped_mass``, ``quadrature``, ``times``, ``counts``
+        and ``masses`` (the clusters' masses) per save, ``lifetimes`` and ``merges`` of
+        the count (``lifetimes`` of the cluster counter, shortest ``config.min_plateau``).
     """
     times = np.arange(0.0, t1 + step / 2, step)
     times[-1] = min(times[-1], t1)
@@ -129,15 +130,16 @@ def pde_against_particles(
     ρ₀ (:meth:`~tpde.measures.CircleDensity.sample`), at every save.
 
     The particles follow dopri5 (``config.rtol``, ``config.atol``; the study's
-    :func:`~experiments.circle_pde.run.follow`). Their sampling noise, |ĉ_k| ~ 1/√n, must
+    ``follow`` of run.py). Their sampling noise, |ĉ_k| ~ 1/√n, must
     be small against the PDE's modes a/2 for the two to form the same clusters: n ≫ 4/a².
 
     Returns
     -------
-    dict: ``times``; ``pde`` and ``particles`` the (mass, centre) lists per save;
-    ``pairs`` per save: [(particle mass − PDE mass, arc between centres)] with each PDE
-    cluster paired to the nearest particle cluster, or None where the counts differ;
-    ``pde_status``, ``pde_end``.
+    dict
+        ``times``; ``pde`` and ``particles`` the (mass, centre) lists per save;
+        ``pairs`` per save: [(particle mass − PDE mass, arc between centres)] with each PDE
+        cluster paired to the nearest particle cluster, or None where the counts differ;
+        ``pde_status``, ``pde_end``.
     """
     pde = long_pde(
         config, t1, step=step, start_grid=start_grid, max_grid=max_grid, quadrature=quadrature

@@ -232,9 +232,10 @@ def lifetimes(times, counts, shortest: float) -> list[Plateau]:
 
     Returns
     -------
-    list of :class:`Plateau`: count, first time, lifetime (the last time its count is seen
-    before the next plateau starts, minus its first), censored (it reaches the last time),
-    the count of the next plateau (or the count after it, when no plateau follows).
+    list of Plateau
+        Count, first time, lifetime (the last time its count is seen before the next
+        plateau starts, minus its first), censored (it reaches the last time), the count of
+        the next plateau (or the count after it, when no plateau follows).
     """
     times, counts = np.asarray(times, dtype=float), np.asarray(counts)
     joined: list[Plateau] = []

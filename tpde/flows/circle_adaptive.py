@@ -166,20 +166,24 @@ def integrate_circle(
 
     Returns
     -------
-    Trajectory with the saved times reached (and the stop time, if it stopped), a
-    CircleDensity at each (on the grid of that time) or, after a switch, an Empirical of
-    the weighted nodes; status "completed" or "unresolved" (``event_time`` the stop).
-    ``stats``: ``grids`` (the grid at each save; nodes after a switch), ``refinements``
-    [(t, M)] (when each grid began), ``seconds`` {M: wall seconds on it}, ``steps``
-    {M: steps}, ``mass_error`` (max |mass − mass(0)| over every step of every grid; the
-    clipped mass at a switch is separate: ``clipped_mass``), ``switch`` (the switch time or
-    None), ``quadrature`` (the largest quadrature gap seen after a switch), ``unresolved``
-    (None or the cause, the time and the grid it would need).
+    Trajectory
+        The saved times reached (and the stop time, if it stopped), a CircleDensity at each
+        (on the grid of that time) or, after a switch, an Empirical of the weighted nodes;
+        status "completed" or "unresolved" (``event_time`` the stop). Its stats hold
+        ``grids`` (the grid at each save; nodes after a switch), ``refinements`` [(t, M)]
+        (when each grid began), ``seconds`` {M: wall seconds on it; −n: the n nodes},
+        ``steps`` (the same keys), ``mass_error`` (max |mass − mass(0)| over every step of
+        every grid; the mass clipped at a switch is ``clipped_mass``), ``switch`` (the
+        switch time or None), ``quadrature`` (the largest gap of the nodes' check) and
+        ``unresolved`` (None or the cause, the time and the grid it would need).
 
     Raises
     ------
-    ValueError if max_grid < rho.size, factor < 2, t1 ≤ 0, or a save time is outside [0, t1];
-    and what :class:`~tpde.flows.CircleSystem` raises for its field and density.
+    ValueError
+        If max_grid < rho.size, factor < 2, t1 ≤ 0, or a save time is outside [0, t1]; and
+        what :class:`~tpde.flows.CircleSystem` raises for its field and density.
+    TypeError
+        If ``rho`` is not a CircleDensity.
     """
     if not isinstance(rho, CircleDensity):
         raise TypeError(f"integrate_circle steps a CircleDensity; received {type(rho).__name__}.")
