@@ -7,7 +7,9 @@ Measured (β = 5, SA, ρ₀ = (1 + a cos θ + a cos 3θ)/2π, a = 2·10⁻⁴, f
 4096, 8192 from t = 14.12, 14.88, 15.61; nodes from t = 16.32; t = 50 reached, mass error
 4.4e-16, the nodes' gap ≤ 6.6e-8; 122 s wall, 40 s CPU (8192 angles: 22 s, the 8192 nodes:
 91 s of the wall time). Three clusters from t = 12.5 to 50 (a censored plateau), masses
-0.33315, 0.33315, 0.33370 at t = 50. MATH.md §9 has the line.
+0.33315, 0.33315, 0.33370 at t = 50. With ``max_grid = 2**14`` (nodes from t = 17.00;
+246 s wall, 116 s CPU) the same to ≤ 5.7e-8 of max|u| in the velocity field and ≤ 4e-9 in
+the masses. MATH.md §9 has the line.
 """
 
 from __future__ import annotations
