@@ -37,10 +37,19 @@ the first such run with a count ≥ 1 that a larger count does not follow (a run
 a larger count is a stage of the formation): the first metastable state (Bruno,
 Pasqualotto, Agazzi, arXiv:2410.23228). Its duration ends where the count changes (a merge
 when it drops) and is a lower bound ("censored") when the run reaches t_n.
+
+**Lifetimes and merges** (:func:`lifetimes`, :func:`merges`). A count flickers where a
+cluster sits near the level (one save below, the next above): runs shorter than
+``shortest`` between two plateaus of one count are taken as that count, so the plateaus
+joined across them give each metastable state's lifetime (first to last time of its
+count; censored when it reaches t_n). A merge is a drop of the count from one such
+plateau to the next; its time is known to lie between the last save of the earlier and the
+first save of the later plateau: the midpoint, ± half that gap.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -52,11 +61,15 @@ __all__ = [
     "LEVEL",
     "MIN_SHARE",
     "WINDOW",
+    "Merge",
     "Plateau",
     "cell_masses",
     "cluster_masses",
+    "clusters",
     "density_masses",
     "first_plateau",
+    "lifetimes",
+    "merges",
     "plateaus",
     "points_masses",
 ]
@@ -128,6 +141,18 @@ def cluster_masses(masses: np.ndarray, window: int, level: float, min_share: flo
     list of the clusters' masses (its length is the count), in the order of their first
     cell counted from angle 0.
     """
+    return [mass for mass, _ in clusters(masses, window, level, min_share)]
+
+
+def clusters(
+    masses: np.ndarray, window: int, level: float, min_share: float
+) -> list[tuple[float, float]]:
+    """The clusters of cell masses (module notes) as (mass, centre): the centre is the
+    angle in [0, 2π) of Σ_c m_c e^{iθ_c} over the cluster's cells, θ_c the cells' centres
+    (the circular mean at the cells' resolution 2π/G).
+
+    Parameters and order as :func:`cluster_masses`.
+    """
     m = np.asarray(masses, dtype=np.float64)
     m = m / m.sum()
     G, half = len(m), window // 2
@@ -138,12 +163,15 @@ def cluster_masses(masses: np.ndarray, window: int, level: float, min_share: flo
         return []
     first_below = int(np.argmin(above))  # a run never wraps past a cell below the level
     above, m = np.roll(above, -first_below), np.roll(m, -first_below)
+    centres = np.roll((np.arange(G) + 0.5) * (TWO_PI / G), -first_below)
     edges = np.diff(above.astype(np.int8), prepend=0, append=0)
     starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
-    runs = sorted(
-        ((s + first_below) % G, float(m[s:e].sum())) for s, e in zip(starts, ends, strict=True)
-    )
-    return [mass for _, mass in runs if mass >= min_share]
+    runs = []
+    for s, e in zip(starts, ends, strict=True):
+        mean = np.sum(m[s:e] * np.exp(1j * centres[s:e]))
+        centre = float(np.angle(mean)) % TWO_PI
+        runs.append(((s + first_below) % G, float(m[s:e].sum()), centre))
+    return [(mass, centre) for _, mass, centre in sorted(runs) if mass >= min_share]
 
 
 @dataclass(frozen=True)
@@ -191,3 +219,74 @@ def first_plateau(times, counts, shortest: float) -> Plateau | None:
     still growing to the level), not a metastable state."""
     found = plateaus(times, counts, shortest)
     return next((p for p in found if p.count >= 1 and (p.after is None or p.after < p.count)), None)
+
+
+def lifetimes(times, counts, shortest: float) -> list[Plateau]:
+    """The plateaus of :func:`plateaus` with consecutive runs of one count joined across the
+    shorter runs between them (module notes): each metastable state once, in time order.
+
+    Parameters
+    ----------
+    times : (n,) increasing times; counts : (n,) integer counts at them.
+    shortest : the shortest run kept (≥ 0), as in :func:`plateaus`.
+
+    Returns
+    -------
+    list of Plateau
+        Count, first time, lifetime (the last time its count is seen before the next
+        plateau starts, minus its first), censored (it reaches the last time), the count of
+        the next plateau (or the count after it, when no plateau follows).
+    """
+    times, counts = np.asarray(times, dtype=float), np.asarray(counts)
+    joined: list[Plateau] = []
+    for p in plateaus(times, counts, shortest):
+        if joined and joined[-1].count == p.count:  # across shorter runs: one state
+            p = Plateau(p.count, joined.pop().start, 0.0, p.censored, None)
+        joined.append(p)
+    out = []
+    for j, p in enumerate(joined):
+        until = joined[j + 1].start if j + 1 < len(joined) else math.inf
+        seen = times[(counts == p.count) & (times >= p.start) & (times < until)]
+        censored = bool(seen[-1] == times[-1])
+        after = joined[j + 1].count if j + 1 < len(joined) else None
+        if after is None and not censored:
+            after = int(counts[np.searchsorted(times, seen[-1], side="right")])
+        out.append(Plateau(p.count, p.start, float(seen[-1] - p.start), censored, after))
+    return out
+
+
+@dataclass(frozen=True)
+class Merge:
+    """A drop of the cluster count between two plateaus: the counts before and after, the
+    last time of the earlier plateau and the first of the later one; ``time`` their
+    midpoint and ``error`` half their gap (the merge lies within time ± error)."""
+
+    before: int
+    after: int
+    last: float
+    first: float
+
+    @property
+    def time(self) -> float:
+        return (self.last + self.first) / 2
+
+    @property
+    def error(self) -> float:
+        return (self.first - self.last) / 2
+
+
+def merges(times, counts, shortest: float) -> list[Merge]:
+    """The merges of a count series: every drop from one :func:`lifetimes` plateau to the
+    next (a rise is a formation stage, not a merge), in time order.
+
+    Parameters
+    ----------
+    times : (n,) increasing times; counts : (n,) integer counts at them.
+    shortest : the shortest run kept (≥ 0).
+    """
+    found = lifetimes(times, counts, shortest)
+    return [
+        Merge(p.count, q.count, p.start + p.duration, q.start)
+        for p, q in itertools.pairwise(found)
+        if q.count < p.count
+    ]

@@ -18,11 +18,15 @@ from tpde.experiments.circle_pde.report import (
     plateau_claims,
 )
 from tpde.experiments.common.circle_clusters import (
+    Merge,
     Plateau,
     cell_masses,
     cluster_masses,
+    clusters,
     density_masses,
     first_plateau,
+    lifetimes,
+    merges,
     plateaus,
     points_masses,
 )
@@ -59,6 +63,18 @@ def test_a_group_across_the_seam_is_one_cluster():
     assert count_points(points) == pytest.approx([0.4, 0.6], abs=1e-12)
     rotated = groups([math.pi, 2.5 + math.pi], [600, 400], 0.02)
     assert count_points(rotated) == pytest.approx([0.6, 0.4], abs=1e-12)
+
+
+def test_clusters_give_masses_and_centres():
+    """Groups at 0.5, 2.0 and (across the seam) 0 = 2π: their circular means to within the
+    cells' resolution (2π/512 = 0.012) and the sampling (sd 0.01/√n)."""
+    points = groups([0.5, 2.0, 0.0], [500, 300, 200], 0.01)
+    found = clusters(points_masses(points, 512), **COUNTER)
+    assert [m for m, _ in found] == pytest.approx([0.5, 0.3, 0.2], abs=1e-12)
+    centres = [c for _, c in found]  # the seam's group starts near 2π: last
+    assert centres[:2] == pytest.approx([0.5, 2.0], abs=6e-3)
+    assert min(centres[2], 2 * math.pi - centres[2]) < 6e-3
+    assert [m for m, _ in found] == cluster_masses(points_masses(points, 512), **COUNTER)
 
 
 def test_a_single_cluster_and_the_uniform_law():
@@ -126,6 +142,76 @@ def test_plateaus_of_a_count_series():
     assert first_plateau(times[:3], [2, 2, 2], 1.0) == Plateau(2, 0.0, 2.0, True, None)
     with pytest.raises(ValueError, match="received 20 times and 3 counts"):
         plateaus(times, [1, 2, 3], 1.0)
+
+
+def test_lifetimes_and_merges_of_a_flickering_count():
+    """0 until t = 5, three clusters to t = 43 with one save at 2 (t = 41, a flicker), two
+    to t = 79, one from t = 80 on: the three-cluster state lives 38 (joined across the
+    flicker), merges 3 → 2 in [43, 44] and 2 → 1 in [79, 80]; the last state is censored."""
+    times = np.arange(0.0, 101.0)
+    counts = np.zeros(101, dtype=int)
+    counts[5:44], counts[41], counts[44:80], counts[80:] = 3, 2, 2, 1
+    assert lifetimes(times, counts, 2.0) == [
+        Plateau(0, 0.0, 4.0, False, 3),
+        Plateau(3, 5.0, 38.0, False, 2),
+        Plateau(2, 44.0, 35.0, False, 1),
+        Plateau(1, 80.0, 20.0, True, None),
+    ]
+    found = merges(times, counts, 2.0)
+    assert found == [Merge(3, 2, 43.0, 44.0), Merge(2, 1, 79.0, 80.0)]
+    assert (found[0].time, found[0].error) == (43.5, 0.5)
+    # Sparser saves: the merge is known only within the gap between them.
+    sparse = merges(times[::10], counts[::10], 2.0)
+    assert [(m.before, m.after, m.time, m.error) for m in sparse] == [
+        (3, 2, 45.0, 5.0),
+        (2, 1, 75.0, 5.0),
+    ]
+    assert merges(times, np.full(101, 3), 2.0) == []  # one state to the end: no merge
+    with pytest.raises(ValueError, match="received 101 times and 3 counts"):
+        lifetimes(times, [1, 2, 3], 1.0)
+
+
+def test_long_pde_counts_the_clusters_past_the_finest_grid():
+    """a = 0.05 (clusters by t ≈ 4.5), grids 256 → 1024, then the nodes to t = 8 (their
+    quadrature gap reaches 1.9e-4 at 1024 nodes, 2.9e-3 at 512, as the gaps between
+    clusters empty: the tolerance is loosened to 1e-3 here): three clusters from t = 4.5
+    to the end, the heavier one where the cos θ mode adds mass, and the mass conserved."""
+    from tpde.experiments.circle_pde.long import long_pde
+
+    config = Config(amplitude=0.05, cells=256, window=9)
+    out = long_pde(config, 8.0, start_grid=256, max_grid=1024, quadrature=1e-3)
+    assert out["status"] == "completed" and out["end"] == 8.0
+    assert [M for _, M in out["refinements"]] == [512, 1024] and 6 < out["switch"] < 6.2
+    assert out["counts"][-1] == 3 and out["mass_error"] < 1e-14
+    assert out["lifetimes"][-1].count == 3 and out["lifetimes"][-1].censored
+    light, _, heavy = sorted(out["masses"][-1])
+    assert 0.25 < light < heavy < 0.4 and sum(out["masses"][-1]) > 0.85
+
+
+def test_clusters_paired_by_nearest_centre():
+    from tpde.experiments.circle_pde.long import _paired
+
+    ours = [(0.3, 0.1), (0.7, 3.0)]
+    theirs = [(0.69, 3.05), (0.31, 2 * math.pi - 0.05)]  # the first across the seam
+    pairs = _paired(ours, theirs)
+    assert [m for m, _ in pairs] == pytest.approx([0.01, -0.01], abs=1e-12)
+    assert [a for _, a in pairs] == pytest.approx([0.15, 0.05], abs=1e-12)
+    assert _paired(ours, theirs[:1]) is None and _paired([], []) is None
+
+
+@pytest.mark.slow
+def test_pde_clusters_against_particles():
+    """a = 0.05 (N_eff = 4/a² = 1600) against 10⁵ particles from the same ρ₀ (their noise
+    1/√n = 0.003 against the PDE's modes a/2 = 0.025): at t = 8 the same three clusters,
+    masses within 5e-3, centres within 0.06 rad (measured 2e-3 and 0.012–0.038: the
+    phases carry the particles' noise, ~0.13/k* rad)."""
+    from tpde.experiments.circle_pde.long import pde_against_particles
+
+    config = Config(amplitude=0.05, cells=256, window=9)
+    out = pde_against_particles(config, 100_000, 8.0, max_grid=1024, quadrature=1e-3)
+    assert out["pde_status"] == "completed" and len(out["pde"][-1]) == 3
+    assert max(abs(m) for m, _ in out["pairs"][-1]) < 5e-3
+    assert max(a for _, a in out["pairs"][-1]) < 0.06
 
 
 def test_save_times_are_dense_then_sparse():

@@ -14,10 +14,13 @@ and Strang splittings over a sum's parts (:class:`Splitting`, ``SPLITTINGS``);
 ``SCHEMES`` the finite-volume schemes of grid flows, chosen with :class:`FiniteVolumes`
 (:mod:`tpde.flows.systems.grid`);
 :func:`compare` the agreement harness (Gaussian ODE vs particles vs grid);
+:func:`integrate_circle` the circle PDE on grids refined as it sharpens (then, optionally,
+along its characteristics: :mod:`tpde.flows.circle_adaptive`);
 :func:`jko_step` and :func:`jko_flow` the JKO steps (:mod:`tpde.flows.jko`, ``GEOMETRIES``).
 The geodesic convexity probe is a property of an energy: :func:`tpde.fields.convexity_probe`.
 """
 
+from tpde.flows.circle_adaptive import integrate_circle
 from tpde.flows.compare import Comparison, compare
 from tpde.flows.events import BlowUp, Clustered, Converged
 from tpde.flows.integrate import integrate
@@ -80,6 +83,7 @@ __all__ = [
     "Trajectory",
     "compare",
     "integrate",
+    "integrate_circle",
     "jko_flow",
     "jko_step",
     "register_method",
