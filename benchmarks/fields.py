@@ -96,7 +96,7 @@ def masked_field(d: int, generator: torch.Generator):
 
 
 # name -> (factory(d, generator) -> field, engines that express it)
-VARIANTS = {
+FIELD_FACTORIES = {
     "softmax": (softmax_field, ("dense", "chunked", "sdpa", "keops", "auto")),
     "l2": (l2_field, ("dense", "chunked", "sdpa", "keops", "auto")),
     "multihead": (multihead_field, ("dense", "chunked", "sdpa", "keops", "auto")),
@@ -285,8 +285,8 @@ def run(variants, sizes, dims, budget=BUDGET_S, only=None):
     keops_ok, reason = keops_status()
     if not keops_ok:
         print(f"KeOps skipped: {reason}")
-    for name in (v for v in variants if v in VARIANTS):
-        factory, engines = VARIANTS[name]
+    for name in (v for v in variants if v in FIELD_FACTORIES):
+        factory, engines = FIELD_FACTORIES[name]
         for d in dims:
             generator = torch.Generator().manual_seed(0)
             field = factory(d, generator)
@@ -371,7 +371,7 @@ def add_softmax_ratio(rows) -> None:
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true")
-    names = [*VARIANTS, *FEEDFORWARD, "gqa"]
+    names = [*FIELD_FACTORIES, *FEEDFORWARD, "gqa"]
     parser.add_argument("--variants", nargs="*", default=names, choices=names)
     parser.add_argument("--sizes", nargs="*", type=int, help="n values (default: by --quick)")
     parser.add_argument("--dims", nargs="*", type=int, help="d values (default: by --quick)")

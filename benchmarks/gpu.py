@@ -39,7 +39,7 @@ from tpde._engines.keops import keops_status
 from tpde.fields import InnerSolves
 from tpde.measures import Empirical
 
-VARIANTS = {"softmax": softmax_field, "l2": l2_field, "sinkhorn": sinkhorn_field}
+FIELD_FACTORIES = {"softmax": softmax_field, "l2": l2_field, "sinkhorn": sinkhorn_field}
 ENGINES = ("dense", "sdpa", "keops", "auto")
 DENSE_MAX_N = 100_000
 COLUMNS = ["variant", "d", "n", "engine", "s", "GPU MB", "rel.err", "×dense", "×sdpa", "iters"]
@@ -139,7 +139,7 @@ def run(variants, sizes, dims, engines, device, budget_s: float, deadline: float
     for name in variants:
         for d in dims:
             generator = torch.Generator().manual_seed(0)
-            field = VARIANTS[name](d, generator)
+            field = FIELD_FACTORIES[name](d, generator)
             last = {}  # engine -> (seconds, n) at the previous size; inf after OOM or error
             for n in sizes:
                 cloud = Empirical(torch.randn(n, d, generator=generator).to(device))
@@ -165,7 +165,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="n = 10⁴, 10⁵; d = 16")
     parser.add_argument("--dry-run", action="store_true", help="tiny sizes on the CPU")
-    parser.add_argument("--variants", nargs="*", default=list(VARIANTS))
+    parser.add_argument("--variants", nargs="*", default=list(FIELD_FACTORIES))
     parser.add_argument("--budget", type=float, default=20.0, help="seconds per call")
     parser.add_argument("--deadline", type=float, default=420.0, help="seconds for the run")
     args = parser.parse_args()

@@ -35,7 +35,6 @@ from .common.variants import make_field
 NAME = "atlas"
 ORDER = 3  # place in ``tpde run`` and in the report
 TITLE = "attention atlas: every variant, Gaussian ODE vs particles vs grid"
-VARIANTS = tuple(variant_names())  # every registered variant (tpde.fields.registry)
 A = ((0.6, 0.3), (-0.2, -0.4))  # symmetric part indefinite: one stretching, one contracting axis
 V = ((1.0, 0.2), (-0.1, 0.8))
 MEAN = (0.5, -0.3)
@@ -44,7 +43,7 @@ COV = ((1.0, 0.3), (0.3, 0.5))
 
 @dataclass(frozen=True)
 class Config:
-    variants: tuple[str, ...] = VARIANTS
+    variants: tuple[str, ...] = tuple(variant_names())  # every registered variant
     n: int = 1000  # particles
     cells: int = 64  # grid cells per axis
     sinkhorn_cells: int = 40  # Sinkhorn's grid (a Sinkhorn scaling per step: cost ∝ cells⁴)
@@ -58,7 +57,7 @@ class Config:
     seed: int = 0
 
     def check(self) -> None:
-        fw.check_choices("variants", self.variants, VARIANTS)
+        fw.check_choices("variants", self.variants, tuple(variant_names()))
         if min(self.n, self.cells, self.saves, self.particle_steps, self.w2_points) < 2:
             raise ValueError("n, cells, saves, particle_steps and w2_points must be >= 2.")
         if self.t1 <= 0 or self.box <= 0 or self.blowup_trace <= 0:

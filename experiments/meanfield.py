@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from tpde.fields import registry
 from tpde.flows import compare
 from tpde.flows.compare import fit_rate
 from tpde.measures import Gaussian
@@ -27,7 +28,9 @@ from .common.variants import make_field
 NAME = "meanfield"
 ORDER = 4  # place in ``tpde run`` and in the report
 TITLE = "mean-field convergence: particle error vs n"
-VARIANTS = ("softmax", "l2", "sinkhorn")
+#: The variants run: registered names (tpde.fields.registry checks them) with a Gaussian
+#: solution to compare the particles with.
+MEANFIELD_VARIANTS = tuple(registry.variant(name).name for name in ("softmax", "l2", "sinkhorn"))
 A = ((-0.5, 0.3), (-0.2, -0.4))
 V = ((1.0, 0.2), (-0.1, 0.8))
 MEAN = (0.5, -0.3)
@@ -36,7 +39,7 @@ COV = ((1.0, 0.3), (0.3, 0.5))
 
 @dataclass(frozen=True)
 class Config:
-    variants: tuple[str, ...] = VARIANTS
+    variants: tuple[str, ...] = MEANFIELD_VARIANTS
     sizes: tuple[int, ...] = (125, 250, 500, 1000, 2000, 4000)
     sinkhorn_max_n: int = 1000  # Sinkhorn particles cost O(n²) per scaling iteration
     seeds: int = 16
@@ -44,7 +47,7 @@ class Config:
     particle_steps: int = 8
 
     def check(self) -> None:
-        fw.check_choices("variants", self.variants, VARIANTS)
+        fw.check_choices("variants", self.variants, MEANFIELD_VARIANTS)
         if len(self.sizes) < 2 or min(self.sizes) < 2 or self.seeds < 1 or self.t1 <= 0:
             raise ValueError("sizes needs two values >= 2, seeds >= 1 and t1 > 0.")
         if len(set(self.sizes)) < 2:

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import torch
 
-from tpde.fields import Exponential, Field, Softmax
+from tpde.fields import KERNELS, Exponential, Field, Softmax
 
 __all__ = ["fit_rate", "fourier_modes", "kernel_field"]
 
@@ -16,14 +16,16 @@ F64 = torch.float64
 
 
 def kernel_field(kernel: str, beta, d: int, *, rescale: bool = False) -> Field:
-    """Q = K = V = I, score β⟨x, y⟩: Softmax ("sa") or Exponential ("usa"). β may be an
-    array (one per leading batch element). ``rescale``: USA with V = e^{−β}I, the same
-    orbits in time t·e^{β} (rates are multiplied by e^{−β}), so large β is not stiff."""
+    """Q = K = V = I, score β⟨x, y⟩: the field of ``kernel`` in :data:`tpde.fields.KERNELS`,
+    Softmax ("sa") or Exponential ("usa"). β may be an array (one per leading batch
+    element). ``rescale``: USA with V = e^{−β}I, the same orbits in time t·e^{β} (rates are
+    multiplied by e^{−β}), so large β is not stiff."""
+    kind = KERNELS[kernel]
     beta = torch.as_tensor(np.asarray(beta, dtype=float), dtype=F64)
     eye = torch.eye(d, dtype=F64)
     beta = beta.reshape(-1, 1, 1, 1) if beta.ndim else beta  # (nβ, 1, d, d): over a batch
     V = torch.exp(-beta) * eye if rescale else eye
-    if kernel == "sa":
+    if kind is Softmax:
         return Softmax.from_interaction(beta * eye, eye)
     return Exponential(beta * eye, eye, V, scale=1.0)
 

@@ -16,11 +16,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from tpde.fields.registry import build
+from tpde.fields.registry import build, variant
 from tpde.flows import BlowUp, Converged, integrate
 from tpde.measures import Gaussian
 
-VARIANTS = ("softmax", "l2", "multihead", "sinkhorn")
+#: The paper's panels, in their order: registered variants (tpde.fields.registry checks the
+#: names).
+PAPER_VARIANTS = tuple(variant(name).name for name in ("softmax", "l2", "multihead", "sinkhorn"))
 
 
 def paper_field(variant: str, Q, K, V, heads: int = 1):
@@ -45,7 +47,7 @@ def paper_field(variant: str, Q, K, V, heads: int = 1):
             pad = torch.zeros(*Q.shape[:-2], missing, d, dtype=Q.dtype)
             Q, K = torch.cat([Q, pad], -2), torch.cat([K, pad], -2)
         return build("multihead", Q, K, V, heads=heads)
-    raise ValueError(f"unknown variant {variant!r}; choose among {', '.join(VARIANTS)}.")
+    raise ValueError(f"unknown variant {variant!r}; choose among {', '.join(PAPER_VARIANTS)}.")
 
 
 def init_grid(n: int, limit: float) -> np.ndarray:

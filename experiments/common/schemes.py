@@ -1,8 +1,8 @@
 """GLPR's softmax (Q = K = V = I, score β⟨x, y⟩) under a normalisation scheme (MATH.md §7).
 
 Used by the ``sphere`` and ``theory`` studies and the ``clustering`` sweep. The scheme
-names are those of tpde's table of schemes (:data:`SCHEMES`), the only place they are
-listed.
+names are those of tpde's table of schemes (:data:`tpde.fields.SCHEMES`), the only place
+they are listed.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import torch
 
 from tpde.experiments.common.kernels import kernel_field
 from tpde.fields import Normalized, NormScheme, Softmax
-from tpde.fields.norms.schemes import SCHEMES, scheme_from
+from tpde.fields.norms.schemes import scheme_from
 
-__all__ = ["SCHEMES", "glpr_softmax", "scheme_field", "scheme_object", "scheme_start"]
+__all__ = ["glpr_softmax", "scheme_field", "scheme_object", "scheme_start"]
 
 F64 = torch.float64
 
@@ -33,8 +33,8 @@ def scheme_field(scheme: str, beta: float, d: int, horizon: float, *, switch: fl
 
 def scheme_object(name: str, horizon: float, *, switch: float = 0.5, alpha: float = 1.0
                   ) -> NormScheme:  # fmt: skip
-    """The scheme named ``name`` (a key of :data:`SCHEMES`) with these options: Mix-LN hands
-    over at ``switch`` × ``horizon`` (its depth), nGPT steps by ``alpha``."""
+    """The scheme named ``name`` (a key of :data:`tpde.fields.SCHEMES`) with these options:
+    Mix-LN hands over at ``switch`` × ``horizon`` (its depth), nGPT steps by ``alpha``."""
     options = {
         "mix-ln": {"switch": switch * horizon, "depth": horizon},
         "ngpt": {"alpha": alpha},

@@ -10,7 +10,8 @@ NAME = "real-decoder"
 ORDER = 10  # place in ``tpde run`` and in the report
 TITLE = "a real decoder: SmolLM2-135M's token clouds vs its own flow"
 F64 = torch.float64
-VARIANTS = ("attn+norm", "attn", "attn+mlp", "sphere")
+#: The model's schedules compared with the network (not attention variants: routes).
+SCHEDULE_KINDS = ("attn+norm", "attn", "attn+mlp", "sphere")
 LABELS = {"network": "network (h = 1)", "attn+norm": "attention + RMSNorm (MLP = 0)",
           "attn": "attention only (no norm)", "attn+mlp": "attention + MLP (no norms)",
           "sphere": "post-LN sphere model", "flow": "continuous flow (dopri5)"}  # fmt: skip

@@ -8,7 +8,7 @@ import numpy as np
 
 from .. import framework as fw
 from ..common import real_normalised as nm
-from .config import COLORS, LABELS, VARIANTS
+from .config import COLORS, LABELS, SCHEDULE_KINDS
 from .run import _median
 
 
@@ -49,7 +49,7 @@ def plot(out: Path) -> list[Path]:
         (axes[3], "clusters", f"angular clusters (δ = {config['cluster_delta']})"),
     )
     for ax, q, title in panels:
-        for route in ("network", *VARIANTS):
+        for route in ("network", *SCHEDULE_KINDS):
             if q == "w2" and route == "network":
                 continue
             data = arrays[f"{q}_{route}"].astype(float)

@@ -8,7 +8,7 @@ import numpy as np
 
 from .. import framework as fw
 from ..common.real_normalised import fmt
-from .config import LABELS, MINILM_ROUTES, VARIANTS
+from .config import LABELS, MINILM_ROUTES, SCHEDULE_KINDS
 
 
 # ---------------------------------------------------------------------- report
@@ -45,7 +45,7 @@ def report(out: Path) -> fw.Report:
         f"30 (the splittings converge to it): " + toflow,
         "differs" if flow["top1"] < 0.9 else "agrees",
     )
-    tracked = [v for v in VARIANTS if r[f"track_{v}"] is not None and r[f"finite_{v}"] == 30]
+    tracked = [v for v in SCHEDULE_KINDS if r[f"track_{v}"] is not None and r[f"finite_{v}"] == 30]
     best = min(tracked, key=lambda v: r[f"track_{v}"]) if tracked else None
 
     def track(v):
@@ -54,12 +54,12 @@ def report(out: Path) -> fw.Report:
         stop = f" (finite to depth {r[f'finite_{v}']})" if r[f"finite_{v}"] < 30 else ""
         return f"{LABELS[v]} {r[f'track_{v}']:.3f}{stop}"
 
-    parts = ", ".join(track(v) for v in VARIANTS)
+    parts = ", ".join(track(v) for v in SCHEDULE_KINDS)
     if best is not None and r[f"track_{best}"] < 1.0:
         closest = f"{LABELS[best]} (W2 {r[f'track_{best}']:.2f} on the sphere)"
     else:  # chordal W2 ≈ √2: as far as unrelated directions
         closest = "none (every variant's W2 to the real clouds on the sphere is ≈ √2)"
-    last = [v for v in VARIANTS if r[f"cos_{v}"][-1] is not None]
+    last = [v for v in SCHEDULE_KINDS if r[f"cos_{v}"][-1] is not None]
     q2 = fw.Claim(
         "The clustering picture (attention, possibly normalised) accounts for the real clouds",
         f"W2 to the network's clouds on the unit sphere, mean over depths 1–30: {parts}; "

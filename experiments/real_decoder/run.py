@@ -15,7 +15,7 @@ from tpde.metrics.clustering import angular_cluster_count
 
 from .. import framework as fw
 from ..common import real_normalised as nm
-from .config import F64, MINILM_ROUTES, VARIANTS, Config
+from .config import F64, MINILM_ROUTES, SCHEDULE_KINDS, Config
 
 
 # ---------------------------------------------------------------------- the models
@@ -213,7 +213,7 @@ def run(config: Config, out: Path) -> None:
     started = time.perf_counter()
     model64, model32 = load_smollm2(F64), load_smollm2(torch.float32)
     sentences = corpus()[: config.sentences]
-    schedules = {kind: variant_schedule(model64, kind) for kind in VARIANTS}
+    schedules = {kind: variant_schedule(model64, kind) for kind in SCHEDULE_KINDS}
     rows, flows = [], []
     for i, sentence in enumerate(fw.progress(sentences, "real-decoder")):
         net = model64.hidden_states(model64.embed(sentence)[0])
@@ -264,7 +264,7 @@ def summarise(arrays: dict, config: Config) -> dict:
     r["first_cos_network_flow"] = _median(arrays["first_cos_network_flow"]).tolist()
     r["norm_first"] = _median(arrays["norm_first"]).tolist()
     r["norm_rest"] = _median(arrays["norm_rest"]).tolist()
-    for route in ("network", *VARIANTS):
+    for route in ("network", *SCHEDULE_KINDS):
         for q in ("w2", "erank", "aniso", "cos", "clusters"):
             r[f"{q}_{route}"] = _median(arrays[f"{q}_{route}"]).tolist()
         w2_by_depth = _median(arrays[f"w2_{route}"])[1:]

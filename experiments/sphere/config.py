@@ -6,16 +6,19 @@ from dataclasses import dataclass
 
 import torch
 
+from tpde.fields import SCHEMES, LayerNorm
+from tpde.theory import SCHEMES_WITH_LAW
+
 from .. import framework as fw
-from ..common.schemes import SCHEMES
 from ..common.sphere_diagram import (
     check_diagram_size,
 )
 
 NAME = "sphere"
 ORDER = 8  # place in ``tpde run`` and in the report
-#: The schemes of part (b), in the report's order (the quick run's summary lines name them).
-SPHERE_SCHEMES = ("post-ln", "pre-ln", "peri-ln", "mix-ln", "ngpt", "layernorm")
+#: The schemes of part (b), in the report's order (the quick run's summary lines name them):
+#: every scheme with an equiangular law, then LayerNorm (its h → 0 limit is post-LN's).
+SPHERE_SCHEMES = (*SCHEMES_WITH_LAW, LayerNorm.name)
 TITLE = "normalised tokens: GLPR's phase diagram, LayerNorm schemes, blow-up"
 F64 = torch.float64
 DELTA = 1e-3  # GLPR: tokens i, j are clustered when ⟨x_i, x_j⟩ > 1 − δ = 0.999

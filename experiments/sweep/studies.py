@@ -177,10 +177,10 @@ class Allowed:
 
 
 def _blowup_allowed() -> dict[str, Allowed]:
-    from ..common.paper import VARIANTS
+    from ..common.paper import PAPER_VARIANTS
 
     return {
-        "variant": Allowed(str, choices=VARIANTS),
+        "variant": Allowed(str, choices=PAPER_VARIANTS),
         "d": Allowed(int, 1),
         "heads": Allowed(int, 1),
         "samples": Allowed(int, 1),
@@ -226,7 +226,7 @@ def _blowup_combined(params: dict) -> str | None:
 
 
 def _clustering_allowed() -> dict[str, Allowed]:
-    from ..common.schemes import SCHEMES
+    from tpde.fields import SCHEMES
 
     return {
         "scheme": Allowed(str, choices=tuple(SCHEMES)),

@@ -6,9 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from tpde.theory import (
-    SCHEMES_WITH_LAW,
-)
+from tpde.fields import KERNELS
 
 from .. import framework as fw
 
@@ -19,7 +17,7 @@ TITLE = "mean-field theory as executed checks"
 
 @dataclass(frozen=True)
 class Config:
-    kernels: tuple[str, ...] = ("sa", "usa")
+    kernels: tuple[str, ...] = tuple(KERNELS)
     eq_ns: tuple[int, ...] = (3, 8, 32)
     eq_beta: float = 2.0
     eq_t1: float = 5.0
@@ -27,7 +25,7 @@ class Config:
     eq_rtol: float = 1e-12
     ngpt_alpha: float = 0.7
     ln_dt: float = 0.01
-    inst_kernels: tuple[str, ...] = ("sa", "usa")
+    inst_kernels: tuple[str, ...] = tuple(KERNELS)
     inst_betas: tuple[float, ...] = (1.0, 5.0, 10.0)
     inst_tokens: int = 1_000_000
     inst_seeds: int = 4
@@ -73,8 +71,8 @@ class Config:
         """Every key in its range before any work: types, signs, the float64 limits of the
         formulas (USA weights e^β overflow past β ≈ 709), the tolerances dopri5 can meet,
         step counts (bounded at 10⁶) and sizes (with :meth:`memory_bytes`)."""
-        fw.check_choices("kernels", self.kernels, ("sa", "usa"))
-        fw.check_choices("inst_kernels", self.inst_kernels, ("sa", "usa"))
+        fw.check_choices("kernels", self.kernels, tuple(KERNELS))
+        fw.check_choices("inst_kernels", self.inst_kernels, tuple(KERNELS))
         if not self.eq_ns or min(self.eq_ns) < 2:
             raise ValueError(f"eq_ns are token counts >= 2; received {self.eq_ns}.")
         positive = ("eq_t1", "eq_rtol", "ngpt_alpha", "ln_dt", "inst_level", "lat_delta",
@@ -289,8 +287,6 @@ QUICK = {
 }
 
 F64 = torch.float64
-#: Schemes with an equiangular law (part 1); "layernorm" is run against its h → 0 limit.
-LAW_SCHEMES = SCHEMES_WITH_LAW
 
 #: Part 1's agreement target (issue 22) and part 2's.
 LAW_TOL, RATE_TOL = 1e-8, 0.03

@@ -7,9 +7,11 @@ from pathlib import Path
 
 import numpy as np
 
+from tpde.theory import SCHEMES_WITH_LAW
+
 from .. import framework as fw
 from ..common.kernels import time_scale
-from .config import LAW_SCHEMES, LAW_TOL
+from .config import LAW_TOL
 
 
 def plot(out: Path) -> list[Path]:
@@ -30,7 +32,7 @@ def _plot_equiangular(plt, out, config, arrays, results):
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
     times, n = arrays["eq_times"], config["eq_ns"][len(config["eq_ns"]) // 2]
     kernel = config["kernels"][0]
-    for i, scheme in enumerate(LAW_SCHEMES):
+    for i, scheme in enumerate(SCHEMES_WITH_LAW):
         tag = f"eq__{kernel}__{scheme}__{n}"
         axes[0].plot(times, arrays[f"{tag}__law"], color=f"C{i}", label=scheme)
         axes[0].plot(times, arrays[f"{tag}__rho"], "o", color=f"C{i}", ms=4)

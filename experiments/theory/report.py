@@ -7,8 +7,10 @@ from pathlib import Path
 
 import numpy as np
 
+from tpde.theory import SCHEMES_WITH_LAW
+
 from .. import framework as fw
-from .config import LAW_SCHEMES, LAW_TOL, RATE_TOL, S2_LATTICE_FLOOR, S2_LATTICE_TOL
+from .config import LAW_TOL, RATE_TOL, S2_LATTICE_FLOOR, S2_LATTICE_TOL
 from .rates import forcing_rate_of
 
 
@@ -71,7 +73,7 @@ def _claims_equiangular(config, results) -> list[fw.Claim]:
     worst = max(laws, key=lambda k: laws[k]["rho_error"])
     out = [fw.Claim(
         "n equiangular tokens stay equiangular and ρ(t), r(t) follow the scalar law of their "
-        f"scheme ({', '.join(LAW_SCHEMES)}; kernels {', '.join(config['kernels'])}; MATH.md "
+        f"scheme ({', '.join(SCHEMES_WITH_LAW)}; kernels {', '.join(config['kernels'])}; MATH.md "
         f"§9), n ∈ {tuple(config['eq_ns'])}, β = {config['eq_beta']:g}: to {LAW_TOL:g}",
         f"{len(laws)} runs (dopri5, rtol {config['eq_rtol']:g}): max |ρ − law| = {rho:.1e} "
         f"(worst {worst}), max |r − law| = {radius:.1e}; pairwise inner products equal to "

@@ -20,6 +20,7 @@ from tpde.flows import Clustered, integrate
 from tpde.measures import Empirical, uniform_on_sphere
 from tpde.metrics import angular_cluster_count
 from tpde.theory import (
+    SCHEMES_WITH_LAW,
     dominant_mode,
     equiangular_frame,
     equiangular_solution,
@@ -31,7 +32,7 @@ from tpde.theory import (
 from .. import framework as fw
 from ..common.kernels import fourier_modes, kernel_field, time_scale
 from ..common.schemes import scheme_object
-from .config import F64, LAW_SCHEMES, Config
+from .config import F64, Config
 from .rates import random_rates, rate_results
 from .sphere import part_sphere
 
@@ -107,7 +108,7 @@ def part1(config) -> tuple[dict, dict]:
     times = np.linspace(0.0, config.eq_t1, config.eq_saves)
     arrays, results = {"eq_times": times}, {}
     for kernel in config.kernels:
-        for scheme in LAW_SCHEMES:
+        for scheme in SCHEMES_WITH_LAW:
             for n in config.eq_ns:
                 run = _equiangular_run(config, scheme, kernel, n, times)
                 key = f"{kernel}/{scheme}/{n}"
@@ -238,6 +239,9 @@ class FrankWolfe(Field):
 
     def __init__(self, field: Field):
         self.field, self.dim = field, field.dim
+
+    def children(self) -> tuple[Field, ...]:
+        return (self.field,)
 
     @property
     def time_dependent(self) -> bool:

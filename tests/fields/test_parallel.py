@@ -95,7 +95,11 @@ def test_positions_and_own_tokens_reach_the_branches():
     mu = Empirical(torch.randn(n, d, generator=g, dtype=torch.float64), positions=torch.arange(n))
     x = torch.randn(3, d, generator=g, dtype=torch.float64)
     assert block.needs_positions
-    with pytest.raises(ValueError, match="Parallel at points x needs their positions"):
+    # the branch is named: a Parallel declares its branches as children (it was unnamed)
+    with pytest.raises(
+        ValueError,
+        match=r"Parallel \(its part GroupedQueryAttention uses positions\) at points x needs",
+    ):
         block.velocity(mu, x)
     at = torch.tensor([0, 2, 4])
     expected = Sum([attention, MLP(mlp_weights, None, mlp_weights.T.clone(), None)]).velocity(

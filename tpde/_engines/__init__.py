@@ -49,7 +49,7 @@ from tpde._engines.keops import (
 )
 from tpde._engines.tiled import kernel_sum_tiled
 from tpde._engines.torch_engines import (
-    KERNELS,
+    POINTWISE_KERNELS,
     flash_logsumexp_available,
     kernel_sum_chunked,
     kernel_sum_dense,
@@ -65,7 +65,7 @@ from tpde._validation import check_choice
 
 __all__ = [
     "ENGINES",
-    "KERNELS",
+    "POINTWISE_KERNELS",
     "KeOpsUnavailable",
     "check_engine",
     "kernel_sum",
@@ -319,7 +319,7 @@ def kernel_sum(q, k, v, key_bias=None, kernel: str = "sigmoid", engine: str = "a
     ----------
     q : (..., n, e) queries;  k : (..., m, e) keys;  v : (..., m, f) values (fold key
     weights into v); key_bias : (..., m) or None, added inside φ.
-    kernel : one of :data:`KERNELS`.
+    kernel : one of :data:`POINTWISE_KERNELS`.
     engine : "auto", "dense", "chunked", "tiled" or "keops". "sdpa" raises: it only
         expresses normalised (softmax) averages.
 
@@ -328,7 +328,7 @@ def kernel_sum(q, k, v, key_bias=None, kernel: str = "sigmoid", engine: str = "a
     (..., n, f) tensor, differentiable in all inputs on every engine (first-order on
     "tiled"; "dense" and "chunked" to any order).
     """
-    check_choice(kernel, "kernel", tuple(KERNELS))
+    check_choice(kernel, "kernel", tuple(POINTWISE_KERNELS))
     if engine == "sdpa":
         raise ValueError(
             f"engine 'sdpa' only computes softmax-normalised averages and cannot express the "

@@ -240,17 +240,17 @@ def _causal_sdpa(q, k, v, key_bias, query_positions, key_positions):
 #
 #     out_i = Σ_j φ(q_i·k_j + b_j) v_j        (no normalisation over j)
 #
-# for the pointwise kernels φ of KERNELS: sigmoid attention (φ = σ), linear attention
-# (φ = identity) and the unnormalised exponential of the USA model (φ = exp, softmax's
-# numerator without its normaliser). SDPA cannot express these (it always normalises), so
+# for the pointwise kernels φ of POINTWISE_KERNELS: sigmoid attention (φ = σ), linear
+# attention (φ = identity) and the unnormalised exponential of the USA model (φ = exp,
+# softmax's numerator without its normaliser). SDPA cannot express these (it always normalises), so
 # they run on dense, chunked, tiled and keops.
 
-KERNELS = {"sigmoid": torch.sigmoid, "linear": lambda s: s, "exp": torch.exp}
+POINTWISE_KERNELS = {"sigmoid": torch.sigmoid, "linear": lambda s: s, "exp": torch.exp}
 
 
 def kernel_sum_dense(q, k, v, key_bias=None, kernel: str = "sigmoid"):
     """One (..., n, m) matrix φ(scores); O(n·m) memory."""
-    return KERNELS[kernel](dense_scores(q, k, key_bias)) @ v
+    return POINTWISE_KERNELS[kernel](dense_scores(q, k, key_bias)) @ v
 
 
 def kernel_sum_chunked(q, k, v, key_bias=None, kernel: str = "sigmoid"):

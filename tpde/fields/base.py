@@ -64,8 +64,8 @@ def check_no_overflow(value: torch.Tensor, mu, what: str, field=None) -> None:
     nan = bool(torch.isnan(value.detach()).any())
     foreign = _foreign_fields(field) if field is not None else []
     if foreign:
-        inside = "" if foreign == [field] else f" (inside {type(field).__name__})"
-        names = ", ".join(dict.fromkeys(type(f).__name__ for f in foreign))
+        inside = "" if foreign[0] is field else f" (inside {type(field).__name__})"
+        names = " inside ".join(dict.fromkeys(type(f).__name__ for f in reversed(foreign)))
         raise FloatingPointError(
             f"{names}{inside} returned {int(bad.sum())} non-finite entries "
             f"({'NaN' if nan else 'Inf'}) in {what} for finite tokens: the field's own "
@@ -83,14 +83,16 @@ def check_no_overflow(value: torch.Tensor, mu, what: str, field=None) -> None:
 
 
 def _foreign_fields(field) -> list:
-    """The fields defined outside tpde in ``field`` (itself, or inside a normalised or masked
-    field's ``field``): the likely source of a non-finite velocity, which tpde's own
-    stabilised sums do not produce. A :class:`~tpde.fields.Sum` checks its outside parts
-    itself, before it adds them (so an overflow of a tpde part is not blamed on them)."""
-    if not type(field).__module__.startswith("tpde."):
-        return [field]
-    inner = getattr(field, "field", None)
-    return _foreign_fields(inner) if isinstance(inner, Field) else []
+    """The fields defined outside tpde on the chain of single children from ``field``
+    (:meth:`Field.children`: itself, the field a normalised or masked field wraps, a user's
+    wrapper and the field it declares): the likely source of a non-finite velocity, which
+    tpde's own stabilised sums do not produce. A field of several children stops the chain:
+    which child produced the values is unknown there, so a :class:`~tpde.fields.Sum` checks
+    its parts itself, before it adds them (an overflow of a tpde part is not blamed on the
+    others)."""
+    foreign = [] if type(field).__module__.startswith("tpde.") else [field]
+    children = field.children() if isinstance(field, Field) else ()
+    return foreign + _foreign_fields(children[0]) if len(children) == 1 else foreign
 
 
 _MISSING = object()
@@ -171,8 +173,9 @@ class InnerSolves:
 
 #: Optional capabilities, and the methods whose implementation confers each one. A field
 #: has a capability when its class implements every method named here (not the default of
-#: :class:`Field`); wrappers (Normalized, Masked, MultiHead, LayerSchedule, Sum) derive
-#: theirs from their parts. Nothing is declared, so nothing can over-claim.
+#: :class:`Field`); composites (Normalized, Masked, MultiHead, LayerSchedule, Sum, a user's
+#: wrapper) derive theirs from their children (:meth:`Field.children`). Nothing is
+#: declared, so nothing can over-claim.
 CAPABILITIES = {
     # Γ[N(α, Σ)] is affine: gaussian_affine(t, mean, cov) -> (c, B); moment ODEs exist.
     "gaussian": ("gaussian_affine",),
@@ -299,6 +302,15 @@ class Field:
       convention of :class:`tpde.fields.gradient_flow.structure.GradientStructure`);
     - ``"projection"``: ``project(points)``.
 
+    Children: a composite field (a sum, a wrapper, a stack, a multi-head field) declares
+    the fields it is built from in :meth:`children` (as :meth:`torch.nn.Module.children`),
+    whatever it calls them: its capabilities (those of its class every child has), whether
+    it needs positions (any child's), its measure checks (every child's) and the blame of a
+    non-finite velocity on a field defined outside tpde follow from them; nothing probes
+    attribute names. ``sums_children`` says that the velocity is the sum of the children's
+    (a sum, a multi-head field, a parallel block): the norm schemes' rounding test bounds
+    it term by term.
+
     A field whose parameters jump in depth-time lists the jumps in ``breakpoints`` and
     returns the field acting at t from ``piece(t)``: steps land on every jump.
     A field that cannot follow a Gaussian says why in :meth:`gaussian_refusal` (the
@@ -311,6 +323,8 @@ class Field:
     overflow_source: str = "the attention scores"
     #: Times at which piecewise parameters jump (``piece(t)`` gives the field between).
     breakpoints: tuple[float, ...] = ()
+    #: Whether the velocity is the sum of the children's (class notes).
+    sums_children: bool = False
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -323,10 +337,22 @@ class Field:
                 "wrapper overrides the `capabilities` property to take its parts'."
             )
 
+    def children(self) -> tuple[Field, ...]:
+        """The fields this field is built from, its direct parts (as
+        :meth:`torch.nn.Module.children`): default none. A composite field (a sum's parts, a
+        wrapper's field, a stack's layers, a multi-head field's heads) returns them; its
+        capabilities, positions and checks follow from them (class notes)."""
+        return ()
+
     @property
     def capabilities(self) -> frozenset:
-        """The capabilities of this field (class notes): derived, never declared."""
-        return implemented_capabilities(type(self))
+        """The capabilities of this field (class notes): derived, never declared. A field
+        with children has those its class implements that every child has too (a wrapper
+        keeps Gaussians only if its field does); a composite with another rule (a sum's
+        shared projection, a scheme's retraction) overrides this property."""
+        own = implemented_capabilities(type(self))
+        children = self.children()
+        return shared_capabilities(children, own) if children else own
 
     @property
     def time_dependent(self) -> bool:
@@ -340,8 +366,9 @@ class Field:
         """Whether the velocity depends on the tokens' positions (causal masks, positional
         encodings): such a field evaluates at points x other than μ's own tokens only with
         their ``positions``. A wrapper has it when a part has it and passes the positions on
-        (``particle_velocity(..., positions=p)``, :func:`part_velocity`). Default False."""
-        return False
+        (``particle_velocity(..., positions=p)``, :func:`part_velocity`). Default: whether a
+        child (:meth:`children`) uses them; False for a field without children."""
+        return any(child.needs_positions for child in self.children())
 
     def supports(self, capability: str) -> bool:
         """Whether this field has ``capability`` (:func:`supports`)."""
@@ -487,6 +514,11 @@ class Field:
             "a gradient flow (MATH.md §5)."
         )
 
+    def domain_hint(self, mu) -> str:
+        """Why the energy may be infinite at ``mu`` (a sentence for a JKO step's message), or
+        "" (default: nothing known)."""
+        return ""
+
     def gradient_structure(self, t: float = 0.0):
         """Sign, mobility and metric in which the field is a gradient flow (MATH.md §5).
 
@@ -500,7 +532,23 @@ class Field:
 
     # ------------------------------------------------------------------ checks
     def check_measure(self, mu) -> None:
-        """Raise unless ``mu`` is a tpde measure on this field's R^d."""
+        """Raise unless ``mu`` is a tpde measure on this field's R^d that this field and each
+        of its children accept: the checks below, then :meth:`check_measure_kind`, then
+        every child's ``check_measure`` (:meth:`children`)."""
+        self._check_measure_alone(mu)
+        self.check_measure_kind(mu)
+        for child in self.children():
+            child.check_measure(mu)
+
+    def check_measure_kind(self, mu) -> None:
+        """Raise where this field cannot act on ``mu``'s kind of measure although its
+        children may (a Grid under a norm scheme, a Gaussian under a sum with a part that
+        loses Gaussians); default: nothing. Runs after the generic checks, before the
+        children's."""
+
+    def _check_measure_alone(self, mu) -> None:
+        """The generic checks of :meth:`check_measure`: a tpde measure, this field's d, finite
+        values, a batch shape that broadcasts with the parameters'."""
         if not isinstance(mu, Empirical | Gaussian | Grid):
             raise TypeError(
                 f"mu must be a tpde measure (Empirical, Gaussian or Grid); received "

@@ -31,6 +31,7 @@ def part_velocity(field, t, mu, x, engine, info, positions, *, own=None) -> torc
     own = check_own(own, x, mu)
     extra = {}
     if positions is not None and field.needs_positions:
+        _check_takes_positions(field)
         extra["positions"] = positions
     if own is not None and takes_own(type(field)):
         extra["own"] = own
@@ -40,14 +41,43 @@ def part_velocity(field, t, mu, x, engine, info, positions, *, own=None) -> torc
 @functools.cache
 def takes_own(cls: type) -> bool:
     """Whether ``cls.particle_velocity`` declares the keyword ``own`` (asked once per class)."""
+    return _takes_keyword(cls, "own")
+
+
+@functools.cache
+def _takes_keyword(cls: type, name: str) -> bool:
+    """Whether ``cls.particle_velocity`` declares the keyword ``name`` (once per class)."""
     method = getattr(cls, "particle_velocity", None)
     try:
         parameters = inspect.signature(method).parameters
     except (TypeError, ValueError):  # not introspectable: call it the older way
         return False
-    return "own" in parameters and parameters["own"].kind in (
+    return name in parameters and parameters[name].kind in (
         inspect.Parameter.KEYWORD_ONLY,
         inspect.Parameter.POSITIONAL_OR_KEYWORD,
+    )
+
+
+@functools.cache
+def _takes_keywords(cls: type) -> bool:
+    """Whether ``cls.particle_velocity`` takes ``**keywords`` (once per class)."""
+    try:
+        parameters = inspect.signature(cls.particle_velocity).parameters.values()
+    except (AttributeError, TypeError, ValueError):
+        return False
+    return any(p.kind == inspect.Parameter.VAR_KEYWORD for p in parameters)
+
+
+def _check_takes_positions(field) -> None:
+    """Raise unless a field that needs positions takes them (a wrapper whose declared child
+    uses positions needs ``positions=None`` in its ``particle_velocity``)."""
+    if _takes_keyword(type(field), "positions") or _takes_keywords(type(field)):
+        return
+    raise TypeError(
+        f"{_positions_user(field)} needs the positions of the points x, but "
+        f"{type(field).__name__}.particle_velocity takes no positions=: declare "
+        "particle_velocity(t, mu, x, engine, info=None, positions=None, *, own=None) and pass "
+        "them on to the children with tpde.fields.part_velocity."
     )
 
 
@@ -113,14 +143,9 @@ def _positional_part(field):
     """The first field inside ``field`` (itself included) that uses positions, or None."""
     if not field.needs_positions:
         return None
-    for attr in ("parts", "layers", "heads"):
-        parts = getattr(field, attr, ())
-        for part in parts if isinstance(parts, tuple | list) else ():
-            if getattr(part, "needs_positions", False) is True:
-                return _positional_part(part)
-    inner = getattr(field, "field", None)
-    if getattr(inner, "needs_positions", False) is True:
-        return _positional_part(inner)
+    for child in field.children():
+        if child.needs_positions:
+            return _positional_part(child)
     return field
 
 

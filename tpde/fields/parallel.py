@@ -67,6 +67,13 @@ class Parallel(Field):
         self.breakpoints = self._sum.breakpoints
         self._pieces: dict = {}
 
+    #: Γ = Σ_b Γ_b (Field.sums_children).
+    sums_children = True
+
+    def children(self) -> tuple[Field, ...]:
+        """The branches, in order."""
+        return self.branches
+
     @property
     def capabilities(self) -> frozenset:
         return self._sum.capabilities
@@ -83,11 +90,6 @@ class Parallel(Field):
         if id(piece) not in self._pieces:
             self._pieces[id(piece)] = Parallel(piece)
         return self._pieces[id(piece)]
-
-    @property
-    def needs_positions(self) -> bool:
-        """Whether a branch reads token positions (they are passed on to it)."""
-        return self._sum.needs_positions
 
     def particle_velocity(
         self, t, mu: Empirical, x, engine: str, info=None, positions=None, *, own=None

@@ -46,18 +46,17 @@ class LayerSchedule(Field):
         self.dim = self.layers[0].dim
         self.breakpoints = tuple(float(b) for b in range(1, len(self.layers)))
 
+    def children(self) -> tuple[Field, ...]:
+        """The layers, in order. Every layer checks the measure (a masked layer needs
+        positions, a sphere scheme tokens on the sphere): a run fails at its start, not at
+        the layer that objects; positions are passed on to the layer acting at t."""
+        return self.layers
+
     @property
     def capabilities(self) -> frozenset:
         """ "gaussian" when every layer has it; projections are the pieces' own (the flow
         asks the layer acting at t)."""
         return shared_capabilities(self.layers)
-
-    def check_measure(self, mu) -> None:
-        """Every layer checks the measure (a masked layer needs positions, a sphere scheme
-        tokens on the sphere): a run fails at its start, not at the layer that objects."""
-        super().check_measure(mu)
-        for layer in self.layers:
-            layer.check_measure(mu)
 
     def piece(self, t: float) -> Field:
         """The layer acting at depth-time t (layer l on [l, l + 1))."""
@@ -67,11 +66,6 @@ class LayerSchedule(Field):
     @property
     def time_dependent(self) -> bool:
         return True  # piecewise constant in t: the layers change at the breakpoints
-
-    @property
-    def needs_positions(self) -> bool:
-        """Whether a layer uses positions (they are passed on to the layer acting at t)."""
-        return any(layer.needs_positions for layer in self.layers)
 
     def particle_velocity(
         self, t, mu: Empirical, x, engine: str, info=None, positions=None, *, own=None

@@ -23,6 +23,7 @@ import torch
 from tpde.fields.base import (
     Field,
     GaussianNotPreserved,
+    _foreign_fields,
     addition,
     check_velocity_shape,
     check_velocity_type,
@@ -87,7 +88,14 @@ class Sum(Field):
         self.breakpoints = tuple(sorted({b for part in flat for b in part.breakpoints}))
         self._pieces: dict = {}
 
+    #: Γ = Σ_p Γ_p (Field.sums_children).
+    sums_children = True
+
     # ------------------------------------------------------------------ protocol
+    def children(self) -> tuple[Field, ...]:
+        """The parts, in order."""
+        return self.parts
+
     @property
     def capabilities(self) -> frozenset:
         own = shared_capabilities(self.parts)
@@ -119,11 +127,6 @@ class Sum(Field):
             self._pieces[key] = Sum(pieces)
         return self._pieces[key]
 
-    @property
-    def needs_positions(self) -> bool:
-        """Whether a part uses positions (they are passed on to it)."""
-        return any(part.needs_positions for part in self.parts)
-
     def particle_velocity(
         self, t, mu: Empirical, x, engine: str, info=None, positions=None, *, own=None
     ) -> torch.Tensor:
@@ -133,15 +136,7 @@ class Sum(Field):
             who = f"part {index} of the sum, {type(part).__name__},"
             check_velocity_type(v, part)
             check_velocity_shape(v, x, who)  # a narrower v would broadcast into the total
-            if not type(part).__module__.startswith("tpde.") and not bool(
-                torch.isfinite(v.detach().sum())
-            ):  # a field defined outside tpde: name it, not an overflow of the sum
-                raise FloatingPointError(
-                    f"{who} returned {int((~torch.isfinite(v.detach())).sum())} non-finite "
-                    "entries (NaN or Inf) for finite tokens: its own particle_velocity "
-                    "produced them (look for 0/0 at a point, a log of 0, or an exp that "
-                    "overflows)."
-                )
+            _check_foreign_part(v, part, who)
             total = v if total is None else total + v
         return total
 
@@ -178,12 +173,10 @@ class Sum(Field):
             "(Empirical.from_gaussian)."
         )
 
-    def check_measure(self, mu) -> None:
-        super().check_measure(mu)
+    def check_measure_kind(self, mu) -> None:
+        """A Gaussian only where every part keeps Gaussians (before the parts' checks)."""
         if isinstance(mu, Gaussian) and not self.supports("gaussian"):
             raise GaussianNotPreserved(self.gaussian_refusal())
-        for part in self.parts:
-            part.check_measure(mu)
 
     def projection_needs_split(self) -> bool:
         """Whether some part projects but the parts share no projection: only a splitting
@@ -196,3 +189,21 @@ class Sum(Field):
 
     def __repr__(self) -> str:
         return " + ".join(repr(part) for part in self.parts)
+
+
+def _check_foreign_part(v: torch.Tensor, part: Field, who: str) -> None:
+    """Raise FloatingPointError where a part holding a field defined outside tpde (itself or
+    a declared child, :func:`~tpde.fields.base._foreign_fields`) returned non-finite values:
+    named, not reported later as an overflow of the sum."""
+    foreign = _foreign_fields(part)
+    if not foreign or bool(torch.isfinite(v.detach().sum())):
+        return
+    inside = ""
+    if foreign != [part]:
+        chain = " inside ".join(type(f).__name__ for f in reversed(foreign))
+        inside = f" (a field defined outside tpde: {chain})"
+    raise FloatingPointError(
+        f"{who}{inside} returned {int((~torch.isfinite(v.detach())).sum())} non-finite entries "
+        "(NaN or Inf) for finite tokens: its own particle_velocity produced them (look for "
+        "0/0 at a point, a log of 0, or an exp that overflows)."
+    )

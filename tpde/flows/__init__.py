@@ -11,7 +11,7 @@ Runge–Kutta tableaux with their orders (:class:`ExplicitRK`), the L-stable Ros
 method for stiff flows (:data:`RODAS4`, :class:`Rosenbrock`), :class:`Auto` the default
 "auto" (dopri5, switching to rodas4 when a Gaussian run turns stiff), and the Lie–Trotter
 and Strang splittings over a sum's parts (:class:`Splitting`, ``SPLITTINGS``);
-``SCHEMES`` the finite-volume schemes of grid flows, chosen with :class:`FiniteVolumes`
+``RECONSTRUCTIONS`` the finite-volume schemes of grid flows, chosen with :class:`FiniteVolumes`
 (:mod:`tpde.flows.systems.grid`);
 :func:`compare` the agreement harness (Gaussian ODE vs particles vs grid);
 :func:`integrate_circle` the circle PDE on grids refined as it sharpens (then, optionally,
@@ -39,7 +39,7 @@ from tpde.flows.methods import (
     register_method,
 )
 from tpde.flows.systems import (
-    SCHEMES,
+    RECONSTRUCTIONS,
     SYSTEMS,
     CFLViolation,
     FiniteVolumes,
@@ -56,8 +56,8 @@ __all__ = [
     "GEOMETRIES",
     "LIE_TROTTER",
     "METHODS",
+    "RECONSTRUCTIONS",
     "RODAS4",
-    "SCHEMES",
     "SPLITTINGS",
     "STATUSES",
     "STRANG",
@@ -89,3 +89,9 @@ __all__ = [
     "register_method",
     "register_system",
 ]
+
+
+def __getattr__(name: str):
+    from tpde.flows.systems.reconstructions import renamed
+
+    return renamed(__name__, name)  # SCHEMES: the former name of RECONSTRUCTIONS

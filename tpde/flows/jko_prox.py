@@ -184,10 +184,9 @@ def _two_loop(grad: torch.Tensor, pairs) -> torch.Tensor:
 
 
 def _domain_hint(G, mu) -> str:
-    """Why the energy may be infinite at mu, where the field can say (``domain_hint``)."""
-    structure = getattr(G, "structure", None)
-    hint = getattr(getattr(structure, "field", None), "domain_hint", None)
-    return hint(mu) if callable(hint) else ""
+    """Why the energy G (an Energy) may be infinite at mu, where it can say (``domain_hint``; a
+    field's Lyapunov functional asks the field)."""
+    return G.domain_hint(mu)
 
 
 def solve_prox(prox, G, tau: float, *, tol: float, max_iter: int, engine: str):

@@ -68,7 +68,11 @@ class Layer:
     def parts(self) -> tuple[Field, ...]:
         """The sublayers in order (attention, MLP), each with its norm: the split's parts
         (a parallel block's branches)."""
-        return tuple(b for part in self.field.parts for b in getattr(part, "branches", (part,)))
+        return tuple(
+            branch
+            for part in self.field.parts
+            for branch in (part.branches if isinstance(part, Parallel) else (part,))
+        )
 
 
 #: SmolLM2's name for a block (the same class).

@@ -24,9 +24,9 @@ The derivations marked [ours] in MATH.md §9 are tpde's; the experiment ``tpde r
 checks every formula here against particles.
 """
 
+from tpde.fields import KERNELS
 from tpde.theory.clusters import hardmax_vertices, renyi_centres
 from tpde.theory.equiangular import (
-    KERNELS,
     SCHEMES_WITH_LAW,
     EquiangularSolution,
     equiangular_frame,

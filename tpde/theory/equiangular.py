@@ -17,13 +17,14 @@ from tpde._validation import (
     check_positive_int,
     check_real,
 )
+from tpde.fields import KERNELS, SCHEMES
 from tpde.theory._stiffness import WorkBound, check_stiffness
 
-#: Normalisers of the attention kernel: softmax ("sa") or 1/n ("usa").
-KERNELS = ("sa", "usa")
-#: Schemes of :class:`tpde.fields.Normalized` with an equiangular law ("layernorm" has
-#: none: see :func:`equiangular_velocity`).
-SCHEMES_WITH_LAW = ("post-ln", "pre-ln", "peri-ln", "mix-ln", "ngpt")
+#: The schemes of :class:`tpde.fields.Normalized` with an equiangular law, in the order of
+#: the table of schemes (:data:`tpde.fields.SCHEMES`, the trait ``equiangular_law``;
+#: "layernorm" has none: see :func:`equiangular_velocity`). The kernels' normalisers are
+#: :data:`tpde.fields.KERNELS` ("sa", "usa").
+SCHEMES_WITH_LAW = tuple(name for name, scheme in SCHEMES.items() if scheme.equiangular_law)
 _LAYERNORM_WHY = (
     "the 'layernorm' scheme has no equiangular law: it applies LayerNorm after every finite "
     "step (x <- LN(x + hΓ)), LN is not idempotent for a general gain, bias or eps > 0, and no "

@@ -155,6 +155,10 @@ class Masked(Field):
             info=info,
         )  # fmt: skip
 
+    def children(self) -> tuple[Field, ...]:
+        """The masked field."""
+        return (self.field,)
+
     @property
     def time_dependent(self) -> bool:
         return self.field.time_dependent
@@ -219,8 +223,8 @@ class Masked(Field):
         return NO_GAUSSIAN
 
     # ------------------------------------------------------------------ checks
-    def check_measure(self, mu) -> None:
-        super().check_measure(mu)
+    def check_measure_kind(self, mu) -> None:
+        """Token positions: no Grid, no Empirical without positions, no Gaussian."""
         if isinstance(mu, Grid):
             raise ValueError(
                 "masked attention needs token positions, and a Grid carries none: integrate "

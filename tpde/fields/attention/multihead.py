@@ -62,6 +62,13 @@ class MultiHead(Field):
         self._W_at(0.0, None)  # shapes checked now, not in the first step of a run
         self._bias_at(0.0, None)
 
+    #: Γ = Σ_h W_hᵀ Γ_h (Field.sums_children).
+    sums_children = True
+
+    def children(self) -> tuple[Field, ...]:
+        """The heads, in order."""
+        return self.heads
+
     @property
     def capabilities(self) -> frozenset:
         """ "gaussian" when every head keeps Gaussians Gaussian (the sum of affine closures)."""
@@ -116,11 +123,6 @@ class MultiHead(Field):
     def time_dependent(self) -> bool:
         own = any(p is not None and not isinstance(p, torch.Tensor) for p in (self.W, self.bias))
         return own or any(head.time_dependent for head in self.heads)
-
-    @property
-    def needs_positions(self) -> bool:
-        """Whether a head uses positions (they are passed on to it)."""
-        return any(head.needs_positions for head in self.heads)
 
     def particle_velocity(
         self, t, mu: Empirical, x, engine: str, info=None, positions=None, *, own=None

@@ -50,6 +50,11 @@ class Energy:
             value = self.first_variation(mu, x, engine).sum()
             return torch.autograd.grad(value, x)[0]
 
+    def domain_hint(self, mu) -> str:
+        """Why the energy may be infinite at ``mu`` (a sentence for a JKO step's message), or
+        "" (default: nothing known)."""
+        return ""
+
 
 class _CallableEnergy(Energy):
     """Any callable measure -> scalar tensor; derivatives by autograd only."""

@@ -50,6 +50,10 @@ class LyapunovEnergy(Energy):
         s = self.structure
         return s.lyapunov_sign * s.field.first_variation_grad(mu, x, t=s.t, engine=engine)
 
+    def domain_hint(self, mu) -> str:
+        """The field's :meth:`~tpde.fields.Field.domain_hint` (softmax: ρ < 1 for Gaussians)."""
+        return self.structure.field.domain_hint(mu)
+
     def __repr__(self) -> str:
         return f"Lyapunov({self.structure!r})"
 

@@ -73,16 +73,16 @@ def _resolved(field, t, mu, x, out: torch.Tensor) -> torch.Tensor:
 def _term_scale(field, t, mu, x):
     """The largest value |v_j| = |V y_j + b_v| a field averages (batch shape), or None.
 
-    A softmax form gives its values; a multi-head field the sum over its heads of the
-    head's scale times |W_h| (Frobenius, a bound on the operator norm), plus |b_O|; a sum
-    the sum over its parts. Any other field: None (unknown)."""
+    A softmax form gives its values; a field whose velocity is the sum of its children's
+    (``sums_children``: a sum, a parallel block) the sum over its children, and a multi-head
+    field the sum over its heads of the head's scale times |W_h| (Frobenius, a bound on the
+    operator norm), plus |b_O|. Any other field: None (unknown)."""
     if field.supports("softmax_form"):
         form = field.softmax_form(t, mu, x)
         return safe_norm(form.finish(form.points)).amax(-1)
-    parts = getattr(field, "heads", None) or getattr(field, "parts", None)
-    if not isinstance(parts, tuple):
+    if not field.sums_children:
         return None
-    scales = [_term_scale(part, t, mu, x) for part in parts]
+    scales = [_term_scale(part, t, mu, x) for part in field.children()]
     if any(scale is None for scale in scales):
         return None
     W = getattr(field, "_W_at", lambda t, like: None)(t, x)

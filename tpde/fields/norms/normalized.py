@@ -76,6 +76,10 @@ class Normalized(Field):
         self._pieces = {}
 
     # ------------------------------------------------------------------ protocol
+    def children(self) -> tuple[Field, ...]:
+        """The wrapped field."""
+        return (self.field,)
+
     @property
     def capabilities(self) -> frozenset:
         """ "projection" where the scheme has one; nothing else (no Gaussian closure)."""
@@ -105,11 +109,6 @@ class Normalized(Field):
             return piece.velocity(mu, x, positions=positions, t=t, engine=engine, info=info)
         return super().velocity(mu, x, positions=positions, t=t, engine=engine, info=info)
 
-    @property
-    def needs_positions(self) -> bool:
-        """Whether the wrapped field uses positions (they are passed on to it)."""
-        return self.field.needs_positions
-
     def particle_velocity(
         self, t, mu: Empirical, x, engine: str, info=None, positions=None, *, own=None
     ) -> torch.Tensor:
@@ -129,8 +128,8 @@ class Normalized(Field):
         """The scheme's retraction after every step (N on the sphere, LN or RMS "post")."""
         return self.scheme.project(points)
 
-    def check_measure(self, mu) -> None:
-        super().check_measure(mu)
+    def check_measure_kind(self, mu) -> None:
+        """Token clouds only (no Grid, no Gaussian), before the wrapped field's checks."""
         if isinstance(mu, Grid):
             raise ValueError(
                 f"{self.scheme.name} attention acts on token clouds (Empirical); a Grid has no "
@@ -138,7 +137,11 @@ class Normalized(Field):
             )
         if isinstance(mu, Gaussian):
             raise GaussianNotPreserved(self.gaussian_refusal())
-        self.field.check_measure(mu)
+
+    def check_measure(self, mu) -> None:
+        """The field's checks (:meth:`Field.check_measure`), then the scheme's: gains of
+        the tokens' d, tokens on the sphere for the sphere schemes."""
+        super().check_measure(mu)
         if self.dim is None:  # a field of any d: the scheme's gains meet the tokens' d here
             self.scheme.check_dim(mu.dim)
         self.scheme.check_tokens(mu)

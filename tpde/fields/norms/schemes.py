@@ -105,6 +105,9 @@ class NormScheme:
     on_sphere: ClassVar[bool] = False
     #: Depth-times where the scheme changes (Mix-LN).
     breakpoints: ClassVar[tuple[float, ...]] = ()
+    #: Whether equiangular tokens stay equiangular with a scalar law for their inner
+    #: product ρ and radius r (:mod:`tpde.theory.equiangular`, MATH.md §9).
+    equiangular_law: ClassVar[bool] = False
 
     def velocity(self, field, t, mu, x, engine, info) -> torch.Tensor:
         """Γ̃[μ](x), the scheme's velocity around the field's Γ (μ an Empirical)."""
@@ -185,6 +188,7 @@ class PostLN(_OnSphere):
     """
 
     name: ClassVar[str] = "post-ln"
+    equiangular_law: ClassVar[bool] = True
 
     def velocity(self, field, t, mu, x, engine, info):
         if not self.tangent:
@@ -224,6 +228,7 @@ class NGPT(_OnSphere):
 
     alpha: object = 1.0
     name: ClassVar[str] = "ngpt"
+    equiangular_law: ClassVar[bool] = True
 
     def __post_init__(self):
         if not callable(self.alpha):
@@ -271,6 +276,7 @@ class PreLN(NormScheme):
     """Pre-LN: ẋ = Γ[N#μ](N(x)); with x = rθ the angle moves at speed |P⊥_θΓ|/r."""
 
     name: ClassVar[str] = "pre-ln"
+    equiangular_law: ClassVar[bool] = True
 
     def velocity(self, field, t, mu, x, engine, info):
         return _pre_velocity(unit, field, t, mu, x, engine, info)
@@ -281,6 +287,7 @@ class PeriLN(NormScheme):
     """Peri-LN: ẋ = N(Γ[N#μ](N(x))), unit-speed updates."""
 
     name: ClassVar[str] = "peri-ln"
+    equiangular_law: ClassVar[bool] = True
 
     def velocity(self, field, t, mu, x, engine, info):
         out, queries, keys = _normalised_call(unit, field, t, mu, x, engine, info)
@@ -303,6 +310,7 @@ class MixLN(NormScheme):
     tangent: bool = True
     atol: float | None = None
     name: ClassVar[str] = "mix-ln"
+    equiangular_law: ClassVar[bool] = True
 
     def __post_init__(self):
         depth = check_positive(self.depth, "depth")
@@ -537,7 +545,8 @@ class Sandwich(NormScheme):
 
 
 #: Every scheme by its string alias: ``Normalized(field, "post-ln", **options)`` builds
-#: ``PostLN(**options)``.
+#: ``PostLN(**options)``. The one table of scheme names: :mod:`tpde.theory` (the schemes
+#: with an equiangular law, ``equiangular_law``), the experiments and the benchmarks read it.
 SCHEMES: dict[str, type[NormScheme]] = {
     cls.name: cls for cls in (PostLN, PreLN, PeriLN, MixLN, NGPT, LayerNorm, RMSNorm, Sandwich)
 }

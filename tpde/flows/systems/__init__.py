@@ -20,7 +20,13 @@ from tpde.flows.systems.gaussian import GaussianSystem
 from tpde.flows.systems.grid import FiniteVolumes, GridSystem
 from tpde.flows.systems.jacobian import Linearization, SymmetricCoordinates, autograd_jacobian
 from tpde.flows.systems.particles import ParticleSystem
-from tpde.flows.systems.reconstructions import MUSCL, SCHEMES, Reconstruction, Upwind
+from tpde.flows.systems.reconstructions import (
+    MUSCL,
+    RECONSTRUCTIONS,
+    Reconstruction,
+    Upwind,
+    renamed,
+)
 from tpde.flows.systems.registry import SYSTEMS, build_system, register_system, system_builder
 
 # Every module of this folder registers its systems when imported: a new module is found
@@ -30,7 +36,7 @@ for _module in pkgutil.iter_modules(__path__):
 
 __all__ = [
     "MUSCL",
-    "SCHEMES",
+    "RECONSTRUCTIONS",
     "SYSTEMS",
     "CFLController",
     "CFLViolation",
@@ -50,3 +56,7 @@ __all__ = [
     "register_system",
     "system_builder",
 ]
+
+
+def __getattr__(name: str):
+    return renamed(__name__, name)  # SCHEMES: the former name of RECONSTRUCTIONS

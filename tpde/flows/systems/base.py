@@ -45,7 +45,7 @@ import math
 
 import torch
 
-from tpde.fields import Field, InnerSolves
+from tpde.fields import Field, InnerSolves, Sum
 
 __all__ = ["System", "check_start", "reduce_element"]
 
@@ -176,15 +176,19 @@ class System:
 
     # ------------------------------------------------------------------ splitting
     @property
+    def split_fields(self) -> tuple:
+        """The fields a splitting method steps one at a time: a :class:`~tpde.fields.Sum`'s
+        parts, or the field acting now alone (any other field, a parallel block included)."""
+        return self.field.parts if isinstance(self.field, Sum) else (self.field,)
+
+    @property
     def parts(self) -> int:
-        """Number of parts of the field acting now (a :class:`~tpde.fields.Sum`'s parts;
-        1 for any other field): what a splitting method steps one at a time."""
-        return len(getattr(self.field, "parts", (None,)))
+        """Number of parts of the field acting now (:attr:`split_fields`)."""
+        return len(self.split_fields)
 
     def part_field(self, index: int):
         """The field of part ``index`` acting now."""
-        parts = getattr(self.field, "parts", None)
-        return self.field if parts is None else parts[index]
+        return self.split_fields[index]
 
     def rhs_part(self, index: int, t, state):
         """The right-hand side of one part alone (splitting methods)."""

@@ -73,7 +73,7 @@ def circle_model(field) -> tuple[str, float, float]:
     ``Normalized(Softmax(...) or Exponential(...), "post-ln")`` in d = 2 with a constant
     A = βI, β > 0, and V = vI, unbatched.
     """
-    from tpde.fields import Exponential, Normalized, PostLN, Softmax
+    from tpde.fields import KERNELS, Normalized, PostLN
 
     if not isinstance(field, Normalized) or not isinstance(field.scheme, PostLN):
         raise ValueError(
@@ -84,8 +84,7 @@ def circle_model(field) -> tuple[str, float, float]:
             + ". Wrap the attention field in Normalized(field, 'post-ln')."
         )
     inner = field.field
-    kinds = {Softmax: "sa", Exponential: "usa"}
-    kernel = next((k for cls, k in kinds.items() if type(inner) is cls), None)
+    kernel = next((k for k, cls in KERNELS.items() if type(inner) is cls), None)
     if kernel is None:
         raise ValueError(
             f"the circle PDE sums the kernel e^(beta cos(theta - phi)) of Softmax (SA) or "

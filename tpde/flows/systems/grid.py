@@ -63,7 +63,7 @@ from tpde.fields.calls import part_velocity
 from tpde.flows.methods import METHODS
 from tpde.flows.systems.base import System
 from tpde.flows.systems.cfl import CFLController
-from tpde.flows.systems.reconstructions import SCHEMES, Reconstruction
+from tpde.flows.systems.reconstructions import RECONSTRUCTIONS, Reconstruction
 from tpde.flows.systems.registry import register_system
 from tpde.measures import Empirical, Grid
 
@@ -92,7 +92,7 @@ class FiniteVolumes:
                 f"FiniteVolumes discretises a Grid; received {type(self.grid).__name__}. "
                 "Particles and Gaussians are integrated as they are."
             )
-        check_choice(self.scheme, "scheme", tuple(SCHEMES))
+        check_choice(self.scheme, "scheme", tuple(RECONSTRUCTIONS))
         cfl = check_positive(self.cfl, "cfl")
         if cfl > 1:
             raise ValueError(
@@ -102,7 +102,7 @@ class FiniteVolumes:
 
     @property
     def reconstruction(self) -> Reconstruction:
-        return SCHEMES[self.scheme]
+        return RECONSTRUCTIONS[self.scheme]
 
 
 class GridSystem(System):

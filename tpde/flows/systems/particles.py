@@ -129,8 +129,8 @@ class ParticleSystem(System):
         """Elements with a token that a projection sent to the origin (a norm scheme that
         loses a token: nGPT or post-LN with ``tangent=False`` landing on 0) and that was not
         there before the step. Fields without a projection (in no part): None."""
-        parts = getattr(self.field, "parts", (self.field,))
-        if not any(self.capable(part, "projection") for part in (self.field, *parts)):
+        fields = {id(f): f for f in (self.field, *self.split_fields)}.values()
+        if not any(self.capable(part, "projection") for part in fields):
             return None
         zero_new = (new[0].detach() == 0).all(-1)
         zero_old = (old[0].detach() == 0).all(-1)

@@ -2,9 +2,11 @@ r"""Spatial reconstructions of the finite-volume grid system (:mod:`tpde.flows.s
 
 A reconstruction gives the masses on both sides of every face and a per-cell bound on
 the outgoing mass fraction per unit time (what the CFL controller reads,
-:mod:`tpde.flows.systems.cfl`); :data:`SCHEMES` lists them by name
+:mod:`tpde.flows.systems.cfl`); :data:`RECONSTRUCTIONS` lists them by name
 (``FiniteVolumes(grid, scheme=...)``). A new one is a subclass of :class:`Reconstruction`
-added to :data:`SCHEMES`.
+added to :data:`RECONSTRUCTIONS`. (The name ``SCHEMES`` is the norm schemes',
+:data:`tpde.fields.SCHEMES`; ``tpde.flows.SCHEMES`` still reads this table, with a
+DeprecationWarning.)
 
 - ``"upwind"``: m_L, m_R are the cell masses (first order; default time method Euler).
 - ``"muscl"``: piecewise-linear reconstruction with minmod-limited slopes
@@ -14,11 +16,12 @@ added to :data:`SCHEMES`.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import torch
 
-__all__ = ["MUSCL", "SCHEMES", "Reconstruction", "Upwind"]
+__all__ = ["MUSCL", "RECONSTRUCTIONS", "Reconstruction", "Upwind"]
 
 
 def _minmod(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -99,4 +102,18 @@ class MUSCL(Reconstruction):
         return (0.5 * (right + left) + torch.maximum(right, left)) / h
 
 
-SCHEMES = {scheme.name: scheme for scheme in (Upwind(), MUSCL())}
+RECONSTRUCTIONS = {scheme.name: scheme for scheme in (Upwind(), MUSCL())}
+
+
+def renamed(module: str, name: str):
+    """``RECONSTRUCTIONS`` under its former name ``SCHEMES`` (a module ``__getattr__``), with
+    a DeprecationWarning; AttributeError for any other missing name."""
+    if name != "SCHEMES":
+        raise AttributeError(f"module {module!r} has no attribute {name!r}")
+    warnings.warn(
+        "tpde.flows.SCHEMES (the grid's finite-volume reconstructions) is now "
+        "tpde.flows.RECONSTRUCTIONS; SCHEMES names the norm schemes (tpde.fields.SCHEMES).",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return RECONSTRUCTIONS
