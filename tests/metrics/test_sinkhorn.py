@@ -12,7 +12,7 @@ from tests.conftest import keops_ok, random_spd
 from tpde._engines.keops import KeOpsUnavailable
 from tpde._linalg import sqrtm_psd
 from tpde.measures import Empirical, Gaussian
-from tpde.metrics import bures_wasserstein, sinkhorn_divergence, sinkhorn_solve
+from tpde.metrics import bures_wasserstein, sinkhorn_divergence
 
 F64 = torch.float64
 
@@ -36,14 +36,13 @@ def test_equals_geomloss_samplesloss(generator):
     assert float(sinkhorn_divergence(mu, nu, blur=0.3, scaling=0.5, rtol=None)) == float(
         loss5(mu.weights, mu.points, nu.weights, nu.points)
     )
-    # The default (the rtol contract) is GeomLoss at the last scaling the contract reached.
-    last = sinkhorn_solve(mu, nu, blur=0.3).scaling
-    assert last > 0.9
-    loss_last = SamplesLoss("sinkhorn", p=2, blur=0.3, scaling=last, debias=True,
-                            backend="tensorized")  # fmt: skip
-    assert float(sinkhorn_divergence(mu, nu, blur=0.3)) == float(
-        loss_last(mu.weights, mu.points, nu.weights, nu.points)
-    )
+    # The default (the rtol contract, issue 36) anneals and then converges at ε: within
+    # 1e-3 of GeomLoss at a slow schedule (0.995, itself ~1e-4 from converged here).
+    slow = SamplesLoss("sinkhorn", p=2, blur=0.3, scaling=0.995, debias=True,
+                       backend="tensorized")  # fmt: skip
+    value = float(sinkhorn_divergence(mu, nu, blur=0.3))
+    assert value == pytest.approx(float(slow(mu.weights, mu.points, nu.weights, nu.points)),
+                                  rel=1e-3)  # fmt: skip
 
 
 def pot_entropic(x, y, eps):
@@ -68,10 +67,13 @@ def test_close_to_pot_converged_sinkhorn(generator):
 
 def test_default_scaling_is_not_negative_between_close_clouds(generator):
     # GeomLoss issue #25: truncated ε-scaling can make S_ε < 0 for nearly equal measures.
+    # Between clouds 1e-3 apart at blur 0.05, S ≈ 1e-6 converges at ε at a rate κ → 0.9998
+    # (measured: S moves by 0.9 % over 3000 updates after the annealing, 0.08 % to go): the
+    # default contract (1e-3) is not met within MAX_ITER updates, and says so.
     x = torch.randn(300, 2, generator=generator, dtype=F64)
-    for k in range(3):
-        y = x + 1e-3 * torch.randn(300, 2, generator=generator, dtype=F64)
-        assert float(sinkhorn_divergence(Empirical(x), Empirical(y), blur=0.05)) >= 0.0, k
+    y = x + 1e-3 * torch.randn(300, 2, generator=generator, dtype=F64)
+    with pytest.warns(RuntimeWarning, match=r"rtol=0.001 not reached after 1000 iterations"):
+        assert float(sinkhorn_divergence(Empirical(x), Empirical(y), blur=0.05)) >= 0.0
     assert float(sinkhorn_divergence(Empirical(x), Empirical(x), blur=0.05)) == pytest.approx(
         0.0, abs=1e-12
     )

@@ -5,6 +5,7 @@ import ot
 import pytest
 import torch
 
+import tpde.metrics.sinkhorn as sinkhorn_module
 from tests.metrics.sinkhorn_reference import divergence, entropic_ot
 from tpde.measures import Empirical, Gaussian
 from tpde.metrics import SinkhornResult, sinkhorn_divergence, sinkhorn_solve
@@ -58,7 +59,7 @@ def test_the_estimate_bounds_the_true_error_and_meets_rtol(kind, d, blur, rtol, 
     assert isinstance(result, SinkhornResult) and result.status == "converged"
     error = abs(float(result.value) - reference)
     assert error <= float(result.error_estimate) <= rtol * abs(float(result.value)) * 1.001
-    assert result.solves >= 2 and result.scaling >= 0.95
+    assert result.iterations >= 1 and result.scaling == 0.97
     # sinkhorn_divergence with rtol returns the same value.
     assert float(sinkhorn_divergence(mu, nu, blur, rtol=rtol)) == float(result.value)
 
@@ -68,7 +69,7 @@ def test_the_estimate_bounds_the_true_error_and_meets_rtol(kind, d, blur, rtol, 
 def test_the_contract_at_small_blur(kind, d, blur, generator):
     mu, nu = case(kind, 200, d, generator)
     reference = _reference(mu, nu, blur)  # ~1–5 minutes of L-BFGS on a loaded 2-core machine
-    result = sinkhorn_solve(mu, nu, blur, rtol=1e-3, max_solves=8)
+    result = sinkhorn_solve(mu, nu, blur, rtol=1e-3)
     assert result.status == "converged"
     assert abs(float(result.value) - reference) <= float(result.error_estimate)
 
@@ -94,21 +95,22 @@ def test_the_default_meets_its_rtol_with_random_weights(blur, generator):
     assert abs(float(sinkhorn_divergence(mu, nu, blur)) - reference) <= DEFAULT_RTOL * reference
 
 
-def test_not_converged_says_so_and_warns(generator):
+def test_not_converged_says_so_and_warns(generator, monkeypatch):
     mu, nu = case("same", 30, 2, generator)
-    result = sinkhorn_solve(mu, nu, 0.2, rtol=1e-6, max_solves=2)
-    assert result.status == "not_converged" and result.solves == 2
+    result = sinkhorn_solve(mu, nu, 0.2, rtol=1e-6, max_iter=2)
+    assert result.status == "not_converged" and result.iterations == 2
     assert float(result.relative_error_estimate) > 1e-6
-    # Blur 1 makes each solve short; 1e-12 is beyond 8 solves there.
-    with pytest.warns(RuntimeWarning, match=r"rtol=1e-12 not reached after 8 solves"):
-        value = sinkhorn_divergence(mu, nu, 1.0, rtol=1e-12)
+    # sinkhorn_divergence's cap (sinkhorn.MAX_ITER, 1000) made 3 here: 1e-6 is not reached.
+    monkeypatch.setattr(sinkhorn_module, "MAX_ITER", 3)
+    with pytest.warns(RuntimeWarning, match=r"rtol=1e-06 not reached after 3 iterations"):
+        value = sinkhorn_divergence(mu, nu, 0.2, rtol=1e-6)
     assert value.shape == ()
 
 
 def test_identical_clouds_meet_the_absolute_floor(generator):
     mu, _ = case("shift", 50, 2, generator)
     result = sinkhorn_solve(mu, mu, 0.3)
-    assert result.status == "converged" and result.solves == 2
+    assert result.status == "converged" and result.iterations < 100
     assert abs(float(result.value)) < 1e-12
 
 
@@ -116,7 +118,7 @@ def test_gaussians_are_exact_and_gradients_flow(generator):
     g0 = Gaussian(torch.zeros(2, dtype=F64), torch.eye(2, dtype=F64))
     g1 = Gaussian(torch.ones(2, dtype=F64), 2 * torch.eye(2, dtype=F64))
     result = sinkhorn_solve(g0, g1, 0.5)
-    assert result.solves == 0 and float(result.error_estimate) == 0.0
+    assert result.iterations == 0 and float(result.error_estimate) == 0.0
     assert float(result.value) == float(sinkhorn_divergence(g0, g1, 0.5))
     x = torch.randn(40, 2, generator=generator, dtype=F64, requires_grad=True)
     y = torch.randn(30, 2, generator=generator, dtype=F64)
@@ -129,11 +131,31 @@ def test_bad_arguments(generator):
     mu, nu = case("shift", 20, 2, generator)
     with pytest.raises(ValueError, match=r"rtol must be finite and > 0; received 0\.0"):
         sinkhorn_solve(mu, nu, rtol=0.0)
-    with pytest.raises(ValueError, match="max_solves must be >= 2"):
-        sinkhorn_solve(mu, nu, max_solves=1)
+    with pytest.raises(ValueError, match="max_iter must be a positive int"):
+        sinkhorn_solve(mu, nu, max_iter=0)
     with pytest.raises(ValueError, match=r"atol must be finite and >= 0; received -1\.0"):
         sinkhorn_solve(mu, nu, atol=-1.0)
     with pytest.raises(ValueError, match="scaling must lie in"):
         sinkhorn_solve(mu, nu, scaling=1.0)
     with pytest.raises(TypeError, match="sinkhorn_solve does not compare"):
         sinkhorn_solve(mu, Gaussian(torch.zeros(2), torch.eye(2)))
+
+
+def test_the_default_gradient_is_near_the_converged_gradient(generator):
+    # The loop runs without autograd and one last full update carries the gradients
+    # (tpde.metrics._sinkhorn_loop, as GeomLoss does). The contract is on S; the gradients
+    # are first-order in the potentials' error. Against the converged run (rtol 1e-10),
+    # measured relative errors 1.0e-2 (points) and 2.4e-3 (weights, up to a constant);
+    # GeomLoss at scaling 0.995: 2.9e-2 and 3.7e-3. Tolerances 2e-2 and 5e-3.
+    mu, nu = case("weights", 40, 2, generator)
+
+    def gradients(f):
+        x = mu.points.clone().requires_grad_(True)
+        a = mu.weights.clone().requires_grad_(True)
+        gx, ga = torch.autograd.grad(f(Empirical(x, a)), (x, a))
+        return gx, ga - ga.mean()
+
+    converged = gradients(lambda m: sinkhorn_solve(m, nu, 0.3, rtol=1e-10, atol=0.0).value)
+    default = gradients(lambda m: sinkhorn_divergence(m, nu, 0.3))
+    for mine, reference, tol in zip(default, converged, (2e-2, 5e-3), strict=True):
+        assert float((mine - reference).abs().max()) <= tol * float(reference.abs().max())

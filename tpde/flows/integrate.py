@@ -85,10 +85,10 @@ def _check_jacobian(method: Method, system: System) -> None:
     raise ValueError(
         f"method {method.name!r} is a stiff (Rosenbrock) method: it "
         f"solves with the Jacobian of the right-hand side, which GaussianSystem (a "
-        f"Gaussian mu0, the moment ODE) and ParticleSystem up to n·d = "
-        f"{DENSE_JACOBIAN} coordinates provide; this {type(system).__name__} has none. "
-        "Integrate a Gaussian or a smaller cloud, or use an explicit method ('dopri5', "
-        "'rk4'; grids: 'euler', 'heun')."
+        f"Gaussian mu0, the moment ODE) and ParticleSystem (dense up to n·d = "
+        f"{DENSE_JACOBIAN} coordinates, an operator beyond) provide; this "
+        f"{type(system).__name__} has none. Integrate a Gaussian or a cloud, or use an "
+        "explicit method ('dopri5', 'rk4'; grids: 'euler', 'heun')."
     )
 
 
@@ -206,14 +206,17 @@ def integrate(
 
             "auto" (:mod:`tpde.flows.methods.auto`) steps dopri5 and tests every accepted step
             for stiffness (Hairer's estimate hλ > 3.25 on 15 accepted steps in a row): a
-            Gaussian run then goes on with "rodas4" (``stats["switched_at"]``), a particle run
-            with dopri5 and a warning. Give a fixed method ("rk4", "euler") where ``dt`` must
-            be the step itself (a discrete network, a convergence study). Grids take the
-            strong-stability-preserving methods only, default "euler" with scheme "upwind" and
-            "heun" (SSP-RK2) with "muscl". "rodas4" (systems with a Jacobian: Gaussians) is for
-            flows where an explicit step is bounded by stability rather than accuracy (fast
-            decaying modes beside slow ones, e.g. the rank histograms with V = GᵀG, MATH.md
-            §6): its step follows the accuracy only.
+            Gaussian or particle run then goes on with "rodas4" (``stats["switched_at"]``;
+            clouds beyond n·d = 256 by GMRES stage solves), a grid run with dopri5 and a
+            warning. A non-smooth flow (errors ∝ h: a hardmax switching its argmax) is not
+            stiff: it stops early with "max_steps" and a warning naming the cause
+            (:mod:`tpde.flows.smoothness`). Give a fixed method ("rk4", "euler") where
+            ``dt`` must be the step itself (a discrete network, a convergence study). Grids
+            take the strong-stability-preserving methods only, default "euler" with scheme
+            "upwind" and "heun" (SSP-RK2) with "muscl". "rodas4" (systems with a Jacobian:
+            Gaussians, particles) is for flows where an explicit step is bounded by
+            stability rather than accuracy (fast decaying modes beside slow ones, e.g. the
+            rank histograms with V = GᵀG, MATH.md §6): its step follows the accuracy only.
             No Gaussian state outside the PSD cone is returned: an adaptive method's error
             control keeps each covariance within its tolerance (atol + rtol·|Σ|) of the exact
             flow, which stays PSD, and a fixed-step method that leaves the cone stops the

@@ -37,9 +37,14 @@ controller (a grid's CFL condition) cuts below 1e-12·max(1, |t|); an element th
 with a warning, an element of an adaptive run whose steps would need more than the budget
 it has left to reach t1 ((t1 − t)/h > attempts left) for 100 accepted steps in a row
 while its step stayed within a factor 10, once a tenth of its budget is spent (a flow
-that is not smooth at the scale of the state, e.g. softmax scores of 1e12 that switch their
-argmax, where every step must resolve a switch; a step that keeps shrinking approaches a
-singularity, judged by its collapse). An element whose velocity is not finite at its
+that is not smooth at the scale of the state, or stiff without a stiff method; a step that
+keeps shrinking approaches a singularity, judged by its collapse). A *non-smooth* element
+(its rejected steps' errors fall like h¹ instead of h^{q+1}, :mod:`tpde.flows.smoothness`:
+e.g. softmax scores of 1e12 that switch their argmax, where every step must resolve a
+switch) has no transient exemption: it stops, with the warning naming that cause, as
+soon as its steps would need more than a tenth of max_steps to reach t1 for 100 accepted
+steps in a row (``stats["nonsmooth_at"]``: when the first element was found non-smooth).
+An element whose velocity is not finite at its
 initial state stops there at once with "blow_up" and a
 warning (no step can start from it).
 """
@@ -54,6 +59,7 @@ import numpy as np
 import torch
 
 from tpde.flows.saving import DenseSaves, LandingSaves
+from tpde.flows.smoothness import ObservedOrder
 from tpde.flows.status import Status, status_array
 from tpde.flows.trajectory import Trajectory
 
@@ -189,6 +195,12 @@ class Loop:
         self.event_time = np.full(batch, math.nan)
         self.hopeless = np.zeros(batch, dtype=np.int64)
         self.hopeless_h = np.full(batch, math.inf)  # the step when the streak began
+        self.smoothness = ObservedOrder(batch)
+        self.switch_window = {  # a non-smooth element's progress since its window began
+            "t": np.full(batch, math.nan),
+            "used": np.zeros(batch, dtype=np.int64),
+            "accepted": np.zeros(batch, dtype=np.int64),
+        }
         t = np.full(batch, float(t0))
         h = np.full(batch, float(dt))
         steps = np.zeros(batch, dtype=np.int64)
@@ -286,7 +298,8 @@ class Loop:
     def _work_bound(self, accept, t, h, t1: float, used) -> None:
         """Stop, with "max_steps" and a warning, the elements whose budget has been unable
         to reach t1 at their step size for HOPELESS_STEPS accepted steps in a row, once
-        HOPELESS_AFTER of the budget is spent."""
+        HOPELESS_AFTER of the budget is spent; a non-smooth element: :meth:`_switch_bound`."""
+        self._switch_bound(accept, t, t1, used)
         left = self.max_steps - used
         with np.errstate(divide="ignore", invalid="ignore"):
             hopeless = (t1 - t) / h > left
@@ -314,6 +327,50 @@ class Loop:
             "method). Fix: rescale the state, raise max_steps, or use a fixed-step method.",
             RuntimeWarning,
             stacklevel=3,
+        )
+
+    def _switch_bound(self, accept, t, t1: float, used) -> None:
+        """Stop, with "max_steps" and a warning naming the cause, the non-smooth elements
+        (:mod:`tpde.flows.smoothness`) whose progress over their last HOPELESS_STEPS accepted
+        steps, attempts included, projects more than HOPELESS_AFTER · max_steps attempts to
+        reach t1 (no transient exemption: the steps are set by jumps, not by a transient)."""
+        window = self.switch_window
+        nonsmooth = self.smoothness.nonsmooth & self.active
+        fresh = nonsmooth & np.isnan(window["t"])
+        window["t"] = np.where(fresh, t, window["t"])
+        window["used"] = np.where(fresh, used, window["used"])
+        window["accepted"] = np.where(nonsmooth & ~fresh, window["accepted"] + accept, 0)
+        full = nonsmooth & (window["accepted"] >= HOPELESS_STEPS)
+        if not full.any():
+            return
+        with np.errstate(divide="ignore", invalid="ignore"):
+            need = (t1 - t) * (used - window["used"]) / (t - window["t"])
+        stop = full & (need > HOPELESS_AFTER * self.max_steps)
+        window["t"] = np.where(full, t, window["t"])  # a new window
+        window["used"] = np.where(full, used, window["used"])
+        window["accepted"] = np.where(full, 0, window["accepted"])
+        if stop.any():
+            self._stop(stop, Status.MAX_STEPS, t)
+            self._warn_nonsmooth(stop, t, need, t1)
+
+    def _warn_nonsmooth(self, which, t, need, t1: float) -> None:
+        """The warning of a non-smooth element's early stop (its cause and the fixes)."""
+        order = self.smoothness.order[which]
+        warnings.warn(
+            f"{int(which.sum())} element(s) stopped at t = {float(np.min(t[which])):.6g} with "
+            "status 'max_steps': the flow is not smooth at the scale of its steps (its "
+            f"rejected steps' errors fall like h^{float(np.nanmax(order)):.2g} instead of "
+            f"h^{1 / self.exponent:.2g}: the velocity jumps inside the steps, e.g. softmax "
+            "scores so large that attention is a hardmax switching its argmax), so every "
+            "step must resolve a jump: at its progress over the last "
+            f"{HOPELESS_STEPS} steps, reaching t1 = {t1:.6g} would take about "
+            f"{float(np.max(need[which])):.3g} more steps, more than {HOPELESS_AFTER:g} × "
+            f"max_steps = {self.max_steps}. A stiff method "
+            "does not help (this is not stiffness). Fix: rescale the tokens (scores of order "
+            "1–100), use a fixed-step method (method='rk4', dt=...) that steps across the "
+            "jumps at first order, or raise max_steps.",
+            RuntimeWarning,
+            stacklevel=4,
         )
 
     def _unsteppable(self, k1, moving, t) -> bool:
@@ -447,6 +504,7 @@ class Loop:
             factor = np.clip(0.9 * decision ** (-self.exponent), 0.2, 5.0)
         factor = np.where(np.isfinite(decision), factor, 0.2)
         accept = moving & (decision <= 1.0)
+        self.smoothness.update(t, h_try, norm, moving, accept, self.exponent)
         shortened = h_try < h  # shortened to land on a save time: keep h
         prev_h, prev_err = self.previous
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
@@ -480,6 +538,8 @@ class Loop:
             "method": self.method.name,
             "rtol": self.rtol,
             "atol": self.atol,
+            "nonsmooth_at": self.smoothness.detected_at,
+            "nonsmooth": self.smoothness.nonsmooth,
         }
         stats.update(self.method.run_stats())
         if system.inner.failure is not None:

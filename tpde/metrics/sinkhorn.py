@@ -24,19 +24,21 @@ between two samples of one distribution). The cost grows like 1/log(1/scaling).
 
 Accuracy contract, the default of both :func:`sinkhorn_divergence` and
 :func:`sinkhorn_solve` (``rtol = 1e-3``; ``sinkhorn_divergence(..., rtol=None)`` is one
-solve at ``scaling``, no contract, the default before issue 28): :func:`sinkhorn_solve` solves
-at scalings s₀, then 1 − (1 − s₀)/2, 1 − (1 − s₀)/4, … (each solve twice the iterations of
-the previous) until the error estimate 3 |S(s_k) − S(s_{k−1})| is ≤ rtol · |S(s_k)| + atol.
-The error of S(s) is monotone in s (S is low) and falls by a factor r per halving of 1 − s:
-r = 2.0–4.3 over the first halvings on the cases above, down to ~1.5 after five halvings
-at blur 0.05 (benchmarks/sinkhorn_accuracy.py). Three times the difference of two
-consecutive values bounds the error of the later one while r ≥ 4/3; measured margins
-(estimate / true error) are 1.6–9 at rtol 1e-3. The tests check estimate ≥ true error
-against a converged reference. This is an empirical bound, not a theorem: for blur much
-below 0.05 × the diameter, r may fall further; check against a reference there. For blur
-far above the diameter D the log-sum-exp loses the cost's digits (C/ε below the dtype's
-resolution): the estimate is at least eps·(blur² + D²), and sinkhorn_divergence warns when
-blur > D and that bound exceeds 0.1 % of the value (:func:`rounding_bound`).
+GeomLoss solve at ``scaling``, no contract, the default before issue 28): ε is annealed from
+the diameter² to blur² by factors 0.97² (GeomLoss's symmetric updates), and the updates go
+on at ε = blur² until the estimate 3 |ΔS|/(1 − κ) is ≤ rtol · |S| + atol, κ the contraction
+rate measured over the last five updates once it is steady (:mod:`tpde.metrics._sinkhorn_loop`).
+Until issue 36 the contract was met by repeated GeomLoss solves at scalings 0.9, 0.95,
+0.975, … (n = 400, d = 5, blur 0.1, random weights: 13.4 s, 64× one solve); one annealing
+and the updates at ε take 1.5 s there, 0.77× GeomLoss at scaling 0.99 (1.9 s, 0.45 % off),
+and 0.37–1.6× it over d = 2 and 5, blur 0.05–0.5, with errors 3e-11 to 4.6e-4, each below
+its estimate (benchmarks/sinkhorn_accuracy.py, a loaded 2-core machine). This is an
+empirical estimate, not a theorem: κ measured over a few updates can underestimate the
+slowest rate (by up to 2.6× measured at blur 0.05, hence the factor 3); for blur much
+below 0.05 × the diameter, check against a reference. For blur far above the diameter D the
+log-sum-exp loses the cost's digits (C/ε below the dtype's resolution): the estimate is at
+least eps·(blur² + D²), and sinkhorn_divergence warns when blur > D and that bound exceeds
+0.1 % of the value (:func:`rounding_bound`).
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from tpde._engines.keops import keops_status, quiet_keops_import, require_keops
 from tpde._status import Status
 from tpde._validation import check_choice, check_positive, check_positive_int
 from tpde.metrics._common import check_pair_kinds, gaussian_pair, particle_pair, raise_mixed
+from tpde.metrics._sinkhorn_loop import converge_divergence
 from tpde.metrics.entropic_gaussian import entropic_terms
 
 __all__ = [
@@ -138,10 +141,8 @@ def _gaussian_divergence(mu, nu, blur: float) -> torch.Tensor:
     return 0.5 * (ot(m0, S0, m1, S1) - 0.5 * ot(m0, S0, m0, S0) - 0.5 * ot(m1, S1, m1, S1))
 
 
-def _particle_divergence(mu, nu, blur: float, scaling: float, engine: str) -> torch.Tensor:
-    with quiet_keops_import():  # GeomLoss imports pykeops, which prints a CUDA banner
-        from geomloss import SamplesLoss
-
+def _particle_inputs(mu, nu, blur: float, engine: str):
+    """(x, a, y, b, engine) of two particle measures, checked; "auto" resolved."""
     x, a, y, b = particle_pair(mu, nu, "sinkhorn_divergence")
     _check_blur_range(blur, x.dtype, 1.0, 1.0)
     span = x.detach().abs().max() + y.detach().abs().max()
@@ -162,6 +163,15 @@ def _particle_divergence(mu, nu, blur: float, scaling: float, engine: str) -> to
         )
     if engine in ("keops", "multiscale"):
         require_keops()
+    return x, a, y, b, engine
+
+
+def _particle_divergence(mu, nu, blur: float, scaling: float, engine: str) -> torch.Tensor:
+    """One GeomLoss solve at ``scaling`` (``rtol=None``: no accuracy contract)."""
+    with quiet_keops_import():  # GeomLoss imports pykeops, which prints a CUDA banner
+        from geomloss import SamplesLoss
+
+    x, a, y, b, engine = _particle_inputs(mu, nu, blur, engine)
     loss = SamplesLoss(
         "sinkhorn", p=2, blur=blur, scaling=scaling, debias=True, backend=_BACKEND[engine]
     )
@@ -220,10 +230,15 @@ def _warn_rounding(mu, nu, value: torch.Tensor, blur: float) -> bool:
 #: The relative accuracy of sinkhorn_divergence's and sinkhorn_solve's default call.
 DEFAULT_RTOL = 1e-3
 
-# Error estimate = ESTIMATE_FACTOR · |S(s_k) − S(s_{k−1})|: a bound when each halving of
-# 1 − s cuts the error by r ≥ 1 + 1/ESTIMATE_FACTOR = 4/3 (measured r ≥ 1.5, see above;
-# with a factor 2 the margin fell to 1.08 at blur 0.05).
-ESTIMATE_FACTOR = 3.0
+#: Updates at the target ε allowed by the default call (sinkhorn_solve's ``max_iter``).
+MAX_ITER = 1_000
+#: The ε-scaling of the annealing before the updates at the target ε (the contract's
+#: default): slower annealing converges the slow modes more cheaply than updates at ε
+#: (measured, n = 400, blur 0.05: error 1.9e-4 after GeomLoss's 0.99 schedule, 3e-3 after
+#: 0.9 and 1500 updates at ε: the slowest rate there is κ ≈ 0.999).
+CONTRACT_SCALING = 0.97
+#: The ε-scaling of one solve without a contract (``rtol=None``).
+SOLVE_SCALING = 0.9
 
 
 @dataclass(frozen=True)
@@ -234,24 +249,24 @@ class SinkhornResult:
     ----------
     value : tensor
         The divergence (as :func:`sinkhorn_divergence` returns it: 0-d for particles, the
-        batch shape for Gaussians), from the last solve; differentiable.
+        batch shape for Gaussians); differentiable.
     error_estimate : tensor, same shape
-        Estimated |value − converged value|: 3 |S(s_k) − S(s_{k−1})| for particles, at
-        least the rounding bound eps·(blur² + D²) (:func:`rounding_bound`), 0 for Gaussians
-        (closed form).
+        Estimated |value − converged value|: |ΔS|/(1 − κ) at the last update for particles
+        (:mod:`tpde.metrics._sinkhorn_loop`), at least the rounding bound eps·(blur² + D²)
+        (:func:`rounding_bound`); 0 for Gaussians (closed form).
     scaling : float or None
-        ε-scaling of the returned value (None for Gaussians).
-    solves : int
-        GeomLoss solves made (each debiased solve is three OT problems).
+        The ε-scaling factor of the annealing (None for Gaussians).
+    iterations : int
+        Sinkhorn updates made at the target ε after the annealing (0 for Gaussians).
     status : :class:`~tpde._status.Status`
         "converged" (error_estimate ≤ rtol · |value| + atol) or "not_converged"
-        (``max_solves`` reached; the last value and its estimate are returned).
+        (``max_iter`` reached; the last value and its estimate are returned).
     """
 
     value: torch.Tensor
     error_estimate: torch.Tensor
     scaling: float | None
-    solves: int
+    iterations: int
     status: Status
 
     @property
@@ -275,46 +290,44 @@ def sinkhorn_solve(
     *,
     rtol: float = DEFAULT_RTOL,
     atol: float | None = None,
-    scaling: float = 0.9,
-    max_solves: int = 8,
+    scaling: float = CONTRACT_SCALING,
+    max_iter: int = MAX_ITER,
     engine: str = "auto",
 ) -> SinkhornResult:
     """Sinkhorn divergence to a requested accuracy, with the achieved error estimate.
 
-    Solves at ε-scalings s₀ = ``scaling``, 1 − (1 − s₀)/2, 1 − (1 − s₀)/4, … (the module
-    docstring gives the contract and the measurements) until
-    3 |S(s_k) − S(s_{k−1})| ≤ rtol · |S(s_k)| + atol, at most ``max_solves`` solves.
+    ε-scaling from the diameter² down to ε = blur² by factors ``scaling``², then symmetric
+    Sinkhorn updates at ε until the estimate |ΔS|/(1 − κ) ≤ rtol · |S| + atol
+    (:mod:`tpde.metrics._sinkhorn_loop`: the rule, the measured rate κ, the gradients), at
+    most ``max_iter`` updates.
 
     Parameters
     ----------
     mu, nu, blur, engine
         As in :func:`sinkhorn_divergence`. Two Gaussians: the closed form (error 0).
+        engine "multiscale" runs the online KeOps engine here (GeomLoss truncates its kernel
+        inside its own fixed schedule).
     rtol : float > 0
         Relative accuracy asked for (default 1e-3).
     atol : float ≥ 0, optional
         Absolute floor, for divergences near 0 (μ ≈ ν). Default: 100 eps × the clouds'
         ½ spread plus ½ |mean gap|² (the rounding level of S).
     scaling : float in (0, 1)
-        First ε-scaling (default 0.9, sinkhorn_divergence's).
-    max_solves : int ≥ 2
-        Cap on the solves (default 8: the last runs 128× the iterations of the first, all
-        together about 255× one solve at ``scaling``; most cases stop after 2–5).
+        ε-scaling factor of the annealing (default 0.97, :data:`CONTRACT_SCALING`).
+    max_iter : int ≥ 1
+        Cap on the updates at the target ε (default 1000, :data:`MAX_ITER`).
 
     Returns
     -------
     SinkhornResult
         ``.value`` (a tensor as sinkhorn_divergence returns), ``.error_estimate``,
-        ``.scaling``, ``.solves``, ``.status`` ("converged" / "not_converged": never
+        ``.scaling``, ``.iterations``, ``.status`` ("converged" / "not_converged": never
         silent).
     """
     blur = check_positive(blur, "blur")
     rtol = check_positive(rtol, "rtol")
     scaling = _check_scaling(scaling)
-    max_solves = check_positive_int(max_solves, "max_solves")
-    if max_solves < 2:
-        raise ValueError(
-            f"max_solves must be >= 2 (the estimate compares two solves); received {max_solves}."
-        )
+    max_iter = check_positive_int(max_iter, "max_iter")
     engine = _check_engine(engine)
     pair = check_pair_kinds(mu, nu, "sinkhorn_solve")
     if pair == "gaussian":
@@ -323,17 +336,17 @@ def sinkhorn_solve(
     if pair != "particles":
         _raise_mixed(mu, nu, "sinkhorn_solve")
     atol = _default_atol(mu, nu) if atol is None else check_positive(atol, "atol", strict=False)
-    previous, s = None, scaling
-    floor = rounding_bound(mu, nu, blur)  # no scaling gets below the rounding error
-    for solve in range(1, max_solves + 1):
-        value = _particle_divergence(mu, nu, blur, s, engine)
-        if previous is not None:
-            estimate = (ESTIMATE_FACTOR * (value.detach() - previous).abs()).clamp_min(floor)
-            if float(estimate) <= rtol * float(value.detach().abs()) + atol:
-                return SinkhornResult(value, estimate, s, solve, Status.CONVERGED)
-        if solve < max_solves:
-            previous, s = value.detach(), 1 - (1 - s) / 2
-    return SinkhornResult(value, estimate, s, max_solves, Status.NOT_CONVERGED)
+    x, a, y, b, engine = _particle_inputs(mu, nu, blur, engine)
+    floor = _bound(x.dtype, blur, _span2(x, y))  # no iteration gets below the rounding error
+    with quiet_keops_import():
+        value, estimate, iterations, converged = converge_divergence(
+            x, a, y, b, blur, scaling=scaling, engine="dense" if engine == "dense" else "keops",
+            rtol=rtol, atol=atol, max_iter=max_iter, floor=floor,
+        )  # fmt: skip
+    estimate = torch.as_tensor(max(estimate, floor), dtype=value.dtype, device=value.device)
+    met = converged and float(estimate) <= rtol * abs(float(value.detach())) + atol
+    status = Status.CONVERGED if met else Status.NOT_CONVERGED
+    return SinkhornResult(value, estimate, scaling, iterations, status)
 
 
 def _check_engine(engine) -> str:
@@ -357,7 +370,7 @@ def sinkhorn_divergence(
     nu,
     blur: float = 0.05,
     *,
-    scaling: float = 0.9,
+    scaling: float | None = None,
     engine: str = "auto",
     rtol: float | None = DEFAULT_RTOL,
 ) -> torch.Tensor:
@@ -370,9 +383,11 @@ def sinkhorn_divergence(
         A Gaussian against particles raises.
     blur : float > 0
         Length scale of the entropic blur; ε = blur². Default 0.05 (GeomLoss's).
-    scaling : float in (0, 1)
-        First ε-scaling factor; default 0.9 (not GeomLoss's 0.5, whose truncated annealing
-        is 5–8 % low and can be negative, GeomLoss issue #25).
+    scaling : float in (0, 1), optional
+        ε-scaling factor of the annealing. Default: 0.97 with an ``rtol`` (the annealing
+        before the updates at the target ε, :data:`CONTRACT_SCALING`), 0.9 for one solve
+        (``rtol=None``; not GeomLoss's 0.5, whose truncated annealing is 5–8 % low and can
+        be negative, GeomLoss issue #25).
     engine : {"auto", "dense", "keops", "multiscale"}
         GeomLoss backend: "dense" = tensorized (O(nm) memory), "keops" = online,
         "multiscale" = KeOps with kernel truncation (d ≤ 3). "auto": dense up to 5000²
@@ -380,14 +395,12 @@ def sinkhorn_divergence(
         one-time warning. Ignored for Gaussians.
     rtol : float > 0 or None
         The relative accuracy of the value (default 1e-3, :data:`DEFAULT_RTOL`): the value
-        of :func:`sinkhorn_solve` (scalings from ``scaling`` towards 1 until the error
-        estimate is below rtol · |S| + atol), with a RuntimeWarning naming the estimate
-        reached if it is not met. Cost, measured with random weights (n = 200, blur
-        0.5–0.05, d = 2 and 5; benchmarks/sinkhorn_accuracy.py): 2–6 solves, 2.8–40× the
-        time of one solve at ``scaling`` (181× at d = 5, blur 0.1, on a loaded machine);
-        error −0.007 to −0.022 % against the converged value, where one solve is −0.03 to
-        −0.97 %. ``None``: one solve at ``scaling``, no accuracy contract (see the module
-        docstring for its error), the default before issue 28.
+        of :func:`sinkhorn_solve` (ε-scaling to blur², then Sinkhorn updates at blur²
+        until the error estimate is below rtol · |S| + atol), with a RuntimeWarning naming
+        the estimate reached if it is not met. Cost and error: benchmarks/sinkhorn_accuracy.py
+        (against GeomLoss at scaling 0.99 in the same run). ``None``: one GeomLoss solve at
+        ``scaling``, no accuracy contract (see the module docstring for its error), the
+        default before issue 28.
 
     Returns
     -------
@@ -397,10 +410,12 @@ def sinkhorn_divergence(
         :func:`sinkhorn_solve` returns the same value with its error estimate.
     """
     blur = check_positive(blur, "blur")
-    scaling = _check_scaling(scaling)
-    engine = _check_engine(engine)
     if rtol is not None:
         rtol = check_positive(rtol, "rtol")
+    if scaling is None:
+        scaling = SOLVE_SCALING if rtol is None else CONTRACT_SCALING
+    scaling = _check_scaling(scaling)
+    engine = _check_engine(engine)
     pair = check_pair_kinds(mu, nu, "sinkhorn_divergence")
     if pair == "gaussian":
         return _gaussian_divergence(mu, nu, blur)
@@ -410,13 +425,15 @@ def sinkhorn_divergence(
         value = _particle_divergence(mu, nu, blur, scaling, engine)
         _warn_rounding(mu, nu, value, blur)
         return value
-    result = sinkhorn_solve(mu, nu, blur, rtol=rtol, scaling=scaling, engine=engine)
+    result = sinkhorn_solve(
+        mu, nu, blur, rtol=rtol, scaling=scaling, max_iter=MAX_ITER, engine=engine
+    )
     if result.status != "converged" and not _warn_rounding(mu, nu, result.value, blur):
         warnings.warn(
-            f"sinkhorn_divergence: rtol={rtol:g} not reached after {result.solves} solves "
-            f"(ε-scaling up to {result.scaling:.6g}); the estimated relative error is "
+            f"sinkhorn_divergence: rtol={rtol:g} not reached after {result.iterations} "
+            f"iterations at the target ε; the estimated relative error is "
             f"{float(result.relative_error_estimate):.3g}. Call sinkhorn_solve with a "
-            "larger max_solves, or a larger blur.",
+            "larger max_iter, or a larger blur.",
             RuntimeWarning,
             stacklevel=2,
         )

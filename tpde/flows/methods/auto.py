@@ -20,14 +20,15 @@ with 15 stability-bound accepted steps in a row is *stiff* (6 accepted steps bel
 bound reset the count: dopri5.f's constants). When the first element of a run turns stiff:
 
 - on a system with a Jacobian (:class:`~tpde.flows.systems.GaussianSystem`, and a
-  :class:`~tpde.flows.systems.ParticleSystem` of n·d ≤ 256 coordinates) the whole run
+  :class:`~tpde.flows.systems.ParticleSystem`: dense up to n·d = 256 coordinates, an
+  operator with GMRES stage solves beyond, :mod:`tpde.flows.systems.krylov`) the whole run
   goes on with rodas4 (:mod:`tpde.flows.methods.rosenbrock`, L-stable, its step bounded by
   accuracy only) from that step on; the trajectory's ``stats["switched_at"]`` says when
   (the time of the element that triggered it; ``stats["stiff_detected"]`` which elements
   were found stiff) and ``stats["method"]`` reads
   ``"auto (dopri5 → rodas4)"``. A batch switches together (one method per run); rodas4 is
   accurate on the elements that were not stiff too.
-- on a system without one (grids, larger particle clouds) the run goes on with dopri5 at
+- on a system without one (grids) the run goes on with dopri5 at
   its stability-bound steps, which stay correct, and a warning says so
   (``stats["stiff_at"]``; the budget ``max_steps`` ends it with that status, early when
   the steps left cannot reach t1: :mod:`tpde.flows.loop`).
@@ -206,9 +207,9 @@ class Auto(Method):
             f"method 'auto': the flow turned stiff at t = {t:.6g} (dopri5's steps are bounded "
             f"by stability: hλ > {STABILITY_BOUND} for {STIFF_STEPS} steps in a row); a "
             f"{type(self.system).__name__} has no stiff method (rodas4 needs the system's "
-            "Jacobian: Gaussians, and particle clouds of n·d <= 256 coordinates), so the "
+            "Jacobian: Gaussians and particle clouds), so the "
             "run goes on with dopri5 at these short steps. Raise max_steps if the budget "
-            "runs out, or integrate a Gaussian or a smaller cloud.",
+            "runs out, or integrate a Gaussian or a particle cloud.",
             RuntimeWarning,
             stacklevel=2,
         )

@@ -125,7 +125,7 @@ class Rosenbrock(Method):
         lin = jacobian(t, y)
         step = lin.per_element(h)  # float, or a tensor with the batch shape
         col = step if isinstance(step, float) else step.unsqueeze(-1)  # against (…, n)
-        solve = _factor(lin.matrix, step, self.gamma)
+        solve = lin.solver(step, self.gamma)  # LU of a dense J, or GMRES on an operator
         y0 = lin.to_vector(y)
         slopes = lin.to_vector(f(t, y) if k1 is None else k1)
         f_t = lin.time_derivative
@@ -150,30 +150,6 @@ def _combine(base: torch.Tensor, coefs, ks) -> torch.Tensor:
         if coef != 0.0:
             base = base + coef * k
     return base
-
-
-def _factor(J: torch.Tensor, step, gamma: float):
-    """LU of I − hγJ per element; returns x ↦ (I − hγJ)⁻¹x for x of shape (…, n).
-
-    Elements with h = 0 (not moving this iteration) factor the identity, whatever J holds
-    there. A singular or non-finite matrix gives a non-finite solution, which the loop's
-    error norm rejects (the step shrinks, and collapses to "blow_up" if it must).
-    """
-    n = J.shape[-1]
-    eye = torch.eye(n, dtype=J.dtype, device=J.device)
-    if isinstance(step, float):
-        scaled = (step * gamma) * J if step != 0.0 else torch.zeros_like(J)
-    else:
-        hg = (step * gamma).unsqueeze(-1).unsqueeze(-1)
-        scaled = torch.where(hg != 0, hg * J, torch.zeros_like(J))
-    LU, pivots, info = torch.linalg.lu_factor_ex(eye - scaled)
-    failed = (info != 0).unsqueeze(-1)
-
-    def solve(x: torch.Tensor) -> torch.Tensor:
-        out = torch.linalg.lu_solve(LU, pivots, x.unsqueeze(-1)).squeeze(-1)
-        return torch.where(failed, torch.full_like(out, math.nan), out)
-
-    return solve
 
 
 # Hairer & Wanner's RODAS (order 4, embedded order 3, six stages, stiffly accurate and

@@ -47,12 +47,41 @@ class Linearization:
     to_state: object
     step_dims: int
 
+    def solver(self, step, gamma: float):
+        """x ↦ (I − hγJ)⁻¹x for x (…, n), by one LU per element (``step``: a float, or
+        a tensor with the batch shape)."""
+        return _factor(self.matrix, step, gamma)
+
     def per_element(self, h):
         """The loop's step (a float, or one tensor per state part) with the batch shape."""
         if not isinstance(h, tuple):
             return float(h)
         first = h[0]
         return first.reshape(first.shape[: first.ndim - self.step_dims])
+
+
+def _factor(J: torch.Tensor, step, gamma: float):
+    """LU of I − hγJ per element; returns x ↦ (I − hγJ)⁻¹x for x of shape (…, n).
+
+    Elements with h = 0 (not moving this iteration) factor the identity, whatever J holds
+    there. A singular or non-finite matrix gives a non-finite solution, which the loop's
+    error norm rejects (the step shrinks, and collapses to "blow_up" if it must).
+    """
+    n = J.shape[-1]
+    eye = torch.eye(n, dtype=J.dtype, device=J.device)
+    if isinstance(step, float):
+        scaled = (step * gamma) * J if step != 0.0 else torch.zeros_like(J)
+    else:
+        hg = (step * gamma).unsqueeze(-1).unsqueeze(-1)
+        scaled = torch.where(hg != 0, hg * J, torch.zeros_like(J))
+    LU, pivots, info = torch.linalg.lu_factor_ex(eye - scaled)
+    failed = (info != 0).unsqueeze(-1)
+
+    def solve(x: torch.Tensor) -> torch.Tensor:
+        out = torch.linalg.lu_solve(LU, pivots, x.unsqueeze(-1)).squeeze(-1)
+        return torch.where(failed, torch.full_like(out, math.nan), out)
+
+    return solve
 
 
 def autograd_jacobian(f, y: torch.Tensor) -> torch.Tensor:

@@ -14,6 +14,7 @@ from tpde.flows.systems.jacobian import (
     backward_jacobian,
     forward_time_derivative,
 )
+from tpde.flows.systems.krylov import OperatorLinearization, operator_product
 from tpde.flows.systems.registry import register_system
 from tpde.measures import Empirical
 
@@ -21,8 +22,8 @@ __all__ = ["DENSE_JACOBIAN", "ParticleSystem"]
 
 #: The largest n·d (coordinates of one batch element) whose Jacobian a particle system
 #: forms, dense, by autograd (one evaluation, n·d backward passes batched by vmap: memory
-#: ~ (n·d)·n² pairwise weights). Beyond it a particle system has no Jacobian: "auto" keeps
-#: dopri5 (with a warning and its work bound) and "rodas4" is refused.
+#: ~ (n·d)·n² pairwise weights). Beyond it the Jacobian is an operator (products J v) and
+#: the stiff methods solve their stages by GMRES (:mod:`tpde.flows.systems.krylov`).
 DENSE_JACOBIAN = 256
 
 
@@ -91,20 +92,15 @@ class ParticleSystem(System):
     # ------------------------------------------------------------------ stiff methods
     @property
     def jacobian(self):
-        """``jacobian(t, state) -> Linearization`` for clouds of n·d ≤
-        :data:`DENSE_JACOBIAN` coordinates (the stiff path of "auto" and "rodas4"); None
-        beyond (no stiff method: the documented rule)."""
+        """``jacobian(t, state) -> Linearization`` (the stiff path of "auto" and "rodas4"):
+        the dense J for clouds of n·d ≤ :data:`DENSE_JACOBIAN` coordinates, an operator
+        (products J v, stage solves by GMRES: :mod:`tpde.flows.systems.krylov`) beyond."""
         n, d = self.mu.points.shape[-2:]
-        return self._dense_jacobian if n * d <= DENSE_JACOBIAN else None
+        return self._dense_jacobian if n * d <= DENSE_JACOBIAN else self._operator_jacobian
 
-    def _dense_jacobian(self, t, state) -> Linearization:
-        r"""J = ∂ẋ/∂x per batch element, (…, n·d, n·d) in the flat coordinates of the
-        points (row-major), by reverse-mode autograd: one evaluation, n·d backward passes
-        (the projection is not part of f: it follows each accepted step). A time-dependent
-        field adds ∂f/∂t by a forward difference of step √ε·max(1, |t|), as Gaussians do.
-        """
-        (points,) = state
-        n, d = points.shape[-2:]
+    def _flat(self, t, state):
+        """(f on flat vectors, to_vector, to_state) at time t for points (…, n, d)."""
+        n, d = state[0].shape[-2:]
 
         def to_vector(s):
             return s[0].reshape(*s[0].shape[:-2], n * d)
@@ -115,13 +111,34 @@ class ParticleSystem(System):
         def f(v):
             return to_vector(self.rhs(t, to_state(v)))
 
+        return f, to_vector, to_state
+
+    def _time_derivative(self, t, state, to_vector, value):
+        """∂f/∂t by a forward difference (time-dependent fields; None otherwise)."""
+        if not self.field.time_dependent:
+            return None
+        return forward_time_derivative(
+            lambda s: to_vector(self.rhs(s, state)), t, state[0].dtype, value
+        ).detach()
+
+    def _dense_jacobian(self, t, state) -> Linearization:
+        r"""J = ∂ẋ/∂x per batch element, (…, n·d, n·d) in the flat coordinates of the
+        points (row-major), by reverse-mode autograd: one evaluation, n·d backward passes
+        (the projection is not part of f: it follows each accepted step). A time-dependent
+        field adds ∂f/∂t by a forward difference of step √ε·max(1, |t|), as Gaussians do.
+        """
+        f, to_vector, to_state = self._flat(t, state)
         matrix, value = backward_jacobian(f, to_vector(state))
-        f_t = None
-        if self.field.time_dependent:
-            f_t = forward_time_derivative(
-                lambda s: to_vector(self.rhs(s, state)), t, points.dtype, value
-            ).detach()
+        f_t = self._time_derivative(t, state, to_vector, value)
         return Linearization(matrix, f_t, to_vector, to_state, 2)
+
+    def _operator_jacobian(self, t, state) -> OperatorLinearization:
+        """J as products J v (one backward pass each through the double-backward graph
+        built here), for clouds beyond DENSE_JACOBIAN coordinates; ∂f/∂t as the dense one."""
+        f, to_vector, to_state = self._flat(t, state)
+        product, value = operator_product(f, to_vector(state))
+        f_t = self._time_derivative(t, state, to_vector, value)
+        return OperatorLinearization(None, f_t, to_vector, to_state, 2, product)
 
     domain_status = Status.LOST_TOKEN
 
