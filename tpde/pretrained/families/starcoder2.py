@@ -1,0 +1,48 @@
+"""StarCoder2: a Pre-LayerNorm decoder (LayerNorms with biases), causal grouped-query
+attention with RoPE ("rotate half") and biases (``use_bias``), a GELU-tanh MLP (``c_fc``,
+``c_proj``, biased), a sliding window where ``sliding_window`` says, the head tied by
+default."""
+
+from __future__ import annotations
+
+from tpde.pretrained.families.base import SCORE_HEAD, Family, register
+from tpde.pretrained.families.llama import LLAMA_KEYS
+
+__all__ = ["STARCODER2"]
+
+_LAYER = "model.layers.{l}."
+
+STARCODER2 = register(
+    Family(
+        family="starcoder2",
+        model_types=("starcoder2",),
+        keys={
+            **LLAMA_KEYS,
+            "norm_eps": ("norm_epsilon", 1e-5),
+            "activation": ("hidden_act", "gelu_pytorch_tanh"),
+            "tied": ("tie_word_embeddings", True),
+        },
+        honoured={},
+        names={
+            "embed": "model.embed_tokens",
+            "final_norm": "model.norm",
+            "head": "lm_head",
+            "attn_norm": _LAYER + "input_layernorm",
+            "q": _LAYER + "self_attn.q_proj",
+            "k": _LAYER + "self_attn.k_proj",
+            "v": _LAYER + "self_attn.v_proj",
+            "o": _LAYER + "self_attn.o_proj",
+            "mlp_norm": _LAYER + "post_attention_layernorm",
+            "fc1": _LAYER + "mlp.c_fc",
+            "fc2": _LAYER + "mlp.c_proj",
+        },
+        biases=dict.fromkeys(("q", "k", "v", "o", "fc1", "fc2"), ("use_bias", True)),
+        norm="layernorm",
+        placement="pre",
+        mlp="mlp",
+        rotary=True,
+        causal=True,
+        facts={"rope_style": "half", "window": "sliding_window: p_i − p_j < w"},
+        classifiers=SCORE_HEAD,
+    )
+)
