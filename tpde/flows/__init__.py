@@ -14,7 +14,9 @@ and Strang splittings over a sum's parts (:class:`Splitting`, ``SPLITTINGS``);
 ``SCHEMES`` the finite-volume schemes of grid flows, chosen with :class:`FiniteVolumes`
 (:mod:`tpde.flows.systems.grid`);
 :func:`compare` the agreement harness (Gaussian ODE vs particles vs grid);
-:func:`jko_step` and :func:`jko_flow` the JKO steps (:mod:`tpde.flows.jko`, ``GEOMETRIES``).
+:func:`jko_step` and :func:`jko_flow` the JKO steps (:mod:`tpde.flows.jko`, ``GEOMETRIES``);
+:func:`structured_jko_step` those of a nearest gradient field (semidefinite mobility,
+:mod:`tpde.flows.jko_structured`) and :func:`frozen_metric_distance` its frozen metric.
 The geodesic convexity probe is a property of an energy: :func:`tpde.fields.convexity_probe`.
 """
 
@@ -22,6 +24,12 @@ from tpde.flows.compare import Comparison, compare
 from tpde.flows.events import BlowUp, Clustered, Converged
 from tpde.flows.integrate import integrate
 from tpde.flows.jko import GEOMETRIES, jko_flow, jko_step
+from tpde.flows.jko_structured import (
+    FrozenDistance,
+    StructuredJKOStep,
+    frozen_metric_distance,
+    structured_jko_step,
+)
 from tpde.flows.methods import (
     LIE_TROTTER,
     METHODS,
@@ -68,6 +76,7 @@ __all__ = [
     "Converged",
     "ExplicitRK",
     "FiniteVolumes",
+    "FrozenDistance",
     "GaussianSystem",
     "GridSystem",
     "JKOStep",
@@ -76,12 +85,15 @@ __all__ = [
     "Rosenbrock",
     "Splitting",
     "Status",
+    "StructuredJKOStep",
     "System",
     "Trajectory",
     "compare",
+    "frozen_metric_distance",
     "integrate",
     "jko_flow",
     "jko_step",
     "register_method",
     "register_system",
+    "structured_jko_step",
 ]
