@@ -85,7 +85,7 @@ class ModelStructure:
 
 
 def model_structure(
-    model, mu: Empirical | None = None, *, layers=None, engine: str = "auto"
+    model, mu: Empirical | None = None, *, layers=None, engine: str = "auto", cache=None
 ) -> ModelStructure:
     """The gradient structure of every attention sublayer of a loaded model (module notes).
 
@@ -98,6 +98,10 @@ def model_structure(
     layers : sequence of layer indices, optional
         The layers to report (default all); the tokens still run through every layer.
     engine : pairwise engine of the velocities.
+    cache : dict, optional
+        The projections of :func:`tpde.fields.nearest_gradient_field` by (layer, block),
+        filled here and reused: pass one dict to several calls on the same model and
+        weights (the projections dominate the cost).
 
     Returns
     -------
@@ -115,13 +119,23 @@ def model_structure(
         for b, block in enumerate(getattr(layer, "blocks", (layer,))):
             places.append((l, b))
             if clouds is None:
-                reports.append(nearest_gradient_field(block.attention)[1])
+                reports.append(nearest(block, (l, b), cache)[1])
                 continue
             seen = _read_by(block, clouds[l][2 * b], mu)
-            gap = dynamic_gap(block.attention, seen, engine=engine)
+            projected = nearest(block, (l, b), cache)
+            gap = dynamic_gap(block.attention, seen, engine=engine, nearest=projected)
             reports.append(gap.report)
             gaps.append(gap)
     return ModelStructure(tuple(places), tuple(reports), None if mu is None else tuple(gaps))
+
+
+def nearest(block, place, cache: dict | None):
+    """``nearest_gradient_field(block.attention)``, through ``cache[place]`` when given."""
+    if cache is None:
+        return nearest_gradient_field(block.attention)
+    if place not in cache:
+        cache[place] = nearest_gradient_field(block.attention)
+    return cache[place]
 
 
 def _layer_indices(model, layers) -> list[int]:
@@ -189,7 +203,9 @@ class DepthEnergies:
         return torch.sign(self.change) == torch.sign(self.structured_rate)
 
 
-def depth_energies(model, mu: Empirical, *, layers=None, engine: str = "auto") -> DepthEnergies:
+def depth_energies(
+    model, mu: Empirical, *, layers=None, engine: str = "auto", cache=None
+) -> DepthEnergies:
     """Each attention sublayer's structured energy along the network's own tokens (module
     notes).
 
@@ -199,6 +215,7 @@ def depth_energies(model, mu: Empirical, *, layers=None, engine: str = "auto") -
     mu : Empirical, a sentence's depth-0 tokens (``model.embed(...)[0]``).
     layers : sequence of layer indices, optional (default all).
     engine : pairwise engine of the velocities.
+    cache : dict of projections by (layer, block), as :func:`model_structure`'s.
 
     Returns
     -------
@@ -218,7 +235,7 @@ def depth_energies(model, mu: Empirical, *, layers=None, engine: str = "auto") -
         layer = model.layers[l]
         blocks = getattr(layer, "blocks", (layer,))
         for b, block in enumerate(blocks):
-            near, _ = nearest_gradient_field(block.attention)
+            near, _ = nearest(block, (l, b), cache)
             x_in, x_out = clouds[l][2 * b], clouds[l][2 * b + 2]
             seen = _read_by(block, x_in, mu)
             step = block.attention.velocity(seen, engine=engine)  # before any projection
