@@ -126,10 +126,10 @@ def layer_steps(
     -------
     :class:`LayerSteps` (the steps and distances in float64).
     """
-    _check_model(model, "layer_steps")
     taus = np.asarray(taus, dtype=float)
     if taus.ndim != 1 or len(taus) == 0 or not (taus > 0).all():
         raise ValueError(f"taus must be a non-empty sequence of steps > 0; received {taus}.")
+    _check_model(model, "layer_steps")
     clouds = _sublayer_inputs(model, mu, engine)
     places, rows, messages = [], [], []
     for l in _layer_indices(model, layers):
