@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,12 @@ HEATMAPS = (("symmetry", "symmetry of W_Qᵀ W_K"),
 
 
 def plot(out: Path) -> list[Path]:
+    with warnings.catch_warnings():  # an all-NaN column (overflow, no convergence) is a gap
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return _plot(out)
+
+
+def _plot(out: Path) -> list[Path]:
     plt = fw.pyplot()
     _, arrays, r = fw.load(out)
     names = r["models"]
@@ -31,8 +38,8 @@ def plot(out: Path) -> list[Path]:
             ax.set_yticks(range(len(layers)), [str(l) for l in layers])
             fig.colorbar(image, ax=ax)
         ax = row[3]
-        ax.plot(layers, np.nanmedian(a["energy_change"], 0), "o-", label="Δ𝓔 (attention step)")
-        ax.plot(layers, np.nanmedian(a["energy_rate"], 0), "s--", label="d𝓔/dt (structured)")
+        ax.plot(layers, np.nanmedian(a["energy_change"], 0), "o-", label="ΔE (attention step)")
+        ax.plot(layers, np.nanmedian(a["energy_rate"], 0), "s--", label="dE/dt (structured)")
         ax.set_yscale("symlog")
         ax.set(title="energy along depth", xlabel="layer")
         ax.legend(fontsize=8)

@@ -201,9 +201,12 @@ def _notes(config: dict, r: dict) -> list[str]:
         "frozen at the input; a sum of heads by additive splitting (exact for heads on "
         "orthogonal subspaces), the drift explicit (tpde.flows.structured_jko_step). Inner "
         "tolerance 1e-4 on the step's velocity, 30 L-BFGS iterations.",
-        "A head with s = +1 ascends an unbounded exponential energy: −E_h has no minimum and "
-        "its JKO step exists only for small τ; its solve then stops with 'line search "
-        "failed' and the sublayer's step at that τ counts as not converged (never as a result). "
+        "A head with s = +1 ascends an exponential energy: −E_h falls exponentially along "
+        "range(M_h) against the quadratic distance, so its JKO problem has no global minimiser "
+        "for any τ; the step is the local minimiser near the input (the explicit warm start), "
+        "which exists for small τ only. Where it does not, the solve stops ('line search "
+        "failed') and the sublayer's step at that τ counts as not converged (never as a "
+        "result). "
         "Failures: " + "; ".join(f"{n}: {len(f)}" for n, f in r["jko_failures"].items()) + ".",
         "The frozen metric: ‖Δ‖² = Σ_i w_i Δ_iᵀ(Σ_h s_hM_h/K^h_μ(x_i))⁺Δ_i on the range of "
         "the mobilities (tpde.flows.frozen_metric_distance); the twisted distance of the "
@@ -214,6 +217,13 @@ def _notes(config: dict, r: dict) -> list[str]:
         "as tiny random models are not run: building them needs transformers, a test-only "
         "dependency (tests/pretrained/test_load.py).",
     ]
+    notes.append(
+        "The structure keeps W_Q, W_K and drops what breaks it (RoPE's position dependence "
+        "beyond the symmetric part, causal masks, QK-norms, soft-caps: MATH.md §12), so a "
+        "model whose real scores are normalised (Gemma-3's QK-norm) has structured scores on "
+        "the raw projections: large dynamic gaps, and structured energies that overflow "
+        "float64 ('overflow' in the tables, NaN in the data)."
+    )
     for name, why in r["missing"].items():
         notes.append(f"{name} skipped: {why}")
     return notes

@@ -12,6 +12,11 @@ particle problem (:class:`~tpde.flows.jko_prox.ParticleProx`, y = x + √τ c_i 
 R = (sM)^{1/2}) is already the degenerate one when R is the semidefinite root, since ζ then
 moves y in range(M) with d² = τ|ζ|² on it. This module uses that problem directly.
 
+A head with s = +1 ascends E_h = ½∬e^{score}: −E_h decreases exponentially along
+range(M_h) against the quadratic distance, so the JKO problem has no global minimiser; the
+step is the local minimiser reached from the explicit warm start, which exists for τ small
+(the solve reports "not_converged" where it does not).
+
 One head (w = 0): :func:`structured_jko_step` is the JKO step μ_{k+1} ∈ argmin_ν
 −s E(ν) + d(ν, μ_k)²/(2τ), converging at order 1 in τ to the flow ẋ = Γ_s[μ](x)
 (Jordan, Kinderlehrer, Otto 1998; Ambrosio, Gigli, Savaré 2008). Several heads: their sum
@@ -202,6 +207,11 @@ def frozen_metric_distance(
     for head in field.heads:
         positions = mu.positions if head.rope is not None else None
         weight = field.log_partition(head, mu, x, positions).exp()  # (n,)
+        if not bool(torch.isfinite(weight).all()):
+            raise OverflowError(
+                f"the metric weight K^h_μ of a head overflowed in {x.dtype}: its scores exceed "
+                "the dtype's range on this cloud, where the frozen metric is not computable."
+            )
         reduced = U.mT @ (head.sign * head.M.to(x)) @ U
         cometric = cometric + reduced / weight[:, None, None]
     inside = delta @ U  # (n, r)
