@@ -17,7 +17,13 @@ import pytest
 import torch
 
 from tpde.fields import Softmax, nearest_gradient_field
-from tpde.flows import Status, frozen_metric_distance, integrate, structured_jko_step
+from tpde.flows import (
+    Status,
+    frozen_metric_distance,
+    integrate,
+    jko_step,
+    structured_jko_step,
+)
 from tpde.measures import Empirical
 
 F64 = torch.float64
@@ -102,5 +108,7 @@ def test_bad_inputs_are_refused():
         structured_jko_step(near, mu.points, 0.1)
     with pytest.raises(ValueError, match="tau"):
         structured_jko_step(near, mu, -1.0)
+    with pytest.raises(TypeError, match=r"step it with tpde\.flows\.structured_jko_step"):
+        jko_step(mu, near, 0.1, "twisted")
     with pytest.raises(ValueError, match="displacement must have"):
         frozen_metric_distance(near, mu, torch.zeros(4, 6, dtype=F64))
