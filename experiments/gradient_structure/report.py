@@ -90,8 +90,8 @@ def energy_claim(m: dict) -> fw.Claim:
                 v["energy_defined"])  # fmt: skip
     share = agree / defined if defined else float("nan")
     outcome = "; ".join(
-        f"{n}: {v['energy_agree_share']:.2f} of {v['energy_defined']} (𝓔 overflows float64 in "
-        f"{v['energy_total'] - v['energy_defined']})"
+        f"{n}: {_share(v['energy_agree_share'])} of {v['energy_defined']} (𝓔 overflows "
+        f"float64 in {v['energy_total'] - v['energy_defined']} of {v['energy_total']})"
         for n, v in m.items()
     )
     return fw.Claim(
@@ -104,10 +104,8 @@ def energy_claim(m: dict) -> fw.Claim:
 def step_claims(m: dict) -> list[fw.Claim]:
     best = float(np.nanmedian([v["best_relative"] for v in m.values()]))
     outcome = "; ".join(
-        f"{n}: best W2(x + Δ, x + v)/W2(x, x + v) {v['best_relative']:.3f} (JKO "
-        f"{v['jko_relative']:.3f} at median τ {v['best_tau_jko']:.3g}, converged in "
-        f"{v['jko_converged_share']:.0%} of (sublayer, τ); explicit {v['explicit_relative']:.3f}"
-        f" at τ {v['best_tau_explicit']:.3g})"
+        f"{n}: best W2(x + Δ, x + v)/W2(x, x + v) {v['best_relative']:.3f} ({_jko(v)}; "
+        f"explicit {v['explicit_relative']:.3f} at median τ {v['best_tau_explicit']:.3g})"
         for n, v in m.items()
     )
     compared = sum(v["compared"] for v in m.values())
@@ -122,6 +120,18 @@ def step_claims(m: dict) -> list[fw.Claim]:
                  f"JKO closer in {closer} of {compared} sublayers where a JKO step converged",
                  _grade(share, 0.8, 0.5)),
     ]  # fmt: skip
+
+
+def _share(value: float) -> str:
+    return "undefined" if not np.isfinite(value) else f"{value:.2f}"
+
+
+def _jko(v: dict) -> str:
+    """The JKO part of a model's outcome: its best relative W2 and τ, or that none converged."""
+    if not np.isfinite(v["jko_relative"]):
+        return "JKO: no step converged at any τ"
+    return (f"JKO {v['jko_relative']:.3f} at median τ {v['best_tau_jko']:.3g}, converged in "
+            f"{v['jko_converged_share']:.0%} of (sublayer, τ)")  # fmt: skip
 
 
 def layer_table(name: str, a: dict, taus) -> str:
