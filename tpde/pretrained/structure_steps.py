@@ -6,8 +6,10 @@ StructuredAttention`). From the tokens a sublayer reads, y = N₁(x) for Pre-nor
 Post-norm (as :func:`~tpde.pretrained.depth_energies`), three displacements of the residual
 stream x:
 
-- the network's own attention step v = Attn[y](y) (before a Post-norm's LayerNorm, which
-  rescales every token and is not part of the attention's step);
+- the network's own attention update v of the residual stream, from the per-sublayer split
+  (Pre-norm: Attn[N₁#μ](N₁x); Peri-norm: N₂(Attn[N₁#μ](N₁x)), its output norm included, which
+  the structure lacks); for Post-norm Attn[μ](x) before the LayerNorm, which rescales every
+  token and is not part of the attention's step (as :func:`~tpde.pretrained.depth_energies`);
 - the explicit step Δ_E(τ) = τ Γ_s[y](y);
 - the JKO step Δ_J(τ) = y_τ − y of :func:`tpde.flows.structured_jko_step` in the field's
   twisted metric with its *semidefinite* mobility (each head in its own metric; a sum of
@@ -136,7 +138,7 @@ def layer_steps(
         for b, block in enumerate(getattr(model.layers[l], "blocks", (model.layers[l],))):
             x = clouds[l][2 * b]
             seen = _read_by(block, x, mu)
-            v = block.attention.velocity(seen, engine=engine).detach().double()
+            v = _network_step(block, clouds[l], b, seen, engine)
             near, _ = nearest(block, (l, b), cache)
             row, failed = _steps_of(near, _double(seen), x.detach().double(), v, taus, tol,
                                     max_iter)  # fmt: skip
@@ -145,6 +147,16 @@ def layer_steps(
             messages += [f"layer {l}, block {b}, τ = {t:g}: {m}" for t, m in failed]
     stacked = {key: np.array([r[key] for r in rows]) for key in rows[0]}
     return LayerSteps(tuple(places), taus, messages=tuple(messages), **stacked)
+
+
+def _network_step(block, cloud: torch.Tensor, b: int, seen: Empirical, engine: str):
+    """The network's attention update of the residual stream, float64: the split's
+    x_{l,2b+1} − x_{l,2b} (Pre-norm: Attn(N₁x); Peri-norm: N₂(Attn(N₁x)), the output norm
+    included), or Attn(x) before the LayerNorm for a Post-norm block (module notes)."""
+    norm = block.attention_norm
+    if norm is not None and norm.placement == "post":
+        return block.attention.velocity(seen, engine=engine).detach().double()
+    return (cloud[2 * b + 1] - cloud[2 * b]).detach().double()
 
 
 def _weights64(mu: Empirical) -> torch.Tensor:
