@@ -13,6 +13,7 @@ own; nothing here depends on the family.
 energy 𝓔_l = Σ_h s_h E_h (the functional its nearest gradient field ascends, MATH.md §12),
 evaluated on the tokens as the sublayer reads them (y = N₁(x) for Pre-norm, x for Post-norm):
 before the sublayer, after its attention step x + v (v = Attn[N₁#μ](N₁x) for Pre-norm,
+N₂(Attn[N₁#μ](N₁x)) for Peri-norm (its output norm included, as the per-sublayer split),
 Attn[μ](x) for Post-norm, before the Post-norm's projection: a LayerNorm rescales the tokens
 and with them every exponential score, so it is not part of the attention's step) and after
 the whole layer, beside the rate the structure predicts, d𝓔/dt = ⟨∇𝓔, Γ_s⟩ along the nearest
@@ -238,13 +239,23 @@ def depth_energies(
             near, _ = nearest(block, (l, b), cache)
             x_in, x_out = clouds[l][2 * b], clouds[l][2 * b + 2]
             seen = _read_by(block, x_in, mu)
-            step = block.attention.velocity(seen, engine=engine)  # before any projection
+            step = attention_step(block, clouds[l], b, seen, engine)
             energy = [near.energy(_read_by(block, x, mu)) for x in (x_in, x_in + step, x_out)]
             rate = near.energy_rate(seen, near.velocity(seen, engine=engine))
             places.append((l, b))
             rows.append((*energy, rate, _network_rate(near, block, x_in, step, mu)))
     columns = [torch.stack([r[i] for r in rows]).detach().to(torch.float64) for i in range(5)]
     return DepthEnergies(tuple(places), *columns)
+
+
+def attention_step(block, cloud: torch.Tensor, b: int, seen: Empirical, engine: str):
+    """A block's attention update of the residual stream: the split's x_{l,2b+1} − x_{l,2b}
+    (Pre-norm: Attn(N₁x); Peri-norm: N₂(Attn(N₁x)), its output norm included), or Attn(x)
+    before the LayerNorm for a Post-norm block (its projection is not the attention's step)."""
+    norm = block.attention_norm
+    if norm is not None and norm.placement == "post":
+        return block.attention.velocity(seen, engine=engine)
+    return cloud[2 * b + 1] - cloud[2 * b]
 
 
 def _network_rate(near, block, x_in, step, mu: Empirical) -> torch.Tensor:

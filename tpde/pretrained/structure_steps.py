@@ -38,7 +38,13 @@ import torch
 from tpde.flows import frozen_metric_distance, structured_jko_step
 from tpde.measures import Empirical, Gaussian
 from tpde.metrics import bures_wasserstein, sinkhorn_divergence, twisted_w2, w2
-from tpde.pretrained.structure import _layer_indices, _read_by, _sublayer_inputs, nearest
+from tpde.pretrained.structure import (
+    _layer_indices,
+    _read_by,
+    _sublayer_inputs,
+    attention_step,
+    nearest,
+)
 from tpde.pretrained.transformer import Transformer
 
 __all__ = ["LayerMetrics", "LayerSteps", "layer_metrics", "layer_steps"]
@@ -138,7 +144,7 @@ def layer_steps(
         for b, block in enumerate(getattr(model.layers[l], "blocks", (model.layers[l],))):
             x = clouds[l][2 * b]
             seen = _read_by(block, x, mu)
-            v = _network_step(block, clouds[l], b, seen, engine)
+            v = attention_step(block, clouds[l], b, seen, engine).detach().double()
             near, _ = nearest(block, (l, b), cache)
             row, failed = _steps_of(near, _double(seen), x.detach().double(), v, taus, tol,
                                     max_iter)  # fmt: skip
@@ -147,16 +153,6 @@ def layer_steps(
             messages += [f"layer {l}, block {b}, τ = {t:g}: {m}" for t, m in failed]
     stacked = {key: np.array([r[key] for r in rows]) for key in rows[0]}
     return LayerSteps(tuple(places), taus, messages=tuple(messages), **stacked)
-
-
-def _network_step(block, cloud: torch.Tensor, b: int, seen: Empirical, engine: str):
-    """The network's attention update of the residual stream, float64: the split's
-    x_{l,2b+1} − x_{l,2b} (Pre-norm: Attn(N₁x); Peri-norm: N₂(Attn(N₁x)), the output norm
-    included), or Attn(x) before the LayerNorm for a Post-norm block (module notes)."""
-    norm = block.attention_norm
-    if norm is not None and norm.placement == "post":
-        return block.attention.velocity(seen, engine=engine).detach().double()
-    return (cloud[2 * b + 1] - cloud[2 * b]).detach().double()
 
 
 def _weights64(mu: Empirical) -> torch.Tensor:
