@@ -27,13 +27,13 @@ first-layer cloud. The loader's other families as tiny random models are not run
 them needs ``transformers``, a test-only dependency (tests/pretrained/test_load.py), and
 tpde imports no ``transformers`` at run time.
 
-Sizes: ``--quick`` (1 sentence of 8 tokens, the first layer, τ ∈ {½, 1, 2}): 29 s of CPU
-(73 s wall on a 2-core machine at load 10), mostly loading the models and projecting their
-heads (one eigen- and one singular-value decomposition of d × d per head). The full size
-(1 sentence of 12 tokens, every layer, five τ) is dominated by the projections and the JKO
-solves, one per head and τ: 212 s wall for the two end layers of each model at load 10, so
-some tens of minutes for all 54 layers on a loaded 2-core machine. Models in float32; the
-tokens, JKO steps and distances in float64 (a structured energy overflows float32).
+Sizes: ``--quick`` (1 sentence of 8 tokens, the first layer, τ ∈ {½, 1, 2}): 56 s wall,
+32 s of CPU, 2.7 GB peak, on the 2-core machine at load 2–3 (151 s wall at load 10), mostly
+loading the models and projecting their heads (one eigen- and one singular-value
+decomposition of d × d per head). The full size (1 sentence of 12 tokens, all 54 layers,
+five τ): 582 s wall on the same machine at load 2–7, dominated by the projections and the
+JKO solves (one per head and τ). Models in float32; tokens, JKO steps and distances in
+float64 (a structured energy overflows float32).
 """
 
 from __future__ import annotations
