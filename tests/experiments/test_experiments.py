@@ -35,6 +35,7 @@ def test_registry_lists_the_experiments_in_order():
         "real-decoder",
         "circle-pde",
         "real-models",
+        "gradient-structure",
     ]
     with pytest.raises(KeyError, match="unknown experiment 'x'; known experiments: cones"):
         experiments.get("x")

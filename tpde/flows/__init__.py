@@ -16,7 +16,9 @@ and Strang splittings over a sum's parts (:class:`Splitting`, ``SPLITTINGS``);
 :func:`compare` the agreement harness (Gaussian ODE vs particles vs grid);
 :func:`integrate_circle` the circle PDE on grids refined as it sharpens (then, optionally,
 along its characteristics: :mod:`tpde.flows.circle_adaptive`);
-:func:`jko_step` and :func:`jko_flow` the JKO steps (:mod:`tpde.flows.jko`, ``GEOMETRIES``).
+:func:`jko_step` and :func:`jko_flow` the JKO steps (:mod:`tpde.flows.jko`, ``GEOMETRIES``);
+:func:`structured_jko_step` those of a nearest gradient field (semidefinite mobility,
+:mod:`tpde.flows.jko_structured`) and :func:`frozen_metric_distance` its frozen metric.
 The geodesic convexity probe is a property of an energy: :func:`tpde.fields.convexity_probe`.
 """
 
@@ -25,6 +27,12 @@ from tpde.flows.compare import Comparison, compare
 from tpde.flows.events import BlowUp, Clustered, Converged
 from tpde.flows.integrate import integrate
 from tpde.flows.jko import GEOMETRIES, jko_flow, jko_step
+from tpde.flows.jko_structured import (
+    FrozenDistance,
+    StructuredJKOStep,
+    frozen_metric_distance,
+    structured_jko_step,
+)
 from tpde.flows.methods import (
     LIE_TROTTER,
     METHODS,
@@ -71,6 +79,7 @@ __all__ = [
     "Converged",
     "ExplicitRK",
     "FiniteVolumes",
+    "FrozenDistance",
     "GaussianSystem",
     "GridSystem",
     "JKOStep",
@@ -79,15 +88,18 @@ __all__ = [
     "Rosenbrock",
     "Splitting",
     "Status",
+    "StructuredJKOStep",
     "System",
     "Trajectory",
     "compare",
+    "frozen_metric_distance",
     "integrate",
     "integrate_circle",
     "jko_flow",
     "jko_step",
     "register_method",
     "register_system",
+    "structured_jko_step",
 ]
 
 

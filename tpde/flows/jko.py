@@ -51,6 +51,7 @@ import torch
 from tpde._validation import check_choice, check_positive, check_positive_int, check_real
 from tpde.fields.base import Field
 from tpde.fields.gradient_flow.energies import as_energy
+from tpde.fields.gradient_flow.structured import StructuredAttention
 from tpde.flows.jko_grid import default_epsilon, entropic_step
 from tpde.flows.jko_prox import GaussianProx, ParticleProx, solve_prox
 from tpde.flows.status import Status, status_array
@@ -96,6 +97,12 @@ def _resolve(mu, energy, geometry: str, mobility):
             f"{tuple(mu.batch_shape)}. Step each element, mu[i], on its own."
         )
     twisted = geometry in ("twisted", "twisted-bures")
+    if isinstance(energy, StructuredAttention):
+        raise TypeError(
+            "a StructuredAttention (a nearest gradient field) is a sum of heads, each a "
+            "gradient flow in its own metric with a semidefinite mobility, which jko_step's "
+            "geometries do not take: step it with tpde.flows.structured_jko_step(near, mu, tau)."
+        )
     if isinstance(energy, Field):
         if energy.supports("projection"):
             raise NotImplementedError(

@@ -29,6 +29,7 @@ from tpde.pretrained.minilm import (
 )
 from tpde.pretrained.smollm2 import SmolLM2, load_smollm2, smollm2_path
 from tpde.pretrained.structure import DepthEnergies, ModelStructure, depth_energies, model_structure
+from tpde.pretrained.structure_steps import LayerMetrics, LayerSteps, layer_metrics, layer_steps
 from tpde.pretrained.transformer import (
     DecoderLayer,
     Embedding,
@@ -46,7 +47,9 @@ __all__ = [
     "Embedding",
     "Layer",
     "LayerGroup",
+    "LayerMetrics",
     "LayerNormWeights",
+    "LayerSteps",
     "LoadError",
     "MiniLM",
     "ModelStructure",
@@ -59,6 +62,8 @@ __all__ = [
     "embed",
     "gemma3_270m_path",
     "hidden_states",
+    "layer_metrics",
+    "layer_steps",
     "load",
     "load_gemma3_270m",
     "load_minilm",

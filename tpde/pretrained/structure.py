@@ -13,6 +13,7 @@ own; nothing here depends on the family.
 energy 𝓔_l = Σ_h s_h E_h (the functional its nearest gradient field ascends, MATH.md §12),
 evaluated on the tokens as the sublayer reads them (y = N₁(x) for Pre-norm, x for Post-norm):
 before the sublayer, after its attention step x + v (v = Attn[N₁#μ](N₁x) for Pre-norm,
+N₂(Attn[N₁#μ](N₁x)) for Peri-norm (its output norm included, as the per-sublayer split),
 Attn[μ](x) for Post-norm, before the Post-norm's projection: a LayerNorm rescales the tokens
 and with them every exponential score, so it is not part of the attention's step) and after
 the whole layer, beside the rate the structure predicts, d𝓔/dt = ⟨∇𝓔, Γ_s⟩ along the nearest
@@ -85,7 +86,7 @@ class ModelStructure:
 
 
 def model_structure(
-    model, mu: Empirical | None = None, *, layers=None, engine: str = "auto"
+    model, mu: Empirical | None = None, *, layers=None, engine: str = "auto", cache=None
 ) -> ModelStructure:
     """The gradient structure of every attention sublayer of a loaded model (module notes).
 
@@ -98,6 +99,10 @@ def model_structure(
     layers : sequence of layer indices, optional
         The layers to report (default all); the tokens still run through every layer.
     engine : pairwise engine of the velocities.
+    cache : dict, optional
+        The projections of :func:`tpde.fields.nearest_gradient_field` by (layer, block),
+        filled here and reused: pass one dict to several calls on the same model and
+        weights (the projections dominate the cost).
 
     Returns
     -------
@@ -115,13 +120,23 @@ def model_structure(
         for b, block in enumerate(getattr(layer, "blocks", (layer,))):
             places.append((l, b))
             if clouds is None:
-                reports.append(nearest_gradient_field(block.attention)[1])
+                reports.append(nearest(block, (l, b), cache)[1])
                 continue
             seen = _read_by(block, clouds[l][2 * b], mu)
-            gap = dynamic_gap(block.attention, seen, engine=engine)
+            projected = nearest(block, (l, b), cache)
+            gap = dynamic_gap(block.attention, seen, engine=engine, nearest=projected)
             reports.append(gap.report)
             gaps.append(gap)
     return ModelStructure(tuple(places), tuple(reports), None if mu is None else tuple(gaps))
+
+
+def nearest(block, place, cache: dict | None):
+    """``nearest_gradient_field(block.attention)``, through ``cache[place]`` when given."""
+    if cache is None:
+        return nearest_gradient_field(block.attention)
+    if place not in cache:
+        cache[place] = nearest_gradient_field(block.attention)
+    return cache[place]
 
 
 def _layer_indices(model, layers) -> list[int]:
@@ -189,7 +204,9 @@ class DepthEnergies:
         return torch.sign(self.change) == torch.sign(self.structured_rate)
 
 
-def depth_energies(model, mu: Empirical, *, layers=None, engine: str = "auto") -> DepthEnergies:
+def depth_energies(
+    model, mu: Empirical, *, layers=None, engine: str = "auto", cache=None
+) -> DepthEnergies:
     """Each attention sublayer's structured energy along the network's own tokens (module
     notes).
 
@@ -199,6 +216,7 @@ def depth_energies(model, mu: Empirical, *, layers=None, engine: str = "auto") -
     mu : Empirical, a sentence's depth-0 tokens (``model.embed(...)[0]``).
     layers : sequence of layer indices, optional (default all).
     engine : pairwise engine of the velocities.
+    cache : dict of projections by (layer, block), as :func:`model_structure`'s.
 
     Returns
     -------
@@ -218,16 +236,26 @@ def depth_energies(model, mu: Empirical, *, layers=None, engine: str = "auto") -
         layer = model.layers[l]
         blocks = getattr(layer, "blocks", (layer,))
         for b, block in enumerate(blocks):
-            near, _ = nearest_gradient_field(block.attention)
+            near, _ = nearest(block, (l, b), cache)
             x_in, x_out = clouds[l][2 * b], clouds[l][2 * b + 2]
             seen = _read_by(block, x_in, mu)
-            step = block.attention.velocity(seen, engine=engine)  # before any projection
+            step = attention_step(block, clouds[l], b, seen, engine)
             energy = [near.energy(_read_by(block, x, mu)) for x in (x_in, x_in + step, x_out)]
             rate = near.energy_rate(seen, near.velocity(seen, engine=engine))
             places.append((l, b))
             rows.append((*energy, rate, _network_rate(near, block, x_in, step, mu)))
     columns = [torch.stack([r[i] for r in rows]).detach().to(torch.float64) for i in range(5)]
     return DepthEnergies(tuple(places), *columns)
+
+
+def attention_step(block, cloud: torch.Tensor, b: int, seen: Empirical, engine: str):
+    """A block's attention update of the residual stream: the split's x_{l,2b+1} − x_{l,2b}
+    (Pre-norm: Attn(N₁x); Peri-norm: N₂(Attn(N₁x)), its output norm included), or Attn(x)
+    before the LayerNorm for a Post-norm block (its projection is not the attention's step)."""
+    norm = block.attention_norm
+    if norm is not None and norm.placement == "post":
+        return block.attention.velocity(seen, engine=engine)
+    return cloud[2 * b + 1] - cloud[2 * b]
 
 
 def _network_rate(near, block, x_in, step, mu: Empirical) -> torch.Tensor:

@@ -355,7 +355,9 @@ class DynamicGap:
     report: StructureReport
 
 
-def dynamic_gap(field, mu, *, t: float = 0.0, rtol: float = 1e-10, engine: str = "auto"):
+def dynamic_gap(
+    field, mu, *, t: float = 0.0, rtol: float = 1e-10, engine: str = "auto", nearest=None
+):
     r"""Relative L2(μ) gap between a field's velocity and its nearest gradient field's.
 
     ‖Γ[μ] − Γ_s[μ]‖_{L²(μ)} / ‖Γ[μ]‖_{L²(μ)} at μ's tokens, Γ_s from
@@ -367,6 +369,9 @@ def dynamic_gap(field, mu, *, t: float = 0.0, rtol: float = 1e-10, engine: str =
     ----------
     field : as :func:`nearest_gradient_field`.
     mu : Empirical, the tokens (with positions where the field needs them).
+    nearest : (field, report), optional
+        ``nearest_gradient_field(field, t=t, rtol=rtol)`` already computed (its eigen- and
+        singular-value decompositions dominate the cost), reused as given.
 
     Returns
     -------
@@ -377,7 +382,7 @@ def dynamic_gap(field, mu, *, t: float = 0.0, rtol: float = 1e-10, engine: str =
             f"dynamic_gap compares velocities at tokens: pass an Empirical; received "
             f"{type(mu).__name__}."
         )
-    near, report = nearest_gradient_field(field, t=t, rtol=rtol)
+    near, report = nearest or nearest_gradient_field(field, t=t, rtol=rtol)
     field.check_measure(mu)
     x = mu.points
     heads = attention_heads(field, t)
