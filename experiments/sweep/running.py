@@ -12,6 +12,8 @@ import shutil
 import sys
 from pathlib import Path
 
+from tpde._lifetime import export_parent
+
 from ..framework import atomic_write, exit_on_ctrl_c
 from ..workers import LOCK_FILE, FolderInUse, FolderLock
 from .spec import SweepError, expand, load_spec
@@ -49,18 +51,37 @@ def _client(scheduler: str | None, workers: int | None):
         with client:
             yield client
         return
-    cluster = LocalCluster(
-        n_workers=workers or 1,
-        threads_per_worker=1,
-        processes=workers is not None,  # default: one worker thread in this process
-        dashboard_address=":0",  # a free port: no clash with another cluster's 8787
-    )
-    with cluster, Client(cluster) as client:
-        if workers is not None:  # worker processes end with this one, a SIGKILL included
-            from ._plugin import EndWithParent
+    with _workers_end_with_this_process(workers is not None) as preload:
+        cluster = LocalCluster(
+            n_workers=workers or 1,
+            threads_per_worker=1,
+            processes=workers is not None,  # default: one worker thread in this process
+            dashboard_address=":0",  # a free port: no clash with another cluster's 8787
+            preload=preload,
+        )
+        with cluster, Client(cluster) as client:
+            if workers is not None:  # and a worker the nanny restarts, once it is up
+                from ._plugin import EndWithParent
 
-            client.register_plugin(EndWithParent(os.getpid()))
-        yield client
+                client.register_plugin(EndWithParent(os.getpid()))
+            yield client
+
+
+@contextlib.contextmanager
+def _workers_end_with_this_process(processes: bool):
+    """Worker processes arm on their first import, before torch: this process's pid in
+    :data:`tpde._lifetime.PARENT_ENV` (inherited by the workers the nanny spawns) and the
+    package ``tpde`` as their Dask preload, imported as each worker starts, so a SIGKILL of
+    ``tpde sweep`` during the workers' start-up ends them too (the plugin alone armed them
+    only once they had connected). Yields the ``preload`` list of the LocalCluster."""
+    if not processes:
+        yield []
+        return
+    restore = export_parent()
+    try:
+        yield ["tpde"]
+    finally:
+        restore()
 
 
 def _prepare(out: Path, spec: dict, force: bool) -> None:

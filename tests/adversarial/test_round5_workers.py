@@ -91,3 +91,32 @@ def test_an_armed_worker_ends_when_its_parent_is_killed():
         assert not psutil.pid_exists(child) or psutil.Process(child).status() == "zombie"
     finally:
         parent.kill()
+
+
+def _worker_view(dask_worker):
+    """What a Dask worker process knows of its arming (run on each worker)."""
+    from tpde import _lifetime
+
+    return (
+        os.environ.get(PARENT_ENV),
+        [p.name for p in dask_worker.preloads],
+        os.getppid(),
+        sorted(_lifetime._ARMED),
+    )
+
+
+@pytest.mark.timeout(180)
+def test_the_dask_workers_of_a_sweep_arm_on_their_first_import():
+    # Fixed: `tpde sweep --workers N`'s workers armed only in a plugin, once connected; a
+    # SIGKILL during their start-up left them on. They now inherit this process's pid in the
+    # variable and preload tpde as they start, so they arm as the workers of `tpde run` do
+    # (test_a_worker_arms_before_it_imports_torch). The variable is put back afterwards.
+    pytest.importorskip("dask.distributed")
+    from tpde.experiments.sweep.running import _client
+
+    before = os.environ.get(PARENT_ENV)
+    with _client(None, 2) as client:
+        views = client.run(_worker_view)
+    me = os.getpid()
+    assert list(views.values()) == [(str(me), ["tpde"], me, [me])] * 2
+    assert os.environ.get(PARENT_ENV) == before
