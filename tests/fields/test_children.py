@@ -119,7 +119,8 @@ def test_every_composite_declares_its_children():
 def test_no_attribute_name_is_probed_for_children():
     """The library asks children(), never getattr(field, "parts") and the like."""
     probe = re.compile(
-        r'getattr\([^)]*"(field|fields|parts|heads|inner|layers|branches|wrapped)"'
+        r'getattr\([^)]*"(field|fields|parts|heads|inner|layers|branches|wrapped|scheme)"'
+        r'|getattr\([^)]*"_(W|bias)_at"'
         r'|for \w+ in \("(parts|layers|heads|field)"'
     )
     root = Path(tpde.__file__).parent

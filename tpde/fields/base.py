@@ -344,6 +344,21 @@ class Field:
         capabilities, positions and checks follow from them (class notes)."""
         return ()
 
+    def children_output(self, t, like) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """How a field whose velocity sums its children's (``sums_children``) maps them:
+        ``(W, b)`` with v = Σ_c W_cᵀ v_c + b, W of shape (..., C, d, d) and b of shape
+        (..., d), each None where it is absent (the default: v = Σ_c v_c). A multi-head
+        field returns its output matrices and bias (``like`` gives their dtype and device);
+        the norm schemes' rounding bound reads them instead of probing attribute names."""
+        return None, None
+
+    @property
+    def projection_owner(self) -> object:
+        """What this field's ``project`` is the projection of: itself by default, the
+        scheme of a normalised field. A sum whose parts all share one owner projects as
+        its first part (:class:`tpde.fields.sum.Sum`)."""
+        return self
+
     @property
     def capabilities(self) -> frozenset:
         """The capabilities of this field (class notes): derived, never declared. A field

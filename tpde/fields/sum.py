@@ -106,8 +106,8 @@ class Sum(Field):
         if not all(part.supports("projection") for part in self.parts):
             return None
         first = self.parts[0]
-        key = getattr(first, "scheme", first)
-        if all(getattr(part, "scheme", part) is key for part in self.parts):
+        key = first.projection_owner
+        if all(part.projection_owner is key for part in self.parts):
             return first
         return None
 

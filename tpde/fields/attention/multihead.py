@@ -156,6 +156,10 @@ class MultiHead(Field):
         bias = self._bias_at(t, mean)
         return (c_total if bias is None else c_total + bias), B_total
 
+    def children_output(self, t, like):
+        """The output matrices W_h (..., H, d, d) and bias b_O (..., d), or None each."""
+        return self._W_at(t, like), self._bias_at(t, like)
+
     # ------------------------------------------------------------------ checks
     def _W_at(self, t, like: torch.Tensor | None) -> torch.Tensor | None:
         if self.W is None:

@@ -85,12 +85,11 @@ def _term_scale(field, t, mu, x):
     scales = [_term_scale(part, t, mu, x) for part in field.children()]
     if any(scale is None for scale in scales):
         return None
-    W = getattr(field, "_W_at", lambda t, like: None)(t, x)
+    W, bias = field.children_output(t, x)
     if W is not None:
         gains = safe_norm(W.flatten(-2), keepdim=False)  # (..., H)
         scales = [scale * gains[..., h] for h, scale in enumerate(scales)]
     total = sum(scales)
-    bias = getattr(field, "_bias_at", lambda t, like: None)(t, x)
     return total if bias is None else total + safe_norm(bias)
 
 

@@ -76,6 +76,11 @@ class Normalized(Field):
         self._pieces = {}
 
     # ------------------------------------------------------------------ protocol
+    @property
+    def projection_owner(self) -> object:
+        """The scheme: its retraction is this field's projection."""
+        return self.scheme
+
     def children(self) -> tuple[Field, ...]:
         """The wrapped field."""
         return (self.field,)
