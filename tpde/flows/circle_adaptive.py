@@ -338,10 +338,11 @@ class _Run:
             "quadrature": self.quadrature,
             "unresolved": cause,
         }
+        device = self.measures[0].device if self.measures else "cpu"
         return Trajectory(
-            times=torch.tensor(self.times, dtype=torch.float64),
+            times=torch.tensor(self.times, dtype=torch.float64, device=device),
             measures=list(self.measures),
             status=status_array((), status),
-            event_time=torch.tensor(event, dtype=torch.float64),
+            event_time=torch.tensor(event, dtype=torch.float64, device=device),
             stats=stats,
         )

@@ -63,7 +63,7 @@ class ModelStructure:
         else:
             rows = [report.scores(name) for report in self.reports]
         width = max(len(r) for r in rows)
-        out = torch.full((len(rows), width), float("nan"), dtype=torch.float64)
+        out = torch.full((len(rows), width), float("nan"), dtype=torch.float64, device="cpu")
         for i, row in enumerate(rows):
             out[i, : len(row)] = row
         return out
@@ -82,7 +82,7 @@ class ModelStructure:
                 "layer_scores takes 'symmetry', 'directionality' or 'dynamic_gap'; received "
                 f"{name!r} (per-head scores: table)."
             )
-        return torch.tensor(values, dtype=torch.float64)
+        return torch.tensor(values, dtype=torch.float64, device="cpu")
 
 
 def model_structure(

@@ -257,9 +257,9 @@ def layer_metrics(model, mu: Empirical, *, layers=None, blur: float = 0.05,
     ----------
     model : :class:`~tpde.pretrained.Transformer`.
     mu : Empirical, a sentence's depth-0 tokens.
-    layers : layer indices l (rows x_l → x_{l+1}; default all).
-    blur : the Sinkhorn divergence's blur (ε = blur², :func:`tpde.metrics.
-        sinkhorn_divergence`), in the tokens' units.
+    layers : layer indices l (row l compares layer l's input and output clouds; default all).
+    blur : the Sinkhorn divergence's blur (ε = blur²,
+        :func:`tpde.metrics.sinkhorn_divergence`), in the tokens' units.
     engine : pairwise engine of the forward pass.
     cache : dict of projections by (layer, block), as :func:`~tpde.pretrained.model_structure`'s.
 

@@ -205,7 +205,7 @@ def _replace(head: AttentionHead, **changes) -> AttentionHead:
 def _single(field, t: float) -> AttentionHead:
     from tpde.fields.attention import Sinkhorn
 
-    p = field.params.at(t, like=torch.empty((), dtype=torch.float64))
+    p = field.params.at(t, like=torch.empty((), dtype=torch.float64, device="cpu"))
     Q, K, V, bq, bk, bv = (_f64(w) for w in (p.Q, p.K, p.V, p.bq, p.bk, p.bv))
     _unbatched(field, Q, K, V)
     u = bv if bv is not None else V.new_zeros(V.shape[-1])
@@ -235,7 +235,7 @@ def _multihead(field, t: float):
 def _grouped(field, t: float):
     from tpde.fields.attention import RoPE
 
-    like = torch.empty((), dtype=torch.float64)
+    like = torch.empty((), dtype=torch.float64, device="cpu")
     Wq, Wk, Wv, Wo, bq, bk, bv, bo = (_f64(w) for w in field.params.at(t, like))
     _unbatched(field, Wq, Wk, Wv, Wo)
     H, Hkv, dh = field.heads, field.kv_heads, field.head_dim

@@ -142,7 +142,8 @@ class StructureReport:
             ]
             raise ValueError(f"scores takes one of {', '.join(numeric)}; received {name!r}.")
         values = [getattr(h, name) for h in self.heads]
-        return torch.tensor([float("nan") if v is None else v for v in values], dtype=torch.float64)
+        values = [float("nan") if v is None else v for v in values]
+        return torch.tensor(values, dtype=torch.float64, device="cpu")
 
 
 def nearest_gradient_field(field, *, t: float = 0.0, rtol: float = 1e-10):
@@ -250,8 +251,9 @@ def _project(head: AttentionHead, rtol: float):
 
 def _rope_matrix(rope, k: int, m: int) -> torch.Tensor:
     """R(m) (k, k): rope.rotate maps a row x at position m to (R(m)x)ᵀ."""
-    eye = torch.eye(k, dtype=torch.float64)
-    return rope.rotate(eye.unsqueeze(0), torch.full((k,), float(m))).squeeze(0).mT
+    eye = torch.eye(k, dtype=torch.float64, device="cpu")
+    positions = torch.full((k,), float(m), dtype=torch.float64, device="cpu")
+    return rope.rotate(eye.unsqueeze(0), positions).squeeze(0).mT
 
 
 def _rope_residual(head: AttentionHead, M: torch.Tensor, V_norm: float, base_norm: float):
@@ -267,7 +269,7 @@ def _rope_residual(head: AttentionHead, M: torch.Tensor, V_norm: float, base_nor
     C = G @ G.mT
     Cqq, Ckk = C[:k, :k], C[k:, k:]
     P = M @ G.mT  # (d, 2k); base_norm = ‖V − M B(0)‖ = ‖V − M A_s‖, computed by the caller
-    worst, zero = 0.0, torch.zeros(k, k, dtype=G.dtype)
+    worst, zero = 0.0, G.new_zeros(k, k)
     offsets = [2**i for i in range(int(math.log2(ROPE_OFFSETS)) + 1)]
     for m in [*offsets, *(-o for o in offsets)]:
         R = _rope_matrix(head.rope, k, m).to(G)
@@ -275,7 +277,7 @@ def _rope_residual(head: AttentionHead, M: torch.Tensor, V_norm: float, base_nor
         J = head.scale * torch.cat([torch.cat([zero, T], 1), torch.cat([-T, zero], 1)])
         asym2 = torch.trace(J.mT @ C @ J @ C).clamp_min(0)
         norm2 = head.scale**2 * torch.trace(R.mT @ Ckk @ R @ Cqq)
-        dT = T - torch.eye(k, dtype=G.dtype)
+        dT = T - torch.eye(k, dtype=G.dtype, device=G.device)
         X = P @ (0.5 * head.scale * torch.cat([torch.cat([zero, dT], 1), torch.cat([dT, zero], 1)]))
         shift = float(torch.trace(X.mT @ X @ C).clamp_min(0).sqrt())
         asym = float(asym2.sqrt()) / (float(norm2.clamp_min(0).sqrt()) or 1.0)
@@ -287,7 +289,7 @@ def _sinkhorn(head: AttentionHead, structured: StructuredHead):
     from tpde.fields.attention import Sinkhorn
 
     A_s = 0.5 * (head.A + head.A.mT)
-    eye = torch.eye(A_s.shape[-1], dtype=A_s.dtype)
+    eye = torch.eye(A_s.shape[-1], dtype=A_s.dtype, device=A_s.device)
     src = head.source  # the nearest field solves its plan as the head does
     return Sinkhorn(
         A_s, eye, structured.M @ A_s, scale=1.0, eps=src.eps, iters=src.iters, tol=src.tol
