@@ -71,7 +71,7 @@ def float64_oracle(model_type: str):
     module = _module(model_type)
     rotary = next(v for k, v in vars(module).items() if k.endswith("RotaryEmbedding"))
     saved = module.apply_rotary_pos_emb
-    if ".float()" in __import__("inspect").getsource(saved):  # Cohere rotates in float32
+    if model_type == "cohere":  # Cohere rotates in float32 (q.float(), k.float())
         module.apply_rotary_pos_emb = rope_oracle.in_float64(saved)
     try:
         with rope_oracle.float64_rope(rotary), _softmax_in_float64():
