@@ -4,12 +4,14 @@ biases, and use_qk_norm's per-head gains (checks: tests/pretrained/family_checks
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
 from tests.pretrained import family_checks as fc
 from tpde.fields import Parallel
-from tpde.pretrained import load
+from tpde.pretrained import LoadError, load
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("safetensors")
@@ -56,3 +58,19 @@ def test_float32_within_1e5(case):
 def test_split_sums_to_every_layer_update(case):
     _, folder, ids, _ = case
     assert fc.split_error(folder, ids) < 1e-12
+
+
+@pytest.mark.parametrize(("key", "value", "match"), [
+    ("logit_scale", 0.0, r"logit_scale must be .*> 0"),
+    ("use_qk_norm", "true", r"use_qk_norm must be true or false; received 'true'"),
+])  # fmt: skip
+def test_bad_values_are_named(case, tmp_path, key, value, match):
+    name, folder, _, _ = case
+    if name != "plain":
+        pytest.skip("one case suffices")
+    raw = json.loads((folder / "config.json").read_text())
+    raw[key] = value
+    (tmp_path / "config.json").write_text(json.dumps(raw))
+    (tmp_path / "model.safetensors").write_bytes((folder / "model.safetensors").read_bytes())
+    with pytest.raises(LoadError, match=match):
+        load(tmp_path)

@@ -4,12 +4,14 @@ coordinates reach it), Q/K/V/O biases (checks: tests/pretrained/family_checks.py
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
 from tests.pretrained import family_checks as fc
 from tpde.fields import LayerNorm
-from tpde.pretrained import load
+from tpde.pretrained import LoadError, load
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("safetensors")
@@ -55,3 +57,16 @@ def test_float32_within_1e5(case):
 def test_split_sums_to_every_layer_update(case):
     _, folder, ids, _ = case
     assert fc.split_error(folder, ids) < 1e-12
+
+
+@pytest.mark.parametrize("value", [-1.0, 0.0, "1"])
+def test_clip_must_be_a_positive_number(case, tmp_path, value):
+    name, folder, _, _ = case
+    if name != "clip":
+        pytest.skip("one case suffices")
+    raw = json.loads((folder / "config.json").read_text())
+    raw["clip_qkv"] = value
+    (tmp_path / "config.json").write_text(json.dumps(raw))
+    (tmp_path / "model.safetensors").write_bytes((folder / "model.safetensors").read_bytes())
+    with pytest.raises(LoadError, match=r"clip_qkv must be"):
+        load(tmp_path)

@@ -4,6 +4,8 @@ head) and use_parallel_residual (checks: tests/pretrained/family_checks.py)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -74,4 +76,17 @@ def test_a_missing_head_norm_is_named(case, tmp_path):
     save_file(tensors, tmp_path / "model.safetensors", metadata={"format": "pt"})
     (tmp_path / "config.json").write_bytes((folder / "config.json").read_bytes())
     with pytest.raises(LoadError, match=r"'model.layers.1.self_attn.q_layernorm.norms.1.weight'"):
+        load(tmp_path)
+
+
+@pytest.mark.parametrize("key", ["use_parallel_residual", "qk_layernorm"])
+def test_a_switch_must_be_a_bool(case, tmp_path, key):
+    name, folder, _, _ = case
+    if name != "plain":
+        pytest.skip("one case suffices")
+    raw = json.loads((folder / "config.json").read_text())
+    raw[key] = "yes"
+    (tmp_path / "config.json").write_text(json.dumps(raw))
+    (tmp_path / "model.safetensors").write_bytes((folder / "model.safetensors").read_bytes())
+    with pytest.raises(LoadError, match=rf"{key} must be true or false; received 'yes'"):
         load(tmp_path)
