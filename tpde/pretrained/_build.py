@@ -40,7 +40,7 @@ from tpde.pretrained.transformer import (
 __all__ = ["ModelConfig", "build", "expected_shapes", "read_hyper"]
 
 _LINEAR = ("q", "k", "v", "o", "qkv", "gate", "up", "down", "fc1", "fc2", "embed_map",
-           "mlm_dense", "pooler", "cls_dense", "classifier")  # fmt: skip
+           "mlm_dense", "pooler", "cls_dense", "classifier", "gate_up")  # fmt: skip
 #: The linear roles of a Conv1D checkpoint stored (in, out): the blocks' (GPT-2's task heads,
 #: ``score``, are nn.Linear, stored (out, in)).
 _CONV1D = ("q", "k", "v", "o", "qkv", "gate", "up", "down", "fc1", "fc2")
@@ -58,9 +58,18 @@ def _bias(entry: Family, role: str, raw: dict) -> bool:
 
 def _present(entry: Family, role: str, raw: dict) -> bool:
     """Whether the files hold ``role``: always, or as its ``optional`` config key says
-    (a bool, checked by :func:`read_hyper`)."""
+    (a bool, checked by :func:`read_hyper`; a pair (key, value): when the key equals it)."""
     key = entry.optional.get(role)
+    if isinstance(key, tuple):
+        return raw.get(key[0], False) == key[1]
     return True if key is None else raw.get(key, False)
+
+
+def _norm_parts(entry: Family, role: str) -> tuple[str, ...]:
+    """The tensors norm ``role`` stores: ``entry.norm_parts`` (the role's, else "*"'s), else
+    weight (RMSNorm) or weight and bias (LayerNorm)."""
+    default = ("weight", "bias") if entry.norm == "layernorm" else ("weight",)
+    return entry.norm_parts.get(role, entry.norm_parts.get("*", default))
 
 
 def _role_shapes(cfg: ModelConfig, entry: Family) -> dict[str, tuple[int, ...]]:
@@ -69,9 +78,12 @@ def _role_shapes(cfg: ModelConfig, entry: Family) -> dict[str, tuple[int, ...]]:
     e = cfg.embedding_size or d  # ALBERT's factorised embeddings: E, mapped to d
     q, kv = cfg.heads * k, cfg.kv_heads * k
     qk = ((q,), (kv,)) if entry.qk_norm_whole else ((k,), (k,))
+    if entry.qk_norm_heads and "{h}" not in entry.names.get("q_norm", "{h}"):
+        qk = ((cfg.heads, k), (cfg.kv_heads, k))  # one gain per head, stored (H, d_h)
     return {
         "q": (q, d), "k": (kv, d), "v": (kv, d), "o": (d, q), "qkv": (q + 2 * kv, d),
         "gate": (m, d), "up": (m, d), "down": (d, m), "fc1": (m, d), "fc2": (d, m),
+        "gate_up": (2 * m, d),
         "attn_norm": (d,), "mlp_norm": (d,), "final_norm": (d,), "embed_norm": (e,),
         "attn_post_norm": (d,), "mlp_post_norm": (d,), "q_norm": qk[0], "k_norm": qk[1],
         "embed": (cfg.vocab, e), "head": (cfg.vocab, e), "embed_map": (d, e),
@@ -100,7 +112,7 @@ def expected_shapes(cfg: ModelConfig, entry: Family, raw: dict, prefix: str, fou
             continue  # tied, or a classification model: no language-model head
         per_layer = "{l}" in template or "{g}" in template
         for l in blocks if per_layer else [None]:
-            base = template.format(l=l, g=l // k, j=l % k) if per_layer else template
+            base = template.format(l=l, g=l // k, j=l % k, h="{h}") if per_layer else template
             shape = shapes[role]
             if role in _LINEAR:
                 stored = shape[::-1] if entry.conv1d and role in _CONV1D else shape
@@ -108,9 +120,11 @@ def expected_shapes(cfg: ModelConfig, entry: Family, raw: dict, prefix: str, fou
                 if _bias(entry, role, raw):
                     out[f"{base}.bias"] = (role, l, "bias", shape[:1])
             elif role in _NORMS:
-                out[f"{base}.weight"] = (role, l, "weight", shape)
-                if entry.norm == "layernorm":
-                    out[f"{base}.bias"] = (role, l, "bias", shape)
+                heads = {"q_norm": cfg.heads, "k_norm": cfg.kv_heads}.get(role, 0)
+                for h in range(heads) if "{h}" in base else [None]:  # one tensor per head
+                    at = base if h is None else base.replace("{h}", str(h))
+                    for part in _norm_parts(entry, role):
+                        out[f"{at}.{part}"] = (role, l, part if h is None else f"{part}.{h}", shape)
             else:
                 out[f"{base}.weight"] = (role, l, "weight", shape)
                 if role == "head" and _bias(entry, role, raw):
@@ -179,6 +193,10 @@ def _gather(expected: dict, tensors: dict, entry: Family) -> dict:
     return out
 
 
+#: The weights of a parameter-free norm (γ = 1, b = 0: OLMo's LayerNorm).
+_FREE = {"weight": None, "bias": None}
+
+
 def _norm(w: dict | None, cfg: ModelConfig, entry: Family, placement: str):
     if w is None:
         return None
@@ -188,10 +206,28 @@ def _norm(w: dict | None, cfg: ModelConfig, entry: Family, placement: str):
     return LayerNorm(w["weight"], w["bias"], cfg.norm_eps, placement=placement)
 
 
+def _qk_norm(w: dict | None, cfg: ModelConfig, entry: Family, heads: int):
+    """A QK-norm, or with ``entry.qk_norm_heads`` a tuple of one norm per head (its gain and
+    bias a row of the stored (H, d_h) tensor, or the h-th of the per-head tensors)."""
+    if w is None or not entry.qk_norm_heads:
+        return _norm(w, cfg, entry, "pre")
+
+    def rows(part):
+        if w.get(part) is not None:
+            return list(w[part].unbind(0))
+        return [w.get(f"{part}.{h}") for h in range(heads)]
+
+    pairs = zip(rows("weight"), rows("bias"), strict=True)
+    return tuple(_norm({"weight": g, "bias": b}, cfg, entry, "pre") for g, b in pairs)
+
+
 def _attention(p: dict, cfg: ModelConfig, entry: Family, l: int) -> GroupedQueryAttention:
     if "qkv" in p:
         p = {**p, **_split_qkv(p["qkv"], cfg, entry)}
-    norms = {r: _norm(p.get(r), cfg, entry, "pre") for r in ("q_norm", "k_norm")}
+    norms = {
+        "q_norm": _qk_norm(p.get("q_norm"), cfg, entry, cfg.heads),
+        "k_norm": _qk_norm(p.get("k_norm"), cfg, entry, cfg.kv_heads),
+    }
     rope = None
     if entry.rotary:
         style = entry.facts.get("rope_style", "half")
@@ -205,7 +241,7 @@ def _attention(p: dict, cfg: ModelConfig, entry: Family, l: int) -> GroupedQuery
         scale=1 / math.sqrt(cfg.head_dim) if cfg.attention_scale is None else cfg.attention_scale,
         position=rope, causal=entry.causal, window=cfg.layer_window(l), bq=p["q"]["bias"],
         bk=p["k"]["bias"], bv=p["v"]["bias"], bo=p["o"]["bias"], q_norm=norms["q_norm"],
-        k_norm=norms["k_norm"], softcap=cfg.attn_softcap,
+        k_norm=norms["k_norm"], softcap=cfg.attn_softcap, clip=cfg.clip_qkv,
     )  # fmt: skip
 
 
@@ -227,6 +263,9 @@ def _split_qkv(fused: dict, cfg: ModelConfig, entry: Family) -> dict:
 
 
 def _mlp(p: dict, cfg: ModelConfig, entry: Family):
+    if "gate_up" in p:  # fused [W_gate; W_up] (Phi-3): the first m rows gate, the last m up
+        gate, up = p["gate_up"]["weight"].chunk(2, 0)
+        p = {**p, "gate": {"weight": gate}, "up": {"weight": up}}
     if entry.mlp == "swiglu":
         return SwiGLU(p["gate"]["weight"], p["up"]["weight"], p["down"]["weight"],
                       activation=cfg.activation or "silu")  # fmt: skip
@@ -236,6 +275,10 @@ def _mlp(p: dict, cfg: ModelConfig, entry: Family):
 
 def _layer(p: dict, cfg: ModelConfig, entry: Family, l: int) -> Layer:
     """Block l of its weights ``p`` (role → weight and bias)."""
+    if _norm_parts(entry, "attn_norm") == ():  # parameter-free norms: no tensors stored
+        p = {**{r: _FREE for r in ("attn_norm", "mlp_norm") if r in entry.names}, **p}
+    if cfg.residual_scale != 1.0:
+        p = _scaled_outputs(p, cfg.residual_scale)
     attention, mlp = _attention(p, cfg, entry, l), _mlp(p, cfg, entry)
     n1 = _layer_norm(p, "attn", cfg, entry)
     shared = entry.placement in ("pre", "post") and "mlp_norm" not in p  # one norm (Phi, GPT-J)
@@ -243,6 +286,18 @@ def _layer(p: dict, cfg: ModelConfig, entry: Family, l: int) -> Layer:
     parts = [Normalized(attention, n1), Normalized(mlp, n2)]
     field = Sum([Parallel(parts)]) if cfg.parallel else Sum(parts)
     return Layer(attention, mlp, n1, n2, field)
+
+
+def _scaled_outputs(p: dict, r: float) -> dict:
+    """``p`` with r folded into the sublayers' output maps (W_o, b_o; W_down or W_fc2, b_fc2):
+    the field r·f(N x), whose Euler step of size 1 is x + r·f(N x) (Granite's
+    ``residual_multiplier``: a time step), exact up to one rounding per weight. Right for the
+    "pre" and "post" placements (r inside the norm that ends a "post" step)."""
+    out = dict(p)
+    for role in ("o", "down", "fc2"):
+        if role in p:
+            out[role] = {k: None if v is None else r * v for k, v in p[role].items()}
+    return out
 
 
 def _layer_norm(p: dict, sublayer: str, cfg: ModelConfig, entry: Family):
@@ -276,6 +331,8 @@ def build(cfg, entry: Family, expected: dict, tensors: dict, tokenizer) -> Trans
     ]
     layers = _layers(blocks, cfg)
     g = {role: value for (role, layer), value in w.items() if layer is None}
+    if _norm_parts(entry, "final_norm") == () and "final_norm" in entry.names:
+        g["final_norm"] = _FREE
     embedding = Embedding(
         tokens=g["embed"]["weight"],
         positions=g["positions"]["weight"] if "positions" in g else None,
@@ -304,6 +361,7 @@ def build(cfg, entry: Family, expected: dict, tensors: dict, tokenizer) -> Trans
         head_bias=head_bias,
         head_transform=_mlm_transform(g, cfg, entry, mlm),
         logit_cap=cfg.logit_softcap,
+        logit_scale=cfg.logit_scale,
         pooler=Pooler(g["pooler"]["weight"], g["pooler"]["bias"]) if "pooler" in g else None,
         classifier=_classifier(g, entry, expected),
     )

@@ -55,6 +55,13 @@ class ModelConfig:
     rope_scaling : tuple (global, local) of RopeScaling or None
         The RoPE scaling of the global and of the local layers (None: unscaled;
         :func:`tpde.fields.rope_scaling_from_config`).
+    residual_scale : float
+        r of x ← x + r·f(N x) on every sublayer (Granite's ``residual_multiplier``; else 1):
+        the time step of each sublayer's Euler step, folded into its output weights.
+    logit_scale : float
+        The factor of the logits (Cohere's ``logit_scale``; Granite's 1/``logits_scaling``).
+    clip_qkv : float or None
+        c of the projections' clamp to [−c, c] (OLMo's ``clip_qkv``); None: no clip.
     """
 
     model_type: str
@@ -86,6 +93,9 @@ class ModelConfig:
     group_blocks: int = 1
     labels: int | None = None
     rope_scaling: tuple = (None, None)
+    residual_scale: float = 1.0
+    logit_scale: float = 1.0
+    clip_qkv: float | None = None
 
     @property
     def rms_eps(self) -> float:
@@ -191,7 +201,8 @@ def read_hyper(raw: dict, entry: Family, n: Naming = Naming()) -> ModelConfig:
     """The checked hyper-parameters of ``raw`` (config.json) for the family ``entry``; ``n``
     names the keys in errors (a GGUF file's metadata keys)."""
     _check_honoured(raw, entry)
-    for key in sorted(set(entry.optional.values())):  # roles the files hold when key is true
+    optional = {k if isinstance(k, str) else k[0] for k in entry.optional.values()}
+    for key in sorted(optional):  # roles the files hold as a boolean key says
         if not isinstance(raw.get(key, False), bool):
             raise LoadError(f"config.json: {key} must be true or false; received {raw[key]!r}.")
     got, keys = {}, {}
@@ -232,7 +243,7 @@ def read_hyper(raw: dict, entry: Family, n: Naming = Naming()) -> ModelConfig:
                 f"config.json: {keys['activation']} = {name!r} is an activation tpde does not "
                 f"implement (it reads {', '.join(ACTIVATIONS_HF)})."
             )
-        activation = ACTIVATIONS_HF[name]
+        activation = ACTIVATIONS_HF[entry.facts.get("activation_aliases", {}).get(name, name)]
     window = got.get("window")
     if entry.facts.get("no_window"):
         window = None  # read only with use_sliding_window, which `honoured` refuses
@@ -247,6 +258,8 @@ def read_hyper(raw: dict, entry: Family, n: Naming = Naming()) -> ModelConfig:
             f"config.json: {keys['context']} = {got['context']} leaves no position after the "
             f"offset {offset}."
         )
+    if "norm_eps" not in got:  # a family whose ε no key holds (OLMo: 1e-5)
+        got["norm_eps"], keys["norm_eps"] = entry.facts["norm_eps"], "norm_eps (fixed)"
     if entry.rotary and "rope_base" not in got:
         got["rope_base"], keys["rope_base"] = entry.facts["rope_base"], "rope_base (fixed)"
     rope = n.positive(got["rope_base"], keys["rope_base"]) if entry.rotary else None
@@ -256,6 +269,7 @@ def read_hyper(raw: dict, entry: Family, n: Naming = Naming()) -> ModelConfig:
             f"config.json: {keys.get('tied')} must be true or false; received {tied!r}."
         )
     extra = {**_peri_ln_hyper(raw, entry, got, keys, n), **_groups_and_labels(raw, entry, n)}
+    extra.update(_multipliers(got, keys, entry, n))
     rotary_dims = _rotary_dims(raw, entry, got, keys, head_dim, n)
     if entry.rotary and "rope_base" in entry.keys:  # RoPE read from config.json (not GPT-J's)
         local = got.get("rope_local_base") not in (None, "=rope_base")  # Gemma-3: RoPE per type
@@ -317,12 +331,29 @@ def _rotary_dims(raw: dict, entry: Family, got: dict, keys: dict, head_dim: int,
 
 def _parallel(raw: dict, entry: Family) -> bool:
     """Whether attention and MLP are one step (``entry.parallel``, or its config key)."""
-    if not isinstance(entry.parallel, str):
+    if not isinstance(entry.parallel, str | tuple):
         return bool(entry.parallel)
-    value = raw.get(entry.parallel, True)
+    key, default = (entry.parallel, True) if isinstance(entry.parallel, str) else entry.parallel
+    value = raw.get(key, default)
     if not isinstance(value, bool):
-        raise LoadError(f"config.json: {entry.parallel} must be true or false; received {value!r}.")
+        raise LoadError(f"config.json: {key} must be true or false; received {value!r}.")
     return value
+
+
+def _multipliers(got: dict, keys: dict, entry: Family, n: Naming) -> dict:
+    """The scales a family reads from its own keys (Granite's multipliers, Cohere's logit
+    scale, OLMo's clip), overriding :class:`ModelConfig`'s defaults: ``embed_scale``,
+    ``attention_scale``, ``residual_scale``, ``logit_scale`` (its inverse where the family's
+    ``facts["logit_scale"]`` is "divide": logits / s) and ``clip_qkv`` (None: no clip)."""
+    out = {}
+    for name in ("embed_scale", "attention_scale", "residual_scale", "logit_scale"):
+        if name in got:
+            out[name] = n.positive(got[name], keys[name])
+    if entry.facts.get("logit_scale") == "divide" and "logit_scale" in out:
+        out["logit_scale"] = 1.0 / out["logit_scale"]
+    if got.get("clip_qkv") is not None:
+        out["clip_qkv"] = n.positive(got["clip_qkv"], keys["clip_qkv"])
+    return out
 
 
 def _rope_parameters(raw: dict, got: dict, keys: dict) -> None:

@@ -262,6 +262,10 @@ class Transformer:
         A masked-LM head's transform (BERT, RoBERTa, ALBERT), applied before ``head``.
     logit_cap : float or None
         Final-logit soft-cap c (Gemma-2): logits c·tanh(z/c).
+    logit_scale : float
+        A factor a of the logits, a·z before any cap (Cohere's ``logit_scale``, Granite's
+        1/``logits_scaling``: the inverse temperature of the next-token distribution); 1
+        for the other families.
     pooler : Pooler or None
         The pooler where the files hold one (BERT, RoBERTa, ALBERT): :meth:`pooled`.
     classifier : SequenceClassifier or None
@@ -282,6 +286,7 @@ class Transformer:
     logit_cap: float | None = None
     pooler: Pooler | None = None
     classifier: SequenceClassifier | None = None
+    logit_scale: float = 1.0
 
     @property
     def embeddings(self) -> torch.Tensor:
@@ -408,7 +413,8 @@ class Transformer:
     def logits(self, points: torch.Tensor) -> torch.Tensor:
         """head · T(N_out(x)) + b: next-token logits (..., n, V) of the last hidden states
         (masked-token logits for an encoder with its masked-LM head; in the wider of the
-        tokens' and the model's dtypes); c·tanh(z/c) of them with a ``logit_cap`` c."""
+        tokens' and the model's dtypes), times ``logit_scale``; c·tanh(z/c) of them with a
+        ``logit_cap`` c."""
         if self.head is None:
             raise ValueError(
                 f"this {self.architecture} checkpoint has no language-model head: use its "
@@ -421,6 +427,7 @@ class Transformer:
         dtype = torch.promote_types(normed.dtype, self.head.dtype)
         out = normed.to(dtype) @ self.head.T.to(dtype)
         out = out if self.head_bias is None else out + self.head_bias.to(dtype)
+        out = out if self.logit_scale == 1.0 else out * self.logit_scale
         return out if self.logit_cap is None else self.logit_cap * torch.tanh(out / self.logit_cap)
 
     def pooled(self, points: torch.Tensor) -> torch.Tensor:

@@ -2,6 +2,7 @@ r"""Grouped-query causal attention with positions: the attention block of a deco
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 from collections import Counter
@@ -27,10 +28,12 @@ class GroupedQueryAttention(Field):
     Γ[μ](x_i) = W_o concat_h ( Σ_j w_j e^{s^h_ij} v_{g(h), j} / Σ_j w_j e^{s^h_ij} ),
 
     s^h_ij = cap(scale · ⟨R(p_i) q_{h,i}, R(p_j) k_{g(h),j}⟩) + b^h_j,
-    q_{h,i} = N_q(W_q^h x_i + b_q^h),  k_{g,j} = N_k(W_k^g x_j + b_k^g),
-    v_{g,j} = W_v^g x_j + b_v^g,  g(h) = ⌊h·H_kv/H⌋,
+    q_{h,i} = N_q(C(W_q^h x_i + b_q^h)),  k_{g,j} = N_k(C(W_k^g x_j + b_k^g)),
+    v_{g,j} = C(W_v^g x_j + b_v^g),  g(h) = ⌊h·H_kv/H⌋,
 
-    with N_q, N_k the optional QK-norms (identity without them), cap(s) = c·tanh(s/c) the
+    with C(y) = clamp(y, −c_qkv, c_qkv) the optional clip of the projections (identity
+    without it; OLMo's ``clip_qkv``), N_q, N_k the optional QK-norms (identity without
+    them), cap(s) = c·tanh(s/c) the
     optional score soft-cap (identity without it; Gemma-2), R the rotation of
     :class:`~tpde.fields.RoPE` (identity without it), b^h_j the key bias of
     :class:`~tpde.fields.ALiBi` (+m_h p_j; zero without it), w_j the weights of the
@@ -78,12 +81,19 @@ class GroupedQueryAttention(Field):
         before the rotation (:meth:`~tpde.fields.RMSNorm.norm`). A gain γ of size d_h
         normalises each head on its own (Qwen3, Gemma-3: per-head QK-RMSNorm); a gain of
         size H·d_h (H_kv·d_h for keys) normalises the whole projection (OLMo-2). Without a
-        gain: per head.
+        gain: per head. A tuple of H norms (H_kv for keys), each with a gain of size d_h
+        and all of one class and ε: head h normalised by its own norm (per-head gains:
+        StableLM's ``qk_layernorm``, Cohere's ``use_qk_norm``).
     softcap : float > 0, optional
         Score soft-cap c (Gemma-2's ``attn_logit_softcapping``): every scaled score s
         becomes c·tanh(s/c) ∈ (−c, c) before the key bias and the mask. Capped attention
         runs on the dense engine whatever ``engine`` says (the engines take dot-product
         scores only): O(n·m) memory per head.
+    clip : float > 0, optional
+        c_qkv: every coordinate of the query, key and value projections (biases included)
+        clamped to [−c_qkv, c_qkv] before the QK-norms and the rotation (OLMo's
+        ``clip_qkv``). A Lipschitz, piecewise-linear map: the field stays continuous in the
+        tokens, its derivative jumps where a coordinate reaches ±c_qkv.
 
     Notes
     -----
@@ -132,6 +142,7 @@ class GroupedQueryAttention(Field):
         q_norm=None,
         k_norm=None,
         softcap=None,
+        clip=None,
     ):
         self.heads, self.kv_heads = _check_heads(heads, kv_heads)
         self.params, self.head_dim = _weights(
@@ -151,6 +162,7 @@ class GroupedQueryAttention(Field):
         self.q_norm = _check_qk_norm(q_norm, "q_norm", self.head_dim, self.heads)
         self.k_norm = _check_qk_norm(k_norm, "k_norm", self.head_dim, self.kv_heads)
         self.softcap = None if softcap is None else check_positive(softcap, "softcap")
+        self.clip = None if clip is None else check_positive(clip, "clip")
 
     @property
     def needs_positions(self) -> bool:
@@ -204,9 +216,10 @@ class GroupedQueryAttention(Field):
         G, dh = self.heads // self.kv_heads, self.head_dim
         points, log_w = key_log_weights(mu)
         keys_at = key_positions(mu)
-        q = _normed_heads(linear(x, Wq, bq), self.q_norm, dh)  # (..., H, n, d_h)
-        k = _normed_heads(linear(points, Wk, bk), self.k_norm, dh)  # (..., H_kv, m, d_h)
-        v = _heads(linear(points, Wv, bv), dh)
+        c = self.clip
+        q = _normed_heads(_clipped(linear(x, Wq, bq), c), self.q_norm, dh)  # (..., H, n, d_h)
+        k = _normed_heads(_clipped(linear(points, Wk, bk), c), self.k_norm, dh)  # H_kv heads
+        v = _heads(_clipped(linear(points, Wv, bv), c), dh)
         bias = log_w
         if self.position is not None:
             rotations = {}
@@ -309,6 +322,7 @@ class GroupedQueryAttention(Field):
         extra += f", window={self.window:g}" if self.window is not None else ""
         extra += f", softcap={self.softcap:g}" if self.softcap is not None else ""
         extra += ", qk_norm" if self.q_norm is not None or self.k_norm is not None else ""
+        extra += f", clip={self.clip:g}" if self.clip is not None else ""
         return (
             f"GroupedQueryAttention(d={self.dim}, heads={self.heads}, kv_heads={self.kv_heads}, "
             f"head_dim={self.head_dim}, causal={self.causal}{extra})"
@@ -393,22 +407,54 @@ def _heads(x, head_dim: int):
     return x.unflatten(-1, (-1, head_dim)).transpose(-3, -2)
 
 
+def _clipped(y, clip):
+    """clamp(y, −c, c) (y itself without a clip)."""
+    return y if clip is None else y.clamp(-clip, clip)
+
+
 def _normed_heads(y, norm, head_dim: int):
     """The heads (..., H, n, d_h) of a projection y (..., n, H·d_h), QK-normed first over the
-    whole projection (a gain of size H·d_h) or then per head (a gain of size d_h, or none)."""
+    whole projection (a gain of size H·d_h) or then per head (a gain of size d_h, or none;
+    a tuple of H norms: head h by the h-th, :func:`_per_head`)."""
     if norm is None:
         return _heads(y, head_dim)
+    if isinstance(norm, tuple):
+        return _per_head(norm, _heads(y, head_dim))
     if norm.gamma is not None and norm.gamma.shape[-1] != head_dim:
         return _heads(norm.norm(y), head_dim)
     return norm.norm(_heads(y, head_dim))
 
 
+def _per_head(norms: tuple, heads: torch.Tensor) -> torch.Tensor:
+    """Head h of ``heads`` (..., H, n, d_h) normalised by ``norms[h]``: the norm without its
+    gain (all share class and ε), then head h's gain γ_h (and bias β_h), stacked (H, 1, d_h)."""
+    plain = dataclasses.replace(norms[0], gamma=None, **_no_bias(norms[0]))
+    out = plain.norm(heads)
+    ones = torch.ones(heads.shape[-1], dtype=heads.dtype, device=heads.device)
+    gains = [ones if n.gamma is None else n.gamma.to(heads) for n in norms]
+    out = out * torch.stack(gains).unsqueeze(-2)
+    if any(getattr(n, "bias", None) is not None for n in norms):
+        zero = torch.zeros_like(ones)
+        out = (
+            out
+            + torch.stack([zero if n.bias is None else n.bias.to(heads) for n in norms])[:, None]
+        )
+    return out
+
+
+def _no_bias(norm) -> dict:
+    return {"bias": None} if hasattr(norm, "bias") else {}
+
+
 def _check_qk_norm(norm, name: str, head_dim: int, heads: int):
-    """A QK-norm: None, or a pre-placed RMSNorm/LayerNorm whose gain has size d_h or H·d_h."""
+    """A QK-norm: None, a pre-placed RMSNorm/LayerNorm whose gain has size d_h or H·d_h, or a
+    tuple of ``heads`` such norms with gains of size d_h, one class and one ε (per-head gains)."""
     from tpde.fields.norms.schemes import LayerNorm, RMSNorm
 
     if norm is None:
         return None
+    if isinstance(norm, tuple | list):
+        return _check_head_norms(tuple(norm), name, head_dim, heads)
     if not isinstance(norm, RMSNorm | LayerNorm) or norm.placement != "pre":
         raise TypeError(
             f"GroupedQueryAttention: {name} must be an RMSNorm or LayerNorm scheme object with "
@@ -422,6 +468,33 @@ def _check_qk_norm(norm, name: str, head_dim: int, heads: int):
                 f"{tuple(gain.shape)}."
             )
     return norm
+
+
+def _check_head_norms(norms: tuple, name: str, head_dim: int, heads: int) -> tuple:
+    """One norm per head: ``heads`` of them, each checked, gains of size d_h, one class, one ε."""
+    if len(norms) != heads:
+        raise ValueError(
+            f"GroupedQueryAttention: {name} as a tuple holds one norm per head, {heads} of them; "
+            f"received {len(norms)}."
+        )
+    for norm in norms:
+        if isinstance(norm, tuple | list):
+            raise TypeError(f"GroupedQueryAttention: {name} holds one norm per head, not nested "
+                            f"sequences; received {norm!r} in it.")  # fmt: skip
+        _check_qk_norm(norm, name, head_dim, heads)
+        for gain in (norm.gamma, getattr(norm, "bias", None)):
+            if gain is not None and gain.shape != (head_dim,):
+                raise ValueError(
+                    f"GroupedQueryAttention: each per-head {name} gain must have shape "
+                    f"({head_dim},) (d_h); received {tuple(gain.shape)}."
+                )
+    kinds = {(type(n), n.eps) for n in norms}
+    if len(kinds) > 1:
+        raise ValueError(
+            f"GroupedQueryAttention: the per-head {name} norms must share one class and one eps; "
+            f"received {sorted((k.__name__, e) for k, e in kinds)}."
+        )
+    return norms
 
 
 def _check_heads(heads, kv_heads) -> tuple[int, int]:

@@ -244,6 +244,8 @@ def _grouped(field, t: float):
         extras.append("QK-norm")
     if field.softcap is not None:
         extras.append("soft-cap")
+    if field.clip is not None:
+        extras.append("QKV clip")
     if field.window is not None:
         extras.append("sliding window")
     rope = field.position if isinstance(field.position, RoPE) else None

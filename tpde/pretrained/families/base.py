@@ -138,16 +138,19 @@ class Family:
         What the files do not say and the entry fixes (documentation, and read by the
         builder: ``position_offset``, ``tied``, ``rope_base`` where no key holds it,
         ``qkv_layout`` "per_head" for a fused QKV stored head by head …).
-    parallel : bool or str
+    parallel : bool, str or (str, bool)
         Attention and MLP read the same tokens and are added in one step (a
         :class:`~tpde.fields.Parallel` block); a str names the boolean config key that says
-        (GPT-NeoX's ``use_parallel_residual``, default True). Without an ``mlp_norm`` name
-        the MLP reads the attention's norm (one shared norm).
+        (GPT-NeoX's ``use_parallel_residual``, default True), a pair (key, default) one
+        with another default (StableLM's, False). Without an ``mlp_norm`` name (or
+        tensor, see ``optional``) the MLP reads the attention's norm (one shared norm).
     gain_offset, embed_scale, qk_norm_whole, window_pattern
         The Peri-LN families' pieces (comments at the fields).
     optional : dict
         Role → the boolean config key (default false) under which the files hold it
-        (Phi's ``qk_layernorm``: roles ``q_norm``, ``k_norm``); absent otherwise.
+        (Phi's ``qk_layernorm``: roles ``q_norm``, ``k_norm``); absent otherwise. A pair
+        (key, value): held when the key (default false) equals the value (StableLM's
+        ``post_attention_layernorm``: ``("use_parallel_residual", False)``).
     layer_groups : (str, str) or None
         ALBERT's weight sharing: the config keys of G (groups) and of the blocks a group
         holds; the block templates name group ``{g}`` and block ``{j}``, and layer i
@@ -198,6 +201,15 @@ class Family:
     window_pattern: int | None = None
     #: How a GGUF file of the family is read (None: tpde reads no GGUF file of it).
     gguf: GGUFMap | None = None
+    # -- norms without some tensors, per-head QK-norm gains (OLMo, Cohere, StableLM) --------
+    #: Norm role (or "*", every norm) → the tensors it stores, replacing the default
+    #: (RMSNorm: weight; LayerNorm: weight and bias): () a parameter-free norm (OLMo's
+    #: LayerNorm, γ = 1, b = 0), ("weight",) a LayerNorm without bias (Cohere's).
+    norm_parts: dict = field(default_factory=dict)
+    #: QK-norms with a gain per head (:class:`~tpde.fields.GroupedQueryAttention` with a
+    #: tuple of norms): stored as one (H, d_h) tensor (Cohere), or as H tensors (d_h,) of a
+    #: name template with ``{h}`` (StableLM's ``norms.{h}``).
+    qk_norm_heads: bool = False
 
 
 #: The entry's old name (``tpde.pretrained.architectures.Architecture``).

@@ -1,0 +1,61 @@
+"""Phi-3 (and Phi-3.5, Phi-4-mini): a Pre-RMSNorm decoder like llama whose Q, K, V are one
+fused projection ``qkv_proj`` (blocks [W_q; W_k; W_v]) and whose SwiGLU gate and up maps are
+one ``gate_up_proj`` (the first m rows the gate, the last m the up map), with LongRoPE
+(``rope_type`` "longrope": short factors up to ``original_max_position_embeddings``, long
+ones beyond), partial rotary (``partial_rotary_factor``) and a sliding window where
+``sliding_window`` says (p_i − p_j < w). A config's older RoPE names "su" and "yarn", which
+transformers reads as LongRoPE on Phi-3, are refused (rename them "longrope").
+"""
+
+from __future__ import annotations
+
+from tpde.pretrained.families.base import SCORE_HEAD, Family, register
+from tpde.pretrained.families.llama import LLAMA_KEYS
+
+__all__ = ["PHI3"]
+
+_LAYER = "model.layers.{l}."
+#: The RoPE types Phi-3 reads as written ("su" and "yarn" transformers turns into longrope).
+_ROPE_TYPES = ("default", "longrope")
+
+PHI3 = register(
+    Family(
+        family="phi3",
+        model_types=("phi3",),
+        keys={
+            **LLAMA_KEYS,
+            "norm_eps": ("rms_norm_eps", 1e-5),
+            "activation": ("hidden_act", "silu"),
+            "rotary": ("partial_rotary_factor", 1.0),
+        },
+        honoured={
+            f"{where}.{key}": _ROPE_TYPES
+            for where in ("rope_scaling", "rope_parameters")
+            for key in ("rope_type", "type")
+        },
+        names={
+            "embed": "model.embed_tokens",
+            "final_norm": "model.norm",
+            "head": "lm_head",
+            "attn_norm": _LAYER + "input_layernorm",
+            "qkv": _LAYER + "self_attn.qkv_proj",
+            "o": _LAYER + "self_attn.o_proj",
+            "mlp_norm": _LAYER + "post_attention_layernorm",
+            "gate_up": _LAYER + "mlp.gate_up_proj",
+            "down": _LAYER + "mlp.down_proj",
+        },
+        biases={},
+        norm="rmsnorm",
+        placement="pre",
+        mlp="swiglu",
+        rotary=True,
+        causal=True,
+        facts={
+            "rope_style": "half",
+            "rotary": "fraction",
+            "qkv": "fused [W_q; W_k; W_v]; gate_up fused [W_gate; W_up]",
+            "window": "sliding_window: p_i − p_j < w",
+        },
+        classifiers=SCORE_HEAD,
+    )
+)

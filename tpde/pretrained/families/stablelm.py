@@ -1,0 +1,59 @@
+"""StableLM (StableLM-3B-4E1T, StableLM-2): a Pre-LayerNorm decoder (LayerNorms with
+biases) with partial RoPE ("rotate half" on the first ``partial_rotary_factor``·d_h
+coordinates of each head, 1/4 by default), a SwiGLU MLP, Q/K/V biases where
+``use_qkv_bias`` says; ``qk_layernorm``: a LayerNorm without bias per head on queries and
+keys before the rotation, one gain per head (stored as ``norms.{h}``);
+``use_parallel_residual``: a parallel block whose MLP reads the attention's norm (no
+``post_attention_layernorm``)."""
+
+from __future__ import annotations
+
+from tpde.pretrained.families.base import SCORE_HEAD, Family, register
+from tpde.pretrained.families.llama import LLAMA_KEYS, LLAMA_NAMES
+
+__all__ = ["STABLELM"]
+
+_ATTENTION = "model.layers.{l}.self_attn."
+
+STABLELM = register(
+    Family(
+        family="stablelm",
+        model_types=("stablelm",),
+        keys={
+            **{k: v for k, v in LLAMA_KEYS.items() if k != "window"},
+            "norm_eps": ("layer_norm_eps", 1e-5),
+            "activation": ("hidden_act", "silu"),
+            "rotary": ("partial_rotary_factor", 0.25),
+        },
+        honoured={},
+        names={
+            **LLAMA_NAMES,
+            "q_norm": _ATTENTION + "q_layernorm.norms.{h}",
+            "k_norm": _ATTENTION + "k_layernorm.norms.{h}",
+        },
+        biases={
+            **dict.fromkeys("qkv", ("use_qkv_bias", False)),
+            **dict.fromkeys(("o", "gate", "up", "down"), False),
+        },
+        norm="layernorm",
+        placement="pre",
+        mlp="swiglu",
+        rotary=True,
+        causal=True,
+        parallel=("use_parallel_residual", False),
+        optional={
+            "q_norm": "qk_layernorm",
+            "k_norm": "qk_layernorm",
+            "mlp_norm": ("use_parallel_residual", False),
+        },
+        norm_parts={"q_norm": ("weight",), "k_norm": ("weight",)},
+        qk_norm_heads=True,
+        facts={
+            "rope_style": "half",
+            "rotary": "fraction",
+            "qk_norm": "qk_layernorm: per-head LayerNorm without bias, a gain per head",
+            "norms": "use_parallel_residual: one, shared",
+        },
+        classifiers=SCORE_HEAD,
+    )
+)
