@@ -21,7 +21,8 @@ key → the family's hyper-parameter, whose config key the family's ``keys`` nam
 family's own ``keys``; a key in neither, nor among the ``equal`` ones the family checks, is
 refused naming it (a RoPE scaling, an expert count: nothing is silently ignored). What the
 file does not carry comes from the family's defaults (its documented facts) and its
-``derived`` keys; the vocabulary size from the tokens when the file has no ``vocab_size``;
+``derived`` and ``computed`` keys; the vocabulary size from the tokens when the file has no
+``vocab_size`` (from ``token_embd.weight``'s rows when it has no vocabulary either);
 the head is tied when the file has no ``output.weight``. Tensor names: gguf-py's
 ``TensorNameMap`` of the architecture (llama.cpp's own table) maps each of the family's
 checkpoint names to the file's, so every check of the folder path (missing, unexpected,
@@ -54,7 +55,9 @@ import numpy as np
 import torch
 
 from tpde._validation import require_package as require
+from tpde.pretrained._build import _CONV1D
 from tpde.pretrained._checkpoint import LoadError, Source
+from tpde.pretrained._gguf_rope import ROPE_SCALING_KEYS, rope_scaling
 from tpde.pretrained.families.base import FAMILIES, Family
 
 __all__ = [
@@ -62,6 +65,7 @@ __all__ = [
     "STANDARD_KEYS",
     "gguf_config",
     "gguf_family",
+    "interleave_qkv",
     "open_gguf",
     "read_container",
     "unpermute_rotary_rows",
@@ -191,14 +195,17 @@ STANDARD_KEYS = {
     "attention.layer_norm_epsilon": "norm_eps",
     "attention.sliding_window": "window",
     "rope.freq_base": "rope_base",
+    "attn_logit_softcapping": "attn_softcap",
+    "final_logit_softcapping": "logit_softcap",
 }
 
 #: llama.cpp's standard metadata keys that must equal a hyper-parameter tpde derives (no
-#: family of tpde has values of another width, or a partially rotated head, in GGUF):
-#: checked, and a file where they differ is refused naming the key.
+#: family of tpde has values of another width; "rotated": the rotated width of a head, the
+#: whole head unless the family's ``rotary_fraction`` reads a part): checked, and a file
+#: where they differ is refused naming the key.
 STANDARD_EQUAL = {
     "attention.value_length": "head_dim",
-    "rope.dimension_count": "head_dim",
+    "rope.dimension_count": "rotated",
 }
 
 _NORMS = ("norm",)  # a role whose name ends so is a norm (its gain possibly stored 1 + w)
@@ -211,33 +218,74 @@ def _key_map(family: Family) -> dict[str, str]:
     return {**out, **family.gguf.keys}
 
 
-def gguf_config(metadata: dict, names, family: Family) -> tuple[dict, dict]:
+def gguf_config(metadata: dict, shapes, family: Family, rope_freqs=None) -> tuple[dict, dict]:
     """(the config.json a GGUF file's metadata stands for, config key → the metadata key it
     came from) (module notes); a LoadError for a metadata key of the architecture that tpde
-    does not read (named)."""
+    does not read (named). ``shapes``: the file's tensor name → shape (row-major);
+    ``rope_freqs``: the values of a ``rope_freqs.weight`` tensor the family reads (its GGUF
+    map's ``rope_freqs``), or None."""
     spec, keys, equal = family.gguf, _key_map(family), _equal(family)
     prefix = f"{spec.architecture}."
-    raw, source = {"model_type": spec.model_type}, {}
+    raw, source, scaling = {"model_type": spec.model_type}, {}, {}
     for key in metadata:
         if not key.startswith(prefix):
             continue
         short = key[len(prefix) :]
         if short in keys:
             raw[keys[short]], source[keys[short]] = metadata[key], key
+        elif short in ROPE_SCALING_KEYS and family.rotary:
+            scaling[short] = metadata[key]
         elif short not in equal:
+            reads = (*keys, *equal, *(ROPE_SCALING_KEYS if family.rotary else ()))
             raise LoadError(
                 f"the metadata key {key!r} = {metadata[key]!r} changes the computation in a way "
                 f"tpde does not implement for {spec.architecture} files (it reads "
-                f"{', '.join(prefix + k for k in (*keys, *equal))}); tpde refuses "
-                "rather than ignore it."
+                f"{', '.join(prefix + k for k in reads)}); tpde refuses rather than ignore it."
             )
-    if "vocab_size" not in raw and metadata.get("tokenizer.ggml.tokens"):
-        raw["vocab_size"] = len(metadata["tokenizer.ggml.tokens"])
-    raw["tie_word_embeddings"] = "output.weight" not in names
+    vocab = family.keys["vocab"][0]
+    if vocab not in raw and metadata.get("tokenizer.ggml.tokens"):
+        raw[vocab] = len(metadata["tokenizer.ggml.tokens"])
+    elif vocab not in raw and len(shapes.get("token_embd.weight", ())) == 2:
+        raw[vocab] = shapes["token_embd.weight"][0]  # a file without a vocabulary
+    raw["tie_word_embeddings"] = "output.weight" not in shapes
     for target, origin in spec.derived.items():
         if origin in raw:
             raw[target] = raw[origin]
+    for target, rule in spec.computed.items():
+        value = rule(raw)
+        if value is not None:
+            raw[target] = value
+    rotated = metadata.get(prefix + "rope.dimension_count")
+    if spec.rotary_fraction and rotated is not None:
+        raw[spec.rotary_fraction] = _fraction(rotated, _head_dim(raw, family))
+        source[spec.rotary_fraction] = prefix + "rope.dimension_count"
+    rope = rope_scaling(scaling, prefix, rope_freqs, raw.get(family.keys["context"][0]))
+    if rope is not None:
+        raw["rope_scaling"] = rope
     return raw, source
+
+
+def _head_dim(raw: dict, family: Family):
+    """The head dimension the config.json ``raw`` says (its head_dim key, else hidden/heads),
+    or None where its values are not integers (read_hyper then names them)."""
+    key = family.keys["head_dim"][0]
+    value = raw.get(key)
+    if value is None:
+        hidden, heads = (raw.get(family.keys[k][0]) for k in ("hidden", "heads"))
+        ints = all(isinstance(v, int) and not isinstance(v, bool) for v in (hidden, heads))
+        value = hidden // heads if ints and heads > 0 else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _fraction(rotated, head_dim):
+    """r/k as a fraction f with int(k·f) = r (transformers' and tpde's reading), or
+    ``rotated`` unchanged where either is not a positive integer (read_hyper names it)."""
+    if not (isinstance(rotated, int) and head_dim and 0 < rotated <= head_dim):
+        return rotated
+    fraction = rotated / head_dim
+    while int(head_dim * fraction) < rotated:  # a product rounded below r
+        fraction = float(np.nextafter(fraction, 2.0))
+    return fraction
 
 
 def _equal(family: Family) -> dict[str, str]:
@@ -248,10 +296,14 @@ def _equal(family: Family) -> dict[str, str]:
 
 def _check_equal(metadata: dict, family: Family, cfg, where: str) -> None:
     """The ``equal`` metadata keys, each equal to the hyper-parameter of the config record
-    ``cfg`` it names."""
+    ``cfg`` it names ("rotated": the rotated width of a head)."""
     prefix = f"{family.gguf.architecture}."
     for short, target in _equal(family).items():
-        value, expected = metadata.get(prefix + short), getattr(cfg, target)
+        value = metadata.get(prefix + short)
+        if target == "rotated":
+            expected = cfg.rotary_dims or cfg.head_dim
+        else:
+            expected = getattr(cfg, target)
         if value is not None and value != expected:
             raise LoadError(
                 f"{where}: the metadata key {prefix + short!r} = {value!r} differs from "
@@ -270,20 +322,48 @@ def _blocks(metadata: dict, stored: dict, architecture: str) -> int:
     return max([count, *found])
 
 
-def _tensor_names(family: Family, blocks: int) -> dict[str, str]:
-    """The file's tensor stem → the checkpoint's (gguf-py's ``TensorNameMap``)."""
+def _tensor_names(family: Family, blocks: int) -> tuple[dict[str, str], dict[str, str]]:
+    """(the file's tensor stem → the checkpoint's, the checkpoint's stem → its role), by
+    gguf-py's ``TensorNameMap``."""
     gguf = require("gguf")
     arch = {name: arch for arch, name in gguf.MODEL_ARCH_NAMES.items()}
     table = gguf.get_tensor_name_map(arch[family.gguf.architecture], blocks)
-    out = {}
-    for template in family.names.values():
+    out, roles = {}, {}
+    for role, template in family.names.items():
         per_layer = "{l}" in template
         for l in range(blocks) if per_layer else [None]:
             stem = template.format(l=l) if per_layer else template
             stored = table.get_name(stem)
             if stored is not None:
-                out[stored] = stem
-    return out
+                out[stored], roles[stem] = stem, role
+    return out, roles
+
+
+def interleave_qkv(weight: np.ndarray, heads: int) -> np.ndarray:
+    """A fused QKV weight (or bias) stored as the blocks [W_q; W_k; W_v] (llama.cpp's
+    converter) as GPT-NeoX stores it, head by head: rows [q_h; k_h; v_h], h = 0 … H − 1.
+
+    Parameters
+    ----------
+    weight : array (3·H·k, …)
+    heads : int
+        H (GPT-NeoX: as many key-value heads as query heads).
+
+    Returns
+    -------
+    array (3·H·k, …)
+        Row (3h + j)·k + i is the file's row (j·H + h)·k + i (j = 0, 1, 2 for q, k, v).
+    """
+    rows = weight.shape[0]
+    if rows % (3 * heads):
+        raise LoadError(
+            f"a fused QKV weight with {rows} rows cannot be split into q, k and v of {heads} "
+            "heads each; the file's head count does not match its tensors."
+        )
+    k = rows // (3 * heads)
+    return np.ascontiguousarray(
+        weight.reshape(3, heads, k, *weight.shape[1:]).swapaxes(0, 1).reshape(weight.shape)
+    )
 
 
 def unpermute_rotary_rows(weight: np.ndarray, heads: int) -> np.ndarray:
@@ -373,16 +453,25 @@ def open_gguf(path: Path) -> Source:
     """The GGUF file as a :class:`~tpde.pretrained._checkpoint.Source` (module notes)."""
     metadata, stored = _open_container(path)
     family = gguf_family(metadata.get("general.architecture"), path.name)
+    freqs = _rope_freqs(path, stored, metadata, family)
     try:
-        raw, source = gguf_config(metadata, set(stored), family)
+        raw, source = gguf_config(metadata, {n: t[1] for n, t in stored.items()}, family, freqs)
     except LoadError as err:
         raise LoadError(f"{path.name} (GGUF metadata read as config.json): {err}") from None
-    to_checkpoint = _tensor_names(family, _blocks(metadata, stored, family.gguf.architecture))
-    by_name = {}
+    to_checkpoint, roles = _tensor_names(
+        family, _blocks(metadata, stored, family.gguf.architecture)
+    )
+    by_name, shapes = {}, {}
     for name in stored:
         stem, _, part = name.rpartition(".")
-        by_name[f"{to_checkpoint[stem]}.{part}" if stem in to_checkpoint else name] = name
-    shapes = {name: stored[gguf_name][1] for name, gguf_name in by_name.items()}
+        hf = f"{to_checkpoint[stem]}.{part}" if stem in to_checkpoint else name
+        by_name[hf], shapes[hf] = name, stored[name][1]
+        if (
+            family.gguf.transposed
+            and part == "weight"
+            and roles.get(hf[: -len(".weight")]) in (_CONV1D)
+        ):
+            shapes[hf] = shapes[hf][::-1]  # reported as the folder stores it, (in, out)
     raw.update(_bias_keys(family, shapes))
 
     def read(cfg, expected, dtype, device):
@@ -420,14 +509,53 @@ def _metadata_key(path: Path, source: dict, key: str) -> str:
     return f"{path.name}: the metadata key {source[key]!r}" if key in source else key
 
 
+def _rope_freqs(path: Path, stored: dict, metadata: dict, family: Family):
+    """The values f_m of a ``rope_freqs.weight`` tensor the family reads (removed from
+    ``stored``), checked: one positive finite value per rotated pair; else None."""
+    if not (family.gguf.rope_freqs and "rope_freqs.weight" in stored):
+        return None
+    qtype, shape, data = stored.pop("rope_freqs.weight")
+    values = dequantised(path, "rope_freqs.weight", qtype, data).astype(np.float64)
+    prefix = f"{family.gguf.architecture}."
+    rotated = metadata.get(
+        prefix + "rope.dimension_count", metadata.get(prefix + "attention.key_length")
+    )
+    if rotated is None:
+        hidden, heads = (
+            metadata.get(prefix + k) for k in ("embedding_length", "attention.head_count")
+        )
+        rotated = (
+            hidden // heads
+            if isinstance(hidden, int) and isinstance(heads, int) and heads
+            else None
+        )
+    if len(shape) != 1 or (isinstance(rotated, int) and shape[0] * 2 != rotated):
+        raise LoadError(
+            f"{path.name}: the tensor 'rope_freqs.weight' has shape {shape}; the metadata "
+            f"implies ({rotated // 2 if isinstance(rotated, int) else '?'},) (one divisor per "
+            "rotated pair of a head)."
+        )
+    if not (values > 0).all():
+        raise LoadError(
+            f"{path.name}: the tensor 'rope_freqs.weight' holds divisors ≤ 0; RoPE frequencies "
+            "are divided by positive ones."
+        )
+    return values
+
+
 def _read(path, stored, by_name, expected, family, cfg, dtype, device) -> dict:
-    """The tensors of ``expected`` (checkpoint names), dequantised and un-permuted."""
+    """The tensors of ``expected`` (checkpoint names), dequantised, un-permuted and in the
+    folder's layout."""
     spec, out = family.gguf, {}
-    for name, (role, _, _, _) in expected.items():
+    for name, (role, _, part, _) in expected.items():
         qtype, _, data = stored[by_name[name]]
         array = dequantised(path, by_name[name], qtype, data)
         if role in spec.permuted:
             array = unpermute_rotary_rows(array, getattr(cfg, spec.permuted[role]))
+        if spec.qkv_blocks and role == "qkv":
+            array = interleave_qkv(array, cfg.heads)
+        if spec.transposed and part == "weight" and role in _CONV1D:
+            array = np.ascontiguousarray(array.T)
         if spec.stored_gain_offset and role.endswith(_NORMS):
             array = array - np.float32(spec.stored_gain_offset)
         out[name] = torch.from_numpy(array).to(dtype=dtype, device=device)

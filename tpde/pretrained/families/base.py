@@ -78,6 +78,24 @@ class GGUFMap:
         How the file's ``tokenizer.ggml.*`` vocabulary becomes a tokenizer: GPT-2 byte-level
         BPE (:mod:`tpde.pretrained._bpe`) or Gemma's SentencePiece BPE
         (:mod:`tpde.pretrained._spm`).
+    computed : dict
+        config.json key → a function of the config.json read so far giving its value, for a
+        fact the file does not carry that llama.cpp derives from the others (Gemma-2's
+        query_pre_attn_scalar).
+    rotary_fraction : str or None
+        The config.json key of the rotated fraction of a head (Phi's
+        ``partial_rotary_factor``, GPT-NeoX's ``rotary_pct``), which takes
+        ``rope.dimension_count`` / head dimension; None: the file rotates whole heads.
+    transposed : bool
+        The family's checkpoints store the blocks' linear weights (in, out) (GPT-2's
+        Conv1D); llama.cpp's converter wrote them (out, in): transposed back on reading.
+    qkv_blocks : bool
+        The folder stores the fused QKV head by head ([q_h; k_h; v_h], GPT-NeoX); llama.cpp's
+        converter wrote it as the blocks [W_q; W_k; W_v]: re-interleaved on reading.
+    rope_freqs : bool
+        A ``rope_freqs.weight`` tensor (llama.cpp's per-pair divisors f_m of the RoPE
+        frequencies, θ'_m = θ_m/f_m, which its converter computes from Llama-3's schedule)
+        is read as that scaling; without it such a tensor is refused as unexpected.
     """
 
     architecture: str
@@ -88,6 +106,11 @@ class GGUFMap:
     stored_gain_offset: float = 0.0
     permuted: dict = field(default_factory=dict)
     tokenizer: str = "bpe"
+    computed: dict = field(default_factory=dict)
+    rotary_fraction: str | None = None
+    transposed: bool = False
+    qkv_blocks: bool = False
+    rope_freqs: bool = False
 
 
 @dataclass(frozen=True)

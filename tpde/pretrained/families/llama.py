@@ -3,8 +3,9 @@
 
 The config keys and weight names here are the ones the other gated decoders start from
 (Qwen2/3, Gemma-2/3, OLMo-2 import them). GGUF: llama.cpp's ``llama`` files (Mistral's
-too), whose ``attn_q``/``attn_k`` rows the converter interleaved per head (un-permuted on
-reading).
+too), whose ``attn_q``/``attn_k`` rows (weights and biases) the converter interleaved per
+head (un-permuted on reading); a Llama-3 file's ``rope_freqs.weight`` (the converter's
+form of the "llama3" RoPE scaling) is read as its per-pair frequency divisors.
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ LLAMA = register(
             architecture="llama",
             model_type="llama",
             permuted={"q": "heads", "k": "kv_heads"},
+            rope_freqs=True,
         ),
     )
 )
