@@ -184,13 +184,29 @@ def _decode(data, kind) -> np.ndarray:
     return gguf.quants.dequantize(data, kind).astype(np.float32)
 
 
-def convert(model, path, qtype: str = "F32", *, metadata=None, tensors=None, drop=()) -> dict:
+def _vocabulary(writer, cfg, arch: str) -> None:
+    """A vocabulary of the model's size, as the converter always writes one (transformers'
+    GGUF loader takes the vocabulary size from it): a GPT-2 byte-level BPE of tokens "a",
+    "b", "ab", "<3>", …; Gemma's (SentencePiece) stands here as ``<arch>.vocab_size``."""
+    if arch in _GEMMA:
+        writer.add_vocab_size(cfg.vocab_size)
+        return
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("default")
+    writer.add_token_list(["a", "b", "ab", *(f"<{i}>" for i in range(3, cfg.vocab_size))])
+    writer.add_token_types([1] * cfg.vocab_size)
+    writer.add_token_merges(["a b"])
+
+
+def convert(model, path, qtype: str = "F32", *, metadata=None, tensors=None, drop=(),
+            vocabulary=False) -> dict:  # fmt: skip
     """Write ``model`` (a transformers causal LM) to ``path`` as llama.cpp's converter writes
     it (module table), matrices in ``qtype`` (F32, F16, Q8_0, Q4_0, …).
 
     ``metadata``: key → (GGUFWriter method, value) written after the converter's keys;
     ``tensors``: name → array written beside the model's; ``drop``: file tensor names left
-    out. Returns the checkpoint-named state dict (float32 tensors) the file holds.
+    out; ``vocabulary``: write one (:func:`_vocabulary`). Returns the checkpoint-named state
+    dict (float32 tensors) the file holds.
     """
     cfg = model.config
     arch = ARCHITECTURES[cfg.model_type]
@@ -200,6 +216,8 @@ def convert(model, path, qtype: str = "F32", *, metadata=None, tensors=None, dro
     )
     writer = gguf.GGUFWriter(str(path), arch)
     _metadata(writer, cfg, arch)
+    if vocabulary:
+        _vocabulary(writer, cfg, arch)
     for key, (method, value) in (metadata or {}).items():
         getattr(writer, method)(key, value)
     held = {}

@@ -6,22 +6,24 @@ architecture.
 Each family: a tiny transformers model with EVERY parameter redrawn (Gemma's norm weights
 on a 2⁻¹⁰ grid, so that the converter's stored 1 + w is exact in float32), written by the
 test oracle :mod:`tests.pretrained.gguf_convert` (llama.cpp's ``convert_hf_to_gguf.py``
-conventions per architecture). The folder beside it holds the values the file holds:
-each matrix quantised and dequantised by gguf-py in the file's layout and put back in the
-checkpoint's. Both are loaded in float64; a hidden state or the logits of the file then
-differ from the folder's only by rounding: ≤ 1e-12 relative (measured: ≤ 2e-16 for every
-family and type), greedy tokens identical. Widths are multiples of 32 so that every matrix
-fills the quantised types' 32-wide blocks.
+conventions per architecture). The folder beside it holds the values the file holds: each
+matrix quantised and dequantised by gguf-py in the file's layout and put back in the
+checkpoint's, the norm epsilon rounded to float32 as the file stores it. Both are loaded in
+float64; a hidden state or the logits of the file then differ from the folder's only by
+rounding: ≤ 1e-12 relative (measured: 0, bit-identical, for every family and type), greedy
+tokens identical. Widths are multiples of 32 so that every matrix fills the quantised
+types' 32-wide blocks.
 """
 
 from __future__ import annotations
 
 import copy
 
+import numpy as np
 import pytest
 import torch
 
-from tests.pretrained.gguf_convert import convert
+from tests.pretrained.gguf_convert import ARCHITECTURES, convert
 from tests.pretrained.test_load import _relative
 from tpde.pretrained import load
 
@@ -42,14 +44,15 @@ del _NEOX["num_key_value_heads"]
 CASES = {
     "llama": ("LlamaConfig", {**_SMALL, "attention_bias": True,
                               "tie_word_embeddings": False}, "LlamaForCausalLM"),
+    "llama-tied": ("LlamaConfig", {**_SMALL, "tie_word_embeddings": True}, "LlamaForCausalLM"),
     "qwen2": ("Qwen2Config", _SMALL, "Qwen2ForCausalLM"),
-    "qwen3": ("Qwen3Config", {**_SMALL, "head_dim": 16}, "Qwen3ForCausalLM"),
+    "qwen3": ("Qwen3Config", {**_SMALL, "head_dim": 128}, "Qwen3ForCausalLM"),
     "gemma2": ("Gemma2Config", _GEMMA, "Gemma2ForCausalLM"),
     "gemma3": ("Gemma3TextConfig", {**_GEMMA, "num_hidden_layers": 3}, "Gemma3ForCausalLM"),
     "olmo2": ("Olmo2Config", {**_SMALL, "tie_word_embeddings": False}, "Olmo2ForCausalLM"),
     "phi": ("PhiConfig", {**_NEOX, "intermediate_size": 128, "partial_rotary_factor": 0.5},
             "PhiForCausalLM"),
-    "gpt2": ("GPT2Config", {"vocab_size": 40, "n_layer": 2, "n_positions": 32, "n_embd": 32,
+    "gpt2": ("GPT2Config", {"vocab_size": 40, "n_layer": 2, "n_positions": 1024, "n_embd": 32,
                             "n_head": 4}, "GPT2LMHeadModel"),
     "starcoder2": ("Starcoder2Config", {**_SMALL, "sliding_window": None},
                    "Starcoder2ForCausalLM"),
@@ -59,6 +62,7 @@ CASES = {
                             "GPTNeoXForCausalLM"),
 }  # fmt: skip
 QTYPES = ("F32", "F16", "Q8_0", "Q4_0")
+_EPS = ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_epsilon")
 
 
 def tiny(case: str):
@@ -84,6 +88,14 @@ def write_pair(case: str, base, qtype: str = "F32", **options):
     folder_model = copy.deepcopy(model)
     missing, unexpected = folder_model.load_state_dict(held, strict=False)
     assert not unexpected and all(n.endswith("lm_head.weight") for n in missing), missing
+    if qtype != "F32":  # the embedding (40 × 32) is stored rounded
+        embed = next(n for n in held if n.endswith(("embed_tokens.weight", "wte.weight",
+                                                    "embed_in.weight")))  # fmt: skip
+        assert not torch.equal(held[embed], model.state_dict()[embed])
+    for key in _EPS:  # the file holds float32 numbers: the folder the same
+        if hasattr(folder_model.config, key):
+            value = np.float32(getattr(folder_model.config, key))
+            setattr(folder_model.config, key, float(value))
     folder_model.save_pretrained(base / qtype)
     return base / qtype, base / f"{qtype}.gguf"
 
@@ -112,3 +124,63 @@ def test_file_equals_the_folder_of_its_values(case, qtype, tmp_path):
     ids = torch.randint(3, 40, (N,), generator=torch.Generator().manual_seed(1))
     measured = errors(file_model, folder_model, ids)
     assert max(measured.values()) < 1e-12, measured
+
+
+#: The cases compared with transformers' GGUF loader: every case but "llama" (transformers
+#: reads no attention bias of a llama file; "llama-tied" has none). The loader reads a
+#: GPT-2's context_length as n_ctx (so that n_positions keeps its default 1024, the tiny
+#: GPT-2's), a Qwen3's head dimension not at all (its default 128, the tiny model's), nor a
+#: Gemma-2's soft-caps and query_pre_attn_scalar (its defaults 50, 30 and 256 are the tiny
+#: model's). Architectures it does not read (transformers 5: olmo2, phi2, gptneox) are
+#: skipped, naming the reason: their folder is their one oracle.
+HF_CASES = [case for case in CASES if case != "llama"]
+#: (file type, dtype of both models, relative tolerance): float64 to rounding (measured
+#: ≤ 6.3e-16); float32, both sides' own float32 arithmetic (RMSNorm, RoPE tables, softmax
+#: ordered differently), a few float32 ulps through two layers (measured ≤ 4.5e-7): 1e-5.
+HF_TYPES = [("F32", torch.float64, 1e-12), ("Q8_0", torch.float64, 1e-12),
+            ("Q8_0", torch.float32, 1e-5)]  # fmt: skip
+
+
+def _transformers_reads(case: str) -> None:
+    """Skip unless transformers' GGUF loader reads the architecture of ``case``."""
+    from transformers import modeling_gguf_pytorch_utils as hf_gguf
+
+    arch = ARCHITECTURES[getattr(transformers, CASES[case][0]).model_type]
+    if arch not in getattr(hf_gguf, "GGUF_SUPPORTED_ARCHITECTURES", ()):
+        pytest.skip(
+            f"transformers {transformers.__version__}'s GGUF loader does not read "
+            f"{arch!r} files (its GGUF_SUPPORTED_ARCHITECTURES); the folder is the oracle"
+        )
+
+
+@pytest.mark.parametrize(
+    "qtype, dtype, tolerance", HF_TYPES, ids=[f"{q}-{str(d)[6:]}" for q, d, _ in HF_TYPES]
+)
+@pytest.mark.parametrize("case", HF_CASES)
+def test_file_equals_transformers_gguf_loader(case, qtype, dtype, tolerance, tmp_path):
+    """tpde's model of the file against transformers' model of the same file
+    (``from_pretrained(…, gguf_file=…)``), both in ``dtype`` (in float64 transformers'
+    RMSNorm, RoPE, embedding scale and softmax evaluated in float64 as in test_load_peri):
+    every hidden state and the logits within ``tolerance`` relative (:data:`HF_TYPES`),
+    greedy tokens identical."""
+    from tests.pretrained.test_load import _exact_float64 as plain_float64
+    from tests.pretrained.test_load_peri import _exact_float64 as peri_float64
+    from tests.pretrained.test_load_peri import _softmax_in_float64
+
+    _transformers_reads(case)
+    _, file = write_pair(case, tmp_path, qtype, vocabulary=True)
+    hf = transformers.AutoModelForCausalLM.from_pretrained(
+        tmp_path, gguf_file=file.name, dtype=dtype, attn_implementation="eager"
+    ).eval()
+    if dtype == torch.float64:
+        (peri_float64 if "gemma" in case else plain_float64)(hf)
+    ids = torch.randint(3, 40, (N,), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad(), _softmax_in_float64():
+        out = hf(ids[None], output_hidden_states=True)
+    model = load(file, dtype=dtype)
+    states, logits = outputs(model, ids)
+    states = [*states[:-1], model.final_norm.norm(states[-1])]  # transformers' last is normed
+    measured = {l: _relative(s, out.hidden_states[l][0]) for l, s in enumerate(states)}
+    measured["logits"] = _relative(logits, out.logits[0])
+    assert max(measured.values()) < tolerance, measured
+    assert torch.equal(logits.argmax(-1), out.logits[0].argmax(-1))
