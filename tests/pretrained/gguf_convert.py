@@ -204,7 +204,8 @@ def convert(model, path, qtype: str = "F32", *, metadata=None, tensors=None, dro
     it (module table), matrices in ``qtype`` (F32, F16, Q8_0, Q4_0, …).
 
     ``metadata``: key → (GGUFWriter method, value) written after the converter's keys;
-    ``tensors``: name → array written beside the model's; ``drop``: file tensor names left
+    ``tensors``: name → array (or (raw bytes, ggml type)) written beside the model's (after
+    them, in order); ``drop``: file tensor names left
     out; ``vocabulary``: write one (:func:`_vocabulary`). Returns the checkpoint-named state
     dict (float32 tensors) the file holds.
     """
@@ -246,7 +247,10 @@ def convert(model, path, qtype: str = "F32", *, metadata=None, tensors=None, dro
     if arch == "llama" and (cfg.rope_parameters or {}).get("rope_type") == "llama3":
         writer.add_tensor("rope_freqs.weight", llama3_rope_freqs(cfg))
     for name, array in (tensors or {}).items():
-        writer.add_tensor(name, array)
+        if isinstance(array, tuple):  # (raw bytes (rows, bytes per row), ggml type)
+            writer.add_tensor(name, array[0], raw_shape=array[0].shape, raw_dtype=array[1])
+        else:
+            writer.add_tensor(name, array)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

@@ -2,15 +2,10 @@
 generic translator from the file's ``general.architecture`` keys and tensor names to the
 config.json and the state dict a Hugging Face folder of the same model holds.
 
-**The container.** GGUF (little-endian, version 2 or 3): the magic ``GGUF``, the version
-(uint32), the tensor and key–value counts (uint64), the key–value pairs (key: uint64 length +
-UTF-8 bytes; value type: uint32; value), the tensor infos (name; n_dims: uint32; the dims,
-innermost first: uint64 each; ggml type: uint32; offset: uint64), then the tensor data from
-the next multiple of ``general.alignment`` (default 32) on. Specification: ggml's
-docs/gguf.md. The ``gguf`` package's ``GGUFReader`` builds a numpy view per part of every
-field, ~1 s per 10⁵ strings (a vocabulary's tokens and merges take 3–8 s); this reader
-decodes the same header with :mod:`struct` in a few hundredths of a second and hands each
-tensor's bytes, as a read-only numpy view of the memory-mapped file, to
+**The container** is read and checked whole by :mod:`tpde.pretrained._gguf_container`
+(a truncated or corrupt file is refused before anything is built), and every tensor's type
+is checked dequantisable by the ``gguf`` package before any is read (:func:`check_types`);
+each tensor's bytes, a read-only numpy view of the memory-mapped file, then go to
 ``gguf.quants.dequantize`` (every type the package dequantises: F32, F16, BF16, Q4_0 … Q8_0,
 the K-quants, the IQ types; float32).
 
@@ -19,14 +14,18 @@ the K-quants, the IQ types; float32).
 ``<arch>.<key>`` metadata become config.json keys through :data:`STANDARD_KEYS` (llama.cpp's
 key → the family's hyper-parameter, whose config key the family's ``keys`` name) and the
 family's own ``keys``; a key in neither, nor among the ``equal`` ones the family checks, is
-refused naming it (a RoPE scaling, an expert count: nothing is silently ignored). What the
+refused naming it (a RoPE scaling, an expert count: nothing is silently ignored); so is a
+standard key llama.cpp does not read for the architecture (the map's ``unread``: a sliding
+window of a llama file, which llama.cpp attends over whole), where the file would have two
+readings. What the
 file does not carry comes from the family's defaults (its documented facts) and its
 ``derived`` and ``computed`` keys; the vocabulary size from the tokens when the file has no
 ``vocab_size`` (from ``token_embd.weight``'s rows when it has no vocabulary either);
 the head is tied when the file has no ``output.weight``. Tensor names: gguf-py's
 ``TensorNameMap`` of the architecture (llama.cpp's own table) maps each of the family's
-checkpoint names to the file's, so every check of the folder path (missing, unexpected,
-wrong shape) applies, its messages naming the file's names.
+checkpoint names to the file's, so every check of the folder path (missing, unexpected —
+refused by name, never dropped —, wrong shape against the metadata) applies, its messages
+naming the file's names.
 
 Two conventions of llama.cpp's converter are undone so that the weights are the
 checkpoint's: shapes are listed innermost first (the dequantised arrays come out row-major,
@@ -46,9 +45,7 @@ token ids.
 
 from __future__ import annotations
 
-import mmap
 import re
-import struct
 from pathlib import Path
 
 import numpy as np
@@ -57,12 +54,14 @@ import torch
 from tpde._validation import require_package as require
 from tpde.pretrained._build import _CONV1D
 from tpde.pretrained._checkpoint import LoadError, Source
+from tpde.pretrained._gguf_container import read_container
 from tpde.pretrained._gguf_rope import ROPE_SCALING_KEYS, rope_scaling
 from tpde.pretrained.families.base import FAMILIES, Family
 
 __all__ = [
     "STANDARD_EQUAL",
     "STANDARD_KEYS",
+    "check_types",
     "gguf_config",
     "gguf_family",
     "interleave_qkv",
@@ -70,113 +69,6 @@ __all__ = [
     "read_container",
     "unpermute_rotary_rows",
 ]
-
-MAGIC = b"GGUF"
-# GGUFValueType: 0 uint8, 1 int8, 2 uint16, 3 int16, 4 uint32, 5 int32, 6 float32, 7 bool,
-# 8 string, 9 array, 10 uint64, 11 int64, 12 float64.
-_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?",
-            10: "<Q", 11: "<q", 12: "<d"}  # fmt: skip
-_STRING, _ARRAY = 8, 9
-
-
-class _Cursor:
-    """Little-endian reads from a buffer, with the position kept."""
-
-    def __init__(self, buffer):
-        self.buffer, self.pos = buffer, 0
-
-    def scalar(self, fmt: str):
-        (value,) = struct.unpack_from(fmt, self.buffer, self.pos)
-        self.pos += struct.calcsize(fmt)
-        return value
-
-    def string(self) -> str:
-        size = self.scalar("<Q")
-        if self.pos + size > len(self.buffer):
-            raise struct.error(f"a string of {size} bytes runs past the end of the file")
-        raw = bytes(self.buffer[self.pos : self.pos + size])
-        self.pos += size
-        return raw.decode("utf-8", errors="replace")
-
-    def value(self, kind: int):
-        if kind == _STRING:
-            return self.string()
-        if kind == _ARRAY:
-            item, count = self.scalar("<I"), self.scalar("<Q")
-            if item in _SCALARS:  # one unpack for the whole array
-                fmt = f"<{count}{_SCALARS[item][1]}"
-                values = struct.unpack_from(fmt, self.buffer, self.pos)
-                self.pos += struct.calcsize(fmt)
-                return list(values)
-            return [self.value(item) for _ in range(count)]
-        if kind not in _SCALARS:
-            raise struct.error(f"unknown metadata value type {kind}")
-        return self.scalar(_SCALARS[kind])
-
-
-def read_container(path: Path) -> tuple[dict, dict]:
-    """(metadata, tensors) of a GGUF file.
-
-    ``tensors`` maps each name to (ggml type, shape in row-major order, raw bytes as a uint8
-    numpy view of the memory-mapped file). Raises ValueError with what is wrong (not a GGUF
-    file, unsupported version, truncated) — the caller adds the file's name.
-    """
-    import gguf
-
-    with open(path, "rb") as handle:
-        size = Path(path).stat().st_size
-        if size < 24:
-            raise ValueError(f"the file has {size} bytes, fewer than a GGUF header")
-        buffer = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
-    if buffer[:4] != MAGIC:
-        raise ValueError(f"it starts with {bytes(buffer[:4])!r}, not the GGUF magic b'GGUF'")
-    cursor = _Cursor(buffer)
-    cursor.pos = 4
-    try:
-        version = cursor.scalar("<I")
-        if version not in (2, 3):
-            raise ValueError(f"GGUF version {version} (this reader knows 2 and 3, little-endian)")
-        n_tensors, n_values = cursor.scalar("<Q"), cursor.scalar("<Q")
-        metadata = {}
-        for _ in range(n_values):
-            key = cursor.string()
-            metadata[key] = cursor.value(cursor.scalar("<I"))
-        infos = []
-        for _ in range(n_tensors):
-            name, n_dims = cursor.string(), cursor.scalar("<I")
-            dims = [cursor.scalar("<Q") for _ in range(n_dims)]
-            infos.append((name, dims, cursor.scalar("<I"), cursor.scalar("<Q")))
-    except struct.error as err:
-        raise ValueError(f"its header ends early or is malformed ({err})") from None
-    alignment = metadata.get("general.alignment", 32)
-    if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment < 1:
-        raise ValueError(
-            f"the metadata key 'general.alignment' must be an integer >= 1; the file holds "
-            f"{alignment!r}"
-        )
-    start = -(-cursor.pos // alignment) * alignment
-    data = np.frombuffer(buffer, dtype=np.uint8)
-    tensors = {}
-    for name, dims, kind, offset in infos:
-        try:
-            qtype = gguf.GGMLQuantizationType(kind)
-        except ValueError:
-            raise ValueError(f"the tensor {name!r} has unknown ggml type {kind}") from None
-        block, block_bytes = gguf.GGML_QUANT_SIZES[qtype]
-        shape = tuple(int(d) for d in reversed(dims))  # row-major: outermost first
-        if not shape or shape[-1] % block:
-            raise ValueError(f"the tensor {name!r} of shape {shape} does not fill whole blocks")
-        row_bytes = shape[-1] // block * block_bytes
-        rows = int(np.prod(shape[:-1], dtype=np.int64))
-        first, last = start + offset, start + offset + rows * row_bytes
-        if last > len(data):
-            raise ValueError(
-                f"the tensor {name!r} runs past the end of the file (byte {last} of "
-                f"{len(data)}): the file is truncated"
-            )
-        tensors[name] = (qtype, shape, data[first:last].reshape(*shape[:-1], row_bytes))
-    return metadata, tensors
-
 
 # ---------------------------------------------------------------------- translation
 #: llama.cpp's standard metadata keys (gguf-py ``Keys.LLM``, ``Keys.Attention``,
@@ -212,9 +104,10 @@ _NORMS = ("norm",)  # a role whose name ends so is a norm (its gain possibly sto
 
 
 def _key_map(family: Family) -> dict[str, str]:
-    """The family's GGUF metadata key (no prefix) → config.json key."""
+    """The family's GGUF metadata key (no prefix) → config.json key: the standard keys of its
+    hyper-parameters but those llama.cpp does not read for the architecture, and its own."""
     out = {short: family.keys[name][0] for short, name in STANDARD_KEYS.items()
-           if name in family.keys}  # fmt: skip
+           if name in family.keys and short not in family.gguf.unread}  # fmt: skip
     return {**out, **family.gguf.keys}
 
 
@@ -235,6 +128,13 @@ def gguf_config(metadata: dict, shapes, family: Family, rope_freqs=None) -> tupl
             raw[keys[short]], source[keys[short]] = metadata[key], key
         elif short in ROPE_SCALING_KEYS and family.rotary:
             scaling[short] = metadata[key]
+        elif short in spec.unread:
+            raise LoadError(
+                f"the metadata key {key!r} = {metadata[key]!r} is one llama.cpp does not read "
+                f"for {spec.architecture} files (its model of the file computes without it) "
+                "and a Hugging Face config would apply: the file has two readings, and tpde "
+                "refuses rather than pick one."
+            )
         elif short not in equal:
             reads = (*keys, *equal, *(ROPE_SCALING_KEYS if family.rotary else ()))
             raise LoadError(
@@ -392,6 +292,39 @@ def unpermute_rotary_rows(weight: np.ndarray, heads: int) -> np.ndarray:
     )
 
 
+def _dequantisable(qtype) -> bool:
+    """Whether the ``gguf`` package dequantises ggml type ``qtype`` (tried on one block)."""
+    gguf = require("gguf")
+    try:
+        gguf.quants.dequantize(np.zeros((1, gguf.GGML_QUANT_SIZES[qtype][1]), np.uint8), qtype)
+    except NotImplementedError:
+        return False
+    return True
+
+
+def _undequantisable(path: Path, name: str, qtype) -> LoadError:
+    gguf = require("gguf")
+    readable = [t.name for t in gguf.GGMLQuantizationType if _dequantisable(t)]
+    return LoadError(
+        f"{path}: the tensor {name!r} is stored as {qtype.name}, a quantisation type the gguf "
+        f"package cannot dequantise (it reads {', '.join(readable)}); re-quantise the file to "
+        "one of those (llama.cpp's llama-quantize, e.g. to Q8_0) or convert it from the "
+        "original checkpoint."
+    )
+
+
+def check_types(path: Path, stored: dict) -> None:
+    """A LoadError naming the first tensor of ``stored`` (name → (ggml type, …)) whose type
+    the ``gguf`` package cannot dequantise (Q8_1, Q8_K, the integer types, F64 in gguf 0.17),
+    before any tensor is read."""
+    kinds = {}
+    for name, (qtype, *_) in stored.items():
+        kinds.setdefault(qtype, name)
+    for qtype, name in kinds.items():
+        if not _dequantisable(qtype):
+            raise _undequantisable(path, name, qtype)
+
+
 def dequantised(path: Path, name: str, qtype, raw) -> np.ndarray:
     """Tensor ``name`` of a GGUF file as a writeable float32 array (``gguf``'s own
     dequantisation), refused where the type is unknown or a value not finite."""
@@ -399,28 +332,30 @@ def dequantised(path: Path, name: str, qtype, raw) -> np.ndarray:
     try:
         array = gguf.quants.dequantize(raw, qtype)
     except NotImplementedError:
-        raise LoadError(
-            f"{path.name}: the tensor {name!r} is stored as {qtype.name}, a quantisation type "
-            "the gguf package cannot dequantise."
-        ) from None
+        raise _undequantisable(path, name, qtype) from None
     if not array.flags.writeable:  # F32 tensors are views of the read-only file
         array = array.copy()
     if not np.isfinite(array).all():
-        raise LoadError(f"{path.name}: the tensor {name!r} holds NaN or infinite values.")
+        raise LoadError(f"{path}: the tensor {name!r} holds NaN or infinite values.")
     return np.asarray(array, dtype=np.float32)
 
 
-def _renamer(to_checkpoint: dict[str, str]):
+def _renamer(to_checkpoint: dict[str, str], transposed: set[str]):
     """A message naming checkpoint tensors → naming the file's (each with its checkpoint
-    name after it)."""
+    name after it; ``transposed``: the checkpoint names whose shapes the messages give as the
+    folder stores them, (in, out)), its config the file's metadata."""
     pairs = [(hf, stored) for stored, hf in to_checkpoint.items()]
     pairs.sort(key=lambda pair: -len(pair[0]))  # "…layers.1" after "…layers.10"
 
     def rename(message: str) -> str:
         for hf, stored in pairs:
             for part in ("weight", "bias"):
-                message = message.replace(f"'{hf}.{part}'", f"'{stored}.{part}' ({hf}.{part})")
-        return message
+                name = f"{hf}.{part}"
+                note = ", shapes (in, out) as the folder stores it" if name in transposed else ""
+                message = message.replace(f"'{name}'", f"'{stored}.{part}' ({name}{note})")
+        return message.replace("the config implies", "the metadata implies").replace(
+            "than its config.json says", "than its metadata says"
+        )
 
     return rename
 
@@ -444,7 +379,7 @@ def _open_container(path: Path) -> tuple[dict, dict]:
         return read_container(path)
     except ValueError as err:
         raise LoadError(
-            f"{path.name} is not a readable GGUF file ({err}); check that it was written "
+            f"{path} is not a readable GGUF file ({err}); check that it was written "
             "completely (e.g. compare its size with the original)."
         ) from None
 
@@ -452,43 +387,46 @@ def _open_container(path: Path) -> tuple[dict, dict]:
 def open_gguf(path: Path) -> Source:
     """The GGUF file as a :class:`~tpde.pretrained._checkpoint.Source` (module notes)."""
     metadata, stored = _open_container(path)
-    family = gguf_family(metadata.get("general.architecture"), path.name)
+    family = gguf_family(metadata.get("general.architecture"), str(path))
+    check_types(path, stored)
     freqs = _rope_freqs(path, stored, metadata, family)
     try:
         raw, source = gguf_config(metadata, {n: t[1] for n, t in stored.items()}, family, freqs)
     except LoadError as err:
-        raise LoadError(f"{path.name} (GGUF metadata read as config.json): {err}") from None
+        raise LoadError(f"{path} (GGUF metadata read as config.json): {err}") from None
     to_checkpoint, roles = _tensor_names(
         family, _blocks(metadata, stored, family.gguf.architecture)
     )
-    by_name, shapes = {}, {}
+    by_name, shapes, transposed = {}, {}, set()
     for name in stored:
         stem, _, part = name.rpartition(".")
         hf = f"{to_checkpoint[stem]}.{part}" if stem in to_checkpoint else name
         by_name[hf], shapes[hf] = name, stored[name][1]
-        if (
-            family.gguf.transposed
-            and part == "weight"
-            and roles.get(hf[: -len(".weight")]) in (_CONV1D)
-        ):
-            shapes[hf] = shapes[hf][::-1]  # reported as the folder stores it, (in, out)
+        if family.gguf.transposed and part == "weight" and roles.get(_stem(hf)) in _CONV1D:
+            shapes[hf] = shapes[hf][::-1]  # as the folder stores it, (in, out)
+            transposed.add(hf)
     raw.update(_bias_keys(family, shapes))
 
     def read(cfg, expected, dtype, device):
-        _check_equal(metadata, family, cfg, path.name)
+        _check_equal(metadata, family, cfg, str(path))
         return _read(path, stored, by_name, expected, family, cfg, dtype, device)
 
     return Source(
-        where=path.name,
+        where=str(path),
         raw=raw,
         shapes=shapes,
         read=read,
         tokenizer=lambda: _tokenizer(path, metadata, family),
         key_name=lambda key: _metadata_key(path, source, key),
         said="the file holds",
-        rename=_renamer(to_checkpoint),
-        context=f"{path.name} (GGUF metadata read as config.json): ",
+        rename=_renamer(to_checkpoint, transposed),
+        context=f"{path} (GGUF metadata read as config.json): ",
     )
+
+
+def _stem(name: str) -> str:
+    """A tensor name without its part (``.weight``, ``.bias``)."""
+    return name.rpartition(".")[0]
 
 
 def _bias_keys(family: Family, shapes: dict) -> dict[str, bool]:
@@ -506,7 +444,7 @@ def _bias_keys(family: Family, shapes: dict) -> dict[str, bool]:
 def _metadata_key(path: Path, source: dict, key: str) -> str:
     """How an error names config key ``key``: the metadata key it came from (``source``:
     config key → metadata key), or (a default of the family) the config key."""
-    return f"{path.name}: the metadata key {source[key]!r}" if key in source else key
+    return f"{path}: the metadata key {source[key]!r}" if key in source else key
 
 
 def _rope_freqs(path: Path, stored: dict, metadata: dict, family: Family):
@@ -531,13 +469,13 @@ def _rope_freqs(path: Path, stored: dict, metadata: dict, family: Family):
         )
     if len(shape) != 1 or (isinstance(rotated, int) and shape[0] * 2 != rotated):
         raise LoadError(
-            f"{path.name}: the tensor 'rope_freqs.weight' has shape {shape}; the metadata "
+            f"{path}: the tensor 'rope_freqs.weight' has shape {shape}; the metadata "
             f"implies ({rotated // 2 if isinstance(rotated, int) else '?'},) (one divisor per "
             "rotated pair of a head)."
         )
     if not (values > 0).all():
         raise LoadError(
-            f"{path.name}: the tensor 'rope_freqs.weight' holds divisors ≤ 0; RoPE frequencies "
+            f"{path}: the tensor 'rope_freqs.weight' holds divisors ≤ 0; RoPE frequencies "
             "are divided by positive ones."
         )
     return values
@@ -581,7 +519,7 @@ def _tokenizer(path: Path, metadata: dict, family: Family):
     key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns, family.gguf.tokenizer)
     if key not in _TOKENIZERS:
         try:
-            _TOKENIZERS[key] = build(fields, path.name)
+            _TOKENIZERS[key] = build(fields, str(path))
         except ValueError as err:
             raise LoadError(str(err)) from None
     return _TOKENIZERS[key]

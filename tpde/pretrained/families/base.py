@@ -19,6 +19,7 @@ __all__ = [
     "ACTIVATIONS_HF",
     "ARCHITECTURES",
     "FAMILIES",
+    "NO_GGUF_WINDOW",
     "REQUIRED",
     "Architecture",
     "Family",
@@ -96,6 +97,14 @@ class GGUFMap:
         A ``rope_freqs.weight`` tensor (llama.cpp's per-pair divisors f_m of the RoPE
         frequencies, θ'_m = θ_m/f_m, which its converter computes from Llama-3's schedule)
         is read as that scaling; without it such a tensor is refused as unexpected.
+    unread : tuple of str
+        Standard keys (:data:`tpde.pretrained._gguf.STANDARD_KEYS`, without the prefix) of
+        hyper-parameters the family has that llama.cpp does not read for this architecture:
+        its model of such a file computes without them while a Hugging Face config would
+        apply them, so a file holding one is refused, naming it (``attention.sliding_window``
+        of llama, qwen2, qwen3 and starcoder2 files, attended over whole by llama.cpp, and of
+        olmo2 files, OLMo-3's 3 local : 1 global pattern there; Gemma-3's
+        ``attn_logit_softcapping``).
     """
 
     architecture: str
@@ -111,6 +120,12 @@ class GGUFMap:
     transposed: bool = False
     qkv_blocks: bool = False
     rope_freqs: bool = False
+    unread: tuple[str, ...] = ()
+
+
+#: What llama.cpp does with ``attention.sliding_window`` outside Gemma: nothing (llama, qwen2,
+#: qwen3, starcoder2) or OLMo-3's pattern (olmo2) — never the families' window on every layer.
+NO_GGUF_WINDOW = ("attention.sliding_window",)
 
 
 @dataclass(frozen=True)

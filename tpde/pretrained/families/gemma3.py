@@ -58,6 +58,7 @@ GEMMA3 = register(
             computed={"query_pre_attn_scalar": llamacpp_query_scalar(62)},
             stored_gain_offset=1.0,
             tokenizer="spm",
+            unread=("attn_logit_softcapping",),  # llama.cpp reads only the final soft-cap
         ),
     )
 )
