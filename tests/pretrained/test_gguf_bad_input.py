@@ -118,7 +118,7 @@ def test_a_corrupt_or_truncated_file_is_refused_before_any_tensor_is_read(change
 @pytest.mark.parametrize("kind", ["Q8_1", "F64"])
 def test_a_type_gguf_cannot_dequantise_is_named_before_any_tensor_is_read(kind, tmp_path, reads):
     """ffn_down (32 × 64) stored as Q8_1 (blocks of 32 values in 36 bytes) or F64, types
-    gguf-py 0.17 does not dequantise."""
+    gguf 0.19 does not dequantise."""
     qtype = gguf.GGMLQuantizationType[kind]
     block, size = gguf.GGML_QUANT_SIZES[qtype]
     stored = (np.zeros((32, 64 // block * size), np.uint8), qtype)

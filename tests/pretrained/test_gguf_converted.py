@@ -18,6 +18,8 @@ types' 32-wide blocks.
 from __future__ import annotations
 
 import copy
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -26,6 +28,7 @@ import torch
 from tests.pretrained.gguf_convert import ARCHITECTURES, convert
 from tests.pretrained.test_load import _relative
 from tpde.pretrained import load
+from tpde.pretrained.families.base import FAMILIES
 
 gguf = pytest.importorskip("gguf")
 transformers = pytest.importorskip("transformers")
@@ -184,3 +187,18 @@ def test_file_equals_transformers_gguf_loader(case, qtype, dtype, tolerance, tmp
     measured["logits"] = _relative(logits, out.logits[0])
     assert max(measured.values()) < tolerance, measured
     assert torch.equal(logits.argmax(-1), out.logits[0].argmax(-1))
+
+
+def test_every_gguf_map_is_a_case_here_and_listed_in_the_docs():
+    """The architectures tpde reads (the families' GGUF maps) are exactly those the oracle
+    writes, those of the cases above, and those README.md and docs/api/pretrained.rst list."""
+    registered = {entry.gguf.architecture for entry in FAMILIES.values() if entry.gguf}
+    assert set(ARCHITECTURES.values()) == registered
+    cases = {ARCHITECTURES[getattr(transformers, c[0]).model_type] for c in CASES.values()}
+    assert cases == registered
+    root = Path(__file__).parents[2]
+    readme = (root / "README.md").read_text()
+    sentence = readme[readme.index("`general.architecture` is one of") :].split("in any type")[0]
+    assert set(re.findall(r"`(\w+)`", sentence)) - {"general"} == registered
+    rst = (root / "docs" / "api" / "pretrained.rst").read_text()
+    assert set(re.findall(r"^``(\w+)``  ", rst, flags=re.MULTILINE)) == registered

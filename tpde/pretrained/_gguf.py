@@ -315,7 +315,7 @@ def _undequantisable(path: Path, name: str, qtype) -> LoadError:
 
 def check_types(path: Path, stored: dict) -> None:
     """A LoadError naming the first tensor of ``stored`` (name → (ggml type, …)) whose type
-    the ``gguf`` package cannot dequantise (Q8_1, Q8_K, the integer types, F64 in gguf 0.17),
+    the ``gguf`` package cannot dequantise (Q8_1, Q8_K, the integer types, F64 in gguf 0.19),
     before any tensor is read."""
     kinds = {}
     for name, (qtype, *_) in stored.items():
