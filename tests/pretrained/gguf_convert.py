@@ -199,14 +199,15 @@ def _vocabulary(writer, cfg, arch: str) -> None:
 
 
 def convert(model, path, qtype: str = "F32", *, metadata=None, tensors=None, drop=(),
-            vocabulary=False) -> dict:  # fmt: skip
+            vocabulary=False, unset=()) -> dict:  # fmt: skip
     """Write ``model`` (a transformers causal LM) to ``path`` as llama.cpp's converter writes
     it (module table), matrices in ``qtype`` (F32, F16, Q8_0, Q4_0, …).
 
     ``metadata``: key → (GGUFWriter method, value) written after the converter's keys;
     ``tensors``: name → array (or (raw bytes, ggml type)) written beside the model's (after
     them, in order); ``drop``: file tensor names left
-    out; ``vocabulary``: write one (:func:`_vocabulary`). Returns the checkpoint-named state
+    out; ``vocabulary``: write one (:func:`_vocabulary`); ``unset``: the converter's metadata
+    keys left out. Returns the checkpoint-named state
     dict (float32 tensors) the file holds.
     """
     cfg = model.config
@@ -221,6 +222,8 @@ def convert(model, path, qtype: str = "F32", *, metadata=None, tensors=None, dro
         _vocabulary(writer, cfg, arch)
     for key, (method, value) in (metadata or {}).items():
         getattr(writer, method)(key, value)
+    for key in unset:
+        del writer.kv_data[0][key]
     held = {}
     for name, tensor in model.state_dict().items():
         if name.endswith((".attn.bias", ".attn.masked_bias")):

@@ -204,6 +204,17 @@ def test_a_key_that_would_change_the_computation_is_refused_by_name(
     _refused(path, named + message.format(arch=arch))
 
 
+@pytest.mark.parametrize(
+    "case, key",
+    [("gemma2", "attention.sliding_window"), ("gemma2", "attn_logit_softcapping"),
+     ("gemma2", "final_logit_softcapping"), ("gemma3", "attention.sliding_window")],
+)  # fmt: skip
+def test_a_file_without_a_key_llama_cpp_would_default_is_refused_by_name(case, key, tmp_path):
+    path = _write(tmp_path, case, "F32", unset=(f"{case}.{key}",))
+    _refused(path, rf"the metadata key '{case}\.{key}' is missing: without it llama\.cpp reads "
+                   rf"a {case} file with a default of its own")  # fmt: skip
+
+
 def test_the_window_gemma_files_carry_is_read(tmp_path):
     """The control: llama.cpp reads ``attention.sliding_window`` of gemma2 and gemma3 files
     (test_gguf_converted: each equal to its folder with a window of 3 over 9 tokens)."""

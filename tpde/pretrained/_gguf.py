@@ -17,7 +17,7 @@ family's own ``keys``; a key in neither, nor among the ``equal`` ones the family
 refused naming it (a RoPE scaling, an expert count: nothing is silently ignored); so is a
 standard key llama.cpp does not read for the architecture (the map's ``unread``: a sliding
 window of a llama file, which llama.cpp attends over whole), where the file would have two
-readings. What the
+readings, and a file without a key the map lists as ``required`` (Gemma's window). What the
 file does not carry comes from the family's defaults (its documented facts) and its
 ``derived`` and ``computed`` keys; the vocabulary size from the tokens when the file has no
 ``vocab_size`` (from ``token_embd.weight``'s rows when it has no vocabulary either);
@@ -141,6 +141,14 @@ def gguf_config(metadata: dict, shapes, family: Family, rope_freqs=None) -> tupl
                 f"the metadata key {key!r} = {metadata[key]!r} changes the computation in a way "
                 f"tpde does not implement for {spec.architecture} files (it reads "
                 f"{', '.join(prefix + k for k in reads)}); tpde refuses rather than ignore it."
+            )
+    for short in spec.required:
+        if prefix + short not in metadata:
+            raise LoadError(
+                f"the metadata key {prefix + short!r} is missing: without it llama.cpp reads "
+                f"a {spec.architecture} file with a default of its own, not a "
+                f"{family.family} checkpoint's, and tpde refuses rather than guess (llama.cpp's "
+                "converter always writes it)."
             )
     vocab = family.keys["vocab"][0]
     if vocab not in raw and metadata.get("tokenizer.ggml.tokens"):

@@ -105,6 +105,11 @@ class GGUFMap:
         of llama, qwen2, qwen3 and starcoder2 files, attended over whole by llama.cpp, and of
         olmo2 files, OLMo-3's 3 local : 1 global pattern there; Gemma-3's
         ``attn_logit_softcapping``).
+    required : tuple of str
+        Keys (without the prefix) a file must hold: without one llama.cpp reads the file with
+        a default of its own that is not the family's (Gemma-2: a 4096 window and soft-caps
+        50 and 30; Gemma-3: every layer global with one RoPE base), so a file lacking it is
+        refused, naming it. llama.cpp's converter always writes them.
     """
 
     architecture: str
@@ -121,6 +126,7 @@ class GGUFMap:
     qkv_blocks: bool = False
     rope_freqs: bool = False
     unread: tuple[str, ...] = ()
+    required: tuple[str, ...] = ()
 
 
 #: What llama.cpp does with ``attention.sliding_window`` outside Gemma: nothing (llama, qwen2,

@@ -104,6 +104,11 @@ GEMMA2 = register(
             computed={"query_pre_attn_scalar": llamacpp_query_scalar(46)},
             stored_gain_offset=1.0,
             tokenizer="spm",
+            required=(
+                "attention.sliding_window",
+                "attn_logit_softcapping",
+                "final_logit_softcapping",
+            ),
         ),
     )
 )

@@ -59,6 +59,7 @@ GEMMA3 = register(
             stored_gain_offset=1.0,
             tokenizer="spm",
             unread=("attn_logit_softcapping",),  # llama.cpp reads only the final soft-cap
+            required=("attention.sliding_window",),  # without: all global, one RoPE base
         ),
     )
 )
