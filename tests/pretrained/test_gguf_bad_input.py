@@ -207,7 +207,8 @@ def test_a_key_that_would_change_the_computation_is_refused_by_name(
 @pytest.mark.parametrize(
     "case, key",
     [("gemma2", "attention.sliding_window"), ("gemma2", "attn_logit_softcapping"),
-     ("gemma2", "final_logit_softcapping"), ("gemma3", "attention.sliding_window")],
+     ("gemma2", "final_logit_softcapping"), ("gemma3", "attention.sliding_window"),
+     ("gemma3", "rope.freq_base")],
 )  # fmt: skip
 def test_a_file_without_a_key_llama_cpp_would_default_is_refused_by_name(case, key, tmp_path):
     path = _write(tmp_path, case, "F32", unset=(f"{case}.{key}",))

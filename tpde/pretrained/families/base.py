@@ -108,8 +108,8 @@ class GGUFMap:
     required : tuple of str
         Keys (without the prefix) a file must hold: without one llama.cpp reads the file with
         a default of its own that is not the family's (Gemma-2: a 4096 window and soft-caps
-        50 and 30; Gemma-3: every layer global with one RoPE base), so a file lacking it is
-        refused, naming it. llama.cpp's converter always writes them.
+        50 and 30; Gemma-3: every layer global with one RoPE base, that base 10⁴), so a file
+        lacking it is refused, naming it. llama.cpp's converter always writes them.
     """
 
     architecture: str

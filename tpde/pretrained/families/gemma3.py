@@ -59,7 +59,9 @@ GEMMA3 = register(
             stored_gain_offset=1.0,
             tokenizer="spm",
             unread=("attn_logit_softcapping",),  # llama.cpp reads only the final soft-cap
-            required=("attention.sliding_window",),  # without: all global, one RoPE base
+            # without the window llama.cpp makes every layer global with one RoPE base; without
+            # the base it takes 10⁴ (Gemma-3's global base is 10⁶)
+            required=("attention.sliding_window", "rope.freq_base"),
         ),
     )
 )
