@@ -1,4 +1,4 @@
-"""GGUF files of the llama, mistral, qwen2 and qwen3 families through the generic translator,
+"""GGUF files of the llama, qwen2 and qwen3 families through the generic translator,
 each equal to the Hugging Face folder of the same weights.
 
 Each family: the tiny transformers model of ``test_load`` (every parameter redrawn), its
@@ -8,7 +8,9 @@ llama.cpp's converter writes it (gguf-py's ``GGUFWriter``; tensor names from ggu
 loaded in float64: the F32 file holds the folder's values exactly, so every hidden state and
 the logits agree to rounding (≤ 1e-12 relative); an F16 file agrees to its rounding (the
 tiny widths, 16 and 24, fill no 32-wide block of llama.cpp's quantised types; the quantised
-path is the real Gemma-3 and SmolLM2 files' and test_gguf_gemma3's Q8_0).
+path is the real Gemma-3 and SmolLM2 files' and test_gguf_gemma3's Q8_0). No Mistral: llama.cpp
+reads no sliding window from a llama file, and one holding it is refused
+(test_gguf_bad_input).
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ pytest.importorskip("transformers")
 #: family of test_load → (GGUF architecture, rotary rows interleaved by the converter)
 CASES = {
     "llama": ("llama", True),
-    "mistral": ("llama", True),
     "qwen2": ("qwen2", False),
     "qwen3": ("qwen3", False),
 }
@@ -61,8 +62,6 @@ def write_gguf(path, model, architecture: str, interleaved: bool, half=False) ->
     writer.add_rope_freq_base(cfg.rope_parameters["rope_theta"])
     writer.add_layer_norm_rms_eps(cfg.rms_norm_eps)
     writer.add_vocab_size(cfg.vocab_size)
-    if getattr(cfg, "sliding_window", None) is not None and architecture == "llama":
-        writer.add_sliding_window(cfg.sliding_window)
     heads = {"q_proj": cfg.num_attention_heads, "k_proj": cfg.num_key_value_heads}
     for name, tensor in model.state_dict().items():
         stem, part = name.rsplit(".", 1)

@@ -112,9 +112,9 @@ def test_missing_tensor_is_named_by_its_gguf_name(tmp_path):
 
 
 def test_metadata_key_tpde_does_not_read_is_refused(tmp_path):
-    metadata = {"gemma3.rope.scaling.type": ("add_string", "linear")}
+    metadata = {"gemma3.expert_count": ("add_uint32", 4)}
     path = _write(tmp_path / "t.gguf", _hf_model(), metadata=metadata)
-    with pytest.raises(LoadError, match=r"'gemma3\.rope\.scaling\.type' = 'linear'"):
+    with pytest.raises(LoadError, match=r"'gemma3\.expert_count' = 4 changes the computation"):
         load(path)
 
 

@@ -144,8 +144,8 @@ def test_unpermute_inverts_llamacpp_permute_and_pairs_halves():
 
 
 def test_other_architecture_is_refused(tmp_path):
-    write_tiny(tmp_path / "g.gguf", arch="gpt2")
-    match = r"g.gguf holds a model of architecture 'gpt2'.*tpde reads GGUF files of .*llama"
+    write_tiny(tmp_path / "g.gguf", arch="bloom")
+    match = r"g.gguf holds a model of architecture 'bloom'.*tpde reads GGUF files of .*llama"
     with pytest.raises(GGUFError, match=match):
         read_llama(tmp_path / "g.gguf")
 
@@ -194,10 +194,25 @@ def test_missing_or_misshapen_tensors(tmp_path):
     [
         ({"llama.expert_count": ("add_uint32", 8)}, None,
          r"the metadata key 'llama.expert_count' = 8 changes the computation"),
+        ({"llama.rope.scaling.type": ("add_string", "longrope")}, None,
+         r"'llama.rope.scaling.type' = 'longrope' .* is a RoPE scaling tpde does not read from "
+         r"GGUF files \(it reads 'none', 'linear' and 'yarn'"),
         ({"llama.rope.scaling.type": ("add_string", "linear")}, None,
-         r"the metadata key 'llama.rope.scaling.type' = 'linear' changes the computation"),
-        ({}, {"rope_freqs.weight": np.ones(K // 2, dtype=np.float32)},
-         r"the tensor 'rope_freqs.weight' \(shape \(2,\)\) is not one a llama model reads"),
+         r"the metadata key 'llama.rope.scaling.factor' is missing, and 'linear' RoPE scaling "
+         r"needs it"),
+        ({"llama.rope.scaling.alpha": ("add_float32", 2.0)}, None,
+         r"the metadata key 'llama.rope.scaling.alpha' = 2.0 changes the computation"),
+        ({}, {"blk.0.attn_rot_embd.weight": np.ones(K // 2, dtype=np.float32)},
+         r"the tensor 'blk.0.attn_rot_embd.weight' \(shape \(2,\)\) is not one a llama "
+         r"model reads"),
+        ({}, {"rope_freqs.weight": np.ones(K, dtype=np.float32)},
+         r"the tensor 'rope_freqs.weight' has shape \(4,\); the metadata implies \(2,\)"),
+        ({}, {"rope_freqs.weight": -np.ones(K // 2, dtype=np.float32)},
+         r"'rope_freqs.weight' holds divisors ≤ 0"),
+        ({"llama.rope.scaling.type": ("add_string", "linear"),
+          "llama.rope.scaling.factor": ("add_float32", 2.0)},
+         {"rope_freqs.weight": np.ones(K // 2, dtype=np.float32)},
+         r"both the RoPE scaling 'llama.rope.scaling.type' = 'linear' and a 'rope_freqs.weight'"),
     ],
 )  # fmt: skip
 def test_what_tpde_does_not_implement_is_refused_by_name(tmp_path, metadata, extra, match):

@@ -2,15 +2,10 @@
 generic translator from the file's ``general.architecture`` keys and tensor names to the
 config.json and the state dict a Hugging Face folder of the same model holds.
 
-**The container.** GGUF (little-endian, version 2 or 3): the magic ``GGUF``, the version
-(uint32), the tensor and key–value counts (uint64), the key–value pairs (key: uint64 length +
-UTF-8 bytes; value type: uint32; value), the tensor infos (name; n_dims: uint32; the dims,
-innermost first: uint64 each; ggml type: uint32; offset: uint64), then the tensor data from
-the next multiple of ``general.alignment`` (default 32) on. Specification: ggml's
-docs/gguf.md. The ``gguf`` package's ``GGUFReader`` builds a numpy view per part of every
-field, ~1 s per 10⁵ strings (a vocabulary's tokens and merges take 3–8 s); this reader
-decodes the same header with :mod:`struct` in a few hundredths of a second and hands each
-tensor's bytes, as a read-only numpy view of the memory-mapped file, to
+**The container** is read and checked whole by :mod:`tpde.pretrained._gguf_container`
+(a truncated or corrupt file is refused before anything is built), and every tensor's type
+is checked dequantisable by the ``gguf`` package before any is read (:func:`check_types`);
+each tensor's bytes, a read-only numpy view of the memory-mapped file, then go to
 ``gguf.quants.dequantize`` (every type the package dequantises: F32, F16, BF16, Q4_0 … Q8_0,
 the K-quants, the IQ types; float32).
 
@@ -19,13 +14,18 @@ the K-quants, the IQ types; float32).
 ``<arch>.<key>`` metadata become config.json keys through :data:`STANDARD_KEYS` (llama.cpp's
 key → the family's hyper-parameter, whose config key the family's ``keys`` name) and the
 family's own ``keys``; a key in neither, nor among the ``equal`` ones the family checks, is
-refused naming it (a RoPE scaling, an expert count: nothing is silently ignored). What the
+refused naming it (a RoPE scaling, an expert count: nothing is silently ignored); so is a
+standard key llama.cpp does not read for the architecture (the map's ``unread``: a sliding
+window of a llama file, which llama.cpp attends over whole), where the file would have two
+readings, and a file without a key the map lists as ``required`` (Gemma's window). What the
 file does not carry comes from the family's defaults (its documented facts) and its
-``derived`` keys; the vocabulary size from the tokens when the file has no ``vocab_size``;
+``derived`` and ``computed`` keys; the vocabulary size from the tokens when the file has no
+``vocab_size`` (from ``token_embd.weight``'s rows when it has no vocabulary either);
 the head is tied when the file has no ``output.weight``. Tensor names: gguf-py's
 ``TensorNameMap`` of the architecture (llama.cpp's own table) maps each of the family's
-checkpoint names to the file's, so every check of the folder path (missing, unexpected,
-wrong shape) applies, its messages naming the file's names.
+checkpoint names to the file's, so every check of the folder path (missing, unexpected —
+refused by name, never dropped —, wrong shape against the metadata) applies, its messages
+naming the file's names.
 
 Two conventions of llama.cpp's converter are undone so that the weights are the
 checkpoint's: shapes are listed innermost first (the dequantised arrays come out row-major,
@@ -45,134 +45,30 @@ token ids.
 
 from __future__ import annotations
 
-import mmap
 import re
-import struct
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from tpde._validation import require_package as require
+from tpde.pretrained._build import _CONV1D
 from tpde.pretrained._checkpoint import LoadError, Source
+from tpde.pretrained._gguf_container import read_container
+from tpde.pretrained._gguf_rope import ROPE_SCALING_KEYS, rope_scaling
 from tpde.pretrained.families.base import FAMILIES, Family
 
 __all__ = [
     "STANDARD_EQUAL",
     "STANDARD_KEYS",
+    "check_types",
     "gguf_config",
     "gguf_family",
+    "interleave_qkv",
     "open_gguf",
     "read_container",
     "unpermute_rotary_rows",
 ]
-
-MAGIC = b"GGUF"
-# GGUFValueType: 0 uint8, 1 int8, 2 uint16, 3 int16, 4 uint32, 5 int32, 6 float32, 7 bool,
-# 8 string, 9 array, 10 uint64, 11 int64, 12 float64.
-_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?",
-            10: "<Q", 11: "<q", 12: "<d"}  # fmt: skip
-_STRING, _ARRAY = 8, 9
-
-
-class _Cursor:
-    """Little-endian reads from a buffer, with the position kept."""
-
-    def __init__(self, buffer):
-        self.buffer, self.pos = buffer, 0
-
-    def scalar(self, fmt: str):
-        (value,) = struct.unpack_from(fmt, self.buffer, self.pos)
-        self.pos += struct.calcsize(fmt)
-        return value
-
-    def string(self) -> str:
-        size = self.scalar("<Q")
-        if self.pos + size > len(self.buffer):
-            raise struct.error(f"a string of {size} bytes runs past the end of the file")
-        raw = bytes(self.buffer[self.pos : self.pos + size])
-        self.pos += size
-        return raw.decode("utf-8", errors="replace")
-
-    def value(self, kind: int):
-        if kind == _STRING:
-            return self.string()
-        if kind == _ARRAY:
-            item, count = self.scalar("<I"), self.scalar("<Q")
-            if item in _SCALARS:  # one unpack for the whole array
-                fmt = f"<{count}{_SCALARS[item][1]}"
-                values = struct.unpack_from(fmt, self.buffer, self.pos)
-                self.pos += struct.calcsize(fmt)
-                return list(values)
-            return [self.value(item) for _ in range(count)]
-        if kind not in _SCALARS:
-            raise struct.error(f"unknown metadata value type {kind}")
-        return self.scalar(_SCALARS[kind])
-
-
-def read_container(path: Path) -> tuple[dict, dict]:
-    """(metadata, tensors) of a GGUF file.
-
-    ``tensors`` maps each name to (ggml type, shape in row-major order, raw bytes as a uint8
-    numpy view of the memory-mapped file). Raises ValueError with what is wrong (not a GGUF
-    file, unsupported version, truncated) — the caller adds the file's name.
-    """
-    import gguf
-
-    with open(path, "rb") as handle:
-        size = Path(path).stat().st_size
-        if size < 24:
-            raise ValueError(f"the file has {size} bytes, fewer than a GGUF header")
-        buffer = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
-    if buffer[:4] != MAGIC:
-        raise ValueError(f"it starts with {bytes(buffer[:4])!r}, not the GGUF magic b'GGUF'")
-    cursor = _Cursor(buffer)
-    cursor.pos = 4
-    try:
-        version = cursor.scalar("<I")
-        if version not in (2, 3):
-            raise ValueError(f"GGUF version {version} (this reader knows 2 and 3, little-endian)")
-        n_tensors, n_values = cursor.scalar("<Q"), cursor.scalar("<Q")
-        metadata = {}
-        for _ in range(n_values):
-            key = cursor.string()
-            metadata[key] = cursor.value(cursor.scalar("<I"))
-        infos = []
-        for _ in range(n_tensors):
-            name, n_dims = cursor.string(), cursor.scalar("<I")
-            dims = [cursor.scalar("<Q") for _ in range(n_dims)]
-            infos.append((name, dims, cursor.scalar("<I"), cursor.scalar("<Q")))
-    except struct.error as err:
-        raise ValueError(f"its header ends early or is malformed ({err})") from None
-    alignment = metadata.get("general.alignment", 32)
-    if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment < 1:
-        raise ValueError(
-            f"the metadata key 'general.alignment' must be an integer >= 1; the file holds "
-            f"{alignment!r}"
-        )
-    start = -(-cursor.pos // alignment) * alignment
-    data = np.frombuffer(buffer, dtype=np.uint8)
-    tensors = {}
-    for name, dims, kind, offset in infos:
-        try:
-            qtype = gguf.GGMLQuantizationType(kind)
-        except ValueError:
-            raise ValueError(f"the tensor {name!r} has unknown ggml type {kind}") from None
-        block, block_bytes = gguf.GGML_QUANT_SIZES[qtype]
-        shape = tuple(int(d) for d in reversed(dims))  # row-major: outermost first
-        if not shape or shape[-1] % block:
-            raise ValueError(f"the tensor {name!r} of shape {shape} does not fill whole blocks")
-        row_bytes = shape[-1] // block * block_bytes
-        rows = int(np.prod(shape[:-1], dtype=np.int64))
-        first, last = start + offset, start + offset + rows * row_bytes
-        if last > len(data):
-            raise ValueError(
-                f"the tensor {name!r} runs past the end of the file (byte {last} of "
-                f"{len(data)}): the file is truncated"
-            )
-        tensors[name] = (qtype, shape, data[first:last].reshape(*shape[:-1], row_bytes))
-    return metadata, tensors
-
 
 # ---------------------------------------------------------------------- translation
 #: llama.cpp's standard metadata keys (gguf-py ``Keys.LLM``, ``Keys.Attention``,
@@ -191,53 +87,113 @@ STANDARD_KEYS = {
     "attention.layer_norm_epsilon": "norm_eps",
     "attention.sliding_window": "window",
     "rope.freq_base": "rope_base",
+    "attn_logit_softcapping": "attn_softcap",
+    "final_logit_softcapping": "logit_softcap",
 }
 
 #: llama.cpp's standard metadata keys that must equal a hyper-parameter tpde derives (no
-#: family of tpde has values of another width, or a partially rotated head, in GGUF):
-#: checked, and a file where they differ is refused naming the key.
+#: family of tpde has values of another width; "rotated": the rotated width of a head, the
+#: whole head unless the family's ``rotary_fraction`` reads a part): checked, and a file
+#: where they differ is refused naming the key.
 STANDARD_EQUAL = {
     "attention.value_length": "head_dim",
-    "rope.dimension_count": "head_dim",
+    "rope.dimension_count": "rotated",
 }
 
 _NORMS = ("norm",)  # a role whose name ends so is a norm (its gain possibly stored 1 + w)
 
 
 def _key_map(family: Family) -> dict[str, str]:
-    """The family's GGUF metadata key (no prefix) → config.json key."""
+    """The family's GGUF metadata key (no prefix) → config.json key: the standard keys of its
+    hyper-parameters but those llama.cpp does not read for the architecture, and its own."""
     out = {short: family.keys[name][0] for short, name in STANDARD_KEYS.items()
-           if name in family.keys}  # fmt: skip
+           if name in family.keys and short not in family.gguf.unread}  # fmt: skip
     return {**out, **family.gguf.keys}
 
 
-def gguf_config(metadata: dict, names, family: Family) -> tuple[dict, dict]:
+def gguf_config(metadata: dict, shapes, family: Family, rope_freqs=None) -> tuple[dict, dict]:
     """(the config.json a GGUF file's metadata stands for, config key → the metadata key it
     came from) (module notes); a LoadError for a metadata key of the architecture that tpde
-    does not read (named)."""
+    does not read (named). ``shapes``: the file's tensor name → shape (row-major);
+    ``rope_freqs``: the values of a ``rope_freqs.weight`` tensor the family reads (its GGUF
+    map's ``rope_freqs``), or None."""
     spec, keys, equal = family.gguf, _key_map(family), _equal(family)
     prefix = f"{spec.architecture}."
-    raw, source = {"model_type": spec.model_type}, {}
+    raw, source, scaling = {"model_type": spec.model_type}, {}, {}
     for key in metadata:
         if not key.startswith(prefix):
             continue
         short = key[len(prefix) :]
         if short in keys:
             raw[keys[short]], source[keys[short]] = metadata[key], key
+        elif short in ROPE_SCALING_KEYS and family.rotary:
+            scaling[short] = metadata[key]
+        elif short in spec.unread:
+            raise LoadError(
+                f"the metadata key {key!r} = {metadata[key]!r} is one llama.cpp does not read "
+                f"for {spec.architecture} files (its model of the file computes without it) "
+                "and a Hugging Face config would apply: the file has two readings, and tpde "
+                "refuses rather than pick one."
+            )
         elif short not in equal:
+            reads = (*keys, *equal, *(ROPE_SCALING_KEYS if family.rotary else ()))
             raise LoadError(
                 f"the metadata key {key!r} = {metadata[key]!r} changes the computation in a way "
                 f"tpde does not implement for {spec.architecture} files (it reads "
-                f"{', '.join(prefix + k for k in (*keys, *equal))}); tpde refuses "
-                "rather than ignore it."
+                f"{', '.join(prefix + k for k in reads)}); tpde refuses rather than ignore it."
             )
-    if "vocab_size" not in raw and metadata.get("tokenizer.ggml.tokens"):
-        raw["vocab_size"] = len(metadata["tokenizer.ggml.tokens"])
-    raw["tie_word_embeddings"] = "output.weight" not in names
+    for short in spec.required:
+        if prefix + short not in metadata:
+            raise LoadError(
+                f"the metadata key {prefix + short!r} is missing: without it llama.cpp reads "
+                f"a {spec.architecture} file with a default of its own, not a "
+                f"{family.family} checkpoint's, and tpde refuses rather than guess (llama.cpp's "
+                "converter always writes it)."
+            )
+    vocab = family.keys["vocab"][0]
+    if vocab not in raw and metadata.get("tokenizer.ggml.tokens"):
+        raw[vocab] = len(metadata["tokenizer.ggml.tokens"])
+    elif vocab not in raw and len(shapes.get("token_embd.weight", ())) == 2:
+        raw[vocab] = shapes["token_embd.weight"][0]  # a file without a vocabulary
+    raw["tie_word_embeddings"] = "output.weight" not in shapes
     for target, origin in spec.derived.items():
         if origin in raw:
             raw[target] = raw[origin]
+    for target, rule in spec.computed.items():
+        value = rule(raw)
+        if value is not None:
+            raw[target] = value
+    rotated = metadata.get(prefix + "rope.dimension_count")
+    if spec.rotary_fraction and rotated is not None:
+        raw[spec.rotary_fraction] = _fraction(rotated, _head_dim(raw, family))
+        source[spec.rotary_fraction] = prefix + "rope.dimension_count"
+    rope = rope_scaling(scaling, prefix, rope_freqs, raw.get(family.keys["context"][0]))
+    if rope is not None:
+        raw["rope_scaling"] = rope
     return raw, source
+
+
+def _head_dim(raw: dict, family: Family):
+    """The head dimension the config.json ``raw`` says (its head_dim key, else hidden/heads),
+    or None where its values are not integers (read_hyper then names them)."""
+    key = family.keys["head_dim"][0]
+    value = raw.get(key)
+    if value is None:
+        hidden, heads = (raw.get(family.keys[k][0]) for k in ("hidden", "heads"))
+        ints = all(isinstance(v, int) and not isinstance(v, bool) for v in (hidden, heads))
+        value = hidden // heads if ints and heads > 0 else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _fraction(rotated, head_dim):
+    """r/k as a fraction f with int(k·f) = r (transformers' and tpde's reading), or
+    ``rotated`` unchanged where either is not a positive integer (read_hyper names it)."""
+    if not (isinstance(rotated, int) and head_dim and 0 < rotated <= head_dim):
+        return rotated
+    fraction = rotated / head_dim
+    while int(head_dim * fraction) < rotated:  # a product rounded below r
+        fraction = float(np.nextafter(fraction, 2.0))
+    return fraction
 
 
 def _equal(family: Family) -> dict[str, str]:
@@ -248,10 +204,14 @@ def _equal(family: Family) -> dict[str, str]:
 
 def _check_equal(metadata: dict, family: Family, cfg, where: str) -> None:
     """The ``equal`` metadata keys, each equal to the hyper-parameter of the config record
-    ``cfg`` it names."""
+    ``cfg`` it names ("rotated": the rotated width of a head)."""
     prefix = f"{family.gguf.architecture}."
     for short, target in _equal(family).items():
-        value, expected = metadata.get(prefix + short), getattr(cfg, target)
+        value = metadata.get(prefix + short)
+        if target == "rotated":
+            expected = cfg.rotary_dims or cfg.head_dim
+        else:
+            expected = getattr(cfg, target)
         if value is not None and value != expected:
             raise LoadError(
                 f"{where}: the metadata key {prefix + short!r} = {value!r} differs from "
@@ -270,20 +230,48 @@ def _blocks(metadata: dict, stored: dict, architecture: str) -> int:
     return max([count, *found])
 
 
-def _tensor_names(family: Family, blocks: int) -> dict[str, str]:
-    """The file's tensor stem → the checkpoint's (gguf-py's ``TensorNameMap``)."""
+def _tensor_names(family: Family, blocks: int) -> tuple[dict[str, str], dict[str, str]]:
+    """(the file's tensor stem → the checkpoint's, the checkpoint's stem → its role), by
+    gguf-py's ``TensorNameMap``."""
     gguf = require("gguf")
     arch = {name: arch for arch, name in gguf.MODEL_ARCH_NAMES.items()}
     table = gguf.get_tensor_name_map(arch[family.gguf.architecture], blocks)
-    out = {}
-    for template in family.names.values():
+    out, roles = {}, {}
+    for role, template in family.names.items():
         per_layer = "{l}" in template
         for l in range(blocks) if per_layer else [None]:
             stem = template.format(l=l) if per_layer else template
             stored = table.get_name(stem)
             if stored is not None:
-                out[stored] = stem
-    return out
+                out[stored], roles[stem] = stem, role
+    return out, roles
+
+
+def interleave_qkv(weight: np.ndarray, heads: int) -> np.ndarray:
+    """A fused QKV weight (or bias) stored as the blocks [W_q; W_k; W_v] (llama.cpp's
+    converter) as GPT-NeoX stores it, head by head: rows [q_h; k_h; v_h], h = 0 … H − 1.
+
+    Parameters
+    ----------
+    weight : array (3·H·k, …)
+    heads : int
+        H (GPT-NeoX: as many key-value heads as query heads).
+
+    Returns
+    -------
+    array (3·H·k, …)
+        Row (3h + j)·k + i is the file's row (j·H + h)·k + i (j = 0, 1, 2 for q, k, v).
+    """
+    rows = weight.shape[0]
+    if rows % (3 * heads):
+        raise LoadError(
+            f"a fused QKV weight with {rows} rows cannot be split into q, k and v of {heads} "
+            "heads each; the file's head count does not match its tensors."
+        )
+    k = rows // (3 * heads)
+    return np.ascontiguousarray(
+        weight.reshape(3, heads, k, *weight.shape[1:]).swapaxes(0, 1).reshape(weight.shape)
+    )
 
 
 def unpermute_rotary_rows(weight: np.ndarray, heads: int) -> np.ndarray:
@@ -312,6 +300,39 @@ def unpermute_rotary_rows(weight: np.ndarray, heads: int) -> np.ndarray:
     )
 
 
+def _dequantisable(qtype) -> bool:
+    """Whether the ``gguf`` package dequantises ggml type ``qtype`` (tried on one block)."""
+    gguf = require("gguf")
+    try:
+        gguf.quants.dequantize(np.zeros((1, gguf.GGML_QUANT_SIZES[qtype][1]), np.uint8), qtype)
+    except NotImplementedError:
+        return False
+    return True
+
+
+def _undequantisable(path: Path, name: str, qtype) -> LoadError:
+    gguf = require("gguf")
+    readable = [t.name for t in gguf.GGMLQuantizationType if _dequantisable(t)]
+    return LoadError(
+        f"{path}: the tensor {name!r} is stored as {qtype.name}, a quantisation type the gguf "
+        f"package cannot dequantise (it reads {', '.join(readable)}); re-quantise the file to "
+        "one of those (llama.cpp's llama-quantize, e.g. to Q8_0) or convert it from the "
+        "original checkpoint."
+    )
+
+
+def check_types(path: Path, stored: dict) -> None:
+    """A LoadError naming the first tensor of ``stored`` (name → (ggml type, …)) whose type
+    the ``gguf`` package cannot dequantise (Q8_1, Q8_K, the integer types, F64 in gguf 0.19),
+    before any tensor is read."""
+    kinds = {}
+    for name, (qtype, *_) in stored.items():
+        kinds.setdefault(qtype, name)
+    for qtype, name in kinds.items():
+        if not _dequantisable(qtype):
+            raise _undequantisable(path, name, qtype)
+
+
 def dequantised(path: Path, name: str, qtype, raw) -> np.ndarray:
     """Tensor ``name`` of a GGUF file as a writeable float32 array (``gguf``'s own
     dequantisation), refused where the type is unknown or a value not finite."""
@@ -319,28 +340,30 @@ def dequantised(path: Path, name: str, qtype, raw) -> np.ndarray:
     try:
         array = gguf.quants.dequantize(raw, qtype)
     except NotImplementedError:
-        raise LoadError(
-            f"{path.name}: the tensor {name!r} is stored as {qtype.name}, a quantisation type "
-            "the gguf package cannot dequantise."
-        ) from None
+        raise _undequantisable(path, name, qtype) from None
     if not array.flags.writeable:  # F32 tensors are views of the read-only file
         array = array.copy()
     if not np.isfinite(array).all():
-        raise LoadError(f"{path.name}: the tensor {name!r} holds NaN or infinite values.")
+        raise LoadError(f"{path}: the tensor {name!r} holds NaN or infinite values.")
     return np.asarray(array, dtype=np.float32)
 
 
-def _renamer(to_checkpoint: dict[str, str]):
+def _renamer(to_checkpoint: dict[str, str], transposed: set[str]):
     """A message naming checkpoint tensors → naming the file's (each with its checkpoint
-    name after it)."""
+    name after it; ``transposed``: the checkpoint names whose shapes the messages give as the
+    folder stores them, (in, out)), its config the file's metadata."""
     pairs = [(hf, stored) for stored, hf in to_checkpoint.items()]
     pairs.sort(key=lambda pair: -len(pair[0]))  # "…layers.1" after "…layers.10"
 
     def rename(message: str) -> str:
         for hf, stored in pairs:
             for part in ("weight", "bias"):
-                message = message.replace(f"'{hf}.{part}'", f"'{stored}.{part}' ({hf}.{part})")
-        return message
+                name = f"{hf}.{part}"
+                note = ", shapes (in, out) as the folder stores it" if name in transposed else ""
+                message = message.replace(f"'{name}'", f"'{stored}.{part}' ({name}{note})")
+        return message.replace("the config implies", "the metadata implies").replace(
+            "than its config.json says", "than its metadata says"
+        )
 
     return rename
 
@@ -364,7 +387,7 @@ def _open_container(path: Path) -> tuple[dict, dict]:
         return read_container(path)
     except ValueError as err:
         raise LoadError(
-            f"{path.name} is not a readable GGUF file ({err}); check that it was written "
+            f"{path} is not a readable GGUF file ({err}); check that it was written "
             "completely (e.g. compare its size with the original)."
         ) from None
 
@@ -372,34 +395,46 @@ def _open_container(path: Path) -> tuple[dict, dict]:
 def open_gguf(path: Path) -> Source:
     """The GGUF file as a :class:`~tpde.pretrained._checkpoint.Source` (module notes)."""
     metadata, stored = _open_container(path)
-    family = gguf_family(metadata.get("general.architecture"), path.name)
+    family = gguf_family(metadata.get("general.architecture"), str(path))
+    check_types(path, stored)
+    freqs = _rope_freqs(path, stored, metadata, family)
     try:
-        raw, source = gguf_config(metadata, set(stored), family)
+        raw, source = gguf_config(metadata, {n: t[1] for n, t in stored.items()}, family, freqs)
     except LoadError as err:
-        raise LoadError(f"{path.name} (GGUF metadata read as config.json): {err}") from None
-    to_checkpoint = _tensor_names(family, _blocks(metadata, stored, family.gguf.architecture))
-    by_name = {}
+        raise LoadError(f"{path} (GGUF metadata read as config.json): {err}") from None
+    to_checkpoint, roles = _tensor_names(
+        family, _blocks(metadata, stored, family.gguf.architecture)
+    )
+    by_name, shapes, transposed = {}, {}, set()
     for name in stored:
         stem, _, part = name.rpartition(".")
-        by_name[f"{to_checkpoint[stem]}.{part}" if stem in to_checkpoint else name] = name
-    shapes = {name: stored[gguf_name][1] for name, gguf_name in by_name.items()}
+        hf = f"{to_checkpoint[stem]}.{part}" if stem in to_checkpoint else name
+        by_name[hf], shapes[hf] = name, stored[name][1]
+        if family.gguf.transposed and part == "weight" and roles.get(_stem(hf)) in _CONV1D:
+            shapes[hf] = shapes[hf][::-1]  # as the folder stores it, (in, out)
+            transposed.add(hf)
     raw.update(_bias_keys(family, shapes))
 
     def read(cfg, expected, dtype, device):
-        _check_equal(metadata, family, cfg, path.name)
+        _check_equal(metadata, family, cfg, str(path))
         return _read(path, stored, by_name, expected, family, cfg, dtype, device)
 
     return Source(
-        where=path.name,
+        where=str(path),
         raw=raw,
         shapes=shapes,
         read=read,
         tokenizer=lambda: _tokenizer(path, metadata, family),
         key_name=lambda key: _metadata_key(path, source, key),
         said="the file holds",
-        rename=_renamer(to_checkpoint),
-        context=f"{path.name} (GGUF metadata read as config.json): ",
+        rename=_renamer(to_checkpoint, transposed),
+        context=f"{path} (GGUF metadata read as config.json): ",
     )
+
+
+def _stem(name: str) -> str:
+    """A tensor name without its part (``.weight``, ``.bias``)."""
+    return name.rpartition(".")[0]
 
 
 def _bias_keys(family: Family, shapes: dict) -> dict[str, bool]:
@@ -417,17 +452,56 @@ def _bias_keys(family: Family, shapes: dict) -> dict[str, bool]:
 def _metadata_key(path: Path, source: dict, key: str) -> str:
     """How an error names config key ``key``: the metadata key it came from (``source``:
     config key → metadata key), or (a default of the family) the config key."""
-    return f"{path.name}: the metadata key {source[key]!r}" if key in source else key
+    return f"{path}: the metadata key {source[key]!r}" if key in source else key
+
+
+def _rope_freqs(path: Path, stored: dict, metadata: dict, family: Family):
+    """The values f_m of a ``rope_freqs.weight`` tensor the family reads (removed from
+    ``stored``), checked: one positive finite value per rotated pair; else None."""
+    if not (family.gguf.rope_freqs and "rope_freqs.weight" in stored):
+        return None
+    qtype, shape, data = stored.pop("rope_freqs.weight")
+    values = dequantised(path, "rope_freqs.weight", qtype, data).astype(np.float64)
+    prefix = f"{family.gguf.architecture}."
+    rotated = metadata.get(
+        prefix + "rope.dimension_count", metadata.get(prefix + "attention.key_length")
+    )
+    if rotated is None:
+        hidden, heads = (
+            metadata.get(prefix + k) for k in ("embedding_length", "attention.head_count")
+        )
+        rotated = (
+            hidden // heads
+            if isinstance(hidden, int) and isinstance(heads, int) and heads
+            else None
+        )
+    if len(shape) != 1 or (isinstance(rotated, int) and shape[0] * 2 != rotated):
+        raise LoadError(
+            f"{path}: the tensor 'rope_freqs.weight' has shape {shape}; the metadata "
+            f"implies ({rotated // 2 if isinstance(rotated, int) else '?'},) (one divisor per "
+            "rotated pair of a head)."
+        )
+    if not (values > 0).all():
+        raise LoadError(
+            f"{path}: the tensor 'rope_freqs.weight' holds divisors ≤ 0; RoPE frequencies "
+            "are divided by positive ones."
+        )
+    return values
 
 
 def _read(path, stored, by_name, expected, family, cfg, dtype, device) -> dict:
-    """The tensors of ``expected`` (checkpoint names), dequantised and un-permuted."""
+    """The tensors of ``expected`` (checkpoint names), dequantised, un-permuted and in the
+    folder's layout."""
     spec, out = family.gguf, {}
-    for name, (role, _, _, _) in expected.items():
+    for name, (role, _, part, _) in expected.items():
         qtype, _, data = stored[by_name[name]]
         array = dequantised(path, by_name[name], qtype, data)
         if role in spec.permuted:
             array = unpermute_rotary_rows(array, getattr(cfg, spec.permuted[role]))
+        if spec.qkv_blocks and role == "qkv":
+            array = interleave_qkv(array, cfg.heads)
+        if spec.transposed and part == "weight" and role in _CONV1D:
+            array = np.ascontiguousarray(array.T)
         if spec.stored_gain_offset and role.endswith(_NORMS):
             array = array - np.float32(spec.stored_gain_offset)
         out[name] = torch.from_numpy(array).to(dtype=dtype, device=device)
@@ -453,7 +527,7 @@ def _tokenizer(path: Path, metadata: dict, family: Family):
     key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns, family.gguf.tokenizer)
     if key not in _TOKENIZERS:
         try:
-            _TOKENIZERS[key] = build(fields, path.name)
+            _TOKENIZERS[key] = build(fields, str(path))
         except ValueError as err:
             raise LoadError(str(err)) from None
     return _TOKENIZERS[key]

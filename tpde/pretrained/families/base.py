@@ -19,6 +19,7 @@ __all__ = [
     "ACTIVATIONS_HF",
     "ARCHITECTURES",
     "FAMILIES",
+    "NO_GGUF_WINDOW",
     "REQUIRED",
     "Architecture",
     "Family",
@@ -78,6 +79,37 @@ class GGUFMap:
         How the file's ``tokenizer.ggml.*`` vocabulary becomes a tokenizer: GPT-2 byte-level
         BPE (:mod:`tpde.pretrained._bpe`) or Gemma's SentencePiece BPE
         (:mod:`tpde.pretrained._spm`).
+    computed : dict
+        config.json key → a function of the config.json read so far giving its value, for a
+        fact the file does not carry that llama.cpp derives from the others (Gemma-2's
+        query_pre_attn_scalar).
+    rotary_fraction : str or None
+        The config.json key of the rotated fraction of a head (Phi's
+        ``partial_rotary_factor``, GPT-NeoX's ``rotary_pct``), which takes
+        ``rope.dimension_count`` / head dimension; None: the file rotates whole heads.
+    transposed : bool
+        The family's checkpoints store the blocks' linear weights (in, out) (GPT-2's
+        Conv1D); llama.cpp's converter wrote them (out, in): transposed back on reading.
+    qkv_blocks : bool
+        The folder stores the fused QKV head by head ([q_h; k_h; v_h], GPT-NeoX); llama.cpp's
+        converter wrote it as the blocks [W_q; W_k; W_v]: re-interleaved on reading.
+    rope_freqs : bool
+        A ``rope_freqs.weight`` tensor (llama.cpp's per-pair divisors f_m of the RoPE
+        frequencies, θ'_m = θ_m/f_m, which its converter computes from Llama-3's schedule)
+        is read as that scaling; without it such a tensor is refused as unexpected.
+    unread : tuple of str
+        Standard keys (:data:`tpde.pretrained._gguf.STANDARD_KEYS`, without the prefix) of
+        hyper-parameters the family has that llama.cpp does not read for this architecture:
+        its model of such a file computes without them while a Hugging Face config would
+        apply them, so a file holding one is refused, naming it (``attention.sliding_window``
+        of llama, qwen2, qwen3 and starcoder2 files, attended over whole by llama.cpp, and of
+        olmo2 files, OLMo-3's 3 local : 1 global pattern there; Gemma-3's
+        ``attn_logit_softcapping``).
+    required : tuple of str
+        Keys (without the prefix) a file must hold: without one llama.cpp reads the file with
+        a default of its own that is not the family's (Gemma-2: a 4096 window and soft-caps
+        50 and 30; Gemma-3: every layer global with one RoPE base, that base 10⁴), so a file
+        lacking it is refused, naming it. llama.cpp's converter always writes them.
     """
 
     architecture: str
@@ -88,6 +120,18 @@ class GGUFMap:
     stored_gain_offset: float = 0.0
     permuted: dict = field(default_factory=dict)
     tokenizer: str = "bpe"
+    computed: dict = field(default_factory=dict)
+    rotary_fraction: str | None = None
+    transposed: bool = False
+    qkv_blocks: bool = False
+    rope_freqs: bool = False
+    unread: tuple[str, ...] = ()
+    required: tuple[str, ...] = ()
+
+
+#: What llama.cpp does with ``attention.sliding_window`` outside Gemma: nothing (llama, qwen2,
+#: qwen3, starcoder2) or OLMo-3's pattern (olmo2) — never the families' window on every layer.
+NO_GGUF_WINDOW = ("attention.sliding_window",)
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,12 @@ piece                          equation                    where
 
 Facts the files do not carry: Gemma-2 alternates local/global (pattern 2: layers 0, 2, …
 local).
+
+GGUF: llama.cpp's ``gemma2`` files, norm gains stored as 1 + w, the head tied. They carry the
+soft-caps and the window but neither the RoPE base (llama.cpp's default 10⁴, Gemma-2's) nor
+query_pre_attn_scalar: llama.cpp scales scores by 1/√head_dim, by 1/√(d/H) for the 46-layer
+model (27B, whose query_pre_attn_scalar is d/H = 144) — :func:`llamacpp_query_scalar`, as
+Gemma-3's entry (62 layers for its 27B).
 """
 
 from __future__ import annotations
@@ -26,11 +32,30 @@ from tpde.pretrained.families.base import (
     REQUIRED,
     SCORE_HEAD,
     Family,
+    GGUFMap,
     register,
 )
 from tpde.pretrained.families.llama import LLAMA_KEYS, LLAMA_NAMES
 
-__all__ = ["GEMMA2", "GEMMA_HONOURED", "GEMMA_KEYS", "GEMMA_NAMES"]
+__all__ = ["GEMMA2", "GEMMA_HONOURED", "GEMMA_KEYS", "GEMMA_NAMES", "llamacpp_query_scalar"]
+
+
+def llamacpp_query_scalar(layers_27b: int):
+    """llama.cpp's query_pre_attn_scalar of a Gemma GGUF file, which does not carry it: the
+    head dimension, or d/H for the 27B model (recognised, as llama.cpp does, by its
+    ``layers_27b`` layers). A function of the config.json read so far (None where its values
+    are not integers: the config reader names them)."""
+
+    def rule(raw: dict):
+        hidden, heads = raw.get("hidden_size"), raw.get("num_attention_heads")
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (hidden, heads)):
+            return None
+        if raw.get("num_hidden_layers") == layers_27b or raw.get("head_dim") is None:
+            return hidden // heads if heads > 0 else None
+        return raw["head_dim"]
+
+    return rule
+
 
 #: The Gemma families' config keys (Gemma-3 changes the RoPE bases).
 GEMMA_KEYS = {
@@ -73,5 +98,17 @@ GEMMA2 = register(
         window_pattern=2,
         facts={"rope_style": "half", "pattern": "local, global, local, … (layer_types)"},
         classifiers=SCORE_HEAD,
+        gguf=GGUFMap(
+            architecture="gemma2",
+            model_type="gemma2",
+            computed={"query_pre_attn_scalar": llamacpp_query_scalar(46)},
+            stored_gain_offset=1.0,
+            tokenizer="spm",
+            required=(
+                "attention.sliding_window",
+                "attn_logit_softcapping",
+                "final_logit_softcapping",
+            ),
+        ),
     )
 )

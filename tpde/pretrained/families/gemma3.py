@@ -4,15 +4,21 @@ before RoPE, 5 local : 1 global layers (``sliding_window_pattern`` 6) and a loca
 
 GGUF: llama.cpp's ``gemma3`` files. They do not carry the 5 : 1 pattern, the local RoPE
 base, the activation (tanh GELU), the √d embedding scale nor query_pre_attn_scalar: this
-entry's defaults give the first four, and query_pre_attn_scalar = head_dim (llama.cpp's
-rule for every Gemma-3 but 27B; transformers' GGUF loader leaves its default 256, equal for
-the 256-wide heads of 270M). The converter stores each norm gain as 1 + w.
+entry's defaults give the first four, and query_pre_attn_scalar is llama.cpp's rule:
+head_dim, d/H for the 62-layer 27B (:func:`~tpde.pretrained.families.gemma2.llamacpp_query_scalar`;
+transformers' GGUF loader leaves its default 256, equal for the 256-wide heads of 270M).
+The converter stores each norm gain as 1 + w.
 """
 
 from __future__ import annotations
 
 from tpde.pretrained.families.base import GATED_BIASES, SCORE_HEAD, Family, GGUFMap, register
-from tpde.pretrained.families.gemma2 import GEMMA_HONOURED, GEMMA_KEYS, GEMMA_NAMES
+from tpde.pretrained.families.gemma2 import (
+    GEMMA_HONOURED,
+    GEMMA_KEYS,
+    GEMMA_NAMES,
+    llamacpp_query_scalar,
+)
 
 __all__ = ["GEMMA3"]
 
@@ -49,9 +55,13 @@ GEMMA3 = register(
         gguf=GGUFMap(
             architecture="gemma3",
             model_type="gemma3_text",
-            derived={"query_pre_attn_scalar": "head_dim"},
+            computed={"query_pre_attn_scalar": llamacpp_query_scalar(62)},
             stored_gain_offset=1.0,
             tokenizer="spm",
+            unread=("attn_logit_softcapping",),  # llama.cpp reads only the final soft-cap
+            # without the window llama.cpp makes every layer global with one RoPE base; without
+            # the base it takes 10⁴ (Gemma-3's global base is 10⁶)
+            required=("attention.sliding_window", "rope.freq_base"),
         ),
     )
 )

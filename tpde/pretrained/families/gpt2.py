@@ -1,10 +1,19 @@
 """GPT-2: Pre-LayerNorm decoder, causal multi-head attention with biases, the fused QKV in
 transposed Conv1D weights (``c_attn`` = [W_q | W_k | W_v], stored (in, 3d)), GELU-tanh MLP,
-learned absolute positions, head tied to the embeddings by default."""
+learned absolute positions, head tied to the embeddings by default. GGUF: llama.cpp's
+``gpt2`` files, whose converter stored the Conv1D weights transposed, (out, in): transposed
+back on reading."""
 
 from __future__ import annotations
 
-from tpde.pretrained.families.base import ALL_BIASES, REQUIRED, SCORE_HEAD, Family, register
+from tpde.pretrained.families.base import (
+    ALL_BIASES,
+    REQUIRED,
+    SCORE_HEAD,
+    Family,
+    GGUFMap,
+    register,
+)
 
 __all__ = ["GPT2", "GPT_KEYS"]
 
@@ -54,5 +63,6 @@ GPT2 = register(
         buffers=(".attn.bias", ".attn.masked_bias"),
         facts={"position_offset": 0, "fused_qkv": "c_attn = [W_q | W_k | W_v] (in, 3d)"},
         classifiers=SCORE_HEAD,
+        gguf=GGUFMap(architecture="gpt2", model_type="gpt2", transposed=True),
     )
 )

@@ -1,10 +1,15 @@
 """GPT-NeoX (Pythia): a parallel block x ← x + Attn(N₁x) + F(N₂x) with two norms
 (``use_parallel_residual``, default true), fused QKV stored head by head ([q_h | k_h | v_h]),
-partial RoPE (``rotary_pct``), GELU MLP."""
+partial RoPE (``rotary_pct``), GELU MLP.
+
+GGUF: llama.cpp's ``gptneox`` files, whose converter rewrote the fused QKV as the blocks
+[W_q; W_k; W_v] (re-interleaved head by head on reading) and whose ``rope.dimension_count``
+is the rotated width (rotary_pct = it / head dimension). They carry no RoPE base: llama.cpp's
+default 10⁴, GPT-NeoX's."""
 
 from __future__ import annotations
 
-from tpde.pretrained.families.base import SCORE_HEAD, Family, register
+from tpde.pretrained.families.base import SCORE_HEAD, Family, GGUFMap, register
 from tpde.pretrained.families.bert import BERT_KEYS
 
 __all__ = ["GPT_NEOX", "NEOX_KEYS"]
@@ -58,5 +63,12 @@ GPT_NEOX = register(
             "qkv_layout": "per_head",  # rows of head h: [q_h | k_h | v_h]
         },
         classifiers=SCORE_HEAD,
+        gguf=GGUFMap(
+            architecture="gptneox",
+            model_type="gpt_neox",
+            keys={"use_parallel_residual": "use_parallel_residual"},
+            rotary_fraction="rotary_pct",
+            qkv_blocks=True,
+        ),
     )
 )

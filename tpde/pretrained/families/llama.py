@@ -3,14 +3,19 @@
 
 The config keys and weight names here are the ones the other gated decoders start from
 (Qwen2/3, Gemma-2/3, OLMo-2 import them). GGUF: llama.cpp's ``llama`` files (Mistral's
-too), whose ``attn_q``/``attn_k`` rows the converter interleaved per head (un-permuted on
-reading).
+too), whose ``attn_q``/``attn_k`` rows (weights and biases) the converter interleaved per
+head (un-permuted on reading); a Llama-3 file's ``rope_freqs.weight`` (the converter's
+form of the "llama3" RoPE scaling) is read as its per-pair frequency divisors. llama.cpp
+reads no sliding window of a llama file (it attends over every position; its converter
+writes none, Mistral's included): a file with ``llama.attention.sliding_window`` has two
+readings and is refused.
 """
 
 from __future__ import annotations
 
 from tpde.pretrained.families.base import (
     GATED_BIASES,
+    NO_GGUF_WINDOW,
     REQUIRED,
     SCORE_HEAD,
     Family,
@@ -78,6 +83,8 @@ LLAMA = register(
             architecture="llama",
             model_type="llama",
             permuted={"q": "heads", "k": "kv_heads"},
+            rope_freqs=True,
+            unread=NO_GGUF_WINDOW,
         ),
     )
 )

@@ -1,9 +1,18 @@
 """OLMo-2: an output-norm decoder x ← x + N₂(f(x)) on each sublayer (no norm before it),
-a QK-RMSNorm over the whole projection (H·d_h), otherwise as llama."""
+a QK-RMSNorm over the whole projection (H·d_h), otherwise as llama. GGUF: llama.cpp's
+``olmo2`` files (rotary rows not interleaved); one with a sliding window (OLMo-3, 3 local
+: 1 global in llama.cpp) is refused."""
 
 from __future__ import annotations
 
-from tpde.pretrained.families.base import GATED_BIASES, SCORE_HEAD, Family, register
+from tpde.pretrained.families.base import (
+    GATED_BIASES,
+    NO_GGUF_WINDOW,
+    SCORE_HEAD,
+    Family,
+    GGUFMap,
+    register,
+)
 from tpde.pretrained.families.llama import LLAMA_HONOURED, LLAMA_KEYS, LLAMA_NAMES
 
 __all__ = ["OLMO2"]
@@ -30,5 +39,6 @@ OLMO2 = register(
         qk_norm_whole=True,
         facts={"rope_style": "half", "qk_norm": "RMSNorm over the whole projection"},
         classifiers=SCORE_HEAD,
+        gguf=GGUFMap(architecture="olmo2", model_type="olmo2", unread=NO_GGUF_WINDOW),
     )
 )

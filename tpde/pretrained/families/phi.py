@@ -1,6 +1,11 @@
 """Phi (1, 1.5, 2): a parallel block with one shared LayerNorm, partial RoPE
 (``partial_rotary_factor``), GELU-tanh MLP, final LayerNorm, a biased head;
-``qk_layernorm``: per-head QK-LayerNorm before the rotation."""
+``qk_layernorm``: per-head QK-LayerNorm before the rotation.
+
+GGUF: llama.cpp's ``phi2`` files (separate Q, K, V; rotary rows not interleaved), whose
+``rope.dimension_count`` is the rotated width (partial_rotary_factor = it / head dimension).
+They carry no RoPE base: llama.cpp's default 10⁴, Phi's. llama.cpp has no QK-LayerNorm for
+phi2 (a file with ``attn_q_norm`` is refused as unexpected)."""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ from tpde.pretrained.families.base import (
     ALL_BIASES,
     SCORE_HEAD,
     Family,
+    GGUFMap,
     register,
 )
 from tpde.pretrained.families.gpt_neox import NEOX_KEYS
@@ -57,5 +63,8 @@ PHI = register(
             "qk_norm": "qk_layernorm: per-head LayerNorm (eps layer_norm_eps) before the rotary",
         },
         classifiers=SCORE_HEAD,
+        gguf=GGUFMap(
+            architecture="phi2", model_type="phi", rotary_fraction="partial_rotary_factor"
+        ),
     )
 )

@@ -1,10 +1,18 @@
 """Qwen2: as llama, with biases on Q, K, V (none on O); every layer global (a config with
 ``use_sliding_window: true`` is refused). GGUF: llama.cpp's ``qwen2`` files (rotary rows as
-the checkpoint's: the converter does not interleave them)."""
+the checkpoint's: the converter does not interleave them; a sliding window, which
+llama.cpp does not read for them, refused)."""
 
 from __future__ import annotations
 
-from tpde.pretrained.families.base import GATED_BIASES, SCORE_HEAD, Family, GGUFMap, register
+from tpde.pretrained.families.base import (
+    GATED_BIASES,
+    NO_GGUF_WINDOW,
+    SCORE_HEAD,
+    Family,
+    GGUFMap,
+    register,
+)
 from tpde.pretrained.families.llama import LLAMA_HONOURED, LLAMA_KEYS, LLAMA_NAMES
 
 __all__ = ["NO_WINDOW_HONOURED", "QWEN2"]
@@ -31,6 +39,6 @@ QWEN2 = register(
         causal=True,
         facts={"rope_style": "half", "no_window": True},
         classifiers=SCORE_HEAD,
-        gguf=GGUFMap(architecture="qwen2", model_type="qwen2"),
+        gguf=GGUFMap(architecture="qwen2", model_type="qwen2", unread=NO_GGUF_WINDOW),
     )
 )

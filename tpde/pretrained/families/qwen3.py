@@ -1,9 +1,16 @@
 """Qwen3: as llama, with a per-head QK-RMSNorm before the rotation; every layer global.
-GGUF: llama.cpp's ``qwen3`` files (rotary rows not interleaved)."""
+GGUF: llama.cpp's ``qwen3`` files (rotary rows not interleaved; a sliding window refused)."""
 
 from __future__ import annotations
 
-from tpde.pretrained.families.base import GATED_BIASES, SCORE_HEAD, Family, GGUFMap, register
+from tpde.pretrained.families.base import (
+    GATED_BIASES,
+    NO_GGUF_WINDOW,
+    SCORE_HEAD,
+    Family,
+    GGUFMap,
+    register,
+)
 from tpde.pretrained.families.llama import LLAMA_KEYS, LLAMA_NAMES
 from tpde.pretrained.families.qwen2 import NO_WINDOW_HONOURED
 
@@ -28,6 +35,6 @@ QWEN3 = register(
         causal=True,
         facts={"rope_style": "half", "qk_norm": "per head, before RoPE", "no_window": True},
         classifiers=SCORE_HEAD,
-        gguf=GGUFMap(architecture="qwen3", model_type="qwen3"),
+        gguf=GGUFMap(architecture="qwen3", model_type="qwen3", unread=NO_GGUF_WINDOW),
     )
 )

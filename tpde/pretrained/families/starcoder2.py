@@ -1,11 +1,16 @@
 """StarCoder2: a Pre-LayerNorm decoder (LayerNorms with biases), causal grouped-query
 attention with RoPE ("rotate half") and biases (``use_bias``), a GELU-tanh MLP (``c_fc``,
 ``c_proj``, biased), a sliding window where ``sliding_window`` says, the head tied by
-default."""
+default.
+
+GGUF: llama.cpp's ``starcoder2`` files (rotary rows not interleaved). llama.cpp's converter
+writes no sliding window for them and llama.cpp attends over every position: such a file is
+read so (full attention); one with ``starcoder2.attention.sliding_window``, which llama.cpp
+does not read but a Hugging Face config would apply, is refused naming the key."""
 
 from __future__ import annotations
 
-from tpde.pretrained.families.base import SCORE_HEAD, Family, register
+from tpde.pretrained.families.base import NO_GGUF_WINDOW, SCORE_HEAD, Family, GGUFMap, register
 from tpde.pretrained.families.llama import LLAMA_KEYS
 
 __all__ = ["STARCODER2"]
@@ -44,5 +49,6 @@ STARCODER2 = register(
         causal=True,
         facts={"rope_style": "half", "window": "sliding_window: p_i − p_j < w"},
         classifiers=SCORE_HEAD,
+        gguf=GGUFMap(architecture="starcoder2", model_type="starcoder2", unread=NO_GGUF_WINDOW),
     )
 )

@@ -1,0 +1,261 @@
+"""A test oracle: a transformers model written as a GGUF file the way llama.cpp's
+``convert_hf_to_gguf.py`` writes it (its ``conversion/*.py`` model classes), with gguf-py's
+``GGUFWriter``, and the values the file holds read back in the checkpoint's layout.
+
+Per architecture, as the converter does it:
+
+==========  =================================================================================
+llama       ``attn_q``/``attn_k`` rows (weights and biases) interleaved per head
+            (``LlamaModel.permute``); vocab_size and rope.dimension_count written; a "llama3"
+            RoPE scaling becomes ``rope_freqs.weight`` (``generate_extra_tensors``)
+qwen2/3,    the generic ``TextModel.set_gguf_parameters`` keys; tensors renamed only
+olmo2,
+starcoder2
+gemma2      its own keys: soft-caps and the window, no RoPE base, no query_pre_attn_scalar;
+            norm gains stored 1 + w; lm_head skipped
+gemma3      the generic keys with its defaults; norm gains 1 + w
+phi2        ``Phi2Model``: feed_forward_length 4d, rope.dimension_count = int(f·d)/H, no base
+gpt2        ``GPT2Model``: the Conv1D weights transposed to (out, in); feed_forward_length 4d
+gptneox     ``GPTNeoXModel``: the fused QKV rewritten from head by head to [W_q; W_k; W_v]
+==========  =================================================================================
+
+Matrices (2-D) are stored in ``qtype`` where their rows fill whole blocks (F32 otherwise,
+as the converter falls back), vectors in F32. :func:`convert` returns the state dict the
+file stands for: each tensor quantised and dequantised in the file's layout, then put back
+in the checkpoint's (the inverse permutation or transposition, by index arrays), so that a
+folder of those values is the file's model exactly.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+gguf = __import__("pytest").importorskip("gguf")
+
+#: config.json model_type → llama.cpp's architecture.
+ARCHITECTURES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma2": "gemma2",
+                 "gemma3_text": "gemma3", "olmo2": "olmo2", "phi": "phi2", "gpt2": "gpt2",
+                 "starcoder2": "starcoder2", "gpt_neox": "gptneox"}  # fmt: skip
+_GEMMA = ("gemma2", "gemma3")
+
+
+def _rotary_rows(rows: int, heads: int) -> np.ndarray:
+    """The row order of ``LlamaModel.permute``: file row r is checkpoint row order[r]."""
+    index = np.arange(rows)
+    return index.reshape(heads, 2, rows // heads // 2).swapaxes(1, 2).reshape(rows)
+
+
+def _qkv_blocks_rows(rows: int, heads: int) -> np.ndarray:
+    """GPTNeoXModel's rewrite: file rows [Q; K; V] from the checkpoint's head-by-head rows."""
+    k = rows // heads // 3
+    return np.arange(rows).reshape(heads, 3, k).swapaxes(0, 1).reshape(rows)
+
+
+def _metadata(writer, cfg, arch: str) -> None:
+    """The keys the converter of ``arch`` writes for config ``cfg``."""
+    g = cfg.to_dict()
+    params = g.get("rope_parameters") or {}
+    params = params.get("full_attention", params)
+    if arch == "gpt2":
+        writer.add_block_count(g["n_layer"])
+        writer.add_context_length(g["n_positions"])
+        writer.add_embedding_length(g["n_embd"])
+        writer.add_feed_forward_length(4 * g["n_embd"])
+        writer.add_head_count(g["n_head"])
+        writer.add_layer_norm_eps(g["layer_norm_epsilon"])
+        return
+    d, heads = g["hidden_size"], g["num_attention_heads"]
+    writer.add_block_count(g["num_hidden_layers"])
+    writer.add_context_length(g["max_position_embeddings"])
+    writer.add_embedding_length(d)
+    writer.add_head_count(heads)
+    if arch == "phi2":
+        writer.add_feed_forward_length(4 * d)
+        writer.add_head_count_kv(heads)
+        writer.add_layer_norm_eps(g["layer_norm_eps"])
+        writer.add_rope_dimension_count(int(params["partial_rotary_factor"] * d) // heads)
+        return
+    writer.add_feed_forward_length(g["intermediate_size"])
+    if arch == "gptneox":
+        writer.add_rope_dimension_count(int(params["partial_rotary_factor"] * (d // heads)))
+        writer.add_parallel_residual(g.get("use_parallel_residual", True))
+        writer.add_layer_norm_eps(g["layer_norm_eps"])
+        return
+    writer.add_head_count_kv(g["num_key_value_heads"])
+    if arch == "gemma2":
+        writer.add_layer_norm_rms_eps(g["rms_norm_eps"])
+        writer.add_key_length(g["head_dim"])
+        writer.add_value_length(g["head_dim"])
+        writer.add_attn_logit_softcapping(g["attn_logit_softcapping"])
+        writer.add_final_logit_softcapping(g["final_logit_softcapping"])
+        writer.add_sliding_window(g["sliding_window"])
+        return
+    _rope_scaling(writer, params)
+    writer.add_rope_freq_base(params["rope_theta"])
+    if "rms_norm_eps" in g:
+        writer.add_layer_norm_rms_eps(g["rms_norm_eps"])
+    if "norm_epsilon" in g:
+        writer.add_layer_norm_eps(g["norm_epsilon"])
+    if g.get("head_dim") is not None:
+        writer.add_key_length(g["head_dim"])
+        writer.add_value_length(g["head_dim"])
+    if arch == "llama":
+        writer.add_vocab_size(g["vocab_size"])
+        writer.add_rope_dimension_count(g.get("head_dim") or d // heads)
+    if arch == "gemma3" and g.get("sliding_window"):
+        writer.add_sliding_window(g["sliding_window"])
+
+
+def _rope_scaling(writer, params: dict) -> None:
+    """``TextModel.set_gguf_parameters``' RoPE scaling keys (llama3: a tensor instead)."""
+    kind = params.get("rope_type")
+    if kind == "linear":
+        writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        writer.add_rope_scaling_factor(params["factor"])
+    elif kind == "yarn":
+        writer.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        writer.add_rope_scaling_factor(params["factor"])
+        writer.add_rope_scaling_orig_ctx_len(params["original_max_position_embeddings"])
+        for key in ("beta_fast", "beta_slow"):
+            if params.get(key) is not None:
+                getattr(writer, f"add_rope_scaling_yarn_{key}")(params[key])
+
+
+def llama3_rope_freqs(cfg) -> np.ndarray:
+    """``LlamaModel.generate_extra_tensors``: the divisors f_m of a "llama3" scaling, in the
+    converter's float32 arithmetic."""
+    p = cfg.rope_parameters
+    dim = cfg.head_dim
+    freqs = 1.0 / (p["rope_theta"] ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
+    factor, low, high = p["factor"], p["low_freq_factor"], p["high_freq_factor"]
+    old = p["original_max_position_embeddings"]
+    out = []
+    for freq in freqs:
+        wavelen = 2 * math.pi / freq
+        if wavelen < old / high:
+            out.append(1)
+        elif wavelen > old / low:
+            out.append(factor)
+        else:
+            smooth = (old / wavelen - low) / (high - low)
+            out.append(1 / ((1 - smooth) / factor + smooth))
+    return torch.tensor(out, dtype=torch.float32).numpy()
+
+
+def _layout(name: str, array: np.ndarray, cfg, arch: str):
+    """(the array as the file stores it, a function mapping such an array back)."""
+    g = cfg.to_dict()
+    stem = name.rsplit(".", 2)[-2] if name.count(".") >= 2 else name
+    if arch == "llama" and stem in ("q_proj", "k_proj"):
+        heads = g["num_attention_heads"] if stem == "q_proj" else g["num_key_value_heads"]
+        order = _rotary_rows(array.shape[0], heads)
+    elif arch == "gptneox" and stem == "query_key_value":
+        order = _qkv_blocks_rows(array.shape[0], g["num_attention_heads"])
+    elif arch == "gpt2" and stem in ("c_attn", "c_proj", "c_fc") and array.ndim == 2:
+        return array.T, lambda stored: stored.T
+    else:
+        return array, lambda stored: stored
+
+    def back(stored, order=order):
+        out = np.empty_like(stored)
+        out[order] = stored
+        return out
+
+    return array[order], back
+
+
+def _encode(array: np.ndarray, qtype: str):
+    """(data, raw dtype or None) of ``array`` stored in ``qtype`` where it fills blocks."""
+    kind = gguf.GGMLQuantizationType[qtype]
+    block = gguf.GGML_QUANT_SIZES[kind][0]
+    if array.ndim != 2 or qtype == "F32" or array.shape[-1] % block:
+        return array, None
+    if qtype == "F16":
+        return array.astype(np.float16), None
+    return gguf.quants.quantize(array, kind), kind
+
+
+def _decode(data, kind) -> np.ndarray:
+    if kind is None:
+        return np.asarray(data, dtype=np.float32)
+    return gguf.quants.dequantize(data, kind).astype(np.float32)
+
+
+def _vocabulary(writer, cfg, arch: str) -> None:
+    """A vocabulary of the model's size, as the converter always writes one (transformers'
+    GGUF loader takes the vocabulary size from it): a GPT-2 byte-level BPE of tokens "a",
+    "b", "ab", "<3>", …; Gemma's (SentencePiece) stands here as ``<arch>.vocab_size``."""
+    if arch in _GEMMA:
+        writer.add_vocab_size(cfg.vocab_size)
+        return
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("default")
+    writer.add_token_list(["a", "b", "ab", *(f"<{i}>" for i in range(3, cfg.vocab_size))])
+    writer.add_token_types([1] * cfg.vocab_size)
+    writer.add_token_merges(["a b"])
+
+
+def convert(model, path, qtype: str = "F32", *, metadata=None, tensors=None, drop=(),
+            vocabulary=False, unset=()) -> dict:  # fmt: skip
+    """Write ``model`` (a transformers causal LM) to ``path`` as llama.cpp's converter writes
+    it (module table), matrices in ``qtype`` (F32, F16, Q8_0, Q4_0, …).
+
+    ``metadata``: key → (GGUFWriter method, value) written after the converter's keys;
+    ``tensors``: name → array (or (raw bytes, ggml type)) written beside the model's (after
+    them, in order); ``drop``: file tensor names left
+    out; ``vocabulary``: write one (:func:`_vocabulary`); ``unset``: the converter's metadata
+    keys left out. Returns the checkpoint-named state
+    dict (float32 tensors) the file holds.
+    """
+    cfg = model.config
+    arch = ARCHITECTURES[cfg.model_type]
+    names = gguf.get_tensor_name_map(
+        {n: a for a, n in gguf.MODEL_ARCH_NAMES.items()}[arch],
+        getattr(cfg, "num_hidden_layers", None) or cfg.n_layer,
+    )
+    writer = gguf.GGUFWriter(str(path), arch)
+    _metadata(writer, cfg, arch)
+    if vocabulary:
+        _vocabulary(writer, cfg, arch)
+    for key, (method, value) in (metadata or {}).items():
+        getattr(writer, method)(key, value)
+    for key in unset:
+        del writer.kv_data[0][key]
+    held = {}
+    for name, tensor in model.state_dict().items():
+        if name.endswith((".attn.bias", ".attn.masked_bias")):
+            continue  # GPT-2's causal-mask buffers: not written
+        if name == "lm_head.weight" and (cfg.tie_word_embeddings or arch == "gemma2"):
+            continue
+        stem, part = name.rsplit(".", 1)
+        stored = f"{names.get_name(stem)}.{part}"
+        array = tensor.detach().to(torch.float32).numpy()
+        if arch in _GEMMA and stem.endswith("norm"):
+            array = array + np.float32(1)  # the converter: gain 1 + w
+        array, back = _layout(name, array, cfg, arch)
+        data, kind = _encode(array, qtype)
+        value = back(_decode(data, kind))
+        if arch in _GEMMA and stem.endswith("norm"):
+            value = value - np.float32(1)
+        held[name] = torch.from_numpy(np.ascontiguousarray(value))
+        if stored in drop:
+            continue
+        if kind is None:
+            writer.add_tensor(stored, data)
+        else:
+            writer.add_tensor(stored, data, raw_shape=data.shape, raw_dtype=kind)
+    if arch == "llama" and (cfg.rope_parameters or {}).get("rope_type") == "llama3":
+        writer.add_tensor("rope_freqs.weight", llama3_rope_freqs(cfg))
+    for name, array in (tensors or {}).items():
+        if isinstance(array, tuple):  # (raw bytes (rows, bytes per row), ggml type)
+            writer.add_tensor(name, array[0], raw_shape=array[0].shape, raw_dtype=array[1])
+        else:
+            writer.add_tensor(name, array)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return held

@@ -1,0 +1,204 @@
+"""GGUF files of every family llama.cpp writes and tpde reads, as llama.cpp's converter
+writes them, each equal to the Hugging Face folder of the same weights — in F32, F16 and the
+quantised Q8_0 and Q4_0 — and to transformers' own GGUF loader where it reads the
+architecture.
+
+Each family: a tiny transformers model with EVERY parameter redrawn (Gemma's norm weights
+on a 2⁻¹⁰ grid, so that the converter's stored 1 + w is exact in float32), written by the
+test oracle :mod:`tests.pretrained.gguf_convert` (llama.cpp's ``convert_hf_to_gguf.py``
+conventions per architecture). The folder beside it holds the values the file holds: each
+matrix quantised and dequantised by gguf-py in the file's layout and put back in the
+checkpoint's, the norm epsilon rounded to float32 as the file stores it. Both are loaded in
+float64; a hidden state or the logits of the file then differ from the folder's only by
+rounding: ≤ 1e-12 relative (measured: 0, bit-identical, for every family and type), greedy
+tokens identical. Widths are multiples of 32 so that every matrix fills the quantised
+types' 32-wide blocks.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from tests.pretrained.gguf_convert import ARCHITECTURES, convert
+from tests.pretrained.test_load import _relative
+from tpde.pretrained import load
+from tpde.pretrained.families.base import FAMILIES
+
+gguf = pytest.importorskip("gguf")
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("safetensors")
+
+N = 9
+_SMALL = {"vocab_size": 40, "num_hidden_layers": 2, "max_position_embeddings": 32,
+          "hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 4,
+          "num_key_value_heads": 2}  # fmt: skip
+_GEMMA = {**_SMALL, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 256,
+          "query_pre_attn_scalar": 256, "sliding_window": 3}  # fmt: skip
+_NEOX = {**_SMALL, "num_attention_heads": 4}
+del _NEOX["num_key_value_heads"]
+
+#: case → (config class, config, model class)
+CASES = {
+    "llama": ("LlamaConfig", {**_SMALL, "attention_bias": True,
+                              "tie_word_embeddings": False}, "LlamaForCausalLM"),
+    "llama-tied": ("LlamaConfig", {**_SMALL, "tie_word_embeddings": True}, "LlamaForCausalLM"),
+    "qwen2": ("Qwen2Config", _SMALL, "Qwen2ForCausalLM"),
+    "qwen3": ("Qwen3Config", {**_SMALL, "head_dim": 128}, "Qwen3ForCausalLM"),
+    "gemma2": ("Gemma2Config", _GEMMA, "Gemma2ForCausalLM"),
+    "gemma3": ("Gemma3TextConfig", {**_GEMMA, "num_hidden_layers": 3}, "Gemma3ForCausalLM"),
+    "olmo2": ("Olmo2Config", {**_SMALL, "tie_word_embeddings": False}, "Olmo2ForCausalLM"),
+    "phi": ("PhiConfig", {**_NEOX, "intermediate_size": 128, "partial_rotary_factor": 0.5},
+            "PhiForCausalLM"),
+    "gpt2": ("GPT2Config", {"vocab_size": 40, "n_layer": 2, "n_positions": 1024, "n_embd": 32,
+                            "n_head": 4}, "GPT2LMHeadModel"),
+    "starcoder2": ("Starcoder2Config", {**_SMALL, "sliding_window": None},
+                   "Starcoder2ForCausalLM"),
+    "gpt_neox": ("GPTNeoXConfig", {**_NEOX, "rotary_pct": 0.5}, "GPTNeoXForCausalLM"),
+    "gpt_neox-sequential": ("GPTNeoXConfig", {**_NEOX, "rotary_pct": 0.25,
+                                              "use_parallel_residual": False},
+                            "GPTNeoXForCausalLM"),
+}  # fmt: skip
+QTYPES = ("F32", "F16", "Q8_0", "Q4_0")
+_EPS = ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_epsilon")
+
+
+def tiny(case: str):
+    """The transformers model of ``case``, float32, every parameter redrawn."""
+    config_cls, kwargs, model_cls = CASES[case]
+    torch.manual_seed(sum(map(ord, case)))
+    config = getattr(transformers, config_cls)(**kwargs)
+    config._attn_implementation = "eager"
+    model = getattr(transformers, model_cls)(config).eval()
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            parameter.normal_(0.0, 0.5)
+            if "gemma" in case and name.endswith("norm.weight"):
+                parameter.copy_(torch.round(parameter * 1024) / 1024)
+    return model
+
+
+def write_pair(case: str, base, qtype: str = "F32", **options):
+    """(folder, file) of the same weights: the file as llama.cpp's converter writes the
+    tiny model of ``case`` in ``qtype``, the folder the values it holds."""
+    model = tiny(case)
+    held = convert(model, base / f"{qtype}.gguf", qtype, **options)
+    folder_model = copy.deepcopy(model)
+    missing, unexpected = folder_model.load_state_dict(held, strict=False)
+    assert not unexpected and all(n.endswith("lm_head.weight") for n in missing), missing
+    if qtype != "F32":  # the embedding (40 × 32) is stored rounded
+        embed = next(n for n in held if n.endswith(("embed_tokens.weight", "wte.weight",
+                                                    "embed_in.weight")))  # fmt: skip
+        assert not torch.equal(held[embed], model.state_dict()[embed])
+    for key in _EPS:  # the file holds float32 numbers: the folder the same
+        if hasattr(folder_model.config, key):
+            value = np.float32(getattr(folder_model.config, key))
+            setattr(folder_model.config, key, float(value))
+    folder_model.save_pretrained(base / qtype)
+    return base / qtype, base / f"{qtype}.gguf"
+
+
+def outputs(model, ids):
+    states = model.hidden_states(model.embed(ids)[0])
+    return states, model.logits(states[-1])
+
+
+def errors(file_model, folder_model, ids) -> dict:
+    states, logits = outputs(file_model, ids)
+    expected_states, expected_logits = outputs(folder_model, ids)
+    out = {l: _relative(states[l], expected_states[l]) for l in range(len(states))}
+    out["logits"] = _relative(logits, expected_logits)
+    assert torch.equal(logits.argmax(-1), expected_logits.argmax(-1))
+    return out
+
+
+@pytest.mark.parametrize("qtype", QTYPES)
+@pytest.mark.parametrize("case", list(CASES))
+def test_file_equals_the_folder_of_its_values(case, qtype, tmp_path):
+    folder, file = write_pair(case, tmp_path, qtype)
+    folder_model = load(folder, dtype=torch.float64)
+    file_model = load(file, dtype=torch.float64)
+    assert file_model.architecture == folder_model.architecture
+    ids = torch.randint(3, 40, (N,), generator=torch.Generator().manual_seed(1))
+    measured = errors(file_model, folder_model, ids)
+    assert max(measured.values()) < 1e-12, measured
+
+
+#: The cases compared with transformers' GGUF loader: every case but "llama" (transformers
+#: reads no attention bias of a llama file; "llama-tied" has none). The loader reads a
+#: GPT-2's context_length as n_ctx (so that n_positions keeps its default 1024, the tiny
+#: GPT-2's), a Qwen3's head dimension not at all (its default 128, the tiny model's), nor a
+#: Gemma-2's soft-caps and query_pre_attn_scalar (its defaults 50, 30 and 256 are the tiny
+#: model's). Architectures it does not read (transformers 5: olmo2, phi2, gptneox) are
+#: skipped, naming the reason: their folder is their one oracle.
+HF_CASES = [case for case in CASES if case != "llama"]
+#: (file type, dtype of both models, relative tolerance): float64 to rounding (measured
+#: ≤ 6.3e-16); float32, both sides' own float32 arithmetic (RMSNorm, RoPE tables, softmax
+#: ordered differently), a few float32 ulps through two layers (measured ≤ 4.5e-7): 1e-5.
+HF_TYPES = [("F32", torch.float64, 1e-12), ("Q8_0", torch.float64, 1e-12),
+            ("Q8_0", torch.float32, 1e-5)]  # fmt: skip
+
+
+def _transformers_reads(case: str) -> None:
+    """Skip unless transformers' GGUF loader reads the architecture of ``case``."""
+    from transformers import modeling_gguf_pytorch_utils as hf_gguf
+
+    arch = ARCHITECTURES[getattr(transformers, CASES[case][0]).model_type]
+    if arch not in getattr(hf_gguf, "GGUF_SUPPORTED_ARCHITECTURES", ()):
+        pytest.skip(
+            f"transformers {transformers.__version__}'s GGUF loader does not read "
+            f"{arch!r} files (its GGUF_SUPPORTED_ARCHITECTURES); the folder is the oracle"
+        )
+
+
+@pytest.mark.parametrize(
+    "qtype, dtype, tolerance", HF_TYPES, ids=[f"{q}-{str(d)[6:]}" for q, d, _ in HF_TYPES]
+)
+@pytest.mark.parametrize("case", HF_CASES)
+def test_file_equals_transformers_gguf_loader(case, qtype, dtype, tolerance, tmp_path):
+    """tpde's model of the file against transformers' model of the same file
+    (``from_pretrained(…, gguf_file=…)``), both in ``dtype`` (in float64 transformers'
+    RMSNorm, RoPE, embedding scale and softmax evaluated in float64 as in test_load_peri):
+    every hidden state and the logits within ``tolerance`` relative (:data:`HF_TYPES`),
+    greedy tokens identical."""
+    from tests.pretrained.test_load import _exact_float64 as plain_float64
+    from tests.pretrained.test_load_peri import _exact_float64 as peri_float64
+    from tests.pretrained.test_load_peri import _softmax_in_float64
+
+    _transformers_reads(case)
+    _, file = write_pair(case, tmp_path, qtype, vocabulary=True)
+    hf = transformers.AutoModelForCausalLM.from_pretrained(
+        tmp_path, gguf_file=file.name, dtype=dtype, attn_implementation="eager"
+    ).eval()
+    if dtype == torch.float64:
+        (peri_float64 if "gemma" in case else plain_float64)(hf)
+    ids = torch.randint(3, 40, (N,), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad(), _softmax_in_float64():
+        out = hf(ids[None], output_hidden_states=True)
+    model = load(file, dtype=dtype)
+    states, logits = outputs(model, ids)
+    states = [*states[:-1], model.final_norm.norm(states[-1])]  # transformers' last is normed
+    measured = {l: _relative(s, out.hidden_states[l][0]) for l, s in enumerate(states)}
+    measured["logits"] = _relative(logits, out.logits[0])
+    assert max(measured.values()) < tolerance, measured
+    assert torch.equal(logits.argmax(-1), out.logits[0].argmax(-1))
+
+
+def test_every_gguf_map_is_a_case_here_and_listed_in_the_docs():
+    """The architectures tpde reads (the families' GGUF maps) are exactly those the oracle
+    writes, those of the cases above, and those README.md and docs/api/pretrained.rst list."""
+    registered = {entry.gguf.architecture for entry in FAMILIES.values() if entry.gguf}
+    assert set(ARCHITECTURES.values()) == registered
+    cases = {ARCHITECTURES[getattr(transformers, c[0]).model_type] for c in CASES.values()}
+    assert cases == registered
+    root = Path(__file__).parents[2]
+    readme = (root / "README.md").read_text()
+    sentence = readme[readme.index("`general.architecture` is one of") :].split("in any type")[0]
+    assert set(re.findall(r"`(\w+)`", sentence)) - {"general"} == registered
+    rst = (root / "docs" / "api" / "pretrained.rst").read_text()
+    assert set(re.findall(r"^``(\w+)``  ", rst, flags=re.MULTILINE)) == registered

@@ -1,0 +1,116 @@
+"""RoPE scaling in GGUF files: llama.cpp's ``rope.scaling.*`` keys and a Llama-3
+``rope_freqs.weight`` tensor, each read as the scaling of the folder of the same weights, at
+positions past the original context.
+
+The files are written as llama.cpp's converter writes them (:mod:`tests.pretrained.
+gguf_convert`): "linear" and "yarn" as metadata keys; "llama3" as the tensor of per-pair
+divisors f_m the converter computes in float32, with no scaling key, which tpde reads as
+θ'_m = θ_m/f_m. Where every f_m is 1 or s (no pair on the ramp between the two wavelengths)
+they are exact and the file equals its folder to rounding (≤ 1e-12); with a pair on the ramp
+its divisor is the float32 rounding of 1/((1 − γ)/s + γ): the file is llama.cpp's model
+exactly and the folder's to that rounding (≤ 1e-6 relative, measured 2.9e-8; the exact
+cases measured 0).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.pretrained.test_gguf_converted import CASES, errors, write_pair
+from tpde.fields import LinearScaling, LongRoPE, YaRN
+from tpde.pretrained import LoadError, load
+
+gguf = pytest.importorskip("gguf")
+transformers = pytest.importorskip("transformers")
+
+L = 96  # tokens: past every original context below
+_BASE = {**CASES["llama"][1], "max_position_embeddings": 256}
+
+
+def _llama3(original: int, high: float, factor: float) -> dict:
+    return {"rope_type": "llama3", "factor": factor, "low_freq_factor": 1.0,
+            "high_freq_factor": high, "original_max_position_embeddings": original,
+            "rope_theta": 1e4}  # fmt: skip
+
+
+#: name → (case of test_gguf_converted, rope_parameters, scaling class tpde reads, tolerance)
+SCALED = {
+    "linear": ("llama", {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4},
+               LinearScaling, 1e-12),
+    "yarn": ("qwen2", {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32,
+                       "beta_fast": 8.0, "beta_slow": 2.0, "rope_theta": 1e4}, YaRN, 1e-12),
+    # head dimension 8: wavelengths 2π·10^{m} (m = 0 … 3); C₀ = 40, h = 2: 6.3 < 20, the
+    # others > 40 — divisors 1, 8, 8, 8, exact in float32
+    "llama3-exact": ("llama", _llama3(40, 2.0, 8.0), LongRoPE, 1e-12),
+    # C₀ = 64, h = 4: the wavelength 62.8 lies on the ramp [16, 64]
+    "llama3-ramp": ("llama", _llama3(64, 4.0, 3.0), LongRoPE, 1e-6),
+}  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def _scaled_cases(monkeypatch):
+    for name, (case, params, _, _) in SCALED.items():
+        config_cls, kwargs, model_cls = CASES[case]
+        kwargs = {**kwargs, "max_position_embeddings": 256, "rope_parameters": params}
+        monkeypatch.setitem(CASES, name, (config_cls, kwargs, model_cls))
+
+
+@pytest.mark.parametrize("name", list(SCALED))
+def test_scaled_file_equals_its_folder_past_the_original_context(name, tmp_path):
+    _, _, cls, tolerance = SCALED[name]
+    folder, file = write_pair(name, tmp_path)
+    file_model = load(file, dtype=torch.float64)
+    folder_model = load(folder, dtype=torch.float64)
+    scaling = file_model.layers[0].attention.position.scaling
+    assert isinstance(scaling, cls), scaling
+    ids = torch.randint(3, 40, (L,), generator=torch.Generator().manual_seed(1))
+    measured = errors(file_model, folder_model, ids)
+    assert max(measured.values()) < tolerance, measured
+
+
+def test_llama3_divisors_are_read_as_the_converter_wrote_them(tmp_path):
+    from tests.pretrained.gguf_convert import llama3_rope_freqs
+    from tests.pretrained.test_gguf_converted import tiny
+
+    _, file = write_pair("llama3-ramp", tmp_path)
+    scaling = load(file).layers[0].attention.position.scaling
+    written = llama3_rope_freqs(tiny("llama3-ramp").config)
+    assert scaling.short_factor == scaling.long_factor == tuple(float(f) for f in written)
+    assert scaling.attention_scaling == 1.0
+    assert 1.0 < written[1] < 3.0 and written[0] == 1.0 and written[3] == 3.0  # one on the ramp
+
+
+@pytest.mark.parametrize(
+    "metadata, match",
+    [
+        ({"llama.rope.scaling.yarn_attn_factor": ("add_float32", 1.5)},
+         r"'llama.rope.scaling.yarn_attn_factor' = 1.5 is a RoPE scaling tpde does not "
+         r"implement \(it reads this key only at 1.0"),
+        ({"llama.rope.scaling.yarn_log_multiplier": ("add_float32", 0.1)},
+         r"'llama.rope.scaling.yarn_log_multiplier' = 0.1"),
+        ({"llama.rope.scaling.type": ("add_string", "yarn"),
+          "llama.rope.scaling.factor": ("add_float32", 4.0)},
+         r"'llama.rope.scaling.original_context_length' is missing, and 'yarn' RoPE scaling "
+         r"needs it"),
+        ({"llama.rope.scaling.type": ("add_string", "linear"),
+          "llama.rope.scaling.factor": ("add_float32", 2.0),
+          "llama.rope.scaling.yarn_beta_fast": ("add_float32", 8.0)},
+         r"'llama.rope.scaling.yarn_beta_fast' = 8.0 is not read by 'linear' RoPE scaling"),
+        ({"llama.rope.scaling.type": ("add_string", "none"),
+          "llama.rope.scaling.factor": ("add_float32", 2.0)},
+         r"'llama.rope.scaling.type' = 'none' .* is a RoPE scaling tpde does not read"),
+        ({"llama.rope.scaling.factor": ("add_float32", -2.0)},
+         r"rope_scaling.factor must be finite and > 0; received -2.0"),
+    ],
+)  # fmt: skip
+def test_scaling_keys_tpde_cannot_honour_are_refused_by_name(metadata, match, tmp_path):
+    _, file = write_pair("llama", tmp_path, metadata=metadata)
+    with pytest.raises(LoadError, match=match):
+        load(file)
+
+
+def test_a_factor_without_a_type_is_linear_as_in_llama_cpp(tmp_path):
+    metadata = {"llama.rope.scaling.factor": ("add_float32", 2.0)}
+    _, file = write_pair("llama", tmp_path, metadata=metadata)
+    assert load(file).layers[0].attention.position.scaling == LinearScaling(2.0)
