@@ -224,15 +224,15 @@ def _attention(p: dict, cfg: ModelConfig, entry: Family, l: int) -> GroupedQuery
 
 
 def _alibi(cfg: ModelConfig, entry: Family) -> ALiBi | None:
-    """The ALiBi of ``entry.alibi``: the paper's slopes m_h for the H heads ("bias"), or
-    m_h·s, s the score scale, where the bias is added before the scaling ("scaled")."""
+    """The ALiBi of ``entry.alibi``: the paper's slopes for the H heads, the bias formed in
+    the family's ``rounding`` dtype, times the score scale where it is ``scaled`` (added
+    before the scaling)."""
     if entry.alibi is None:
         return None
-    slopes = ALiBi().head_slopes(cfg.heads)
-    if entry.alibi == "scaled":
+    scale = 1.0
+    if entry.alibi.get("scaled"):
         scale = 1 / math.sqrt(cfg.head_dim) if cfg.attention_scale is None else cfg.attention_scale
-        slopes = tuple(m * scale for m in slopes)
-    return ALiBi(slopes=slopes)
+    return ALiBi(rounding=entry.alibi.get("rounding"), scale=scale)
 
 
 def _split_qkv(fused: dict, cfg: ModelConfig, entry: Family) -> dict:

@@ -206,10 +206,12 @@ class Family:
     #: How a GGUF file of the family is read (None: tpde reads no GGUF file of it).
     gguf: GGUFMap | None = None
     # -- ALiBi, variants, mixture-of-experts ---------------------------------------------
-    #: ALiBi positions (:class:`~tpde.fields.ALiBi`, the paper's slopes m_h for H heads):
-    #: "bias": score q·k/√d_h + m_h p_j (BLOOM); "scaled": (q·k + m_h p_j)/√d_h, slopes
-    #: m_h/√d_h (Falcon). None: no ALiBi.
-    alibi: str | None = None
+    #: ALiBi positions (:class:`~tpde.fields.ALiBi`, the paper's slopes m_h for H heads), as
+    #: the family's code forms them: ``{"rounding": "float32"}`` (BLOOM: score
+    #: q·k/√d_h + m_h p_j, the bias formed in float32), ``{"rounding": "bfloat16",
+    #: "scaled": True}`` (Falcon: (q·k + m_h p_j)/√d_h, the bias formed in bfloat16). None:
+    #: no ALiBi.
+    alibi: dict | None = None
     #: A family whose config selects among layouts (Falcon's three attention layouts, its
     #: ALiBi or RoPE): config.json → the entry for that config (``dataclasses.replace`` of
     #: this one), raising LoadError for a combination tpde does not read. None: one layout.

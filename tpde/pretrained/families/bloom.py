@@ -66,7 +66,7 @@ BLOOM = register(
         mlp="mlp",
         rotary=False,
         causal=True,
-        alibi="bias",
+        alibi={"rounding": "float32"},
         facts={
             "qkv_layout": "per_head",  # rows of head h: [q_h | k_h | v_h]
             "alibi": "score q·k/√d_h + m_h p_j (the paper's slopes)",

@@ -24,6 +24,8 @@ from tpde.pretrained.families.base import REQUIRED, SCORE_HEAD, Family, register
 __all__ = ["FALCON"]
 
 _H = "transformer.h.{l}."
+#: Falcon's ALiBi: (q·k + m_h p_j)/√d_h, m_h p_j formed in bfloat16 (``build_alibi_tensor``).
+_ALIBI = {"rounding": "bfloat16", "scaled": True}
 
 
 def _flag(raw: dict, key: str, default: bool) -> bool:
@@ -70,10 +72,10 @@ def _variant(raw: dict) -> Family:
         names["attn_norm"], names["mlp_norm"] = _H + "ln_attn", _H + "ln_mlp"
     elif parallel:
         del names["mlp_norm"]  # one norm, shared
+    positions = {"rotary": not alibi, "alibi": _ALIBI if alibi else None}
     return dataclasses.replace(
-        FALCON, keys=keys, names=names, facts=facts, parallel=parallel,
-        rotary=not alibi, alibi="scaled" if alibi else None, variant=None,
-    )  # fmt: skip
+        FALCON, keys=keys, names=names, facts=facts, parallel=parallel, variant=None, **positions
+    )
 
 
 FALCON = register(
