@@ -7,6 +7,9 @@ and float32; compared on every hidden state, the logits, the greedy tokens and t
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import torch
 
 from tests.pretrained.test_load import _exact_float64
@@ -70,3 +73,67 @@ def compare(model, folder, ids, *, experts: bool = False) -> dict:
                 )
     errors["greedy"] = all(greedy)
     return errors
+
+
+#: float64: rounding ~1e-16 per operation through a few layers (measured ≤ 1e-15); 1e-12
+#: leaves three orders of margin and still catches any wrong constant (BLOOM's 0.79788456
+#: against √(2/π) is 1e-10 apart). float32 (tpde) against float64 (transformers): rounding
+#: 6e-8 per operation, measured ≤ 5e-7 on these models.
+TOL64, TOL32 = 1e-12, 1e-5
+
+
+def assert_exact(errors: dict) -> None:
+    """The tolerances of every new family's test (module notes of the constants)."""
+    for key in ("states64", "logits64", "split", "split_experts"):
+        assert errors.get(key, 0.0) < TOL64, errors
+    assert errors["states32"] < TOL32 and errors["logits32"] < TOL32, errors
+    assert errors["greedy"], errors
+
+
+def float64_router(monkeypatch, router_class) -> None:
+    """transformers' MoE router (Mixtral's, Qwen2-MoE's) with its softmax in the model's dtype:
+    it casts the logits to float32 (``.float()``), which bounds a float64 comparison at 1e-8.
+    The same code otherwise: softmax over all experts, top-k, renormalised when the router
+    has no ``norm_topk_prob`` (Mixtral) or it is true."""
+
+    def forward(self, hidden_states):
+        flat = hidden_states.reshape(-1, self.hidden_dim)
+        logits = torch.nn.functional.linear(flat, self.weight)
+        top, index = torch.topk(torch.softmax(logits, dim=-1), self.top_k, dim=-1)
+        if getattr(self, "norm_topk_prob", True):
+            top = top / top.sum(dim=-1, keepdim=True)
+        return logits, top, index
+
+    monkeypatch.setattr(router_class, "forward", forward)
+
+
+def float64_softmax(monkeypatch) -> None:
+    """``torch.nn.functional.softmax`` keeping float64 scores in float64: BLOOM's attention
+    casts them to float32 (``dtype=torch.float32``), which bounds a float64 comparison."""
+    softmax = torch.nn.functional.softmax
+
+    def kept(x, dim=None, _stacklevel=3, dtype=None):
+        return softmax(x, dim) if x.dtype == torch.float64 else softmax(x, dim, dtype=dtype)
+
+    monkeypatch.setattr(torch.nn.functional, "softmax", kept)
+
+
+def edit_config(folder, **changes) -> None:
+    """Rewrite ``folder``/config.json with ``changes`` (None: the key removed)."""
+    path = Path(folder) / "config.json"
+    raw = json.loads(path.read_text())
+    raw.update(changes)
+    raw = {k: v for k, v in raw.items() if v is not None}
+    path.write_text(json.dumps(raw))
+
+
+def unpatched_gap(model, folder, ids) -> float:
+    """‖logits_tpde − logits_transformers‖/‖logits_transformers‖, tpde in float64 against
+    transformers run as shipped (its float32 softmax or router unpatched): what the patches
+    above remove, to be of float32's size (1e-8) and no larger."""
+    model.save_pretrained(folder)
+    _exact_float64(model)
+    with torch.no_grad():
+        expected = model(ids[None]).logits[0]
+    mine = load(folder, dtype=torch.float64)
+    return relative(mine.logits(mine.hidden_states(mine.embed(ids)[0])[-1]), expected)

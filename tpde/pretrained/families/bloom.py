@@ -5,10 +5,11 @@ with √(2/π) written 0.79788456 (BLOOM's ``bloom_gelu_forward``, activation
 "gelu-tanh-bloom"); the head tied by default.
 
 ALiBi (:class:`~tpde.fields.ALiBi`): head h's score of key j is q·k/√d_h + m_h p_j with the
-paper's slopes m_h (2^{−8h/H} for H a power of two); transformers forms m_h in float32
-(exact for H a power of two up to 8; for other H, 1e-8-relative from the exact slopes tpde
-uses). The context is ``seq_length`` (the training length; 2048 where the file omits it):
-ALiBi has no position table, but tpde refuses longer sequences as for every model."""
+paper's slopes m_h (2^{−8h/H} for H a power of two), the bias m_h p_j formed in float32
+as BLOOM's ``build_alibi_tensor`` forms it (``ALiBi(rounding="float32")``: the exact slopes
+differ from those by up to 1e-8 relative where H is not a power of two). The context is
+``seq_length`` (the training length; 2048 where the file omits it): ALiBi has no position
+table, but tpde refuses longer sequences as for every model."""
 
 from __future__ import annotations
 

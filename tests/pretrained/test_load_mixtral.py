@@ -1,0 +1,82 @@
+"""Mixtral (tpde/pretrained/families/mixtral.py) against transformers: the routed MLP as a
+MixtureOfExperts field, its per-expert split, and the refusal of top-k > experts."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.pretrained.family_oracle import (
+    assert_exact,
+    compare,
+    edit_config,
+    float64_router,
+    redraw,
+    unpatched_gap,
+)
+from tpde.fields import MixtureOfExperts
+from tpde.pretrained import LoadError, load
+
+transformers = pytest.importorskip("transformers")
+
+
+def _model(seed=3, **extra):
+    config = transformers.MixtralConfig(**{
+        "vocab_size": 40, "hidden_size": 16, "intermediate_size": 24, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "num_local_experts": 4,
+        "num_experts_per_tok": 2, "max_position_embeddings": 32, **extra})  # fmt: skip
+    model = redraw(transformers.MixtralForCausalLM(config), seed)
+    model.set_experts_implementation("eager")  # the grouped kernel takes no float64
+    return model
+
+
+def test_mixtral_against_transformers_own_float32_router(tmp_path):
+    """Unpatched, transformers' router softmax in float32 is the one difference (1e-8 here):
+    the float64 router of the other test is that code, its cast removed."""
+    assert 1e-14 < unpatched_gap(_model(), tmp_path, torch.arange(3, 14)) < 1e-6
+
+
+@pytest.mark.parametrize("extra", [{}, {"sliding_window": 3, "num_experts_per_tok": 3}])
+def test_mixtral_equals_transformers(tmp_path, monkeypatch, extra):
+    from transformers.models.mixtral import modeling_mixtral
+
+    float64_router(monkeypatch, modeling_mixtral.MixtralTopKRouter)
+    errors = compare(_model(**extra), tmp_path, torch.arange(3, 14), experts=True)
+    assert_exact(errors)
+
+
+def test_mixtral_layers_are_mixtures_and_experts_split(tmp_path):
+    model = _model()
+    model.save_pretrained(tmp_path)
+    mine = load(tmp_path, dtype=torch.float64)
+    mlp = mine.layer(0).mlp
+    assert isinstance(mlp, MixtureOfExperts) and (len(mlp.experts), mlp.top_k) == (4, 2)
+    mu = mine.embed(torch.arange(3, 14))[0]
+    parts = mine.split(mu, experts=True)
+    assert parts.shape == (2, 1 + 4, 11, 16)
+    routed = (parts[:, 1:].abs().sum(-1) > 0).sum(1)  # experts with a term, per token
+    assert bool((routed == 2).all())  # exactly k = 2 experts act on every token
+    dense = mine.split(mu)
+    torch.testing.assert_close(parts[:, 1:].sum(1), dense[:, 1], rtol=1e-13, atol=1e-13)
+
+
+def test_top_k_beyond_the_experts_is_refused(tmp_path):
+    _model().save_pretrained(tmp_path)
+    edit_config(tmp_path, num_experts_per_tok=5)
+    message = (
+        rf"{tmp_path}.*num_experts_per_tok = 5 experts per token exceeds "
+        r"num_local_experts = 4 experts"
+    )
+    with pytest.raises(LoadError, match=message):
+        load(tmp_path)
+
+
+def test_expert_split_of_a_dense_model_is_refused(tmp_path):
+    config = transformers.LlamaConfig(
+        vocab_size=40, hidden_size=16, intermediate_size=24, num_hidden_layers=1,
+        num_attention_heads=4, max_position_embeddings=32,
+    )  # fmt: skip
+    transformers.LlamaForCausalLM(config).save_pretrained(tmp_path)
+    mine = load(tmp_path, dtype=torch.float64)
+    with pytest.raises(ValueError, match="layer 0 has a dense MLP"):
+        mine.split(mine.embed(torch.arange(3))[0], experts=True)
