@@ -137,3 +137,28 @@ def unpatched_gap(model, folder, ids) -> float:
         expected = model(ids[None]).logits[0]
     mine = load(folder, dtype=torch.float64)
     return relative(mine.logits(mine.hidden_states(mine.embed(ids)[0])[-1]), expected)
+
+
+#: Three sentences of 9 tokens (no padding token 0: each row's last token is classified).
+ROWS = torch.randint(3, 40, (3, 9), generator=torch.Generator().manual_seed(1))
+
+
+def compare_classes(model, folder, ids=ROWS) -> dict:
+    """The errors of tpde's sequence-classification head (``class_logits`` of the last token's
+    state) against a ``*ForSequenceClassification`` ``model`` on the rows of ``ids`` (B, n):
+    ``"classes64"``, ``"classes32"`` (relative), ``"argmax"`` (the class equal in both
+    dtypes); asserted within ``TOL64``, ``TOL32``."""
+    model.save_pretrained(folder)
+    _exact_float64(model)
+    with torch.no_grad():
+        expected = model(ids).logits
+    errors, argmax = {}, []
+    for dtype, tag in ((torch.float64, "64"), (torch.float32, "32")):
+        mine = load(folder, dtype=dtype)
+        last = torch.stack([mine.hidden_states(mine.embed(row)[0])[-1] for row in ids])
+        logits = mine.class_logits(last)
+        errors[f"classes{tag}"] = relative(logits, expected)
+        argmax.append(bool(torch.equal(logits.argmax(-1), expected.argmax(-1))))
+    errors["argmax"] = all(argmax)
+    assert errors["classes64"] < TOL64 and errors["classes32"] < TOL32 and all(argmax), errors
+    return errors

@@ -9,6 +9,7 @@ import torch
 from tests.pretrained.family_oracle import (
     assert_exact,
     compare,
+    compare_classes,
     edit_config,
     float64_softmax,
     redraw,
@@ -20,9 +21,11 @@ from tpde.pretrained import LoadError, load
 transformers = pytest.importorskip("transformers")
 
 
-def _model(heads: int, seed: int = 6):
-    config = transformers.BloomConfig(vocab_size=40, hidden_size=4 * heads, n_layer=2, n_head=heads)
-    return redraw(transformers.BloomForCausalLM(config), seed)
+def _model(heads: int, seed: int = 6, head: str = "ForCausalLM", **extra):
+    config = transformers.BloomConfig(
+        vocab_size=40, hidden_size=4 * heads, n_layer=2, n_head=heads, **extra
+    )
+    return redraw(getattr(transformers, f"Bloom{head}")(config), seed)
 
 
 @pytest.mark.parametrize("heads", [4, 6])  # slopes powers of two; H − P interleaved ones
@@ -49,3 +52,9 @@ def test_bloom_reads_n_embed_and_refuses_the_post_layernorm_residual(tmp_path):
     edit_config(tmp_path, apply_residual_connection_post_layernorm=True)
     with pytest.raises(LoadError, match="apply_residual_connection_post_layernorm = True"):
         load(tmp_path)
+
+
+def test_bloom_sequence_classification(tmp_path, monkeypatch):
+    float64_softmax(monkeypatch)
+    model = _model(4, head="ForSequenceClassification", num_labels=3, pad_token_id=0)
+    compare_classes(model, tmp_path)

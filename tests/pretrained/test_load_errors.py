@@ -56,7 +56,7 @@ def test_no_config_no_weights_nothing(tmp_path, folder):
         load(3)
 
 
-@pytest.mark.parametrize("model_type", ["mamba", "phi3", "mixtral", "gemma"])
+@pytest.mark.parametrize("model_type", ["mamba", "phi3", "mpt", "gemma"])
 def test_unknown_model_type_lists_the_known_ones(tmp_path, folder, model_type):
     """A family tpde does not read is a LoadError naming the folder and the model_type."""
     copy = _copy(folder, tmp_path)

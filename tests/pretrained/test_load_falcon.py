@@ -9,7 +9,13 @@ import math
 import pytest
 import torch
 
-from tests.pretrained.family_oracle import assert_exact, compare, edit_config, redraw
+from tests.pretrained.family_oracle import (
+    assert_exact,
+    compare,
+    compare_classes,
+    edit_config,
+    redraw,
+)
 from tpde.fields import ALiBi, Parallel
 from tpde.pretrained import LoadError, load
 
@@ -26,12 +32,12 @@ CASES = {
 }  # fmt: skip
 
 
-def _model(seed: int = 7, heads: int = 4, **extra):
+def _model(seed: int = 7, heads: int = 4, head: str = "ForCausalLM", **extra):
     config = transformers.FalconConfig(
         vocab_size=40, hidden_size=8 * heads, num_hidden_layers=2, num_attention_heads=heads,
         max_position_embeddings=400, **extra,
     )  # fmt: skip
-    model = redraw(transformers.FalconForCausalLM(config), seed)
+    model = redraw(getattr(transformers, f"Falcon{head}")(config), seed)
     model.set_attn_implementation("sdpa")  # eager casts the scores to float32 for the softmax
     return model
 
@@ -70,3 +76,8 @@ def test_falcon_refusals_name_the_keys(tmp_path, change, message):
     edit_config(tmp_path, **change)
     with pytest.raises(LoadError, match=rf"{tmp_path}.*{message}"):
         load(tmp_path)
+
+
+def test_falcon_sequence_classification(tmp_path):
+    model = _model(head="ForSequenceClassification", num_labels=3, pad_token_id=0)
+    compare_classes(model, tmp_path)

@@ -6,18 +6,24 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.pretrained.family_oracle import assert_exact, compare, edit_config, redraw
+from tests.pretrained.family_oracle import (
+    assert_exact,
+    compare,
+    compare_classes,
+    edit_config,
+    redraw,
+)
 from tpde.pretrained import LoadError, load
 
 transformers = pytest.importorskip("transformers")
 
 
-def _model(multi_query: bool, seed: int = 5):
+def _model(multi_query: bool, seed: int = 5, head: str = "ForCausalLM", **extra):
     config = transformers.GPTBigCodeConfig(
         vocab_size=40, n_embd=16, n_layer=2, n_head=4, n_positions=32, multi_query=multi_query,
-        bos_token_id=0, eos_token_id=0,
+        bos_token_id=0, eos_token_id=0, **extra,
     )  # fmt: skip
-    return redraw(transformers.GPTBigCodeForCausalLM(config), seed)
+    return redraw(getattr(transformers, f"GPTBigCode{head}")(config), seed)
 
 
 @pytest.mark.parametrize("multi_query", [True, False])
@@ -35,3 +41,8 @@ def test_gpt_bigcode_refusals(tmp_path):
     edit_config(tmp_path, multi_query=False)  # the stored c_attn has H·d_h + 2·d_h rows
     with pytest.raises(LoadError, match=r"c_attn.weight' has shape \(24, 16\).*\(48, 16\)"):
         load(tmp_path)
+
+
+def test_gpt_bigcode_sequence_classification(tmp_path):
+    model = _model(True, head="ForSequenceClassification", num_labels=3, pad_token_id=0)
+    compare_classes(model, tmp_path)

@@ -9,6 +9,7 @@ import torch
 from tests.pretrained.family_oracle import (
     assert_exact,
     compare,
+    compare_classes,
     edit_config,
     float64_router,
     redraw,
@@ -20,12 +21,12 @@ from tpde.pretrained import LoadError, load
 transformers = pytest.importorskip("transformers")
 
 
-def _model(seed=3, **extra):
+def _model(seed=3, head="ForCausalLM", **extra):
     config = transformers.MixtralConfig(**{
         "vocab_size": 40, "hidden_size": 16, "intermediate_size": 24, "num_hidden_layers": 2,
         "num_attention_heads": 4, "num_key_value_heads": 2, "num_local_experts": 4,
         "num_experts_per_tok": 2, "max_position_embeddings": 32, **extra})  # fmt: skip
-    model = redraw(transformers.MixtralForCausalLM(config), seed)
+    model = redraw(getattr(transformers, f"Mixtral{head}")(config), seed)
     model.set_experts_implementation("eager")  # the grouped kernel takes no float64
     return model
 
@@ -80,3 +81,11 @@ def test_expert_split_of_a_dense_model_is_refused(tmp_path):
     mine = load(tmp_path, dtype=torch.float64)
     with pytest.raises(ValueError, match="layer 0 has a dense MLP"):
         mine.split(mine.embed(torch.arange(3))[0], experts=True)
+
+
+def test_mixtral_sequence_classification(tmp_path, monkeypatch):
+    from transformers.models.mixtral import modeling_mixtral
+
+    float64_router(monkeypatch, modeling_mixtral.MixtralTopKRouter)
+    model = _model(head="ForSequenceClassification", num_labels=3, pad_token_id=0)
+    compare_classes(model, tmp_path)

@@ -9,6 +9,7 @@ import torch
 from tests.pretrained.family_oracle import (
     assert_exact,
     compare,
+    compare_classes,
     edit_config,
     float64_router,
     redraw,
@@ -19,13 +20,13 @@ from tpde.pretrained import LoadError, load
 transformers = pytest.importorskip("transformers")
 
 
-def _model(seed=4, **extra):
+def _model(seed=4, head="ForCausalLM", **extra):
     config = transformers.Qwen2MoeConfig(**{
         "vocab_size": 40, "hidden_size": 16, "intermediate_size": 24, "moe_intermediate_size": 12,
         "shared_expert_intermediate_size": 20, "num_hidden_layers": 2, "num_attention_heads": 4,
         "num_key_value_heads": 2, "num_experts": 4, "num_experts_per_tok": 2,
         "max_position_embeddings": 32, **extra})  # fmt: skip
-    model = redraw(transformers.Qwen2MoeForCausalLM(config), seed)
+    model = redraw(getattr(transformers, f"Qwen2Moe{head}")(config), seed)
     model.set_experts_implementation("eager")
     return model
 
@@ -65,3 +66,11 @@ def test_qwen2_moe_refusals_name_the_key(tmp_path, change, message):
     edit_config(tmp_path, **change)
     with pytest.raises(LoadError, match=message):
         load(tmp_path)
+
+
+def test_qwen2_moe_sequence_classification(tmp_path, monkeypatch):
+    from transformers.models.qwen2_moe import modeling_qwen2_moe
+
+    float64_router(monkeypatch, modeling_qwen2_moe.Qwen2MoeTopKRouter)
+    model = _model(head="ForSequenceClassification", num_labels=3, pad_token_id=0)
+    compare_classes(model, tmp_path)
