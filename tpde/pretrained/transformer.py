@@ -572,7 +572,8 @@ def _experts_part(layer, part: Field, l: int) -> bool:
             f"split(experts=True) splits a mixture-of-experts MLP into its experts; layer {l} "
             "has a dense MLP. Use split(mu) (experts=False)."
         )
-    return getattr(part, "field", None) is layer.mlp and layer.mlp_norm.placement == "pre"
+    inner = part.children()  # the Pre-norm MLP: Normalized(mlp), its one child the MoE
+    return len(inner) == 1 and inner[0] is layer.mlp and layer.mlp_norm.placement == "pre"
 
 
 def _check_mu(mu) -> None:
