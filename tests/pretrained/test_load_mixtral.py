@@ -1,5 +1,6 @@
 """Mixtral (tpde/pretrained/families/mixtral.py) against transformers: the routed MLP as a
-MixtureOfExperts field, its per-expert split, and the refusal of top-k > experts."""
+MixtureOfExperts field, its per-expert split, and the refusals of bad routing (top-k >
+experts, k < 1, a missing or mismatched expert count, a missing expert tensor)."""
 
 from __future__ import annotations
 
@@ -61,14 +62,34 @@ def test_mixtral_layers_are_mixtures_and_experts_split(tmp_path):
     torch.testing.assert_close(parts[:, 1:].sum(1), dense[:, 1], rtol=1e-13, atol=1e-13)
 
 
-def test_top_k_beyond_the_experts_is_refused(tmp_path):
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"num_experts_per_tok": 5}, "num_experts_per_tok = 5 experts per token exceeds "
+                                     "num_local_experts = 4 experts"),
+        ({"num_experts_per_tok": 0}, "num_experts_per_tok must be an integer >= 1; received 0"),
+        ({"num_experts_per_tok": "2"}, r"num_experts_per_tok must be an integer; received '2'"),
+        ({"num_local_experts": None}, "has no 'num_local_experts', which mixtral models need"),
+        ({"num_local_experts": 3}, r"'model.layers.0.block_sparse_moe.gate.weight' has shape "
+                                   r"\(4, 16\); the config implies \(3, 16\)"),
+    ],
+)  # fmt: skip
+def test_bad_routing_config_is_refused_naming_the_key(tmp_path, change, message):
     _model().save_pretrained(tmp_path)
-    edit_config(tmp_path, num_experts_per_tok=5)
-    message = (
-        rf"{tmp_path}.*num_experts_per_tok = 5 experts per token exceeds "
-        r"num_local_experts = 4 experts"
-    )
-    with pytest.raises(LoadError, match=message):
+    edit_config(tmp_path, **change)
+    with pytest.raises(LoadError, match=rf"{tmp_path}: .*{message}"):
+        load(tmp_path)
+
+
+def test_a_missing_expert_is_refused_by_its_tensor_name(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    _model().save_pretrained(tmp_path)
+    weights = load_file(tmp_path / "model.safetensors")
+    del weights["model.layers.1.block_sparse_moe.experts.3.w2.weight"]
+    save_file(weights, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(LoadError, match=r"'model.layers.1.block_sparse_moe.experts.3.w2.weight' "
+                                        r"is missing \(shape \(16, 24\) expected\)"):  # fmt: skip
         load(tmp_path)
 
 

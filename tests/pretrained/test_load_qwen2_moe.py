@@ -59,6 +59,10 @@ def test_qwen2_moe_against_transformers_own_float32_router(tmp_path):
         ({"num_experts_per_tok": 7}, "num_experts_per_tok = 7 experts per token exceeds "
                                      "num_experts = 4 experts"),
         ({"norm_topk_prob": "no"}, "norm_topk_prob must be true or false; received 'no'"),
+        ({"shared_expert_intermediate_size": 0},
+         "shared_expert_intermediate_size must be an integer >= 1; received 0"),
+        ({"num_experts": 8}, r"'model.layers.0.mlp.gate.weight' has shape \(4, 16\); the "
+                             r"config implies \(8, 16\)"),
     ],
 )  # fmt: skip
 def test_qwen2_moe_refusals_name_the_key(tmp_path, change, message):
