@@ -13,9 +13,11 @@ import math
 
 from tpde.fields import (
     MLP,
+    ALiBi,
     GroupedQueryAttention,
     LayerNorm,
     LayerSchedule,
+    MixtureOfExperts,
     Normalized,
     Parallel,
     RMSNorm,
@@ -40,7 +42,9 @@ from tpde.pretrained.transformer import (
 __all__ = ["ModelConfig", "build", "expected_shapes", "read_hyper"]
 
 _LINEAR = ("q", "k", "v", "o", "qkv", "gate", "up", "down", "fc1", "fc2", "embed_map",
-           "mlm_dense", "pooler", "cls_dense", "classifier", "gate_up")  # fmt: skip
+           "mlm_dense", "pooler", "cls_dense", "classifier", "gate_up", "router", "expert_gate",
+           "expert_up", "expert_down", "shared_gate", "shared_up", "shared_down",
+           "shared_router")  # fmt: skip
 #: The linear roles of a Conv1D checkpoint stored (in, out): the blocks' (GPT-2's task heads,
 #: ``score``, are nn.Linear, stored (out, in)).
 _CONV1D = ("q", "k", "v", "o", "qkv", "gate", "up", "down", "fc1", "fc2")
@@ -91,6 +95,10 @@ def _role_shapes(cfg: ModelConfig, entry: Family) -> dict[str, tuple[int, ...]]:
         "token_types": (cfg.type_vocab or 0, e),
         "mlm_dense": (e, d), "mlm_norm": (e,), "mlm_bias": (cfg.vocab,),
         "pooler": (d, d), "cls_dense": (d, d), "classifier": (cfg.labels or 0, d),
+        "router": (cfg.experts or 0, d), "expert_gate": (m, d), "expert_up": (m, d),
+        "expert_down": (d, m), "shared_gate": (cfg.shared_hidden or 0, d),
+        "shared_up": (cfg.shared_hidden or 0, d), "shared_down": (d, cfg.shared_hidden or 0),
+        "shared_router": (1, d),
     }  # fmt: skip
 
 
@@ -111,14 +119,14 @@ def expected_shapes(cfg: ModelConfig, entry: Family, raw: dict, prefix: str, fou
         if role == "head" and (cfg.tied_embeddings or cfg.labels is not None):
             continue  # tied, or a classification model: no language-model head
         per_layer = "{l}" in template or "{g}" in template
-        for l in blocks if per_layer else [None]:
-            base = template.format(l=l, g=l // k, j=l % k, h="{h}") if per_layer else template
-            shape = shapes[role]
+        for l, e in _instances(template, blocks if per_layer else [None], cfg):
+            base = template.format(l=l, g=l // k, j=l % k, e=e, h="{h}") if per_layer else template
+            shape, role_e = shapes[role], role if e is None else f"{role}/{e}"
             if role in _LINEAR:
                 stored = shape[::-1] if entry.conv1d and role in _CONV1D else shape
-                out[f"{base}.weight"] = (role, l, "weight", stored)
+                out[f"{base}.weight"] = (role_e, l, "weight", stored)
                 if _bias(entry, role, raw):
-                    out[f"{base}.bias"] = (role, l, "bias", shape[:1])
+                    out[f"{base}.bias"] = (role_e, l, "bias", shape[:1])
             elif role in _NORMS:
                 heads = {"q_norm": cfg.heads, "k_norm": cfg.kv_heads}.get(role, 0)
                 for h in range(heads) if "{h}" in base else [None]:  # one tensor per head
@@ -130,6 +138,12 @@ def expected_shapes(cfg: ModelConfig, entry: Family, raw: dict, prefix: str, fou
                 if role == "head" and _bias(entry, role, raw):
                     out[f"{base}.bias"] = (role, l, "bias", shape[:1])
     return out
+
+
+def _instances(template: str, blocks, cfg: ModelConfig):
+    """(block, expert) pairs of a template: expert e = 0 … E − 1 where it names ``{e}``."""
+    experts = range(cfg.experts or 0) if "{e}" in template else [None]
+    return [(l, e) for l in blocks for e in experts]
 
 
 def mlm_head(entry: Family, found) -> dict | None:
@@ -228,7 +242,7 @@ def _attention(p: dict, cfg: ModelConfig, entry: Family, l: int) -> GroupedQuery
         "q_norm": _qk_norm(p.get("q_norm"), cfg, entry, cfg.heads),
         "k_norm": _qk_norm(p.get("k_norm"), cfg, entry, cfg.kv_heads),
     }
-    rope = None
+    rope = _alibi(cfg, entry)
     if entry.rotary:
         style = entry.facts.get("rope_style", "half")
         rope = RoPE(
@@ -245,12 +259,32 @@ def _attention(p: dict, cfg: ModelConfig, entry: Family, l: int) -> GroupedQuery
     )  # fmt: skip
 
 
+def _alibi(cfg: ModelConfig, entry: Family) -> ALiBi | None:
+    """The ALiBi of ``entry.alibi``: the paper's slopes for the H heads, the bias formed in
+    the family's ``rounding`` dtype, times the score scale where it is ``scaled`` (added
+    before the scaling)."""
+    if entry.alibi is None:
+        return None
+    scale = 1.0
+    if entry.alibi.get("scaled"):
+        scale = 1 / math.sqrt(cfg.head_dim) if cfg.attention_scale is None else cfg.attention_scale
+    return ALiBi(rounding=entry.alibi.get("rounding"), scale=scale)
+
+
 def _split_qkv(fused: dict, cfg: ModelConfig, entry: Family) -> dict:
-    """Q, K, V of a fused projection: blocks [W_q; W_k; W_v] (GPT-2), or head by head
-    [q_h; k_h; v_h] for h = 0 … H − 1 (``qkv_layout`` "per_head": GPT-NeoX)."""
+    """Q, K, V of a fused projection: blocks [W_q; W_k; W_v] (GPT-2), head by head
+    [q_h; k_h; v_h] for h = 0 … H − 1 (``qkv_layout`` "per_head": GPT-NeoX), or group by
+    group [q_{g,1} … q_{g,G}; k_g; v_g] for the H_kv key/value heads g (``qkv_layout``
+    "per_group": Falcon's new decoder architecture)."""
     q, kv = cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
     w, b = fused["weight"], fused["bias"]
-    if entry.facts.get("qkv_layout") == "per_head":  # heads == kv_heads (checked: no GQA)
+    if entry.facts.get("qkv_layout") == "per_group":
+        g, k = cfg.kv_heads, cfg.head_dim
+        ws = w.reshape(g, -1, k, w.shape[-1]).split((cfg.heads // g, 1, 1), 1)
+        ws = [x.reshape(-1, w.shape[-1]) for x in ws]
+        bs = None if b is None else [x.reshape(-1) for x in b.reshape(g, -1, k).split(
+            (cfg.heads // g, 1, 1), 1)]  # fmt: skip
+    elif entry.facts.get("qkv_layout") == "per_head":  # heads == kv_heads (checked: no GQA)
         h, k = cfg.heads, cfg.head_dim
         ws = w.reshape(h, 3, k, -1).unbind(1)
         ws = [x.reshape(h * k, -1) for x in ws]
@@ -266,11 +300,31 @@ def _mlp(p: dict, cfg: ModelConfig, entry: Family):
     if "gate_up" in p:  # fused [W_gate; W_up] (Phi-3): the first m rows gate, the last m up
         gate, up = p["gate_up"]["weight"].chunk(2, 0)
         p = {**p, "gate": {"weight": gate}, "up": {"weight": up}}
+    if entry.mlp == "moe":
+        return _experts(p, cfg)
     if entry.mlp == "swiglu":
         return SwiGLU(p["gate"]["weight"], p["up"]["weight"], p["down"]["weight"],
                       activation=cfg.activation or "silu")  # fmt: skip
     return MLP(p["fc1"]["weight"], p["fc1"]["bias"], p["fc2"]["weight"], p["fc2"]["bias"],
                activation=cfg.activation)  # fmt: skip
+
+
+def _experts(p: dict, cfg: ModelConfig) -> MixtureOfExperts:
+    """The routed MLP of block weights ``p``: E gated experts (SwiGLU), the shared one."""
+    sigma = cfg.activation or "silu"
+    experts = [
+        SwiGLU(*(p[f"expert_{r}/{e}"]["weight"] for r in ("gate", "up", "down")), activation=sigma)
+        for e in range(cfg.experts)
+    ]
+    shared = gate = None
+    if "shared_gate" in p:
+        shared = SwiGLU(*(p[f"shared_{r}"]["weight"] for r in ("gate", "up", "down")),
+                        activation=sigma)  # fmt: skip
+        gate = p["shared_router"]["weight"] if "shared_router" in p else None
+    return MixtureOfExperts(
+        p["router"]["weight"], experts, cfg.top_k, normalize=cfg.normalize_top_k,
+        shared=shared, shared_gate=gate,
+    )  # fmt: skip
 
 
 def _layer(p: dict, cfg: ModelConfig, entry: Family, l: int) -> Layer:

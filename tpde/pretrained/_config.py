@@ -62,6 +62,13 @@ class ModelConfig:
         The factor of the logits (Cohere's ``logit_scale``; Granite's 1/``logits_scaling``).
     clip_qkv : float or None
         c of the projections' clamp to [−c, c] (OLMo's ``clip_qkv``); None: no clip.
+    experts, top_k : int or None
+        E experts and the k a token is routed to (a mixture-of-experts MLP,
+        :class:`~tpde.fields.MixtureOfExperts`); None: a dense MLP.
+    normalize_top_k : bool
+        Whether the k chosen probabilities are renormalised (Mixtral: always).
+    shared_hidden : int or None
+        The hidden width of the shared expert (Qwen2-MoE); None: none.
     """
 
     model_type: str
@@ -96,6 +103,10 @@ class ModelConfig:
     residual_scale: float = 1.0
     logit_scale: float = 1.0
     clip_qkv: float | None = None
+    experts: int | None = None
+    top_k: int | None = None
+    normalize_top_k: bool = True
+    shared_hidden: int | None = None
 
     @property
     def rms_eps(self) -> float:
@@ -270,6 +281,7 @@ def read_hyper(raw: dict, entry: Family, n: Naming = Naming()) -> ModelConfig:
         )
     extra = {**_peri_ln_hyper(raw, entry, got, keys, n), **_groups_and_labels(raw, entry, n)}
     extra.update(_multipliers(got, keys, entry, n))
+    extra.update(_experts_hyper(entry, got, keys, n))
     rotary_dims = _rotary_dims(raw, entry, got, keys, head_dim, n)
     if entry.rotary and "rope_base" in entry.keys:  # RoPE read from config.json (not GPT-J's)
         local = got.get("rope_local_base") not in (None, "=rope_base")  # Gemma-3: RoPE per type
@@ -418,6 +430,36 @@ def _peri_ln_hyper(raw: dict, entry: Family, got: dict, keys: dict, n: Naming) -
         "attn_softcap": _optional_positive(got, keys, "attn_softcap", n),
         "logit_softcap": _optional_positive(got, keys, "logit_softcap", n),
         "embed_scale": got["hidden"] ** 0.5 if entry.embed_scale else 1.0,
+    }
+
+
+# ---------------------------------------------------------------------- mixture of experts
+def _experts_hyper(entry: Family, got: dict, keys: dict, n: Naming) -> dict:
+    """E, k, the renormalisation and the shared expert's width of a mixture-of-experts
+    family (``mlp`` "moe"); top-k > E refused naming both keys."""
+    if entry.mlp != "moe":
+        return {}
+    experts, top_k = (
+        n.integer(got["experts"], keys["experts"]),
+        n.integer(got["top_k"], keys["top_k"]),
+    )
+    if top_k > experts:
+        raise LoadError(
+            f"config.json: {keys['top_k']} = {top_k} experts per token exceeds "
+            f"{keys['experts']} = {experts} experts: a token cannot be routed to more experts "
+            "than the layer has."
+        )
+    normalize = got.get("normalize_top_k", True)
+    if not isinstance(normalize, bool):
+        raise LoadError(
+            f"config.json: {keys['normalize_top_k']} must be true or false; received {normalize!r}."
+        )
+    shared = got.get("shared_hidden")
+    return {
+        "experts": experts,
+        "top_k": top_k,
+        "normalize_top_k": normalize,
+        "shared_hidden": None if shared is None else n.integer(shared, keys["shared_hidden"]),
     }
 
 

@@ -133,6 +133,7 @@ def _read(source: Source, dtype, device) -> tuple:
     raw = source.raw
     entry = family_for(raw.get("model_type"), source.where)
     try:
+        entry = entry if entry.variant is None else entry.variant(raw)  # Falcon's layouts
         cfg = read_hyper(raw, entry, Naming(source.key_name, source.said))
     except LoadError as err:
         raise LoadError(f"{source.context}{err}") from None

@@ -509,7 +509,7 @@ class Transformer:
         )  # fmt: skip
         return torch.stack([m.points for m in trajectory.measures])
 
-    def split(self, mu: Empirical, *, engine: str = "auto") -> torch.Tensor:
+    def split(self, mu: Empirical, *, engine: str = "auto", experts: bool = False) -> torch.Tensor:
         r"""The per-sublayer velocities v_{l,k}: shape (L, K, ..., n, d), K sublayers a layer.
 
         v_{l,k} = x_{l,k+1} − x_{l,k}, the k-th sub-step of layer l's Lie–Trotter step at
@@ -518,13 +518,21 @@ class Transformer:
         the norms that act on it: Pre-norm v = f(N(x)), Post-norm v = N(x + f(x)) − x. A
         parallel block (one Euler step x + Σ_b f_b(N_b x)) contributes its branches'
         velocities v_{l,b} = f_b(N_b x_l), all at x_l. So x_{l+1} − x_l = Σ_k v_{l,k} for
-        every placement.
+        every placement. With ``experts=True`` the MLP sub-step of a mixture-of-experts layer
+        (every layer's, same E) is its per-expert terms v_{l,e} = g_e F_e(N₂x) (0 where e
+        is not routed; the shared expert last, :meth:`MixtureOfExperts.expert_velocities`):
+        K = 1 + E (+ 1), and still x_{l+1} − x_l = Σ_k v_{l,k}.
         """
         _check_mu(mu)
         x, out = mu.points, []
         for l, layer in enumerate(self.layers):
             steps = []
             for part in layer.field.parts:
+                if experts and _experts_part(layer, part, l):
+                    terms = layer.mlp.expert_velocities(float(l), layer.mlp_norm.norm(x))
+                    steps.extend(terms)
+                    x = x + terms.sum(0)
+                    continue
                 x = self._sub_step(part, mu.with_points(x), float(l), engine, steps)
             out.append(torch.stack(steps))
         return torch.stack(out)
@@ -559,6 +567,20 @@ def check_unicode(sentence: str, name: str) -> None:
             f"{name} is not valid Unicode: {err.reason} at position {err.start} "
             f"({sentence[err.start : err.end]!r}); decode the text with errors='replace'."
         ) from None
+
+
+def _experts_part(layer, part: Field, l: int) -> bool:
+    """Whether ``part`` is the Pre-norm MLP of a mixture-of-experts layer (else a
+    ValueError for a layer that has no experts: its split has no per-expert terms)."""
+    from tpde.fields import MixtureOfExperts
+
+    if not isinstance(getattr(layer, "mlp", None), MixtureOfExperts):
+        raise ValueError(
+            f"split(experts=True) splits a mixture-of-experts MLP into its experts; layer {l} "
+            "has a dense MLP. Use split(mu) (experts=False)."
+        )
+    inner = part.children()  # the Pre-norm MLP: Normalized(mlp), its one child the MoE
+    return len(inner) == 1 and inner[0] is layer.mlp and layer.mlp_norm.placement == "pre"
 
 
 def _check_mu(mu) -> None:

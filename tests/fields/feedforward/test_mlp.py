@@ -22,14 +22,24 @@ REFERENCE = {
     "gelu-tanh": lambda z: (
         0.5 * z * (1 + torch.tanh(math.sqrt(2 / math.pi) * (z + 0.044715 * z**3)))
     ),
+    "gelu-tanh-bloom": lambda z: 0.5 * z * (1 + torch.tanh(0.79788456 * (z + 0.044715 * z**3))),
 }
 
+
 #: torch's module for each activation (the nn.Sequential reference).
+class _BloomGelu(nn.Module):
+    """transformers' ``bloom_gelu_forward`` (BloomGelu in eval mode), written out."""
+
+    def forward(self, z):
+        return z * 0.5 * (1.0 + torch.tanh(0.79788456 * z * (1 + 0.044715 * z * z)))
+
+
 MODULES = {
     "relu": nn.ReLU(),
     "gelu": nn.GELU(),
     "silu": nn.SiLU(),
     "gelu-tanh": nn.GELU(approximate="tanh"),
+    "gelu-tanh-bloom": _BloomGelu(),
 }
 
 

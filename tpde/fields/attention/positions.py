@@ -210,6 +210,16 @@ class ALiBi(PositionalEncoding):
         BLOOM's ``build_alibi_tensor``): the slopes of the power of two P below H, then every
         other slope of 2P, the first H − P of them.
 
+    rounding : {None, "float32", "bfloat16"}
+        Form the bias as a checkpoint's code does: the slopes rounded to float32 (the
+        paper's rule computed as ``torch.pow`` of a float32 base, as BLOOM's and Falcon's
+        ``build_alibi_tensor``), then to this dtype, the positions cast to it and the
+        product m_h·p_j rounded to it ("float32": BLOOM; "bfloat16": Falcon). Default None:
+        exact, in the positions' dtype.
+    scale : float, default 1
+        c of the bias c·m_h p_j: Falcon adds the bias before scaling the scores by 1/√d_h
+        (c = 1/√d_h, applied after the rounding).
+
     Notes
     -----
     With mean-field positions s = p/(n − 1), the penalty m_h(s_i − s_j) is
@@ -222,10 +232,15 @@ class ALiBi(PositionalEncoding):
     """
 
     slopes: tuple[float, ...] | None = None
+    rounding: str | None = None
+    scale: float = 1.0
 
     name: ClassVar[str] = "alibi"
 
     def __post_init__(self):
+        if self.rounding is not None:
+            check_choice(self.rounding, "ALiBi rounding", tuple(_ROUNDINGS))
+        object.__setattr__(self, "scale", check_positive(self.scale, "ALiBi scale"))
         if self.slopes is None:
             return
         try:
@@ -262,10 +277,16 @@ class ALiBi(PositionalEncoding):
         return tuple(_paper_slopes(heads))
 
     def key_bias(self, positions: torch.Tensor, heads: int) -> torch.Tensor:
-        slopes = torch.tensor(
-            self.head_slopes(heads), dtype=positions.dtype, device=positions.device
-        )
-        return slopes.unsqueeze(-1) * positions  # (H, m): +m_h p_j
+        if self.rounding is None:
+            slopes = torch.tensor(
+                self.head_slopes(heads), dtype=positions.dtype, device=positions.device
+            )
+            bias = slopes.unsqueeze(-1) * positions  # (H, m): +m_h p_j
+        else:
+            low = _ROUNDINGS[self.rounding]
+            slopes = _float32_slopes(self.slopes, heads).to(device=positions.device, dtype=low)
+            bias = (slopes.unsqueeze(-1) * positions.to(low)).to(positions.dtype)
+        return bias if self.scale == 1.0 else bias * self.scale
 
 
 def _cos_sin(rope: RoPE, positions: torch.Tensor, head_dim: int, dtype, length=None) -> tuple:
@@ -284,6 +305,28 @@ def _cos_sin(rope: RoPE, positions: torch.Tensor, head_dim: int, dtype, length=N
         C = torch.stack([cos, cos], dim=-1).flatten(-2)
         S = torch.stack([-sin, sin], dim=-1).flatten(-2)
     return C.to(dtype), S.to(dtype)
+
+
+#: ALiBi's ``rounding`` names → the dtype a checkpoint's code forms the bias in.
+_ROUNDINGS = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def _float32_slopes(slopes, heads: int) -> torch.Tensor:
+    """The slopes in float32 as BLOOM's and Falcon's code computes them: given ones rounded,
+    the paper's as torch.pow of a float32 base 2^{−8/P} over h = 1 … P (then the odd powers
+    of 2^{−8/(2P)} for the H − P others), P the power of two ≤ H. On the CPU (a table the
+    caller moves to its tokens' device)."""
+    cpu = torch.device("cpu")
+    if slopes is not None:
+        return torch.tensor(slopes, dtype=torch.float64, device=cpu).to(torch.float32)
+    power = 2 ** math.floor(math.log2(heads))
+    base = torch.tensor(2.0 ** (-8.0 / power), dtype=torch.float32, device=cpu)
+    out = torch.pow(base, torch.arange(1, power + 1, dtype=torch.int32, device=cpu))
+    if power < heads:
+        finer = torch.tensor(2.0 ** (-8.0 / (2 * power)), dtype=torch.float32, device=cpu)
+        odd = torch.arange(1, 1 + 2 * min(power, heads - power), 2, dtype=torch.int32, device=cpu)
+        out = torch.cat([out, torch.pow(finer, odd)])
+    return out
 
 
 def _paper_slopes(heads: int) -> list[float]:

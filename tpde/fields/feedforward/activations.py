@@ -5,6 +5,8 @@ relu       max(z, 0)
 gelu       z·Φ(z), Φ the standard normal CDF (the erf form; hidden_act "gelu" of BERT, MiniLM)
 silu       z·sigmoid(z) (swish with β = 1; SwiGLU's gate)
 gelu-tanh  ½z(1 + tanh(√(2/π)(z + 0.044715z³))) (GPT-2's "gelu_new"; torch approximate="tanh")
+gelu-tanh  ½z(1 + tanh(0.79788456·z(1 + 0.044715z²))): BLOOM's GELU, √(2/π) written to 8
+-bloom     decimals (1.0e-9 below it, so 1e-10-relative away from "gelu-tanh")
 =========  ===========================================================================
 
 :class:`~tpde.fields.MLP` reads its ``activation`` here. A new activation is one entry
@@ -33,6 +35,9 @@ ACTIVATIONS: dict[str, Activation] = {
     "gelu": F.gelu,
     "silu": F.silu,
     "gelu-tanh": partial(F.gelu, approximate="tanh"),
+    "gelu-tanh-bloom": lambda z: (
+        z * 0.5 * (1.0 + torch.tanh(0.79788456 * z * (1 + 0.044715 * z * z)))
+    ),
 }
 
 

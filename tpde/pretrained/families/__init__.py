@@ -43,6 +43,24 @@ gemma3         gemma3_text             RMSNorm    sandwich    as gemma2 without 
                                                               QK-RMSNorm, local RoPE base
 olmo2          olmo2                   RMSNorm    output      as llama, QK-RMSNorm over the whole
                                                               projection
+starcoder2     starcoder2              LayerNorm  pre         GQA + RoPE with biases; GELU-tanh MLP;
+                                                              sliding window
+gpt_bigcode    gpt_bigcode             LayerNorm  pre         as gpt2 (nn.Linear weights);
+                                                              multi_query: one key/value head,
+                                                              [W_q; W_k; W_v]; else fused per head
+bloom          bloom                   LayerNorm  pre         ALiBi (bias formed in float32), no
+                                                              position table; embedding LayerNorm;
+                                                              fused QKV per head; BLOOM's GELU-tanh
+falcon         falcon                  LayerNorm  pre,        grouped (new_decoder_architecture),
+                                                  parallel    multi-query or per-head fused QKV;
+                                                  or not      one or two norms; RoPE, or ALiBi
+                                                              (bfloat16, before the 1/√d_h scale)
+mixtral        mixtral                 RMSNorm    pre         as mistral; the MLP a MixtureOfExperts
+                                                              of E SwiGLU experts, top k,
+                                                              renormalised over the k
+qwen2_moe      qwen2_moe               RMSNorm    pre         as qwen2; MixtureOfExperts (top k,
+                                                              renormalised if norm_topk_prob) plus
+                                                              a σ-gated shared SwiGLU expert
 =============  ======================  =========  ==========  =====================================
 
 GGUF files: the families with a ``gguf`` map (llama — Mistral files too, which llama.cpp
@@ -50,12 +68,16 @@ writes as llama —, qwen2, qwen3, gemma3), through the one translator
 :mod:`tpde.pretrained._gguf`.
 
 Every layer is the field ``Normalized(attention, N₁) + Normalized(mlp, N₂)`` (MATH.md §8):
-its Lie–Trotter step of size 1 with Euler sub-steps is the network's block. A parallel
-block (``parallel``: GPT-NeoX, Phi, GPT-J) is ``Sum([Parallel([Normalized(attention, N₁),
-Normalized(mlp, N₂)])])``, one part whose Euler step is x + Attn(N₁x) + F(N₂x) (N₂ = N₁
-where the block has one norm). Every decoder (all but bert and albert) reads the ``score``
-head of its ``*ForSequenceClassification`` (W_s N_out(x_L)_{n−1}, the last token, no bias, no
-soft-cap); bert and albert read their classifiers on the pooled first token.
+its Lie–Trotter step of size 1 with Euler sub-steps is the network's block. A parallel block
+(``parallel``: GPT-NeoX, Phi, GPT-J, Falcon's default) is
+``Sum([Parallel([Normalized(attention, N₁), Normalized(mlp, N₂)])])``, one part whose Euler
+step is x + Attn(N₁x) + F(N₂x) (N₂ = N₁ where the block has one norm). Every decoder (all
+but bert and albert) reads the ``score`` head of its ``*ForSequenceClassification`` (W_s
+N_out(x_L)_{n−1}, the last token, no bias, no soft-cap); bert and albert read their
+classifiers on the pooled first token. A mixture-of-experts MLP (mixtral, qwen2_moe) is one
+feed-forward field (:class:`~tpde.fields.MixtureOfExperts`); ``Transformer.split(mu,
+experts=True)`` splits its sub-step into the per-expert terms g_e(x) F_e(N₂x) (0 where
+expert e is not routed).
 """
 
 import importlib

@@ -13,6 +13,7 @@ name → entry), :data:`ARCHITECTURES` (the entries in order), the error that li
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 __all__ = [
@@ -38,6 +39,7 @@ ACTIVATIONS_HF = {
     "relu": "relu",
     "silu": "silu",
     "swish": "silu",
+    "bloom_gelu": "gelu-tanh-bloom",  # BLOOM's tanh GELU with √(2/π) written 0.79788456
 }
 
 REQUIRED = object()  # a config key without a default
@@ -168,7 +170,12 @@ class Family:
         "sandwich": x ← x + N₂(f(N₁x)) on each sublayer (roles ``attn_norm``,
         ``attn_post_norm``, ``mlp_norm``, ``mlp_post_norm``); "output": x ← x + N₂(f(x))
         (roles ``attn_post_norm``, ``mlp_post_norm``) — :class:`~tpde.fields.Sandwich`.
-    mlp : "swiglu" (gated; its σ the ``activation`` key, silu by default) or "mlp"
+    mlp : "swiglu" (gated; its σ the ``activation`` key, silu by default), "mlp" or "moe"
+        "moe": a routed mixture of gated experts
+        (:class:`~tpde.fields.MixtureOfExperts`): roles ``router`` (E × d), ``expert_gate``,
+        ``expert_up``, ``expert_down`` (templates with ``{e}``, the expert), and where the
+        ``shared_hidden`` key is set ``shared_gate``, ``shared_up``, ``shared_down``,
+        ``shared_router`` (1 × d: Qwen2-MoE's sigmoid gate of the shared expert).
     rotary : bool
         RoPE on queries and keys (style ``facts["rope_style"]``, "half" by default; the
         rotated width from the ``rotary`` key, read as ``facts["rotary"]`` says: a
@@ -254,6 +261,17 @@ class Family:
     #: tuple of norms): stored as one (H, d_h) tensor (Cohere), or as H tensors (d_h,) of a
     #: name template with ``{h}`` (StableLM's ``norms.{h}``).
     qk_norm_heads: bool = False
+    # -- ALiBi, variants, mixture-of-experts ---------------------------------------------
+    #: ALiBi positions (:class:`~tpde.fields.ALiBi`, the paper's slopes m_h for H heads), as
+    #: the family's code forms them: ``{"rounding": "float32"}`` (BLOOM: score
+    #: q·k/√d_h + m_h p_j, the bias formed in float32), ``{"rounding": "bfloat16",
+    #: "scaled": True}`` (Falcon: (q·k + m_h p_j)/√d_h, the bias formed in bfloat16). None:
+    #: no ALiBi.
+    alibi: dict | None = None
+    #: A family whose config selects among layouts (Falcon's three attention layouts, its
+    #: ALiBi or RoPE): config.json → the entry for that config (``dataclasses.replace`` of
+    #: this one), raising LoadError for a combination tpde does not read. None: one layout.
+    variant: Callable | None = None
 
 
 #: The entry's old name (``tpde.pretrained.architectures.Architecture``).

@@ -1,0 +1,48 @@
+r"""Mixtral: as Mistral (Pre-RMSNorm, causal GQA with RoPE, sliding window where
+``sliding_window`` says), its MLP a routed mixture of E SwiGLU experts
+(:class:`~tpde.fields.MixtureOfExperts`): router logits z = W_r x, the k =
+``num_experts_per_tok`` experts of largest softmax probability, weighed by the softmax over
+the chosen logits, F(x) = Σ_{e ∈ T(x)} g_e(x) W2_e(silu(W1_e x) ⊙ W3_e x)."""
+
+from __future__ import annotations
+
+from tpde.pretrained.families.base import REQUIRED, SCORE_HEAD, Family, register
+from tpde.pretrained.families.llama import LLAMA_KEYS, LLAMA_NAMES
+
+__all__ = ["MIXTRAL"]
+
+_MOE = "model.layers.{l}.block_sparse_moe."
+
+MIXTRAL = register(
+    Family(
+        family="mixtral",
+        model_types=("mixtral",),
+        keys={
+            **LLAMA_KEYS,
+            "norm_eps": ("rms_norm_eps", 1e-5),
+            "activation": ("hidden_act", "silu"),
+            "experts": ("num_local_experts", REQUIRED),
+            "top_k": ("num_experts_per_tok", REQUIRED),
+        },
+        honoured={},
+        names={
+            **{r: t for r, t in LLAMA_NAMES.items() if r not in ("gate", "up", "down")},
+            "router": _MOE + "gate",
+            "expert_gate": _MOE + "experts.{e}.w1",
+            "expert_down": _MOE + "experts.{e}.w2",
+            "expert_up": _MOE + "experts.{e}.w3",
+        },
+        biases={},
+        norm="rmsnorm",
+        placement="pre",
+        mlp="moe",
+        rotary=True,
+        causal=True,
+        facts={
+            "rope_style": "half",
+            "window": "sliding_window: p_i − p_j < w",
+            "routing": "softmax over all E, top k, renormalised over the k (always)",
+        },
+        classifiers=SCORE_HEAD,
+    )
+)
