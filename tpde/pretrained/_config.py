@@ -11,7 +11,7 @@ from tpde.fields import rope_scaling_from_config
 from tpde.pretrained._checkpoint import LoadError
 from tpde.pretrained.families.base import ACTIVATIONS_HF, FAMILIES, REQUIRED, Family
 
-__all__ = ["ModelConfig", "Naming", "family_for", "read_hyper"]
+__all__ = ["ModelConfig", "Naming", "family_for", "read_hyper", "read_keys"]
 
 
 @dataclass(frozen=True)
@@ -131,7 +131,50 @@ def _lookup(raw: dict, key: str):
     return value
 
 
+def read_keys(entry: Family) -> set[str]:
+    """Every top-level config.json key that :func:`read_hyper` and the builder read for the
+    family ``entry`` (its ``keys``, ``honoured``, ``optional``, bias and parallel keys, its
+    groups, and the keys every family of its kind reads): with ``entry.irrelevant`` and
+    :data:`~tpde.pretrained.families.base.COMMON_IRRELEVANT`, the table a test holds against
+    transformers' config classes."""
+    out = {"model_type", "architectures", "id2label", "num_labels"}  # _groups_and_labels
+    out |= {key for key, _ in entry.keys.values()} | set(entry.optional.values())
+    out |= {key.split(".")[0] for key in entry.honoured}
+    out |= {flag if isinstance(flag, str) else flag[0] for flag in _bool_flags(entry)}
+    out |= set(entry.layer_groups or ())
+    if entry.rotary and "rope_base" in entry.keys:  # rope_scaling_from_config, _rope_parameters
+        out |= {"rope_parameters", "rope_scaling", "original_max_position_embeddings"}
+    if entry.window_pattern is not None:  # _local_layers
+        out |= {"layer_types", "sliding_window_pattern"}
+    return out
+
+
+def _bool_flags(entry: Family) -> list:
+    """The config keys the entry reads as booleans (biases, optional roles, parallel)."""
+    flags = [f for f in entry.biases.values() if isinstance(f, str | tuple)]
+    flags += list(entry.optional.values())
+    return flags + ([entry.parallel] if isinstance(entry.parallel, str) else [])
+
+
+def _check_bools(raw: dict, entry: Family) -> None:
+    """Every boolean key the entry reads is a JSON true or false where present (a string
+    "false" is truthy; transformers 5 refuses it too)."""
+    for flag in _bool_flags(entry):
+        key = flag if isinstance(flag, str) else flag[0]
+        if key in raw and not isinstance(raw[key], bool):
+            raise LoadError(
+                f"config.json: {key} must be true or false; received {raw[key]!r} (a "
+                f"{type(raw[key]).__name__}). Write it as a JSON boolean."
+            )
+
+
+def _same(a, b) -> bool:
+    """a == b of the same type (True is not 1, 0 is not False)."""
+    return type(a) is type(b) and a == b
+
+
 def _check_honoured(raw: dict, entry: Family) -> None:
+    _check_bools(raw, entry)
     for key, allowed in entry.honoured.items():
         try:
             value = _lookup(raw, key)
@@ -139,7 +182,7 @@ def _check_honoured(raw: dict, entry: Family) -> None:
             continue
         values = value if isinstance(value, list) and key == "layer_types" else [value]
         for item in values:
-            if item not in allowed:
+            if not any(_same(item, a) for a in allowed):
                 raise LoadError(
                     f"config.json sets {key} = {value!r}, which changes the computation in a way "
                     f"tpde does not implement for {entry.family} models (it reads "
@@ -190,15 +233,13 @@ class Naming:
 def read_hyper(raw: dict, entry: Family, n: Naming = Naming()) -> ModelConfig:
     """The checked hyper-parameters of ``raw`` (config.json) for the family ``entry``; ``n``
     names the keys in errors (a GGUF file's metadata keys)."""
-    _check_honoured(raw, entry)
-    for key in sorted(set(entry.optional.values())):  # roles the files hold when key is true
-        if not isinstance(raw.get(key, False), bool):
-            raise LoadError(f"config.json: {key} must be true or false; received {raw[key]!r}.")
+    _check_honoured(raw, entry)  # and the boolean keys
     got, keys = {}, {}
     for name, (key, default) in entry.keys.items():
         keys[name] = key
-        if key in raw and raw[key] is not None:
-            got[name] = raw[key]
+        derived = isinstance(default, str) and default.startswith("=")
+        if key in raw and (raw[key] is not None or not (derived or default is REQUIRED)):
+            got[name] = raw[key]  # an explicit null is None (Mistral's full attention)
         elif default is REQUIRED:
             raise LoadError(f"config.json has no {key!r}, which {entry.family} models need.")
         else:
@@ -381,7 +422,7 @@ def _peri_ln_hyper(raw: dict, entry: Family, got: dict, keys: dict, n: Naming) -
     return {
         "local_layers": local,
         "rope_local_base": None
-        if rope_local is None
+        if "rope_local_base" not in got
         else n.positive(rope_local, keys["rope_local_base"]),
         "attention_scale": None if scalar is None else scalar**-0.5,
         "attn_softcap": _optional_positive(got, keys, "attn_softcap", n),

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 __all__ = [
     "ACTIVATIONS_HF",
     "ARCHITECTURES",
+    "COMMON_IRRELEVANT",
     "FAMILIES",
     "REQUIRED",
     "Architecture",
@@ -117,6 +118,11 @@ class Family:
         Prefixes a checkpoint may put before every name (a task model's base model).
     ignored : tuple of str
         Name prefixes of tensors that play no part (a pooler, a classifier).
+    irrelevant : dict
+        Config key → why it plays no part in the computation, for the family's keys beyond
+        :data:`COMMON_IRRELEVANT` (which every family shares). With the keys the family reads
+        (:func:`tpde.pretrained._config.read_keys`) they cover every key of transformers'
+        config class for each of its ``model_types`` (the test's oracle).
     buffers : tuple of str
         Name endings of stored buffers the model recomputes (GPT-2's causal mask).
     norm : "rmsnorm" or "layernorm"
@@ -177,6 +183,7 @@ class Family:
     causal: bool
     prefixes: tuple[str, ...] = ("",)
     ignored: tuple[str, ...] = ()
+    irrelevant: dict = field(default_factory=dict)
     conv1d: bool = False
     buffers: tuple[str, ...] = ()
     facts: dict = field(default_factory=dict)
@@ -199,6 +206,37 @@ class Family:
     #: How a GGUF file of the family is read (None: tpde reads no GGUF file of it).
     gguf: GGUFMap | None = None
 
+
+#: Config keys that play no part in any family's computation, and why: a family's
+#: ``irrelevant`` adds its own. A key a family reads is read whatever this table says
+#: (RoBERTa's ``pad_token_id`` sets its position offset).
+COMMON_IRRELEVANT = {
+    **dict.fromkeys(
+        ("_name_or_path", "transformers_version", "dtype", "torch_dtype"),
+        "provenance and storage dtype; load's dtype argument sets the computation's",
+    ),
+    **dict.fromkeys(
+        ("output_attentions", "output_hidden_states", "return_dict", "use_cache"),
+        "what transformers' forward returns or caches, not the values it computes",
+    ),
+    **dict.fromkeys(
+        ("bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id",
+         "decoder_start_token_id"),
+        "tokenizer ids: which tokens a text holds, not how tokens are computed",
+    ),  # fmt: skip
+    "initializer_range": "initialisation of untrained weights; every weight is read",
+    "chunk_size_feed_forward": "the feed-forward applied in chunks of tokens: the same values",
+    "problem_type": "the training loss of a classification head",
+    "label2id": "class names (id2label, which is read, gives their number)",
+    "is_encoder_decoder": "transformers' generation utilities; the model class decides",
+    **dict.fromkeys(
+        ("attention_dropout", "attention_probs_dropout_prob", "hidden_dropout",
+         "hidden_dropout_prob", "classifier_dropout", "classifier_dropout_prob", "attn_pdrop",
+         "embd_pdrop", "resid_pdrop", "embedding_dropout", "residual_dropout",
+         "summary_first_dropout", "summary_last_dropout"),
+        "training-only dropout: the identity at evaluation",
+    ),  # fmt: skip
+}
 
 #: The entry's old name (``tpde.pretrained.architectures.Architecture``).
 Architecture = Family

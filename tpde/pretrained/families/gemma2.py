@@ -35,6 +35,7 @@ __all__ = ["GEMMA2", "GEMMA_HONOURED", "GEMMA_KEYS", "GEMMA_NAMES"]
 #: The Gemma families' config keys (Gemma-3 changes the RoPE bases).
 GEMMA_KEYS = {
     **LLAMA_KEYS,
+    "window": ("sliding_window", None),
     "activation": ("hidden_activation", "gelu_pytorch_tanh"),
     "query_scalar": ("query_pre_attn_scalar", REQUIRED),
     "attn_softcap": ("attn_logit_softcapping", None),

@@ -13,7 +13,7 @@ QWEN3 = register(
     Family(
         family="qwen3",
         model_types=("qwen3",),
-        keys=LLAMA_KEYS,
+        keys={**LLAMA_KEYS, "window": ("sliding_window", None)},
         honoured=NO_WINDOW_HONOURED,
         names={
             **LLAMA_NAMES,

@@ -18,6 +18,7 @@ STARCODER2 = register(
         model_types=("starcoder2",),
         keys={
             **LLAMA_KEYS,
+            "window": ("sliding_window", None),
             "norm_eps": ("norm_epsilon", 1e-5),
             "activation": ("hidden_act", "gelu_pytorch_tanh"),
             "tied": ("tie_word_embeddings", True),
