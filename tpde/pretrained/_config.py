@@ -141,7 +141,7 @@ def read_keys(entry: Family) -> set[str]:
     out |= {key for key, _ in entry.keys.values()} | set(entry.optional.values())
     out |= {key.split(".")[0] for key in entry.honoured}
     out |= {flag if isinstance(flag, str) else flag[0] for flag in _bool_flags(entry)}
-    out |= set(entry.layer_groups or ())
+    out |= set(entry.layer_groups or ()) | set(entry.aliases)
     if entry.rotary and "rope_base" in entry.keys:  # rope_scaling_from_config, _rope_parameters
         out |= {"rope_parameters", "rope_scaling", "original_max_position_embeddings"}
     if entry.window_pattern is not None:  # _local_layers
@@ -233,6 +233,7 @@ class Naming:
 def read_hyper(raw: dict, entry: Family, n: Naming = Naming()) -> ModelConfig:
     """The checked hyper-parameters of ``raw`` (config.json) for the family ``entry``; ``n``
     names the keys in errors (a GGUF file's metadata keys)."""
+    raw = {**raw, **{key: raw[alias] for alias, key in entry.aliases.items() if alias in raw}}
     _check_honoured(raw, entry)  # and the boolean keys
     got, keys = {}, {}
     for name, (key, default) in entry.keys.items():
@@ -280,8 +281,10 @@ def read_hyper(raw: dict, entry: Family, n: Naming = Naming()) -> ModelConfig:
     if window is not None:
         window = n.integer(window, keys["window"])
     offset = 0
-    if raw.get("model_type") in entry.facts.get("pad_offset_types", ()):
-        offset = n.integer(got["pad"], keys["pad"], low=0) + 1
+    pad_types = entry.facts.get("pad_offset_types", {})  # model_type → its default pad id
+    if raw.get("model_type") in pad_types:
+        pad = got["pad"] if keys["pad"] in raw else pad_types[raw["model_type"]]
+        offset = n.integer(pad, keys["pad"], low=0) + 1
     context = got["context"] - offset
     if context < 1:
         raise LoadError(

@@ -181,7 +181,8 @@ def read_tensors(names, where: dict[str, Path], dtype, device) -> dict[str, torc
                 try:
                     tensor = handle.get_tensor(name)
                 except Exception as err:
-                    raise LoadError(f"{path}: the tensor {name!r} cannot be read ({err}).") from None
+                    message = f"{path}: the tensor {name!r} cannot be read ({err})."
+                    raise LoadError(message) from None
                 out[name] = tensor.to(dtype=dtype, device=device)
     for name, tensor in out.items():
         if not all_finite(tensor):

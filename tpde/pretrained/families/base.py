@@ -123,6 +123,9 @@ class Family:
         :data:`COMMON_IRRELEVANT` (which every family shares). With the keys the family reads
         (:func:`tpde.pretrained._config.read_keys`) they cover every key of transformers'
         config class for each of its ``model_types`` (the test's oracle).
+    aliases : dict
+        Config key → the key of ``keys`` it stands for (transformers' ``attribute_map``:
+        GPT-2's ``hidden_size`` is ``n_embd``); where present it wins, as in transformers.
     buffers : tuple of str
         Name endings of stored buffers the model recomputes (GPT-2's causal mask).
     norm : "rmsnorm" or "layernorm"
@@ -184,6 +187,7 @@ class Family:
     prefixes: tuple[str, ...] = ("",)
     ignored: tuple[str, ...] = ()
     irrelevant: dict = field(default_factory=dict)
+    aliases: dict = field(default_factory=dict)
     conv1d: bool = False
     buffers: tuple[str, ...] = ()
     facts: dict = field(default_factory=dict)
@@ -220,22 +224,32 @@ COMMON_IRRELEVANT = {
         "what transformers' forward returns or caches, not the values it computes",
     ),
     **dict.fromkeys(
-        ("bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id",
-         "decoder_start_token_id"),
+        ("bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "decoder_start_token_id"),
         "tokenizer ids: which tokens a text holds, not how tokens are computed",
-    ),  # fmt: skip
+    ),
     "initializer_range": "initialisation of untrained weights; every weight is read",
     "chunk_size_feed_forward": "the feed-forward applied in chunks of tokens: the same values",
     "problem_type": "the training loss of a classification head",
     "label2id": "class names (id2label, which is read, gives their number)",
     "is_encoder_decoder": "transformers' generation utilities; the model class decides",
     **dict.fromkeys(
-        ("attention_dropout", "attention_probs_dropout_prob", "hidden_dropout",
-         "hidden_dropout_prob", "classifier_dropout", "classifier_dropout_prob", "attn_pdrop",
-         "embd_pdrop", "resid_pdrop", "embedding_dropout", "residual_dropout",
-         "summary_first_dropout", "summary_last_dropout"),
+        (
+            "attention_dropout",
+            "attention_probs_dropout_prob",
+            "hidden_dropout",
+            "hidden_dropout_prob",
+            "classifier_dropout",
+            "classifier_dropout_prob",
+            "attn_pdrop",
+            "embd_pdrop",
+            "resid_pdrop",
+            "embedding_dropout",
+            "residual_dropout",
+            "summary_first_dropout",
+            "summary_last_dropout",
+        ),
         "training-only dropout: the identity at evaluation",
-    ),  # fmt: skip
+    ),
 }
 
 #: The entry's old name (``tpde.pretrained.architectures.Architecture``).

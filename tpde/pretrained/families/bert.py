@@ -87,8 +87,8 @@ BERT = register(
         causal=False,
         facts={
             # positions start after the padding index for these model types (RoBERTa's
-            # create_position_ids_from_input_ids): offset pad_token_id + 1
-            "pad_offset_types": ("roberta",),
+            # create_position_ids_from_input_ids): offset pad_token_id + 1 (its default 1)
+            "pad_offset_types": {"roberta": 1},
             "token_type": "type 0 unless token_types are given",
             "head": "the masked-LM head where the files hold it (mlm_heads), the pooler where "
             "they hold it, the sequence-classification head of a *ForSequenceClassification "

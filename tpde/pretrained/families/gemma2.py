@@ -35,7 +35,7 @@ __all__ = ["GEMMA2", "GEMMA_HONOURED", "GEMMA_KEYS", "GEMMA_NAMES"]
 #: The Gemma families' config keys (Gemma-3 changes the RoPE bases).
 GEMMA_KEYS = {
     **LLAMA_KEYS,
-    "window": ("sliding_window", None),
+    "window": ("sliding_window", 4096),
     "activation": ("hidden_activation", "gelu_pytorch_tanh"),
     "query_scalar": ("query_pre_attn_scalar", REQUIRED),
     "attn_softcap": ("attn_logit_softcapping", None),
@@ -60,7 +60,12 @@ GEMMA2 = register(
     Family(
         family="gemma2",
         model_types=("gemma2",),
-        keys={**GEMMA_KEYS, "rope_local_base": ("rope_local_base_freq", "=rope_base")},
+        keys={
+            **GEMMA_KEYS,
+            "rope_local_base": ("rope_local_base_freq", "=rope_base"),
+            "attn_softcap": ("attn_logit_softcapping", 50.0),
+            "logit_softcap": ("final_logit_softcapping", 30.0),
+        },
         honoured=GEMMA_HONOURED,
         names=GEMMA_NAMES,
         biases=GATED_BIASES,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from tpde.pretrained.families.base import GATED_BIASES, SCORE_HEAD, Family, GGUFMap, register
 from tpde.pretrained.families.llama import LLAMA_KEYS, LLAMA_NAMES
-from tpde.pretrained.families.qwen2 import NO_WINDOW_HONOURED
+from tpde.pretrained.families.qwen2 import NO_WINDOW_HONOURED, NO_WINDOW_IRRELEVANT
 
 __all__ = ["QWEN3"]
 
@@ -15,6 +15,7 @@ QWEN3 = register(
         model_types=("qwen3",),
         keys={**LLAMA_KEYS, "window": ("sliding_window", None)},
         honoured=NO_WINDOW_HONOURED,
+        irrelevant=NO_WINDOW_IRRELEVANT,
         names={
             **LLAMA_NAMES,
             "q_norm": "model.layers.{l}.self_attn.q_norm",
