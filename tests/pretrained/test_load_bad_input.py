@@ -14,6 +14,7 @@ import shutil
 import pytest
 import torch
 
+from tests.pretrained.test_load import FAMILIES as TEST_FAMILIES
 from tests.pretrained.test_load import _check, _exact_float64, _oracle, _relative
 from tpde.measures import Empirical
 from tpde.pretrained import LoadError, load, read_checkpoint
@@ -278,3 +279,52 @@ def test_positions_beyond_max_position_embeddings(folder):
     assert _relative(states[1], out.hidden_states[1][0]) < 1e-12
     last = model.final_norm.norm(states[2])  # transformers' last state is final-normed
     assert _relative(last, out.hidden_states[2][0]) < 1e-12
+
+
+# ---------------------------------------------------------------------- Qwen's sliding window
+def _qwen(tmp_path, name="qwen2", **changes):
+    """test_load's tiny Qwen2 (2 layers, every parameter redrawn) with config ``changes``,
+    saved, and transformers' model of the saved folder and its outputs (its default attention:
+    eager's softmax is float32)."""
+    config_cls, kwargs, model_cls, _, _ = TEST_FAMILIES[name]
+    torch.manual_seed(5)
+    config = getattr(transformers, config_cls)(**{**kwargs, **changes})
+    model = getattr(transformers, model_cls)(config).to(torch.float64)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.normal_(0.0, 0.5)
+    model.save_pretrained(tmp_path)
+    return _transformers(tmp_path)
+
+
+@pytest.mark.parametrize("name", ["qwen2", "qwen3"])
+@pytest.mark.parametrize(
+    ("first", "slides"), [(2, (False, False)), (5, (False, False)), (1, (False, True))]
+)
+def test_qwen_use_sliding_window_slides_the_layers_max_window_layers_says(
+    tmp_path, name, first, slides
+):
+    """use_sliding_window with max_window_layers ≥ L slides no layer (full attention, as
+    transformers; before: refused); with max_window_layers = 1 layer 1 sees the 3 last
+    positions (p_i − p_j < 3), as transformers' (before: refused)."""
+    reference, out = _qwen(
+        tmp_path, name, use_sliding_window=True, sliding_window=3, max_window_layers=first
+    )
+    assert tuple(t == "sliding_attention" for t in reference.config.layer_types) == slides
+    model = load(tmp_path, dtype=torch.float64)
+    assert model.config.layer_window(0) is None
+    assert model.config.layer_window(1) == (3 if slides[1] else None)
+    _check(model, name, IDS, out, 1e-12)
+
+
+def test_qwen_sliding_layer_types_without_the_switch_are_refused(tmp_path):
+    """layer_types naming a sliding layer while use_sliding_window is false: transformers has
+    no window for it (its sliding mask then fails); tpde refuses, naming both keys."""
+    _qwen(tmp_path)
+    _edit_config(tmp_path, layer_types=["full_attention", "sliding_attention"])
+    with pytest.raises(LoadError, match=r"layer_types makes layers \[1\] slide, but "
+                       r"use_sliding_window is not true"):  # fmt: skip
+        load(tmp_path)
+    _edit_config(tmp_path, layer_types=["full_attention", "chunked_attention"])
+    with pytest.raises(LoadError, match=r"sets layer_types = .*'chunked_attention'"):
+        load(tmp_path)

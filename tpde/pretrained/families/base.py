@@ -207,6 +207,10 @@ class Family:
     #: Local (sliding-window) and global layers: every ``window_pattern``-th layer global,
     #: the others local (``layer_types`` in config.json overrides it); None: all alike.
     window_pattern: int | None = None
+    #: The boolean config key that turns the sliding window on (Qwen's
+    #: ``use_sliding_window``): the window ``window`` then on layers l ≥ ``window_from``
+    #: (``max_window_layers``) or as ``layer_types`` says; off, every layer global.
+    window_switch: str | None = None
     #: How a GGUF file of the family is read (None: tpde reads no GGUF file of it).
     gguf: GGUFMap | None = None
 

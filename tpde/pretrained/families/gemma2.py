@@ -35,6 +35,8 @@ __all__ = ["GEMMA2", "GEMMA_HONOURED", "GEMMA_KEYS", "GEMMA_NAMES"]
 #: The Gemma families' config keys (Gemma-3 changes the RoPE bases).
 GEMMA_KEYS = {
     **LLAMA_KEYS,
+    "kv_heads": ("num_key_value_heads", 4),  # Gemma2Config's and Gemma3TextConfig's defaults
+    "head_dim": ("head_dim", 256),
     "window": ("sliding_window", 4096),
     "activation": ("hidden_activation", "gelu_pytorch_tanh"),
     "query_scalar": ("query_pre_attn_scalar", REQUIRED),

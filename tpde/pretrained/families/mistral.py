@@ -19,7 +19,11 @@ MISTRAL = register(
     Family(
         family="mistral",
         model_types=("mistral",),
-        keys={**LLAMA_KEYS, "window": ("sliding_window", 4096)},
+        keys={
+            **LLAMA_KEYS,
+            "kv_heads": ("num_key_value_heads", 8),  # MistralConfig's default
+            "window": ("sliding_window", 4096),
+        },
         honoured={"hidden_act": ("silu",)},
         names=LLAMA_NAMES,
         biases=dict.fromkeys(("q", "k", "v", "o", "gate", "up", "down"), False),
