@@ -234,10 +234,23 @@ def gguf_config(metadata: dict, names, family: Family) -> tuple[dict, dict]:
     if "vocab_size" not in raw and metadata.get("tokenizer.ggml.tokens"):
         raw["vocab_size"] = len(metadata["tokenizer.ggml.tokens"])
     raw["tie_word_embeddings"] = "output.weight" not in names
+    _llama_cpp_defaults(raw, family)
     for target, origin in spec.derived.items():
         if origin in raw:
             raw[target] = raw[origin]
     return raw, source
+
+
+def _llama_cpp_defaults(raw: dict, family: Family) -> None:
+    """Where the file has no ``head_count_kv`` or ``key_length``: llama.cpp's H_kv = H and
+    d_h = d/H (llama_model_loader's), not the config class's defaults an absent config.json
+    key takes (Qwen3's 128, Gemma's 256); a null (derived by read_hyper) where d/H is not
+    whole, for read_hyper's error."""
+    keys = {name: family.keys[name][0] for name in ("hidden", "heads", "kv_heads", "head_dim")}
+    hidden, heads = raw.get(keys["hidden"]), raw.get(keys["heads"])
+    raw.setdefault(keys["kv_heads"], heads)
+    whole = all(isinstance(v, int) and v > 0 for v in (hidden, heads)) and hidden % heads == 0
+    raw.setdefault(keys["head_dim"], hidden // heads if whole else None)
 
 
 def _equal(family: Family) -> dict[str, str]:
