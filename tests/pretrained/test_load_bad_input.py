@@ -328,3 +328,17 @@ def test_qwen_sliding_layer_types_without_the_switch_are_refused(tmp_path):
     _edit_config(tmp_path, layer_types=["full_attention", "chunked_attention"])
     with pytest.raises(LoadError, match=r"sets layer_types = .*'chunked_attention'"):
         load(tmp_path)
+
+
+def test_learned_positions_end_at_the_table(tmp_path):
+    """GPT-2's learned positions: embed and the embedding itself refuse n > C, naming both
+    (before: torch's bare IndexError from the embedding)."""
+    _oracle("gpt2").save_pretrained(tmp_path)
+    model = load(tmp_path, dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"a sequence of 33 tokens is longer than the model's "
+                       r"context length \(32 tokens\)"):  # fmt: skip
+        model.embed(torch.arange(33))
+    with pytest.raises(ValueError, match=r"33 tokens, but the learned position table holds 32 "
+                       r"positions \(max_position_embeddings\)"):  # fmt: skip
+        model.embedding(torch.arange(33))
+    assert model.embedding(torch.arange(32)).shape == (32, 16)
