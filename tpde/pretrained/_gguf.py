@@ -333,13 +333,13 @@ def dequantised(path: Path, name: str, qtype, raw) -> np.ndarray:
         array = gguf.quants.dequantize(raw, qtype)
     except NotImplementedError:
         raise LoadError(
-            f"{path.name}: the tensor {name!r} is stored as {qtype.name}, a quantisation type "
+            f"{path}: the tensor {name!r} is stored as {qtype.name}, a quantisation type "
             "the gguf package cannot dequantise."
         ) from None
     if not array.flags.writeable:  # F32 tensors are views of the read-only file
         array = array.copy()
     if not np.isfinite(array).all():
-        raise LoadError(f"{path.name}: the tensor {name!r} holds NaN or infinite values.")
+        raise LoadError(f"{path}: the tensor {name!r} holds NaN or infinite values.")
     return np.asarray(array, dtype=np.float32)
 
 
@@ -377,7 +377,7 @@ def _open_container(path: Path) -> tuple[dict, dict]:
         return read_container(path)
     except ValueError as err:
         raise LoadError(
-            f"{path.name} is not a readable GGUF file ({err}); check that it was written "
+            f"{path} is not a readable GGUF file ({err}); check that it was written "
             "completely (e.g. compare its size with the original)."
         ) from None
 
@@ -385,11 +385,11 @@ def _open_container(path: Path) -> tuple[dict, dict]:
 def open_gguf(path: Path) -> Source:
     """The GGUF file as a :class:`~tpde.pretrained._checkpoint.Source` (module notes)."""
     metadata, stored = _open_container(path)
-    family = gguf_family(metadata.get("general.architecture"), path.name)
+    family = gguf_family(metadata.get("general.architecture"), str(path))
     try:
         raw, source = gguf_config(metadata, set(stored), family)
     except LoadError as err:
-        raise LoadError(f"{path.name} (GGUF metadata read as config.json): {err}") from None
+        raise LoadError(f"{path} (GGUF metadata read as config.json): {err}") from None
     to_checkpoint = _tensor_names(family, _blocks(metadata, stored, family.gguf.architecture))
     by_name = {}
     for name in stored:
@@ -399,11 +399,11 @@ def open_gguf(path: Path) -> Source:
     raw.update(_bias_keys(family, shapes))
 
     def read(cfg, expected, dtype, device):
-        _check_equal(metadata, family, cfg, path.name)
+        _check_equal(metadata, family, cfg, str(path))
         return _read(path, stored, by_name, expected, family, cfg, dtype, device)
 
     return Source(
-        where=path.name,
+        where=str(path),
         raw=raw,
         shapes=shapes,
         read=read,
@@ -411,7 +411,7 @@ def open_gguf(path: Path) -> Source:
         key_name=lambda key: _metadata_key(path, source, key),
         said="the file holds",
         rename=_renamer(to_checkpoint),
-        context=f"{path.name} (GGUF metadata read as config.json): ",
+        context=f"{path} (GGUF metadata read as config.json): ",
     )
 
 
@@ -430,7 +430,7 @@ def _bias_keys(family: Family, shapes: dict) -> dict[str, bool]:
 def _metadata_key(path: Path, source: dict, key: str) -> str:
     """How an error names config key ``key``: the metadata key it came from (``source``:
     config key → metadata key), or (a default of the family) the config key."""
-    return f"{path.name}: the metadata key {source[key]!r}" if key in source else key
+    return f"{path}: the metadata key {source[key]!r}" if key in source else key
 
 
 def _read(path, stored, by_name, expected, family, cfg, dtype, device) -> dict:
@@ -466,7 +466,7 @@ def _tokenizer(path: Path, metadata: dict, family: Family):
     key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns, family.gguf.tokenizer)
     if key not in _TOKENIZERS:
         try:
-            _TOKENIZERS[key] = build(fields, path.name)
+            _TOKENIZERS[key] = build(fields, str(path))
         except ValueError as err:
             raise LoadError(str(err)) from None
     return _TOKENIZERS[key]
