@@ -20,6 +20,7 @@ agrees with the class's by coincidence):
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
@@ -94,18 +95,36 @@ def _changed(raw: dict, changes: dict) -> dict:
     return out
 
 
+def _unaccounted(entry, cls) -> set:
+    """The keys of transformers' config class ``cls`` that ``entry`` neither reads nor
+    declares irrelevant."""
+    keys = set(cls().to_dict())
+    return keys - read_keys(entry) - set(COMMON_IRRELEVANT) - set(entry.irrelevant)
+
+
 @pytest.mark.parametrize(("family", "model_type"), CASES)
 def test_every_key_of_the_config_class_is_read_or_irrelevant(family, model_type):
     entry, cls = _entry_and_class(family, model_type)
-    keys = set(cls().to_dict())
     reads = read_keys(entry)
-    unaccounted = keys - reads - set(COMMON_IRRELEVANT) - set(entry.irrelevant)
+    unaccounted = _unaccounted(entry, cls)
     assert not unaccounted, (
         f"{cls.__name__} writes {sorted(unaccounted)}, which the family {family!r} neither "
         f"reads nor lists in its `irrelevant` (or COMMON_IRRELEVANT)"
     )
     assert not reads & set(entry.irrelevant), sorted(reads & set(entry.irrelevant))
     assert all(isinstance(why, str) and why for why in entry.irrelevant.values())
+
+
+def test_the_table_is_what_a_family_module_declares():
+    """A family's own module declares its table: without GPT-2's `irrelevant` the check
+    above fails naming the multiple-choice head's keys; a key in `reads` is read."""
+    entry, cls = _entry_and_class("gpt2", "gpt2")
+    bare = dataclasses.replace(entry, irrelevant={})
+    assert _unaccounted(bare, cls) == {
+        "reorder_and_upcast_attn", "summary_type", "summary_use_proj", "summary_activation",
+        "summary_proj_to_labels"}  # fmt: skip
+    assert "n_ctx" not in read_keys(entry)
+    assert "n_ctx" in read_keys(dataclasses.replace(entry, reads=("n_ctx",)))
 
 
 @pytest.mark.parametrize(("family", "model_type"), CASES)

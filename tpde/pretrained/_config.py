@@ -133,15 +133,16 @@ def _lookup(raw: dict, key: str):
 
 def read_keys(entry: Family) -> set[str]:
     """Every top-level config.json key that :func:`read_hyper` and the builder read for the
-    family ``entry`` (its ``keys``, ``honoured``, ``optional``, bias and parallel keys, its
-    groups, and the keys every family of its kind reads): with ``entry.irrelevant`` and
+    family ``entry`` (its ``keys``, ``honoured``, ``optional``, bias, parallel and window
+    switch keys, its groups, aliases and ``reads``, and the keys every family of its kind
+    reads): with ``entry.irrelevant`` and
     :data:`~tpde.pretrained.families.base.COMMON_IRRELEVANT`, the table a test holds against
     transformers' config classes."""
     out = {"model_type", "architectures", "id2label", "num_labels"}  # _groups_and_labels
     out |= {key for key, _ in entry.keys.values()} | set(entry.optional.values())
     out |= {key.split(".")[0] for key in entry.honoured}
     out |= {flag if isinstance(flag, str) else flag[0] for flag in _bool_flags(entry)}
-    out |= set(entry.layer_groups or ()) | set(entry.aliases)
+    out |= set(entry.layer_groups or ()) | set(entry.aliases) | set(entry.reads)
     if entry.rotary and "rope_base" in entry.keys:  # rope_scaling_from_config, _rope_parameters
         out |= {"rope_parameters", "rope_scaling"}
         if entry.keys.get("rope_local_base", (None, "=rope_base"))[1] == "=rope_base":

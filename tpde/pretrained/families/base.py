@@ -123,6 +123,10 @@ class Family:
         :data:`COMMON_IRRELEVANT` (which every family shares). With the keys the family reads
         (:func:`tpde.pretrained._config.read_keys`) they cover every key of transformers'
         config class for each of its ``model_types`` (the test's oracle).
+    reads : tuple of str
+        Config keys the family's own code reads beyond those its other fields name (a
+        builder branch of its own), each checked where it is read: listed by
+        :func:`~tpde.pretrained._config.read_keys`, so the key-table test holds them too.
     aliases : dict
         Config key → the key of ``keys`` it stands for (transformers' ``attribute_map``:
         GPT-2's ``hidden_size`` is ``n_embd``); where present it wins, as in transformers.
@@ -187,6 +191,7 @@ class Family:
     prefixes: tuple[str, ...] = ("",)
     ignored: tuple[str, ...] = ()
     irrelevant: dict = field(default_factory=dict)
+    reads: tuple[str, ...] = ()
     aliases: dict = field(default_factory=dict)
     conv1d: bool = False
     buffers: tuple[str, ...] = ()
