@@ -1,5 +1,6 @@
-"""GGUF files of the llama, qwen2 and qwen3 families through the generic translator,
-each equal to the Hugging Face folder of the same weights.
+"""GGUF files of the llama, qwen2 and qwen3 families through the generic translator, each
+equal to the Hugging Face folder of the same weights (a llama file with a sliding window,
+which transformers' llama ignores, is refused naming the key: test_load_bad_input).
 
 Each family: the tiny transformers model of ``test_load`` (every parameter redrawn), its
 weights rounded to float32 and saved as a folder, and written as a GGUF file the way
@@ -115,3 +116,23 @@ def test_f16_file_is_its_folder_to_rounding(pair):
     _, logits = _outputs(load(file, dtype=torch.float64), ids)
     _, expected = _outputs(load(folder, dtype=torch.float64), ids)
     assert _relative(logits, expected) < 1e-2
+
+
+@pytest.mark.parametrize("architecture", ["llama", "qwen2", "qwen3", "gemma3"])
+def test_absent_kv_head_count_and_key_length_are_llama_cpps_defaults(architecture):
+    """A file without ``head_count_kv`` or ``key_length`` has H_kv = H and d_h = d/H
+    (llama.cpp's llama_model_loader defaults), not the config class's defaults that an absent
+    config.json key takes (Qwen3's 32 KV heads of 128 dimensions, Gemma's 4 of 256)."""
+    from tpde.pretrained._config import read_hyper
+    from tpde.pretrained._gguf import gguf_config
+    from tpde.pretrained.families import FAMILIES
+
+    family = next(f for f in FAMILIES.values() if f.gguf and f.gguf.architecture == architecture)
+    metadata = {f"{architecture}.{key}": value for key, value in (
+        ("block_count", 2), ("context_length", 32), ("embedding_length", 48),
+        ("feed_forward_length", 64), ("attention.head_count", 6), ("vocab_size", 40))}  # fmt: skip
+    raw, _ = gguf_config(metadata, {"output.weight"}, family)
+    config = read_hyper(raw, family)
+    assert (config.heads, config.kv_heads, config.head_dim) == (6, 6, 8)
+    if architecture == "gemma3":  # the score scale 1/√d_h (query_pre_attn_scalar = d_h)
+        assert config.attention_scale == 8**-0.5

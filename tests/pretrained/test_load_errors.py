@@ -61,7 +61,7 @@ def test_unknown_model_type_lists_the_known_ones(tmp_path, folder, model_type):
     """A family tpde does not read is a LoadError naming the folder and the model_type."""
     copy = _copy(folder, tmp_path)
     _edit_config(copy, model_type=model_type)
-    known = r"tpde reads .*llama, mistral, .*qwen2"
+    known = r"tpde reads .*llama, .*mistral, .*qwen2"
     match = rf"{copy}: config.json has model_type '{model_type}'.*{known}"
     with pytest.raises(LoadError, match=match):
         load(copy)

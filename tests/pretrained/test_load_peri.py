@@ -200,9 +200,12 @@ def test_local_window_hides_far_keys(case):
 
 
 # ---------------------------------------------------------------------- config.json forms
+NULL = object()  # _rewrite: the key set to a JSON null
+
+
 def _rewrite(folder, target, **changes):
     """A copy of the checkpoint ``folder`` in ``target`` with config.json keys changed
-    (a value None removes the key)."""
+    (a value None removes the key, :data:`NULL` writes a JSON null)."""
     import json
     import shutil
 
@@ -211,6 +214,8 @@ def _rewrite(folder, target, **changes):
     for key, value in changes.items():
         if value is None:
             raw.pop(key, None)
+        elif value is NULL:
+            raw[key] = None
         else:
             raw[key] = value
     (target / "config.json").write_text(json.dumps(raw))
@@ -229,6 +234,14 @@ def test_gemma3_checkpoint_config_of_transformers_4(gemma3, tmp_path):
     _check(model, ids, out, 1e-12)
 
 
+def test_gemma_window_absent_is_the_config_class_default(gemma3, tmp_path):
+    """Gemma2Config's and Gemma3Config's sliding_window defaults to 4096 (before: refused)."""
+    _, folder, _, _ = gemma3
+    path = _rewrite(folder, tmp_path / "v", sliding_window=None)
+    assert transformers.AutoConfig.from_pretrained(path).sliding_window == 4096
+    assert load(path).config.window == 4096
+
+
 @pytest.mark.parametrize(
     ("changes", "match"),
     [
@@ -242,10 +255,11 @@ def test_gemma3_checkpoint_config_of_transformers_4(gemma3, tmp_path):
         ({"attn_logit_softcapping": -1.0}, "attn_logit_softcapping must be finite and > 0"),
         ({"hidden_activation": "gelu_quick"}, "hidden_activation = 'gelu_quick'"),
         ({"use_bidirectional_attention": True}, "use_bidirectional_attention"),
-        ({"sliding_window": None}, "no sliding_window"),
+        ({"sliding_window": NULL}, "no sliding_window"),
     ],
 )  # fmt: skip
 def test_gemma_keys_tpde_cannot_honour_are_refused(gemma3, tmp_path, changes, match):
+    """(An explicit null window on local layers: transformers' sliding mask refuses it too.)"""
     _, folder, _, _ = gemma3
     from tpde.pretrained import LoadError
 

@@ -48,6 +48,9 @@ _LINEAR = ("q", "k", "v", "o", "qkv", "gate", "up", "down", "fc1", "fc2", "embed
 #: The linear roles of a Conv1D checkpoint stored (in, out): the blocks' (GPT-2's task heads,
 #: ``score``, are nn.Linear, stored (out, in)).
 _CONV1D = ("q", "k", "v", "o", "qkv", "gate", "up", "down", "fc1", "fc2")
+#: RoPE's frequencies θ_i, stored by older transformers (4.30 and before) as buffers; ignored,
+#: as transformers ignores them: the layers compute θ_i from the config.
+_ROTARY = ("rotary_emb.inv_freq",)
 _NORMS = ("attn_norm", "mlp_norm", "final_norm", "embed_norm", "q_norm", "k_norm", "mlm_norm",
           "attn_post_norm", "mlp_post_norm")  # fmt: skip
 
@@ -116,8 +119,9 @@ def expected_shapes(cfg: ModelConfig, entry: Family, raw: dict, prefix: str, fou
     names.update(task_heads(cfg, entry, prefix, found or {}))
     k, blocks = cfg.group_blocks, range(cfg.blocks)
     for role, template in names.items():
-        if role == "head" and (cfg.tied_embeddings or cfg.labels is not None):
-            continue  # tied, or a classification model: no language-model head
+        tied = cfg.tied_embeddings and f"{template}.weight" not in (found or {})
+        if role == "head" and (tied or cfg.labels is not None):
+            continue  # tied and not stored, or a classification model: no language-model head
         per_layer = "{l}" in template or "{g}" in template
         for l, e in _instances(template, blocks if per_layer else [None], cfg):
             base = template.format(l=l, g=l // k, j=l % k, e=e, h="{h}") if per_layer else template
@@ -186,8 +190,8 @@ def check_names(expected: dict, found: dict, entry: Family, prefix: str, where) 
     for name in found:
         if name in expected or name.startswith(tuple(entry.ignored)) or name in tied_head:
             continue  # a tied head saved anyway is the embedding
-        if name.endswith(tuple(entry.buffers)):
-            continue  # a buffer the architecture recomputes (GPT-2's causal mask)
+        if name.endswith(tuple(entry.buffers)) or (entry.rotary and name.endswith(_ROTARY)):
+            continue  # a buffer the architecture recomputes (GPT-2's causal mask, RoPE's θ_i)
         raise LoadError(
             f"{where}: the tensor {name!r} (shape {tuple(found[name])}) is not one a "
             f"{entry.family} model reads: the checkpoint is of another architecture or "
@@ -399,8 +403,10 @@ def build(cfg, entry: Family, expected: dict, tensors: dict, tokenizer) -> Trans
     head = head_bias = None
     mlm = next((h for h in entry.mlm_heads if h["mlm_bias"] in expected), None)
     if ("head" in entry.names or mlm is not None) and cfg.labels is None:
-        head = embedding.tokens if cfg.tied_embeddings else g["head"]["weight"]
-        head_bias = None if cfg.tied_embeddings else g["head"]["bias"]
+        # a head stored though the config says tied is read, as transformers keeps it
+        stored = g.get("head")
+        head = embedding.tokens if stored is None else stored["weight"]
+        head_bias = None if stored is None else stored["bias"]
         if mlm is not None:
             head_bias = g["mlm_bias"]["bias"]
     return Transformer(

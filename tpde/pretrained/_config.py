@@ -11,7 +11,7 @@ from tpde.fields import rope_scaling_from_config
 from tpde.pretrained._checkpoint import LoadError
 from tpde.pretrained.families.base import ACTIVATIONS_HF, FAMILIES, REQUIRED, Family
 
-__all__ = ["ModelConfig", "Naming", "family_for", "read_hyper"]
+__all__ = ["ModelConfig", "Naming", "family_for", "read_hyper", "read_keys"]
 
 
 @dataclass(frozen=True)
@@ -152,7 +152,53 @@ def _lookup(raw: dict, key: str):
     return value
 
 
+def read_keys(entry: Family) -> set[str]:
+    """Every top-level config.json key that :func:`read_hyper` and the builder read for the
+    family ``entry`` (its ``keys``, ``honoured``, ``optional``, bias, parallel and window
+    switch keys, its groups, aliases and ``reads``, and the keys every family of its kind
+    reads): with ``entry.irrelevant`` and
+    :data:`~tpde.pretrained.families.base.COMMON_IRRELEVANT`, the table a test holds against
+    transformers' config classes."""
+    out = {"model_type", "architectures", "id2label", "num_labels"}  # _groups_and_labels
+    out |= {key for key, _ in entry.keys.values()} | set(entry.optional.values())
+    out |= {key.split(".")[0] for key in entry.honoured}
+    out |= {flag if isinstance(flag, str) else flag[0] for flag in _bool_flags(entry)}
+    out |= set(entry.layer_groups or ()) | set(entry.aliases) | set(entry.reads)
+    if entry.rotary and "rope_base" in entry.keys:  # rope_scaling_from_config, _rope_parameters
+        out |= {"rope_parameters", "rope_scaling"}
+        if entry.keys.get("rope_local_base", (None, "=rope_base"))[1] == "=rope_base":
+            out.add("original_max_position_embeddings")  # top-level, where one RoPE serves all
+    if entry.window_pattern is not None:  # _local_layers
+        out |= {"layer_types", "sliding_window_pattern"}
+    return out
+
+
+def _bool_flags(entry: Family) -> list:
+    """The config keys the entry reads as booleans (biases, optional roles, parallel)."""
+    flags = [f for f in entry.biases.values() if isinstance(f, str | tuple)]
+    flags += list(entry.optional.values()) + [entry.window_switch] * bool(entry.window_switch)
+    return flags + ([entry.parallel] if isinstance(entry.parallel, str) else [])
+
+
+def _check_bools(raw: dict, entry: Family) -> None:
+    """Every boolean key the entry reads is a JSON true or false where present (a string
+    "false" is truthy; transformers 5 refuses it too)."""
+    for flag in _bool_flags(entry):
+        key = flag if isinstance(flag, str) else flag[0]
+        if key in raw and not isinstance(raw[key], bool):
+            raise LoadError(
+                f"config.json: {key} must be true or false; received {raw[key]!r} (a "
+                f"{type(raw[key]).__name__}). Write it as a JSON boolean."
+            )
+
+
+def _same(a, b) -> bool:
+    """a == b of the same type (True is not 1, 0 is not False)."""
+    return type(a) is type(b) and a == b
+
+
 def _check_honoured(raw: dict, entry: Family) -> None:
+    _check_bools(raw, entry)
     for key, allowed in entry.honoured.items():
         try:
             value = _lookup(raw, key)
@@ -160,7 +206,7 @@ def _check_honoured(raw: dict, entry: Family) -> None:
             continue
         values = value if isinstance(value, list) and key == "layer_types" else [value]
         for item in values:
-            if item not in allowed:
+            if not any(_same(item, a) for a in allowed):
                 raise LoadError(
                     f"config.json sets {key} = {value!r}, which changes the computation in a way "
                     f"tpde does not implement for {entry.family} models (it reads "
@@ -208,19 +254,26 @@ class Naming:
             return checked_positive(value, self.name(key), LoadError, said=self.said)
 
 
+#: Hyper-parameters whose explicit null in config.json is derived, as transformers derives it
+#: (``num_key_value_heads = num_attention_heads``, ``head_dim = hidden_size //
+#: num_attention_heads``); absent, they take the family's default (its config class's).
+_NULL_DERIVED = {"kv_heads": "=heads", "head_dim": "=hidden/heads"}
+
+
 def read_hyper(raw: dict, entry: Family, n: Naming = Naming()) -> ModelConfig:
     """The checked hyper-parameters of ``raw`` (config.json) for the family ``entry``; ``n``
     names the keys in errors (a GGUF file's metadata keys)."""
-    _check_honoured(raw, entry)
-    optional = {k if isinstance(k, str) else k[0] for k in entry.optional.values()}
-    for key in sorted(optional):  # roles the files hold as a boolean key says
-        if not isinstance(raw.get(key, False), bool):
-            raise LoadError(f"config.json: {key} must be true or false; received {raw[key]!r}.")
+    said = {key: alias for alias, key in entry.aliases.items() if alias in raw}  # errors name it
+    raw = {**raw, **{key: raw[alias] for key, alias in said.items()}}
+    _check_honoured(raw, entry)  # and the boolean keys
     got, keys = {}, {}
     for name, (key, default) in entry.keys.items():
-        keys[name] = key
-        if key in raw and raw[key] is not None:
-            got[name] = raw[key]
+        keys[name] = said.get(key, key)
+        derived = isinstance(default, str) and default.startswith("=")
+        if key in raw and raw[key] is None and name in _NULL_DERIVED:
+            got[name] = _NULL_DERIVED[name]
+        elif key in raw and (raw[key] is not None or not (derived or default is REQUIRED)):
+            got[name] = raw[key]  # an explicit null is None (Mistral's full attention)
         elif default is REQUIRED:
             raise LoadError(f"config.json has no {key!r}, which {entry.family} models need.")
         else:
@@ -256,13 +309,14 @@ def read_hyper(raw: dict, entry: Family, n: Naming = Naming()) -> ModelConfig:
             )
         activation = ACTIVATIONS_HF[entry.facts.get("activation_aliases", {}).get(name, name)]
     window = got.get("window")
-    if entry.facts.get("no_window"):
-        window = None  # read only with use_sliding_window, which `honoured` refuses
     if window is not None:
         window = n.integer(window, keys["window"])
+    switched = None if entry.window_switch is None else _switched(raw, entry, got, window, n)
     offset = 0
-    if raw.get("model_type") in entry.facts.get("pad_offset_types", ()):
-        offset = n.integer(got["pad"], keys["pad"], low=0) + 1
+    pad_types = entry.facts.get("pad_offset_types", {})  # model_type → its default pad id
+    if raw.get("model_type") in pad_types:
+        pad = got["pad"] if keys["pad"] in raw else pad_types[raw["model_type"]]
+        offset = n.integer(pad, keys["pad"], low=0) + 1
     context = got["context"] - offset
     if context < 1:
         raise LoadError(
@@ -282,6 +336,9 @@ def read_hyper(raw: dict, entry: Family, n: Naming = Naming()) -> ModelConfig:
     extra = {**_peri_ln_hyper(raw, entry, got, keys, n), **_groups_and_labels(raw, entry, n)}
     extra.update(_multipliers(got, keys, entry, n))
     extra.update(_experts_hyper(entry, got, keys, n))
+    if switched is not None:  # Qwen: the window, on the layers that slide (one RoPE for all)
+        window, extra["local_layers"] = switched
+        extra["rope_local_base"] = None if extra["local_layers"] is None else rope
     rotary_dims = _rotary_dims(raw, entry, got, keys, head_dim, n)
     if entry.rotary and "rope_base" in entry.keys:  # RoPE read from config.json (not GPT-J's)
         local = got.get("rope_local_base") not in (None, "=rope_base")  # Gemma-3: RoPE per type
@@ -385,6 +442,38 @@ def _rope_parameters(raw: dict, got: dict, keys: dict) -> None:
             keys[name] = f"rope_parameters.{kind}.rope_theta"
 
 
+def _switched(raw: dict, entry: Family, got: dict, window, n: Naming):
+    """Qwen's sliding window, as transformers' ``Qwen2Config.__post_init__``: w =
+    ``sliding_window`` where ``use_sliding_window`` (the entry's ``window_switch``) is true,
+    else none; layer l slides where ``layer_types`` says ``sliding_attention``, or, without
+    ``layer_types``, where w is set and l ≥ ``max_window_layers``. Returns (w, local_layers),
+    (None, None) where no layer slides: full attention, whatever the other keys say."""
+    if not raw.get(entry.window_switch, False):
+        window = None
+    layers = got["layers"]
+    kinds = raw.get("layer_types")
+    if kinds is not None:
+        if not isinstance(kinds, list) or len(kinds) != layers:
+            raise LoadError(
+                f"config.json: layer_types must list one type per layer ({layers}); received "
+                f"{kinds!r}."
+            )
+        local = tuple(kind == "sliding_attention" for kind in kinds)
+    else:
+        first = n.integer(got["window_from"], entry.keys["window_from"][0], low=0)
+        local = tuple(window is not None and l >= first for l in range(layers))
+    if not any(local):
+        return None, None
+    if window is None:
+        raise LoadError(
+            f"config.json: layer_types makes layers {[l for l, s in enumerate(local) if s]} "
+            f"slide, but {entry.window_switch} is not true (transformers then has no "
+            f"sliding_window for them); set {entry.window_switch} and sliding_window, or make "
+            "them full_attention."
+        )
+    return window, local
+
+
 def _optional_positive(got: dict, keys: dict, name: str, n: Naming):
     value = got.get(name)
     return None if value is None else n.positive(value, keys[name])
@@ -424,7 +513,7 @@ def _peri_ln_hyper(raw: dict, entry: Family, got: dict, keys: dict, n: Naming) -
     return {
         "local_layers": local,
         "rope_local_base": None
-        if rope_local is None
+        if "rope_local_base" not in got
         else n.positive(rope_local, keys["rope_local_base"]),
         "attention_scale": None if scalar is None else scalar**-0.5,
         "attn_softcap": _optional_positive(got, keys, "attn_softcap", n),

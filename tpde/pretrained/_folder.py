@@ -80,6 +80,7 @@ def _shards(folder: Path) -> dict[str, Path]:
             weight_map = json.loads(index.read_text())["weight_map"]
         except (json.JSONDecodeError, KeyError, TypeError) as err:
             raise LoadError(f"{index} is not a safetensors index (no weight_map: {err}).") from None
+        _check_weight_map(weight_map, index)
         files = {name: folder / shard for name, shard in weight_map.items()}
         missing = sorted({p.name for p in files.values() if not p.is_file()})
         if missing:
@@ -104,6 +105,26 @@ def _shards(folder: Path) -> dict[str, Path]:
     raise LoadError(f"{folder} has {what}: no weights to read.{hint}")
 
 
+def _check_weight_map(weight_map, index: Path) -> None:
+    """``weight_map`` is a JSON object of tensor name → shard file name (strings)."""
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise LoadError(
+            f"{index}: weight_map must be a non-empty JSON object mapping each tensor name to "
+            f"its shard file; received {type(weight_map).__name__} {str(weight_map)[:60]!r}."
+        )
+    for name, shard in weight_map.items():
+        if not isinstance(shard, str) or not shard.endswith(".safetensors"):
+            raise LoadError(
+                f"{index}: weight_map[{name!r}] must name a *.safetensors shard file; received "
+                f"{shard!r}."
+            )
+
+
+#: The safetensors dtypes of weights tpde reads (cast to the requested dtype); an integer,
+#: boolean or float8 tensor is quantised (its scales elsewhere) or not a weight.
+FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")
+
+
 def _open(path: Path):
     _require("safetensors")
     from safetensors import safe_open
@@ -112,7 +133,7 @@ def _open(path: Path):
         return safe_open(str(path), framework="pt")
     except Exception as err:  # safetensors raises its own SafetensorError
         raise LoadError(
-            f"{path.name} is not a readable safetensors file ({err}); check that it was "
+            f"{path} is not a readable safetensors file ({err}); check that it was "
             "written completely (compare its size with the original)."
         ) from None
 
@@ -138,10 +159,21 @@ def tensor_shapes(folder: Path) -> tuple[dict[str, tuple[int, ...]], dict[str, P
 
 
 def read_tensors(names, where: dict[str, Path], dtype, device) -> dict[str, torch.Tensor]:
-    """The tensors ``names`` in ``dtype`` on ``device`` (each shard opened once)."""
+    """The tensors ``names`` in ``dtype`` on ``device`` (each shard opened once), after every
+    one's stored dtype is checked floating (:data:`FLOAT_DTYPES`; headers only)."""
     by_file: dict[Path, list[str]] = {}
     for name in names:
         by_file.setdefault(where[name], []).append(name)
+    for path, wanted in by_file.items():
+        with _open(path) as handle:
+            for name in wanted:
+                stored = handle.get_slice(name).get_dtype()
+                if stored not in FLOAT_DTYPES:
+                    raise LoadError(
+                        f"{path}: the tensor {name!r} is stored as {stored}; tpde reads weights "
+                        f"stored as {', '.join(FLOAT_DTYPES)} (an integer, boolean or float8 "
+                        "tensor is quantised or not a weight): save the model unquantised."
+                    )
     out = {}
     for path, wanted in by_file.items():
         with _open(path) as handle:
@@ -149,13 +181,12 @@ def read_tensors(names, where: dict[str, Path], dtype, device) -> dict[str, torc
                 try:
                     tensor = handle.get_tensor(name)
                 except Exception as err:
-                    raise LoadError(
-                        f"{path.name}: the tensor {name!r} cannot be read ({err})."
-                    ) from None
+                    message = f"{path}: the tensor {name!r} cannot be read ({err})."
+                    raise LoadError(message) from None
                 out[name] = tensor.to(dtype=dtype, device=device)
     for name, tensor in out.items():
         if not all_finite(tensor):
-            raise LoadError(f"the tensor {name!r} holds NaN or infinite values.")
+            raise LoadError(f"{where[name]}: the tensor {name!r} holds NaN or infinite values.")
     return out
 
 

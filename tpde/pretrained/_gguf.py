@@ -156,6 +156,7 @@ def gguf_config(metadata: dict, shapes, family: Family, rope_freqs=None) -> tupl
     elif vocab not in raw and len(shapes.get("token_embd.weight", ())) == 2:
         raw[vocab] = shapes["token_embd.weight"][0]  # a file without a vocabulary
     raw["tie_word_embeddings"] = "output.weight" not in shapes
+    _llama_cpp_defaults(raw, family)
     for target, origin in spec.derived.items():
         if origin in raw:
             raw[target] = raw[origin]
@@ -194,6 +195,18 @@ def _fraction(rotated, head_dim):
     while int(head_dim * fraction) < rotated:  # a product rounded below r
         fraction = float(np.nextafter(fraction, 2.0))
     return fraction
+
+
+def _llama_cpp_defaults(raw: dict, family: Family) -> None:
+    """Where the file has no ``head_count_kv`` or ``key_length``: llama.cpp's H_kv = H and
+    d_h = d/H (llama_model_loader's), not the config class's defaults an absent config.json
+    key takes (Qwen3's 128, Gemma's 256); a null (derived by read_hyper) where d/H is not
+    whole, for read_hyper's error."""
+    keys = {name: family.keys[name][0] for name in ("hidden", "heads", "kv_heads", "head_dim")}
+    hidden, heads = raw.get(keys["hidden"]), raw.get(keys["heads"])
+    raw.setdefault(keys["kv_heads"], heads)
+    whole = all(isinstance(v, int) and v > 0 for v in (hidden, heads)) and hidden % heads == 0
+    raw.setdefault(keys["head_dim"], hidden // heads if whole else None)
 
 
 def _equal(family: Family) -> dict[str, str]:

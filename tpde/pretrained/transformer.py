@@ -197,6 +197,12 @@ class Embedding:
         if self.scale != 1.0:
             x = x * torch.tensor(self.scale, dtype=x.dtype, device=x.device)
         if self.positions is not None:
+            if ids.shape[-1] > self.max_positions:
+                raise ValueError(
+                    f"{ids.shape[-1]} tokens, but the learned position table holds "
+                    f"{self.max_positions} positions (max_position_embeddings); split the "
+                    "sequence into shorter ones."
+                )
             x = x + self.positions[self.offset + torch.arange(ids.shape[-1], device=ids.device)]
         if self.token_types is not None:
             x = x + self.token_types[torch.zeros_like(ids) if types is None else types]
@@ -377,6 +383,14 @@ class Transformer:
         list of Empirical
             Points (n, d) in the model's dtype and device, uniform weights, positions
             ``torch.arange(n)``.
+
+        Raises
+        ------
+        ValueError
+            A sentence longer than the context C (``max_position_embeddings``; unless a RoPE
+            scaling reaches beyond it, dynamic NTK). Learned positions stop at C; RoPE layers
+            rotate any position, as transformers' do (extrapolated, unscaled): an
+            ``Empirical`` with positions ≥ C built by hand goes through ``hidden_states``.
         """
         if isinstance(sentences, str | torch.Tensor):
             sentences = [sentences]

@@ -149,6 +149,11 @@ def rope_scaling_from_parameters(
     _no_other_keys(params, where, required + optional, kind, error)
     values = dict(params)
     if original is not None and "original_max_position_embeddings" in required:
+        if isinstance(original, bool) or not isinstance(original, numbers.Integral) or original < 1:
+            raise error(
+                "config.json: original_max_position_embeddings (the top-level key, which wins "
+                f"over {where}'s) must be a positive integer; received {original!r}."
+            )
         values["original_max_position_embeddings"] = original
     for key in required:
         if values.get(key) is None:

@@ -9,9 +9,11 @@ pieces — plus its test. The record and the registry live in
 =============  ======================  =========  ==========  =====================================
 family         model_type              norm       placement   attention, feed-forward, positions
 =============  ======================  =========  ==========  =====================================
-llama          llama, mistral          RMSNorm    pre         causal GQA + RoPE (half); SwiGLU;
-                                                              Mistral's sliding window
-qwen2          qwen2                   RMSNorm    pre         as llama, with Q/K/V biases
+llama          llama                   RMSNorm    pre         causal GQA + RoPE (half); SwiGLU
+mistral        mistral                 RMSNorm    pre         as llama, sliding window, no biases
+qwen2          qwen2                   RMSNorm    pre         as llama, with Q/K/V biases;
+                                                              use_sliding_window: the window on
+                                                              layers ≥ max_window_layers
 qwen3          qwen3                   RMSNorm    pre         as llama, per-head QK-RMSNorm
 gpt2           gpt2                    LayerNorm  pre         causal MHA with biases, fused QKV in
                                                               transposed Conv1D weights; GELU-tanh
@@ -43,8 +45,8 @@ gemma3         gemma3_text             RMSNorm    sandwich    as gemma2 without 
                                                               QK-RMSNorm, local RoPE base
 olmo2          olmo2                   RMSNorm    output      as llama, QK-RMSNorm over the whole
                                                               projection
-starcoder2     starcoder2              LayerNorm  pre         GQA + RoPE with biases; GELU-tanh MLP;
-                                                              sliding window
+starcoder2     starcoder2              LayerNorm  pre         GQA + RoPE with biases (use_bias);
+                                                              GELU-tanh MLP; sliding window
 gpt_bigcode    gpt_bigcode             LayerNorm  pre         as gpt2 (nn.Linear weights);
                                                               multi_query: one key/value head,
                                                               [W_q; W_k; W_v]; else fused per head
@@ -61,11 +63,30 @@ mixtral        mixtral                 RMSNorm    pre         as mistral; the ML
 qwen2_moe      qwen2_moe               RMSNorm    pre         as qwen2; MixtureOfExperts (top k,
                                                               renormalised if norm_topk_prob) plus
                                                               a σ-gated shared SwiGLU expert
+phi3           phi3                    RMSNorm    pre         as llama with fused QKV and gate_up;
+                                                              LongRoPE; sliding window
+gemma          gemma                   RMSNorm    pre         as llama; GeGLU (legacy gelu read as
+                                                              GELU-tanh); √d embedding; gains 1 + w
+olmo           olmo                    LayerNorm  pre         as llama; parameter-free LayerNorm
+                                       (no γ, b)              (γ = 1, b = 0); clip_qkv
+granite        granite                 RMSNorm    pre         as llama; embedding, residual,
+                                                              attention and logit multipliers
+                                                              (the residual one: a time-scale)
+cohere         cohere                  LayerNorm  pre,        interleaved RoPE; LayerNorm without
+                                       (no b)     parallel    bias; per-head QK-norm gains;
+                                                              logit_scale
+stablelm       stablelm                LayerNorm  pre         partial RoPE; per-head QK-LayerNorm
+                                                              gains; optional parallel residual
 =============  ======================  =========  ==========  =====================================
 
 GGUF files: the families with a ``gguf`` map (llama — Mistral files too, which llama.cpp
-writes as llama —, qwen2, qwen3, gemma3), through the one translator
+writes as llama —, qwen2, qwen3, gemma2, gemma3, olmo2, phi (llama.cpp's ``phi2``), gpt2,
+gpt_neox (``gptneox``) and starcoder2), through the one translator
 :mod:`tpde.pretrained._gguf`.
+
+Every key of transformers' config class of a family is read or listed as irrelevant
+(:data:`~tpde.pretrained.families.base.COMMON_IRRELEVANT`, ``Family.irrelevant``); a key
+config.json lacks reads as that class's default (tests/pretrained/test_config_keys.py).
 
 Every layer is the field ``Normalized(attention, N₁) + Normalized(mlp, N₂)`` (MATH.md §8):
 its Lie–Trotter step of size 1 with Euler sub-steps is the network's block. A parallel block

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 __all__ = [
     "ACTIVATIONS_HF",
     "ARCHITECTURES",
+    "COMMON_IRRELEVANT",
     "FAMILIES",
     "NO_GGUF_WINDOW",
     "REQUIRED",
@@ -163,6 +164,18 @@ class Family:
         Prefixes a checkpoint may put before every name (a task model's base model).
     ignored : tuple of str
         Name prefixes of tensors that play no part (a pooler, a classifier).
+    irrelevant : dict
+        Config key → why it plays no part in the computation, for the family's keys beyond
+        :data:`COMMON_IRRELEVANT` (which every family shares). With the keys the family reads
+        (:func:`tpde.pretrained._config.read_keys`) they cover every key of transformers'
+        config class for each of its ``model_types`` (the test's oracle).
+    reads : tuple of str
+        Config keys the family's own code reads beyond those its other fields name (a
+        builder branch of its own), each checked where it is read: listed by
+        :func:`~tpde.pretrained._config.read_keys`, so the key-table test holds them too.
+    aliases : dict
+        Config key → the key of ``keys`` it stands for (transformers' ``attribute_map``:
+        GPT-2's ``hidden_size`` is ``n_embd``); where present it wins, as in transformers.
     buffers : tuple of str
         Name endings of stored buffers the model recomputes (GPT-2's causal mask).
     norm : "rmsnorm" or "layernorm"
@@ -231,6 +244,9 @@ class Family:
     causal: bool
     prefixes: tuple[str, ...] = ("",)
     ignored: tuple[str, ...] = ()
+    irrelevant: dict = field(default_factory=dict)
+    reads: tuple[str, ...] = ()
+    aliases: dict = field(default_factory=dict)
     conv1d: bool = False
     buffers: tuple[str, ...] = ()
     facts: dict = field(default_factory=dict)
@@ -250,6 +266,10 @@ class Family:
     #: Local (sliding-window) and global layers: every ``window_pattern``-th layer global,
     #: the others local (``layer_types`` in config.json overrides it); None: all alike.
     window_pattern: int | None = None
+    #: The boolean config key that turns the sliding window on (Qwen's
+    #: ``use_sliding_window``): the window ``window`` then on layers l ≥ ``window_from``
+    #: (``max_window_layers``) or as ``layer_types`` says; off, every layer global.
+    window_switch: str | None = None
     #: How a GGUF file of the family is read (None: tpde reads no GGUF file of it).
     gguf: GGUFMap | None = None
     # -- norms without some tensors, per-head QK-norm gains (OLMo, Cohere, StableLM) --------
@@ -273,6 +293,47 @@ class Family:
     #: this one), raising LoadError for a combination tpde does not read. None: one layout.
     variant: Callable | None = None
 
+
+#: Config keys that play no part in any family's computation, and why: a family's
+#: ``irrelevant`` adds its own. A key a family reads is read whatever this table says
+#: (RoBERTa's ``pad_token_id`` sets its position offset).
+COMMON_IRRELEVANT = {
+    **dict.fromkeys(
+        ("_name_or_path", "transformers_version", "dtype", "torch_dtype"),
+        "provenance and storage dtype; load's dtype argument sets the computation's",
+    ),
+    **dict.fromkeys(
+        ("output_attentions", "output_hidden_states", "return_dict", "use_cache"),
+        "what transformers' forward returns or caches, not the values it computes",
+    ),
+    **dict.fromkeys(
+        ("bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "decoder_start_token_id"),
+        "tokenizer ids: which tokens a text holds, not how tokens are computed",
+    ),
+    "initializer_range": "initialisation of untrained weights; every weight is read",
+    "chunk_size_feed_forward": "the feed-forward applied in chunks of tokens: the same values",
+    "problem_type": "the training loss of a classification head",
+    "label2id": "class names (id2label, which is read, gives their number)",
+    "is_encoder_decoder": "transformers' generation utilities; the model class decides",
+    **dict.fromkeys(
+        (
+            "attention_dropout",
+            "attention_probs_dropout_prob",
+            "hidden_dropout",
+            "hidden_dropout_prob",
+            "classifier_dropout",
+            "classifier_dropout_prob",
+            "attn_pdrop",
+            "embd_pdrop",
+            "resid_pdrop",
+            "embedding_dropout",
+            "residual_dropout",
+            "summary_first_dropout",
+            "summary_last_dropout",
+        ),
+        "training-only dropout: the identity at evaluation",
+    ),
+}
 
 #: The entry's old name (``tpde.pretrained.architectures.Architecture``).
 Architecture = Family

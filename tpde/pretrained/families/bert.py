@@ -24,6 +24,7 @@ BERT_KEYS = {
     "activation": ("hidden_act", "gelu"),
     "type_vocab": ("type_vocab_size", 2),
     "pad": ("pad_token_id", 0),
+    "tied": ("tie_word_embeddings", True),  # the masked-LM decoder is the embedding
 }
 
 BERT_HONOURED = {
@@ -86,10 +87,8 @@ BERT = register(
         causal=False,
         facts={
             # positions start after the padding index for these model types (RoBERTa's
-            # create_position_ids_from_input_ids): offset pad_token_id + 1
-            "pad_offset_types": ("roberta",),
-            # BERT ties its masked-LM decoder to the embeddings when the config is silent
-            "tied": True,
+            # create_position_ids_from_input_ids): offset pad_token_id + 1 (its default 1)
+            "pad_offset_types": {"roberta": 1},
             "token_type": "type 0 unless token_types are given",
             "head": "the masked-LM head where the files hold it (mlm_heads), the pooler where "
             "they hold it, the sequence-classification head of a *ForSequenceClassification "

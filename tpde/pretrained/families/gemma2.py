@@ -60,6 +60,9 @@ def llamacpp_query_scalar(layers_27b: int):
 #: The Gemma families' config keys (Gemma-3 changes the RoPE bases).
 GEMMA_KEYS = {
     **LLAMA_KEYS,
+    "kv_heads": ("num_key_value_heads", 4),  # Gemma2Config's and Gemma3TextConfig's defaults
+    "head_dim": ("head_dim", 256),
+    "window": ("sliding_window", 4096),
     "activation": ("hidden_activation", "gelu_pytorch_tanh"),
     "query_scalar": ("query_pre_attn_scalar", REQUIRED),
     "attn_softcap": ("attn_logit_softcapping", None),
@@ -84,7 +87,12 @@ GEMMA2 = register(
     Family(
         family="gemma2",
         model_types=("gemma2",),
-        keys={**GEMMA_KEYS, "rope_local_base": ("rope_local_base_freq", "=rope_base")},
+        keys={
+            **GEMMA_KEYS,
+            "rope_local_base": ("rope_local_base_freq", "=rope_base"),
+            "attn_softcap": ("attn_logit_softcapping", 50.0),
+            "logit_softcap": ("final_logit_softcapping", 30.0),
+        },
         honoured=GEMMA_HONOURED,
         names=GEMMA_NAMES,
         biases=GATED_BIASES,

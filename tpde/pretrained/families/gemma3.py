@@ -32,6 +32,10 @@ GEMMA3 = register(
             "rope_local_base": ("rope_local_base_freq", 10_000.0),
         },
         honoured=GEMMA_HONOURED,
+        irrelevant={
+            "_sliding_window_pattern": "transformers' copy of sliding_window_pattern, written "
+            "beside layer_types, which tpde reads"
+        },
         names={
             **GEMMA_NAMES,
             "q_norm": "model.layers.{l}.self_attn.q_norm",

@@ -15,7 +15,7 @@ from tpde.pretrained.families.base import (
     register,
 )
 
-__all__ = ["GPT2", "GPT_KEYS"]
+__all__ = ["GPT2", "GPT_ALIASES", "GPT_KEYS"]
 
 #: GPT-2's config keys, which GPT-J shares (GPT-J adds rotary_dim and unties the head).
 GPT_KEYS = {
@@ -29,6 +29,15 @@ GPT_KEYS = {
     "context": ("n_positions", REQUIRED),
     "norm_eps": ("layer_norm_epsilon", 1e-5),
     "activation": ("activation_function", "gelu_new"),
+}
+
+#: transformers' attribute_map of GPT-2 and GPT-J: these names, where config.json holds
+#: them, set the keys they stand for.
+GPT_ALIASES = {
+    "hidden_size": "n_embd",
+    "max_position_embeddings": "n_positions",
+    "num_attention_heads": "n_head",
+    "num_hidden_layers": "n_layer",
 }
 
 GPT2 = register(
@@ -60,6 +69,20 @@ GPT2 = register(
         rotary=False,
         causal=True,
         conv1d=True,
+        aliases=GPT_ALIASES,
+        irrelevant={
+            "reorder_and_upcast_attn": "the scores computed in float32 (their precision, not "
+            "their values)",
+            **dict.fromkeys(
+                (
+                    "summary_type",
+                    "summary_use_proj",
+                    "summary_activation",
+                    "summary_proj_to_labels",
+                ),
+                "GPT2DoubleHeadsModel's multiple-choice head, which tpde does not read",
+            ),
+        },
         buffers=(".attn.bias", ".attn.masked_bias"),
         facts={"position_offset": 0, "fused_qkv": "c_attn = [W_q | W_k | W_v] (in, 3d)"},
         classifiers=SCORE_HEAD,

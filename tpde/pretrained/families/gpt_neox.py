@@ -57,6 +57,7 @@ GPT_NEOX = register(
         causal=True,
         buffers=(".attention.bias", ".attention.masked_bias", ".rotary_emb.inv_freq"),
         parallel="use_parallel_residual",
+        irrelevant={"is_decoder": "GPTNeoXConfig's flag that GPT-NeoX's code never reads: causal"},
         facts={
             "rope_style": "half",
             "rotary": "fraction",

@@ -5,7 +5,7 @@ head."""
 from __future__ import annotations
 
 from tpde.pretrained.families.base import SCORE_HEAD, Family, register
-from tpde.pretrained.families.gpt2 import GPT_KEYS
+from tpde.pretrained.families.gpt2 import GPT_ALIASES, GPT_KEYS
 
 __all__ = ["GPTJ"]
 
@@ -17,7 +17,7 @@ GPTJ = register(
         model_types=("gptj",),
         keys={
             **GPT_KEYS,
-            "rotary": ("rotary_dim", None),
+            "rotary": ("rotary_dim", 64),
             "tied": ("tie_word_embeddings", False),
         },
         honoured={},
@@ -41,6 +41,7 @@ GPTJ = register(
         causal=True,
         buffers=(".attn.bias", ".attn.masked_bias"),
         parallel=True,
+        aliases=GPT_ALIASES,
         facts={
             "rope_style": "interleaved",
             "rotary": "dims",  # rotary_dim coordinates of each head; all when null

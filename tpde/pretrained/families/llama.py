@@ -1,14 +1,15 @@
-"""Llama and Mistral: Pre-RMSNorm decoders, causal grouped-query attention with RoPE
-("rotate half"), SwiGLU MLP; Mistral's sliding window (p_i − p_j < w).
+"""Llama: Pre-RMSNorm decoders, causal grouped-query attention with RoPE ("rotate half"),
+SwiGLU MLP, full attention (a ``sliding_window`` key, which transformers' Llama ignores, is
+ignored here too: :mod:`~tpde.pretrained.families.mistral` reads it).
 
 The config keys and weight names here are the ones the other gated decoders start from
-(Qwen2/3, Gemma-2/3, OLMo-2 import them). GGUF: llama.cpp's ``llama`` files (Mistral's
-too), whose ``attn_q``/``attn_k`` rows (weights and biases) the converter interleaved per
-head (un-permuted on reading); a Llama-3 file's ``rope_freqs.weight`` (the converter's
-form of the "llama3" RoPE scaling) is read as its per-pair frequency divisors. llama.cpp
-reads no sliding window of a llama file (it attends over every position; its converter
-writes none, Mistral's included): a file with ``llama.attention.sliding_window`` has two
-readings and is refused.
+(Mistral, Qwen2/3, Gemma-2/3, OLMo-2 import them; those with a sliding window add its
+key). GGUF: llama.cpp's ``llama`` files (Mistral's too), whose ``attn_q``/``attn_k`` rows
+(weights and biases) the converter interleaved per head (un-permuted on reading); a Llama-3
+file's ``rope_freqs.weight`` (the converter's form of the "llama3" RoPE scaling) is read as
+its per-pair frequency divisors. llama.cpp reads no sliding window of a llama file (it
+attends over every position; its converter writes none, Mistral's included): a file with
+``llama.attention.sliding_window`` has two readings and is refused.
 """
 
 from __future__ import annotations
@@ -23,13 +24,19 @@ from tpde.pretrained.families.base import (
     register,
 )
 
-__all__ = ["LLAMA", "LLAMA_HONOURED", "LLAMA_KEYS", "LLAMA_NAMES"]
+__all__ = ["LLAMA", "LLAMA_HONOURED", "LLAMA_IRRELEVANT", "LLAMA_KEYS", "LLAMA_NAMES"]
 
 #: Config values of the llama-like families that tpde implements (any other is refused).
 LLAMA_HONOURED = {
     "pretraining_tp": (1,),
     "mlp_bias": (False,),
     "hidden_act": ("silu",),
+}
+
+#: Config keys of the llama-like families that play no part (beyond COMMON_IRRELEVANT).
+LLAMA_IRRELEVANT = {
+    "sliding_window": "not a LlamaConfig key: transformers' Llama attends to every earlier "
+    "token whatever the file says (full attention, as here)",
 }
 
 #: Canonical hyper-parameter → (config.json key, default) of the llama-like decoders.
@@ -45,7 +52,6 @@ LLAMA_KEYS = {
     "norm_eps": ("rms_norm_eps", 1e-6),
     "rope_base": ("rope_theta", 10000.0),
     "tied": ("tie_word_embeddings", False),
-    "window": ("sliding_window", None),
 }
 
 #: Role → weight name of the llama-like decoders (``{l}``: the layer).
@@ -67,7 +73,7 @@ LLAMA_NAMES = {
 LLAMA = register(
     Family(
         family="llama",
-        model_types=("llama", "mistral"),
+        model_types=("llama",),
         keys=LLAMA_KEYS,
         honoured=LLAMA_HONOURED,
         names=LLAMA_NAMES,
@@ -77,7 +83,8 @@ LLAMA = register(
         mlp="swiglu",
         rotary=True,
         causal=True,
-        facts={"rope_style": "half", "window": "sliding_window (Mistral): p_i − p_j < w"},
+        irrelevant=LLAMA_IRRELEVANT,
+        facts={"rope_style": "half"},
         classifiers=SCORE_HEAD,
         gguf=GGUFMap(
             architecture="llama",

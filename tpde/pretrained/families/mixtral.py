@@ -19,6 +19,8 @@ MIXTRAL = register(
         model_types=("mixtral",),
         keys={
             **LLAMA_KEYS,
+            "kv_heads": ("num_key_value_heads", 8),  # MixtralConfig's default
+            "window": ("sliding_window", None),  # MixtralConfig's default: full attention
             "norm_eps": ("rms_norm_eps", 1e-5),
             "activation": ("hidden_act", "silu"),
             "experts": ("num_local_experts", REQUIRED),

@@ -21,7 +21,7 @@ OLMO2 = register(
     Family(
         family="olmo2",
         model_types=("olmo2",),
-        keys=LLAMA_KEYS,
+        keys={**LLAMA_KEYS, "norm_eps": ("rms_norm_eps", 1e-5)},
         honoured={**LLAMA_HONOURED, "clip_qkv": (None,)},
         names={
             **{k: v for k, v in LLAMA_NAMES.items() if k not in ("attn_norm", "mlp_norm")},

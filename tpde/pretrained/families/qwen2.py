@@ -1,7 +1,8 @@
-"""Qwen2: as llama, with biases on Q, K, V (none on O); every layer global (a config with
-``use_sliding_window: true`` is refused). GGUF: llama.cpp's ``qwen2`` files (rotary rows as
-the checkpoint's: the converter does not interleave them; a sliding window, which
-llama.cpp does not read for them, refused)."""
+"""Qwen2: as llama, with biases on Q, K, V (none on O); with ``use_sliding_window: true``, a
+sliding window on the layers from ``max_window_layers`` on (or as ``layer_types`` says), as
+transformers' Qwen2 (none of them: every layer global). GGUF: llama.cpp's ``qwen2`` files
+(rotary rows as the checkpoint's: the converter does not interleave them; a sliding window,
+which llama.cpp does not read for them, refused)."""
 
 from __future__ import annotations
 
@@ -15,21 +16,27 @@ from tpde.pretrained.families.base import (
 )
 from tpde.pretrained.families.llama import LLAMA_HONOURED, LLAMA_KEYS, LLAMA_NAMES
 
-__all__ = ["NO_WINDOW_HONOURED", "QWEN2"]
+__all__ = ["QWEN2", "QWEN_HONOURED", "QWEN_WINDOW_KEYS"]
 
-#: Config values of the Qwen families that keep every layer global (no sliding window).
-NO_WINDOW_HONOURED = {
-    **LLAMA_HONOURED,
-    "use_sliding_window": (False,),
-    "layer_types": ("full_attention",),
+#: Config values of the Qwen families that tpde implements (any other is refused).
+QWEN_HONOURED = {**LLAMA_HONOURED, "layer_types": ("full_attention", "sliding_attention")}
+
+#: The Qwen families' sliding-window keys and Qwen2Config's (and Qwen3Config's) defaults:
+#: the window (4096), read where use_sliding_window is true, on the layers from
+#: max_window_layers (28) on; their KV heads (32).
+QWEN_WINDOW_KEYS = {
+    "kv_heads": ("num_key_value_heads", 32),
+    "window": ("sliding_window", 4096),
+    "window_from": ("max_window_layers", 28),
 }
 
 QWEN2 = register(
     Family(
         family="qwen2",
         model_types=("qwen2",),
-        keys={**LLAMA_KEYS, "window": ("sliding_window", None)},
-        honoured=NO_WINDOW_HONOURED,
+        keys={**LLAMA_KEYS, **QWEN_WINDOW_KEYS},
+        honoured=QWEN_HONOURED,
+        window_switch="use_sliding_window",
         names=LLAMA_NAMES,
         biases={**GATED_BIASES, **dict.fromkeys("qkv", True), "o": False},
         norm="rmsnorm",
@@ -37,7 +44,7 @@ QWEN2 = register(
         mlp="swiglu",
         rotary=True,
         causal=True,
-        facts={"rope_style": "half", "no_window": True},
+        facts={"rope_style": "half"},
         classifiers=SCORE_HEAD,
         gguf=GGUFMap(architecture="qwen2", model_type="qwen2", unread=NO_GGUF_WINDOW),
     )

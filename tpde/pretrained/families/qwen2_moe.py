@@ -9,8 +9,7 @@ with ``norm_topk_prob``, p_e renormalised over the k chosen
 from __future__ import annotations
 
 from tpde.pretrained.families.base import REQUIRED, SCORE_HEAD, Family, register
-from tpde.pretrained.families.llama import LLAMA_KEYS, LLAMA_NAMES
-from tpde.pretrained.families.qwen2 import NO_WINDOW_HONOURED
+from tpde.pretrained.families.llama import LLAMA_HONOURED, LLAMA_KEYS, LLAMA_NAMES
 
 __all__ = ["QWEN2_MOE"]
 
@@ -30,7 +29,9 @@ QWEN2_MOE = register(
             "shared_hidden": ("shared_expert_intermediate_size", REQUIRED),
         },
         honoured={
-            **{k: v for k, v in NO_WINDOW_HONOURED.items() if k != "hidden_act"},
+            **{k: v for k, v in LLAMA_HONOURED.items() if k != "hidden_act"},
+            "use_sliding_window": (False,),  # every layer global
+            "layer_types": ("full_attention",),
             "mlp_only_layers": ([], None),
             "decoder_sparse_step": (1,),
         },
@@ -53,7 +54,6 @@ QWEN2_MOE = register(
         causal=True,
         facts={
             "rope_style": "half",
-            "no_window": True,
             "routing": "softmax over all E, top k; renormalised over the k if norm_topk_prob",
         },
         classifiers=SCORE_HEAD,

@@ -1,5 +1,6 @@
-"""Qwen3: as llama, with a per-head QK-RMSNorm before the rotation; every layer global.
-GGUF: llama.cpp's ``qwen3`` files (rotary rows not interleaved; a sliding window refused)."""
+"""Qwen3: as llama, with a per-head QK-RMSNorm before the rotation; its sliding window as
+Qwen2's (:mod:`~tpde.pretrained.families.qwen2`). GGUF: llama.cpp's ``qwen3`` files (rotary
+rows not interleaved; a sliding window, which llama.cpp does not read for them, refused)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from tpde.pretrained.families.base import (
     register,
 )
 from tpde.pretrained.families.llama import LLAMA_KEYS, LLAMA_NAMES
-from tpde.pretrained.families.qwen2 import NO_WINDOW_HONOURED
+from tpde.pretrained.families.qwen2 import QWEN_HONOURED, QWEN_WINDOW_KEYS
 
 __all__ = ["QWEN3"]
 
@@ -20,8 +21,13 @@ QWEN3 = register(
     Family(
         family="qwen3",
         model_types=("qwen3",),
-        keys=LLAMA_KEYS,
-        honoured=NO_WINDOW_HONOURED,
+        keys={
+            **LLAMA_KEYS,
+            **QWEN_WINDOW_KEYS,
+            "head_dim": ("head_dim", 128),  # Qwen3Config's default
+        },
+        honoured=QWEN_HONOURED,
+        window_switch="use_sliding_window",
         names={
             **LLAMA_NAMES,
             "q_norm": "model.layers.{l}.self_attn.q_norm",
@@ -33,7 +39,7 @@ QWEN3 = register(
         mlp="swiglu",
         rotary=True,
         causal=True,
-        facts={"rope_style": "half", "qk_norm": "per head, before RoPE", "no_window": True},
+        facts={"rope_style": "half", "qk_norm": "per head, before RoPE"},
         classifiers=SCORE_HEAD,
         gguf=GGUFMap(architecture="qwen3", model_type="qwen3", unread=NO_GGUF_WINDOW),
     )

@@ -23,6 +23,8 @@ STARCODER2 = register(
         model_types=("starcoder2",),
         keys={
             **LLAMA_KEYS,
+            "kv_heads": ("num_key_value_heads", 2),  # Starcoder2Config's default
+            "window": ("sliding_window", None),
             "norm_eps": ("norm_epsilon", 1e-5),
             "activation": ("hidden_act", "gelu_pytorch_tanh"),
             "tied": ("tie_word_embeddings", True),
