@@ -37,13 +37,15 @@ from tpde.pretrained.transformer import (
     Transformer,
 )
 
-__all__ = ["ModelConfig", "build", "expected_shapes", "read_hyper"]
+__all__ = ["ATTENTION_ROLES", "ModelConfig", "build", "expected_shapes", "read_hyper"]
 
 _LINEAR = ("q", "k", "v", "o", "qkv", "gate", "up", "down", "fc1", "fc2", "embed_map",
            "mlm_dense", "pooler", "cls_dense", "classifier")  # fmt: skip
 #: The linear roles of a Conv1D checkpoint stored (in, out): the blocks' (GPT-2's task heads,
 #: ``score``, are nn.Linear, stored (out, in)).
 _CONV1D = ("q", "k", "v", "o", "qkv", "gate", "up", "down", "fc1", "fc2")
+#: The roles an attention sublayer reads (:func:`_attention`): what a block's structure needs.
+ATTENTION_ROLES = ("q", "k", "v", "o", "qkv", "q_norm", "k_norm")
 _NORMS = ("attn_norm", "mlp_norm", "final_norm", "embed_norm", "q_norm", "k_norm", "mlm_norm",
           "attn_post_norm", "mlp_post_norm")  # fmt: skip
 

@@ -399,6 +399,7 @@ def open_gguf(path: Path) -> Source:
         said="the file holds",
         rename=_renamer(to_checkpoint),
         context=f"{path.name} (GGUF metadata read as config.json): ",
+        bytes=path.stat().st_size,
     )
 
 
