@@ -28,8 +28,8 @@ from tpde.pretrained.minilm import (
     minilm_path,
 )
 from tpde.pretrained.smollm2 import SmolLM2, load_smollm2, smollm2_path
-from tpde.pretrained.structure import DepthEnergies, ModelStructure, depth_energies, model_structure
 from tpde.pretrained.streamed import weight_scores
+from tpde.pretrained.structure import DepthEnergies, ModelStructure, depth_energies, model_structure
 from tpde.pretrained.structure_steps import LayerMetrics, LayerSteps, layer_metrics, layer_steps
 from tpde.pretrained.transformer import (
     DecoderLayer,

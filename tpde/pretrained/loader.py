@@ -208,8 +208,10 @@ def check_memory(source: Source, expected: dict, dtype, max_memory) -> None:
         max_memory, what = physical_memory(), "this machine's physical memory"
         if max_memory is None:
             return
-    elif isinstance(max_memory, bool) or not isinstance(max_memory, int | float) or not (
-        max_memory > 0
+    elif (
+        isinstance(max_memory, bool)
+        or not isinstance(max_memory, int | float)
+        or not (max_memory > 0)
     ):
         raise ValueError(
             f"max_memory must be 'auto', None or a number of bytes > 0; received {max_memory!r}."

@@ -243,8 +243,7 @@ def check_layer_index(index, count: int) -> int:
         raise TypeError(f"layer index must be an int; received {index!r}.")
     if not 0 <= index < count:
         raise IndexError(
-            f"layer index {index} is out of range: the model has {count} layers "
-            f"(0 … {count - 1})."
+            f"layer index {index} is out of range: the model has {count} layers (0 … {count - 1})."
         )
     return index
 
