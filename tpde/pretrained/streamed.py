@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import torch
 
+from tpde._validation import check_positive
 from tpde.fields import nearest_gradient_field
 from tpde.pretrained import _build
 from tpde.pretrained.loader import _open, plan
@@ -63,8 +64,9 @@ def weight_scores(path, *, layers=None, rtol: float = 1e-10) -> ModelStructure:
     ------
     As :func:`tpde.pretrained.load` for the checkpoint (LoadError naming a missing,
     unexpected or misshapen tensor: a checkpoint without its attention weights); TypeError
-    or IndexError for ``layers``.
+    or IndexError for ``layers``, ValueError for ``rtol``: all before any tensor is read.
     """
+    rtol = check_positive(rtol, "rtol")
     source = _open(path)
     cfg, entry, expected = plan(source)
     indices = layer_indices(cfg.layers, layers)
