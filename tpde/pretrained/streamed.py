@@ -22,9 +22,11 @@ of the same numbers (a float32 or bfloat16 checkpoint, and a GGUF file's dequant
 float32, are exact in float64, and the projection reads every head in float64).
 
 Memory: the headers (a GGUF file's metadata, its vocabulary included), one block's
-attention tensors in float64 and the projection's d × d float64 work arrays of one head;
-never the embeddings, the feed-forward blocks or the other layers
-(``benchmarks/streamed_scores.py`` measures it against :func:`checkpoint_size`).
+attention tensors in float64, and the projection's d × d float64 work arrays — V = W_O W_V
+and the structured mobility M_s of every head of the block, A, A_s and M* of one head at a
+time: about H·4·d²·8 bytes, which grow with the width, not with depth or vocabulary; never
+the embeddings, the feed-forward blocks or the other layers (``benchmarks/streamed_scores.py``
+measures it against :func:`load` + :func:`model_structure`).
 """
 
 from __future__ import annotations
