@@ -115,8 +115,12 @@ def test_albert_groups_each_stored_block_scored_once(tmp_path, monkeypatch):
 def test_gguf_llama_file(tmp_path):
     from tests.pretrained.test_gguf_llama import write_tiny
 
-    write_tiny(tmp_path / "tiny.gguf")
-    _same(weight_scores(tmp_path / "tiny.gguf"), model_structure(load(tmp_path / "tiny.gguf")))
+    path = tmp_path / "tiny.gguf"
+    write_tiny(path)
+    _same(weight_scores(path), model_structure(load(path)))
+    size, (_, tensors) = checkpoint_size(path, torch.float32), read_checkpoint(path)
+    assert size.total == sum(t.numel() * 4 for t in tensors.values())
+    assert size.file == path.stat().st_size
 
 
 def test_gguf_gemma3_q8_file(tmp_path):
