@@ -63,7 +63,7 @@ format: $(STAMP)
 # Every benchmark at its quick size (minutes); run a script without --quick for its full grid.
 BENCH_QUICK ?= --quick
 bench: $(STAMP)
-	for b in fields metrics eulerian jko paper gpu glpr spectral smollm2 sinkhorn_accuracy stiff_particles; do \
+	for b in fields metrics eulerian jko paper gpu glpr spectral smollm2 sinkhorn_accuracy stiff_particles streamed_scores; do \
 		$(BIN)/python benchmarks/$$b.py $(BENCH_QUICK) || exit 1; done
 
 # The site, offline, into build/docs/ (examples cached in build/docs-work/: a rebuild

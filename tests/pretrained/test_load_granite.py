@@ -84,3 +84,15 @@ def test_mlp_bias_is_refused(case, tmp_path):
     folder, _, _ = case
     with pytest.raises(LoadError, match=r"mlp_bias = True.*granite"):
         load(_with(folder, tmp_path, mlp_bias=True))
+
+
+def test_streamed_scores_see_the_residual_scale(case):
+    """weight_scores builds each block's attention as load does (the residual multiplier
+    folded into W_o): its scores equal the loaded model's to rounding (REL: the oracle
+    tolerance of tests/pretrained/test_streamed.py); without the fold the mobility-scaled
+    scores differ by the factor 0.22."""
+    from tests.pretrained.test_streamed import _same
+    from tpde.pretrained import model_structure, weight_scores
+
+    folder, _, _ = case
+    _same(weight_scores(folder), model_structure(load(folder, dtype=torch.float64)))

@@ -17,7 +17,7 @@ use, with an error naming the extra when they are missing.
 
 from tpde.pretrained.families import ARCHITECTURES
 from tpde.pretrained.gemma3 import gemma3_270m_path, load_gemma3_270m
-from tpde.pretrained.loader import LoadError, load, read_checkpoint
+from tpde.pretrained.loader import CheckpointSize, LoadError, checkpoint_size, load, read_checkpoint
 from tpde.pretrained.minilm import (
     LayerNormWeights,
     MiniLM,
@@ -28,6 +28,7 @@ from tpde.pretrained.minilm import (
     minilm_path,
 )
 from tpde.pretrained.smollm2 import SmolLM2, load_smollm2, smollm2_path
+from tpde.pretrained.streamed import weight_scores
 from tpde.pretrained.structure import DepthEnergies, ModelStructure, depth_energies, model_structure
 from tpde.pretrained.structure_steps import LayerMetrics, LayerSteps, layer_metrics, layer_steps
 from tpde.pretrained.transformer import (
@@ -42,6 +43,7 @@ from tpde.pretrained.transformer import (
 
 __all__ = [
     "ARCHITECTURES",
+    "CheckpointSize",
     "DecoderLayer",
     "DepthEnergies",
     "Embedding",
@@ -57,6 +59,7 @@ __all__ = [
     "SequenceClassifier",
     "SmolLM2",
     "Transformer",
+    "checkpoint_size",
     "corpus",
     "depth_energies",
     "embed",
@@ -72,4 +75,5 @@ __all__ = [
     "model_structure",
     "read_checkpoint",
     "smollm2_path",
+    "weight_scores",
 ]

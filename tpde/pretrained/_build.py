@@ -39,7 +39,7 @@ from tpde.pretrained.transformer import (
     Transformer,
 )
 
-__all__ = ["ModelConfig", "build", "expected_shapes", "read_hyper"]
+__all__ = ["ATTENTION_ROLES", "ModelConfig", "build", "expected_shapes", "read_hyper"]
 
 _LINEAR = ("q", "k", "v", "o", "qkv", "gate", "up", "down", "fc1", "fc2", "embed_map",
            "mlm_dense", "pooler", "cls_dense", "classifier", "gate_up", "router", "expert_gate",
@@ -51,6 +51,8 @@ _CONV1D = ("q", "k", "v", "o", "qkv", "gate", "up", "down", "fc1", "fc2")
 #: RoPE's frequencies θ_i, stored by older transformers (4.30 and before) as buffers; ignored,
 #: as transformers ignores them: the layers compute θ_i from the config.
 _ROTARY = ("rotary_emb.inv_freq",)
+#: The roles an attention sublayer reads (:func:`_attention`): what a block's structure needs.
+ATTENTION_ROLES = ("q", "k", "v", "o", "qkv", "q_norm", "k_norm")
 _NORMS = ("attn_norm", "mlp_norm", "final_norm", "embed_norm", "q_norm", "k_norm", "mlm_norm",
           "attn_post_norm", "mlp_post_norm")  # fmt: skip
 
@@ -331,12 +333,25 @@ def _experts(p: dict, cfg: ModelConfig) -> MixtureOfExperts:
     )  # fmt: skip
 
 
-def _layer(p: dict, cfg: ModelConfig, entry: Family, l: int) -> Layer:
-    """Block l of its weights ``p`` (role → weight and bias)."""
+def _prepared(p: dict, cfg: ModelConfig, entry: Family) -> dict:
+    """A block's weights ``p`` as its sublayers read them: parameter-free norms filled in,
+    the residual scale folded into the output maps (:func:`_scaled_outputs`)."""
     if _norm_parts(entry, "attn_norm") == ():  # parameter-free norms: no tensors stored
         p = {**{r: _FREE for r in ("attn_norm", "mlp_norm") if r in entry.names}, **p}
     if cfg.residual_scale != 1.0:
         p = _scaled_outputs(p, cfg.residual_scale)
+    return p
+
+
+def block_attention(p: dict, cfg: ModelConfig, entry: Family, l: int) -> GroupedQueryAttention:
+    """The attention field of block l from its weights ``p`` alone, as :func:`build` makes
+    it (the streamed structure scores read one block at a time through this)."""
+    return _attention(_prepared(p, cfg, entry), cfg, entry, l)
+
+
+def _layer(p: dict, cfg: ModelConfig, entry: Family, l: int) -> Layer:
+    """Block l of its weights ``p`` (role → weight and bias)."""
+    p = _prepared(p, cfg, entry)
     attention, mlp = _attention(p, cfg, entry, l), _mlp(p, cfg, entry)
     n1 = _layer_norm(p, "attn", cfg, entry)
     shared = entry.placement in ("pre", "post") and "mlp_norm" not in p  # one norm (Phi, GPT-J)

@@ -49,6 +49,8 @@ class Source:
         the names are the stored ones).
     context : str
         Put before a config error ("{where}: " for a folder).
+    bytes : int
+        The size of the checkpoint's weight files on disk.
     """
 
     where: str
@@ -60,3 +62,4 @@ class Source:
     said: str = "received"
     rename: Callable[[str], str] | None = None
     context: str = ""
+    bytes: int = 0

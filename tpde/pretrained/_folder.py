@@ -50,6 +50,7 @@ def open_folder(folder: Path) -> Source:
         read=read,
         tokenizer=lambda: read_tokenizer(folder),
         context=f"{folder}: ",
+        bytes=sum(path.stat().st_size for path in set(where.values())),
     )
 
 

@@ -442,6 +442,7 @@ def open_gguf(path: Path) -> Source:
         said="the file holds",
         rename=_renamer(to_checkpoint, transposed),
         context=f"{path} (GGUF metadata read as config.json): ",
+        bytes=path.stat().st_size,
     )
 
 

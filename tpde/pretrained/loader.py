@@ -11,7 +11,9 @@ key, then every tensor's name and shape from the files' headers, then the tensor
 
 from __future__ import annotations
 
+import math
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -22,7 +24,7 @@ from tpde.pretrained._checkpoint import LoadError, Source
 from tpde.pretrained._config import Naming, family_for, read_hyper
 from tpde.pretrained.transformer import Transformer
 
-__all__ = ["LoadError", "load", "read_checkpoint"]
+__all__ = ["CheckpointSize", "LoadError", "checkpoint_size", "load", "read_checkpoint"]
 
 
 def check_device(device) -> torch.device:
@@ -59,7 +61,9 @@ def check_dtype_device(dtype, device) -> torch.device:
     return device
 
 
-def load(path, dtype: torch.dtype = torch.float32, device="cpu") -> Transformer:
+def load(
+    path, dtype: torch.dtype = torch.float32, device="cpu", *, max_memory="auto"
+) -> Transformer:
     """A pretrained Transformer from disk, as tpde fields.
 
     Parameters
@@ -68,6 +72,12 @@ def load(path, dtype: torch.dtype = torch.float32, device="cpu") -> Transformer:
         A Hugging Face model folder, or a ``.gguf`` file.
     dtype : torch.float32 (default) or torch.float64 (half precision only on CUDA)
     device : str or torch.device (default the CPU)
+    max_memory : "auto" (default), a number of bytes, or None
+        The most bytes the model's tensors may take in ``dtype``
+        (:func:`checkpoint_size`'s ``total``), checked from the headers before any tensor
+        is read: "auto" is this machine's physical memory (no check where the platform
+        does not say), None no check. A larger model is refused naming what it needs; its
+        weights-only scores stream it (:func:`~tpde.pretrained.weight_scores`).
 
     Returns
     -------
@@ -84,17 +94,20 @@ def load(path, dtype: torch.dtype = torch.float32, device="cpu") -> Transformer:
         honour (named); a tensor missing, unexpected or of the wrong shape (named, with
         both shapes); a quantisation type the ``gguf`` package cannot dequantise; a missing
         shard; a truncated or corrupt file.
+    MemoryError
+        The model's tensors need more than ``max_memory`` bytes (the bytes named).
     TypeError
         ``path`` is not a path; ``dtype`` not floating, or half precision on the CPU.
     """
     device = check_dtype_device(dtype, device)
     source = _open(path)
-    cfg, entry, expected, tensors = _read(source, dtype, device)
+    cfg, entry, expected, tensors = _read(source, dtype, device, max_memory)
     return _build.build(cfg, entry, expected, tensors, source.tokenizer())
 
 
-def read_checkpoint(path, dtype: torch.dtype = torch.float32, device="cpu"):
-    """The config record and the state dict that :func:`load` builds its model of.
+def read_checkpoint(path, dtype: torch.dtype = torch.float32, device="cpu", *, max_memory="auto"):
+    """The config record and the state dict that :func:`load` builds its model of
+    (``max_memory`` as :func:`load`'s).
 
     Returns
     -------
@@ -108,8 +121,112 @@ def read_checkpoint(path, dtype: torch.dtype = torch.float32, device="cpu"):
     As :func:`load`.
     """
     device = check_dtype_device(dtype, device)
-    cfg, _, _, tensors = _read(_open(path), dtype, device)
+    cfg, _, _, tensors = _read(_open(path), dtype, device, max_memory)
     return cfg, tensors
+
+
+@dataclass(frozen=True)
+class CheckpointSize:
+    """Result of :func:`checkpoint_size`: bytes, from the headers alone.
+
+    Attributes
+    ----------
+    dtype : the dtype the sizes are counted in.
+    total : every tensor :func:`load` reads, in ``dtype`` (what the loaded model holds).
+    blocks : (B,) each stored block's tensors (a layer's; ALBERT: each shared block once).
+    attention : (B,) each stored block's attention tensors (Q, K, V, O and QK-norms): what
+        :func:`~tpde.pretrained.weight_scores` holds at once.
+    file : the checkpoint's files on disk (quantised GGUF blocks stay small there).
+    """
+
+    dtype: torch.dtype
+    total: int
+    blocks: tuple[int, ...]
+    attention: tuple[int, ...]
+    file: int
+
+    @property
+    def largest_block(self) -> int:
+        """The largest stored block's bytes: one layer's size."""
+        return max(self.blocks)
+
+
+def checkpoint_size(path, dtype: torch.dtype = torch.float64) -> CheckpointSize:
+    """The memory a checkpoint's tensors take in ``dtype``, read from its headers (no tensor
+    is read): the whole model, each layer, each layer's attention, the files.
+
+    Parameters
+    ----------
+    path : a Hugging Face model folder or a ``.gguf`` file (as :func:`load`).
+    dtype : the floating dtype to count in (default float64, the structure scores' dtype).
+
+    Returns
+    -------
+    :class:`CheckpointSize`.
+    """
+    check_float_dtype(dtype)
+    source = _open(path)
+    cfg, _, expected = plan(source)
+    return _size(source, cfg, expected, dtype)
+
+
+def _size(source: Source, cfg, expected: dict, dtype) -> CheckpointSize:
+    item = dtype.itemsize
+    blocks, attention = [0] * cfg.blocks, [0] * cfg.blocks
+    total = 0
+    for role, block, _, shape in expected.values():
+        size = math.prod(shape) * item
+        total += size
+        if block is not None:
+            blocks[block] += size
+            if role in _build.ATTENTION_ROLES:
+                attention[block] += size
+    return CheckpointSize(dtype, total, tuple(blocks), tuple(attention), source.bytes)
+
+
+def physical_memory() -> int | None:
+    """This machine's physical memory in bytes (POSIX ``sysconf``; psutil where present
+    instead), or None where neither says."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        pass
+    try:
+        import psutil
+    except ImportError:
+        return None
+    return int(psutil.virtual_memory().total)
+
+
+def check_memory(source: Source, expected: dict, dtype, max_memory) -> None:
+    """MemoryError where the tensors ``expected`` need more than ``max_memory`` bytes in
+    ``dtype`` ("auto": :func:`physical_memory`; None: no check)."""
+    if max_memory is None:
+        return
+    what = "max_memory"
+    if isinstance(max_memory, str) and max_memory == "auto":
+        max_memory, what = physical_memory(), "this machine's physical memory"
+        if max_memory is None:
+            return
+    elif (
+        isinstance(max_memory, bool)
+        or not isinstance(max_memory, int | float)
+        or not (max_memory > 0)
+    ):
+        raise ValueError(
+            f"max_memory must be 'auto', None or a number of bytes > 0; received {max_memory!r}."
+        )
+    item = dtype.itemsize
+    need = sum(math.prod(shape) for _, _, _, shape in expected.values()) * item
+    if need > max_memory:
+        raise MemoryError(
+            f"{source.where}: its tensors need {need / 2**30:.3g} GiB in {dtype} "
+            f"({need} bytes), more than {what} ({max_memory / 2**30:.3g} GiB): the model is not "
+            "loaded. Its weights-only structure scores stream it one layer at a time "
+            "(tpde.pretrained.weight_scores(path)); the dynamic scores (model_structure with "
+            "tokens, depth_energies, layer_steps) need it loaded: use a machine with that "
+            "memory, or pass max_memory=None to try anyway."
+        )
 
 
 def _open(path) -> Source:
@@ -127,9 +244,20 @@ def _open(path) -> Source:
     return open_source(path)
 
 
-def _read(source: Source, dtype, device) -> tuple:
+def _read(source: Source, dtype, device, max_memory=None) -> tuple:
     """(config record, family entry, expected names, tensors) of a checkpoint read as far as
-    its headers: with its tokenizer, the arguments of :func:`tpde.pretrained._build.build`."""
+    its headers: with its tokenizer, the arguments of :func:`tpde.pretrained._build.build`.
+    Refused (MemoryError) before any tensor is read where they need more than ``max_memory``
+    bytes (:func:`check_memory`)."""
+    cfg, entry, expected = plan(source)
+    check_memory(source, expected, dtype, max_memory)
+    return cfg, entry, expected, source.read(cfg, expected, dtype, device)
+
+
+def plan(source: Source) -> tuple:
+    """(config record, family entry, expected names) of a checkpoint read as far as its
+    headers: the config checked key by key, every tensor's name and shape against the files'
+    (:func:`tpde.pretrained._build.check_names`); no tensor is read."""
     raw = source.raw
     entry = family_for(raw.get("model_type"), source.where)
     try:
@@ -147,4 +275,4 @@ def _read(source: Source, dtype, device) -> tuple:
         if source.rename is None:
             raise
         raise LoadError(source.rename(str(err))) from None
-    return cfg, entry, expected, source.read(cfg, expected, dtype, device)
+    return cfg, entry, expected

@@ -29,7 +29,7 @@ import torch
 
 from tpde.fields import dynamic_gap, nearest_gradient_field
 from tpde.measures import Empirical
-from tpde.pretrained.transformer import Transformer
+from tpde.pretrained.transformer import Transformer, check_layer_index
 
 __all__ = ["DepthEnergies", "ModelStructure", "depth_energies", "model_structure"]
 
@@ -111,7 +111,8 @@ def model_structure(
     if not isinstance(model, Transformer):
         raise TypeError(
             f"model_structure reads a tpde.pretrained.Transformer (tpde.pretrained.load); "
-            f"received {type(model).__name__}."
+            f"received {type(model).__name__} (the weights-only scores of a checkpoint on "
+            "disk: tpde.pretrained.weight_scores(path), one layer at a time)."
         )
     places, reports, gaps = [], [], []
     clouds = None if mu is None else _sublayer_inputs(model, mu, engine)
@@ -141,13 +142,19 @@ def nearest(block, place, cache: dict | None):
 
 def _layer_indices(model, layers) -> list[int]:
     """The layer indices asked for (all by default), each checked by ``model.layer``."""
+    return layer_indices(len(model.layers), layers)
+
+
+def layer_indices(count: int, layers) -> list[int]:
+    """The layer indices asked for of a model of ``count`` layers (all by default): a
+    TypeError for anything but a sequence of ints, an IndexError naming the range."""
     if layers is None:
-        return list(range(len(model.layers)))
-    if isinstance(layers, int) or not all(isinstance(l, int) for l in layers):
+        return list(range(count))
+    chosen = None if isinstance(layers, int | str) else getattr(layers, "__iter__", None)
+    chosen = None if chosen is None else list(layers)
+    if chosen is None or not all(isinstance(l, int) for l in chosen):
         raise TypeError(f"layers must be a sequence of layer indices; received {layers!r}.")
-    for l in layers:
-        model.layer(l)  # IndexError naming the range
-    return list(layers)
+    return [check_layer_index(l, count) for l in chosen]
 
 
 def _sublayer_inputs(model, mu: Empirical, engine: str) -> list[torch.Tensor]:

@@ -35,6 +35,7 @@ __all__ = [
     "Pooler",
     "SequenceClassifier",
     "Transformer",
+    "check_layer_index",
 ]
 
 
@@ -241,6 +242,18 @@ class MaskedLMTransform:
         return self.norm.norm(sigma(torch.nn.functional.linear(x, self.weight, self.bias)))
 
 
+def check_layer_index(index, count: int) -> int:
+    """``index`` as a layer index of a model of ``count`` layers, or a TypeError (not an int)
+    or an IndexError naming the range."""
+    if isinstance(index, bool) or not isinstance(index, int):
+        raise TypeError(f"layer index must be an int; received {index!r}.")
+    if not 0 <= index < count:
+        raise IndexError(
+            f"layer index {index} is out of range: the model has {count} layers (0 … {count - 1})."
+        )
+    return index
+
+
 @dataclass(frozen=True, eq=False)
 class Transformer:
     """A pretrained Transformer as tpde objects (module notes: equations).
@@ -307,14 +320,7 @@ class Transformer:
 
     def layer(self, index: int) -> Layer | LayerGroup:
         """``layers[index]``, with a clear error for an index out of range."""
-        if isinstance(index, bool) or not isinstance(index, int):
-            raise TypeError(f"layer index must be an int; received {index!r}.")
-        if not 0 <= index < len(self.layers):
-            raise IndexError(
-                f"layer index {index} is out of range: the model has {len(self.layers)} layers "
-                f"(0 … {len(self.layers) - 1})."
-            )
-        return self.layers[index]
+        return self.layers[check_layer_index(index, len(self.layers))]
 
     # ------------------------------------------------------------------ tokens
     def token_ids(self, sentence: str) -> torch.Tensor:

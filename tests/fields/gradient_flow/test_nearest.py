@@ -35,6 +35,7 @@ from tpde.fields import (
     row_space,
     symmetry_score,
 )
+from tpde.fields.gradient_flow.nearest import _left_product, _rope_residual
 from tpde.measures import Empirical, Gaussian
 
 F64 = torch.float64
@@ -481,36 +482,67 @@ def test_gqa_causal_and_random_rope_are_measured_not_raised():
     assert float(dynamic_gap(rand, mu).relative_gap) > FAR
 
 
-def _rope_by_hand(k: int, m: int, base: float = 10000.0) -> torch.Tensor:
-    """R(m) of RoPE "half": pair (i, i + k/2) rotated by m·base^(−2i/k)."""
-    R = torch.zeros(k, k, dtype=F64)
-    for i in range(k // 2):
-        phi = m * base ** (-2 * i / k)
+def _rope_by_hand(k: int, m: int, base: float = 10000.0, dims=None, style="half"):
+    """R(m) of RoPE: pair i of the first r = dims (default k) coordinates, (i, i + r/2)
+    ("half") or (2i, 2i + 1) ("interleaved"), rotated by m·base^(−2i/r); the rest fixed."""
+    r = dims or k
+    R = torch.eye(k, dtype=F64)
+    for i in range(r // 2):
+        phi = m * base ** (-2 * i / r)
         c, s = math.cos(phi), math.sin(phi)
-        j = i + k // 2
-        R[i, i], R[i, j], R[j, i], R[j, j] = c, -s, s, c
+        a, b = (i, i + r // 2) if style == "half" else (2 * i, 2 * i + 1)
+        R[a, a], R[a, b], R[b, a], R[b, b] = c, -s, s, c
     return R
 
 
-def test_rope_residual_equals_the_dense_definition():
-    """The 2k × 2k trace formulas against d × d matrices built from RoPE's own equations."""
-    g = torch.Generator().manual_seed(20)
-    d, k = 6, 4
+@pytest.mark.parametrize(
+    ("d", "k", "dims", "style"),
+    [
+        (6, 4, None, "half"),
+        (10, 8, None, "interleaved"),
+        (10, 8, 4, "half"),
+        (10, 8, 6, "interleaved"),
+    ],
+)
+def test_rope_residual_equals_the_dense_definition(d, k, dims, style):
+    """The k × k inner-product formulas (rotations applied as two-term row gathers) against
+    d × d matrices built from RoPE's own equations: full and partial rotary, both layouts.
+    Both sides are O(d²k) float64 sums of O(1) terms, so they agree to ~1e-15 relatively;
+    rel=1e-10 leaves margin."""
+    g = torch.Generator().manual_seed(20 + k + (dims or 0))
     Wq, Wk, Wv, Wo = _randn(g, k, d), _randn(g, k, d), _randn(g, k, d), _randn(g, d, k)
-    field = GroupedQueryAttention(Wq, Wk, Wv, Wo, 1, 1, position=RoPE(), causal=False)
+    rope = RoPE(dims=dims, style=style)
+    field = GroupedQueryAttention(Wq, Wk, Wv, Wo, 1, 1, position=rope, causal=False)
     near, report = nearest_gradient_field(field)
     c, V, M = 1 / math.sqrt(k), Wo @ Wv, near.heads[0].M
 
     def A(m):
-        return c * Wk.mT @ _rope_by_hand(k, m) @ Wq
+        return c * Wk.mT @ _rope_by_hand(k, m, dims=dims, style=style) @ Wq
 
     base = float((V - M @ (0.5 * (A(0) + A(0).mT))).norm())
-    worst = 0.0
+    asyms, shifts = [], []
     for m in (1, 2, 4, 8, 16, 32, 64, -1, -2, -4, -8, -16, -32, -64):
-        asym = float((A(m).mT - A(-m)).norm() / A(m).norm())
+        asyms.append(float((A(m).mT - A(-m)).norm() / A(m).norm()))
         shift = float((M @ (0.5 * (A(m).mT + A(-m)) - 0.5 * (A(0) + A(0).mT))).norm())
-        worst = max(worst, asym, (base + shift) / float(V.norm()))
-    assert report.heads[0].rope_residual == pytest.approx(worst, rel=1e-10)
+        shifts.append((base + shift) / float(V.norm()))
+    assert report.heads[0].rope_residual == pytest.approx(max(asyms + shifts), rel=1e-10)
+    # the asymmetry term alone (the value term made negligible by a huge ‖V‖)
+    head = attention_heads(field).heads[0]
+    alone = _rope_residual(head, M, 1e30, 0.0)
+    assert alone == pytest.approx(max(asyms), rel=1e-10)
+
+
+def test_left_product_gathers_pair_rotations_and_falls_back_to_dense():
+    """X ↦ R X by two-term gathers for a rotation of coordinate pairs (one nonzero in the
+    fixed rows of partial rotary), and the dense product for a matrix with fuller rows."""
+    g = torch.Generator().manual_seed(21)
+    X = _randn(g, 8, 5)
+    for R in (
+        _rope_by_hand(8, 3, style="interleaved"),
+        _rope_by_hand(8, -5, dims=4),
+        _randn(g, 8, 8),
+    ):
+        assert torch.allclose(_left_product(R)(X), R @ X, rtol=0, atol=1e-14)
 
 
 def test_rope_head_where_it_holds_is_at_rounding():

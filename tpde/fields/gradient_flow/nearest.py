@@ -260,29 +260,76 @@ def _rope_residual(head: AttentionHead, M: torch.Tensor, V_norm: float, base_nor
     """max over the offsets ±1, ±2, ±4, …, ±ROPE_OFFSETS of the pair kernel's asymmetry
     ‖A(m)ᵀ − A(−m)‖/‖A(m)‖ and of ‖V − M B(m)‖/‖V‖ (HeadStructure notes).
 
-    In the 2k rows G = [W_Q; W_K]: A(m)ᵀ − A(−m) = Gᵀ c[[0, T], [−T, 0]] G and
-    B(m) − B(0) = Gᵀ (c/2)[[0, ΔT], [ΔT, 0]] G, T = R(−m), ΔT = T − I, so every norm is a
-    trace of 2k × 2k matrices with C = GGᵀ: O(k³) per offset after O(d²k) once.
+    In the 2k rows G = [W_Q; W_K]: A(m)ᵀ − A(−m) = Gᵀ J G, J = c[[0, T], [−T, 0]], and
+    B(m) − B(0) = Gᵀ D G, D = (c/2)[[0, ΔT], [ΔT, 0]], T = R(m)ᵀ = R(−m), ΔT = T − I, so with
+    C = GGᵀ and S = (MGᵀ)ᵀ(MGᵀ) (2k × 2k, O(d²k) once) every norm is a sum of k × k inner
+    products ⟨X, Y⟩ = tr(XᵀY):
+
+        ‖Gᵀ J G‖² = ⟨CJ, JC⟩ = c²(⟨C_qq T, T C_kk⟩ + ⟨C_kk T, T C_qq⟩ − ⟨C_qk T, T C_kq⟩
+                                − ⟨C_kq T, T C_qk⟩),
+        ‖A(m)‖² = c²⟨C_kk R, R C_qq⟩,
+        ‖M Gᵀ D G‖² = ⟨SD, DC⟩ = (c/2)²(⟨S_qk ΔT, ΔT C_kq⟩ + ⟨S_qq ΔT, ΔT C_kk⟩
+                                       + ⟨S_kk ΔT, ΔT C_qq⟩ + ⟨S_kq ΔT, ΔT C_qk⟩),
+
+    and a rotation R(m) has at most two nonzeros per row and column (pairs of coordinates
+    turn), so each product with T or R costs O(k²): O(k²) per offset after O(d²k) once.
     """
     k = head.Wq.shape[0]
+    c = head.scale
     G = torch.cat([head.Wq, head.Wk])
     C = G @ G.mT
-    Cqq, Ckk = C[:k, :k], C[k:, k:]
     P = M @ G.mT  # (d, 2k); base_norm = ‖V − M B(0)‖ = ‖V − M A_s‖, computed by the caller
-    worst, zero = 0.0, G.new_zeros(k, k)
+    S = P.mT @ P
+    worst = 0.0
     offsets = [2**i for i in range(int(math.log2(ROPE_OFFSETS)) + 1)]
     for m in [*offsets, *(-o for o in offsets)]:
         R = _rope_matrix(head.rope, k, m).to(G)
-        T = R.mT  # R(−m)
-        J = head.scale * torch.cat([torch.cat([zero, T], 1), torch.cat([-T, zero], 1)])
-        asym2 = torch.trace(J.mT @ C @ J @ C).clamp_min(0)
-        norm2 = head.scale**2 * torch.trace(R.mT @ Ckk @ R @ Cqq)
-        dT = T - torch.eye(k, dtype=G.dtype, device=G.device)
-        X = P @ (0.5 * head.scale * torch.cat([torch.cat([zero, dT], 1), torch.cat([dT, zero], 1)]))
-        shift = float(torch.trace(X.mT @ X @ C).clamp_min(0).sqrt())
-        asym = float(asym2.sqrt()) / (float(norm2.clamp_min(0).sqrt()) or 1.0)
+        asym2, norm2, shift2 = _offset_norms(C, S, R)
+        shift = 0.5 * abs(c) * math.sqrt(max(shift2, 0.0))
+        asym = math.sqrt(max(asym2, 0.0)) / (math.sqrt(max(norm2, 0.0)) or 1.0)
         worst = max(worst, asym, (base_norm + shift) / V_norm)
     return worst
+
+
+def _offset_norms(C: torch.Tensor, S: torch.Tensor, R: torch.Tensor) -> tuple:
+    """(‖GᵀJG‖²/c², ‖A(m)‖²/c², ‖MGᵀDG‖²/(c/2)²) at one offset, R = R(m) (k, k), from the
+    2k × 2k C and S (:func:`_rope_residual`'s sums of k × k inner products)."""
+    k = R.shape[-1]
+    Cqq, Cqk, Ckq, Ckk = C[:k, :k], C[:k, k:], C[k:, :k], C[k:, k:]
+    Sqq, Sqk, Skq, Skk = S[:k, :k], S[:k, k:], S[k:, :k], S[k:, k:]
+    T_left, R_left = _left_product(R.mT), _left_product(R)  # X ↦ T X, X ↦ R X
+
+    def XT(X):  # X T = (R Xᵀ)ᵀ
+        return R_left(X.mT).mT
+
+    def XdT(X):  # X ΔT
+        return XT(X) - X
+
+    def dTX(X):  # ΔT X
+        return T_left(X) - X
+
+    asym2 = (_dot(XT(Cqq), T_left(Ckk)) + _dot(XT(Ckk), T_left(Cqq))
+             - _dot(XT(Cqk), T_left(Ckq)) - _dot(XT(Ckq), T_left(Cqk)))  # fmt: skip
+    norm2 = _dot(T_left(Ckk.mT).mT, R_left(Cqq))  # ⟨C_kk R, R C_qq⟩
+    shift2 = (_dot(XdT(Sqk), dTX(Ckq)) + _dot(XdT(Sqq), dTX(Ckk))
+              + _dot(XdT(Skk), dTX(Cqq)) + _dot(XdT(Skq), dTX(Cqk)))  # fmt: skip
+    return asym2, norm2, shift2
+
+
+def _dot(X: torch.Tensor, Y: torch.Tensor) -> float:
+    """⟨X, Y⟩ = tr(XᵀY)."""
+    return float((X * Y).sum())
+
+
+def _left_product(R: torch.Tensor):
+    """X ↦ R X for a (k, k) R with at most two nonzeros per row (a rotation of coordinate
+    pairs), in O(k·cols) by gathering the two rows each output row reads; a dense product
+    where R has more."""
+    if int((R != 0).sum(-1).max()) > 2:
+        return lambda X: R @ X
+    idx = R.abs().topk(min(2, R.shape[-1]), dim=-1).indices  # (k, 2)
+    vals = R.gather(-1, idx)
+    return lambda X: (vals[..., None] * X[idx]).sum(-2)
 
 
 def _sinkhorn(head: AttentionHead, structured: StructuredHead):
