@@ -25,7 +25,11 @@ layout.
 Measured with this script on the branch ``road`` and on its parent (issue 34): llama folder
 4 modules, 0 returns, 12 revisits (was 6, 0, 26); llama GGUF 5, 0, 12 (was 6, 0, 45; the
 fifth module is the BPE tokenizer builder, absent for a file without a vocabulary);
-Gemma-3 GGUF 4, 0, 12 (was 9, 0, 82).
+Gemma-3 GGUF 4, 0, 12 (was 9, 0, 82). After the GGUF round (branch ``gguf``: the container
+check, the RoPE-frequency reader and the families' own GGUF hooks in their own files): llama
+folder 4, 0, 13; llama GGUF 7, 0, 15 (loader, _gguf, _gguf_container, _gguf_rope, _config,
+_build, _bpe); Gemma-3 GGUF 7, 0, 15 (families/gemma2 in place of _bpe). Still no return
+to a module left; the GGUF stage is now three files instead of one.
 """
 
 from __future__ import annotations
@@ -142,6 +146,7 @@ def write_gemma3_gguf(path: Path) -> None:
     writer.add_key_length(k)
     writer.add_value_length(k)
     writer.add_layer_norm_rms_eps(1e-6)
+    writer.add_rope_freq_base(1e6)
     writer.add_sliding_window(3)
     writer.add_vocab_size(V)
     for stem, shape in shapes.items():
