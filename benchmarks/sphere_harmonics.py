@@ -33,14 +33,19 @@ seconds move with the load, the ratios less), ``--betas 1 10``:
 from __future__ import annotations
 
 import argparse
+import statistics
+import time
 
 import torch
 from _common import isotropic_field, print_header, print_row, sampled_error, timed
+from _harmonics_before import flops_before, sphere_sums_before
 
-from tpde._engines.harmonics import truncation
+from tpde._engines.harmonics import BLOCK_TOKENS, flops, sphere_sums, truncation
+from tpde._engines.tiled import run_threads
 from tpde.measures import Empirical
 
-COLUMNS = ["field", "N", "β", "L", "engine", "threads", "seconds", "×harmonics", "max rel. error"]
+COLUMNS = ["field", "N", "β", "L", "engine", "threads", "seconds", "×harmonics", "GFLOP",
+           "GFLOP/s", "matmul GFLOP/s", "÷matmul", "max rel. error"]  # fmt: skip
 
 
 def sphere(n: int, seed: int = 0) -> Empirical:
@@ -51,6 +56,67 @@ def sphere(n: int, seed: int = 0) -> Empirical:
 
 def field(kind: str, beta: float):
     return isotropic_field(kind, beta, 3)
+
+
+def matmul_rate(L: int, threads: int, blocks: int = 128, repeats: int = 3) -> float:
+    """GFLOP/s of float64 matrix products of the engine's largest shape, timed now: the
+    sums' (8(⌊L/2⌋ + 1) × (L + 1)) @ ((L + 1) × 4096) per block of tokens, ``blocks`` blocks
+    spread over ``threads`` threads as the engine spreads its blocks (one buffer each)."""
+    generator = torch.Generator().manual_seed(2)
+    G = torch.randn(8 * (L // 2 + 1), L + 1, generator=generator, dtype=torch.float64)
+    T = torch.randn(8, L + 1, BLOCK_TOKENS, generator=generator, dtype=torch.float64)
+
+    def work(jobs):
+        out = torch.empty(G.shape[0], BLOCK_TOKENS, dtype=torch.float64)
+        for job in jobs:
+            torch.mm(G, T[job % len(T)], out=out)
+
+    seconds, _, _ = timed(lambda: run_threads(work, blocks, threads), repeats)
+    return 2 * G.shape[0] * (L + 1) * BLOCK_TOKENS * blocks / seconds / 1e9
+
+
+def rates(row: dict, count: int, matmul: float) -> dict:
+    """The GFLOP columns of a row whose evaluation took row["seconds"] for ``count`` flops."""
+    rate = count / row["seconds"] / 1e9
+    return {**row, "GFLOP": count / 1e9, "GFLOP/s": rate, "matmul GFLOP/s": matmul,
+            "÷matmul": rate / matmul}  # fmt: skip
+
+
+def square_matmul_rate(size: int = 2048) -> float:
+    """GFLOP/s of one float64 (size × size) @ (size × size) on torch's threads, timed now."""
+    a = torch.randn(size, size, dtype=torch.float64)
+    seconds, _, _ = timed(lambda: a @ a, 3)
+    return 2 * size**3 / seconds / 1e9
+
+
+def million(beta: float, threads: int, repeats: int = 3) -> None:
+    """The sums of 10⁶ tokens (one cloud, weights 1/N) by the engine and by its path before
+    issue 35 (benchmarks/_harmonics_before.py), interleaved in this process, and the
+    reference matmul rate measured between them."""
+    n = 1_000_000
+    mu = sphere(n)
+    x, w = mu.points, mu.weights
+    L = truncation(beta, torch.float64, 1 / n)
+    engines = {"sphere_sums": sphere_sums, "before (c2331a1)": sphere_sums_before}
+    out = {name: f(x, w, beta) for name, f in engines.items()}  # warm-up: kernels, pages
+    times, matmul = {name: [] for name in engines}, []
+    for r in range(repeats):
+        for name in list(engines)[:: 1 if r % 2 == 0 else -1]:
+            start = time.perf_counter()
+            engines[name](x, w, beta)
+            times[name].append(time.perf_counter() - start)
+        matmul.append(matmul_rate(L, threads, repeats=1))
+    now, before = (statistics.median(t) for t in times.values())
+    matmul = statistics.median(matmul)
+    ours, theirs = out.values()
+    error = (ours - theirs).abs().max() / ours.abs().max()
+    row = {"field": "sums", "N": n, "β": beta, "L": L, "threads": threads}
+    print_row(rates({**row, "engine": "sphere_sums", "seconds": now}, flops(n, L), matmul), COLUMNS)
+    print_row(
+        rates({**row, "engine": "before (c2331a1)", "seconds": before, "×harmonics": before / now,
+               "max rel. error": float(error)}, flops_before(n, L), matmul),
+        COLUMNS,
+    )  # fmt: skip
 
 
 def compare(kind: str, beta: float, n: int, repeats: int = 3) -> None:
@@ -75,10 +141,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="SDPA at N = 10³, 10⁴")
     parser.add_argument("--crossover", action="store_true", help="N = 250 … 8000, SA")
+    parser.add_argument("--million", action="store_true", help="N = 10⁶: engine vs before")
     parser.add_argument("--betas", type=float, nargs="+", default=[1.0, 10.0])
     args = parser.parse_args()
     torch.set_num_threads(1)
     print_header(COLUMNS)
+    if args.million:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            print(f"float64 matmul 2048², {threads} threads: {square_matmul_rate():.3g} GFLOP/s")
+        for beta in args.betas:
+            for threads in (1, 2):
+                torch.set_num_threads(threads)
+                million(beta, threads)
+        torch.set_num_threads(1)
+        return
     if args.crossover:
         for beta in args.betas:
             for n in (250, 500, 1000, 2000, 4000, 8000):
@@ -95,12 +172,10 @@ def main() -> None:
                 torch.set_num_threads(threads)
                 seconds, _, out = timed(lambda f=f, mu=mu: f.velocity(mu, engine="harmonics"))
                 row = {"field": kind, "N": 1_000_000, "β": beta, "threads": threads}
-                row["L"] = truncation(beta, torch.float64, 1e-6)
+                row["L"] = L = truncation(beta, torch.float64, 1e-6)
                 error = sampled_error(kind, beta, mu, out) if threads == 1 else ""
-                print_row(
-                    {**row, "engine": "harmonics", "seconds": seconds, "max rel. error": error},
-                    COLUMNS,
-                )
+                row = {**row, "engine": "harmonics", "seconds": seconds, "max rel. error": error}
+                print_row(rates(row, flops(mu.n, L), matmul_rate(L, threads)), COLUMNS)
     torch.set_num_threads(1)
 
 
