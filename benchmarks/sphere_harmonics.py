@@ -3,6 +3,8 @@
     python benchmarks/sphere_harmonics.py              # SDPA at N = 10⁴, 10⁵; harmonics to 10⁶
     python benchmarks/sphere_harmonics.py --quick      # SDPA at N = 10³, 10⁴
     python benchmarks/sphere_harmonics.py --crossover  # both engines from N = 250 to 8000
+    python benchmarks/sphere_harmonics.py --million    # N = 10⁶: the engine against its
+                                                       # path before issue 35, interleaved
 
 The field: softmax (SA) and unnormalised exponential (USA) attention with A = βI, V = I,
 tokens drawn uniformly on S², float64, one velocity evaluation at the tokens
@@ -15,8 +17,48 @@ relative to the largest entry of the pairwise engine's output. At N = 10⁶ no p
 engine finishes (10¹² pairs): the error is taken on 64 random tokens against their dense
 rows.
 
-Measured on the shared 2-core machine (float64, one run, load 6–8 from other jobs: the
-seconds move with the load, the ratios less), ``--betas 1 10``:
+Work: GFLOP = :func:`tpde._engines.harmonics.flops` (2 per multiply-add of the matrix
+products and of the azimuth contraction, ≈ 20(L + 1)² per token), GFLOP/s = GFLOP over the
+seconds, matmul GFLOP/s = float64 products of the engine's largest shape, (8(⌊L/2⌋ + 1) ×
+(L + 1)) @ ((L + 1) × 4096), 128 of them spread over the same threads as the engine's
+blocks, timed in the same run (``--million``: once per repetition, between the engines;
+median), and ÷matmul their ratio. ``--million`` times ``sphere_sums`` of one cloud (weights
+1/N) and the path before issue 35 (benchmarks/_harmonics_before.py: the four channels'
+moments summed one by one, ≈ 32(L + 1)² flops per token, tables by ``cumprod``, fresh
+tensors per block), alternating their order, median of 3 after a warm-up; ×harmonics is
+its time over the engine's, the error their largest difference relative to the largest sum.
+
+Measured on the shared 2-core machine, whose other jobs kept it busy (``uptime`` load
+average 2.6–4.6 on 2 cores: every second and rate below moves with the load, by up to 2×
+from one repetition to the next; the ratios within a row pair less). ``--million``, two
+runs (11:50 and 11:55 UTC, 7 Dec 2026):
+
+    β = 1 (L = 18, 7.5 GFLOP; before 11.6):
+        1 thread:  0.93 s, 0.73 s (before 2.29 s, 1.95 s: ×2.5, ×2.7); 8.1, 10.3 GFLOP/s,
+                   ÷matmul 0.36, 0.53 (matmul 22, 20 GFLOP/s)
+        2 threads: 1.10 s, 1.04 s (before ×2.2, ×2.3); ÷matmul 0.16, 0.29
+    β = 10 (L = 38, 31 GFLOP; before 48.7):
+        1 thread:  2.22 s, 2.23 s (before 5.49 s, 4.15 s: ×2.5, ×1.9); 14 GFLOP/s,
+                   ÷matmul 0.49, 0.29 (matmul 29, 48 GFLOP/s)
+        2 threads: 2.43 s, 2.30 s (before ×2.7, ×2.4); ÷matmul 0.47, 0.42
+    engine − before: ≤ 3.5e-15 relative (rounding)
+    float64 matmul 2048²: 30.6 and 54 GFLOP/s on one thread, 29.5 and 51 on two: the
+    second core was mostly taken by the other jobs, so no 2-thread row shows a speedup.
+
+Single blocks of 4096 tokens, one thread (min of 30, same machine): the sums' matrix
+product runs at 53 GFLOP/s where a 4096 × 512 × 512 matmul ran at 49; at L = 38 a block
+takes 1.6 ms (moments, tables 0.4 ms of it) + 3.2–3.8 ms (sums), at L = 18 0.7 + 1.0 ms
+(the tables, memory-bound at 0.6 ns per entry, are 29 % of it: the reason ÷matmul is lower
+at small L). An idle machine was not available to this measurement: the issue's target
+(10⁶ tokens at β = 10 under 2 s on 2 idle cores; 2.84 s there before) is met here on one
+busy core's worth of time only in the quieter repetitions.
+
+``--quick --betas 1`` (11:54 UTC, load 4.4–4.6), with this engine: SA ×1.8 against SDPA
+at N = 10³ (1.4 ms), ×28 at 10⁴; USA ×1.9, ×35 against tiled; N = 10⁶: SA 1.06 s (one
+thread), 1.41 s (two), USA 1.25 s, 1.27 s, max rel. error 6.3e-14 against 64 dense rows.
+
+Before issue 35 (the path of benchmarks/_harmonics_before.py), default run (load 6–8,
+``--betas 1 10``):
 
     N = 10⁴:  SA ×9.9 (β = 1), ×7.9 (β = 10) against SDPA; USA ×21, ×8.7 against tiled
     N = 10⁵:  SA ×207, ×135 (harmonics 0.31 s, 0.53 s; SDPA 63 s, 72 s); USA ×199, ×146
@@ -25,9 +67,13 @@ seconds move with the load, the ratios less), ``--betas 1 10``:
               1.49 s on 2 threads, 0.80 s and 2.09 s on one
     max rel. error: ≤ 2e-13 against SDPA (10⁴, 10⁵), ≤ 1.3e-13 against dense rows (10⁶)
 
-``--crossover`` (SA, one thread, load 3–4): SDPA wins to N = 1000 (harmonics ×0.4 at
-β = 1, ×0.75 at β = 10), the harmonics engine from N = 2000 (×3.8, ×1.9), ×5–9 at 8000:
-:func:`tpde._engines.harmonics.pick_harmonics`.
+``--crossover`` (before issue 35; SA, one thread, load 3–4): SDPA wins to N = 1000
+(harmonics ×0.4 at β = 1, ×0.75 at β = 10), the harmonics engine from N = 2000 (×3.8,
+×1.9), ×5–9 at 8000:
+:func:`tpde._engines.harmonics.pick_harmonics`. With this engine (11:56 UTC, load 2.8–2.9):
+SDPA still wins at N = 250 and 500 (harmonics ×0.2–0.5), the harmonics engine from
+N = 1000 (×1.55 at β = 1, ×1.13 at β = 10), ×1.3–1.6 at 2000, ×4.6–4.8 at 4000, ×7–15 at
+8000 (one run, noisy); the rule (n ≥ max(1500, 2(L + 1)²)) was left as it was.
 """
 
 from __future__ import annotations

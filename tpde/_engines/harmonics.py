@@ -308,6 +308,7 @@ def pick_harmonics(n: int, L: int) -> bool:
     moments summed apart), and below ~1500 tokens its fixed cost loses. Measured then with
     ``benchmarks/sphere_harmonics.py --crossover`` (SA, float64, one core, load 3–4): SDPA
     wins up to N = 1000 (×0.4 at β = 1, ×0.75 at β = 10), harmonics from N = 2000 (×3.8
-    at β = 1, ×1.9 at β = 10) and ×5–9 at N = 8000.
+    at β = 1, ×1.9 at β = 10) and ×5–9 at N = 8000. Remeasured with the present engine
+    (load 2.8): harmonics from N = 1000 (×1.55, ×1.13), so the rule is now conservative.
     """
     return n >= max(HARMONICS_MIN_TOKENS, HARMONICS_TOKENS_PER_TERM * (L + 1) ** 2)
