@@ -52,10 +52,10 @@ product runs at 53 GFLOP/s where a 4096 × 512 × 512 matmul ran at 49; at L = 3
 takes 1.6 ms (moments, tables 0.4 ms of it) + 3.2–3.8 ms (sums), at L = 18 0.7 + 1.0 ms
 (the tables, memory-bound at 0.6 ns per entry, are 29 % of it: the reason ÷matmul is lower
 at small L). No idle machine was available: the issue's target (10⁶ tokens at β = 10
-under 2 s on 2 idle cores, where the path before took 2.84 s) is met here on one busy
-thread (1.92–2.23 s) but not shown on two idle cores; from the ×1.9–2.7 above, one expects
-1.1–1.5 s there (an expectation, not a measurement). This machine, idle, took 1.49 s with
-the path before (below).
+under 2 s on 2 idle cores, where the path before took 2.84 s) was reached here once on
+one busy thread (1.92 s; 2.22, 2.23 s in the busier runs), not shown on two idle cores;
+from the ×1.9–2.7 above one expects 1.1–1.5 s there (an expectation, not a measurement).
+This machine, idle, took 1.49 s with the path before (below).
 
 ``--quick --betas 1`` (11:54 UTC, load 4.4–4.6), with this engine: SA ×1.8 against SDPA
 at N = 10³ (1.4 ms), ×28 at 10⁴; USA ×1.9, ×35 against tiled; N = 10⁶: SA 1.06 s (one
