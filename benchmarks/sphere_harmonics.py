@@ -3,6 +3,8 @@
     python benchmarks/sphere_harmonics.py              # SDPA at N = 10⁴, 10⁵; harmonics to 10⁶
     python benchmarks/sphere_harmonics.py --quick      # SDPA at N = 10³, 10⁴
     python benchmarks/sphere_harmonics.py --crossover  # both engines from N = 250 to 8000
+    python benchmarks/sphere_harmonics.py --million    # N = 10⁶: the engine against its
+                                                       # path before issue 35, interleaved
 
 The field: softmax (SA) and unnormalised exponential (USA) attention with A = βI, V = I,
 tokens drawn uniformly on S², float64, one velocity evaluation at the tokens
@@ -15,8 +17,52 @@ relative to the largest entry of the pairwise engine's output. At N = 10⁶ no p
 engine finishes (10¹² pairs): the error is taken on 64 random tokens against their dense
 rows.
 
-Measured on the shared 2-core machine (float64, one run, load 6–8 from other jobs: the
-seconds move with the load, the ratios less), ``--betas 1 10``:
+Work: GFLOP = :func:`tpde._engines.harmonics.flops` (2 per multiply-add of the matrix
+products and of the azimuth contraction, ≈ 20(L + 1)² per token), GFLOP/s = GFLOP over the
+seconds, matmul GFLOP/s = float64 products of the engine's largest shape, (8(⌊L/2⌋ + 1) ×
+(L + 1)) @ ((L + 1) × 4096), 128 of them spread over the same threads as the engine's
+blocks, timed in the same run, and ÷matmul their ratio (``--million``: the matmul timed
+once per repetition, between the engines; the median of each repetition's ratio).
+``--million`` times ``sphere_sums`` of one cloud (weights 1/N) and the path before issue
+35 (benchmarks/_harmonics_before.py: the four channels' moments summed one by one,
+≈ 32(L + 1)² flops per token, tables by ``cumprod``, fresh tensors per block), alternating
+their order, median of 3 after a warm-up; ×harmonics is
+its time over the engine's, the error their largest difference relative to the largest sum.
+
+Measured on the shared 2-core machine, whose other jobs kept it busy (``uptime`` load
+average 2.3–4.6 on 2 cores: every second and rate below moves with the load, by up to 2×
+from one repetition to the next; the ratios within a row pair less). ``--million``, three
+runs (11:50, 11:55, 11:58 UTC, 7 Dec 2026; the first two took ÷matmul from the medians,
+the third, as now, per repetition):
+
+    β = 1 (L = 18, 7.5 GFLOP; before 11.6):
+        1 thread:  0.93, 0.73, 0.71 s (before 2.29, 1.95, 1.88 s: ×2.5, ×2.7, ×2.7);
+                   8.1–10.6 GFLOP/s, ÷matmul 0.36, 0.53, 0.48 (matmul 20–22 GFLOP/s)
+        2 threads: 1.10, 1.04, 1.00 s (before ×2.2, ×2.3, ×2.5); ÷matmul 0.16, 0.29, 0.30
+    β = 10 (L = 38, 31 GFLOP; before 48.7):
+        1 thread:  2.22, 2.23, 1.92 s (before 5.49, 4.15, 4.98 s: ×2.5, ×1.9, ×2.6);
+                   14–16 GFLOP/s, ÷matmul 0.49, 0.29, 0.69 (matmul 24–48 GFLOP/s)
+        2 threads: 2.43, 2.30, 2.84 s (before ×2.7, ×2.4, ×2.2); ÷matmul 0.47, 0.42, 0.46
+    engine − before: ≤ 3.5e-15 relative (rounding)
+    float64 matmul 2048²: 31–54 GFLOP/s on one thread, 30–51 on two: the second core was
+    mostly taken by the other jobs, so no 2-thread row shows a speedup.
+
+Single blocks of 4096 tokens, one thread (min of 30, same machine): the sums' matrix
+product runs at 53 GFLOP/s where a 4096 × 512 × 512 matmul ran at 49; at L = 38 a block
+takes 1.6 ms (moments, tables 0.4 ms of it) + 3.2–3.8 ms (sums), at L = 18 0.7 + 1.0 ms
+(the tables, memory-bound at 0.6 ns per entry, are 29 % of it: the reason ÷matmul is lower
+at small L). No idle machine was available: the issue's target (10⁶ tokens at β = 10
+under 2 s on 2 idle cores, where the path before took 2.84 s) was reached here once on
+one busy thread (1.92 s; 2.22, 2.23 s in the busier runs), not shown on two idle cores;
+from the ×1.9–2.7 above one expects 1.1–1.5 s there (an expectation, not a measurement).
+This machine, idle, took 1.49 s with the path before (below).
+
+``--quick --betas 1`` (11:54 UTC, load 4.4–4.6), with this engine: SA ×1.8 against SDPA
+at N = 10³ (1.4 ms), ×28 at 10⁴; USA ×1.9, ×35 against tiled; N = 10⁶: SA 1.06 s (one
+thread), 1.41 s (two), USA 1.25 s, 1.27 s, max rel. error 6.3e-14 against 64 dense rows.
+
+Before issue 35 (the path of benchmarks/_harmonics_before.py), default run (load 6–8,
+``--betas 1 10``):
 
     N = 10⁴:  SA ×9.9 (β = 1), ×7.9 (β = 10) against SDPA; USA ×21, ×8.7 against tiled
     N = 10⁵:  SA ×207, ×135 (harmonics 0.31 s, 0.53 s; SDPA 63 s, 72 s); USA ×199, ×146
@@ -25,22 +71,31 @@ seconds move with the load, the ratios less), ``--betas 1 10``:
               1.49 s on 2 threads, 0.80 s and 2.09 s on one
     max rel. error: ≤ 2e-13 against SDPA (10⁴, 10⁵), ≤ 1.3e-13 against dense rows (10⁶)
 
-``--crossover`` (SA, one thread, load 3–4): SDPA wins to N = 1000 (harmonics ×0.4 at
-β = 1, ×0.75 at β = 10), the harmonics engine from N = 2000 (×3.8, ×1.9), ×5–9 at 8000:
-:func:`tpde._engines.harmonics.pick_harmonics`.
+``--crossover`` (before issue 35; SA, one thread, load 3–4): SDPA wins to N = 1000
+(harmonics ×0.4 at β = 1, ×0.75 at β = 10), the harmonics engine from N = 2000 (×3.8,
+×1.9), ×5–9 at 8000:
+:func:`tpde._engines.harmonics.pick_harmonics`. With this engine (11:56 UTC, load 2.8–2.9):
+SDPA still wins at N = 250 and 500 (harmonics ×0.2–0.5), the harmonics engine from
+N = 1000 (×1.55 at β = 1, ×1.13 at β = 10), ×1.3–1.6 at 2000, ×4.6–4.8 at 4000, ×7–15 at
+8000 (one run, noisy); the rule (n ≥ max(1500, 2(L + 1)²)) was left as it was.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
+import time
 
 import torch
 from _common import isotropic_field, print_header, print_row, sampled_error, timed
+from _harmonics_before import flops_before, sphere_sums_before
 
-from tpde._engines.harmonics import truncation
+from tpde._engines.harmonics import BLOCK_TOKENS, flops, sphere_sums, truncation
+from tpde._engines.tiled import run_threads
 from tpde.measures import Empirical
 
-COLUMNS = ["field", "N", "β", "L", "engine", "threads", "seconds", "×harmonics", "max rel. error"]
+COLUMNS = ["field", "N", "β", "L", "engine", "threads", "seconds", "×harmonics", "GFLOP",
+           "GFLOP/s", "matmul GFLOP/s", "÷matmul", "max rel. error"]  # fmt: skip
 
 
 def sphere(n: int, seed: int = 0) -> Empirical:
@@ -51,6 +106,72 @@ def sphere(n: int, seed: int = 0) -> Empirical:
 
 def field(kind: str, beta: float):
     return isotropic_field(kind, beta, 3)
+
+
+def matmul_rate(L: int, threads: int, blocks: int = 128, repeats: int = 3) -> float:
+    """GFLOP/s of float64 matrix products of the engine's largest shape, timed now: the
+    sums' (8(⌊L/2⌋ + 1) × (L + 1)) @ ((L + 1) × 4096) per block of tokens, ``blocks`` blocks
+    spread over ``threads`` threads as the engine spreads its blocks (one buffer each)."""
+    generator = torch.Generator().manual_seed(2)
+    G = torch.randn(8 * (L // 2 + 1), L + 1, generator=generator, dtype=torch.float64)
+    T = torch.randn(8, L + 1, BLOCK_TOKENS, generator=generator, dtype=torch.float64)
+
+    def work(jobs):
+        out = torch.empty(G.shape[0], BLOCK_TOKENS, dtype=torch.float64)
+        for job in jobs:
+            torch.mm(G, T[job % len(T)], out=out)
+
+    seconds, _, _ = timed(lambda: run_threads(work, blocks, threads), repeats)
+    return 2 * G.shape[0] * (L + 1) * BLOCK_TOKENS * blocks / seconds / 1e9
+
+
+def rates(row: dict, count: int, matmul: float) -> dict:
+    """The GFLOP columns of a row whose evaluation took row["seconds"] for ``count`` flops."""
+    rate = count / row["seconds"] / 1e9
+    return {**row, "GFLOP": count / 1e9, "GFLOP/s": rate, "matmul GFLOP/s": matmul,
+            "÷matmul": rate / matmul}  # fmt: skip
+
+
+def square_matmul_rate(size: int = 2048) -> float:
+    """GFLOP/s of one float64 (size × size) @ (size × size) on torch's threads, timed now."""
+    a = torch.randn(size, size, dtype=torch.float64)
+    seconds, _, _ = timed(lambda: a @ a, 3)
+    return 2 * size**3 / seconds / 1e9
+
+
+def million(beta: float, threads: int, repeats: int = 3) -> None:
+    """The sums of 10⁶ tokens (one cloud, weights 1/N) by the engine and by its path before
+    issue 35 (benchmarks/_harmonics_before.py), interleaved in this process, and the
+    reference matmul rate measured between them."""
+    n = 1_000_000
+    mu = sphere(n)
+    x, w = mu.points, mu.weights
+    L = truncation(beta, torch.float64, 1 / n)
+    engines = {"sphere_sums": sphere_sums, "before (c2331a1)": sphere_sums_before}
+    out = {name: f(x, w, beta) for name, f in engines.items()}  # warm-up: kernels, pages
+    times, matmul = {name: [] for name in engines}, []
+    for r in range(repeats):
+        for name in list(engines)[:: 1 if r % 2 == 0 else -1]:
+            start = time.perf_counter()
+            engines[name](x, w, beta)
+            times[name].append(time.perf_counter() - start)
+        matmul.append(matmul_rate(L, threads, repeats=1))
+    now, before = (statistics.median(t) for t in times.values())
+    matmul_each, matmul = matmul, statistics.median(matmul)
+    ours, theirs = out.values()
+    error = (ours - theirs).abs().max() / ours.abs().max()
+    row = {"field": "sums", "N": n, "β": beta, "L": L, "threads": threads}
+    rows = [
+        rates({**row, "engine": "sphere_sums", "seconds": now}, flops(n, L), matmul),
+        rates({**row, "engine": "before (c2331a1)", "seconds": before, "×harmonics": before / now,
+               "max rel. error": float(error)}, flops_before(n, L), matmul),
+    ]  # fmt: skip
+    for row, count, seconds in zip(
+        rows, (flops(n, L), flops_before(n, L)), times.values(), strict=True
+    ):
+        # each repetition against the matmul timed next to it: steadier under other jobs' load
+        ratios = [count / t / 1e9 / m for t, m in zip(seconds, matmul_each, strict=True)]
+        print_row({**row, "÷matmul": statistics.median(ratios)}, COLUMNS)
 
 
 def compare(kind: str, beta: float, n: int, repeats: int = 3) -> None:
@@ -75,10 +196,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="SDPA at N = 10³, 10⁴")
     parser.add_argument("--crossover", action="store_true", help="N = 250 … 8000, SA")
+    parser.add_argument("--million", action="store_true", help="N = 10⁶: engine vs before")
     parser.add_argument("--betas", type=float, nargs="+", default=[1.0, 10.0])
     args = parser.parse_args()
     torch.set_num_threads(1)
     print_header(COLUMNS)
+    if args.million:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            print(f"float64 matmul 2048², {threads} threads: {square_matmul_rate():.3g} GFLOP/s")
+        for beta in args.betas:
+            for threads in (1, 2):
+                torch.set_num_threads(threads)
+                million(beta, threads)
+        torch.set_num_threads(1)
+        return
     if args.crossover:
         for beta in args.betas:
             for n in (250, 500, 1000, 2000, 4000, 8000):
@@ -95,12 +227,10 @@ def main() -> None:
                 torch.set_num_threads(threads)
                 seconds, _, out = timed(lambda f=f, mu=mu: f.velocity(mu, engine="harmonics"))
                 row = {"field": kind, "N": 1_000_000, "β": beta, "threads": threads}
-                row["L"] = truncation(beta, torch.float64, 1e-6)
+                row["L"] = L = truncation(beta, torch.float64, 1e-6)
                 error = sampled_error(kind, beta, mu, out) if threads == 1 else ""
-                print_row(
-                    {**row, "engine": "harmonics", "seconds": seconds, "max rel. error": error},
-                    COLUMNS,
-                )
+                row = {**row, "engine": "harmonics", "seconds": seconds, "max rel. error": error}
+                print_row(rates(row, flops(mu.n, L), matmul_rate(L, threads)), COLUMNS)
     torch.set_num_threads(1)
 
 

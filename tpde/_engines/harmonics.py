@@ -24,9 +24,12 @@ A(x)ᵀ G T(x): A = (cos mφ, sin mφ)_{m ≤ L} the azimuth table, T = (cos kθ
 (sin kθ)_{1 ≤ k ≤ L} the polar table (both by complex products from e^{iθ} = z + i√(x₁² + x₂²)
 and e^{iφ} = (x₁ + ix₂)/sin θ, no trigonometric function), G = K^m M with the cloud's
 moments M_{(m, ·), k} = Σ_j w_j A_m(x_j) T_k(x_j) (one matrix product over the tokens) and
-the kernel matrix K^m = ε_m C^{mᵀ} diag(a) C^m of order m, (L + 1) × (L + 1). Cost: about
-8(L + 1)² multiply-adds per token and pass in matrix products (two passes: moments, then
-sums), O(n·L) elsewhere; O(L⁴) for the kernel matrices, cached per β.
+the kernel matrix K^m = ε_m C^{mᵀ} diag(a) C^m of order m, (L + 1) × (L + 1). The moments
+of the channels w ⊙ x are not summed: they follow exactly from those of w at degree L + 1
+(x₃ = cos θ, x₁ + ix₂ = sin θ e^{iφ}; :mod:`tpde._engines._harmonic_passes`). Cost
+(:func:`flops`): about 2(L + 2)² multiply-adds per token for the moments and 8(L + 1)² for
+the sums, in matrix products, ≈ 20(L + 1)² flops per token; O(n·L) elsewhere; O(L⁴) for the
+kernel matrices, cached per β.
 
 Truncation (the S¹ engine's rule, :mod:`tpde._engines.spectral`). The scaled coefficients
 c_l = e^{−β}(2l + 1)i_l(β) are positive with Σ_l c_l = 1 (e^{βt} at t = 1) and |P_l| ≤ 1, so
@@ -40,7 +43,7 @@ a factor growing slowly with L from the sizes of the Legendre coefficients: meas
 dense rows in float64, ≤ 2.3e-14 relative for β = 0.1 … 100 (2000 tokens), ≤ 1.3e-13 at 10⁶
 tokens (64 sampled rows, benchmarks/sphere_harmonics.py). The moments are summed so that
 their rounding does not grow with the number of tokens (matrix products over chunks of
-max(32, L + 1) tokens, the chunks and the blocks summed pairwise): with equal weights 1/N
+64 tokens, the chunks and the blocks summed pairwise): with equal weights 1/N
 a running sum made 2000 × (1/2000) = 1 − 5.5e-14, and the softmax average of clustered
 clouds (N = 2000 … 4000, β = 10 and 50) was 1.6e-12 off a direct float64 sum; pairwise,
 ≤ 7.5e-14 (tokens between clusters, where D_i is small against e^{β}W) and ≤ 1e-14
@@ -70,11 +73,14 @@ import math
 
 import torch
 
+from tpde._engines import _harmonic_passes as passes
+from tpde._engines._harmonic_passes import flops
 from tpde._engines.spectral import _blocks, _recurrence_length, degree_estimate
 
 __all__ = [
     "HARMONICS_MIN_TOKENS",
     "exp_sum_harmonics",
+    "flops",
     "pick_harmonics",
     "softmax_average_harmonics",
     "sphere_sums",
@@ -201,8 +207,9 @@ def legendre_fourier(L: int) -> torch.Tensor:
 
 @functools.lru_cache(maxsize=64)
 def _kernels(betas: tuple[float, ...], target: float, L: int | None):
-    """(L, rows of the even and odd groups, their kernel matrices): for each azimuth row
-    (cos mφ or sin mφ) K^m = ε_m C^{mᵀ} diag(a) C^m, shape (B, rows, k, k) (module notes)."""
+    """(L, the kernel matrices K^m = ε_m C^{mᵀ} diag(a) C^m of the even orders, shape
+    (B, ⌊L/2⌋ + 1, L + 1, L + 1) on cos kθ, and of the odd orders, (B, ⌈L/2⌉, L, L) on
+    sin kθ, k ≥ 1) (module notes)."""
     if L is None:
         L, c = _degree(betas, target)
     else:
@@ -213,39 +220,7 @@ def _kernels(betas: tuple[float, ...], target: float, L: int | None):
     C = legendre_fourier(L)
     epsilon = torch.where(degrees > 0, 2.0, 1.0)  # ε_m, m = 0 … L
     kernel = epsilon[None, :, None, None] * torch.einsum("mlk,bl,mlj->bmkj", C, a, C)
-    even, odd = _rows(L)
-    return L, kernel[:, even], kernel[:, odd][..., 1:, 1:]  # odd orders: sin kθ, k ≥ 1
-
-
-def _rows(L: int) -> tuple[list[int], list[int]]:
-    """The order m of each column of the even and odd azimuth tables: (cos mφ, sin mφ)
-    pairs for m = 0, 2, 4, … and m = 1, 3, … (sin 0φ = 0 keeps the pairs aligned)."""
-    even = [m for m in range(0, L + 1, 2) for _ in range(2)]
-    odd = [m for m in range(1, L + 1, 2) for _ in range(2)]
-    return even, odd
-
-
-def _tables(x: torch.Tensor, L: int):
-    """The azimuth tables (cos mφ, sin mφ) of even and odd m ≤ L, shapes (..., b, ·), and
-    the polar tables cos kθ (k ≤ L) and sin kθ (1 ≤ k ≤ L) at tokens x of shape (..., 3, b):
-    powers of e^{iφ} = (x₁ + ix₂)/sin θ and e^{iθ} = x₃ + i sin θ by cumulative products
-    (error ≈ k ulp), token-major so that the sums below are contiguous."""
-    x1, x2, z = x[..., 0, :], x[..., 1, :], x[..., 2, :]
-    s = torch.sqrt(x1 * x1 + x2 * x2)
-    pole = s == 0
-    safe = torch.where(pole, torch.ones_like(s), s)
-    phi = torch.complex(torch.where(pole, torch.ones_like(s), x1 / safe), x2 / safe)
-    azimuth = torch.view_as_real(_powers(phi, L + 1))  # (..., b, L + 1, 2)
-    polar = _powers(torch.complex(z, s), L + 1)
-    even = azimuth[..., 0::2, :].flatten(-2)
-    odd = azimuth[..., 1::2, :].flatten(-2)
-    return even, odd, polar.real.contiguous(), polar.imag[..., 1:].contiguous()
-
-
-def _powers(e: torch.Tensor, count: int) -> torch.Tensor:
-    """(1, e, e², …, e^{count−1}), shape (..., b, count), complex."""
-    ones = torch.ones_like(e).unsqueeze(-1)
-    return torch.cumprod(torch.cat([ones, e.unsqueeze(-1).expand(*e.shape, count - 1)], -1), -1)
+    return L, kernel[:, 0::2], kernel[:, 1::2, 1:, 1:]
 
 
 def sphere_sums(points: torch.Tensor, weights: torch.Tensor, beta, L: int | None = None):
@@ -281,34 +256,19 @@ def sphere_sums(points: torch.Tensor, weights: torch.Tensor, beta, L: int | None
 
     tokens = points.transpose(-1, -2)  # (B, 3, n)
     grad = torch.is_grad_enabled() and (points.requires_grad or weights.requires_grad)
-    channels = torch.cat([weights, weights * tokens], dim=-2)  # (B, 4, n)
-
-    def moments(x, w):
-        even, odd, cos, sin = _tables(x, L)
-        w = w.transpose(-1, -2).unsqueeze(-1)  # (B, b, 4, 1)
-        me = _chunked_product((w * even.unsqueeze(-2)).flatten(-2), cos, L + 1)
-        mo = _chunked_product((w * odd.unsqueeze(-2)).flatten(-2), sin, L + 1)
-        return me, mo  # (B, 4·rows, L + 1), (B, 4·rows, L)
-
     rows = max(BLOCK_MIN, BLOCK_TOKENS // tokens.shape[0])  # tokens of all clouds per block
-    parts = _blocks(moments, tokens, channels, grad=grad, rows=rows)
-    me = pairwise_sum(torch.stack([p[0] for p in parts])).unflatten(-2, (4, -1))
-    mo = pairwise_sum(torch.stack([p[1] for p in parts])).unflatten(-2, (4, -1))
-    ge = torch.einsum("brkj,bcrj->bkcr", k_even, me).flatten(-2)  # (B, L + 1, 4·rows)
-    go = torch.einsum("brkj,bcrj->bkcr", k_odd, mo).flatten(-2)
-
-    def combine(x):
-        even, odd, cos, sin = _tables(x, L)
-        se = (cos @ ge).unflatten(-1, (4, -1)) @ even.unsqueeze(-1)  # (B, b, 4, 1)
-        so = (sin @ go).unflatten(-1, (4, -1)) @ odd.unsqueeze(-1)
-        return (se + so).squeeze(-1)  # (B, b, 4)
-
-    out = torch.cat(_blocks(combine, tokens, grad=grad, rows=rows), dim=-2)
+    store = None if grad else passes.Buffers()
+    parts = _blocks(lambda x, w: passes.moments(x, w, L, store), tokens, weights, grad=grad,
+                    rows=rows)  # fmt: skip
+    E = pairwise_sum(torch.stack([p[0] for p in parts]))
+    O = pairwise_sum(torch.stack([p[1] for p in parts]))
+    me, mo = passes.channel_moments(E, O, L)  # (B, 4, 2, orders, k)
+    ge = torch.einsum("bmkj,bcsmj->bcsmk", k_even, me).flatten(1, 3)  # (B, 8·orders, L + 1)
+    go = torch.einsum("bmkj,bcsmj->bcsmk", k_odd, mo).flatten(1, 3)
+    out = _blocks(lambda x: passes.synthesis(x, ge, go, L, store), tokens, grad=grad,
+                  rows=rows)  # fmt: skip
+    out = torch.cat(out, dim=-1).transpose(-1, -2)  # (B, n, 4)
     return out.reshape(*batch, *out.shape[-2:])
-
-
-#: The fewest tokens per chunk of the moments' sums (:func:`_chunked_product`).
-MOMENT_CHUNK = 32
 
 
 def pairwise_sum(t: torch.Tensor) -> torch.Tensor:
@@ -319,22 +279,6 @@ def pairwise_sum(t: torch.Tensor) -> torch.Tensor:
         paired = t[:half] + t[half : 2 * half]
         t = torch.cat([paired, t[2 * half :]]) if t.shape[0] % 2 else paired
     return t[0]
-
-
-def _chunked_product(left: torch.Tensor, right: torch.Tensor, degree: int) -> torch.Tensor:
-    """leftᵀ right over the tokens (dimension −2: (B, b, r) and (B, b, k) -> (B, r, k)) as
-    matrix products over chunks of max(:data:`MOMENT_CHUNK`, L + 1) tokens (their partial sums
-    take no more memory than the tables), the chunks summed by :func:`pairwise_sum`: the
-    moments' rounding then does not grow with the number of tokens (module notes)."""
-    b = left.shape[-2]
-    chunk = max(MOMENT_CHUNK, degree)
-    if b <= chunk:
-        return left.transpose(-1, -2) @ right
-    pad = -b % chunk
-    left = torch.nn.functional.pad(left, (0, 0, 0, pad)).unflatten(-2, (-1, chunk))
-    right = torch.nn.functional.pad(right, (0, 0, 0, pad)).unflatten(-2, (-1, chunk))
-    partial = left.transpose(-1, -2) @ right  # (B, chunks, r, k)
-    return pairwise_sum(partial.movedim(-3, 0))
 
 
 def softmax_average_harmonics(points, weights, beta, L=None) -> torch.Tensor:
@@ -359,10 +303,12 @@ HARMONICS_MIN_TOKENS = 1500
 def pick_harmonics(n: int, L: int) -> bool:
     """The ``"auto"`` rule: harmonics for clouds of n tokens at degree L.
 
-    Per token the engine costs ~16(L + 1)² multiply-adds against SDPA's ~10n, hence
-    n ≥ 2(L + 1)²; below ~1500 tokens its fixed cost loses. Measured with
+    Per token the engine costs ~10(L + 1)² multiply-adds (:func:`flops`) against SDPA's
+    ~10n; the rule n ≥ 2(L + 1)² was set when it cost ~16(L + 1)² (the four channels'
+    moments summed apart), and below ~1500 tokens its fixed cost loses. Measured then with
     ``benchmarks/sphere_harmonics.py --crossover`` (SA, float64, one core, load 3–4): SDPA
     wins up to N = 1000 (×0.4 at β = 1, ×0.75 at β = 10), harmonics from N = 2000 (×3.8
-    at β = 1, ×1.9 at β = 10) and ×5–9 at N = 8000.
+    at β = 1, ×1.9 at β = 10) and ×5–9 at N = 8000. Remeasured with the present engine
+    (load 2.8): harmonics from N = 1000 (×1.55, ×1.13), so the rule is now conservative.
     """
     return n >= max(HARMONICS_MIN_TOKENS, HARMONICS_TOKENS_PER_TERM * (L + 1) ** 2)

@@ -1,0 +1,107 @@
+"""The two passes of the harmonics engine against trigonometric oracles, and its flop count.
+
+Tolerances (float64): tables 1e-13 absolute (row k carries ≈ log₂ k roundings of e^{iψ}),
+moments 1e-13 relative to Σ_j w_j (sums of a few hundred terms bounded by w_j), outputs of
+the buffered and the autograd path 1e-14 relative (the same operations, in other order).
+The flop count is exact: integers.
+"""
+
+import math
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+import tpde._engines._harmonic_passes as passes
+import tpde._engines.harmonics as harmonics
+
+F64 = torch.float64
+
+
+def _tokens(generator, n, poles=True):
+    """(1, 3, n) unit vectors, the first two at the poles (x₁ = x₂ = 0) when ``poles``."""
+    x = torch.randn(3, n, generator=generator, dtype=F64)
+    if poles:
+        x[:, 0] = torch.tensor([0.0, 0.0, 1.0])
+        x[:, 1] = torch.tensor([0.0, 0.0, -1.0])
+    return (x / x.norm(dim=0)).unsqueeze(0)
+
+
+def _angles(x):
+    """(φ, θ) of tokens (1, 3, n), θ ∈ [0, π] (sin θ ≥ 0), φ = 0 at the poles."""
+    x1, x2, z = x[0]
+    return torch.atan2(x2, x1), torch.atan2(torch.sqrt(x1 * x1 + x2 * x2), z)
+
+
+@pytest.mark.parametrize("buffered", [False, True])
+def test_tables_are_cosines_and_sines_of_the_angles(generator, buffered):
+    x = _tokens(generator, 300)
+    store = passes.Buffers() if buffered else None
+    K = 41
+    t = passes.tables(x, K, store)
+    k = torch.arange(K, dtype=F64)[:, None]
+    for angle, psi in enumerate(_angles(x)):
+        assert (t[0, 0, angle] - torch.cos(k * psi)).abs().max() < 1e-13
+        assert (t[0, 1, angle] - torch.sin(k * psi)).abs().max() < 1e-13
+
+
+@pytest.mark.parametrize("L", [5, 6, 17])
+def test_channel_moments_equal_the_four_channels_summed_directly(generator, L):
+    """M[c, s, m, k] = Σ_j w_j ch_c(x_j) A_{s,m}(φ_j) T_{m,k}(θ_j), ch = (1, x₁, x₂, x₃),
+    A = (cos mφ, sin mφ), T = cos kθ (m even) or sin kθ (m odd), by trigonometric functions."""
+    n = 300
+    x = _tokens(generator, n)
+    w = torch.rand(1, 1, n, generator=generator, dtype=F64) + 0.5
+    even, odd = passes.channel_moments(*passes.moments(x, w, L, passes.Buffers()), L)
+    phi, theta = _angles(x)
+    channels = torch.cat([w[0], w[0] * x[0]])  # (4, n)
+    m = torch.arange(L + 1, dtype=F64)[:, None]
+    azimuth = torch.stack([torch.cos(m * phi), torch.sin(m * phi)])  # (2, L + 1, n)
+    k = torch.arange(L + 1, dtype=F64)[:, None]
+    cos, sin = torch.cos(k * theta), torch.sin(k * theta)  # (L + 1, n)
+    direct_even = torch.einsum("cj,smj,kj->csmk", channels, azimuth[:, 0::2], cos)
+    direct_odd = torch.einsum("cj,smj,kj->csmk", channels, azimuth[:, 1::2], sin[1:])
+    scale = float(w.sum())
+    assert even.shape == (1, 4, 2, L // 2 + 1, L + 1)
+    assert odd.shape == (1, 4, 2, (L + 1) // 2, L)
+    assert float((even[0] - direct_even).abs().max()) / scale < 1e-13
+    assert float((odd[0] - direct_odd).abs().max()) / scale < 1e-13
+
+
+def test_buffered_and_autograd_paths_agree(generator):
+    points = _tokens(generator, 700, poles=False)[0].T.contiguous()
+    weights = torch.rand(700, generator=generator, dtype=F64)
+    buffered = harmonics.sphere_sums(points, weights, 10.0)
+    tracked = harmonics.sphere_sums(points.requires_grad_(), weights, 10.0)
+    assert tracked.requires_grad
+    relative = (buffered - tracked.detach()).abs().max() / buffered.abs().max()
+    assert float(relative) < 1e-14
+
+
+def _contraction(n, L):
+    """Flops of the azimuth contraction of pass 2, entry by entry: for every channel c,
+    azimuth row (s, m) and token, one multiply-add."""
+    return sum(2 * n for c in range(4) for s in range(2) for m in range(L + 1))
+
+
+@pytest.mark.parametrize(("clouds", "L"), [(1, 5), (1, 6), (2, 9)])
+def test_flops_equals_the_counted_products_and_contraction(generator, clouds, L):
+    """flops(n, L) = the matrix products' flops counted by torch's FlopCounterMode during
+    one evaluation (n a multiple of the chunk: no padding) + the azimuth contraction."""
+    n = 10 * passes.CHUNK
+    points = torch.randn(clouds, n, 3, generator=generator, dtype=F64)
+    points = points / points.norm(dim=-1, keepdim=True)
+    weights = torch.rand(clouds, n, generator=generator, dtype=F64)
+    harmonics.sphere_sums(points, weights, 2.0, L)  # the kernels, cached outside the count
+    assert torch.get_num_threads() == 1  # the counting mode sees the calling thread only
+    with FlopCounterMode(display=False) as counter:
+        harmonics.sphere_sums(points, weights, 2.0, L)
+    counted = counter.get_total_flops() + clouds * _contraction(n, L)
+    assert harmonics.flops(n, L) * clouds == counted
+
+
+def test_flops_are_about_twenty_per_term_and_token():
+    """≈ 20(L + 1)² per token at large n (module notes of the passes)."""
+    for L in (18, 38, 103):
+        per_token = harmonics.flops(10**6, L) / 10**6
+        assert math.isclose(per_token / (L + 1) ** 2, 20, rel_tol=0.05)
