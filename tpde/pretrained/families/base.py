@@ -23,6 +23,7 @@ __all__ = [
     "FAMILIES",
     "NO_GGUF_WINDOW",
     "REQUIRED",
+    "ROUTER_TRAINING",
     "Architecture",
     "Family",
     "GGUFMap",
@@ -333,6 +334,16 @@ COMMON_IRRELEVANT = {
         ),
         "training-only dropout: the identity at evaluation",
     ),
+}
+
+#: The mixture-of-experts families' training-only router keys (Mixtral, Qwen2-MoE).
+ROUTER_TRAINING = {
+    **dict.fromkeys(
+        ("output_router_logits", "router_aux_loss_coef"),
+        "the load-balancing loss of training (router logits returned for it), not the values",
+    ),
+    "router_jitter_noise": "multiplicative noise on the router's input in training only "
+    "(transformers: `if self.training and jitter_noise > 0`)",
 }
 
 #: The entry's old name (``tpde.pretrained.architectures.Architecture``).
