@@ -71,7 +71,7 @@ QWEN2_MOE = register(
             "routing": "softmax over all E, top k; renormalised over the k if norm_topk_prob",
         },
         irrelevant={
-            **ROUTER_TRAINING,
+            **{k: v for k, v in ROUTER_TRAINING.items() if k != "router_jitter_noise"},
             **dict.fromkeys(
                 ("sliding_window", "max_window_layers"),
                 "the window and its layers count only with use_sliding_window, which is refused",
