@@ -172,7 +172,8 @@ class Family:
         config class for each of its ``model_types`` (the test's oracle).
     reads : tuple of str
         Config keys the family's own code reads beyond those its other fields name (a
-        builder branch of its own), each checked where it is read: listed by
+        builder branch of its own, or its ``variant``: Falcon's layout keys, BLOOM's
+        ``pretraining_tp``), each checked where it is read: listed by
         :func:`~tpde.pretrained._config.read_keys`, so the key-table test holds them too.
     aliases : dict
         Config key → the key of ``keys`` it stands for (transformers' ``attribute_map``:
@@ -291,7 +292,9 @@ class Family:
     alibi: dict | None = None
     #: A family whose config selects among layouts (Falcon's three attention layouts, its
     #: ALiBi or RoPE): config.json → the entry for that config (``dataclasses.replace`` of
-    #: this one), raising LoadError for a combination tpde does not read. None: one layout.
+    #: this one), raising LoadError for a combination tpde does not read; applied by
+    #: :func:`~tpde.pretrained._config.read_hyper` (and the loader, which needs its names), its
+    #: keys declared in ``reads``. None: one layout.
     variant: Callable | None = None
 
 
