@@ -6,6 +6,10 @@ family (``AutoConfig.for_model(t).to_dict()``: every key it writes into a config
 family declares its keys in its own module (``keys``, ``honoured``, ``biases``, ``optional``,
 ``aliases``, ``irrelevant``), so a family added by a new module is checked here unchanged.
 
+A second oracle is transformers' modeling file of the class: every config attribute it reads
+(an ``attribute_map`` name, a ``getattr`` default the class does not write) is read or
+declared irrelevant too.
+
 Three checks per (family, model_type), on transformers' default config with the heads
 doubled (so that no derived default — ``head_dim = hidden/heads``, ``kv_heads = heads`` —
 agrees with the class's by coincidence):
@@ -22,7 +26,10 @@ agrees with the class's by coincidence):
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import inspect
 import re
+import sys
 
 import pytest
 
@@ -148,6 +155,34 @@ def test_the_table_is_what_a_family_module_declares():
         "summary_proj_to_labels"}  # fmt: skip
     assert "n_ctx" not in read_keys(entry)
     assert "n_ctx" in read_keys(dataclasses.replace(entry, reads=("n_ctx",)))
+
+
+def _modeling_reads(cls) -> set:
+    """The config attributes that transformers' modeling file of config class ``cls`` reads
+    (``config.x``, ``getattr(config, "x", …)``), but for its properties and methods (Falcon's
+    ``head_dim``) and the keys and attribute_map names of the file's other config classes
+    (Gemma-3's multimodal ``Gemma3Config``)."""
+    modeling = importlib.import_module(cls.__module__.replace(".configuration_", ".modeling_"))
+    source = inspect.getsource(modeling)
+    names = set(re.findall(r"config\.(\w+)", source))
+    names |= set(re.findall(r"getattr\(\s*(?:self\.)?config,\s*[\"'](\w+)", source))
+    configs = vars(sys.modules[cls.__module__]).values()
+    others = {key for c in configs if isinstance(c, type) and c is not cls
+              and issubclass(c, transformers.PreTrainedConfig) and c.__module__ == cls.__module__
+              for key in (*c().to_dict(), *c.attribute_map)}  # fmt: skip
+    derived = {n for n in names if callable(getattr(cls, n, None))
+               or isinstance(getattr(cls, n, None), property)}  # fmt: skip
+    return {n for n in names - derived - others if not n.startswith("_")}
+
+
+@pytest.mark.parametrize(("family", "model_type"), CASES)
+def test_every_key_the_modeling_code_reads_is_read_or_irrelevant(family, model_type):
+    """The second oracle: a key transformers' modeling code reads that its config class does
+    not write (an attribute_map name such as BLOOM's num_attention_heads, a getattr default)
+    is read or declared irrelevant too."""
+    entry, cls = _entry_and_class(family, model_type)
+    known = read_keys(entry) | set(COMMON_IRRELEVANT) | set(entry.irrelevant)
+    assert not _modeling_reads(cls) - known, sorted(_modeling_reads(cls) - known)
 
 
 @pytest.mark.parametrize(("family", "model_type"), CASES)
