@@ -6,6 +6,10 @@ family (``AutoConfig.for_model(t).to_dict()``: every key it writes into a config
 family declares its keys in its own module (``keys``, ``honoured``, ``biases``, ``optional``,
 ``aliases``, ``irrelevant``), so a family added by a new module is checked here unchanged.
 
+A second oracle is transformers' modeling file of the class: every config attribute it reads
+(an ``attribute_map`` name, a ``getattr`` default the class does not write) is read or
+declared irrelevant too.
+
 Three checks per (family, model_type), on transformers' default config with the heads
 doubled (so that no derived default — ``head_dim = hidden/heads``, ``kv_heads = heads`` —
 agrees with the class's by coincidence):
@@ -15,13 +19,17 @@ agrees with the class's by coincidence):
 - defaults: with one read key left out, tpde reads the same hyper-parameters from the file as
   from transformers' reading of it (the class's default filled in), or refuses naming the key;
 - honesty: a read key holding the string ``"oops"`` is refused by a LoadError naming it
-  (under the few conditions that make the key count, :data:`COUNTS_WHEN`).
+  (under the few conditions that make the key count, :data:`COUNTS_WHEN`, and a family's
+  own, :data:`COUNTS_WHEN_IN`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import inspect
 import re
+import sys
 
 import pytest
 
@@ -58,6 +66,28 @@ COUNTS_WHEN = {
         for key in ("sliding_window", "max_window_layers")
     },
 }
+
+
+def _longrope(entry, base: dict) -> dict:
+    """LongRoPE (factors 1 over the rotated half-dimensions) with rope_parameters left out."""
+    config = read_hyper(base, entry)
+    half = (config.rotary_dims or config.head_dim) // 2
+    factors = {"short_factor": [1.0] * half, "long_factor": [1.0] * half}
+    return {"rope_parameters": None, "rope_scaling": {"rope_type": "longrope", **factors}}
+
+
+#: Family → key → the config changes (a function of the entry and the base config) that make
+#: the key count in that family, where they differ from COUNTS_WHEN's: Phi-3 reads no yarn
+#: (transformers turns it into LongRoPE there; tpde refuses the old name), its C₀ counts under
+#: LongRoPE.
+COUNTS_WHEN_IN = {"phi3": {"original_max_position_embeddings": _longrope}}
+
+
+def _counting(family: str, key: str, base: dict) -> dict:
+    """The config changes under which ``key`` counts in ``family`` (COUNTS_WHEN_IN, else
+    COUNTS_WHEN; {} where it always counts)."""
+    own = COUNTS_WHEN_IN.get(family, {}).get(key)
+    return own(FAMILIES[family], base) if own else COUNTS_WHEN.get(key, {})
 
 
 def _names(message: str, key: str) -> bool:
@@ -127,6 +157,34 @@ def test_the_table_is_what_a_family_module_declares():
     assert "n_ctx" in read_keys(dataclasses.replace(entry, reads=("n_ctx",)))
 
 
+def _modeling_reads(cls) -> set:
+    """The config attributes that transformers' modeling file of config class ``cls`` reads
+    (``config.x``, ``getattr(config, "x", …)``), but for its properties and methods (Falcon's
+    ``head_dim``) and the keys and attribute_map names of the file's other config classes
+    (Gemma-3's multimodal ``Gemma3Config``)."""
+    modeling = importlib.import_module(cls.__module__.replace(".configuration_", ".modeling_"))
+    source = inspect.getsource(modeling)
+    names = set(re.findall(r"config\.(\w+)", source))
+    names |= set(re.findall(r"getattr\(\s*(?:self\.)?config,\s*[\"'](\w+)", source))
+    configs = vars(sys.modules[cls.__module__]).values()
+    others = {key for c in configs if isinstance(c, type) and c is not cls
+              and issubclass(c, transformers.PreTrainedConfig) and c.__module__ == cls.__module__
+              for key in (*c().to_dict(), *c.attribute_map)}  # fmt: skip
+    derived = {n for n in names if callable(getattr(cls, n, None))
+               or isinstance(getattr(cls, n, None), property)}  # fmt: skip
+    return {n for n in names - derived - others if not n.startswith("_")}
+
+
+@pytest.mark.parametrize(("family", "model_type"), CASES)
+def test_every_key_the_modeling_code_reads_is_read_or_irrelevant(family, model_type):
+    """The second oracle: a key transformers' modeling code reads that its config class does
+    not write (an attribute_map name such as BLOOM's num_attention_heads, a getattr default)
+    is read or declared irrelevant too."""
+    entry, cls = _entry_and_class(family, model_type)
+    known = read_keys(entry) | set(COMMON_IRRELEVANT) | set(entry.irrelevant)
+    assert not _modeling_reads(cls) - known, sorted(_modeling_reads(cls) - known)
+
+
 @pytest.mark.parametrize(("family", "model_type"), CASES)
 def test_a_key_left_out_reads_as_the_class_default(family, model_type):
     """config.json without the key: tpde's defaults are transformers' class defaults."""
@@ -156,7 +214,7 @@ def test_every_key_tpde_reads_is_checked(family, model_type):
     irrelevant = set(COMMON_IRRELEVANT) | set(entry.irrelevant)
     unchecked = []
     for key in sorted(read_keys(entry) - irrelevant - {"model_type"}):
-        raw = _changed(base, {**COUNTS_WHEN.get(key, {}), key: "oops"})
+        raw = _changed(base, {**_counting(family, key, base), key: "oops"})
         try:
             read_hyper(raw, entry)
         except LoadError as err:
@@ -209,16 +267,38 @@ def test_an_explicit_null_head_count_or_head_dim_is_derived_as_transformers(fami
             assert mine == read_hyper(theirs, entry)
 
 
-@pytest.mark.parametrize("family", ["gpt2", "gptj"])
-def test_attribute_map_names_are_read_as_transformers(family):
-    """GPT-2's and GPT-J's hidden_size, num_attention_heads, … (transformers' attribute_map)
-    stand for n_embd, n_head, …; present beside them, they win, as in transformers."""
-    base = _base(family, family)
-    aliases = FAMILIES[family].aliases
-    renamed = {alias: base[key] for alias, key in aliases.items()}
-    config = _same_as_transformers(family, family, _changed(base, {**dict.fromkeys(
-        aliases.values()), **renamed}))  # fmt: skip
-    assert config == read_hyper(base, FAMILIES[family])
-    both = {**base, "hidden_size": base["n_embd"] * 2, "num_hidden_layers": 3}
-    config = _same_as_transformers(family, family, both)
-    assert (config.hidden, config.layers) == (base["n_embd"] * 2, 3)
+@pytest.mark.parametrize(("family", "model_type"), CASES)
+def test_every_attribute_map_name_is_an_alias(family, model_type):
+    """transformers' attribute_map names (BLOOM's num_hidden_layers, GPT-BigCode's
+    hidden_size, Mixtral's num_experts) are the family's aliases of the same keys: the
+    coverage check cannot see them (to_dict writes the keys they stand for)."""
+    entry, cls = _entry_and_class(family, model_type)
+    aliases = {a: k for a, k in entry.aliases.items() if a in cls.attribute_map}
+    assert aliases == dict(cls.attribute_map)
+
+
+ALIASED = [(f, t) for f, t in CASES if FAMILIES[f].aliases]
+
+
+@pytest.mark.parametrize(("family", "model_type"), ALIASED)
+def test_aliases_are_read_as_transformers(family, model_type):
+    """An alias (attribute_map names, BLOOM's and Falcon's older n_embed) stands for its key;
+    present beside it, it wins, as in transformers. The value is the key's, doubled where the
+    family reads that doubled key (GPT-J's rotary_dim leaves its heads no room to double)."""
+    entry = FAMILIES[family]
+    base = _base(family, model_type)
+    renamed = {alias: base[key] for alias, key in entry.aliases.items() if key in base}
+    gone = dict.fromkeys(entry.aliases[alias] for alias in renamed)
+    config = _same_as_transformers(family, model_type, _changed(base, {**gone, **renamed}))
+    assert config == read_hyper(base, entry)
+    doubled = 0
+    for alias, key in entry.aliases.items():
+        try:
+            expected = read_hyper({**base, key: 2 * base[key]}, entry)
+        except LoadError:
+            continue
+        assert _same_as_transformers(family, model_type, {**base, alias: 2 * base[key]}) == (
+            expected
+        ), alias
+        doubled += expected != config
+    assert doubled >= 1

@@ -49,8 +49,34 @@ def test_bloom_reads_n_embed_and_refuses_the_post_layernorm_residual(tmp_path):
     _model(4).save_pretrained(tmp_path)
     edit_config(tmp_path, hidden_size=None, n_embed=16)  # older configs
     assert load(tmp_path).config.hidden == 16
+    edit_config(tmp_path, hidden_size=8)  # n_embed wins, as in BloomConfig
+    assert load(tmp_path).config.hidden == 16
     edit_config(tmp_path, apply_residual_connection_post_layernorm=True)
     with pytest.raises(LoadError, match="apply_residual_connection_post_layernorm = True"):
+        load(tmp_path)
+
+
+def test_bloom_tensor_parallel_keys(tmp_path, monkeypatch):
+    """pretraining_tp = 2 without slow_but_exact: the same function (tpde equals
+    transformers). With slow_but_exact transformers drops the biases of the attention's
+    output map and of dense_4h_to_h (its logits move by far more than rounding): refused,
+    naming both keys, as is a slow_but_exact that is not a boolean."""
+    float64_softmax(monkeypatch)
+    model = _model(4, pretraining_tp=2)
+    assert_exact(compare(model, tmp_path, torch.arange(3, 14)))
+    ids = torch.arange(3, 14)[None]
+    with torch.no_grad():
+        before = model(ids).logits
+        model.config.slow_but_exact = True
+        for block in model.transformer.h:
+            block.self_attention.slow_but_exact = block.mlp.slow_but_exact = True
+        assert (model(ids).logits - before).norm() > 1e-3 * before.norm()
+    edit_config(tmp_path, slow_but_exact=True)
+    with pytest.raises(LoadError, match=rf"{tmp_path}.*pretraining_tp = 2 with slow_but_exact "
+                                        r"= true: .* without their biases"):  # fmt: skip
+        load(tmp_path)
+    edit_config(tmp_path, slow_but_exact="yes")
+    with pytest.raises(LoadError, match=r"slow_but_exact must be true or false; received 'yes'"):
         load(tmp_path)
 
 

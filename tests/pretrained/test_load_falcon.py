@@ -69,6 +69,11 @@ def test_falcon_alibi_far_out_with_32_heads(tmp_path):
         ({"multi_query": False, "num_kv_heads": 2}, "num_kv_heads = 2 differs from "
                                                     "num_attention_heads = 4"),
         ({"alibi": "no"}, "alibi must be true or false; received 'no'"),
+        # typed as FalconConfig types them, in every layout (here multi-query, which reads
+        # neither)
+        ({"num_kv_heads": "two"}, "num_kv_heads must be an integer; received 'two'"),
+        ({"num_ln_in_parallel_attn": 1.5}, "num_ln_in_parallel_attn must be an integer; "
+                                           "received 1.5"),
     ],
 )  # fmt: skip
 def test_falcon_refusals_name_the_keys(tmp_path, change, message):

@@ -63,12 +63,30 @@ def test_qwen2_moe_against_transformers_own_float32_router(tmp_path):
          "shared_expert_intermediate_size must be an integer >= 1; received 0"),
         ({"num_experts": 8}, r"'model.layers.0.mlp.gate.weight' has shape \(4, 16\); the "
                              r"config implies \(8, 16\)"),
+        # transformers makes every layer dense (of width intermediate_size) with no experts
+        ({"num_experts": 0}, "num_experts must be an integer >= 1; received 0"),
     ],
 )  # fmt: skip
 def test_qwen2_moe_refusals_name_the_key(tmp_path, change, message):
     _model().save_pretrained(tmp_path)
     edit_config(tmp_path, **change)
     with pytest.raises(LoadError, match=message):
+        load(tmp_path)
+
+
+def test_qwen2_moe_sliding_window_is_refused(tmp_path):
+    """transformers' Qwen2-MoE slides its window over the layers l < max_window_layers with l
+    even (not Qwen2's l ≥ max_window_layers), a pattern tpde does not read: refused, naming
+    use_sliding_window (without it transformers sets the window to 0, and every layer is
+    global)."""
+    config = transformers.Qwen2MoeConfig(
+        num_hidden_layers=4, use_sliding_window=True, max_window_layers=3, sliding_window=4
+    )
+    assert config.layer_types == ["sliding_attention", "full_attention"] * 2
+    assert transformers.Qwen2MoeConfig(sliding_window=4).sliding_window == 0
+    _model().save_pretrained(tmp_path)
+    edit_config(tmp_path, use_sliding_window=True, sliding_window=4)
+    with pytest.raises(LoadError, match=r"use_sliding_window = True, which changes the"):
         load(tmp_path)
 
 

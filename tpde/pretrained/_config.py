@@ -160,7 +160,7 @@ def read_keys(entry: Family) -> set[str]:
     :data:`~tpde.pretrained.families.base.COMMON_IRRELEVANT`, the table a test holds against
     transformers' config classes."""
     out = {"model_type", "architectures", "id2label", "num_labels"}  # _groups_and_labels
-    out |= {key for key, _ in entry.keys.values()} | set(entry.optional.values())
+    out |= {key for key, _ in entry.keys.values() if key is not None}  # None: a fixed value
     out |= {key.split(".")[0] for key in entry.honoured}
     out |= {flag if isinstance(flag, str) else flag[0] for flag in _bool_flags(entry)}
     out |= set(entry.layer_groups or ()) | set(entry.aliases) | set(entry.reads)
@@ -262,7 +262,11 @@ _NULL_DERIVED = {"kv_heads": "=heads", "head_dim": "=hidden/heads"}
 
 def read_hyper(raw: dict, entry: Family, n: Naming = Naming()) -> ModelConfig:
     """The checked hyper-parameters of ``raw`` (config.json) for the family ``entry``; ``n``
-    names the keys in errors (a GGUF file's metadata keys)."""
+    names the keys in errors (a GGUF file's metadata keys). A family with a ``variant``
+    (Falcon's layouts, BLOOM's tensor-parallel keys) is read as the entry its variant gives
+    for ``raw``, which checks the keys it reads."""
+    if entry.variant is not None:
+        entry = entry.variant(raw)
     said = {key: alias for alias, key in entry.aliases.items() if alias in raw}  # errors name it
     raw = {**raw, **{key: raw[alias] for key, alias in said.items()}}
     _check_honoured(raw, entry)  # and the boolean keys

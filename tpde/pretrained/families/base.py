@@ -23,6 +23,7 @@ __all__ = [
     "FAMILIES",
     "NO_GGUF_WINDOW",
     "REQUIRED",
+    "ROUTER_TRAINING",
     "Architecture",
     "Family",
     "GGUFMap",
@@ -171,7 +172,8 @@ class Family:
         config class for each of its ``model_types`` (the test's oracle).
     reads : tuple of str
         Config keys the family's own code reads beyond those its other fields name (a
-        builder branch of its own), each checked where it is read: listed by
+        builder branch of its own, or its ``variant``: Falcon's layout keys, BLOOM's
+        ``pretraining_tp``), each checked where it is read: listed by
         :func:`~tpde.pretrained._config.read_keys`, so the key-table test holds them too.
     aliases : dict
         Config key → the key of ``keys`` it stands for (transformers' ``attribute_map``:
@@ -290,7 +292,9 @@ class Family:
     alibi: dict | None = None
     #: A family whose config selects among layouts (Falcon's three attention layouts, its
     #: ALiBi or RoPE): config.json → the entry for that config (``dataclasses.replace`` of
-    #: this one), raising LoadError for a combination tpde does not read. None: one layout.
+    #: this one), raising LoadError for a combination tpde does not read; applied by
+    #: :func:`~tpde.pretrained._config.read_hyper` (and the loader, which needs its names), its
+    #: keys declared in ``reads``. None: one layout.
     variant: Callable | None = None
 
 
@@ -333,6 +337,16 @@ COMMON_IRRELEVANT = {
         ),
         "training-only dropout: the identity at evaluation",
     ),
+}
+
+#: The mixture-of-experts families' training-only router keys (Mixtral, Qwen2-MoE).
+ROUTER_TRAINING = {
+    **dict.fromkeys(
+        ("output_router_logits", "router_aux_loss_coef"),
+        "the load-balancing loss of training (router logits returned for it), not the values",
+    ),
+    "router_jitter_noise": "multiplicative noise on the router's input in training only "
+    "(transformers: `if self.training and jitter_noise > 0`)",
 }
 
 #: The entry's old name (``tpde.pretrained.architectures.Architecture``).

@@ -9,12 +9,23 @@ paper's slopes m_h (2^{−8h/H} for H a power of two), the bias m_h p_j formed i
 as BLOOM's ``build_alibi_tensor`` forms it (``ALiBi(rounding="float32")``: the exact slopes
 differ from those by up to 1e-8 relative where H is not a power of two). The context is
 ``seq_length`` (the training length; 2048 where the file omits it): ALiBi has no position
-table, but tpde refuses longer sequences as for every model."""
+table, but tpde refuses longer sequences as for every model.
+
+``pretraining_tp`` T and ``slow_but_exact``: with T > 1 and ``slow_but_exact`` true,
+transformers' BLOOM forms the attention's output map and the MLP's ``dense_4h_to_h`` as
+Σ_t W[:, slice t] x[slice t] over T slices *without their biases* (``F.linear`` of the
+weight slices only): another function, refused naming both keys. Otherwise (T = 1, or
+``slow_but_exact`` false, as in every released BLOOM) they play no part. Older configs name
+the width ``n_embed`` (where present it wins, as in ``BloomConfig``), and
+``num_hidden_layers`` and ``num_attention_heads`` stand for ``n_layer`` and ``n_head``
+(``BloomConfig.attribute_map``)."""
 
 from __future__ import annotations
 
 import dataclasses
 
+from tpde._validation import checked_integer
+from tpde.pretrained._checkpoint import LoadError
 from tpde.pretrained.families.base import ALL_BIASES, REQUIRED, SCORE_HEAD, Family, register
 
 __all__ = ["BLOOM"]
@@ -23,12 +34,20 @@ _H = "transformer.h.{l}."
 
 
 def _variant(raw: dict) -> Family:
-    """Older BLOOM configs name the width ``n_embed`` (transformers reads it so)."""
-    if "hidden_size" in raw or "n_embed" not in raw:
-        return dataclasses.replace(BLOOM, variant=None)
-    return dataclasses.replace(
-        BLOOM, keys={**BLOOM.keys, "hidden": ("n_embed", REQUIRED)}, variant=None
-    )
+    """The entry for ``raw``: BLOOM's, once ``pretraining_tp`` and ``slow_but_exact`` are
+    checked (module notes); T > 1 with ``slow_but_exact`` is refused naming both."""
+    tp = checked_integer(raw.get("pretraining_tp", 1), "config.json: pretraining_tp", LoadError)
+    exact = raw.get("slow_but_exact", False)
+    if not isinstance(exact, bool):
+        raise LoadError(f"config.json: slow_but_exact must be true or false; received {exact!r}.")
+    if tp > 1 and exact:
+        raise LoadError(
+            f"config.json: pretraining_tp = {tp} with slow_but_exact = true: transformers' "
+            "BLOOM then sums the attention output and dense_4h_to_h over the slices without "
+            "their biases, which tpde does not implement; set slow_but_exact to false (the "
+            "released BLOOM checkpoints do)."
+        )
+    return dataclasses.replace(BLOOM, variant=None)
 
 
 BLOOM = register(
@@ -71,7 +90,12 @@ BLOOM = register(
         facts={
             "qkv_layout": "per_head",  # rows of head h: [q_h | k_h | v_h]
             "alibi": "score q·k/√d_h + m_h p_j (the paper's slopes)",
-            "pretraining_tp": "slow_but_exact splits the same products: no effect",
+        },
+        reads=("pretraining_tp", "slow_but_exact"),  # checked by _variant
+        aliases={
+            "n_embed": "hidden_size",
+            "num_hidden_layers": "n_layer",
+            "num_attention_heads": "n_head",
         },
         classifiers=SCORE_HEAD,
         variant=_variant,

@@ -2,7 +2,8 @@
 LayerNorm without bias (γ only) and are added in one step —, interleaved RoPE (pairs
 (2i, 2i + 1), as GPT-J), logits times ``logit_scale``, the head tied by default;
 ``use_qk_norm``: per-head LayerNorms without bias on queries and keys before the rotation,
-one gain per head (stored (H, d_h) and (H_kv, d_h))."""
+one gain per head (stored (H, d_h) and (H_kv, d_h)). RoPE base 5·10⁵ where config.json
+lacks it (``CohereConfig``'s default)."""
 
 from __future__ import annotations
 
@@ -16,8 +17,9 @@ COHERE = register(
         family="cohere",
         model_types=("cohere",),
         keys={
-            **{k: v for k, v in LLAMA_KEYS.items() if k != "window"},
+            **LLAMA_KEYS,
             "norm_eps": ("layer_norm_eps", 1e-5),
+            "rope_base": ("rope_theta", 500000.0),  # CohereConfig's default_theta
             "activation": ("hidden_act", "silu"),
             "tied": ("tie_word_embeddings", True),
             "logit_scale": ("logit_scale", 0.0625),

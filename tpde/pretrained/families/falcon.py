@@ -12,12 +12,14 @@
 
 Positions: RoPE ("rotate half", ``rope_theta``), or with ``alibi`` ALiBi added before the
 score scaling, (q·k + m_h p_j)/√d_h: slopes m_h/√d_h (transformers rounds m_h p_j to
-bfloat16, exact for H a power of two and positions below 256)."""
+bfloat16, exact for H a power of two and positions below 256). Older configs name the width
+``n_embed`` (where present it wins, as in ``FalconConfig``)."""
 
 from __future__ import annotations
 
 import dataclasses
 
+from tpde._validation import checked_integer
 from tpde.pretrained._checkpoint import LoadError
 from tpde.pretrained.families.base import REQUIRED, SCORE_HEAD, Family, register
 
@@ -36,12 +38,19 @@ def _flag(raw: dict, key: str, default: bool) -> bool:
     return value
 
 
+def _count(raw: dict, key: str) -> int | None:
+    """config.json's ``key``, an integer ≥ 1 or null (absent: null), else a LoadError naming
+    it — checked in every layout, as transformers' ``FalconConfig`` types it."""
+    value = raw.get(key)
+    return None if value is None else checked_integer(value, f"config.json: {key}", LoadError)
+
+
 def _variant(raw: dict) -> Family:
     """The entry for one of the layouts (module notes); a combination transformers cannot
     run is refused naming its keys."""
     new, multi = _flag(raw, "new_decoder_architecture", False), _flag(raw, "multi_query", True)
     parallel, alibi = _flag(raw, "parallel_attn", True), _flag(raw, "alibi", False)
-    norms = raw.get("num_ln_in_parallel_attn")
+    norms, kv = _count(raw, "num_ln_in_parallel_attn"), _count(raw, "num_kv_heads")
     norms = 2 if norms is None and new else norms
     keys, names, facts = dict(FALCON.keys), dict(FALCON.names), dict(FALCON.facts)
     if new and not parallel:
@@ -60,7 +69,6 @@ def _variant(raw: dict) -> Family:
     elif multi:
         keys["kv_heads"] = (None, 1)
     else:
-        kv = raw.get("num_kv_heads")
         if kv is not None and kv != raw.get("num_attention_heads"):
             raise LoadError(
                 f"config.json: num_kv_heads = {kv!r} differs from num_attention_heads = "
@@ -115,6 +123,19 @@ FALCON = register(
         rotary=True,
         causal=True,
         facts={"rope_style": "half", "layouts": "new_decoder_architecture, multi_query, neither"},
+        reads=(  # read and checked by _variant, in every layout
+            "new_decoder_architecture",
+            "multi_query",
+            "parallel_attn",
+            "alibi",
+            "num_kv_heads",
+            "num_ln_in_parallel_attn",
+        ),
+        aliases={"n_embed": "hidden_size"},  # older configs; where present it wins
+        irrelevant={
+            "num_key_value_heads": "written by FalconConfig from the layout keys (num_kv_heads, "
+            "or 1 with multi_query); its modeling code reads those, as tpde does",
+        },
         classifiers=SCORE_HEAD,
         variant=_variant,
     )

@@ -1,7 +1,7 @@
 """Gemma (v1): a Pre-RMSNorm decoder like llama with GeGLU (``hidden_act``, GELU-tanh; the
 legacy value "gelu" of the official configs means the tanh form, as transformers reads it),
-tokens embedded as √d·E[id], norm gains stored as γ − 1 (γ = 1 + w), ``head_dim`` 256 unless
-the config says, the head tied by default."""
+tokens embedded as √d·E[id], norm gains stored as γ − 1 (γ = 1 + w), ``head_dim`` 256 and
+16 KV heads unless the config says (``GemmaConfig``'s defaults), the head tied by default."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ GEMMA = register(
         model_types=("gemma",),
         keys={
             **LLAMA_KEYS,
+            "kv_heads": ("num_key_value_heads", 16),  # GemmaConfig's default
             "head_dim": ("head_dim", 256),
             "activation": ("hidden_act", "gelu_pytorch_tanh"),
             "tied": ("tie_word_embeddings", True),

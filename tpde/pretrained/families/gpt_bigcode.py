@@ -3,7 +3,8 @@ GELU-tanh MLP, learned absolute positions, head tied by default) with multi-quer
 (``multi_query``, default true): one key/value head shared by all H query heads, the fused
 ``c_attn`` = [W_q; W_k; W_v] of H·d_h + 2·d_h rows; without it H key/value heads, ``c_attn``
 stored head by head [q_h; k_h; v_h]. Linear weights stored (out, in) (nn.Linear, not
-GPT-2's Conv1D)."""
+GPT-2's Conv1D). ``hidden_size``, ``num_hidden_layers``, … stand for ``n_embd``, ``n_layer``,
+… as in GPT-2 (``GPTBigCodeConfig.attribute_map``)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import dataclasses
 
 from tpde.pretrained._checkpoint import LoadError
 from tpde.pretrained.families.base import ALL_BIASES, SCORE_HEAD, Family, register
-from tpde.pretrained.families.gpt2 import GPT_KEYS
+from tpde.pretrained.families.gpt2 import GPT_ALIASES, GPT_KEYS
 
 __all__ = ["GPT_BIGCODE"]
 
@@ -61,6 +62,17 @@ GPT_BIGCODE = register(
             "position_offset": 0,
             "fused_qkv": "multi_query: c_attn = [W_q; W_k; W_v] (H·d_h + 2·d_h rows), one "
             "key/value head; else head by head [q_h; k_h; v_h]",
+        },
+        reads=("multi_query",),  # read and checked by _variant
+        aliases=GPT_ALIASES,
+        irrelevant={
+            **dict.fromkeys(
+                ("attention_softmax_in_fp32", "scale_attention_softmax_in_fp32"),
+                "the precision of the softmax (transformers' attention takes it in float32 "
+                "whatever they say): rounding, not values",
+            ),
+            "num_key_value_heads": "written by GPTBigCodeConfig from multi_query (1 or n_head); "
+            "its modeling code reads multi_query, as tpde does",
         },
         classifiers=SCORE_HEAD,
         variant=_variant,

@@ -37,7 +37,7 @@ GRANITE = register(
         family="granite",
         model_types=("granite",),
         keys={
-            **{k: v for k, v in LLAMA_KEYS.items() if k != "window"},
+            **LLAMA_KEYS,
             "embed_scale": ("embedding_multiplier", 1.0),
             "residual_scale": ("residual_multiplier", 1.0),
             "attention_scale": ("attention_multiplier", 1.0),

@@ -15,7 +15,7 @@ OLMO = register(
         family="olmo",
         model_types=("olmo",),
         keys={
-            **{k: v for k, v in LLAMA_KEYS.items() if k not in ("norm_eps", "window")},
+            **{k: v for k, v in LLAMA_KEYS.items() if k != "norm_eps"},
             "activation": ("hidden_act", "silu"),
             "clip_qkv": ("clip_qkv", None),
         },

@@ -3,7 +3,8 @@ fused projection ``qkv_proj`` (blocks [W_q; W_k; W_v]) and whose SwiGLU gate and
 one ``gate_up_proj`` (the first m rows the gate, the last m the up map), with LongRoPE
 (``rope_type`` "longrope": short factors up to ``original_max_position_embeddings``, long
 ones beyond), partial rotary (``partial_rotary_factor``) and a sliding window where
-``sliding_window`` says (p_i − p_j < w). A config's older RoPE names "su" and "yarn", which
+``sliding_window`` says (p_i − p_j < w; transformers' ``Phi3Attention`` and mask read it, as
+Mistral's: Phi-3-mini-4k sets 2047). A config's older RoPE names "su" and "yarn", which
 transformers reads as LongRoPE on Phi-3, are refused (rename them "longrope").
 """
 
@@ -27,6 +28,7 @@ PHI3 = register(
             "norm_eps": ("rms_norm_eps", 1e-5),
             "activation": ("hidden_act", "silu"),
             "rotary": ("partial_rotary_factor", 1.0),
+            "window": ("sliding_window", None),  # Phi3Config's default: full attention
         },
         honoured={
             f"{where}.{key}": _ROPE_TYPES

@@ -4,11 +4,24 @@ expert (width ``shared_expert_intermediate_size``) gated by σ(w_sᵀx):
 F(x) = Σ_{e ∈ T(x)} g_e(x) F_e(x) + σ(w_sᵀx) S(x), g_e = p_e (the softmax over all E) or,
 with ``norm_topk_prob``, p_e renormalised over the k chosen
 (:class:`~tpde.fields.MixtureOfExperts`). Every layer sparse: ``mlp_only_layers`` and
-``decoder_sparse_step`` ≠ 1 (dense layers between) are refused."""
+``decoder_sparse_step`` ≠ 1 (dense layers between, of width ``intermediate_size``) are
+refused. 16 KV heads where config.json lacks them (``Qwen2MoeConfig``'s default).
+
+Every layer global: ``use_sliding_window`` true is refused. transformers' Qwen2-MoE then
+slides a window ``sliding_window`` over the layers l < ``max_window_layers`` with l even
+(its ``layer_types``: not Qwen2's l ≥ ``max_window_layers``), a pattern tpde does not read;
+no released Qwen1.5-MoE sets it. Those two keys count only then (transformers sets the
+window to 0 otherwise)."""
 
 from __future__ import annotations
 
-from tpde.pretrained.families.base import REQUIRED, SCORE_HEAD, Family, register
+from tpde.pretrained.families.base import (
+    REQUIRED,
+    ROUTER_TRAINING,
+    SCORE_HEAD,
+    Family,
+    register,
+)
 from tpde.pretrained.families.llama import LLAMA_HONOURED, LLAMA_KEYS, LLAMA_NAMES
 
 __all__ = ["QWEN2_MOE"]
@@ -21,6 +34,7 @@ QWEN2_MOE = register(
         model_types=("qwen2_moe",),
         keys={
             **LLAMA_KEYS,
+            "kv_heads": ("num_key_value_heads", 16),  # Qwen2MoeConfig's default
             "activation": ("hidden_act", "silu"),
             "mlp_hidden": ("moe_intermediate_size", REQUIRED),
             "experts": ("num_experts", REQUIRED),
@@ -55,6 +69,15 @@ QWEN2_MOE = register(
         facts={
             "rope_style": "half",
             "routing": "softmax over all E, top k; renormalised over the k if norm_topk_prob",
+        },
+        irrelevant={
+            **{k: v for k, v in ROUTER_TRAINING.items() if k != "router_jitter_noise"},
+            **dict.fromkeys(
+                ("sliding_window", "max_window_layers"),
+                "the window and its layers count only with use_sliding_window, which is refused",
+            ),
+            "intermediate_size": "the width of dense MLP layers (mlp_only_layers, "
+            "decoder_sparse_step ≠ 1, num_experts 0), which are refused: every layer is sparse",
         },
         classifiers=SCORE_HEAD,
     )

@@ -4,7 +4,8 @@ coordinates of each head, 1/4 by default), a SwiGLU MLP, Q/K/V biases where
 ``use_qkv_bias`` says; ``qk_layernorm``: a LayerNorm without bias per head on queries and
 keys before the rotation, one gain per head (stored as ``norms.{h}``);
 ``use_parallel_residual``: a parallel block whose MLP reads the attention's norm (no
-``post_attention_layernorm``)."""
+``post_attention_layernorm``). 32 KV heads where config.json lacks the key
+(``StableLmConfig``'s default, whatever the heads)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ STABLELM = register(
         family="stablelm",
         model_types=("stablelm",),
         keys={
-            **{k: v for k, v in LLAMA_KEYS.items() if k != "window"},
+            **LLAMA_KEYS,
+            "kv_heads": ("num_key_value_heads", 32),  # StableLmConfig's default
             "norm_eps": ("layer_norm_eps", 1e-5),
             "activation": ("hidden_act", "silu"),
             "rotary": ("partial_rotary_factor", 0.25),
