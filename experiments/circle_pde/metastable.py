@@ -150,9 +150,10 @@ def dirac_rate(k: int, beta: float) -> float:
 def meta_times(config: Config) -> np.ndarray:
     """Every dense_step to dense_until, then every meta_step to meta_t1 (both ends in)."""
     dense = np.arange(0.0, config.dense_until + config.dense_step / 2, config.dense_step)
-    sparse = np.arange(dense[-1] + config.meta_step, config.meta_t1 + config.meta_step / 2,
-                       config.meta_step)  # fmt: skip
-    return np.concatenate([dense, np.minimum(sparse, config.meta_t1)])
+    sparse = np.arange(dense[-1] + config.meta_step, config.meta_t1, config.meta_step)
+    reached = sparse[-1] if len(sparse) else dense[-1]
+    last = [config.meta_t1] if config.meta_t1 > reached + 1e-9 else []
+    return np.concatenate([dense, sparse, last])
 
 
 def sweep(config: Config, follow, field_of, g) -> tuple[np.ndarray, dict]:
