@@ -68,7 +68,8 @@ def test_crossing_of_an_exponential_is_exact():
 
 def test_mode_amplitudes_of_symmetric_clouds():
     """Tokens at the 3rd roots of unity (radius 2: normalised): |ĉ_k| = 1 for k = 3, 6 and 0
-    otherwise (to rounding: k products of unit numbers, ≤ 1e-14); a uniform lattice of 64 has none below k = 64."""
+    otherwise (to rounding: k products of unit numbers, ≤ 1e-14); a uniform lattice of 64
+    has none below k = 64."""
     angles = 0.3 + 2 * math.pi * torch.arange(3, dtype=torch.float64) / 3
     points = 2 * torch.stack([angles.cos(), angles.sin()], -1)
     found = mode_amplitudes(points)
@@ -194,9 +195,8 @@ def test_runs_stop_once_escaped_or_absorbed():
     dense = np.arange(0.0, 20.25, 0.5)
     modes = np.full((2, 2, len(dense), KMAX), np.nan)
     runs = escape_draws(config, dense, modes)
-    assert [(x["n"], x["status"], x["until"]) for x in runs] == [(500, "stopped", 16.0)] + [
-        (1000, "stopped", 16.0)
-    ]
+    found = [(x["n"], x["status"], x["until"]) for x in runs]
+    assert found == [(500, "stopped", 16.0), (1000, "stopped", 16.0)]
     assert np.isfinite(modes[0, 1, :33:2]).all() and np.isnan(modes[0, 1, 33:]).all()
     assert (modes[:, 1, 32, 2] >= 2 * config.escape_level).all()
     counts, results = sweep(config, follow, post_ln_field, torch.Generator().manual_seed(3))
