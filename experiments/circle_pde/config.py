@@ -140,9 +140,10 @@ QUICK = {
     "dense_until": "16.0",
     "dense_step": "0.5",
     "sparse_step": "4.0",
-    "meta_betas": "2,3",
+    "escape_seeds": "6",
+    "meta_betas": "2,2.5",
     "meta_size": "1000",
-    "meta_seeds": "3",
+    "meta_seeds": "4",
     "meta_t1": "300.0",
 }
 
