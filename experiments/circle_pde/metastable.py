@@ -14,9 +14,9 @@ error.
 follow the flow to ``meta_t1`` (saves every ``dense_step`` to ``dense_until``, then every
 ``meta_step``); a run stops early once a count ≥ 2 has dropped to one cluster held over
 the last ``ABSORBED`` saves (one cluster does not split: the rest is filled with 1). Per
-run: the first plateau (:func:`~tpde.experiments.common.circle_clusters.first_plateau`),
-every state's lifetime and every merge (:func:`~tpde.experiments.common.circle_clusters.
-lifetimes`, :func:`~tpde.experiments.common.circle_clusters.merges`).
+run: the first plateau, every state's lifetime and every merge
+(:func:`~tpde.experiments.common.circle_clusters.lifetimes`,
+:func:`~tpde.experiments.common.circle_clusters.merges`).
 
 **Dirac clusters** [ours, MATH.md §9]: k equal clusters at spacing Δ = 2π/k are unstable at
 the rate σ_k(β) = max_j 4 sin²(πj/k)(β sin²Δ − cos Δ)e^{−β(1−cos Δ)}; a plateau lasting
@@ -190,7 +190,8 @@ def _count(config: Config, points: torch.Tensor) -> int:
 
 
 def _summary(config: Config, beta: float, times, counts: np.ndarray, runs: list) -> dict:
-    """Per β: k*, its rate, the runner-up, every run's first plateau, states and merges."""
+    """Per β: k*, its rate, the runner-up, every run's first plateau (the first joined state
+    of :func:`lifetimes` with a count ≥ 1 that no larger count follows), states and merges."""
     k = dominant_mode(beta)
     second, second_rate = runner_up(beta)
     states = [lifetimes(times, c, config.min_plateau) for c in counts]
