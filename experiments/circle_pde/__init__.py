@@ -25,6 +25,15 @@ every 0.25 up to 20, then every 10). Then, from the saved data:
   1/(2λ_k*); a ≪ 1/√N keeps the particles noise-driven, and the PDE, whose modes start at
   a/2, is the point N_eff = 4/a² of the same line. ``more_betas`` repeat the plateaus
   (sizes below the largest).
+- Metastability measured (issue 35; :mod:`.metastable`, claims in :mod:`.meta_report`):
+  the escape time (|ĉ_k*| reaches ``escape_level``) of every draw at β (at least
+  ``escape_seeds`` per N; the extra ones stop once escaped) fitted as a + b·ln N with the
+  slope's standard error, against 1/(2λ_k*) (agrees iff within 2 s.e.); a β sweep
+  (``meta_betas``, ``meta_seeds`` clouds of ``meta_size`` tokens to ``meta_t1``, stopped
+  once absorbed in one cluster): the first plateau's count against k* (agrees in ≥ 90% of
+  draws), the lifetimes of the ``meta_count``-cluster state fitted as log T = c + κβ
+  (uncensored only; censored ones are lower bounds), κ > 0 (Geshkovski, Koubbi, Polyanskiy,
+  Rigollet) and κ against the Dirac heuristic's, and every merge.
 """
 
 from __future__ import annotations

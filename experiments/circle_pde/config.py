@@ -43,6 +43,14 @@ class Config:
     level: float = cc.LEVEL  # in units of the uniform density
     min_share: float = cc.MIN_SHARE
     min_plateau: float = 2.0
+    escape_level: float = 0.1  # |ĉ_k*| that ends the escape from uniform (metastable.py)
+    escape_seeds: int = 3  # draws per N at least for the escape (extra ones stop after it)
+    meta_betas: tuple[float, ...] = (2.0, 2.5, 3.0, 5.0, 8.0)  # the β sweep (metastable.py) …
+    meta_size: int = 2000  # … its N …
+    meta_seeds: int = 10  # … draws per β …
+    meta_t1: float = 800.0  # … horizon …
+    meta_step: float = 5.0  # … and saves after dense_until
+    meta_count: int = 2  # the state whose lifetime is fitted against β (the last before one)
     seed: int = 0
 
     def check(self) -> None:
@@ -73,6 +81,28 @@ class Config:
                 f">= 0, bins >= 1; received amplitude = {self.amplitude}, bins = {self.bins}."
             )
         self.check_counter()
+        self.check_meta()
+
+    def check_meta(self) -> None:
+        if not 0 < self.escape_level < 1 or self.escape_seeds < 1:
+            raise ValueError(
+                f"escape_level must lie in (0, 1) (|ĉ_k| <= 1) and escape_seeds >= 1; received "
+                f"escape_level = {self.escape_level}, escape_seeds = {self.escape_seeds}."
+            )
+        if self.meta_betas and (min(self.meta_betas) <= 0 or max(self.meta_betas) > 1e12):
+            raise ValueError(f"meta_betas must lie in (0, 1e12]; received {self.meta_betas}.")
+        small = self.meta_size < 2 or self.meta_seeds < 1 or self.meta_count < 2
+        if small or self.meta_step <= 0:
+            raise ValueError(
+                f"meta_size >= 2, meta_seeds >= 1, meta_count >= 2 and meta_step > 0; received "
+                f"meta_size = {self.meta_size}, meta_seeds = {self.meta_seeds}, meta_count = "
+                f"{self.meta_count}, meta_step = {self.meta_step}."
+            )
+        if self.meta_t1 < self.dense_until:
+            raise ValueError(
+                f"meta_t1 must be >= dense_until = {self.dense_until} (the sweep saves densely "
+                f"to there); received {self.meta_t1}."
+            )
 
     def check_counter(self) -> None:
         if self.cells > min(self.grids) or self.cells < 1:
@@ -110,6 +140,11 @@ QUICK = {
     "dense_until": "16.0",
     "dense_step": "0.5",
     "sparse_step": "4.0",
+    "escape_seeds": "6",
+    "meta_betas": "2,2.5",
+    "meta_size": "1000",
+    "meta_seeds": "4",
+    "meta_t1": "300.0",
 }
 
 

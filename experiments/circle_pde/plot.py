@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import framework as fw
+from .meta_report import escape_fit, lifetime_fit, lifetimes_of
 from .report import first_cluster_fit, first_clusters, law_offset
 from .run import seed_mean
 
@@ -17,6 +18,7 @@ def plot(out: Path) -> list[Path]:
     return [
         _versus(config, arrays, Path(out) / "circle_pde.png"),
         _plateaus(config, arrays, results, Path(out) / "circle_pde_plateaus.png"),
+        _metastable(config, arrays, results, Path(out) / "circle_pde_metastable.png"),
     ]
 
 
@@ -120,3 +122,51 @@ def _first_clusters(ax, config, arrays, results) -> None:
                 label=f"first clusters' fit: slope {fit['slope']:.2f}")  # fmt: skip
     if pde is not None and n_eff:
         ax.plot(math.log(n_eff), pde, "k*", ms=12, label="PDE's first cluster, N_eff = 4/a²")
+
+
+def _metastable(config, arrays, results, path: Path) -> Path:
+    """Escape time against ln N (every draw, the fit, the law through the points' mean),
+    the β sweep's cluster counts, the lifetimes against β (censored: lower bounds, ▲)."""
+    plt = fw.pyplot()
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.2))
+    law = results["laws"][str(config["beta"])]
+    fit = escape_fit(config, arrays, law["k_star"], config["escape_level"])
+    if fit:
+        pairs = [(math.log(int(n)), t) for n, ts in fit["times"].items() for t in ts]
+        x, y = (np.array(v) for v in zip(*pairs, strict=True))
+        axes[0].plot(x, y, "o", ms=4, label="draws")
+        grid = np.linspace(x.min(), x.max(), 10)
+        axes[0].plot(grid, fit["offset"] + fit["slope"] * grid, "-",
+                     label=f"fit {fit['slope']:.3f} ± {fit['slope_se']:.3f}")  # fmt: skip
+        finite = np.isfinite(y)
+        c = np.mean(y[finite] - law["law_slope"] * x[finite])
+        axes[0].plot(grid, c + law["law_slope"] * grid, "--",
+                     label=f"1/(2λ_{law['k_star']}) = {law['law_slope']:.3f}")  # fmt: skip
+        axes[0].legend(fontsize=7)
+    level = f"|ĉ_{law['k_star']}| = {config['escape_level']:g}"
+    axes[0].set(xlabel="ln N", ylabel="t", title=f"escape: {level}, β = {config['beta']}")
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    t, counts = arrays["meta_times"], arrays["meta_counts"]
+    for b, beta in enumerate(config["meta_betas"]):
+        for s in range(counts.shape[1]):
+            label = f"β = {beta:g}" if s == 0 else None
+            axes[1].step(t, counts[b, s] + 0.05 * (b - 2), where="post", lw=0.7,
+                         color=colours[b % len(colours)], label=label)  # fmt: skip
+    axes[1].set(xscale="symlog", xlabel="t", ylabel="clusters",
+                title=f"β sweep, N = {config['meta_size']}")  # fmt: skip
+    axes[1].legend(fontsize=7)
+    count = config["meta_count"]
+    for beta, rows in lifetimes_of(results["metastable"], count).items():
+        done = [d for d, c in rows if not c]
+        on = [d for d, c in rows if c]
+        axes[2].plot([float(beta)] * len(done), done, "o", color="C0")
+        axes[2].plot([float(beta)] * len(on), on, "^", color="C3")
+    kappa = lifetime_fit(results["metastable"], count)
+    if kappa:
+        grid = np.linspace(min(kappa["betas"]), max(kappa["betas"]), 10)
+        axes[2].plot(grid, np.exp(kappa["offset"] + kappa["slope"] * grid), "-",
+                     label=f"κ = {kappa['slope']:.2f} ± {kappa['slope_se']:.2f}")  # fmt: skip
+        axes[2].legend(fontsize=7)
+    title = f"{count}-cluster lifetime (▲ still on at t = {config['meta_t1']:g}: lower bounds)"
+    axes[2].set(yscale="log", xlabel="β", ylabel="lifetime", title=title)
+    return fw.savefig(fig, path)

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import framework as fw
+from .meta_report import count_claims, escape_claim, lifetime_claims, meta_table
 
 #: Tolerances of the verdicts: the fitted slope of start against log N within 25% of the
 #: law's 1/(2λ_k*); the PDE's first cluster within 15% of the particles' first-cluster line
@@ -32,11 +33,15 @@ def report(out: Path) -> fw.Report:
     main = next(iter(r["laws"]))  # the β of the PDE
     fit = first_cluster_fit(config["sizes"], arrays, r["laws"][main]["law_slope"])
     claims.append(pde_claim(r, fit))
+    escape, fits = escape_claim(config, arrays, r["laws"][main])
+    meta = r["metastable"]
+    kept, kappa = lifetime_claims(meta, config["meta_count"], config["meta_t1"])
+    claims += [escape, *count_claims(meta), *kept]
     summary = (
         f"PDE on M = {', '.join(str(p['grid']) for p in r['pde'])} angles, resolved to t = "
         f"{', '.join(format(p['end'], '.2f') for p in r['pde'])}; particles to t = "
         f"{config['t1']:g}: "
-        f"W1 ∝ N^{rate:.2f}; first plateaus in {plateau_summary(r)}."
+        f"W1 ∝ N^{rate:.2f}; first plateaus in {plateau_summary(r)}; {meta_summary(fits, kappa)}."
     )
     notes = [
         f"PDE, M = {p['grid']}: stopped: {p['unresolved']}" for p in r["pde"] if p["unresolved"]
@@ -44,7 +49,7 @@ def report(out: Path) -> fw.Report:
     notes += [
         f"particles ({x['status']}) at β = {x['beta']}, N = {x['n']}: {x['steps']} steps"
         for x in r["runs"]
-        if x["status"] != "completed"
+        if x["status"] not in ("completed", "stopped")
     ]
     return fw.Report(
         summary,
@@ -56,10 +61,27 @@ def report(out: Path) -> fw.Report:
                 "cluster count over t per N, plateau start against log N with the law, "
                 "first clusters against log N with the PDE's, particles over the long window",
             ),
+            (
+                "circle_pde_metastable.png",
+                "escape time against ln N with the fit and the law, cluster counts of the β "
+                "sweep, lifetimes against β (censored: lower bounds)",
+            ),
         ],
-        tables=[plateau_table(r, arrays)],
+        tables=[
+            plateau_table(r, arrays),
+            meta_table(meta, config["meta_count"], config["meta_t1"]),
+        ],
         notes=notes,
     )
+
+
+def meta_summary(fits: dict, kappa: dict | None) -> str:
+    main = fits["main"]
+    escape = (
+        f"escape slope {main['slope']:.3f} ± {main['slope_se']:.3f}" if main else "no escape fit"
+    )
+    trap = f"κ = {kappa['slope']:.2f} ± {kappa['slope_se']:.2f}" if kappa else "no lifetime fit"
+    return f"{escape}; {trap}"
 
 
 def _rows(table: dict) -> list[list]:

@@ -21,6 +21,11 @@ from tpde.theory import dominant_mode, instability_rate
 from .. import framework as fw
 from ..common.circle_clusters import cluster_masses, density_masses, first_plateau, points_masses
 from .config import CHUNK, Config, draws, initial_density, save_times
+from .metastable import KMAX, meta_times, mode_amplitudes, sweep
+
+#: The escape-only draws save every ESCAPE_STRIDE-th dense time (the crossing is
+#: interpolated log-linearly: exact while the mode grows as e^{λt}).
+ESCAPE_STRIDE = 2
 
 
 def post_ln_field(beta: float):
@@ -59,12 +64,17 @@ def solve_pde(config: Config, grid: int, times: np.ndarray) -> dict:
     }
 
 
-def follow(config: Config, field, cloud: Empirical, times: np.ndarray, visit) -> dict:
+def follow(config: Config, field, cloud: Empirical, times: np.ndarray, visit, stop=None) -> dict:
     """The particles from ``cloud`` by dopri5, saved at ``times`` in calls of CHUNK saves
-    (the clouds of one call are held at once); ``visit(j, measure)`` at every save."""
+    (the clouds of one call are held at once); ``visit(j, measure)`` at every save;
+    ``stop(j)`` (optional), asked after each call with the last save j visited, ends the
+    run early when true (``status`` "stopped", ``until`` the last time reached)."""
     visit(0, cloud)
-    mu, dt, steps, status = cloud, None, 0, "completed"
+    mu, dt, steps, status, until = cloud, None, 0, "completed", float(times[-1])
     for lo in range(0, len(times) - 1, CHUNK):
+        if lo and stop is not None and stop(lo):
+            status, until = "stopped", float(times[lo])
+            break
         chunk = times[lo : lo + CHUNK + 1]
         traj = integrate(
             field,
@@ -83,8 +93,9 @@ def follow(config: Config, field, cloud: Empirical, times: np.ndarray, visit) ->
         steps += traj.stats["n_steps"]
         mu, dt, status = traj.measures[-1], traj.stats["last_dt"], str(traj.status)
         if status != "completed":
+            until = float(traj.times[-1])
             break
-    return {"steps": steps, "status": status}
+    return {"steps": steps, "status": status, "until": until}
 
 
 def seed_mean(distance: np.ndarray) -> np.ndarray:
@@ -126,6 +137,7 @@ def run(config: Config, out: Path) -> None:
     counts = np.full((len(betas), len(config.sizes), seeds, len(times)), -1, dtype=np.int64)
     distance = np.full((len(config.sizes), seeds, len(dense)), np.nan)
     histogram = np.zeros((len(times), config.bins))
+    modes = np.full((len(config.sizes), max(seeds, config.escape_seeds), len(times), KMAX), np.nan)
     runs, g = [], fw.torch_generator(config.seed)
     for b, beta in enumerate(betas):
         field, rho0 = post_ln_field(beta), initial_density(config, beta, min(config.grids))
@@ -141,11 +153,17 @@ def run(config: Config, out: Path) -> None:
                         distance[i, s, j] = float(w1_circle(mu, pde_mu))
                     if b == 0 and n == max(config.sizes) and s == 0:
                         histogram[j] = angles_histogram(mu.points, config.bins)
+                    if b == 0:
+                        modes[i, s, j] = mode_amplitudes(mu.points)
 
                 tic = time.time()
                 cloud = Empirical(rho0.sample(n, generator=g))
                 info = follow(config, field, cloud, times, visit)
                 runs.append({"beta": beta, "n": n, "seed": s, **info, "seconds": time.time() - tic})
+    runs += escape_draws(config, dense, modes)
+    meta_counts, metastable = sweep(
+        config, follow, post_ln_field, fw.torch_generator(config.seed + 2)
+    )
     plateaus_found = {
         str(beta): {
             str(n): [
@@ -181,6 +199,7 @@ def run(config: Config, out: Path) -> None:
         "plateaus": plateaus_found,
         "laws": laws,
         "runs": runs,
+        "metastable": metastable,
         "seconds": time.time() - started,
     }
     arrays = {
@@ -193,8 +212,41 @@ def run(config: Config, out: Path) -> None:
         "distance": distance,
         "counts": counts,
         "histogram": histogram,
+        "modes": modes,
+        "meta_times": meta_times(config),
+        "meta_counts": meta_counts,
     }
     fw.save(out, config, arrays, results, started)
+
+
+def escape_draws(config: Config, dense: np.ndarray, modes: np.ndarray) -> list[dict]:
+    """The draws beyond :func:`~.config.draws` up to ``escape_seeds`` per N at β, for the
+    escape only (their own generator, seed + 1): |ĉ_k| into ``modes`` at every
+    ``ESCAPE_STRIDE``-th dense save, stopped after the call where |ĉ_k*| reaches twice
+    ``escape_level``."""
+    k, field = dominant_mode(config.beta), post_ln_field(config.beta)
+    rho0, g = (
+        initial_density(config, config.beta, min(config.grids)),
+        fw.torch_generator(config.seed + 1),
+    )
+    index = np.arange(0, len(dense), ESCAPE_STRIDE)
+    runs = []
+    for i, n in enumerate(config.sizes):
+        for s in range(draws(config, n), config.escape_seeds):
+            store = modes[i, s]
+
+            def visit(j, mu, store=store):
+                store[index[j]] = mode_amplitudes(mu.points)
+
+            def stop(j, store=store):
+                return store[index[j], k - 1] >= 2 * config.escape_level
+
+            tic = time.time()
+            info = follow(config, field, Empirical(rho0.sample(n, generator=g)), dense[index],
+                          visit, stop)  # fmt: skip
+            runs.append({"beta": config.beta, "n": n, "seed": s, "escape_only": True, **info,
+                         "seconds": time.time() - tic})  # fmt: skip
+    return runs
 
 
 def plateau_row(times, counts, shortest: float) -> list | None:

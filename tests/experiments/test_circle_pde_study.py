@@ -245,12 +245,18 @@ def test_report_of_a_tiny_run(tmp_path):
     overrides = {
         "sizes": "500,1000", "seeds": "2", "more_betas": "10", "grids": "512", "t1": "20",
         "dense_until": "10", "dense_step": "1", "sparse_step": "5", "amplitude": "0.02",
+        "escape_seeds": "3", "meta_betas": "2", "meta_size": "300", "meta_seeds": "2",
+        "meta_t1": "40",
     }  # fmt: skip
     config = fw.apply_overrides(module.Config(), overrides, "circle-pde")
     out = tmp_path / "circle-pde"
     module.run(config, out)
     figures = module.plot(out)
-    assert [f.name for f in figures] == ["circle_pde.png", "circle_pde_plateaus.png"]
+    assert [f.name for f in figures] == [
+        "circle_pde.png",
+        "circle_pde_plateaus.png",
+        "circle_pde_metastable.png",
+    ]
     _, arrays, results = fw.load(out)
     counts = arrays["counts"]
     assert counts.shape == (2, 2, 2, len(save_times(config)))
@@ -275,6 +281,24 @@ def test_report_of_a_tiny_run(tmp_path):
             )
     law = results["laws"]["5.0"]
     assert law["k_star"] == 3 and law["law_slope"] == pytest.approx(1 / (2 * 0.6826783336167468))
+    # The escape: the two drawn clouds per N and one escape-only draw (every other save; its
+    # six saves are one call, so nothing stops it early), a crossing for each.
+    modes = arrays["modes"]
+    assert modes.shape == (2, 3, len(save_times(config)), 8)
+    assert np.isfinite(modes[:, :, 0]).all() and np.isnan(modes[:, 2, 1]).all()
+    extra = [x for x in results["runs"] if x.get("escape_only")]
+    assert [x["n"] for x in extra] == [500, 1000] and all(x["until"] == 10 for x in extra)
+    escape = next(c for c in report.claims if "escape from uniform" in c.claim)
+    assert "6 draws, 0 without a crossing" in escape.outcome
+    # The β sweep: two draws at β = 2, each a count series to t = 40 or absorbed in one
+    # cluster (then filled with 1), and its table row.
+    meta = results["metastable"]["2.0"]
+    assert arrays["meta_counts"].shape == (1, 2, len(arrays["meta_times"]))
+    assert (arrays["meta_counts"] >= 0).all() and meta["k_star"] == 2
+    for run, series in zip(meta["runs"], arrays["meta_counts"][0], strict=True):
+        assert run["status"] in ("completed", "stopped")
+        assert run["status"] == "completed" or (series[-4:] == 1).all()
+    assert "| 2.0 | 2 |" in text
 
 
 LAW = {"k_star": 3, "rate": 0.5, "law_slope": 1.0, "fit": {"slope": 1.0, "offset": 0.0}}
