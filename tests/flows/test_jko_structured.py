@@ -112,3 +112,15 @@ def test_bad_inputs_are_refused():
         jko_step(mu, near, 0.1, "twisted")
     with pytest.raises(ValueError, match="displacement must have"):
         frozen_metric_distance(near, mu, torch.zeros(4, 6, dtype=F64))
+
+
+def test_a_head_whose_energy_overflows_is_refused_with_the_reason():
+    """Tokens far out (scores ≈ 1e3, past float64's e^709): the energy is not finite at the
+    input, a ValueError naming the overflow (layer_steps records it as the step's outcome);
+    it was an AttributeError from the message's hint."""
+    g = torch.Generator().manual_seed(6)
+    field, _ = _exact_head(g)
+    near, _ = nearest_gradient_field(field)
+    mu = Empirical(60.0 * _randn(g, 6, 6))
+    with pytest.raises(ValueError, match=r"not finite at the step's|energy is inf.*e\^709"):
+        structured_jko_step(near, mu, 0.1)

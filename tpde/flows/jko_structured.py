@@ -40,12 +40,32 @@ from dataclasses import dataclass
 import torch
 
 from tpde._validation import check_positive
+from tpde.fields.gradient_flow.energies import Energy
 from tpde.fields.gradient_flow.structured import StructuredAttention
 from tpde.flows.jko_prox import ParticleProx, solve_prox
 from tpde.flows.status import Status
 from tpde.measures import Empirical
 
 __all__ = ["FrozenDistance", "StructuredJKOStep", "frozen_metric_distance", "structured_jko_step"]
+
+
+class _HeadLyapunov(Energy):
+    """The functional one head's JKO step minimises, −s_h E_h (E_h of the one-head field
+    ``one``)."""
+
+    def __init__(self, one: StructuredAttention):
+        self.one = one
+
+    def __call__(self, nu, engine: str = "auto") -> torch.Tensor:
+        return -self.one.energy(nu)
+
+    def domain_hint(self, mu) -> str:
+        return (
+            " The head's structured energy ½∬e^{score} is not finite at these tokens: its "
+            "scores pass float64's exponent range (e^709), so no step of this head is defined "
+            "there (MATH.md §12)."
+        )
+
 
 #: Relative eigenvalue below which a direction counts as outside the range of a mobility.
 RANGE_RTOL = 1e-10
@@ -145,11 +165,8 @@ def structured_jko_step(
         one = StructuredAttention([head], torch.zeros_like(field.drift))
         mobility = head.sign * head.M.to(x)
         prox = ParticleProx(mu, tau, mobility, _HeadWeight(one), engine)
-
-        def G(nu, engine=engine, one=one):  # the Lyapunov functional −s_h E_h
-            return -one.energy(nu)
-
-        step = solve_prox(prox, G, tau, tol=tol, max_iter=max_iter, engine=engine)
+        step = solve_prox(prox, _HeadLyapunov(one), tau, tol=tol, max_iter=max_iter,
+                          engine=engine)  # fmt: skip
         steps.append(step)
         moved = moved + (step.measure.points - x)
     ok = all(s.converged for s in steps)
