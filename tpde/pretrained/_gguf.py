@@ -131,9 +131,9 @@ def gguf_config(metadata: dict, shapes, family: Family, rope_freqs=None) -> tupl
         elif short in spec.unread:
             raise LoadError(
                 f"the metadata key {key!r} = {metadata[key]!r} is one llama.cpp does not read "
-                f"for {spec.architecture} files (its model of the file computes without it) "
-                "and a Hugging Face config would apply: the file has two readings, and tpde "
-                "refuses rather than pick one."
+                f"for {spec.architecture} files (its model of the file computes without it), "
+                "while a checkpoint that carries it (a Mistral or Qwen window, say) computes "
+                "with it: the file has two readings, and tpde refuses rather than pick one."
             )
         elif short not in equal:
             reads = (*keys, *equal, *(ROPE_SCALING_KEYS if family.rotary else ()))
