@@ -17,6 +17,8 @@ gemma3      the generic keys with its defaults; norm gains 1 + w
 phi2        ``Phi2Model``: feed_forward_length 4d, rope.dimension_count = int(f·d)/H, no base
 gpt2        ``GPT2Model``: the Conv1D weights transposed to (out, in); feed_forward_length 4d
 gptneox     ``GPTNeoXModel``: the fused QKV rewritten from head by head to [W_q; W_k; W_v]
+phi3        ``Phi3MiniModel``: its own keys (rope.dimension_count = int(f·d)/H, C₀, the window,
+            0 for none); LongRoPE's factors as two float32 tensors, α as attn_factor
 ==========  =================================================================================
 
 Matrices (2-D) are stored in ``qtype`` where their rows fill whole blocks (F32 otherwise,
@@ -38,7 +40,7 @@ gguf = __import__("pytest").importorskip("gguf")
 #: config.json model_type → llama.cpp's architecture.
 ARCHITECTURES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma2": "gemma2",
                  "gemma3_text": "gemma3", "olmo2": "olmo2", "phi": "phi2", "gpt2": "gpt2",
-                 "starcoder2": "starcoder2", "gpt_neox": "gptneox"}  # fmt: skip
+                 "starcoder2": "starcoder2", "gpt_neox": "gptneox", "phi3": "phi3"}  # fmt: skip
 _GEMMA = ("gemma2", "gemma3")
 
 
@@ -79,6 +81,9 @@ def _metadata(writer, cfg, arch: str) -> None:
         writer.add_rope_dimension_count(int(params["partial_rotary_factor"] * d) // heads)
         return
     writer.add_feed_forward_length(g["intermediate_size"])
+    if arch == "phi3":
+        _phi3(writer, g, params)
+        return
     if arch == "gptneox":
         writer.add_rope_dimension_count(int(params["partial_rotary_factor"] * (d // heads)))
         writer.add_parallel_residual(g.get("use_parallel_residual", True))
@@ -107,6 +112,26 @@ def _metadata(writer, cfg, arch: str) -> None:
         writer.add_rope_dimension_count(g.get("head_dim") or d // heads)
     if arch == "gemma3" and g.get("sliding_window"):
         writer.add_sliding_window(g["sliding_window"])
+
+
+def phi3_attention_factor(g: dict) -> float:
+    """``Phi3MiniModel.generate_extra_tensors``' α = √(1 + ln s/ln C₀), s = C/C₀ (1 for s ≤ 1)."""
+    scale = g["max_position_embeddings"] / g["original_max_position_embeddings"]
+    original = g["original_max_position_embeddings"]
+    return math.sqrt(1 + math.log(scale) / math.log(original)) if scale > 1.0 else 1.0
+
+
+def _phi3(writer, g: dict, params: dict) -> None:
+    """``Phi3MiniModel.set_gguf_parameters`` (after the common keys), and α with LongRoPE."""
+    d, heads = g["hidden_size"], g["num_attention_heads"]
+    writer.add_rope_scaling_orig_ctx_len(g["original_max_position_embeddings"])
+    writer.add_head_count_kv(g["num_key_value_heads"])
+    writer.add_layer_norm_rms_eps(g["rms_norm_eps"])
+    writer.add_rope_dimension_count(int(params.get("partial_rotary_factor", 1.0) * d) // heads)
+    writer.add_rope_freq_base(params["rope_theta"])
+    writer.add_sliding_window(g.get("sliding_window") or 0)  # 0: none (Phi-4)
+    if params.get("long_factor"):
+        writer.add_rope_scaling_attn_factors(phi3_attention_factor(g))
 
 
 def _rope_scaling(writer, params: dict) -> None:
@@ -196,6 +221,8 @@ def _vocabulary(writer, cfg, arch: str) -> None:
     writer.add_token_list(["a", "b", "ab", *(f"<{i}>" for i in range(3, cfg.vocab_size))])
     writer.add_token_types([1] * cfg.vocab_size)
     writer.add_token_merges(["a b"])
+    if arch == "phi3":  # its config's pad id (32000 by default) must lie in the vocabulary
+        writer.add_pad_token_id(0)
 
 
 def convert(model, path, qtype: str = "F32", *, metadata=None, tensors=None, drop=(),
@@ -249,6 +276,12 @@ def convert(model, path, qtype: str = "F32", *, metadata=None, tensors=None, dro
             writer.add_tensor(stored, data, raw_shape=data.shape, raw_dtype=kind)
     if arch == "llama" and (cfg.rope_parameters or {}).get("rope_type") == "llama3":
         writer.add_tensor("rope_freqs.weight", llama3_rope_freqs(cfg))
+    params = getattr(cfg, "rope_parameters", None) or {}
+    if arch == "phi3" and params.get("long_factor"):
+        for kind in ("long", "short"):
+            factors = np.asarray(params[f"{kind}_factor"], dtype=np.float32)
+            if f"rope_factors_{kind}.weight" not in drop:
+                writer.add_tensor(f"rope_factors_{kind}.weight", factors)
     for name, array in (tensors or {}).items():
         if isinstance(array, tuple):  # (raw bytes (rows, bytes per row), ggml type)
             writer.add_tensor(name, array[0], raw_shape=array[0].shape, raw_dtype=array[1])

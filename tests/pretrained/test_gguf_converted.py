@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.pretrained.gguf_convert import ARCHITECTURES, convert
+from tests.pretrained.gguf_convert import ARCHITECTURES, convert, phi3_attention_factor
 from tests.pretrained.test_load import _relative
 from tpde.pretrained import load
 from tpde.pretrained.families.base import FAMILIES
@@ -42,6 +42,16 @@ _GEMMA = {**_SMALL, "num_attention_heads": 2, "num_key_value_heads": 1, "head_di
           "query_pre_attn_scalar": 256, "sliding_window": 3}  # fmt: skip
 _NEOX = {**_SMALL, "num_attention_heads": 4}
 del _NEOX["num_key_value_heads"]
+_PHI3 = {**_SMALL, "pad_token_id": 0, "bos_token_id": 0, "eos_token_id": 0}
+
+
+def _longrope(pairs: int) -> dict:
+    """LongRoPE on half of each head: factors in [1, 4) (C₀ = 4: the 9 tokens take the long)."""
+    g = torch.Generator().manual_seed(5)
+    short, long = (1 + 3 * torch.rand(2, pairs, generator=g, dtype=torch.float64)).tolist()
+    return {"rope_type": "longrope", "short_factor": short, "long_factor": long,
+            "rope_theta": 1e4, "partial_rotary_factor": 0.5}  # fmt: skip
+
 
 #: case → (config class, config, model class)
 CASES = {
@@ -63,6 +73,9 @@ CASES = {
     "gpt_neox-sequential": ("GPTNeoXConfig", {**_NEOX, "rotary_pct": 0.25,
                                               "use_parallel_residual": False},
                             "GPTNeoXForCausalLM"),
+    "phi3": ("Phi3Config", _PHI3, "Phi3ForCausalLM"),
+    "phi3-longrope": ("Phi3Config", {**_PHI3, "original_max_position_embeddings": 4,
+                                     "rope_parameters": _longrope(2)}, "Phi3ForCausalLM"),
 }  # fmt: skip
 QTYPES = ("F32", "F16", "Q8_0", "Q4_0")
 _EPS = ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_epsilon")
@@ -99,6 +112,12 @@ def write_pair(case: str, base, qtype: str = "F32", **options):
         if hasattr(folder_model.config, key):
             value = np.float32(getattr(folder_model.config, key))
             setattr(folder_model.config, key, float(value))
+    params = getattr(folder_model.config, "rope_parameters", None) or {}
+    if params.get("rope_type") == "longrope":  # the file holds float32 factors and α
+        for key in ("short_factor", "long_factor"):
+            params[key] = np.float32(params[key]).tolist()
+        alpha = phi3_attention_factor(folder_model.config.to_dict())
+        params["attention_factor"] = float(np.float32(alpha))
     folder_model.save_pretrained(base / qtype)
     return base / qtype, base / f"{qtype}.gguf"
 
@@ -134,9 +153,11 @@ def test_file_equals_the_folder_of_its_values(case, qtype, tmp_path):
 #: GPT-2's context_length as n_ctx (so that n_positions keeps its default 1024, the tiny
 #: GPT-2's), a Qwen3's head dimension not at all (its default 128, the tiny model's), nor a
 #: Gemma-2's soft-caps and query_pre_attn_scalar (its defaults 50, 30 and 256 are the tiny
-#: model's). Architectures it does not read (transformers 5: olmo2, phi2, gptneox) are
-#: skipped, naming the reason: their folder is their one oracle.
-HF_CASES = [case for case in CASES if case != "llama"]
+#: model's), nor a Phi-3's rope.dimension_count or LongRoPE factors (so "phi3" rotates whole
+#: heads and "phi3-longrope" is the folder's alone). Architectures it does not read
+#: (transformers 5: olmo2, phi2, gptneox) are skipped, naming the reason: their folder is their
+#: one oracle.
+HF_CASES = [case for case in CASES if case not in ("llama", "phi3-longrope")]
 #: (file type, dtype of both models, relative tolerance): float64 to rounding (measured
 #: ≤ 6.3e-16); float32, both sides' own float32 arithmetic (RMSNorm, RoPE tables, softmax
 #: ordered differently), a few float32 ulps through two layers (measured ≤ 4.5e-7): 1e-5.

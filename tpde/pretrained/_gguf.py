@@ -17,7 +17,9 @@ family's own ``keys``; a key in neither, nor among the ``equal`` ones the family
 refused naming it (a RoPE scaling, an expert count: nothing is silently ignored); so is a
 standard key llama.cpp does not read for the architecture (the map's ``unread``: a sliding
 window of a llama file, which llama.cpp attends over whole), where the file would have two
-readings, and a file without a key the map lists as ``required`` (Gemma's window). What the
+readings — unless its value changes nothing within the file's context (a window of 0, Phi-3's
+"none", or of at least ``context_length``; read as llama.cpp reads it, no window) —, and a
+file without a key the map lists as ``required`` (Gemma's window). What the
 file does not carry comes from the family's defaults (its documented facts) and its
 ``derived`` and ``computed`` keys; the vocabulary size from the tokens when the file has no
 ``vocab_size`` (from ``token_embd.weight``'s rows when it has no vocabulary either);
@@ -55,7 +57,7 @@ from tpde._validation import require_package as require
 from tpde.pretrained._build import _CONV1D
 from tpde.pretrained._checkpoint import LoadError, Source
 from tpde.pretrained._gguf_container import read_container
-from tpde.pretrained._gguf_rope import ROPE_SCALING_KEYS, rope_scaling
+from tpde.pretrained._gguf_rope import ROPE_SCALING_KEYS, rope_scaling, rope_tensors
 from tpde.pretrained.families.base import FAMILIES, Family
 
 __all__ = [
@@ -111,12 +113,15 @@ def _key_map(family: Family) -> dict[str, str]:
     return {**out, **family.gguf.keys}
 
 
-def gguf_config(metadata: dict, shapes, family: Family, rope_freqs=None) -> tuple[dict, dict]:
+def gguf_config(
+    metadata: dict, shapes, family: Family, rope_freqs=None, rope_factors=None
+) -> tuple[dict, dict]:
     """(the config.json a GGUF file's metadata stands for, config key → the metadata key it
     came from) (module notes); a LoadError for a metadata key of the architecture that tpde
     does not read (named). ``shapes``: the file's tensor name → shape (row-major);
     ``rope_freqs``: the values of a ``rope_freqs.weight`` tensor the family reads (its GGUF
-    map's ``rope_freqs``), or None."""
+    map's ``rope_freqs``), or None; ``rope_factors``: Phi-3's LongRoPE factors (long, short),
+    or None."""
     spec, keys, equal = family.gguf, _key_map(family), _equal(family)
     prefix = f"{spec.architecture}."
     raw, source, scaling = {"model_type": spec.model_type}, {}, {}
@@ -128,14 +133,14 @@ def gguf_config(metadata: dict, shapes, family: Family, rope_freqs=None) -> tupl
             raw[keys[short]], source[keys[short]] = metadata[key], key
         elif short in ROPE_SCALING_KEYS and family.rotary:
             scaling[short] = metadata[key]
-        elif short in spec.unread:
+        elif short in spec.unread and not _inert(short, metadata[key], metadata, prefix):
             raise LoadError(
                 f"the metadata key {key!r} = {metadata[key]!r} is one llama.cpp does not read "
                 f"for {spec.architecture} files (its model of the file computes without it) "
                 "and a Hugging Face config would apply: the file has two readings, and tpde "
                 "refuses rather than pick one."
             )
-        elif short not in equal:
+        elif short not in equal and short not in spec.unread:
             reads = (*keys, *equal, *(ROPE_SCALING_KEYS if family.rotary else ()))
             raise LoadError(
                 f"the metadata key {key!r} = {metadata[key]!r} changes the computation in a way "
@@ -168,10 +173,23 @@ def gguf_config(metadata: dict, shapes, family: Family, rope_freqs=None) -> tupl
     if spec.rotary_fraction and rotated is not None:
         raw[spec.rotary_fraction] = _fraction(rotated, _head_dim(raw, family))
         source[spec.rotary_fraction] = prefix + "rope.dimension_count"
-    rope = rope_scaling(scaling, prefix, rope_freqs, raw.get(family.keys["context"][0]))
+    context = raw.get(family.keys["context"][0])
+    rope = rope_scaling(scaling, prefix, rope_freqs, context, rope_factors)
     if rope is not None:
         raw["rope_scaling"] = rope
     return raw, source
+
+
+def _inert(short: str, value, metadata: dict, prefix: str) -> bool:
+    """Whether an ``unread`` key's value changes nothing within the file's context: a sliding
+    window of 0 (llama.cpp's "none", which its Phi-3 converter writes) or of at least
+    ``context_length`` positions (p_i − p_j < w for every pair the context holds)."""
+    context = metadata.get(prefix + "context_length")
+    if short != "attention.sliding_window" or isinstance(value, bool):
+        return False
+    return isinstance(value, int) and (
+        value == 0 or (isinstance(context, int) and 0 < context <= value)
+    )
 
 
 def _head_dim(raw: dict, family: Family):
@@ -410,9 +428,10 @@ def open_gguf(path: Path) -> Source:
     metadata, stored = _open_container(path)
     family = gguf_family(metadata.get("general.architecture"), str(path))
     check_types(path, stored)
-    freqs = _rope_freqs(path, stored, metadata, family)
+    freqs, factors = rope_tensors(path, stored, metadata, family.gguf, dequantised)
+    shapes = {n: t[1] for n, t in stored.items()}
     try:
-        raw, source = gguf_config(metadata, {n: t[1] for n, t in stored.items()}, family, freqs)
+        raw, source = gguf_config(metadata, shapes, family, freqs, factors)
     except LoadError as err:
         raise LoadError(f"{path} (GGUF metadata read as config.json): {err}") from None
     to_checkpoint, roles = _tensor_names(
@@ -467,40 +486,6 @@ def _metadata_key(path: Path, source: dict, key: str) -> str:
     """How an error names config key ``key``: the metadata key it came from (``source``:
     config key → metadata key), or (a default of the family) the config key."""
     return f"{path}: the metadata key {source[key]!r}" if key in source else key
-
-
-def _rope_freqs(path: Path, stored: dict, metadata: dict, family: Family):
-    """The values f_m of a ``rope_freqs.weight`` tensor the family reads (removed from
-    ``stored``), checked: one positive finite value per rotated pair; else None."""
-    if not (family.gguf.rope_freqs and "rope_freqs.weight" in stored):
-        return None
-    qtype, shape, data = stored.pop("rope_freqs.weight")
-    values = dequantised(path, "rope_freqs.weight", qtype, data).astype(np.float64)
-    prefix = f"{family.gguf.architecture}."
-    rotated = metadata.get(
-        prefix + "rope.dimension_count", metadata.get(prefix + "attention.key_length")
-    )
-    if rotated is None:
-        hidden, heads = (
-            metadata.get(prefix + k) for k in ("embedding_length", "attention.head_count")
-        )
-        rotated = (
-            hidden // heads
-            if isinstance(hidden, int) and isinstance(heads, int) and heads
-            else None
-        )
-    if len(shape) != 1 or (isinstance(rotated, int) and shape[0] * 2 != rotated):
-        raise LoadError(
-            f"{path}: the tensor 'rope_freqs.weight' has shape {shape}; the metadata "
-            f"implies ({rotated // 2 if isinstance(rotated, int) else '?'},) (one divisor per "
-            "rotated pair of a head)."
-        )
-    if not (values > 0).all():
-        raise LoadError(
-            f"{path}: the tensor 'rope_freqs.weight' holds divisors ≤ 0; RoPE frequencies "
-            "are divided by positive ones."
-        )
-    return values
 
 
 def _read(path, stored, by_name, expected, family, cfg, dtype, device) -> dict:

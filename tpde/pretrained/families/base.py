@@ -101,14 +101,21 @@ class GGUFMap:
         A ``rope_freqs.weight`` tensor (llama.cpp's per-pair divisors f_m of the RoPE
         frequencies, θ'_m = θ_m/f_m, which its converter computes from Llama-3's schedule)
         is read as that scaling; without it such a tensor is refused as unexpected.
+    rope_factors : bool
+        ``rope_factors_long.weight`` and ``rope_factors_short.weight`` (Phi-3's LongRoPE
+        factors, with ``rope.scaling.attn_factor``) are read as a "longrope" scaling
+        (:mod:`tpde.pretrained._gguf_rope`); without it such tensors are refused as
+        unexpected.
     unread : tuple of str
         Standard keys (:data:`tpde.pretrained._gguf.STANDARD_KEYS`, without the prefix) of
         hyper-parameters the family has that llama.cpp does not read for this architecture:
         its model of such a file computes without them while a Hugging Face config would
         apply them, so a file holding one is refused, naming it (``attention.sliding_window``
         of llama, qwen2, qwen3 and starcoder2 files, attended over whole by llama.cpp, and of
-        olmo2 files, OLMo-3's 3 local : 1 global pattern there; Gemma-3's
-        ``attn_logit_softcapping``).
+        olmo2 files, OLMo-3's 3 local : 1 global pattern there; of phi3 files, whose sliding
+        window llama.cpp turns off; Gemma-3's ``attn_logit_softcapping``) — unless the value
+        changes nothing within the file's context (a window of 0 or of at least
+        ``context_length``), read then as llama.cpp reads it, without a window.
     required : tuple of str
         Keys (without the prefix) a file must hold: without one llama.cpp reads the file with
         a default of its own that is not the family's (Gemma-2: a 4096 window and soft-caps
@@ -129,12 +136,14 @@ class GGUFMap:
     transposed: bool = False
     qkv_blocks: bool = False
     rope_freqs: bool = False
+    rope_factors: bool = False
     unread: tuple[str, ...] = ()
     required: tuple[str, ...] = ()
 
 
 #: What llama.cpp does with ``attention.sliding_window`` outside Gemma: nothing (llama, qwen2,
-#: qwen3, starcoder2) or OLMo-3's pattern (olmo2) — never the families' window on every layer.
+#: qwen3, starcoder2; phi3, where it turns the window off) or OLMo-3's pattern (olmo2) — never
+#: the families' window on every layer.
 NO_GGUF_WINDOW = ("attention.sliding_window",)
 
 
