@@ -19,6 +19,11 @@ gpt2        ``GPT2Model``: the Conv1D weights transposed to (out, in); feed_forw
 gptneox     ``GPTNeoXModel``: the fused QKV rewritten from head by head to [W_q; W_k; W_v]
 phi3        ``Phi3MiniModel``: its own keys (rope.dimension_count = int(f·d)/H, C₀, the window,
             0 for none); LongRoPE's factors as two float32 tensors, α as attn_factor
+stablelm    ``StableLMModel``: rope.dimension_count = int(f·d/H), use_parallel_residual, no
+            base; each layer's per-head QK-norm gains stacked into one (H, d_h) tensor (F32)
+falcon      ``FalconModel``: context 2048, feed_forward_length 4d, tensor_data_layout
+            "jploski": the fused QKV rewritten from group by group to [W_q; W_k; W_v] with
+            H_kv = num_kv_heads, 1 where config.json has none (Falcon-7B's multi-query)
 ==========  =================================================================================
 
 Matrices (2-D) are stored in ``qtype`` where their rows fill whole blocks (F32 otherwise,
@@ -31,6 +36,7 @@ folder of those values is the file's model exactly.
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import torch
@@ -40,7 +46,8 @@ gguf = __import__("pytest").importorskip("gguf")
 #: config.json model_type → llama.cpp's architecture.
 ARCHITECTURES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma2": "gemma2",
                  "gemma3_text": "gemma3", "olmo2": "olmo2", "phi": "phi2", "gpt2": "gpt2",
-                 "starcoder2": "starcoder2", "gpt_neox": "gptneox", "phi3": "phi3"}  # fmt: skip
+                 "starcoder2": "starcoder2", "gpt_neox": "gptneox", "phi3": "phi3",
+                 "stablelm": "stablelm"}  # fmt: skip
 _GEMMA = ("gemma2", "gemma3")
 
 
@@ -50,10 +57,21 @@ def _rotary_rows(rows: int, heads: int) -> np.ndarray:
     return index.reshape(heads, 2, rows // heads // 2).swapaxes(1, 2).reshape(rows)
 
 
-def _qkv_blocks_rows(rows: int, heads: int) -> np.ndarray:
-    """GPTNeoXModel's rewrite: file rows [Q; K; V] from the checkpoint's head-by-head rows."""
-    k = rows // heads // 3
-    return np.arange(rows).reshape(heads, 3, k).swapaxes(0, 1).reshape(rows)
+def _qkv_blocks_rows(rows: int, heads: int, kv: int | None = None) -> np.ndarray:
+    """GPTNeoXModel's and FalconModel's rewrite: file rows [Q; K; V] from the checkpoint's
+    rows group by group ([q_{g,1} … q_{g,r}; k_g; v_g], r = H/H_kv; GPT-NeoX: H_kv = H)."""
+    kv = heads if kv is None else kv
+    index = np.arange(rows).reshape(kv, heads // kv + 2, rows // (heads + 2 * kv))
+    return np.concatenate([index[:, :-2].reshape(-1), index[:, -2].reshape(-1),
+                           index[:, -1].reshape(-1)])  # fmt: skip
+
+
+def falcon_kv_heads(g: dict) -> int:
+    """The H_kv FalconModel writes: config.json's num_kv_heads, 1 where it has none (Falcon-7B's
+    multi-query; transformers' FalconConfig writes H there, which the converter cannot split)."""
+    if g["multi_query"] and not g["new_decoder_architecture"]:
+        return 1
+    return g["num_kv_heads"]
 
 
 def _metadata(writer, cfg, arch: str) -> None:
@@ -61,6 +79,16 @@ def _metadata(writer, cfg, arch: str) -> None:
     g = cfg.to_dict()
     params = g.get("rope_parameters") or {}
     params = params.get("full_attention", params)
+    if arch == "falcon":
+        writer.add_context_length(2048)  # not in config.json
+        writer.add_tensor_data_layout("jploski")
+        writer.add_embedding_length(g["hidden_size"])
+        writer.add_feed_forward_length(4 * g["hidden_size"])
+        writer.add_block_count(g["num_hidden_layers"])
+        writer.add_head_count(g["num_attention_heads"])
+        writer.add_head_count_kv(falcon_kv_heads(g))
+        writer.add_layer_norm_eps(g["layer_norm_epsilon"])
+        return
     if arch == "gpt2":
         writer.add_block_count(g["n_layer"])
         writer.add_context_length(g["n_positions"])
@@ -83,6 +111,13 @@ def _metadata(writer, cfg, arch: str) -> None:
     writer.add_feed_forward_length(g["intermediate_size"])
     if arch == "phi3":
         _phi3(writer, g, params)
+        return
+    if arch == "stablelm":
+        rotary = params.get("partial_rotary_factor", g.get("partial_rotary_factor"))
+        writer.add_rope_dimension_count(int(rotary * (d // heads)))
+        writer.add_head_count_kv(g["num_key_value_heads"])
+        writer.add_parallel_residual(g["use_parallel_residual"])
+        writer.add_layer_norm_eps(g["layer_norm_eps"])
         return
     if arch == "gptneox":
         writer.add_rope_dimension_count(int(params["partial_rotary_factor"] * (d // heads)))
@@ -179,6 +214,8 @@ def _layout(name: str, array: np.ndarray, cfg, arch: str):
         order = _rotary_rows(array.shape[0], heads)
     elif arch == "gptneox" and stem == "query_key_value":
         order = _qkv_blocks_rows(array.shape[0], g["num_attention_heads"])
+    elif arch == "falcon" and stem == "query_key_value":
+        order = _qkv_blocks_rows(array.shape[0], g["num_attention_heads"], falcon_kv_heads(g))
     elif arch == "gpt2" and stem in ("c_attn", "c_proj", "c_fc") and array.ndim == 2:
         return array.T, lambda stored: stored.T
     else:
@@ -190,6 +227,27 @@ def _layout(name: str, array: np.ndarray, cfg, arch: str):
         return out
 
     return array[order], back
+
+
+_HEAD_NORM = re.compile(r"^(.*\.[qk]_layernorm)\.norms\.(\d+)\.weight$")
+
+
+def _entries(state: dict, arch: str):
+    """(checkpoint name, float32 array, the per-head names it stacks or None) of the tensors
+    the converter writes: StableLM's per-head QK-norm gains stacked (``_stack_qk_norm``) into
+    one (H, d_h) tensor named ``….q_layernorm.weight``."""
+    stacks: dict = {}
+    for name in state:
+        match = _HEAD_NORM.match(name) if arch == "stablelm" else None
+        if match:
+            stacks.setdefault(match[1], {})[int(match[2])] = name
+    for name, tensor in state.items():
+        match = _HEAD_NORM.match(name) if arch == "stablelm" else None
+        if match and int(match[2]) == 0:
+            heads = [stacks[match[1]][h] for h in range(len(stacks[match[1]]))]
+            yield f"{match[1]}.weight", np.stack([state[n] for n in heads]), heads
+        elif not match:
+            yield name, tensor, None
 
 
 def _encode(array: np.ndarray, qtype: str):
@@ -252,22 +310,23 @@ def convert(model, path, qtype: str = "F32", *, metadata=None, tensors=None, dro
     for key in unset:
         del writer.kv_data[0][key]
     held = {}
-    for name, tensor in model.state_dict().items():
+    state = {n: t.detach().to(torch.float32).numpy() for n, t in model.state_dict().items()}
+    for name, array, heads in _entries(state, arch):
         if name.endswith((".attn.bias", ".attn.masked_bias")):
             continue  # GPT-2's causal-mask buffers: not written
         if name == "lm_head.weight" and (cfg.tie_word_embeddings or arch == "gemma2"):
             continue
         stem, part = name.rsplit(".", 1)
         stored = f"{names.get_name(stem)}.{part}"
-        array = tensor.detach().to(torch.float32).numpy()
         if arch in _GEMMA and stem.endswith("norm"):
             array = array + np.float32(1)  # the converter: gain 1 + w
         array, back = _layout(name, array, cfg, arch)
-        data, kind = _encode(array, qtype)
+        data, kind = _encode(array, "F32" if stored.endswith("_norm.weight") else qtype)
         value = back(_decode(data, kind))
         if arch in _GEMMA and stem.endswith("norm"):
             value = value - np.float32(1)
-        held[name] = torch.from_numpy(np.ascontiguousarray(value))
+        for each, row in zip(heads, value, strict=True) if heads else [(name, value)]:
+            held[each] = torch.from_numpy(np.ascontiguousarray(row))
         if stored in drop:
             continue
         if kind is None:

@@ -43,6 +43,8 @@ _GEMMA = {**_SMALL, "num_attention_heads": 2, "num_key_value_heads": 1, "head_di
 _NEOX = {**_SMALL, "num_attention_heads": 4}
 del _NEOX["num_key_value_heads"]
 _PHI3 = {**_SMALL, "pad_token_id": 0, "bos_token_id": 0, "eos_token_id": 0}
+_FALCON = {"vocab_size": 40, "num_hidden_layers": 2, "hidden_size": 32, "num_attention_heads": 4,
+           "bos_token_id": 0, "eos_token_id": 0}  # fmt: skip
 
 
 def _longrope(pairs: int) -> dict:
@@ -76,6 +78,11 @@ CASES = {
     "phi3": ("Phi3Config", _PHI3, "Phi3ForCausalLM"),
     "phi3-longrope": ("Phi3Config", {**_PHI3, "original_max_position_embeddings": 4,
                                      "rope_parameters": _longrope(2)}, "Phi3ForCausalLM"),
+    "stablelm": ("StableLmConfig", {**_SMALL, "use_qkv_bias": True}, "StableLmForCausalLM"),
+    "stablelm-qk-parallel": ("StableLmConfig", {**_SMALL, "qk_layernorm": True,
+                                                "use_parallel_residual": True,
+                                                "partial_rotary_factor": 0.5},
+                             "StableLmForCausalLM"),
 }  # fmt: skip
 QTYPES = ("F32", "F16", "Q8_0", "Q4_0")
 _EPS = ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_epsilon")
@@ -106,7 +113,8 @@ def write_pair(case: str, base, qtype: str = "F32", **options):
     assert not unexpected and all(n.endswith("lm_head.weight") for n in missing), missing
     if qtype != "F32":  # the embedding (40 × 32) is stored rounded
         embed = next(n for n in held if n.endswith(("embed_tokens.weight", "wte.weight",
-                                                    "embed_in.weight")))  # fmt: skip
+                                                    "embed_in.weight",
+                                                    "word_embeddings.weight")))  # fmt: skip
         assert not torch.equal(held[embed], model.state_dict()[embed])
     for key in _EPS:  # the file holds float32 numbers: the folder the same
         if hasattr(folder_model.config, key):
@@ -154,10 +162,14 @@ def test_file_equals_the_folder_of_its_values(case, qtype, tmp_path):
 #: GPT-2's), a Qwen3's head dimension not at all (its default 128, the tiny model's), nor a
 #: Gemma-2's soft-caps and query_pre_attn_scalar (its defaults 50, 30 and 256 are the tiny
 #: model's), nor a Phi-3's rope.dimension_count or LongRoPE factors (so "phi3" rotates whole
-#: heads and "phi3-longrope" is the folder's alone). Architectures it does not read
+#: heads and "phi3-longrope" is the folder's alone), nor a StableLM's rope.dimension_count or
+#: QK-norms (its default rotates a quarter of each head, the tiny "stablelm"'s;
+#: "stablelm-qk-parallel" is the folder's alone). Architectures it does not read
 #: (transformers 5: olmo2, phi2, gptneox) are skipped, naming the reason: their folder is their
 #: one oracle.
-HF_CASES = [case for case in CASES if case not in ("llama", "phi3-longrope")]
+HF_CASES = [
+    case for case in CASES if case not in ("llama", "phi3-longrope", "stablelm-qk-parallel")
+]
 #: (file type, dtype of both models, relative tolerance): float64 to rounding (measured
 #: ≤ 6.3e-16); float32, both sides' own float32 arithmetic (RMSNorm, RoPE tables, softmax
 #: ordered differently), a few float32 ulps through two layers (measured ≤ 4.5e-7): 1e-5.

@@ -36,7 +36,12 @@ head of dimension k the converter interleaves the two halves of the rotary pairs
 r = 2i + j (i < k/2, j ∈ {0, 1}) taking the original row j·k/2 + i, so that llama.cpp
 rotates adjacent pairs; :func:`unpermute_rotary_rows` inverts it (as transformers' GGUF
 loader does, ``_reverse_permute_weights``). Gemma's norm gains are stored as 1 + w (the
-family's ``stored_gain_offset``, subtracted).
+family's ``stored_gain_offset``, subtracted). A fused QKV the converter rewrote as blocks
+(GPT-NeoX, Falcon) is re-interleaved, and per-head gains it stacked (StableLM) are split into
+the checkpoint's per-head tensors: :mod:`tpde.pretrained._gguf_layout` tabulates each
+layout. What llama.cpp decides by the tensors alone (StableLM's QK-norms, Falcon's second
+norm) the map's ``flags`` read from them; what its model of every file of an architecture
+has, its ``fixed`` values.
 
 The tokenizer is built from the file's ``tokenizer.ggml.*`` vocabulary: GPT-2 byte-level BPE
 (:mod:`tpde.pretrained._bpe`) or Gemma's SentencePiece BPE (:mod:`tpde.pretrained._spm`),
@@ -57,6 +62,7 @@ from tpde._validation import require_package as require
 from tpde.pretrained._build import _CONV1D
 from tpde.pretrained._checkpoint import LoadError, Source
 from tpde.pretrained._gguf_container import read_container
+from tpde.pretrained._gguf_layout import interleave_qkv, stack_rows, unpermute_rotary_rows
 from tpde.pretrained._gguf_rope import ROPE_SCALING_KEYS, rope_scaling, rope_tensors
 from tpde.pretrained.families.base import FAMILIES, Family
 
@@ -109,7 +115,8 @@ def _key_map(family: Family) -> dict[str, str]:
     """The family's GGUF metadata key (no prefix) → config.json key: the standard keys of its
     hyper-parameters but those llama.cpp does not read for the architecture, and its own."""
     out = {short: family.keys[name][0] for short, name in STANDARD_KEYS.items()
-           if name in family.keys and short not in family.gguf.unread}  # fmt: skip
+           if name in family.keys and family.keys[name][0] is not None
+           and short not in family.gguf.unread}  # fmt: skip
     return {**out, **family.gguf.keys}
 
 
@@ -131,6 +138,8 @@ def gguf_config(
         short = key[len(prefix) :]
         if short in keys:
             raw[keys[short]], source[keys[short]] = metadata[key], key
+        elif short in spec.literal:
+            _check_literal(key, metadata[key], spec.literal[short])
         elif short in ROPE_SCALING_KEYS and family.rotary:
             scaling[short] = metadata[key]
         elif short in spec.unread and not _inert(short, metadata[key], metadata, prefix):
@@ -141,7 +150,7 @@ def gguf_config(
                 "refuses rather than pick one."
             )
         elif short not in equal and short not in spec.unread:
-            reads = (*keys, *equal, *(ROPE_SCALING_KEYS if family.rotary else ()))
+            reads = (*keys, *equal, *spec.literal, *(ROPE_SCALING_KEYS if family.rotary else ()))
             raise LoadError(
                 f"the metadata key {key!r} = {metadata[key]!r} changes the computation in a way "
                 f"tpde does not implement for {spec.architecture} files (it reads "
@@ -161,6 +170,9 @@ def gguf_config(
     elif vocab not in raw and len(shapes.get("token_embd.weight", ())) == 2:
         raw[vocab] = shapes["token_embd.weight"][0]  # a file without a vocabulary
     raw["tie_word_embeddings"] = "output.weight" not in shapes
+    raw.update(spec.fixed)
+    for target, (name, held, absent) in spec.flags.items():
+        raw[target] = held if name in shapes else absent
     _llama_cpp_defaults(raw, family)
     for target, origin in spec.derived.items():
         if origin in raw:
@@ -178,6 +190,15 @@ def gguf_config(
     if rope is not None:
         raw["rope_scaling"] = rope
     return raw, source
+
+
+def _check_literal(key: str, value, expected) -> None:
+    """A LoadError unless metadata key ``key`` holds the one value tpde reads it at."""
+    if value != expected:
+        raise LoadError(
+            f"the metadata key {key!r} = {value!r} is not {expected!r}, the one value llama.cpp's "
+            "converter writes and tpde reads; tpde refuses rather than guess the layout it means."
+        )
 
 
 def _inert(short: str, value, metadata: dict, prefix: str) -> bool:
@@ -224,7 +245,8 @@ def _llama_cpp_defaults(raw: dict, family: Family) -> None:
     hidden, heads = raw.get(keys["hidden"]), raw.get(keys["heads"])
     raw.setdefault(keys["kv_heads"], heads)
     whole = all(isinstance(v, int) and v > 0 for v in (hidden, heads)) and hidden % heads == 0
-    raw.setdefault(keys["head_dim"], hidden // heads if whole else None)
+    if keys["head_dim"] is not None:  # Falcon's is always d/H
+        raw.setdefault(keys["head_dim"], hidden // heads if whole else None)
 
 
 def _equal(family: Family) -> dict[str, str]:
@@ -263,72 +285,21 @@ def _blocks(metadata: dict, stored: dict, architecture: str) -> int:
 
 def _tensor_names(family: Family, blocks: int) -> tuple[dict[str, str], dict[str, str]]:
     """(the file's tensor stem → the checkpoint's, the checkpoint's stem → its role), by
-    gguf-py's ``TensorNameMap``."""
+    gguf-py's ``TensorNameMap``; a role the converter stacked (the map's ``stacked``) by its
+    merged name, standing for the checkpoint's per-head stems (``{h}`` left in them)."""
     gguf = require("gguf")
     arch = {name: arch for arch, name in gguf.MODEL_ARCH_NAMES.items()}
     table = gguf.get_tensor_name_map(arch[family.gguf.architecture], blocks)
     out, roles = {}, {}
     for role, template in family.names.items():
+        merged = family.gguf.stacked.get(role, template)
         per_layer = "{l}" in template
         for l in range(blocks) if per_layer else [None]:
-            stem = template.format(l=l) if per_layer else template
-            stored = table.get_name(stem)
+            stem = template.format(l=l, h="{h}") if per_layer else template
+            stored = table.get_name(merged.format(l=l) if per_layer else merged)
             if stored is not None:
                 out[stored], roles[stem] = stem, role
     return out, roles
-
-
-def interleave_qkv(weight: np.ndarray, heads: int) -> np.ndarray:
-    """A fused QKV weight (or bias) stored as the blocks [W_q; W_k; W_v] (llama.cpp's
-    converter) as GPT-NeoX stores it, head by head: rows [q_h; k_h; v_h], h = 0 … H − 1.
-
-    Parameters
-    ----------
-    weight : array (3·H·k, …)
-    heads : int
-        H (GPT-NeoX: as many key-value heads as query heads).
-
-    Returns
-    -------
-    array (3·H·k, …)
-        Row (3h + j)·k + i is the file's row (j·H + h)·k + i (j = 0, 1, 2 for q, k, v).
-    """
-    rows = weight.shape[0]
-    if rows % (3 * heads):
-        raise LoadError(
-            f"a fused QKV weight with {rows} rows cannot be split into q, k and v of {heads} "
-            "heads each; the file's head count does not match its tensors."
-        )
-    k = rows // (3 * heads)
-    return np.ascontiguousarray(
-        weight.reshape(3, heads, k, *weight.shape[1:]).swapaxes(0, 1).reshape(weight.shape)
-    )
-
-
-def unpermute_rotary_rows(weight: np.ndarray, heads: int) -> np.ndarray:
-    """Undo llama.cpp's rotary row permutation of a query or key weight (module notes).
-
-    Parameters
-    ----------
-    weight : array (heads·k, d)
-        ``attn_q`` (heads = H) or ``attn_k`` (heads = H_kv) as stored in the file.
-    heads : int
-
-    Returns
-    -------
-    array (heads·k, d)
-        Row j·k/2 + i of head h is the file's row 2i + j of head h.
-    """
-    rows = weight.shape[0]
-    if rows % (2 * heads):
-        raise LoadError(
-            f"a rotary weight with {rows} rows cannot be split into {heads} heads of even "
-            "dimension; the file's head counts do not match its tensors."
-        )
-    half = rows // heads // 2
-    return np.ascontiguousarray(
-        weight.reshape(heads, half, 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
-    )
 
 
 def _dequantisable(qtype) -> bool:
@@ -389,6 +360,12 @@ def _renamer(to_checkpoint: dict[str, str], transposed: set[str]):
     def rename(message: str) -> str:
         for hf, stored in pairs:
             for part in ("weight", "bias"):
+                if "{h}" in hf:  # a row of a stacked tensor
+                    pattern = re.escape(f"'{hf}.{part}'").replace(re.escape("{h}"), r"(\d+)")
+                    message = re.sub(pattern, lambda m, hf=hf, stored=stored, part=part:
+                                     f"'{stored}.{part}' (row {m[1]}: "
+                                     f"{hf.format(h=m[1])}.{part})", message)  # fmt: skip
+                    continue
                 name = f"{hf}.{part}"
                 note = ", shapes (in, out) as the folder stores it" if name in transposed else ""
                 message = message.replace(f"'{name}'", f"'{stored}.{part}' ({name}{note})")
@@ -432,20 +409,23 @@ def open_gguf(path: Path) -> Source:
     shapes = {n: t[1] for n, t in stored.items()}
     try:
         raw, source = gguf_config(metadata, shapes, family, freqs, factors)
+        named = family if family.variant is None else family.variant(raw)  # Falcon's layout
     except LoadError as err:
         raise LoadError(f"{path} (GGUF metadata read as config.json): {err}") from None
-    to_checkpoint, roles = _tensor_names(
-        family, _blocks(metadata, stored, family.gguf.architecture)
-    )
+    to_checkpoint, roles = _tensor_names(named, _blocks(metadata, stored, family.gguf.architecture))
     by_name, shapes, transposed = {}, {}, set()
     for name in stored:
         stem, _, part = name.rpartition(".")
         hf = f"{to_checkpoint[stem]}.{part}" if stem in to_checkpoint else name
+        if "{h}" in hf and len(stored[name][1]) == 2:  # (H, d_h): one tensor per head
+            for each, (_, row, shape) in stack_rows(hf, name, stored[name][1]).items():
+                by_name[each], shapes[each] = (name, row), shape
+            continue
         by_name[hf], shapes[hf] = name, stored[name][1]
         if family.gguf.transposed and part == "weight" and roles.get(_stem(hf)) in _CONV1D:
             shapes[hf] = shapes[hf][::-1]  # as the folder stores it, (in, out)
             transposed.add(hf)
-    raw.update(_bias_keys(family, shapes))
+    raw.update({k: v for k, v in _bias_keys(named, shapes).items() if k not in family.gguf.fixed})
 
     def read(cfg, expected, dtype, device):
         _check_equal(metadata, family, cfg, str(path))
@@ -493,12 +473,15 @@ def _read(path, stored, by_name, expected, family, cfg, dtype, device) -> dict:
     folder's layout."""
     spec, out = family.gguf, {}
     for name, (role, _, part, _) in expected.items():
-        qtype, _, data = stored[by_name[name]]
-        array = dequantised(path, by_name[name], qtype, data)
+        where, row = by_name[name] if isinstance(by_name[name], tuple) else (by_name[name], None)
+        qtype, _, data = stored[where]
+        array = dequantised(path, where, qtype, data)
+        if row is not None:  # one head's row of a stacked tensor
+            array = np.ascontiguousarray(array[row])
         if role in spec.permuted:
             array = unpermute_rotary_rows(array, getattr(cfg, spec.permuted[role]))
         if spec.qkv_blocks and role == "qkv":
-            array = interleave_qkv(array, cfg.heads)
+            array = interleave_qkv(array, cfg.heads, cfg.kv_heads)
         if spec.transposed and part == "weight" and role in _CONV1D:
             array = np.ascontiguousarray(array.T)
         if spec.stored_gain_offset and role.endswith(_NORMS):

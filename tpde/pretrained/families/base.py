@@ -95,8 +95,25 @@ class GGUFMap:
         The family's checkpoints store the blocks' linear weights (in, out) (GPT-2's
         Conv1D); llama.cpp's converter wrote them (out, in): transposed back on reading.
     qkv_blocks : bool
-        The folder stores the fused QKV head by head ([q_h; k_h; v_h], GPT-NeoX); llama.cpp's
-        converter wrote it as the blocks [W_q; W_k; W_v]: re-interleaved on reading.
+        The folder stores the fused QKV head by head ([q_h; k_h; v_h], GPT-NeoX) or group by
+        group ([q_{g,1} … q_{g,r}; k_g; v_g], Falcon); llama.cpp's converter wrote it as the
+        blocks [W_q; W_k; W_v]: re-interleaved on reading
+        (:func:`tpde.pretrained._gguf_layout.interleave_qkv`).
+    stacked : dict
+        Role → the checkpoint name (``{l}`` the layer) the converter gave the one (H, d_h)
+        tensor into which it stacked the role's per-head tensors (StableLM's QK-norm gains,
+        ``norms.{h}``): split into them on reading.
+    flags : dict
+        config.json key → (a tensor name of the file, the value where the file holds it, the
+        value where not): what llama.cpp decides by the tensors alone (StableLM's
+        ``qk_layernorm``; Falcon's second norm, ``num_ln_in_parallel_attn``).
+    fixed : dict
+        config.json key → the value every file of the architecture has in llama.cpp's model of
+        it (Falcon: the grouped layout, a parallel block, RoPE, no biases); a file whose
+        tensors say otherwise is refused by their names.
+    literal : dict
+        Further metadata keys (without the prefix) → the one value tpde reads them at (Falcon's
+        ``tensor_data_layout`` "jploski", the converter's QKV layout); any other refused.
     rope_freqs : bool
         A ``rope_freqs.weight`` tensor (llama.cpp's per-pair divisors f_m of the RoPE
         frequencies, θ'_m = θ_m/f_m, which its converter computes from Llama-3's schedule)
@@ -135,6 +152,10 @@ class GGUFMap:
     rotary_fraction: str | None = None
     transposed: bool = False
     qkv_blocks: bool = False
+    stacked: dict = field(default_factory=dict)
+    flags: dict = field(default_factory=dict)
+    fixed: dict = field(default_factory=dict)
+    literal: dict = field(default_factory=dict)
     rope_freqs: bool = False
     rope_factors: bool = False
     unread: tuple[str, ...] = ()
