@@ -47,7 +47,7 @@ gguf = __import__("pytest").importorskip("gguf")
 ARCHITECTURES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma2": "gemma2",
                  "gemma3_text": "gemma3", "olmo2": "olmo2", "phi": "phi2", "gpt2": "gpt2",
                  "starcoder2": "starcoder2", "gpt_neox": "gptneox", "phi3": "phi3",
-                 "stablelm": "stablelm"}  # fmt: skip
+                 "stablelm": "stablelm", "falcon": "falcon"}  # fmt: skip
 _GEMMA = ("gemma2", "gemma3")
 
 

@@ -83,6 +83,14 @@ CASES = {
                                                 "use_parallel_residual": True,
                                                 "partial_rotary_factor": 0.5},
                              "StableLmForCausalLM"),
+    "falcon": ("FalconConfig", _FALCON, "FalconForCausalLM"),  # multi-query (Falcon-7B)
+    "falcon-grouped": ("FalconConfig", {**_FALCON, "new_decoder_architecture": True,
+                                        "num_kv_heads": 2}, "FalconForCausalLM"),
+    "falcon-grouped-one-norm": ("FalconConfig", {**_FALCON, "new_decoder_architecture": True,
+                                                 "num_kv_heads": 2,
+                                                 "num_ln_in_parallel_attn": 1},
+                                "FalconForCausalLM"),
+    "falcon-per-head": ("FalconConfig", {**_FALCON, "multi_query": False}, "FalconForCausalLM"),
 }  # fmt: skip
 QTYPES = ("F32", "F16", "Q8_0", "Q4_0")
 _EPS = ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_epsilon")
@@ -164,12 +172,13 @@ def test_file_equals_the_folder_of_its_values(case, qtype, tmp_path):
 #: model's), nor a Phi-3's rope.dimension_count or LongRoPE factors (so "phi3" rotates whole
 #: heads and "phi3-longrope" is the folder's alone), nor a StableLM's rope.dimension_count or
 #: QK-norms (its default rotates a quarter of each head, the tiny "stablelm"'s;
-#: "stablelm-qk-parallel" is the folder's alone). Architectures it does not read
-#: (transformers 5: olmo2, phi2, gptneox) are skipped, naming the reason: their folder is their
-#: one oracle.
-HF_CASES = [
-    case for case in CASES if case not in ("llama", "phi3-longrope", "stablelm-qk-parallel")
-]
+#: "stablelm-qk-parallel" is the folder's alone), nor a Falcon's layout (it builds every falcon
+#: file as multi-query Falcon-7B, the tiny "falcon": the other layouts are the folder's alone).
+#: Architectures it does not read (transformers 5: olmo2, phi2, gptneox) are skipped, naming
+#: the reason: their folder is their one oracle.
+HF_CASES = [case for case in CASES if case not in (
+    "llama", "phi3-longrope", "stablelm-qk-parallel", "falcon-grouped", "falcon-grouped-one-norm",
+    "falcon-per-head")]  # fmt: skip
 #: (file type, dtype of both models, relative tolerance): float64 to rounding (measured
 #: ≤ 6.3e-16); float32, both sides' own float32 arithmetic (RMSNorm, RoPE tables, softmax
 #: ordered differently), a few float32 ulps through two layers (measured ≤ 4.5e-7): 1e-5.
@@ -210,6 +219,10 @@ def test_file_equals_transformers_gguf_loader(case, qtype, dtype, tolerance, tmp
     ).eval()
     if dtype == torch.float64:
         (peri_float64 if "gemma" in case else plain_float64)(hf)
+    if "falcon" in case:  # its loader maps no layer_norm_epsilon of a falcon file (its
+        for module in hf.modules():  # default 1e-5): the file's float32 value, as tpde reads
+            if isinstance(module, torch.nn.LayerNorm):  # it (else 5.9e-13 apart)
+                module.eps = float(np.float32(hf.config.layer_norm_epsilon))
     ids = torch.randint(3, 40, (N,), generator=torch.Generator().manual_seed(1))
     with torch.no_grad(), _softmax_in_float64():
         out = hf(ids[None], output_hidden_states=True)
