@@ -180,7 +180,7 @@ HF_CASES = [case for case in CASES if case not in (
     "llama", "phi3-longrope", "stablelm-qk-parallel", "falcon-grouped", "falcon-grouped-one-norm",
     "falcon-per-head")]  # fmt: skip
 #: (file type, dtype of both models, relative tolerance): float64 to rounding (measured
-#: ≤ 6.3e-16); float32, both sides' own float32 arithmetic (RMSNorm, RoPE tables, softmax
+#: ≤ 8.5e-16); float32, both sides' own float32 arithmetic (RMSNorm, RoPE tables, softmax
 #: ordered differently), a few float32 ulps through two layers (measured ≤ 4.5e-7): 1e-5.
 HF_TYPES = [("F32", torch.float64, 1e-12), ("Q8_0", torch.float64, 1e-12),
             ("Q8_0", torch.float32, 1e-5)]  # fmt: skip
