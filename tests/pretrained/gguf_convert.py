@@ -17,6 +17,13 @@ gemma3      the generic keys with its defaults; norm gains 1 + w
 phi2        ``Phi2Model``: feed_forward_length 4d, rope.dimension_count = int(f·d)/H, no base
 gpt2        ``GPT2Model``: the Conv1D weights transposed to (out, in); feed_forward_length 4d
 gptneox     ``GPTNeoXModel``: the fused QKV rewritten from head by head to [W_q; W_k; W_v]
+phi3        ``Phi3MiniModel``: its own keys (rope.dimension_count = int(f·d)/H, C₀, the window,
+            0 for none); LongRoPE's factors as two float32 tensors, α as attn_factor
+stablelm    ``StableLMModel``: rope.dimension_count = int(f·d/H), use_parallel_residual, no
+            base; each layer's per-head QK-norm gains stacked into one (H, d_h) tensor (F32)
+falcon      ``FalconModel``: context 2048, feed_forward_length 4d, tensor_data_layout
+            "jploski": the fused QKV rewritten from group by group to [W_q; W_k; W_v] with
+            H_kv = num_kv_heads, 1 where config.json has none (Falcon-7B's multi-query)
 ==========  =================================================================================
 
 Matrices (2-D) are stored in ``qtype`` where their rows fill whole blocks (F32 otherwise,
@@ -29,6 +36,7 @@ folder of those values is the file's model exactly.
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import torch
@@ -38,7 +46,8 @@ gguf = __import__("pytest").importorskip("gguf")
 #: config.json model_type → llama.cpp's architecture.
 ARCHITECTURES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma2": "gemma2",
                  "gemma3_text": "gemma3", "olmo2": "olmo2", "phi": "phi2", "gpt2": "gpt2",
-                 "starcoder2": "starcoder2", "gpt_neox": "gptneox"}  # fmt: skip
+                 "starcoder2": "starcoder2", "gpt_neox": "gptneox", "phi3": "phi3",
+                 "stablelm": "stablelm", "falcon": "falcon"}  # fmt: skip
 _GEMMA = ("gemma2", "gemma3")
 
 
@@ -48,10 +57,21 @@ def _rotary_rows(rows: int, heads: int) -> np.ndarray:
     return index.reshape(heads, 2, rows // heads // 2).swapaxes(1, 2).reshape(rows)
 
 
-def _qkv_blocks_rows(rows: int, heads: int) -> np.ndarray:
-    """GPTNeoXModel's rewrite: file rows [Q; K; V] from the checkpoint's head-by-head rows."""
-    k = rows // heads // 3
-    return np.arange(rows).reshape(heads, 3, k).swapaxes(0, 1).reshape(rows)
+def _qkv_blocks_rows(rows: int, heads: int, kv: int | None = None) -> np.ndarray:
+    """GPTNeoXModel's and FalconModel's rewrite: file rows [Q; K; V] from the checkpoint's
+    rows group by group ([q_{g,1} … q_{g,r}; k_g; v_g], r = H/H_kv; GPT-NeoX: H_kv = H)."""
+    kv = heads if kv is None else kv
+    index = np.arange(rows).reshape(kv, heads // kv + 2, rows // (heads + 2 * kv))
+    return np.concatenate([index[:, :-2].reshape(-1), index[:, -2].reshape(-1),
+                           index[:, -1].reshape(-1)])  # fmt: skip
+
+
+def falcon_kv_heads(g: dict) -> int:
+    """The H_kv FalconModel writes: config.json's num_kv_heads, 1 where it has none (Falcon-7B's
+    multi-query; transformers' FalconConfig writes H there, which the converter cannot split)."""
+    if g["multi_query"] and not g["new_decoder_architecture"]:
+        return 1
+    return g["num_kv_heads"]
 
 
 def _metadata(writer, cfg, arch: str) -> None:
@@ -59,6 +79,16 @@ def _metadata(writer, cfg, arch: str) -> None:
     g = cfg.to_dict()
     params = g.get("rope_parameters") or {}
     params = params.get("full_attention", params)
+    if arch == "falcon":
+        writer.add_context_length(2048)  # not in config.json
+        writer.add_tensor_data_layout("jploski")
+        writer.add_embedding_length(g["hidden_size"])
+        writer.add_feed_forward_length(4 * g["hidden_size"])
+        writer.add_block_count(g["num_hidden_layers"])
+        writer.add_head_count(g["num_attention_heads"])
+        writer.add_head_count_kv(falcon_kv_heads(g))
+        writer.add_layer_norm_eps(g["layer_norm_epsilon"])
+        return
     if arch == "gpt2":
         writer.add_block_count(g["n_layer"])
         writer.add_context_length(g["n_positions"])
@@ -79,6 +109,16 @@ def _metadata(writer, cfg, arch: str) -> None:
         writer.add_rope_dimension_count(int(params["partial_rotary_factor"] * d) // heads)
         return
     writer.add_feed_forward_length(g["intermediate_size"])
+    if arch == "phi3":
+        _phi3(writer, g, params)
+        return
+    if arch == "stablelm":
+        rotary = params.get("partial_rotary_factor", g.get("partial_rotary_factor"))
+        writer.add_rope_dimension_count(int(rotary * (d // heads)))
+        writer.add_head_count_kv(g["num_key_value_heads"])
+        writer.add_parallel_residual(g["use_parallel_residual"])
+        writer.add_layer_norm_eps(g["layer_norm_eps"])
+        return
     if arch == "gptneox":
         writer.add_rope_dimension_count(int(params["partial_rotary_factor"] * (d // heads)))
         writer.add_parallel_residual(g.get("use_parallel_residual", True))
@@ -107,6 +147,26 @@ def _metadata(writer, cfg, arch: str) -> None:
         writer.add_rope_dimension_count(g.get("head_dim") or d // heads)
     if arch == "gemma3" and g.get("sliding_window"):
         writer.add_sliding_window(g["sliding_window"])
+
+
+def phi3_attention_factor(g: dict) -> float:
+    """``Phi3MiniModel.generate_extra_tensors``' α = √(1 + ln s/ln C₀), s = C/C₀ (1 for s ≤ 1)."""
+    scale = g["max_position_embeddings"] / g["original_max_position_embeddings"]
+    original = g["original_max_position_embeddings"]
+    return math.sqrt(1 + math.log(scale) / math.log(original)) if scale > 1.0 else 1.0
+
+
+def _phi3(writer, g: dict, params: dict) -> None:
+    """``Phi3MiniModel.set_gguf_parameters`` (after the common keys), and α with LongRoPE."""
+    d, heads = g["hidden_size"], g["num_attention_heads"]
+    writer.add_rope_scaling_orig_ctx_len(g["original_max_position_embeddings"])
+    writer.add_head_count_kv(g["num_key_value_heads"])
+    writer.add_layer_norm_rms_eps(g["rms_norm_eps"])
+    writer.add_rope_dimension_count(int(params.get("partial_rotary_factor", 1.0) * d) // heads)
+    writer.add_rope_freq_base(params["rope_theta"])
+    writer.add_sliding_window(g.get("sliding_window") or 0)  # 0: none (Phi-4)
+    if params.get("long_factor"):
+        writer.add_rope_scaling_attn_factors(phi3_attention_factor(g))
 
 
 def _rope_scaling(writer, params: dict) -> None:
@@ -154,6 +214,8 @@ def _layout(name: str, array: np.ndarray, cfg, arch: str):
         order = _rotary_rows(array.shape[0], heads)
     elif arch == "gptneox" and stem == "query_key_value":
         order = _qkv_blocks_rows(array.shape[0], g["num_attention_heads"])
+    elif arch == "falcon" and stem == "query_key_value":
+        order = _qkv_blocks_rows(array.shape[0], g["num_attention_heads"], falcon_kv_heads(g))
     elif arch == "gpt2" and stem in ("c_attn", "c_proj", "c_fc") and array.ndim == 2:
         return array.T, lambda stored: stored.T
     else:
@@ -165,6 +227,27 @@ def _layout(name: str, array: np.ndarray, cfg, arch: str):
         return out
 
     return array[order], back
+
+
+_HEAD_NORM = re.compile(r"^(.*\.[qk]_layernorm)\.norms\.(\d+)\.weight$")
+
+
+def _entries(state: dict, arch: str):
+    """(checkpoint name, float32 array, the per-head names it stacks or None) of the tensors
+    the converter writes: StableLM's per-head QK-norm gains stacked (``_stack_qk_norm``) into
+    one (H, d_h) tensor named ``….q_layernorm.weight``."""
+    stacks: dict = {}
+    for name in state:
+        match = _HEAD_NORM.match(name) if arch == "stablelm" else None
+        if match:
+            stacks.setdefault(match[1], {})[int(match[2])] = name
+    for name, tensor in state.items():
+        match = _HEAD_NORM.match(name) if arch == "stablelm" else None
+        if match and int(match[2]) == 0:
+            heads = [stacks[match[1]][h] for h in range(len(stacks[match[1]]))]
+            yield f"{match[1]}.weight", np.stack([state[n] for n in heads]), heads
+        elif not match:
+            yield name, tensor, None
 
 
 def _encode(array: np.ndarray, qtype: str):
@@ -196,6 +279,8 @@ def _vocabulary(writer, cfg, arch: str) -> None:
     writer.add_token_list(["a", "b", "ab", *(f"<{i}>" for i in range(3, cfg.vocab_size))])
     writer.add_token_types([1] * cfg.vocab_size)
     writer.add_token_merges(["a b"])
+    if arch == "phi3":  # its config's pad id (32000 by default) must lie in the vocabulary
+        writer.add_pad_token_id(0)
 
 
 def convert(model, path, qtype: str = "F32", *, metadata=None, tensors=None, drop=(),
@@ -225,22 +310,23 @@ def convert(model, path, qtype: str = "F32", *, metadata=None, tensors=None, dro
     for key in unset:
         del writer.kv_data[0][key]
     held = {}
-    for name, tensor in model.state_dict().items():
+    state = {n: t.detach().to(torch.float32).numpy() for n, t in model.state_dict().items()}
+    for name, array, heads in _entries(state, arch):
         if name.endswith((".attn.bias", ".attn.masked_bias")):
             continue  # GPT-2's causal-mask buffers: not written
         if name == "lm_head.weight" and (cfg.tie_word_embeddings or arch == "gemma2"):
             continue
         stem, part = name.rsplit(".", 1)
         stored = f"{names.get_name(stem)}.{part}"
-        array = tensor.detach().to(torch.float32).numpy()
         if arch in _GEMMA and stem.endswith("norm"):
             array = array + np.float32(1)  # the converter: gain 1 + w
         array, back = _layout(name, array, cfg, arch)
-        data, kind = _encode(array, qtype)
+        data, kind = _encode(array, "F32" if stored.endswith("_norm.weight") else qtype)
         value = back(_decode(data, kind))
         if arch in _GEMMA and stem.endswith("norm"):
             value = value - np.float32(1)
-        held[name] = torch.from_numpy(np.ascontiguousarray(value))
+        for each, row in zip(heads, value, strict=True) if heads else [(name, value)]:
+            held[each] = torch.from_numpy(np.ascontiguousarray(row))
         if stored in drop:
             continue
         if kind is None:
@@ -249,6 +335,12 @@ def convert(model, path, qtype: str = "F32", *, metadata=None, tensors=None, dro
             writer.add_tensor(stored, data, raw_shape=data.shape, raw_dtype=kind)
     if arch == "llama" and (cfg.rope_parameters or {}).get("rope_type") == "llama3":
         writer.add_tensor("rope_freqs.weight", llama3_rope_freqs(cfg))
+    params = getattr(cfg, "rope_parameters", None) or {}
+    if arch == "phi3" and params.get("long_factor"):
+        for kind in ("long", "short"):
+            factors = np.asarray(params[f"{kind}_factor"], dtype=np.float32)
+            if f"rope_factors_{kind}.weight" not in drop:
+                writer.add_tensor(f"rope_factors_{kind}.weight", factors)
     for name, array in (tensors or {}).items():
         if isinstance(array, tuple):  # (raw bytes (rows, bytes per row), ggml type)
             writer.add_tensor(name, array[0], raw_shape=array[0].shape, raw_dtype=array[1])

@@ -24,7 +24,7 @@ transformers = pytest.importorskip("transformers")
 
 from tests.pretrained.gguf_convert import ARCHITECTURES, convert  # noqa: E402
 
-FAMILIES = [case for case in CASES if case not in ("llama-tied", "gpt_neox-sequential")]
+FAMILIES = [case for case in CASES if "-" not in case]  # one case a family
 
 
 def _arch(case: str) -> str:
@@ -153,6 +153,8 @@ MISSHAPEN = {
     "gpt_neox": ("blk.1.attn_qkv.weight", (96, 40), "(96, 40)", "(96, 32)"),
     # GPT-2's Conv1D: reported as the folder stores it, (in, out), and said so
     "gpt2": ("blk.0.attn_qkv.weight", (96, 40), r"(40, 96)", "(32, 96)"),
+    "phi3": ("blk.1.ffn_up.weight", (128, 40), "(128, 40)", "(128, 32)"),  # [W_gate; W_up]
+    "falcon": ("blk.0.attn_qkv.weight", (64, 32), "(64, 32)", "(48, 32)"),  # H_kv = 1: 4 + 2 heads
 }
 
 
@@ -183,7 +185,7 @@ KEYS = [
     *((case, "attention.sliding_window", "add_uint32", 4, _TWO_READINGS)
       for case in ("llama", "qwen2", "qwen3", "olmo2", "starcoder2")),
     *((case, "attention.sliding_window", "add_uint32", 4, _UNREAD)
-      for case in ("phi", "gpt2", "gpt_neox")),
+      for case in ("phi", "gpt2", "gpt_neox", "stablelm", "falcon")),
     ("gemma3", "attn_logit_softcapping", "add_float32", 50.0, _TWO_READINGS),
     *((case, "expert_count", "add_uint32", 4, _UNREAD) for case in FAMILIES),
     ("qwen2", "expert_used_count", "add_uint32", 2, _UNREAD),
@@ -221,3 +223,13 @@ def test_the_window_gemma_files_carry_is_read(tmp_path):
     (test_gguf_converted: each equal to its folder with a window of 3 over 9 tokens)."""
     for case in ("gemma2", "gemma3"):
         assert load(_write(tmp_path, case, "F32")).config.window == 3
+
+
+@pytest.mark.parametrize("case, window", [("llama", 0), ("qwen2", 32), ("starcoder2", 1000)])
+def test_a_window_that_cuts_nothing_within_the_context_is_read_as_none(case, window, tmp_path):
+    """An ``unread`` window of 0 (llama.cpp's "none") or of at least ``context_length`` (32):
+    no pair of positions within the context is cut, so llama.cpp's reading (none) and a Hugging
+    Face config's agree there; read as none (a window of 4 is refused: KEYS above)."""
+    key = f"{_arch(case)}.attention.sliding_window"
+    path = _write(tmp_path, case, "F32", metadata={key: ("add_uint32", window)})
+    assert load(path).config.window is None

@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.pretrained.gguf_convert import ARCHITECTURES, convert
+from tests.pretrained.gguf_convert import ARCHITECTURES, convert, phi3_attention_factor
 from tests.pretrained.test_load import _relative
 from tpde.pretrained import load
 from tpde.pretrained.families.base import FAMILIES
@@ -42,6 +42,18 @@ _GEMMA = {**_SMALL, "num_attention_heads": 2, "num_key_value_heads": 1, "head_di
           "query_pre_attn_scalar": 256, "sliding_window": 3}  # fmt: skip
 _NEOX = {**_SMALL, "num_attention_heads": 4}
 del _NEOX["num_key_value_heads"]
+_PHI3 = {**_SMALL, "pad_token_id": 0, "bos_token_id": 0, "eos_token_id": 0}
+_FALCON = {"vocab_size": 40, "num_hidden_layers": 2, "hidden_size": 32, "num_attention_heads": 4,
+           "bos_token_id": 0, "eos_token_id": 0}  # fmt: skip
+
+
+def _longrope(pairs: int) -> dict:
+    """LongRoPE on half of each head: factors in [1, 4) (C₀ = 4: the 9 tokens take the long)."""
+    g = torch.Generator().manual_seed(5)
+    short, long = (1 + 3 * torch.rand(2, pairs, generator=g, dtype=torch.float64)).tolist()
+    return {"rope_type": "longrope", "short_factor": short, "long_factor": long,
+            "rope_theta": 1e4, "partial_rotary_factor": 0.5}  # fmt: skip
+
 
 #: case → (config class, config, model class)
 CASES = {
@@ -63,6 +75,22 @@ CASES = {
     "gpt_neox-sequential": ("GPTNeoXConfig", {**_NEOX, "rotary_pct": 0.25,
                                               "use_parallel_residual": False},
                             "GPTNeoXForCausalLM"),
+    "phi3": ("Phi3Config", _PHI3, "Phi3ForCausalLM"),
+    "phi3-longrope": ("Phi3Config", {**_PHI3, "original_max_position_embeddings": 4,
+                                     "rope_parameters": _longrope(2)}, "Phi3ForCausalLM"),
+    "stablelm": ("StableLmConfig", {**_SMALL, "use_qkv_bias": True}, "StableLmForCausalLM"),
+    "stablelm-qk-parallel": ("StableLmConfig", {**_SMALL, "qk_layernorm": True,
+                                                "use_parallel_residual": True,
+                                                "partial_rotary_factor": 0.5},
+                             "StableLmForCausalLM"),
+    "falcon": ("FalconConfig", _FALCON, "FalconForCausalLM"),  # multi-query (Falcon-7B)
+    "falcon-grouped": ("FalconConfig", {**_FALCON, "new_decoder_architecture": True,
+                                        "num_kv_heads": 2}, "FalconForCausalLM"),
+    "falcon-grouped-one-norm": ("FalconConfig", {**_FALCON, "new_decoder_architecture": True,
+                                                 "num_kv_heads": 2,
+                                                 "num_ln_in_parallel_attn": 1},
+                                "FalconForCausalLM"),
+    "falcon-per-head": ("FalconConfig", {**_FALCON, "multi_query": False}, "FalconForCausalLM"),
 }  # fmt: skip
 QTYPES = ("F32", "F16", "Q8_0", "Q4_0")
 _EPS = ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_epsilon")
@@ -93,12 +121,19 @@ def write_pair(case: str, base, qtype: str = "F32", **options):
     assert not unexpected and all(n.endswith("lm_head.weight") for n in missing), missing
     if qtype != "F32":  # the embedding (40 × 32) is stored rounded
         embed = next(n for n in held if n.endswith(("embed_tokens.weight", "wte.weight",
-                                                    "embed_in.weight")))  # fmt: skip
+                                                    "embed_in.weight",
+                                                    "word_embeddings.weight")))  # fmt: skip
         assert not torch.equal(held[embed], model.state_dict()[embed])
     for key in _EPS:  # the file holds float32 numbers: the folder the same
         if hasattr(folder_model.config, key):
             value = np.float32(getattr(folder_model.config, key))
             setattr(folder_model.config, key, float(value))
+    params = getattr(folder_model.config, "rope_parameters", None) or {}
+    if params.get("rope_type") == "longrope":  # the file holds float32 factors and α
+        for key in ("short_factor", "long_factor"):
+            params[key] = np.float32(params[key]).tolist()
+        alpha = phi3_attention_factor(folder_model.config.to_dict())
+        params["attention_factor"] = float(np.float32(alpha))
     folder_model.save_pretrained(base / qtype)
     return base / qtype, base / f"{qtype}.gguf"
 
@@ -134,11 +169,18 @@ def test_file_equals_the_folder_of_its_values(case, qtype, tmp_path):
 #: GPT-2's context_length as n_ctx (so that n_positions keeps its default 1024, the tiny
 #: GPT-2's), a Qwen3's head dimension not at all (its default 128, the tiny model's), nor a
 #: Gemma-2's soft-caps and query_pre_attn_scalar (its defaults 50, 30 and 256 are the tiny
-#: model's). Architectures it does not read (transformers 5: olmo2, phi2, gptneox) are
-#: skipped, naming the reason: their folder is their one oracle.
-HF_CASES = [case for case in CASES if case != "llama"]
+#: model's), nor a Phi-3's rope.dimension_count or LongRoPE factors (so "phi3" rotates whole
+#: heads and "phi3-longrope" is the folder's alone), nor a StableLM's rope.dimension_count or
+#: QK-norms (its default rotates a quarter of each head, the tiny "stablelm"'s;
+#: "stablelm-qk-parallel" is the folder's alone), nor a Falcon's layout (it builds every falcon
+#: file as multi-query Falcon-7B, the tiny "falcon": the other layouts are the folder's alone).
+#: Architectures it does not read (transformers 5: olmo2, phi2, gptneox) are skipped, naming
+#: the reason: their folder is their one oracle.
+HF_CASES = [case for case in CASES if case not in (
+    "llama", "phi3-longrope", "stablelm-qk-parallel", "falcon-grouped", "falcon-grouped-one-norm",
+    "falcon-per-head")]  # fmt: skip
 #: (file type, dtype of both models, relative tolerance): float64 to rounding (measured
-#: ≤ 6.3e-16); float32, both sides' own float32 arithmetic (RMSNorm, RoPE tables, softmax
+#: ≤ 8.5e-16); float32, both sides' own float32 arithmetic (RMSNorm, RoPE tables, softmax
 #: ordered differently), a few float32 ulps through two layers (measured ≤ 4.5e-7): 1e-5.
 HF_TYPES = [("F32", torch.float64, 1e-12), ("Q8_0", torch.float64, 1e-12),
             ("Q8_0", torch.float32, 1e-5)]  # fmt: skip
@@ -177,6 +219,10 @@ def test_file_equals_transformers_gguf_loader(case, qtype, dtype, tolerance, tmp
     ).eval()
     if dtype == torch.float64:
         (peri_float64 if "gemma" in case else plain_float64)(hf)
+    if "falcon" in case:  # its loader maps no layer_norm_epsilon of a falcon file (its
+        for module in hf.modules():  # default 1e-5): the file's float32 value, as tpde reads
+            if isinstance(module, torch.nn.LayerNorm):  # it (else 5.9e-13 apart)
+                module.eps = float(np.float32(hf.config.layer_norm_epsilon))
     ids = torch.randint(3, 40, (N,), generator=torch.Generator().manual_seed(1))
     with torch.no_grad(), _softmax_in_float64():
         out = hf(ids[None], output_hidden_states=True)

@@ -17,7 +17,9 @@ family's own ``keys``; a key in neither, nor among the ``equal`` ones the family
 refused naming it (a RoPE scaling, an expert count: nothing is silently ignored); so is a
 standard key llama.cpp does not read for the architecture (the map's ``unread``: a sliding
 window of a llama file, which llama.cpp attends over whole), where the file would have two
-readings, and a file without a key the map lists as ``required`` (Gemma's window). What the
+readings — unless its value changes nothing within the file's context (a window of 0, Phi-3's
+"none", or of at least ``context_length``; read as llama.cpp reads it, no window) —, and a
+file without a key the map lists as ``required`` (Gemma's window). What the
 file does not carry comes from the family's defaults (its documented facts) and its
 ``derived`` and ``computed`` keys; the vocabulary size from the tokens when the file has no
 ``vocab_size`` (from ``token_embd.weight``'s rows when it has no vocabulary either);
@@ -34,7 +36,12 @@ head of dimension k the converter interleaves the two halves of the rotary pairs
 r = 2i + j (i < k/2, j ∈ {0, 1}) taking the original row j·k/2 + i, so that llama.cpp
 rotates adjacent pairs; :func:`unpermute_rotary_rows` inverts it (as transformers' GGUF
 loader does, ``_reverse_permute_weights``). Gemma's norm gains are stored as 1 + w (the
-family's ``stored_gain_offset``, subtracted).
+family's ``stored_gain_offset``, subtracted). A fused QKV the converter rewrote as blocks
+(GPT-NeoX, Falcon) is re-interleaved, and per-head gains it stacked (StableLM) are split into
+the checkpoint's per-head tensors: :mod:`tpde.pretrained._gguf_layout` tabulates each
+layout. What llama.cpp decides by the tensors alone (StableLM's QK-norms, Falcon's second
+norm) the map's ``flags`` read from them; what its model of every file of an architecture
+has, its ``fixed`` values.
 
 The tokenizer is built from the file's ``tokenizer.ggml.*`` vocabulary: GPT-2 byte-level BPE
 (:mod:`tpde.pretrained._bpe`) or Gemma's SentencePiece BPE (:mod:`tpde.pretrained._spm`),
@@ -55,7 +62,8 @@ from tpde._validation import require_package as require
 from tpde.pretrained._build import _CONV1D
 from tpde.pretrained._checkpoint import LoadError, Source
 from tpde.pretrained._gguf_container import read_container
-from tpde.pretrained._gguf_rope import ROPE_SCALING_KEYS, rope_scaling
+from tpde.pretrained._gguf_layout import interleave_qkv, stack_rows, unpermute_rotary_rows
+from tpde.pretrained._gguf_rope import ROPE_SCALING_KEYS, rope_scaling, rope_tensors
 from tpde.pretrained.families.base import FAMILIES, Family
 
 __all__ = [
@@ -107,16 +115,20 @@ def _key_map(family: Family) -> dict[str, str]:
     """The family's GGUF metadata key (no prefix) → config.json key: the standard keys of its
     hyper-parameters but those llama.cpp does not read for the architecture, and its own."""
     out = {short: family.keys[name][0] for short, name in STANDARD_KEYS.items()
-           if name in family.keys and short not in family.gguf.unread}  # fmt: skip
+           if name in family.keys and family.keys[name][0] is not None
+           and short not in family.gguf.unread}  # fmt: skip
     return {**out, **family.gguf.keys}
 
 
-def gguf_config(metadata: dict, shapes, family: Family, rope_freqs=None) -> tuple[dict, dict]:
+def gguf_config(
+    metadata: dict, shapes, family: Family, rope_freqs=None, rope_factors=None
+) -> tuple[dict, dict]:
     """(the config.json a GGUF file's metadata stands for, config key → the metadata key it
     came from) (module notes); a LoadError for a metadata key of the architecture that tpde
     does not read (named). ``shapes``: the file's tensor name → shape (row-major);
     ``rope_freqs``: the values of a ``rope_freqs.weight`` tensor the family reads (its GGUF
-    map's ``rope_freqs``), or None."""
+    map's ``rope_freqs``), or None; ``rope_factors``: Phi-3's LongRoPE factors (long, short),
+    or None."""
     spec, keys, equal = family.gguf, _key_map(family), _equal(family)
     prefix = f"{spec.architecture}."
     raw, source, scaling = {"model_type": spec.model_type}, {}, {}
@@ -126,17 +138,19 @@ def gguf_config(metadata: dict, shapes, family: Family, rope_freqs=None) -> tupl
         short = key[len(prefix) :]
         if short in keys:
             raw[keys[short]], source[keys[short]] = metadata[key], key
+        elif short in spec.literal:
+            _check_literal(key, metadata[key], spec.literal[short])
         elif short in ROPE_SCALING_KEYS and family.rotary:
             scaling[short] = metadata[key]
-        elif short in spec.unread:
+        elif short in spec.unread and not _inert(short, metadata[key], metadata, prefix):
             raise LoadError(
                 f"the metadata key {key!r} = {metadata[key]!r} is one llama.cpp does not read "
                 f"for {spec.architecture} files (its model of the file computes without it), "
                 "while a checkpoint that carries it (a Mistral or Qwen window, say) computes "
                 "with it: the file has two readings, and tpde refuses rather than pick one."
             )
-        elif short not in equal:
-            reads = (*keys, *equal, *(ROPE_SCALING_KEYS if family.rotary else ()))
+        elif short not in equal and short not in spec.unread:
+            reads = (*keys, *equal, *spec.literal, *(ROPE_SCALING_KEYS if family.rotary else ()))
             raise LoadError(
                 f"the metadata key {key!r} = {metadata[key]!r} changes the computation in a way "
                 f"tpde does not implement for {spec.architecture} files (it reads "
@@ -156,6 +170,9 @@ def gguf_config(metadata: dict, shapes, family: Family, rope_freqs=None) -> tupl
     elif vocab not in raw and len(shapes.get("token_embd.weight", ())) == 2:
         raw[vocab] = shapes["token_embd.weight"][0]  # a file without a vocabulary
     raw["tie_word_embeddings"] = "output.weight" not in shapes
+    raw.update(spec.fixed)
+    for target, (name, held, absent) in spec.flags.items():
+        raw[target] = held if name in shapes else absent
     _llama_cpp_defaults(raw, family)
     for target, origin in spec.derived.items():
         if origin in raw:
@@ -168,10 +185,32 @@ def gguf_config(metadata: dict, shapes, family: Family, rope_freqs=None) -> tupl
     if spec.rotary_fraction and rotated is not None:
         raw[spec.rotary_fraction] = _fraction(rotated, _head_dim(raw, family))
         source[spec.rotary_fraction] = prefix + "rope.dimension_count"
-    rope = rope_scaling(scaling, prefix, rope_freqs, raw.get(family.keys["context"][0]))
+    context = raw.get(family.keys["context"][0])
+    rope = rope_scaling(scaling, prefix, rope_freqs, context, rope_factors)
     if rope is not None:
         raw["rope_scaling"] = rope
     return raw, source
+
+
+def _check_literal(key: str, value, expected) -> None:
+    """A LoadError unless metadata key ``key`` holds the one value tpde reads it at."""
+    if value != expected:
+        raise LoadError(
+            f"the metadata key {key!r} = {value!r} is not {expected!r}, the one value llama.cpp's "
+            "converter writes and tpde reads; tpde refuses rather than guess the layout it means."
+        )
+
+
+def _inert(short: str, value, metadata: dict, prefix: str) -> bool:
+    """Whether an ``unread`` key's value changes nothing within the file's context: a sliding
+    window of 0 (llama.cpp's "none", which its Phi-3 converter writes) or of at least
+    ``context_length`` positions (p_i − p_j < w for every pair the context holds)."""
+    context = metadata.get(prefix + "context_length")
+    if short != "attention.sliding_window" or isinstance(value, bool):
+        return False
+    return isinstance(value, int) and (
+        value == 0 or (isinstance(context, int) and 0 < context <= value)
+    )
 
 
 def _head_dim(raw: dict, family: Family):
@@ -206,7 +245,8 @@ def _llama_cpp_defaults(raw: dict, family: Family) -> None:
     hidden, heads = raw.get(keys["hidden"]), raw.get(keys["heads"])
     raw.setdefault(keys["kv_heads"], heads)
     whole = all(isinstance(v, int) and v > 0 for v in (hidden, heads)) and hidden % heads == 0
-    raw.setdefault(keys["head_dim"], hidden // heads if whole else None)
+    if keys["head_dim"] is not None:  # Falcon's is always d/H
+        raw.setdefault(keys["head_dim"], hidden // heads if whole else None)
 
 
 def _equal(family: Family) -> dict[str, str]:
@@ -245,72 +285,21 @@ def _blocks(metadata: dict, stored: dict, architecture: str) -> int:
 
 def _tensor_names(family: Family, blocks: int) -> tuple[dict[str, str], dict[str, str]]:
     """(the file's tensor stem → the checkpoint's, the checkpoint's stem → its role), by
-    gguf-py's ``TensorNameMap``."""
+    gguf-py's ``TensorNameMap``; a role the converter stacked (the map's ``stacked``) by its
+    merged name, standing for the checkpoint's per-head stems (``{h}`` left in them)."""
     gguf = require("gguf")
     arch = {name: arch for arch, name in gguf.MODEL_ARCH_NAMES.items()}
     table = gguf.get_tensor_name_map(arch[family.gguf.architecture], blocks)
     out, roles = {}, {}
     for role, template in family.names.items():
+        merged = family.gguf.stacked.get(role, template)
         per_layer = "{l}" in template
         for l in range(blocks) if per_layer else [None]:
-            stem = template.format(l=l) if per_layer else template
-            stored = table.get_name(stem)
+            stem = template.format(l=l, h="{h}") if per_layer else template
+            stored = table.get_name(merged.format(l=l) if per_layer else merged)
             if stored is not None:
                 out[stored], roles[stem] = stem, role
     return out, roles
-
-
-def interleave_qkv(weight: np.ndarray, heads: int) -> np.ndarray:
-    """A fused QKV weight (or bias) stored as the blocks [W_q; W_k; W_v] (llama.cpp's
-    converter) as GPT-NeoX stores it, head by head: rows [q_h; k_h; v_h], h = 0 … H − 1.
-
-    Parameters
-    ----------
-    weight : array (3·H·k, …)
-    heads : int
-        H (GPT-NeoX: as many key-value heads as query heads).
-
-    Returns
-    -------
-    array (3·H·k, …)
-        Row (3h + j)·k + i is the file's row (j·H + h)·k + i (j = 0, 1, 2 for q, k, v).
-    """
-    rows = weight.shape[0]
-    if rows % (3 * heads):
-        raise LoadError(
-            f"a fused QKV weight with {rows} rows cannot be split into q, k and v of {heads} "
-            "heads each; the file's head count does not match its tensors."
-        )
-    k = rows // (3 * heads)
-    return np.ascontiguousarray(
-        weight.reshape(3, heads, k, *weight.shape[1:]).swapaxes(0, 1).reshape(weight.shape)
-    )
-
-
-def unpermute_rotary_rows(weight: np.ndarray, heads: int) -> np.ndarray:
-    """Undo llama.cpp's rotary row permutation of a query or key weight (module notes).
-
-    Parameters
-    ----------
-    weight : array (heads·k, d)
-        ``attn_q`` (heads = H) or ``attn_k`` (heads = H_kv) as stored in the file.
-    heads : int
-
-    Returns
-    -------
-    array (heads·k, d)
-        Row j·k/2 + i of head h is the file's row 2i + j of head h.
-    """
-    rows = weight.shape[0]
-    if rows % (2 * heads):
-        raise LoadError(
-            f"a rotary weight with {rows} rows cannot be split into {heads} heads of even "
-            "dimension; the file's head counts do not match its tensors."
-        )
-    half = rows // heads // 2
-    return np.ascontiguousarray(
-        weight.reshape(heads, half, 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
-    )
 
 
 def _dequantisable(qtype) -> bool:
@@ -371,6 +360,12 @@ def _renamer(to_checkpoint: dict[str, str], transposed: set[str]):
     def rename(message: str) -> str:
         for hf, stored in pairs:
             for part in ("weight", "bias"):
+                if "{h}" in hf:  # a row of a stacked tensor
+                    pattern = re.escape(f"'{hf}.{part}'").replace(re.escape("{h}"), r"(\d+)")
+                    message = re.sub(pattern, lambda m, hf=hf, stored=stored, part=part:
+                                     f"'{stored}.{part}' (row {m[1]}: "
+                                     f"{hf.format(h=m[1])}.{part})", message)  # fmt: skip
+                    continue
                 name = f"{hf}.{part}"
                 note = ", shapes (in, out) as the folder stores it" if name in transposed else ""
                 message = message.replace(f"'{name}'", f"'{stored}.{part}' ({name}{note})")
@@ -410,23 +405,27 @@ def open_gguf(path: Path) -> Source:
     metadata, stored = _open_container(path)
     family = gguf_family(metadata.get("general.architecture"), str(path))
     check_types(path, stored)
-    freqs = _rope_freqs(path, stored, metadata, family)
+    freqs, factors = rope_tensors(path, stored, metadata, family.gguf, dequantised)
+    shapes = {n: t[1] for n, t in stored.items()}
     try:
-        raw, source = gguf_config(metadata, {n: t[1] for n, t in stored.items()}, family, freqs)
+        raw, source = gguf_config(metadata, shapes, family, freqs, factors)
+        named = family if family.variant is None else family.variant(raw)  # Falcon's layout
     except LoadError as err:
         raise LoadError(f"{path} (GGUF metadata read as config.json): {err}") from None
-    to_checkpoint, roles = _tensor_names(
-        family, _blocks(metadata, stored, family.gguf.architecture)
-    )
+    to_checkpoint, roles = _tensor_names(named, _blocks(metadata, stored, family.gguf.architecture))
     by_name, shapes, transposed = {}, {}, set()
     for name in stored:
         stem, _, part = name.rpartition(".")
         hf = f"{to_checkpoint[stem]}.{part}" if stem in to_checkpoint else name
+        if "{h}" in hf and len(stored[name][1]) == 2:  # (H, d_h): one tensor per head
+            for each, (_, row, shape) in stack_rows(hf, name, stored[name][1]).items():
+                by_name[each], shapes[each] = (name, row), shape
+            continue
         by_name[hf], shapes[hf] = name, stored[name][1]
         if family.gguf.transposed and part == "weight" and roles.get(_stem(hf)) in _CONV1D:
             shapes[hf] = shapes[hf][::-1]  # as the folder stores it, (in, out)
             transposed.add(hf)
-    raw.update(_bias_keys(family, shapes))
+    raw.update({k: v for k, v in _bias_keys(named, shapes).items() if k not in family.gguf.fixed})
 
     def read(cfg, expected, dtype, device):
         _check_equal(metadata, family, cfg, str(path))
@@ -469,51 +468,20 @@ def _metadata_key(path: Path, source: dict, key: str) -> str:
     return f"{path}: the metadata key {source[key]!r}" if key in source else key
 
 
-def _rope_freqs(path: Path, stored: dict, metadata: dict, family: Family):
-    """The values f_m of a ``rope_freqs.weight`` tensor the family reads (removed from
-    ``stored``), checked: one positive finite value per rotated pair; else None."""
-    if not (family.gguf.rope_freqs and "rope_freqs.weight" in stored):
-        return None
-    qtype, shape, data = stored.pop("rope_freqs.weight")
-    values = dequantised(path, "rope_freqs.weight", qtype, data).astype(np.float64)
-    prefix = f"{family.gguf.architecture}."
-    rotated = metadata.get(
-        prefix + "rope.dimension_count", metadata.get(prefix + "attention.key_length")
-    )
-    if rotated is None:
-        hidden, heads = (
-            metadata.get(prefix + k) for k in ("embedding_length", "attention.head_count")
-        )
-        rotated = (
-            hidden // heads
-            if isinstance(hidden, int) and isinstance(heads, int) and heads
-            else None
-        )
-    if len(shape) != 1 or (isinstance(rotated, int) and shape[0] * 2 != rotated):
-        raise LoadError(
-            f"{path}: the tensor 'rope_freqs.weight' has shape {shape}; the metadata "
-            f"implies ({rotated // 2 if isinstance(rotated, int) else '?'},) (one divisor per "
-            "rotated pair of a head)."
-        )
-    if not (values > 0).all():
-        raise LoadError(
-            f"{path}: the tensor 'rope_freqs.weight' holds divisors ≤ 0; RoPE frequencies "
-            "are divided by positive ones."
-        )
-    return values
-
-
 def _read(path, stored, by_name, expected, family, cfg, dtype, device) -> dict:
     """The tensors of ``expected`` (checkpoint names), dequantised, un-permuted and in the
     folder's layout."""
     spec, out = family.gguf, {}
     for name, (role, _, part, _) in expected.items():
-        qtype, _, data = stored[by_name[name]]
-        array = dequantised(path, by_name[name], qtype, data)
+        where, row = by_name[name] if isinstance(by_name[name], tuple) else (by_name[name], None)
+        qtype, _, data = stored[where]
+        array = dequantised(path, where, qtype, data)
+        if row is not None:  # one head's row of a stacked tensor
+            array = np.ascontiguousarray(array[row])
         if role in spec.permuted:
             array = unpermute_rotary_rows(array, getattr(cfg, spec.permuted[role]))
         if spec.qkv_blocks and role == "qkv":
-            array = interleave_qkv(array, cfg.heads)
+            array = interleave_qkv(array, cfg.heads, cfg.kv_heads)
         if spec.transposed and part == "weight" and role in _CONV1D:
             array = np.ascontiguousarray(array.T)
         if spec.stored_gain_offset and role.endswith(_NORMS):

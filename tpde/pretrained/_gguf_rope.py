@@ -13,6 +13,9 @@ the file                                    transformers' ``rope_scaling``      
 ``yarn_beta_fast``, ``yarn_beta_slow``      "beta_fast", "beta_slow"}
 ``rope_freqs.weight`` f (r/2,)              {"rope_type": "longrope", short = long  θ_m/f_m,
 (llama.cpp's Llama-3 converter)             = f, s = 1}                             α = 1
+``rope_factors_long.weight``,               {"rope_type": "longrope", "long_factor", LongRoPE
+``rope_factors_short.weight`` (r/2,),       "short_factor", "attention_factor" = a}
+``rope.scaling.attn_factor`` a (Phi-3)
 ==========================================  ======================================  ========
 
 llama.cpp's converter writes Llama-3's schedule (transformers' "llama3") as the tensor of
@@ -21,15 +24,26 @@ between — and no scaling key; llama.cpp divides θ_m by f_m. That is LongRoPE'
 equal short and long factors and α = 1 (s = 1), an existing option, so the file's model is
 llama.cpp's exactly (the divisors as stored, float32) and the folder's Llama3Scaling to their
 rounding. YaRN's further keys are read only at the values under which llama.cpp's YaRN is
-transformers' (:data:`NEUTRAL_SCALING`); "longrope" files (Phi-3) and any other key are
-refused, naming the key.
+transformers' (:data:`NEUTRAL_SCALING`); any other key is refused, naming the key.
+
+Phi-3's LongRoPE (llama.cpp's converter, ``Phi3MiniModel``): the long and short per-pair
+factors as two tensors, α = √(1 + ln s/ln C₀) (s = C/C₀) as ``rope.scaling.attn_factor``
+(float32), C₀ as ``rope.scaling.original_context_length``; llama.cpp divides θ_m by the
+factors and multiplies cos and sin by α, as transformers does, α read as the file holds it (a
+file with the factors but without α is refused: llama.cpp would take α = 1, a Hugging Face
+config √(1 + ln s/ln C₀)). Which factors: transformers and tpde take the long ones for a
+sequence longer than C₀; llama.cpp takes them when its context size ``n_ctx`` exceeds C₀, a
+setting of the run, not of the file — the two agree where llama.cpp runs with n_ctx = the
+sequence's length.
 """
 
 from __future__ import annotations
 
+import numpy as np
+
 from tpde.pretrained._checkpoint import LoadError
 
-__all__ = ["NEUTRAL_SCALING", "ROPE_SCALING_KEYS", "rope_scaling"]
+__all__ = ["NEUTRAL_SCALING", "ROPE_SCALING_KEYS", "rope_scaling", "rope_tensors"]
 
 #: llama.cpp's RoPE-scaling keys (``<arch>.rope.scaling.*``) → the key of transformers'
 #: ``rope_scaling`` dict they become (module notes); None: checked equal to the neutral value
@@ -38,6 +52,7 @@ ROPE_SCALING_KEYS = {
     "rope.scaling.type": "rope_type",
     "rope.scaling.factor": "factor",
     "rope.scaling.original_context_length": "original_max_position_embeddings",
+    "rope.scaling.attn_factor": "attention_factor",
     "rope.scaling.yarn_beta_fast": "beta_fast",
     "rope.scaling.yarn_beta_slow": "beta_slow",
     "rope.scaling.yarn_ext_factor": None,
@@ -64,9 +79,12 @@ _ALLOWED = {
 _REQUIRED = {"linear": ("factor",), "yarn": ("factor", "original_max_position_embeddings")}
 
 
-def rope_scaling(found: dict, prefix: str, freqs, context) -> dict | None:
+def rope_scaling(found: dict, prefix: str, freqs, context, factors=None) -> dict | None:
     """transformers' ``rope_scaling`` dict of a file's ``rope.scaling.*`` keys (``found``,
-    without the prefix) and ``rope_freqs`` values, or None for unscaled RoPE (module notes)."""
+    without the prefix), ``rope_freqs`` values and LongRoPE ``factors`` (long, short), or None
+    for unscaled RoPE (module notes)."""
+    if factors is not None:
+        return _longrope(found, prefix, factors, freqs)
     for short, neutral in NEUTRAL_SCALING.items():
         if short in found and neutral is not None and found[short] != neutral:
             raise LoadError(
@@ -120,3 +138,83 @@ def _check_scaling_keys(kind: str, params: dict, prefix: str) -> None:
                 f"{', '.join(prefix + spelled[k] for k in _ALLOWED[kind])}); tpde refuses "
                 "rather than ignore it."
             )
+
+
+def _longrope(found: dict, prefix: str, factors, freqs) -> dict:
+    """Phi-3's LongRoPE of a file's factor tensors and ``rope.scaling.attn_factor`` (module
+    notes); any other scaling beside them refused."""
+    key = prefix + "rope.scaling.attn_factor"
+    beside = sorted(repr(prefix + k) for k in found if k != "rope.scaling.attn_factor")
+    if beside or freqs is not None:
+        beside += ["'rope_freqs.weight'"] if freqs is not None else []
+        raise LoadError(
+            "the file holds LongRoPE's 'rope_factors_long.weight' and 'rope_factors_short.weight' "
+            f"and beside them {', '.join(beside)}; tpde reads the factors with {key!r} alone."
+        )
+    if "rope.scaling.attn_factor" not in found:
+        raise LoadError(
+            f"the metadata key {key!r} is missing beside LongRoPE's factor tensors: llama.cpp "
+            "would scale by 1, a Hugging Face config by √(1 + ln s/ln C₀); tpde refuses rather "
+            "than guess (llama.cpp's converter always writes it)."
+        )
+    long, short = factors
+    return {"rope_type": "longrope", "long_factor": long, "short_factor": short,
+            "attention_factor": float(found["rope.scaling.attn_factor"])}  # fmt: skip
+
+
+#: The per-pair RoPE tensors a GGUF map reads: its flag → the tensor names.
+_TENSORS = {"rope_freqs": ("rope_freqs.weight",),
+            "rope_factors": ("rope_factors_long.weight", "rope_factors_short.weight")}  # fmt: skip
+
+
+def rope_tensors(path, stored: dict, metadata: dict, spec, dequantise) -> tuple:
+    """(the values f_m of a ``rope_freqs.weight`` tensor, the LongRoPE factors (long, short))
+    of a file whose GGUF map ``spec`` reads them (each removed from ``stored``), checked: one
+    positive finite value per rotated pair; None for each the file or the map lacks.
+    ``dequantise(path, name, qtype, raw)``: the translator's reader."""
+    out = []
+    for flag, names in _TENSORS.items():
+        held = [n for n in names if n in stored]
+        if not (getattr(spec, flag) and held):
+            out.append(None)
+            continue
+        if len(held) < len(names):
+            missing = next(n for n in names if n not in stored)
+            raise LoadError(
+                f"{path}: the file holds {held[0]!r} but not {missing!r}; LongRoPE needs both "
+                "(the long factors past the original context, the short ones within it)."
+            )
+        values = [_pair_values(path, stored, n, metadata, spec, dequantise) for n in names]
+        out.append(values[0] if len(values) == 1 else tuple(v.tolist() for v in values))
+    return tuple(out)
+
+
+def _pair_values(path, stored, name, metadata, spec, dequantise) -> np.ndarray:
+    """Tensor ``name`` (removed from ``stored``): one positive value per rotated pair."""
+    qtype, shape, data = stored.pop(name)
+    values = dequantise(path, name, qtype, data).astype(np.float64)
+    prefix = f"{spec.architecture}."
+    rotated = metadata.get(
+        prefix + "rope.dimension_count", metadata.get(prefix + "attention.key_length")
+    )
+    if rotated is None:
+        hidden, heads = (
+            metadata.get(prefix + k) for k in ("embedding_length", "attention.head_count")
+        )
+        rotated = (
+            hidden // heads
+            if isinstance(hidden, int) and isinstance(heads, int) and heads
+            else None
+        )
+    if len(shape) != 1 or (isinstance(rotated, int) and shape[0] * 2 != rotated):
+        raise LoadError(
+            f"{path}: the tensor {name!r} has shape {shape}; the metadata implies "
+            f"({rotated // 2 if isinstance(rotated, int) else '?'},) (one value per rotated "
+            "pair of a head)."
+        )
+    if not (values > 0).all():
+        raise LoadError(
+            f"{path}: the tensor {name!r} holds divisors ≤ 0; RoPE frequencies are divided by "
+            "positive ones."
+        )
+    return values

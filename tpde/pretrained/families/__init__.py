@@ -81,7 +81,7 @@ stablelm       stablelm                LayerNorm  pre         partial RoPE; per-
 
 GGUF files: the families with a ``gguf`` map (llama — Mistral files too, which llama.cpp
 writes as llama —, qwen2, qwen3, gemma2, gemma3, olmo2, phi (llama.cpp's ``phi2``), gpt2,
-gpt_neox (``gptneox``) and starcoder2), through the one translator
+gpt_neox (``gptneox``), starcoder2, phi3, stablelm and falcon), through the one translator
 :mod:`tpde.pretrained._gguf`.
 
 Every key of transformers' config class of a family is read or listed as irrelevant

@@ -95,20 +95,44 @@ class GGUFMap:
         The family's checkpoints store the blocks' linear weights (in, out) (GPT-2's
         Conv1D); llama.cpp's converter wrote them (out, in): transposed back on reading.
     qkv_blocks : bool
-        The folder stores the fused QKV head by head ([q_h; k_h; v_h], GPT-NeoX); llama.cpp's
-        converter wrote it as the blocks [W_q; W_k; W_v]: re-interleaved on reading.
+        The folder stores the fused QKV head by head ([q_h; k_h; v_h], GPT-NeoX) or group by
+        group ([q_{g,1} … q_{g,r}; k_g; v_g], Falcon); llama.cpp's converter wrote it as the
+        blocks [W_q; W_k; W_v]: re-interleaved on reading
+        (:func:`tpde.pretrained._gguf_layout.interleave_qkv`).
+    stacked : dict
+        Role → the checkpoint name (``{l}`` the layer) the converter gave the one (H, d_h)
+        tensor into which it stacked the role's per-head tensors (StableLM's QK-norm gains,
+        ``norms.{h}``): split into them on reading.
+    flags : dict
+        config.json key → (a tensor name of the file, the value where the file holds it, the
+        value where not): what llama.cpp decides by the tensors alone (StableLM's
+        ``qk_layernorm``; Falcon's second norm, ``num_ln_in_parallel_attn``).
+    fixed : dict
+        config.json key → the value every file of the architecture has in llama.cpp's model of
+        it (Falcon: the grouped layout, a parallel block, RoPE, no biases); a file whose
+        tensors say otherwise is refused by their names.
+    literal : dict
+        Further metadata keys (without the prefix) → the one value tpde reads them at (Falcon's
+        ``tensor_data_layout`` "jploski", the converter's QKV layout); any other refused.
     rope_freqs : bool
         A ``rope_freqs.weight`` tensor (llama.cpp's per-pair divisors f_m of the RoPE
         frequencies, θ'_m = θ_m/f_m, which its converter computes from Llama-3's schedule)
         is read as that scaling; without it such a tensor is refused as unexpected.
+    rope_factors : bool
+        ``rope_factors_long.weight`` and ``rope_factors_short.weight`` (Phi-3's LongRoPE
+        factors, with ``rope.scaling.attn_factor``) are read as a "longrope" scaling
+        (:mod:`tpde.pretrained._gguf_rope`); without it such tensors are refused as
+        unexpected.
     unread : tuple of str
         Standard keys (:data:`tpde.pretrained._gguf.STANDARD_KEYS`, without the prefix) of
         hyper-parameters the family has that llama.cpp does not read for this architecture:
         its model of such a file computes without them while a Hugging Face config would
         apply them, so a file holding one is refused, naming it (``attention.sliding_window``
         of llama, qwen2, qwen3 and starcoder2 files, attended over whole by llama.cpp, and of
-        olmo2 files, OLMo-3's 3 local : 1 global pattern there; Gemma-3's
-        ``attn_logit_softcapping``).
+        olmo2 files, OLMo-3's 3 local : 1 global pattern there; of phi3 files, whose sliding
+        window llama.cpp turns off; Gemma-3's ``attn_logit_softcapping``) — unless the value
+        changes nothing within the file's context (a window of 0 or of at least
+        ``context_length``), read then as llama.cpp reads it, without a window.
     required : tuple of str
         Keys (without the prefix) a file must hold: without one llama.cpp reads the file with
         a default of its own that is not the family's (Gemma-2: a 4096 window and soft-caps
@@ -128,13 +152,19 @@ class GGUFMap:
     rotary_fraction: str | None = None
     transposed: bool = False
     qkv_blocks: bool = False
+    stacked: dict = field(default_factory=dict)
+    flags: dict = field(default_factory=dict)
+    fixed: dict = field(default_factory=dict)
+    literal: dict = field(default_factory=dict)
     rope_freqs: bool = False
+    rope_factors: bool = False
     unread: tuple[str, ...] = ()
     required: tuple[str, ...] = ()
 
 
 #: What llama.cpp does with ``attention.sliding_window`` outside Gemma: nothing (llama, qwen2,
-#: qwen3, starcoder2) or OLMo-3's pattern (olmo2) — never the families' window on every layer.
+#: qwen3, starcoder2; phi3, where it turns the window off) or OLMo-3's pattern (olmo2) — never
+#: the families' window on every layer.
 NO_GGUF_WINDOW = ("attention.sliding_window",)
 
 

@@ -13,7 +13,22 @@
 Positions: RoPE ("rotate half", ``rope_theta``), or with ``alibi`` ALiBi added before the
 score scaling, (q·k + m_h p_j)/√d_h: slopes m_h/√d_h (transformers rounds m_h p_j to
 bfloat16, exact for H a power of two and positions below 256). Older configs name the width
-``n_embed`` (where present it wins, as in ``FalconConfig``)."""
+``n_embed`` (where present it wins, as in ``FalconConfig``).
+
+GGUF: llama.cpp's ``falcon`` files. llama.cpp reads one model of them: a parallel block
+x + Attn(N_a x) + F(N_m x) with N_a = ``attn_norm_2`` (``ln_attn``) where the file holds it,
+else the one norm ``attn_norm``; H_kv = ``head_count_kv`` key/value heads; RoPE over whole
+heads (base 10⁴ where the file has no rope.freq_base: the converter writes none); no biases.
+Its converter rewrote every layout's fused QKV as the blocks [W_q; W_k; W_v]
+(``tensor_data_layout`` "jploski", the one value read) from config.json's ``num_kv_heads``
+(1 where it has none: Falcon-7B's multi-query). So a file is read as the grouped layout
+(``new_decoder_architecture``, ``num_kv_heads`` = H_kv, two norms with ``attn_norm_2``, else
+one), the QKV re-interleaved group by group — for Falcon-7B's multi-query and the per-head
+layout the same computation as their own. What llama.cpp has not: ALiBi (the files carry no
+flag of it; Falcon-RW's carry biases, refused by their names), a sequential block
+(``post_attention_layernorm`` has no falcon name in llama.cpp's table: its converter stops,
+and a file holding such a tensor is refused as unexpected). llama.cpp evaluates GELU in its
+tanh form; tpde, as for every family, the family's exact GELU."""
 
 from __future__ import annotations
 
@@ -21,7 +36,7 @@ import dataclasses
 
 from tpde._validation import checked_integer
 from tpde.pretrained._checkpoint import LoadError
-from tpde.pretrained.families.base import REQUIRED, SCORE_HEAD, Family, register
+from tpde.pretrained.families.base import REQUIRED, SCORE_HEAD, Family, GGUFMap, register
 
 __all__ = ["FALCON"]
 
@@ -138,5 +153,14 @@ FALCON = register(
         },
         classifiers=SCORE_HEAD,
         variant=_variant,
+        gguf=GGUFMap(
+            architecture="falcon",
+            model_type="falcon",
+            keys={"attention.head_count_kv": "num_kv_heads"},
+            qkv_blocks=True,
+            fixed=dict(new_decoder_architecture=True, parallel_attn=True, alibi=False, bias=False),
+            flags={"num_ln_in_parallel_attn": ("blk.0.attn_norm_2.weight", 2, 1)},
+            literal={"tensor_data_layout": "jploski"},
+        ),
     )
 )

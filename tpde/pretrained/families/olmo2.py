@@ -1,7 +1,7 @@
 """OLMo-2: an output-norm decoder x ← x + N₂(f(x)) on each sublayer (no norm before it),
 a QK-RMSNorm over the whole projection (H·d_h), otherwise as llama. GGUF: llama.cpp's
 ``olmo2`` files (rotary rows not interleaved); one with a sliding window (OLMo-3, 3 local
-: 1 global in llama.cpp) is refused."""
+: 1 global in llama.cpp) that cuts within the file's context is refused."""
 
 from __future__ import annotations
 

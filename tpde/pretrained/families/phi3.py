@@ -6,11 +6,21 @@ ones beyond), partial rotary (``partial_rotary_factor``) and a sliding window wh
 ``sliding_window`` says (p_i − p_j < w; transformers' ``Phi3Attention`` and mask read it, as
 Mistral's: Phi-3-mini-4k sets 2047). A config's older RoPE names "su" and "yarn", which
 transformers reads as LongRoPE on Phi-3, are refused (rename them "longrope").
+
+GGUF: llama.cpp's ``phi3`` files (the fused ``attn_qkv`` and ``ffn_up`` = [W_gate; W_up] as the
+folder stores them; rotary rows not interleaved), whose ``rope.dimension_count`` is the rotated
+width (partial_rotary_factor = it / head dimension), ``rope.scaling.original_context_length``
+C₀ and LongRoPE's factors two tensors with α in ``rope.scaling.attn_factor``
+(:mod:`tpde.pretrained._gguf_rope`). llama.cpp turns Phi-3's sliding window off (its
+``attention.sliding_window`` read and set to 0; llama.cpp PR 13676): a file whose window binds
+within its context (0 < w < ``context_length``: Phi-3-mini-4k's 2047) has two readings and is
+refused naming the key; 0 (the converter's "none", Phi-4) or w ≥ ``context_length``
+(Phi-3.5-mini's 262144 over 131072) are read without a window.
 """
 
 from __future__ import annotations
 
-from tpde.pretrained.families.base import SCORE_HEAD, Family, register
+from tpde.pretrained.families.base import NO_GGUF_WINDOW, SCORE_HEAD, Family, GGUFMap, register
 from tpde.pretrained.families.llama import LLAMA_KEYS
 
 __all__ = ["PHI3"]
@@ -59,5 +69,13 @@ PHI3 = register(
             "window": "sliding_window: p_i − p_j < w",
         },
         classifiers=SCORE_HEAD,
+        gguf=GGUFMap(
+            architecture="phi3",
+            model_type="phi3",
+            keys={"rope.scaling.original_context_length": "original_max_position_embeddings"},
+            rotary_fraction="partial_rotary_factor",
+            rope_factors=True,
+            unread=NO_GGUF_WINDOW,
+        ),
     )
 )

@@ -2,7 +2,7 @@
 sliding window on the layers from ``max_window_layers`` on (or as ``layer_types`` says), as
 transformers' Qwen2 (none of them: every layer global). GGUF: llama.cpp's ``qwen2`` files
 (rotary rows as the checkpoint's: the converter does not interleave them; a sliding window,
-which llama.cpp does not read for them, refused)."""
+which llama.cpp does not read for them, refused where it cuts within the file's context)."""
 
 from __future__ import annotations
 

@@ -5,11 +5,20 @@ coordinates of each head, 1/4 by default), a SwiGLU MLP, Q/K/V biases where
 keys before the rotation, one gain per head (stored as ``norms.{h}``);
 ``use_parallel_residual``: a parallel block whose MLP reads the attention's norm (no
 ``post_attention_layernorm``). 32 KV heads where config.json lacks the key
-(``StableLmConfig``'s default, whatever the heads)."""
+(``StableLmConfig``'s default, whatever the heads).
+
+GGUF: llama.cpp's ``stablelm`` files (rotary rows not interleaved), whose
+``rope.dimension_count`` is the rotated width (partial_rotary_factor = it / head dimension)
+and whose converter stacked each layer's per-head QK-norm gains into one (H, d_h) tensor
+``attn_q_norm`` (``attn_k_norm``: H_kv rows), split on reading. As llama.cpp, the file's tensors
+say whether the QK-norms are there (``qk_layernorm``) and Q, K, V have biases; its
+``use_parallel_residual`` says whether the MLP reads the attention's norm (a file whose
+``ffn_norm`` contradicts it is refused by the tensor's name). They carry no RoPE base:
+llama.cpp's default 10⁴, StableLM's."""
 
 from __future__ import annotations
 
-from tpde.pretrained.families.base import SCORE_HEAD, Family, register
+from tpde.pretrained.families.base import SCORE_HEAD, Family, GGUFMap, register
 from tpde.pretrained.families.llama import LLAMA_KEYS, LLAMA_NAMES
 
 __all__ = ["STABLELM"]
@@ -57,5 +66,13 @@ STABLELM = register(
             "norms": "use_parallel_residual: one, shared",
         },
         classifiers=SCORE_HEAD,
+        gguf=GGUFMap(
+            architecture="stablelm",
+            model_type="stablelm",
+            keys={"use_parallel_residual": "use_parallel_residual"},
+            rotary_fraction="partial_rotary_factor",
+            stacked={"q_norm": _ATTENTION + "q_layernorm", "k_norm": _ATTENTION + "k_layernorm"},
+            flags={"qk_layernorm": ("blk.0.attn_q_norm.weight", True, False)},
+        ),
     )
 )

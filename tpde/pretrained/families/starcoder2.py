@@ -6,7 +6,8 @@ default.
 GGUF: llama.cpp's ``starcoder2`` files (rotary rows not interleaved). llama.cpp's converter
 writes no sliding window for them and llama.cpp attends over every position: such a file is
 read so (full attention); one with ``starcoder2.attention.sliding_window``, which llama.cpp
-does not read but a Hugging Face config would apply, is refused naming the key."""
+does not read but a Hugging Face config would apply, is refused naming the key where it cuts
+within the file's context (0, or at least ``context_length``, is read as none)."""
 
 from __future__ import annotations
 
