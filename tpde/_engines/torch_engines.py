@@ -17,6 +17,8 @@ import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 from torch.utils.checkpoint import checkpoint
 
+from tpde._memo import TensorMemo
+
 # Memory budget for one block of scores in the chunked engine (bytes).
 CHUNK_BYTES = 64 * 2**20
 
@@ -203,7 +205,16 @@ def _in_sequence_order(query_positions, key_positions) -> bool:
             return False
         if not torch.equal(query_positions, key_positions):
             return False
-    return bool((query_positions[1:] > query_positions[:-1]).all())
+    return _INCREASING(query_positions)
+
+
+def _increasing(positions: torch.Tensor) -> bool:
+    return bool((positions[1:] > positions[:-1]).all())
+
+
+#: Whether positions strictly increase, remembered for the last positions tensor (a flow's,
+#: one for the whole run: :mod:`tpde._memo`).
+_INCREASING = TensorMemo(_increasing)
 
 
 def _causal_sdpa(q, k, v, key_bias, query_positions, key_positions):
