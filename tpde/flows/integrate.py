@@ -42,7 +42,7 @@ def _save_times(save, t0: float, t1: float, max_steps: int) -> list[float] | Non
         if save < 2:
             raise ValueError(f"save as an int is a number of saved times >= 2; received {save}.")
         _check_save_count(save, max_steps)
-        times = np.linspace(t0, t1, save).tolist()
+        times = _linspace(t0, t1, save)
     else:
         try:
             values = np.asarray(save, dtype=float).ravel()
@@ -58,6 +58,15 @@ def _save_times(save, t0: float, t1: float, max_steps: int) -> list[float] | Non
         if any(s < t0 or s > t1 for s in times):
             raise ValueError(f"save times must lie in [t0, t1] = [{t0}, {t1}]; received {times}.")
     return sorted({t0, t1, *times})
+
+
+def _linspace(t0: float, t1: float, count: int) -> list[float]:
+    """``np.linspace(t0, t1, count).tolist()`` bit for bit (t0 + i·(t1 − t0)/(count − 1), the
+    last t1; numpy forms i·step + t0 in float64 alike), without numpy's 3 µs per call."""
+    step = (t1 - t0) / (count - 1)
+    if step == 0.0:  # numpy: i/(count − 1)·(t1 − t0) + t0, every term t0
+        return [t0 + i / (count - 1) * (t1 - t0) for i in range(count - 1)] + [t1]
+    return [i * step + t0 for i in range(count - 1)] + [t1]
 
 
 def _check_save_count(count: int, max_steps: int) -> None:
