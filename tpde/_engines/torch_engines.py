@@ -49,6 +49,11 @@ def hidden_keys(query_positions, key_positions, window=None):
     return hidden if window is None else hidden | (gap >= window)
 
 
+#: The causal mask of self-attention (queries are the keys), remembered for the last
+#: positions tensor (a flow's, one for the whole run: :mod:`tpde._memo`).
+_CAUSAL_HIDDEN = TensorMemo(lambda positions: hidden_keys(positions, positions))
+
+
 def softmax_weights_dense(q, k, key_bias=None, query_positions=None, key_positions=None,
                           window=None, softcap=None):  # fmt: skip
     """The (..., n, m) softmax weights exp(q_i·k_j + b_j)/Σ_l exp(q_i·k_l + b_l); O(n·m) memory.
@@ -59,7 +64,10 @@ def softmax_weights_dense(q, k, key_bias=None, query_positions=None, key_positio
     """
     scores = dense_scores(q, k, key_bias, softcap)
     if query_positions is not None:
-        hidden = hidden_keys(query_positions, key_positions, window)
+        if query_positions is key_positions and window is None:  # self-attention's mask
+            hidden = _CAUSAL_HIDDEN(query_positions)
+        else:
+            hidden = hidden_keys(query_positions, key_positions, window)
         scores = scores.masked_fill(hidden, -math.inf)
     return torch.softmax(scores, dim=-1)
 

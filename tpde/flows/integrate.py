@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 
@@ -83,8 +84,15 @@ def _tolerance_floors(rtol: float, atol: float, dtype) -> tuple[float, float]:
     normal number (a float16 run at rtol = 1e-6 rejected every step: issue 28)."""
     if not dtype.is_floating_point:
         return rtol, atol
+    eps, tiny = _resolution(dtype)
+    return max(rtol, 4 * eps), max(atol, tiny)
+
+
+@functools.cache
+def _resolution(dtype) -> tuple[float, float]:
+    """(eps, smallest normal number) of a floating dtype (torch.finfo, read once)."""
     info = torch.finfo(dtype)
-    return max(rtol, 4 * info.eps), max(atol, info.tiny)
+    return info.eps, info.tiny
 
 
 def _check_jacobian(method: Method, system: System) -> None:
