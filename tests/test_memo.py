@@ -73,3 +73,20 @@ def test_attention_follows_weights_edited_in_place(generator):
     fresh = Empirical(points, weights=mu.weights.clone())
     torch.testing.assert_close(field.velocity(mu), field.velocity(fresh), rtol=0, atol=0)
     assert not torch.allclose(field.velocity(mu), before)
+
+
+def test_the_dense_causal_mask_follows_positions_edited_in_place(generator):
+    """Self-attention's remembered causal mask is rebuilt after an in-place edit of the
+    positions (here reversed: every query then sees the other keys)."""
+    from tpde._engines import softmax_weights
+
+    q = torch.randn(2, 6, 3, generator=generator, dtype=torch.float64)
+    k = torch.randn(2, 6, 3, generator=generator, dtype=torch.float64)
+    p = torch.arange(6, dtype=torch.float64)
+    first = softmax_weights(q, k, query_positions=p, key_positions=p)
+    assert bool((first.triu(1) == 0).all())
+    p.copy_(torch.arange(5, -1, -1, dtype=torch.float64))
+    again = softmax_weights(q, k, query_positions=p, key_positions=p)
+    fresh = softmax_weights(q, k, query_positions=p.clone(), key_positions=p.clone())
+    torch.testing.assert_close(again, fresh, rtol=0, atol=0)
+    assert bool((again.tril(-1) == 0).all())
