@@ -50,7 +50,9 @@ def hidden_keys(query_positions, key_positions, window=None):
 
 
 #: The causal mask of self-attention (queries are the keys), remembered for the last
-#: positions tensor (a flow's, one for the whole run: :mod:`tpde._memo`).
+#: positions tensor (a flow's, one for the whole run: :mod:`tpde._memo`), up to this many
+#: entries (1 MB of booleans: a larger mask is rebuilt rather than held).
+MEMO_MASK_ENTRIES = 2**20
 _CAUSAL_HIDDEN = TensorMemo(lambda positions: hidden_keys(positions, positions))
 
 
@@ -64,8 +66,9 @@ def softmax_weights_dense(q, k, key_bias=None, query_positions=None, key_positio
     """
     scores = dense_scores(q, k, key_bias, softcap)
     if query_positions is not None:
-        if query_positions is key_positions and window is None:  # self-attention's mask
-            hidden = _CAUSAL_HIDDEN(query_positions)
+        n = query_positions.shape[-1]
+        if query_positions is key_positions and window is None and n * n <= MEMO_MASK_ENTRIES:
+            hidden = _CAUSAL_HIDDEN(query_positions)  # self-attention's mask, kept
         else:
             hidden = hidden_keys(query_positions, key_positions, window)
         scores = scores.masked_fill(hidden, -math.inf)
