@@ -27,3 +27,39 @@ def test_check_finite_names_the_count_and_the_first_index():
     check_finite(torch.tensor([3e38, 3e38]), "x")
     with pytest.raises(ValueError, match=r"x contains 2 non-finite value\(s\).*index \(1,\)"):
         check_finite(torch.tensor([1.0, float("inf"), float("-inf")]), "x")
+
+
+def _counted_sums(monkeypatch):
+    """Count the finiteness reads of check_measure_finite (its all_finite calls)."""
+    import tpde._validation as validation
+
+    calls = []
+
+    def counting(tensor):
+        calls.append(tensor)
+        return all_finite(tensor)
+
+    monkeypatch.setattr(validation, "all_finite", counting)
+    return calls
+
+
+def test_a_field_tree_reads_each_tensor_once_per_check(monkeypatch, generator):
+    """A nested field (a sum of two normalised parts) checks μ at every node, reading its
+    points and weights once per check_measure; a check after the block reads them again and
+    sees an in-place edit."""
+    from tpde.fields import GroupedQueryAttention, Normalized, RMSNorm, Sum
+    from tpde.measures import Empirical
+
+    d = 4
+    W = [torch.randn(d, d, generator=generator, dtype=torch.float64) for _ in range(4)]
+    part = Normalized(GroupedQueryAttention(*W, 1, 1, causal=False), RMSNorm(eps=1e-6))
+    field = Sum([part, part])
+    mu = Empirical(torch.randn(5, d, generator=generator, dtype=torch.float64))
+    calls = _counted_sums(monkeypatch)
+    field.check_measure(mu)
+    assert len(calls) == 2  # points and weights, once for the 5 nodes
+    field.check_measure(mu)
+    assert len(calls) == 4  # a new check reads them again
+    mu.points[2, 1] = float("nan")  # edited in place after the measure was built
+    with pytest.raises(ValueError, match=r"mu's points has 1 non-finite value\(s\)"):
+        field.check_measure(mu)

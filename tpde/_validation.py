@@ -7,6 +7,7 @@ trusts its inputs.
 
 from __future__ import annotations
 
+import contextvars
 import math
 import numbers
 from collections.abc import Callable, Sequence
@@ -15,6 +16,7 @@ import numpy as np
 import torch
 
 __all__ = [
+    "ValuesCheckedOnce",
     "all_finite",
     "as_tensor",
     "check_choice",
@@ -97,13 +99,44 @@ def check_finite(tensor: torch.Tensor, name: str) -> None:
         )
 
 
+#: The tensors found finite inside a :class:`ValuesCheckedOnce` block (id → tensor), or None.
+_FINITE_SEEN: contextvars.ContextVar[dict | None] = contextvars.ContextVar(
+    "tpde_finite_seen", default=None
+)
+
+
+class ValuesCheckedOnce:
+    """A block in which :func:`check_measure_finite` reads each tensor once: a field tree's
+    ``check_measure`` checks one measure at every node (a Transformer's schedule: each
+    layer, sum, norm scheme and part), and nothing edits it in between. Re-entrant: an inner
+    block joins the outer one. The tensors found finite are held until the block ends (so
+    their ids are not reused inside it)."""
+
+    __slots__ = ("_token",)
+
+    def __enter__(self):
+        self._token = _FINITE_SEEN.set({}) if _FINITE_SEEN.get() is None else None
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._token is not None:
+            _FINITE_SEEN.reset(self._token)
+
+
 def check_measure_finite(mu, who: str = "mu") -> None:
     """Raise where a measure's values (``mu.values()``: an Empirical's points and weights, a
     Gaussian's mean and covariance, a grid's density) hold NaN or Inf — checked when the
     measure was built, then changed in place or rebuilt by ``with_points``: what a field or
-    a flow would otherwise report as an overflow, or carry as a NaN state ("blow_up")."""
+    a flow would otherwise report as an overflow, or carry as a NaN state ("blow_up").
+    Inside a :class:`ValuesCheckedOnce` block a tensor found finite is not read again."""
+    seen = _FINITE_SEEN.get()
     for name, tensor in mu.values().items():
-        if not all_finite(tensor):
+        if seen is not None and seen.get(id(tensor)) is tensor:
+            continue
+        if all_finite(tensor):
+            if seen is not None:
+                seen[id(tensor)] = tensor
+        else:
             bad = ~torch.isfinite(tensor.detach())
             first = tuple(int(i) for i in bad.nonzero()[0])
             raise ValueError(

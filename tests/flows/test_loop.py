@@ -246,3 +246,14 @@ def test_statuses_are_one_enum_and_unknown_names_raise():
         _ = traj.status == "complete"
     with pytest.raises(ValueError, match="unknown status 'blowup'"):
         Status.parse("blowup")
+
+
+@pytest.mark.parametrize(
+    ("t0", "t1", "count"),
+    [(0.0, 4.0, 2), (0.0, 1.0, 7), (0.3, 2.9, 11), (1e-3, 1e-3, 3), (0.0, 1e6 / 3, 60)],
+)
+def test_save_counts_are_spaced_as_numpy_spaces_them(t0, t1, count):
+    """save=int spaces its times as np.linspace does, bit for bit (the times a run lands on)."""
+    from tpde.flows.integrate import _linspace
+
+    assert _linspace(t0, t1, count) == np.linspace(t0, t1, count).tolist()

@@ -61,6 +61,7 @@ from tpde._engines.torch_engines import (
     softmax_average_sdpa,
     softmax_weights_dense,
 )
+from tpde._memo import TensorMemo
 from tpde._validation import check_choice
 
 __all__ = [
@@ -191,7 +192,16 @@ def _drop_constant_bias(key_bias):
     """
     if key_bias is None or key_bias.ndim != 1 or key_bias.requires_grad:
         return key_bias
-    return None if bool((key_bias == key_bias[:1]).all()) else key_bias
+    return None if _CONSTANT(key_bias) else key_bias
+
+
+def _constant(vector: torch.Tensor) -> bool:
+    return bool((vector == vector[:1]).all())
+
+
+#: Whether a key bias is constant, remembered for the last bias (a flow's log-weights, one
+#: tensor for the whole run: :mod:`tpde._memo`).
+_CONSTANT = TensorMemo(_constant)
 
 
 def softmax_average(

@@ -17,6 +17,8 @@ import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 from torch.utils.checkpoint import checkpoint
 
+from tpde._memo import TensorMemo
+
 # Memory budget for one block of scores in the chunked engine (bytes).
 CHUNK_BYTES = 64 * 2**20
 
@@ -47,6 +49,13 @@ def hidden_keys(query_positions, key_positions, window=None):
     return hidden if window is None else hidden | (gap >= window)
 
 
+#: The causal mask of self-attention (queries are the keys), remembered for the last
+#: positions tensor (a flow's, one for the whole run: :mod:`tpde._memo`), up to this many
+#: entries (1 MB of booleans: a larger mask is rebuilt rather than held).
+MEMO_MASK_ENTRIES = 2**20
+_CAUSAL_HIDDEN = TensorMemo(lambda positions: hidden_keys(positions, positions))
+
+
 def softmax_weights_dense(q, k, key_bias=None, query_positions=None, key_positions=None,
                           window=None, softcap=None):  # fmt: skip
     """The (..., n, m) softmax weights exp(q_i·k_j + b_j)/Σ_l exp(q_i·k_l + b_l); O(n·m) memory.
@@ -57,7 +66,11 @@ def softmax_weights_dense(q, k, key_bias=None, query_positions=None, key_positio
     """
     scores = dense_scores(q, k, key_bias, softcap)
     if query_positions is not None:
-        hidden = hidden_keys(query_positions, key_positions, window)
+        n = query_positions.shape[-1]
+        if query_positions is key_positions and window is None and n * n <= MEMO_MASK_ENTRIES:
+            hidden = _CAUSAL_HIDDEN(query_positions)  # self-attention's mask, kept
+        else:
+            hidden = hidden_keys(query_positions, key_positions, window)
         scores = scores.masked_fill(hidden, -math.inf)
     return torch.softmax(scores, dim=-1)
 
@@ -203,7 +216,16 @@ def _in_sequence_order(query_positions, key_positions) -> bool:
             return False
         if not torch.equal(query_positions, key_positions):
             return False
-    return bool((query_positions[1:] > query_positions[:-1]).all())
+    return _INCREASING(query_positions)
+
+
+def _increasing(positions: torch.Tensor) -> bool:
+    return bool((positions[1:] > positions[:-1]).all())
+
+
+#: Whether positions strictly increase, remembered for the last positions tensor (a flow's,
+#: one for the whole run: :mod:`tpde._memo`).
+_INCREASING = TensorMemo(_increasing)
 
 
 def _causal_sdpa(q, k, v, key_bias, query_positions, key_positions):

@@ -15,7 +15,13 @@ from dataclasses import dataclass
 import torch
 
 from tpde._engines import check_engine
-from tpde._validation import as_tensor, check_finite, check_measure_finite, check_real
+from tpde._validation import (
+    ValuesCheckedOnce,
+    as_tensor,
+    check_finite,
+    check_measure_finite,
+    check_real,
+)
 from tpde.fields.calls import _positions_user, part_velocity, query_positions
 from tpde.measures import Empirical, Gaussian, Grid, Measure
 
@@ -549,11 +555,13 @@ class Field:
     def check_measure(self, mu) -> None:
         """Raise unless ``mu`` is a tpde measure on this field's R^d that this field and each
         of its children accept: the checks below, then :meth:`check_measure_kind`, then
-        every child's ``check_measure`` (:meth:`children`)."""
-        self._check_measure_alone(mu)
-        self.check_measure_kind(mu)
-        for child in self.children():
-            child.check_measure(mu)
+        every child's ``check_measure`` (:meth:`children`). The whole tree reads each of
+        ``mu``'s tensors for finiteness once (:class:`tpde._validation.ValuesCheckedOnce`)."""
+        with ValuesCheckedOnce():
+            self._check_measure_alone(mu)
+            self.check_measure_kind(mu)
+            for child in self.children():
+                child.check_measure(mu)
 
     def check_measure_kind(self, mu) -> None:
         """Raise where this field cannot act on ``mu``'s kind of measure although its

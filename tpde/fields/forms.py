@@ -7,6 +7,7 @@ from typing import NamedTuple
 import torch
 
 from tpde._engines import softmax_average
+from tpde._memo import TensorMemo
 from tpde.measures import Empirical
 
 __all__ = ["KernelForm", "SoftmaxForm", "key_log_weights", "key_positions"]
@@ -47,12 +48,23 @@ class KernelForm(NamedTuple):
     values: torch.Tensor  # (..., n, d): v_j
 
 
+def _all_positive(weights: torch.Tensor) -> bool:
+    return bool((weights > 0).all())
+
+
+#: Whether every weight is positive, and the log-weights, remembered for the last weights
+#: tensor: a flow's measures share theirs (:mod:`tpde._memo`).
+_ALL_POSITIVE = TensorMemo(_all_positive)
+_LOG = TensorMemo(torch.log)
+
+
 def key_log_weights(mu: Empirical) -> tuple[torch.Tensor, torch.Tensor]:
     """Keys with positive mass and their log-weights (zero-mass particles attract nothing)."""
     weights, points = mu.weights, mu.points
+    if _ALL_POSITIVE(weights):
+        return points, _LOG(weights)
     positive = weights > 0
-    if not bool(positive.all()):
-        weights, points = weights[positive], points.index_select(-2, positive.nonzero()[:, 0])
+    weights, points = weights[positive], points.index_select(-2, positive.nonzero()[:, 0])
     return points, weights.log()
 
 
@@ -61,6 +73,6 @@ def key_positions(mu: Empirical):
     μ's own tensor when none is dropped, so that engines can tell self-attention (queries
     that are the keys) by identity."""
     positions = mu.positions
-    if positions is None or bool((mu.weights > 0).all()):
+    if positions is None or _ALL_POSITIVE(mu.weights):
         return positions
     return positions[mu.weights > 0]

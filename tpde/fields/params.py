@@ -370,14 +370,23 @@ class Weights:
 
     def at(self, t: float, like: torch.Tensor) -> tuple:
         """The weights at time ``t`` in ``like``'s dtype and device, in ``specs`` order
-        (None for a left-out bias); autograd preserved."""
+        (None for a left-out bias); autograd preserved. Constant weights already in that
+        dtype and device are the stored tensors themselves: that tuple is kept for the next
+        call (in-place edits of the weights show through it)."""
+        kept = self.__dict__.get("_kept")
+        if kept is not None and kept[0] == like.dtype and kept[1] == like.device:
+            return kept[2]
         evaluated = self._evaluate_all(t)
         if self.time_dependent:
             self._check_shapes(evaluated)
-        return tuple(
+        resolved = tuple(
             None if v is None else v.to(dtype=like.dtype, device=like.device)
             for v in evaluated.values()
         )
+        stored = evaluated.values()
+        if not self.time_dependent and all(a is b for a, b in zip(resolved, stored, strict=True)):
+            self._kept = (like.dtype, like.device, resolved)
+        return resolved
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:

@@ -78,6 +78,15 @@ HOPELESS_STEPS = 100
 HOPELESS_AFTER = 0.1
 
 
+def _extreme(values: np.ndarray, mask: np.ndarray, op) -> float:
+    """``op`` (np.max or np.min) of ``values`` where ``mask`` holds, as a float; the mask
+    holds somewhere. An unbatched run's 0-d arrays: the value itself (a boolean index of a
+    0-d array costs more than the rest of the reduction)."""
+    if values.ndim == 0:
+        return float(values)
+    return float(op(values[mask]))
+
+
 def _collapse_floor(t: np.ndarray) -> np.ndarray:
     """The step below which an adaptive step has collapsed: 1e-12·|t| (the clock cannot
     resolve less), at least 1e-300. Relative to |t|, not max(1, |t|): a state whose time
@@ -221,7 +230,7 @@ class Loop:
             target = saves.target(t1)
             moving = self.active & (t < target)
             if self.synchronous and moving.any():
-                clock = float(t[moving].max())
+                clock = _extreme(t, moving, np.max)
                 target = min([target, *(b for b in jumps if b > clock)])
                 moving = self.active & (t < target)
             if not moving.any():
@@ -236,7 +245,7 @@ class Loop:
             if over.any():
                 self._stop(over, Status.MAX_STEPS, t)
                 continue
-            clock = float(t[moving].min())
+            clock = _extreme(t, moving, np.min)
             if system.enter(clock):
                 k1 = None  # a cached derivative belongs to the previous piece
             rhs.active = self._active_mask(state[0])
@@ -247,14 +256,15 @@ class Loop:
             h_prop = np.asarray(system.propose_step(clock, state, h), dtype=float)
             # A step the system itself cut below 1e-12·max(1, |t|) (a grid's CFL step at a
             # velocity that overflows the box) is a blow-up, as a collapsed adaptive step is.
-            cut = moving & (h_prop < h) & (h_prop < COLLAPSE * np.maximum(1.0, np.abs(t)))
-            if cut.any():
-                self._stop(cut, Status.BLOW_UP, t)
-                continue
+            if h_prop is not h:  # (the step as proposed, h itself: nothing was cut)
+                cut = moving & (h_prop < h) & (h_prop < COLLAPSE * np.maximum(1.0, np.abs(t)))
+                if cut.any():
+                    self._stop(cut, Status.BLOW_UP, t)
+                    continue
             remaining = target - t
             landing = moving & (remaining <= h_prop * (1 + 1e-9))
             h_try = np.where(moving, np.where(landing, remaining, h_prop), 0.0)
-            h_clock = float(h_try[moving].max()) if self.synchronous else 0.0
+            h_clock = _extreme(h_try, moving, np.max) if self.synchronous else 0.0
             new, error, k_new = self._unpack(
                 method.step(
                     rhs, clock, state, self._steps_for(h_try, state[0]), k1, h_clock=h_clock
@@ -476,7 +486,7 @@ class Loop:
             self.need_derivative or saves.needs_derivative(t, t_new, advanced)
         ):
             rhs.active = self._active_mask(state[0])
-            k_new = rhs(float(t_new[advanced].max()), new)  # at every element's own state
+            k_new = rhs(_extreme(t_new, advanced, np.max), new)  # at every element's own state
         for i, event in enumerate(self.events):
             check = advanced & self.active
             if check.any():

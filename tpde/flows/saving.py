@@ -56,7 +56,7 @@ class LandingSaves:
 
     def after_step(self, t, t_new, old, new, f_old, f_new, advanced, system) -> None:
         if self.pending is None and advanced.any():
-            self.times.append(float(t_new[advanced].max()))
+            self.times.append(float(t_new) if t_new.ndim == 0 else float(t_new[advanced].max()))
             self.states.append(new)
 
     def finish(self, t_end: float, state, t, system):

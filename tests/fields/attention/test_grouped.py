@@ -354,6 +354,22 @@ def test_rope_tables_follow_in_place_edits_of_the_positions(generator):
     assert hash(rope) == hash(RoPE())
 
 
+def test_rope_tables_are_shared_by_equal_ropes_only(generator):
+    """Layers' equal RoPEs share one table per positions tensor; a RoPE of another base,
+    width, style or scaling at the same positions gets its own angles (exact: the same
+    float64 angles either way)."""
+    x = torch.randn(4, 5, 8, generator=generator, dtype=F64)
+    p = torch.arange(5, dtype=F64)
+    ropes = [RoPE(), RoPE(base=100.0), RoPE(dims=4), RoPE(style="interleaved"), RoPE()]
+    alone = [rope.rotate(x, p.clone()) for rope in ropes]  # each on its own positions
+    for _ in range(2):  # alternating on one positions tensor, as a model's layers do
+        for rope, expected in zip(ropes, alone, strict=True):
+            torch.testing.assert_close(rope.rotate(x, p), expected, rtol=0, atol=0)
+    q = torch.arange(5, dtype=F64)  # consecutive equal RoPEs: one table
+    assert RoPE()._table(q, 8, F64, None) is RoPE()._table(q, 8, F64, None)
+    assert not torch.allclose(alone[0], alone[1])
+
+
 def test_window_mask_of_the_engine_primitive(generator):
     from tpde._engines import softmax_average
 

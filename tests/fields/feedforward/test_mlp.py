@@ -131,6 +131,29 @@ def test_callables_of_t(generator):
     torch.testing.assert_close(field.velocity(Empirical(x), t=0.5), expected, rtol=1e-12, atol=0)
 
 
+def test_kept_weights_follow_in_place_edits_and_dtypes(generator):
+    """Constant weights are resolved once per dtype (the stored tensors themselves): an
+    in-place edit shows at the next call, a float32 call then a float64 call each get
+    their dtype, and time-dependent weights are evaluated at every t (exact comparisons:
+    the same arithmetic as a fresh field)."""
+    W1, b1, W2, b2 = _weights(generator)
+    x = torch.randn(5, 3, generator=generator, dtype=F64)
+    field = MLP(W1, b1, W2, b2, activation="relu")
+    field.velocity(Empirical(x))
+    W1.mul_(2.0)  # the field holds W1 itself
+    fresh = MLP(W1.clone(), b1, W2, b2, activation="relu")
+    torch.testing.assert_close(field.velocity(Empirical(x)), fresh.velocity(Empirical(x)),
+                               rtol=0, atol=0)  # fmt: skip
+    single = field.velocity(Empirical(x.float()))
+    assert single.dtype == torch.float32
+    torch.testing.assert_close(single, fresh.velocity(Empirical(x.float())), rtol=0, atol=0)
+    assert field.velocity(Empirical(x)).dtype == F64
+    moving = MLP(lambda t: (1 + t) * W1, b1, W2, b2, activation="relu")
+    for t in (0.0, 0.5, 0.0):
+        expected = MLP((1 + t) * W1, b1, W2, b2, activation="relu").velocity(Empirical(x))
+        torch.testing.assert_close(moving.velocity(Empirical(x), t=t), expected, rtol=0, atol=0)
+
+
 def test_gradients_to_points_and_weights():
     generator = torch.Generator().manual_seed(3)
     W1, b1, W2, b2 = (p.requires_grad_() for p in _weights(generator, d=2, m=3))

@@ -225,3 +225,31 @@ def test_bad_input_is_refused_with_a_clear_message():
         Normalized(field, "pre-ln").energy(uniform_on_sphere(4, 3))
     with pytest.raises(ValueError, match="Clustered event reads the diameter"):
         integrate(field, g, 1.0, events=(Clustered(),))
+
+
+def test_a_pre_norm_normalises_own_tokens_once_and_new_points_apart(monkeypatch):
+    """At μ's own tokens (a flow's call) the pre-norm is applied once, keys and queries
+    alike; at other points x the keys and the queries are normalised each from their own
+    tokens (exact: the same arithmetic as the explicit Γ[N#μ](N(x)))."""
+    import tpde.fields.norms.schemes as schemes
+    from tpde.fields import RMSNorm
+
+    generator = torch.Generator().manual_seed(7)
+    d = 3
+    Q, K, V = (torch.randn(d, d, generator=generator, dtype=torch.float64) for _ in range(3))
+    inner = Softmax(Q, K, V)
+    field = Normalized(inner, RMSNorm(eps=1e-6))
+    mu = Empirical(torch.randn(6, d, generator=generator, dtype=torch.float64))
+    x = torch.randn(4, d, generator=generator, dtype=torch.float64)
+    calls = []
+    original = schemes.rms_norm
+    monkeypatch.setattr(schemes, "rms_norm", lambda *a: calls.append(1) or original(*a))
+    own = field.particle_velocity(0.0, mu, mu.points, "dense", own=True)
+    assert len(calls) == 1
+    keys = mu.with_points(original(mu.points, 1.0, 1e-6))
+    expected = inner.particle_velocity(0.0, keys, keys.points, "dense")
+    torch.testing.assert_close(own, expected, rtol=0, atol=0)
+    at_x = field.particle_velocity(0.0, mu, x, "dense", own=False)
+    assert len(calls) == 3
+    expected = inner.particle_velocity(0.0, keys, original(x, 1.0, 1e-6), "dense")
+    torch.testing.assert_close(at_x, expected, rtol=0, atol=0)

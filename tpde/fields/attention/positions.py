@@ -156,11 +156,12 @@ class RoPE(PositionalEncoding):
     def _table(self, positions: torch.Tensor, head_dim: int, dtype, length) -> tuple:
         """The tables of :func:`_cos_sin`, remembered for the last positions tensor (a flow's
         positions never change, and queries and keys share them): recomputed when the tensor,
-        its version counter (in-place edits), the head dimension, the dtype or L change."""
+        its version counter (in-place edits), the head dimension, the dtype or L change;
+        equal RoPEs (a model's layers) share the last table (:func:`_shared_cos_sin`)."""
         key = (positions, positions._version, head_dim, dtype, length)
         cached = self.__dict__.get("_cached")
         if cached is None or cached[0][0] is not positions or cached[0][1:] != key[1:]:
-            cached = (key, _cos_sin(self, positions, head_dim, dtype, length))
+            cached = (key, _shared_cos_sin(self, key))
             object.__setattr__(self, "_cached", cached)  # not a field: no effect on ==, hash
         return cached[1]
 
@@ -287,6 +288,27 @@ class ALiBi(PositionalEncoding):
             slopes = _float32_slopes(self.slopes, heads).to(device=positions.device, dtype=low)
             bias = (slopes.unsqueeze(-1) * positions.to(low)).to(positions.dtype)
         return bias if self.scale == 1.0 else bias * self.scale
+
+
+#: The last tables of :func:`_shared_cos_sin`: ((RoPE, positions, version, d_h, dtype, L),
+#: tables), or None.
+_LAST_TABLE: list = [None]
+
+
+def _shared_cos_sin(rope: RoPE, key: tuple) -> tuple:
+    """The tables of :func:`_cos_sin` for ``key`` = (positions, version, d_h, dtype, L),
+    shared by equal RoPEs (a model's layers each hold their own, equal RoPE: one table per
+    forward pass instead of one per layer); recomputed when the RoPE (by ==), the positions
+    tensor, its version counter, d_h, the dtype or L differ from the last call's."""
+    last = _LAST_TABLE[0]
+    if last is not None:
+        (other, positions, *rest), tables = last
+        if positions is key[0] and tuple(rest) == key[1:] and (other is rope or other == rope):
+            return tables
+    positions, _, head_dim, dtype, length = key
+    tables = _cos_sin(rope, positions, head_dim, dtype, length)
+    _LAST_TABLE[0] = ((rope, *key), tables)
+    return tables
 
 
 def _cos_sin(rope: RoPE, positions: torch.Tensor, head_dim: int, dtype, length=None) -> tuple:

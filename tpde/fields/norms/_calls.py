@@ -44,8 +44,10 @@ def _on_sphere(field, t, mu, x, engine, info):
 
 
 def _normalised_call(norm, field, t, mu, x, engine, info):
-    """(Γ[N#μ](N(x)), N(x), N#μ): the field on normalised keys and queries."""
-    keys, queries = mu.with_points(norm(mu.points)), norm(x)  # Normalized says if x are μ's
+    """(Γ[N#μ](N(x)), N(x), N#μ): the field on normalised keys and queries. Where x is μ's
+    own points tensor (a flow's call) N is applied once: the queries are the keys' tensor."""
+    queries = norm(x)
+    keys = mu.with_points(queries if x is mu.points else norm(mu.points))
     return field.particle_velocity(t, keys, queries, engine, info), queries, keys
 
 

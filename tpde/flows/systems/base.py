@@ -141,7 +141,7 @@ class System:
                 ok = ok.clone()
                 ok[suspect] = torch.isfinite(low) & torch.isfinite(high)
             flags.append(ok)
-        return torch.stack(flags).all(dim=0)
+        return flags[0] if len(flags) == 1 else torch.stack(flags).all(dim=0)
 
     def error_norm(self, error, y0, y1, rtol: float, atol: float) -> torch.Tensor:
         """RMS of error / (atol + rtol·max(|y0|, |y1|)) per element (Hairer's norm)."""
