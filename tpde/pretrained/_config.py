@@ -455,15 +455,8 @@ def _switched(raw: dict, entry: Family, got: dict, window, n: Naming):
     if not raw.get(entry.window_switch, False):
         window = None
     layers = got["layers"]
-    kinds = raw.get("layer_types")
-    if kinds is not None:
-        if not isinstance(kinds, list) or len(kinds) != layers:
-            raise LoadError(
-                f"config.json: layer_types must list one type per layer ({layers}); received "
-                f"{kinds!r}."
-            )
-        local = tuple(kind == "sliding_attention" for kind in kinds)
-    else:
+    local = _layer_types(raw, layers)
+    if local is None:
         first = n.integer(got["window_from"], entry.keys["window_from"][0], low=0)
         local = tuple(window is not None and l >= first for l in range(layers))
     if not any(local):
@@ -478,6 +471,19 @@ def _switched(raw: dict, entry: Family, got: dict, window, n: Naming):
     return window, local
 
 
+def _layer_types(raw: dict, layers: int) -> tuple[bool, ...] | None:
+    """config.json's ``layer_types`` as a flag per layer (True: ``sliding_attention``), or
+    None where the file has none."""
+    kinds = raw.get("layer_types")
+    if kinds is None:
+        return None
+    if not isinstance(kinds, list) or len(kinds) != layers:
+        raise LoadError(
+            f"config.json: layer_types must list one type per layer ({layers}); received {kinds!r}."
+        )
+    return tuple(kind == "sliding_attention" for kind in kinds)
+
+
 def _optional_positive(got: dict, keys: dict, name: str, n: Naming):
     value = got.get(name)
     return None if value is None else n.positive(value, keys[name])
@@ -488,14 +494,9 @@ def _local_layers(raw: dict, entry: Family, layers: int, n: Naming) -> tuple[boo
     (``sliding_window_pattern`` in the file overrides it): layer l global iff (l + 1) % p = 0."""
     if entry.window_pattern is None:
         return None
-    kinds = raw.get("layer_types")
-    if kinds is not None:
-        if not isinstance(kinds, list) or len(kinds) != layers:
-            raise LoadError(
-                f"config.json: layer_types must list one type per layer ({layers}); received "
-                f"{kinds!r}."
-            )
-        return tuple(kind == "sliding_attention" for kind in kinds)
+    local = _layer_types(raw, layers)
+    if local is not None:
+        return local
     pattern = raw.get("sliding_window_pattern", entry.window_pattern)
     pattern = n.integer(pattern, "sliding_window_pattern")
     return tuple(bool((l + 1) % pattern) for l in range(layers))

@@ -28,9 +28,23 @@ from tpde._validation import checked_integer
 from tpde.pretrained._checkpoint import LoadError
 from tpde.pretrained.families.base import ALL_BIASES, REQUIRED, SCORE_HEAD, Family, register
 
-__all__ = ["BLOOM"]
+__all__ = ["BLOOM", "BLOOM_NAMES"]
 
 _H = "transformer.h.{l}."
+
+#: Role → weight name of BLOOM's layout (Falcon's, without the embedding LayerNorm).
+BLOOM_NAMES = {
+    "embed": "transformer.word_embeddings",
+    "embed_norm": "transformer.word_embeddings_layernorm",
+    "final_norm": "transformer.ln_f",
+    "head": "lm_head",
+    "attn_norm": _H + "input_layernorm",
+    "qkv": _H + "self_attention.query_key_value",
+    "o": _H + "self_attention.dense",
+    "mlp_norm": _H + "post_attention_layernorm",
+    "fc1": _H + "mlp.dense_h_to_4h",
+    "fc2": _H + "mlp.dense_4h_to_h",
+}
 
 
 def _variant(raw: dict) -> Family:
@@ -68,18 +82,7 @@ BLOOM = register(
             "tied": ("tie_word_embeddings", True),
         },
         honoured={"apply_residual_connection_post_layernorm": (False,)},
-        names={
-            "embed": "transformer.word_embeddings",
-            "embed_norm": "transformer.word_embeddings_layernorm",
-            "final_norm": "transformer.ln_f",
-            "head": "lm_head",
-            "attn_norm": _H + "input_layernorm",
-            "qkv": _H + "self_attention.query_key_value",
-            "o": _H + "self_attention.dense",
-            "mlp_norm": _H + "post_attention_layernorm",
-            "fc1": _H + "mlp.dense_h_to_4h",
-            "fc2": _H + "mlp.dense_4h_to_h",
-        },
+        names=BLOOM_NAMES,
         biases={**ALL_BIASES, "qkv": True},
         norm="layernorm",
         placement="pre",

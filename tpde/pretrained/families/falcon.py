@@ -37,6 +37,7 @@ import dataclasses
 from tpde._validation import checked_integer
 from tpde.pretrained._checkpoint import LoadError
 from tpde.pretrained.families.base import REQUIRED, SCORE_HEAD, Family, GGUFMap, register
+from tpde.pretrained.families.bloom import BLOOM_NAMES
 
 __all__ = ["FALCON"]
 
@@ -120,17 +121,7 @@ FALCON = register(
             "tied": ("tie_word_embeddings", True),
         },
         honoured={},
-        names={
-            "embed": "transformer.word_embeddings",
-            "final_norm": "transformer.ln_f",
-            "head": "lm_head",
-            "attn_norm": _H + "input_layernorm",
-            "qkv": _H + "self_attention.query_key_value",
-            "o": _H + "self_attention.dense",
-            "mlp_norm": _H + "post_attention_layernorm",
-            "fc1": _H + "mlp.dense_h_to_4h",
-            "fc2": _H + "mlp.dense_4h_to_h",
-        },
+        names={r: t for r, t in BLOOM_NAMES.items() if r != "embed_norm"},
         biases=dict.fromkeys(("qkv", "o", "fc1", "fc2"), ("bias", False)),
         norm="layernorm",
         placement="pre",

@@ -15,7 +15,21 @@ from tpde.pretrained.families.base import (
     register,
 )
 
-__all__ = ["GPT2", "GPT_ALIASES", "GPT_KEYS"]
+__all__ = ["GPT2", "GPT_ALIASES", "GPT_KEYS", "GPT_NAMES"]
+
+#: Role → weight name of GPT-2's layout (GPT-BigCode keeps it, with nn.Linear weights).
+GPT_NAMES = {
+    "embed": "transformer.wte",
+    "positions": "transformer.wpe",
+    "final_norm": "transformer.ln_f",
+    "head": "lm_head",
+    "attn_norm": "transformer.h.{l}.ln_1",
+    "qkv": "transformer.h.{l}.attn.c_attn",
+    "o": "transformer.h.{l}.attn.c_proj",
+    "mlp_norm": "transformer.h.{l}.ln_2",
+    "fc1": "transformer.h.{l}.mlp.c_fc",
+    "fc2": "transformer.h.{l}.mlp.c_proj",
+}
 
 #: GPT-2's config keys, which GPT-J shares (GPT-J adds rotary_dim and unties the head).
 GPT_KEYS = {
@@ -50,18 +64,7 @@ GPT2 = register(
             "scale_attn_by_inverse_layer_idx": (False,),
             "add_cross_attention": (False,),
         },
-        names={
-            "embed": "transformer.wte",
-            "positions": "transformer.wpe",
-            "final_norm": "transformer.ln_f",
-            "head": "lm_head",
-            "attn_norm": "transformer.h.{l}.ln_1",
-            "qkv": "transformer.h.{l}.attn.c_attn",
-            "o": "transformer.h.{l}.attn.c_proj",
-            "mlp_norm": "transformer.h.{l}.ln_2",
-            "fc1": "transformer.h.{l}.mlp.c_fc",
-            "fc2": "transformer.h.{l}.mlp.c_proj",
-        },
+        names=GPT_NAMES,
         biases={**ALL_BIASES, "qkv": True},
         norm="layernorm",
         placement="pre",

@@ -12,7 +12,7 @@ import dataclasses
 
 from tpde.pretrained._checkpoint import LoadError
 from tpde.pretrained.families.base import ALL_BIASES, SCORE_HEAD, Family, register
-from tpde.pretrained.families.gpt2 import GPT_ALIASES, GPT_KEYS
+from tpde.pretrained.families.gpt2 import GPT_ALIASES, GPT_KEYS, GPT_NAMES
 
 __all__ = ["GPT_BIGCODE"]
 
@@ -39,18 +39,7 @@ GPT_BIGCODE = register(
             "tied": ("tie_word_embeddings", True),
         },
         honoured={"scale_attn_weights": (True,), "add_cross_attention": (False,)},
-        names={
-            "embed": "transformer.wte",
-            "positions": "transformer.wpe",
-            "final_norm": "transformer.ln_f",
-            "head": "lm_head",
-            "attn_norm": "transformer.h.{l}.ln_1",
-            "qkv": "transformer.h.{l}.attn.c_attn",
-            "o": "transformer.h.{l}.attn.c_proj",
-            "mlp_norm": "transformer.h.{l}.ln_2",
-            "fc1": "transformer.h.{l}.mlp.c_fc",
-            "fc2": "transformer.h.{l}.mlp.c_proj",
-        },
+        names=GPT_NAMES,
         biases={**ALL_BIASES, "qkv": True},
         norm="layernorm",
         placement="pre",
