@@ -140,9 +140,8 @@ def main() -> None:
     rows = []
     for key in ["minilm"] if args.quick else args.models:
         title, getter = MODELS[key]
-        size32 = checkpoint_size(getattr(pretrained, getter)(), torch.float32)
-        size64 = checkpoint_size(getattr(pretrained, getter)(), torch.float64)
-        mib = 2.0**20
+        path = getattr(pretrained, getter)()
+        size32, size64 = (checkpoint_size(path, dtype) for dtype in (torch.float32, torch.float64))
         runs = {how: run(getter, how) for how in ("headers", "stream", "load")}
         diff = largest_difference(runs["stream"]["tables"], runs["load"]["tables"])
         mib = 2.0**20

@@ -117,13 +117,14 @@ def tables(x: torch.Tensor, K: int, store: Buffers | None) -> torch.Tensor:
     return out
 
 
-def _pairwise(t: torch.Tensor) -> torch.Tensor:
-    """Σ over dimension 1 by halves (rounding ∝ log₂ of its length)."""
-    while t.shape[1] > 1:
-        half = t.shape[1] // 2
-        paired = t[:, :half] + t[:, half : 2 * half]
-        t = torch.cat([paired, t[:, 2 * half :]], 1) if t.shape[1] % 2 else paired
-    return t[:, 0]
+def pairwise_sum(t: torch.Tensor) -> torch.Tensor:
+    """Σ over the first dimension by halves (a tree): rounding grows like log₂ of its length,
+    not like the length (a running sum of 2000 × (1/2000) is 1 − 5.5e-14)."""
+    while t.shape[0] > 1:
+        half = t.shape[0] // 2
+        paired = t[:half] + t[half : 2 * half]
+        t = torch.cat([paired, t[2 * half :]]) if t.shape[0] % 2 else paired
+    return t[0]
 
 
 def _chunked(left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
@@ -138,7 +139,7 @@ def _chunked(left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
     count = left.shape[-1] // chunk
     left = left.unflatten(-1, (count, chunk)).transpose(1, 2)  # (B, count, r, chunk)
     right = right.unflatten(-1, (count, chunk)).permute(0, 2, 3, 1)  # (B, count, chunk, k)
-    return _pairwise(left @ right)
+    return pairwise_sum((left @ right).movedim(1, 0))
 
 
 def moments(x: torch.Tensor, w: torch.Tensor, L: int, store: Buffers | None):

@@ -74,7 +74,7 @@ import math
 import torch
 
 from tpde._engines import _harmonic_passes as passes
-from tpde._engines._harmonic_passes import flops
+from tpde._engines._harmonic_passes import flops, pairwise_sum
 from tpde._engines.spectral import _blocks, _recurrence_length, degree_estimate
 
 __all__ = [
@@ -269,16 +269,6 @@ def sphere_sums(points: torch.Tensor, weights: torch.Tensor, beta, L: int | None
                   rows=rows)  # fmt: skip
     out = torch.cat(out, dim=-1).transpose(-1, -2)  # (B, n, 4)
     return out.reshape(*batch, *out.shape[-2:])
-
-
-def pairwise_sum(t: torch.Tensor) -> torch.Tensor:
-    """Σ over the first dimension by halves (a tree): rounding grows like log₂ of its length,
-    not like the length (a running sum of 2000 × (1/2000) is 1 − 5.5e-14)."""
-    while t.shape[0] > 1:
-        half = t.shape[0] // 2
-        paired = t[:half] + t[half : 2 * half]
-        t = torch.cat([paired, t[2 * half :]]) if t.shape[0] % 2 else paired
-    return t[0]
 
 
 def softmax_average_harmonics(points, weights, beta, L=None) -> torch.Tensor:

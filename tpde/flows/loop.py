@@ -58,7 +58,7 @@ import warnings
 import numpy as np
 import torch
 
-from tpde.flows.saving import DenseSaves, LandingSaves
+from tpde.flows.saving import DenseSaves, LandingSaves, extreme
 from tpde.flows.smoothness import ObservedOrder
 from tpde.flows.status import Status, status_array
 from tpde.flows.trajectory import Trajectory
@@ -76,15 +76,6 @@ HOPELESS_STEPS = 100
 # stretch before the flow relaxes, e.g. the rank histograms' first time unit of 8100) must
 # not be judged by its early steps.
 HOPELESS_AFTER = 0.1
-
-
-def _extreme(values: np.ndarray, mask: np.ndarray, op) -> float:
-    """``op`` (np.max or np.min) of ``values`` where ``mask`` holds, as a float; the mask
-    holds somewhere. An unbatched run's 0-d arrays: the value itself (a boolean index of a
-    0-d array costs more than the rest of the reduction)."""
-    if values.ndim == 0:
-        return float(values)
-    return float(op(values[mask]))
 
 
 def _collapse_floor(t: np.ndarray) -> np.ndarray:
@@ -230,7 +221,7 @@ class Loop:
             target = saves.target(t1)
             moving = self.active & (t < target)
             if self.synchronous and moving.any():
-                clock = _extreme(t, moving, np.max)
+                clock = extreme(t, moving, np.max)
                 target = min([target, *(b for b in jumps if b > clock)])
                 moving = self.active & (t < target)
             if not moving.any():
@@ -245,7 +236,7 @@ class Loop:
             if over.any():
                 self._stop(over, Status.MAX_STEPS, t)
                 continue
-            clock = _extreme(t, moving, np.min)
+            clock = extreme(t, moving, np.min)
             if system.enter(clock):
                 k1 = None  # a cached derivative belongs to the previous piece
             rhs.active = self._active_mask(state[0])
@@ -264,7 +255,7 @@ class Loop:
             remaining = target - t
             landing = moving & (remaining <= h_prop * (1 + 1e-9))
             h_try = np.where(moving, np.where(landing, remaining, h_prop), 0.0)
-            h_clock = _extreme(h_try, moving, np.max) if self.synchronous else 0.0
+            h_clock = extreme(h_try, moving, np.max) if self.synchronous else 0.0
             new, error, k_new = self._unpack(
                 method.step(
                     rhs, clock, state, self._steps_for(h_try, state[0]), k1, h_clock=h_clock
@@ -486,7 +477,7 @@ class Loop:
             self.need_derivative or saves.needs_derivative(t, t_new, advanced)
         ):
             rhs.active = self._active_mask(state[0])
-            k_new = rhs(_extreme(t_new, advanced, np.max), new)  # at every element's own state
+            k_new = rhs(extreme(t_new, advanced, np.max), new)  # at every element's own state
         for i, event in enumerate(self.events):
             check = advanced & self.active
             if check.any():

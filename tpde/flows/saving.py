@@ -32,6 +32,15 @@ import torch
 __all__ = ["DenseSaves", "LandingSaves"]
 
 
+def extreme(values: np.ndarray, mask: np.ndarray, op) -> float:
+    """``op`` (np.max or np.min) of ``values`` where ``mask`` holds, as a float; the mask
+    holds somewhere. An unbatched run's 0-d arrays: the value itself (a boolean index of a
+    0-d array costs more than the rest of the reduction)."""
+    if values.ndim == 0:
+        return float(values)
+    return float(op(values[mask]))
+
+
 class LandingSaves:
     """Save times as landing targets (module notes); ``times=None`` saves every step."""
 
@@ -56,7 +65,7 @@ class LandingSaves:
 
     def after_step(self, t, t_new, old, new, f_old, f_new, advanced, system) -> None:
         if self.pending is None and advanced.any():
-            self.times.append(float(t_new) if t_new.ndim == 0 else float(t_new[advanced].max()))
+            self.times.append(extreme(t_new, advanced, np.max))
             self.states.append(new)
 
     def finish(self, t_end: float, state, t, system):
