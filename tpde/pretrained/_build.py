@@ -9,8 +9,6 @@ shape: each named), and only then are tensors read and fields built.
 
 from __future__ import annotations
 
-import math
-
 from tpde.fields import (
     MLP,
     ALiBi,
@@ -248,17 +246,18 @@ def _attention(p: dict, cfg: ModelConfig, entry: Family, l: int) -> GroupedQuery
         "q_norm": _qk_norm(p.get("q_norm"), cfg, entry, cfg.heads),
         "k_norm": _qk_norm(p.get("k_norm"), cfg, entry, cfg.kv_heads),
     }
-    rope = _alibi(cfg, entry)
     if entry.rotary:
         style = entry.facts.get("rope_style", "half")
         rope = RoPE(
             base=cfg.layer_rope_base(l), dims=cfg.rotary_dims, style=style,
             scaling=cfg.layer_rope_scaling(l),
         )  # fmt: skip
+    else:
+        rope = _alibi(cfg, entry)
     return GroupedQueryAttention(
         p["q"]["weight"], p["k"]["weight"], p["v"]["weight"], p["o"]["weight"],
         cfg.heads, cfg.kv_heads,
-        scale=1 / math.sqrt(cfg.head_dim) if cfg.attention_scale is None else cfg.attention_scale,
+        scale=cfg.score_scale,
         position=rope, causal=entry.causal, window=cfg.layer_window(l), bq=p["q"]["bias"],
         bk=p["k"]["bias"], bv=p["v"]["bias"], bo=p["o"]["bias"], q_norm=norms["q_norm"],
         k_norm=norms["k_norm"], softcap=cfg.attn_softcap, clip=cfg.clip_qkv,
@@ -271,9 +270,7 @@ def _alibi(cfg: ModelConfig, entry: Family) -> ALiBi | None:
     before the scaling)."""
     if entry.alibi is None:
         return None
-    scale = 1.0
-    if entry.alibi.get("scaled"):
-        scale = 1 / math.sqrt(cfg.head_dim) if cfg.attention_scale is None else cfg.attention_scale
+    scale = cfg.score_scale if entry.alibi.get("scaled") else 1.0
     return ALiBi(rounding=entry.alibi.get("rounding"), scale=scale)
 
 
@@ -284,17 +281,12 @@ def _split_qkv(fused: dict, cfg: ModelConfig, entry: Family) -> dict:
     "per_group": Falcon's new decoder architecture)."""
     q, kv = cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
     w, b = fused["weight"], fused["bias"]
-    if entry.facts.get("qkv_layout") == "per_group":
+    if entry.facts.get("qkv_layout") in ("per_group", "per_head"):  # per head: g = H
         g, k = cfg.kv_heads, cfg.head_dim
         ws = w.reshape(g, -1, k, w.shape[-1]).split((cfg.heads // g, 1, 1), 1)
         ws = [x.reshape(-1, w.shape[-1]) for x in ws]
         bs = None if b is None else [x.reshape(-1) for x in b.reshape(g, -1, k).split(
             (cfg.heads // g, 1, 1), 1)]  # fmt: skip
-    elif entry.facts.get("qkv_layout") == "per_head":  # heads == kv_heads (checked: no GQA)
-        h, k = cfg.heads, cfg.head_dim
-        ws = w.reshape(h, 3, k, -1).unbind(1)
-        ws = [x.reshape(h * k, -1) for x in ws]
-        bs = [x.reshape(h * k) for x in b.reshape(h, 3, k).unbind(1)] if b is not None else None
     else:
         ws = w.split((q, kv, kv), 0)
         bs = b.split((q, kv, kv), 0) if b is not None else None

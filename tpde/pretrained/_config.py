@@ -4,6 +4,7 @@ not implement is refused naming the key (:func:`read_hyper`)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from tpde._validation import checked_integer, checked_positive
@@ -107,6 +108,14 @@ class ModelConfig:
     top_k: int | None = None
     normalize_top_k: bool = True
     shared_hidden: int | None = None
+
+    @property
+    def score_scale(self) -> float:
+        """The factor of the attention scores: ``attention_scale`` where the family sets it,
+        else 1/√d_h."""
+        return (
+            1 / math.sqrt(self.head_dim) if self.attention_scale is None else self.attention_scale
+        )
 
     @property
     def rms_eps(self) -> float:

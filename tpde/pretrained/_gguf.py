@@ -21,7 +21,7 @@ readings — unless its value changes nothing within the file's context (a windo
 "none", or of at least ``context_length``; read as llama.cpp reads it, no window) —, and a
 file without a key the map lists as ``required`` (Gemma's window). What the
 file does not carry comes from the family's defaults (its documented facts) and its
-``derived`` and ``computed`` keys; the vocabulary size from the tokens when the file has no
+``computed`` keys; the vocabulary size from the tokens when the file has no
 ``vocab_size`` (from ``token_embd.weight``'s rows when it has no vocabulary either);
 the head is tied when the file has no ``output.weight``. Tensor names: gguf-py's
 ``TensorNameMap`` of the architecture (llama.cpp's own table) maps each of the family's
@@ -174,9 +174,6 @@ def gguf_config(
     for target, (name, held, absent) in spec.flags.items():
         raw[target] = held if name in shapes else absent
     _llama_cpp_defaults(raw, family)
-    for target, origin in spec.derived.items():
-        if origin in raw:
-            raw[target] = raw[origin]
     for target, rule in spec.computed.items():
         value = rule(raw)
         if value is not None:

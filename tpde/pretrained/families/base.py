@@ -64,8 +64,6 @@ class GGUFMap:
         The config.json ``model_type`` the file stands for.
     keys : dict
         Further GGUF metadata keys (without the ``<arch>.`` prefix) → config.json key.
-    derived : dict
-        config.json key → the config.json key whose value it takes (what the file omits).
     equal : dict
         Further GGUF metadata keys → the hyper-parameter (an attribute of the config record,
         :class:`~tpde.pretrained._config.ModelConfig`) they must equal (checked, else
@@ -143,7 +141,6 @@ class GGUFMap:
     architecture: str
     model_type: str
     keys: dict = field(default_factory=dict)
-    derived: dict = field(default_factory=dict)
     equal: dict = field(default_factory=dict)
     stored_gain_offset: float = 0.0
     permuted: dict = field(default_factory=dict)
