@@ -186,7 +186,7 @@ def _bool_flags(entry: Family) -> list:
     """The config keys the entry reads as booleans (biases, optional roles, parallel)."""
     flags = [f for f in entry.biases.values() if isinstance(f, str | tuple)]
     flags += list(entry.optional.values()) + [entry.window_switch] * bool(entry.window_switch)
-    return flags + ([entry.parallel] if isinstance(entry.parallel, str) else [])
+    return flags + ([entry.parallel] if isinstance(entry.parallel, str | tuple) else [])
 
 
 def _check_bools(raw: dict, entry: Family) -> None:
@@ -416,10 +416,7 @@ def _parallel(raw: dict, entry: Family) -> bool:
     if not isinstance(entry.parallel, str | tuple):
         return bool(entry.parallel)
     key, default = (entry.parallel, True) if isinstance(entry.parallel, str) else entry.parallel
-    value = raw.get(key, default)
-    if not isinstance(value, bool):
-        raise LoadError(f"config.json: {key} must be true or false; received {value!r}.")
-    return value
+    return raw.get(key, default)  # a bool: _check_bools read it first
 
 
 def _multipliers(got: dict, keys: dict, entry: Family, n: Naming) -> dict:
