@@ -28,8 +28,9 @@ fifth module is the BPE tokenizer builder, absent for a file without a vocabular
 Gemma-3 GGUF 4, 0, 12 (was 9, 0, 82). After the GGUF round (branch ``gguf``: the container
 check, the RoPE-frequency reader and the families' own GGUF hooks in their own files): llama
 folder 4, 0, 13; llama GGUF 7, 0, 15 (loader, _gguf, _gguf_container, _gguf_rope, _config,
-_build, _bpe); Gemma-3 GGUF 7, 0, 15 (families/gemma2 in place of _bpe). Still no return
-to a module left; the GGUF stage is now three files instead of one.
+_build, _bpe); Gemma-3 GGUF 7, 0, 15 (families/gemma2 in place of _bpe). With the layout
+reversals of branch ``gguf2`` in ``_gguf_layout``: llama GGUF 8, 0, 24; Gemma-3 GGUF 7, 0, 17.
+Still no return to a module left; the GGUF stage is now four files instead of one.
 """
 
 from __future__ import annotations
