@@ -20,8 +20,8 @@ import torch
 
 from tests.pretrained.test_gguf_converted import (
     CASES,
-    _transformers_reads,
     N,
+    _transformers_reads,
     errors,
     outputs,
     tiny,

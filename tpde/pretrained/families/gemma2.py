@@ -22,9 +22,9 @@ GGUF: llama.cpp's ``gemma2`` files, norm gains stored as 1 + w, the head tied. T
 soft-caps and the window, which llama.cpp reads as optional (``llama_model::load_hparams``,
 LLM_ARCH_GEMMA2): a file without one takes llama.cpp's default (window 4096, soft-caps 50 and
 30, ``llama_hparams``' initial values), Gemma-2's too. They carry neither the RoPE base
-(llama.cpp's default 10⁴, Gemma-2's) nor query_pre_attn_scalar: llama.cpp scales scores by 1/√head_dim, by 1/√(d/H) for the 46-layer
-model (27B, whose query_pre_attn_scalar is d/H = 144) — :func:`llamacpp_query_scalar`, as
-Gemma-3's entry (62 layers for its 27B).
+(llama.cpp's default 10⁴, Gemma-2's) nor query_pre_attn_scalar: llama.cpp scales scores by
+1/√head_dim, by 1/√(d/H) for the 46-layer model (27B, whose query_pre_attn_scalar is
+d/H = 144) — :func:`llamacpp_query_scalar`, as Gemma-3's entry (62 layers for its 27B).
 """
 
 from __future__ import annotations
