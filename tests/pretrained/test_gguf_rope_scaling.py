@@ -157,7 +157,7 @@ def _transformers_scaled(name: str, tmp_path, **options):
     by its own ``ROPE_INIT_FUNCTIONS`` and rotary ``forward`` in float64 —
     tests/pretrained/rope_oracle.py —, norms and softmax as in test_gguf_converted; the file,
     the folder)."""
-    case = SCALED[name][0]
+    case = WEIGHTS[name][0]
     _transformers_reads(case)
     folder, file = write_pair(name, tmp_path, vocabulary=True)
     if "config" in options:
@@ -205,19 +205,32 @@ def test_scaled_file_against_transformers_gguf_loader(name, monkeypatch, tmp_pat
     )
 
 
-@pytest.mark.parametrize("name", list(SCALED))
+#: name → (case of test_gguf_converted, tolerance, tokens, rope_type): the scaled files whose
+#: weights transformers' loader reads; "phi3-longrope" (test_gguf_converted's: C₀ = 4, the 9
+#: tokens take the long factors; partial rotary), whose LongRoPE factors and
+#: rope.dimension_count the loader does not read either.
+WEIGHTS = {
+    **{n: (case, tolerance, L, params["rope_type"])
+       for n, (case, params, _, tolerance) in SCALED.items()},
+    "phi3-longrope": ("phi3", 1e-12, 9, "longrope"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(WEIGHTS))
 def test_scaled_file_equals_transformers_gguf_weights_with_the_checkpoints_scaling(
     name, monkeypatch, tmp_path
 ):
     """The weights transformers' GGUF loader reads from the file (its own un-permutation of a
     llama file's rows), with the checkpoint's config (its ``rope_parameters``: the scaling,
-    evaluated by transformers' ROPE_INIT_FUNCTIONS in float64), against tpde's model of the
-    file: within the case's tolerance (float64; measured ≤ 1.2e-15; "llama3-ramp": the
-    file's float32 divisors, 1e-6, measured 4.9e-8)."""
-    ids = torch.randint(3, 40, (L,), generator=torch.Generator().manual_seed(1))
+    evaluated by transformers' ROPE_INIT_FUNCTIONS in float64; Phi-3's partial rotary too),
+    against tpde's model of the file: within the case's tolerance (float64; measured
+    ≤ 1.2e-15, phi3-longrope 9.5e-16; "llama3-ramp": the file's float32 divisors, 1e-6,
+    measured 4.9e-8)."""
+    _, tolerance, tokens, kind = WEIGHTS[name]
+    ids = torch.randint(3, 40, (tokens,), generator=torch.Generator().manual_seed(1))
     _without_biases(name, monkeypatch)
     with _transformers_scaled(name, tmp_path, config=True) as (hf, file):
-        assert hf.config.rope_parameters["rope_type"] == SCALED[name][1]["rope_type"]
+        assert hf.config.rope_parameters["rope_type"] == kind
         measured = transformers_errors(load(file, dtype=torch.float64), hf, ids)
     assert measured.pop("argmax")
-    assert max(measured.values()) < SCALED[name][3], measured
+    assert max(measured.values()) < tolerance, measured
