@@ -219,3 +219,15 @@ def test_an_alpha_without_factors_is_refused_by_name(tmp_path):
                                         r"\['phi3\.rope\.scaling\.attn_factor'\]\) is a RoPE "
                                         r"scaling tpde does not read"):  # fmt: skip
         load(path)
+
+
+def test_sizes_and_weights_only_scores_read_no_window_and_do_not_warn(windowed):
+    """checkpoint_size and weight_scores: no window changes their results (bytes; scores of
+    the weights alone), so a binding window is not warned there."""
+    from tpde.pretrained import checkpoint_size, weight_scores
+
+    file, folder, _ = windowed
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert checkpoint_size(file).total == checkpoint_size(folder).total
+        assert len(weight_scores(file, layers=[0]).reports) > 0

@@ -182,7 +182,7 @@ def checkpoint_size(path, dtype: torch.dtype = torch.float64) -> CheckpointSize:
     :class:`CheckpointSize`.
     """
     check_float_dtype(dtype)
-    source = _open(path)
+    source = _open(path, window_matters=False)
     cfg, _, expected = plan(source)
     return _size(source, cfg, expected, dtype)
 
@@ -246,9 +246,11 @@ def check_memory(source: Source, expected: dict, dtype, max_memory) -> None:
         )
 
 
-def _open(path, gguf_window=None) -> Source:
+def _open(path, gguf_window=None, *, window_matters=True) -> Source:
     """The checkpoint at ``path`` read as far as its headers, by the reader of its kind
-    (``gguf_window`` as :func:`load`'s)."""
+    (``gguf_window`` as :func:`load`'s). ``window_matters`` False: for a caller whose result
+    no sliding window changes (sizes, weights-only scores), a GGUF file's window llama.cpp
+    turns off is read as llama.cpp's, without a warning."""
     if not isinstance(path, str | os.PathLike):
         raise TypeError(f"path must be a str or a Path (a model folder or a .gguf file); "
                         f"received {path!r}.")  # fmt: skip
@@ -262,7 +264,7 @@ def _open(path, gguf_window=None) -> Source:
     if path.is_file():
         from tpde.pretrained._gguf import open_gguf
 
-        return open_gguf(path, gguf_window)
+        return open_gguf(path, gguf_window if window_matters else "llama.cpp")
     if gguf_window is not None:
         raise ValueError(
             f"gguf_window={gguf_window!r} reads a GGUF file's window, but {path} is a folder, "
