@@ -62,6 +62,8 @@ CASES = {
     "llama-tied": ("LlamaConfig", {**_SMALL, "tie_word_embeddings": True}, "LlamaForCausalLM"),
     "qwen2": ("Qwen2Config", _SMALL, "Qwen2ForCausalLM"),
     "qwen3": ("Qwen3Config", {**_SMALL, "head_dim": 128}, "Qwen3ForCausalLM"),
+    "gemma": ("GemmaConfig", {**_SMALL, "num_attention_heads": 2, "num_key_value_heads": 1,
+                              "head_dim": 32}, "GemmaForCausalLM"),  # head_dim ≠ d/H
     "gemma2": ("Gemma2Config", _GEMMA, "Gemma2ForCausalLM"),
     "gemma3": ("Gemma3TextConfig", {**_GEMMA, "num_hidden_layers": 3}, "Gemma3ForCausalLM"),
     "olmo2": ("Olmo2Config", {**_SMALL, "tie_word_embeddings": False}, "Olmo2ForCausalLM"),
@@ -174,7 +176,7 @@ def test_file_equals_the_folder_of_its_values(case, qtype, tmp_path):
 #: QK-norms (its default rotates a quarter of each head, the tiny "stablelm"'s;
 #: "stablelm-qk-parallel" is the folder's alone), nor a Falcon's layout (it builds every falcon
 #: file as multi-query Falcon-7B, the tiny "falcon": the other layouts are the folder's alone).
-#: Architectures it does not read (transformers 5: olmo2, phi2, gptneox) are skipped, naming
+#: Architectures it does not read (transformers 5: gemma, olmo2, phi2, gptneox) are skipped, naming
 #: the reason: their folder is their one oracle.
 HF_CASES = [case for case in CASES if case not in (
     "llama", "phi3-longrope", "stablelm-qk-parallel", "falcon-grouped", "falcon-grouped-one-norm",

@@ -5,11 +5,13 @@ llama.cpp's ``llama_model::load_hparams`` (``src/llama-model.cpp``): LLM_ARCH_GE
 n_swa = 4096 and reads ``attention.sliding_window``, ``attn_logit_softcapping`` and
 ``final_logit_softcapping`` with ``ml.get_key(…, false)`` (optional; the soft-caps default to
 ``llama_hparams``' 50 and 30, ``src/llama-hparams.h``); every architecture's
-``rope.freq_base`` is optional with the default 10⁴ — Gemma-3's config class says 10⁶. Each
+``rope.freq_base`` is optional with the default 10⁴ — Gemma-3's config class says 10⁶; Gemma
+(v1)'s converter writes none. Each
 case: the file without the key equals the file carrying llama.cpp's default (the same model:
 ≤ 1e-14 relative on the logits, float64; measured 0) and differs from one carrying another
 value (the key changes the computation here, the test is not vacuous: measured 0.20, 0.12,
-0.96 for Gemma-2's window 3, soft-caps 5 and 3; 0.018 for Gemma-3's base 10⁶).
+0.96 for Gemma-2's window 3, soft-caps 5 and 3; 0.018 for Gemma-3's base 10⁶, 0.39 for
+Gemma's).
 """
 
 from __future__ import annotations
@@ -36,8 +38,7 @@ _KEYS = {
     "final_logit_softcapping": ("add_float32", 3.0, "logit_softcap"),
     "rope.freq_base": ("add_float32", 1e6, "rope_base"),
 }
-_ARCH = {"gemma2": "gemma2", "gemma3": "gemma3_text"}
-CASES = [(arch, key, value) for arch in _ARCH
+CASES = [(arch, key, value) for arch in ("gemma", "gemma2", "gemma3")
          for key, value in FAMILIES[arch].gguf.defaults.items()]  # fmt: skip
 
 
@@ -63,6 +64,7 @@ def test_the_defaults_are_llama_cpps():
                                                 "attn_logit_softcapping": 50.0,
                                                 "final_logit_softcapping": 30.0}  # fmt: skip
     assert FAMILIES["gemma3"].gguf.defaults == {"rope.freq_base": 10_000.0}
+    assert FAMILIES["gemma"].gguf.defaults == {"rope.freq_base": 10_000.0}
     assert set(_KEYS) >= {key for _, key, _ in CASES}
 
 
@@ -72,7 +74,8 @@ def test_a_file_without_an_optional_key_is_read_with_llama_cpps_default(
 ):
     method, other, attribute = _KEYS[key]
     full = f"{arch}.{key}"
-    missing = _file(tmp_path, arch, "missing", unset=(full,))
+    unset = () if arch == "gemma" else (full,)  # GemmaModel writes no RoPE base
+    missing = _file(tmp_path, arch, "missing", unset=unset)
     carrying = _file(tmp_path, arch, "default", metadata={full: (method, default)})
     different = _file(tmp_path, arch, "other", metadata={full: (method, other)})
     assert getattr(missing.config, attribute) == getattr(carrying.config, attribute) == default
