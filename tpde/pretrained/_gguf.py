@@ -229,7 +229,7 @@ def switched_off(key: str, metadata: dict, reading) -> bool:
     ``llama_model::load_hparams``, LLM_ARCH_PHI3 — ``src/models/phi3.cpp``,
     ``llama_model_phi3::load_arch_hparams``, in later versions —: a window > 0 found, it logs
     "Phi SWA is currently disabled" and sets n_swa = 0, swa_type NONE; llama.cpp PR 13676,
-    2025; between PR 8931 and it llama.cpp applied the window on every layer).
+    2025; before it llama.cpp applied the window on every layer).
 
     The converter (``Phi3MiniModel.set_gguf_parameters``) writes the checkpoint's
     ``sliding_window``, 0 for none. w = 0 is none in every reading. Otherwise ``reading``

@@ -16,8 +16,9 @@ C₀ and LongRoPE's factors two tensors with α in ``rope.scaling.attn_factor``
 The window of a phi3 file has two readings. llama.cpp's converter (``Phi3MiniModel.
 set_gguf_parameters``) writes the checkpoint's ``sliding_window`` (0 for none) as
 ``phi3.attention.sliding_window``; llama.cpp reads it and turns it off (``load_hparams``,
-LLM_ARCH_PHI3: "Phi SWA is currently disabled", n_swa = 0; PR 13676, 2025 — from PR 8931 to
-it, it applied the window), and transformers' GGUF loader does not map it (its Phi3Config
+LLM_ARCH_PHI3: "Phi SWA is currently disabled", n_swa = 0; PR 13676, 2025 — before it, it
+applied the window on every layer, PR 8931 of 2024 defaulting a file without the key to 2047
+for the 4k models), and transformers' GGUF loader does not map it (its Phi3Config
 keeps ``sliding_window`` None). A window that binds within the file's context (Phi-3-mini-4k's
 2047 of 4096) is therefore read as llama.cpp computes it, without a window, with a warning;
 :func:`~tpde.pretrained.load`'s ``gguf_window="file"`` applies it as the checkpoint's
