@@ -11,6 +11,8 @@ llama       ``attn_q``/``attn_k`` rows (weights and biases) interleaved per head
 qwen2/3,    the generic ``TextModel.set_gguf_parameters`` keys; tensors renamed only
 olmo2,
 starcoder2
+gemma       ``GemmaModel``: the common keys, key/value_length, no RoPE base; norm gains
+            stored 1 + w; lm_head skipped
 gemma2      its own keys: soft-caps and the window, no RoPE base, no query_pre_attn_scalar;
             norm gains stored 1 + w; lm_head skipped
 gemma3      the generic keys with its defaults; norm gains 1 + w
@@ -44,11 +46,12 @@ import torch
 gguf = __import__("pytest").importorskip("gguf")
 
 #: config.json model_type → llama.cpp's architecture.
-ARCHITECTURES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma2": "gemma2",
+ARCHITECTURES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma": "gemma",
+                 "gemma2": "gemma2",
                  "gemma3_text": "gemma3", "olmo2": "olmo2", "phi": "phi2", "gpt2": "gpt2",
                  "starcoder2": "starcoder2", "gpt_neox": "gptneox", "phi3": "phi3",
                  "stablelm": "stablelm", "falcon": "falcon"}  # fmt: skip
-_GEMMA = ("gemma2", "gemma3")
+_GEMMA = ("gemma", "gemma2", "gemma3")
 
 
 def _rotary_rows(rows: int, heads: int) -> np.ndarray:
@@ -125,6 +128,11 @@ def _metadata(writer, cfg, arch: str) -> None:
         writer.add_layer_norm_eps(g["layer_norm_eps"])
         return
     writer.add_head_count_kv(g["num_key_value_heads"])
+    if arch == "gemma":  # GemmaModel: no RoPE base (llama.cpp's default 10⁴, Gemma's)
+        writer.add_layer_norm_rms_eps(g["rms_norm_eps"])
+        writer.add_key_length(g["head_dim"])
+        writer.add_value_length(g["head_dim"])
+        return
     if arch == "gemma2":
         writer.add_layer_norm_rms_eps(g["rms_norm_eps"])
         writer.add_key_length(g["head_dim"])
@@ -314,7 +322,7 @@ def convert(model, path, qtype: str = "F32", *, metadata=None, tensors=None, dro
     for name, array, heads in _entries(state, arch):
         if name.endswith((".attn.bias", ".attn.masked_bias")):
             continue  # GPT-2's causal-mask buffers: not written
-        if name == "lm_head.weight" and (cfg.tie_word_embeddings or arch == "gemma2"):
+        if name == "lm_head.weight" and (cfg.tie_word_embeddings or arch in ("gemma", "gemma2")):
             continue
         stem, part = name.rsplit(".", 1)
         stored = f"{names.get_name(stem)}.{part}"

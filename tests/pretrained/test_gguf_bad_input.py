@@ -206,16 +206,12 @@ def test_a_key_that_would_change_the_computation_is_refused_by_name(
     _refused(path, named + message.format(arch=arch))
 
 
-@pytest.mark.parametrize(
-    "case, key",
-    [("gemma2", "attention.sliding_window"), ("gemma2", "attn_logit_softcapping"),
-     ("gemma2", "final_logit_softcapping"), ("gemma3", "attention.sliding_window"),
-     ("gemma3", "rope.freq_base")],
-)  # fmt: skip
-def test_a_file_without_a_key_llama_cpp_would_default_is_refused_by_name(case, key, tmp_path):
-    path = _write(tmp_path, case, "F32", unset=(f"{case}.{key}",))
-    _refused(path, rf"the metadata key '{case}\.{key}' is missing: without it llama\.cpp reads "
-                   rf"a {case} file with a default of its own")  # fmt: skip
+def test_a_file_without_a_key_llama_cpp_requires_is_refused_by_name(tmp_path):
+    """gemma3's window: llama.cpp's load_hparams reads it without a default (GGUFMap.required;
+    the optional keys llama.cpp defaults are read with its defaults: test_gguf_gemma_defaults)."""
+    path = _write(tmp_path, "gemma3", "F32", unset=("gemma3.attention.sliding_window",))
+    _refused(path, r"the metadata key 'gemma3\.attention\.sliding_window' is missing: llama\.cpp "
+                   r"reads no gemma3 file without it")  # fmt: skip
 
 
 def test_the_window_gemma_files_carry_is_read(tmp_path):

@@ -62,6 +62,8 @@ CASES = {
     "llama-tied": ("LlamaConfig", {**_SMALL, "tie_word_embeddings": True}, "LlamaForCausalLM"),
     "qwen2": ("Qwen2Config", _SMALL, "Qwen2ForCausalLM"),
     "qwen3": ("Qwen3Config", {**_SMALL, "head_dim": 128}, "Qwen3ForCausalLM"),
+    "gemma": ("GemmaConfig", {**_SMALL, "num_attention_heads": 2, "num_key_value_heads": 1,
+                              "head_dim": 32}, "GemmaForCausalLM"),  # head_dim ≠ d/H
     "gemma2": ("Gemma2Config", _GEMMA, "Gemma2ForCausalLM"),
     "gemma3": ("Gemma3TextConfig", {**_GEMMA, "num_hidden_layers": 3}, "Gemma3ForCausalLM"),
     "olmo2": ("Olmo2Config", {**_SMALL, "tie_word_embeddings": False}, "Olmo2ForCausalLM"),
@@ -174,7 +176,7 @@ def test_file_equals_the_folder_of_its_values(case, qtype, tmp_path):
 #: QK-norms (its default rotates a quarter of each head, the tiny "stablelm"'s;
 #: "stablelm-qk-parallel" is the folder's alone), nor a Falcon's layout (it builds every falcon
 #: file as multi-query Falcon-7B, the tiny "falcon": the other layouts are the folder's alone).
-#: Architectures it does not read (transformers 5: olmo2, phi2, gptneox) are skipped, naming
+#: Architectures it does not read (transformers 5: gemma, olmo2, phi2, gptneox) are skipped, naming
 #: the reason: their folder is their one oracle.
 HF_CASES = [case for case in CASES if case not in (
     "llama", "phi3-longrope", "stablelm-qk-parallel", "falcon-grouped", "falcon-grouped-one-norm",
@@ -198,6 +200,36 @@ def _transformers_reads(case: str) -> None:
         )
 
 
+def transformers_model(directory, file, dtype, case: str, **options):
+    """transformers' model of the GGUF ``file`` in ``directory`` (``from_pretrained(…,
+    gguf_file=…)``; ``options`` to it, e.g. a ``config``), in ``dtype``; in float64 its
+    RMSNorm, RoPE and embedding scale evaluated in float64 as in test_load_peri."""
+    from tests.pretrained.test_load import _exact_float64 as plain_float64
+    from tests.pretrained.test_load_peri import _exact_float64 as peri_float64
+
+    hf = transformers.AutoModelForCausalLM.from_pretrained(
+        directory, gguf_file=file.name, dtype=dtype, attn_implementation="eager", **options
+    ).eval()
+    if dtype == torch.float64:
+        (peri_float64 if "gemma" in case else plain_float64)(hf)
+    return hf
+
+
+def transformers_errors(model, hf, ids) -> dict:
+    """Layer (and "logits") → the relative difference of tpde's ``model`` from transformers'
+    ``hf`` on token ids ``ids`` (transformers' softmax in float64 where its dtype is)."""
+    from tests.pretrained.test_load_peri import _softmax_in_float64
+
+    with torch.no_grad(), _softmax_in_float64():
+        out = hf(ids[None], output_hidden_states=True)
+    states, logits = outputs(model, ids)
+    states = [*states[:-1], model.final_norm.norm(states[-1])]  # transformers' last is normed
+    measured = {l: _relative(s, out.hidden_states[l][0]) for l, s in enumerate(states)}
+    measured["logits"] = _relative(logits, out.logits[0])
+    measured["argmax"] = torch.equal(logits.argmax(-1), out.logits[0].argmax(-1))
+    return measured
+
+
 @pytest.mark.parametrize(
     "qtype, dtype, tolerance", HF_TYPES, ids=[f"{q}-{str(d)[6:]}" for q, d, _ in HF_TYPES]
 )
@@ -208,31 +240,17 @@ def test_file_equals_transformers_gguf_loader(case, qtype, dtype, tolerance, tmp
     RMSNorm, RoPE, embedding scale and softmax evaluated in float64 as in test_load_peri):
     every hidden state and the logits within ``tolerance`` relative (:data:`HF_TYPES`),
     greedy tokens identical."""
-    from tests.pretrained.test_load import _exact_float64 as plain_float64
-    from tests.pretrained.test_load_peri import _exact_float64 as peri_float64
-    from tests.pretrained.test_load_peri import _softmax_in_float64
-
     _transformers_reads(case)
     _, file = write_pair(case, tmp_path, qtype, vocabulary=True)
-    hf = transformers.AutoModelForCausalLM.from_pretrained(
-        tmp_path, gguf_file=file.name, dtype=dtype, attn_implementation="eager"
-    ).eval()
-    if dtype == torch.float64:
-        (peri_float64 if "gemma" in case else plain_float64)(hf)
+    hf = transformers_model(tmp_path, file, dtype, case)
     if "falcon" in case:  # its loader maps no layer_norm_epsilon of a falcon file (its
         for module in hf.modules():  # default 1e-5): the file's float32 value, as tpde reads
             if isinstance(module, torch.nn.LayerNorm):  # it (else 5.9e-13 apart)
                 module.eps = float(np.float32(hf.config.layer_norm_epsilon))
     ids = torch.randint(3, 40, (N,), generator=torch.Generator().manual_seed(1))
-    with torch.no_grad(), _softmax_in_float64():
-        out = hf(ids[None], output_hidden_states=True)
-    model = load(file, dtype=dtype)
-    states, logits = outputs(model, ids)
-    states = [*states[:-1], model.final_norm.norm(states[-1])]  # transformers' last is normed
-    measured = {l: _relative(s, out.hidden_states[l][0]) for l, s in enumerate(states)}
-    measured["logits"] = _relative(logits, out.logits[0])
+    measured = transformers_errors(load(file, dtype=dtype), hf, ids)
+    assert measured.pop("argmax")
     assert max(measured.values()) < tolerance, measured
-    assert torch.equal(logits.argmax(-1), out.logits[0].argmax(-1))
 
 
 def test_every_gguf_map_is_a_case_here_and_listed_in_the_docs():

@@ -123,8 +123,8 @@ def test_absent_kv_head_count_and_key_length_are_llama_cpps_defaults(architectur
     """A file without ``head_count_kv`` or ``key_length`` has H_kv = H and d_h = d/H
     (llama.cpp's llama_model_loader defaults), not the config class's defaults that an absent
     config.json key takes (Qwen3's 32 KV heads of 128 dimensions, Gemma's 4 of 256). The file
-    holds what the architecture requires beside them (gemma3: its window and RoPE base, which
-    llama.cpp's converter always writes; without them tpde refuses the file, GGUFMap.required)."""
+    holds what the architecture requires beside them (gemma3: its window, which llama.cpp
+    requires; without it tpde refuses the file, GGUFMap.required)."""
     from tpde.pretrained._config import read_hyper
     from tpde.pretrained._gguf import gguf_config
     from tpde.pretrained.families import FAMILIES
@@ -133,7 +133,7 @@ def test_absent_kv_head_count_and_key_length_are_llama_cpps_defaults(architectur
     metadata = {f"{architecture}.{key}": value for key, value in (
         ("block_count", 2), ("context_length", 32), ("embedding_length", 48),
         ("feed_forward_length", 64), ("attention.head_count", 6), ("vocab_size", 40))}  # fmt: skip
-    required = {"attention.sliding_window": 4, "rope.freq_base": 1e6}
+    required = {"attention.sliding_window": 4}
     metadata.update({f"{architecture}.{key}": required[key] for key in family.gguf.required})
     raw, _ = gguf_config(metadata, {"output.weight"}, family)
     config = read_hyper(raw, family)

@@ -137,8 +137,8 @@ def _record_reads(monkeypatch) -> list:
     """(block, roles) of every read weight_scores makes, through its opened source."""
     reads, opened = [], streamed._open
 
-    def recording(path):
-        source = opened(path)
+    def recording(path, **options):
+        source = opened(path, **options)
 
         def read(cfg, expected, dtype, device):
             blocks = {block for _, block, _, _ in expected.values()}

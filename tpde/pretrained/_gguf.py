@@ -17,9 +17,14 @@ family's own ``keys``; a key in neither, nor among the ``equal`` ones the family
 refused naming it (a RoPE scaling, an expert count: nothing is silently ignored); so is a
 standard key llama.cpp does not read for the architecture (the map's ``unread``: a sliding
 window of a llama file, which llama.cpp attends over whole), where the file would have two
-readings — unless its value changes nothing within the file's context (a window of 0, Phi-3's
-"none", or of at least ``context_length``; read as llama.cpp reads it, no window) —, and a
-file without a key the map lists as ``required`` (Gemma's window). What the
+readings — unless its value changes nothing within the file's context (a window of 0 or of
+at least ``context_length``; read as llama.cpp reads it, no window) —, and a file without a
+key the map lists as ``required`` (Gemma-3's window, which llama.cpp requires). A key
+llama.cpp reads and turns off (the map's ``switched_off``: Phi-3's window) is read as
+llama.cpp computes it, with a warning where the checkpoint's reading differs, or as
+:func:`~tpde.pretrained.load`'s ``gguf_window`` chooses (:func:`switched_off`). An optional
+key the file lacks takes llama.cpp's default (the map's ``defaults``: Gemma-2's window and
+soft-caps, Gemma-3's RoPE base). What else the
 file does not carry comes from the family's defaults (its documented facts) and its
 ``computed`` keys; the vocabulary size from the tokens when the file has no
 ``vocab_size`` (from ``token_embd.weight``'s rows when it has no vocabulary either);
@@ -53,6 +58,7 @@ token ids.
 from __future__ import annotations
 
 import re
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -75,6 +81,7 @@ __all__ = [
     "interleave_qkv",
     "open_gguf",
     "read_container",
+    "switched_off",
     "unpermute_rotary_rows",
 ]
 
@@ -116,19 +123,19 @@ def _key_map(family: Family) -> dict[str, str]:
     hyper-parameters but those llama.cpp does not read for the architecture, and its own."""
     out = {short: family.keys[name][0] for short, name in STANDARD_KEYS.items()
            if name in family.keys and family.keys[name][0] is not None
-           and short not in family.gguf.unread}  # fmt: skip
+           and short not in (*family.gguf.unread, *family.gguf.switched_off)}  # fmt: skip
     return {**out, **family.gguf.keys}
 
 
 def gguf_config(
-    metadata: dict, shapes, family: Family, rope_freqs=None, rope_factors=None
+    metadata: dict, shapes, family: Family, rope_freqs=None, rope_factors=None, window=None
 ) -> tuple[dict, dict]:
     """(the config.json a GGUF file's metadata stands for, config key → the metadata key it
     came from) (module notes); a LoadError for a metadata key of the architecture that tpde
     does not read (named). ``shapes``: the file's tensor name → shape (row-major);
     ``rope_freqs``: the values of a ``rope_freqs.weight`` tensor the family reads (its GGUF
     map's ``rope_freqs``), or None; ``rope_factors``: Phi-3's LongRoPE factors (long, short),
-    or None."""
+    or None; ``window``: the reading of a window llama.cpp turns off (:func:`switched_off`)."""
     spec, keys, equal = family.gguf, _key_map(family), _equal(family)
     prefix = f"{spec.architecture}."
     raw, source, scaling = {"model_type": spec.model_type}, {}, {}
@@ -142,6 +149,10 @@ def gguf_config(
             _check_literal(key, metadata[key], spec.literal[short])
         elif short in ROPE_SCALING_KEYS and family.rotary:
             scaling[short] = metadata[key]
+        elif short in spec.switched_off:
+            if switched_off(key, metadata, window):
+                name = family.keys[STANDARD_KEYS[short]][0]
+                raw[name], source[name] = metadata[key], key
         elif short in spec.unread and not _inert(short, metadata[key], metadata, prefix):
             raise LoadError(
                 f"the metadata key {key!r} = {metadata[key]!r} is one llama.cpp does not read "
@@ -159,11 +170,13 @@ def gguf_config(
     for short in spec.required:
         if prefix + short not in metadata:
             raise LoadError(
-                f"the metadata key {prefix + short!r} is missing: without it llama.cpp reads "
-                f"a {spec.architecture} file with a default of its own, not a "
-                f"{family.family} checkpoint's, and tpde refuses rather than guess (llama.cpp's "
-                "converter always writes it)."
+                f"the metadata key {prefix + short!r} is missing: llama.cpp reads no "
+                f"{spec.architecture} file without it (its load_hparams has no default for it), "
+                "and tpde refuses rather than guess (llama.cpp's converter always writes it)."
             )
+    for short, value in spec.defaults.items():  # llama.cpp's value of an absent optional key
+        if prefix + short not in metadata:
+            raw[keys[short]] = value
     vocab = family.keys["vocab"][0]
     if vocab not in raw and metadata.get("tokenizer.ggml.tokens"):
         raw[vocab] = len(metadata["tokenizer.ggml.tokens"])
@@ -208,6 +221,47 @@ def _inert(short: str, value, metadata: dict, prefix: str) -> bool:
     return isinstance(value, int) and (
         value == 0 or (isinstance(context, int) and 0 < context <= value)
     )
+
+
+def switched_off(key: str, metadata: dict, reading) -> bool:
+    """Whether to apply the window ``key`` = w of a file whose architecture llama.cpp reads
+    with the window turned off (the GGUF map's ``switched_off``; llama.cpp's
+    ``llama_model::load_hparams``, LLM_ARCH_PHI3 — ``src/models/phi3.cpp``,
+    ``llama_model_phi3::load_arch_hparams``, in later versions —: a window > 0 found, it logs
+    "Phi SWA is currently disabled" and sets n_swa = 0, swa_type NONE; llama.cpp PR 13676,
+    2025; before it llama.cpp applied the window on every layer).
+
+    The converter (``Phi3MiniModel.set_gguf_parameters``) writes the checkpoint's
+    ``sliding_window``, 0 for none. w = 0 is none in every reading. Otherwise ``reading``
+    "file" applies w, as the checkpoint's config.json does (transformers' ``Phi3Attention``:
+    p_i − p_j < w); "llama.cpp" does not; None (the default) reads it as llama.cpp does and
+    warns where the two readings differ within the file's context (0 < w <
+    ``context_length``: Phi-3-mini-4k's 2047 of 4096), naming the key and the keyword.
+    A value that is not an integer ≥ 0 is refused (llama.cpp reads a uint32)."""
+    value = metadata[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise LoadError(
+            f"the metadata key {key!r} = {value!r} is not a window (an integer ≥ 0, 0 for none)."
+        )
+    prefix = key[: key.index(".") + 1]
+    if value == 0 or reading == "llama.cpp":
+        return False
+    if reading == "file":
+        return True
+    if not _inert(key[len(prefix) :], value, metadata, prefix):
+        context = metadata.get(prefix + "context_length")
+        warnings.warn(
+            f"the metadata key {key!r} = {value} is a sliding window within the file's context "
+            f"({context} positions), which llama.cpp turns off for {prefix[:-1]} files (its "
+            "load_hparams: 'Phi SWA is currently disabled', llama.cpp PR 13676) while the "
+            "checkpoint's config.json applies it (p_i − p_j < w): read as llama.cpp computes "
+            "it, without a window. Pass gguf_window='file' to load(…) to apply it as the "
+            "checkpoint does, or gguf_window='llama.cpp' to choose this reading without this "
+            "warning.",
+            UserWarning,
+            stacklevel=6,  # switched_off, gguf_config, open_gguf, loader._open, load: its caller
+        )
+    return False
 
 
 def _head_dim(raw: dict, family: Family):
@@ -397,15 +451,16 @@ def _open_container(path: Path) -> tuple[dict, dict]:
         ) from None
 
 
-def open_gguf(path: Path) -> Source:
-    """The GGUF file as a :class:`~tpde.pretrained._checkpoint.Source` (module notes)."""
+def open_gguf(path: Path, window=None) -> Source:
+    """The GGUF file as a :class:`~tpde.pretrained._checkpoint.Source` (module notes);
+    ``window``: the reading of a window llama.cpp turns off (:func:`switched_off`)."""
     metadata, stored = _open_container(path)
     family = gguf_family(metadata.get("general.architecture"), str(path))
     check_types(path, stored)
     freqs, factors = rope_tensors(path, stored, metadata, family.gguf, dequantised)
     shapes = {n: t[1] for n, t in stored.items()}
     try:
-        raw, source = gguf_config(metadata, shapes, family, freqs, factors)
+        raw, source = gguf_config(metadata, shapes, family, freqs, factors, window)
         named = family if family.variant is None else family.variant(raw)  # Falcon's layout
     except LoadError as err:
         raise LoadError(f"{path} (GGUF metadata read as config.json): {err}") from None

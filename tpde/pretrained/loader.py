@@ -62,7 +62,12 @@ def check_dtype_device(dtype, device) -> torch.device:
 
 
 def load(
-    path, dtype: torch.dtype = torch.float32, device="cpu", *, max_memory="auto"
+    path,
+    dtype: torch.dtype = torch.float32,
+    device="cpu",
+    *,
+    max_memory="auto",
+    gguf_window=None,
 ) -> Transformer:
     """A pretrained Transformer from disk, as tpde fields.
 
@@ -78,6 +83,14 @@ def load(
         is read: "auto" is this machine's physical memory (no check where the platform
         does not say), None no check. A larger model is refused naming what it needs; its
         weights-only scores stream it (:func:`~tpde.pretrained.weight_scores`).
+    gguf_window : None (default), "llama.cpp" or "file"
+        How to read a GGUF file's sliding window that llama.cpp reads and turns off (phi3
+        files' ``phi3.attention.sliding_window``: Phi-3-mini-4k's 2047 of 4096 positions,
+        which its config.json applies; llama.cpp PR 13676): "llama.cpp", without it, as
+        llama.cpp and transformers' GGUF loader compute; "file", applied on every layer as
+        the checkpoint's config.json does (p_i − p_j < w). None reads it as "llama.cpp" and
+        warns (UserWarning) where the two differ within the file's context. Other files have
+        one reading; for a folder it must be None (its config.json says).
 
     Returns
     -------
@@ -98,16 +111,20 @@ def load(
         The model's tensors need more than ``max_memory`` bytes (the bytes named).
     TypeError
         ``path`` is not a path; ``dtype`` not floating, or half precision on the CPU.
+    ValueError
+        ``gguf_window`` not one of its values, or given for a folder.
     """
     device = check_dtype_device(dtype, device)
-    source = _open(path)
+    source = _open(path, gguf_window)
     cfg, entry, expected, tensors = _read(source, dtype, device, max_memory)
     return _build.build(cfg, entry, expected, tensors, source.tokenizer())
 
 
-def read_checkpoint(path, dtype: torch.dtype = torch.float32, device="cpu", *, max_memory="auto"):
+def read_checkpoint(
+    path, dtype: torch.dtype = torch.float32, device="cpu", *, max_memory="auto", gguf_window=None
+):
     """The config record and the state dict that :func:`load` builds its model of
-    (``max_memory`` as :func:`load`'s).
+    (``max_memory`` and ``gguf_window`` as :func:`load`'s).
 
     Returns
     -------
@@ -121,7 +138,7 @@ def read_checkpoint(path, dtype: torch.dtype = torch.float32, device="cpu", *, m
     As :func:`load`.
     """
     device = check_dtype_device(dtype, device)
-    cfg, _, _, tensors = _read(_open(path), dtype, device, max_memory)
+    cfg, _, _, tensors = _read(_open(path, gguf_window), dtype, device, max_memory)
     return cfg, tensors
 
 
@@ -165,7 +182,7 @@ def checkpoint_size(path, dtype: torch.dtype = torch.float64) -> CheckpointSize:
     :class:`CheckpointSize`.
     """
     check_float_dtype(dtype)
-    source = _open(path)
+    source = _open(path, window_matters=False)
     cfg, _, expected = plan(source)
     return _size(source, cfg, expected, dtype)
 
@@ -229,19 +246,36 @@ def check_memory(source: Source, expected: dict, dtype, max_memory) -> None:
         )
 
 
-def _open(path) -> Source:
-    """The checkpoint at ``path`` read as far as its headers, by the reader of its kind."""
+def _open(path, gguf_window=None, *, window_matters=True) -> Source:
+    """The checkpoint at ``path`` read as far as its headers, by the reader of its kind
+    (``gguf_window`` as :func:`load`'s). ``window_matters`` False: for a caller whose result
+    no sliding window changes (sizes, weights-only scores), a GGUF file's window llama.cpp
+    turns off is read as llama.cpp's, without a warning."""
     if not isinstance(path, str | os.PathLike):
         raise TypeError(f"path must be a str or a Path (a model folder or a .gguf file); "
                         f"received {path!r}.")  # fmt: skip
+    if not (gguf_window is None or (isinstance(gguf_window, str) and gguf_window in _WINDOWS)):
+        raise ValueError(
+            f"gguf_window must be None, 'llama.cpp' or 'file'; received {gguf_window!r}."
+        )
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no model folder or GGUF file at {path}.")
     if path.is_file():
-        from tpde.pretrained._gguf import open_gguf as open_source
-    else:
-        from tpde.pretrained._folder import open_folder as open_source
-    return open_source(path)
+        from tpde.pretrained._gguf import open_gguf
+
+        return open_gguf(path, gguf_window if window_matters else "llama.cpp")
+    if gguf_window is not None:
+        raise ValueError(
+            f"gguf_window={gguf_window!r} reads a GGUF file's window, but {path} is a folder, "
+            "whose config.json says how its window is read; leave gguf_window None."
+        )
+    from tpde.pretrained._folder import open_folder
+
+    return open_folder(path)
+
+
+_WINDOWS = ("llama.cpp", "file")
 
 
 def _read(source: Source, dtype, device, max_memory=None) -> tuple:

@@ -69,7 +69,7 @@ def weight_scores(path, *, layers=None, rtol: float = 1e-10) -> ModelStructure:
     or IndexError for ``layers``, ValueError for ``rtol``: all before any tensor is read.
     """
     rtol = check_positive(rtol, "rtol")
-    source = _open(path)
+    source = _open(path, window_matters=False)
     cfg, entry, expected = plan(source)
     indices = layer_indices(cfg.layers, layers)
     by_block: dict[int, dict] = {}

@@ -127,15 +127,29 @@ class GGUFMap:
         its model of such a file computes without them while a Hugging Face config would
         apply them, so a file holding one is refused, naming it (``attention.sliding_window``
         of llama, qwen2, qwen3 and starcoder2 files, attended over whole by llama.cpp, and of
-        olmo2 files, OLMo-3's 3 local : 1 global pattern there; of phi3 files, whose sliding
-        window llama.cpp turns off; Gemma-3's ``attn_logit_softcapping``) — unless the value
+        olmo2 files, OLMo-3's 3 local : 1 global pattern there; Gemma-3's
+        ``attn_logit_softcapping``) — unless the value
         changes nothing within the file's context (a window of 0 or of at least
         ``context_length``), read then as llama.cpp reads it, without a window.
     required : tuple of str
-        Keys (without the prefix) a file must hold: without one llama.cpp reads the file with
-        a default of its own that is not the family's (Gemma-2: a 4096 window and soft-caps
-        50 and 30; Gemma-3: every layer global with one RoPE base, that base 10⁴), so a file
-        lacking it is refused, naming it. llama.cpp's converter always writes them.
+        Keys (without the prefix) a file must hold: llama.cpp's ``load_hparams`` reads them
+        without a default (Gemma-3's ``attention.sliding_window``; ``ml.get_key`` without
+        ``false`` in ``llama_model::load_hparams``, ``src/llama-model.cpp``), so a file lacking
+        one is refused, naming it.
+    defaults : dict
+        Keys (without the prefix) llama.cpp reads as optional → the value it takes where the
+        file lacks one (its ``load_hparams``; ``llama_hparams``' initial values in
+        ``src/llama-hparams.h``): a file without the key is read with that value, whatever the
+        family's own default (Gemma-2: window 4096, soft-caps 50 and 30; Gemma-3: RoPE base 10⁴
+        where its config class says 10⁶).
+    switched_off : tuple of str
+        Standard keys llama.cpp reads for the architecture and then turns off: Phi-3's
+        ``attention.sliding_window`` (``load_hparams``, LLM_ARCH_PHI3: "Phi SWA is currently
+        disabled", n_swa = 0; llama.cpp PR 13676), which a Hugging Face config applies. A file
+        whose value binds within its context has two readings: it is read as llama.cpp computes
+        it (no window) with a warning, unless :func:`~tpde.pretrained.load`'s ``gguf_window``
+        chooses ("llama.cpp": the same, no warning; "file": the value applied, as the
+        checkpoint's config.json does).
     """
 
     architecture: str
@@ -157,11 +171,13 @@ class GGUFMap:
     rope_factors: bool = False
     unread: tuple[str, ...] = ()
     required: tuple[str, ...] = ()
+    defaults: dict = field(default_factory=dict)
+    switched_off: tuple[str, ...] = ()
 
 
-#: What llama.cpp does with ``attention.sliding_window`` outside Gemma: nothing (llama, qwen2,
-#: qwen3, starcoder2; phi3, where it turns the window off) or OLMo-3's pattern (olmo2) — never
-#: the families' window on every layer.
+#: What llama.cpp does with ``attention.sliding_window`` outside Gemma and Phi-3: nothing
+#: (llama, qwen2, qwen3, starcoder2) or OLMo-3's pattern (olmo2) — never the families' window
+#: on every layer.
 NO_GGUF_WINDOW = ("attention.sliding_window",)
 
 

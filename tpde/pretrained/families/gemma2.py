@@ -19,10 +19,12 @@ Facts the files do not carry: Gemma-2 alternates local/global (pattern 2: layers
 local).
 
 GGUF: llama.cpp's ``gemma2`` files, norm gains stored as 1 + w, the head tied. They carry the
-soft-caps and the window but neither the RoPE base (llama.cpp's default 10⁴, Gemma-2's) nor
-query_pre_attn_scalar: llama.cpp scales scores by 1/√head_dim, by 1/√(d/H) for the 46-layer
-model (27B, whose query_pre_attn_scalar is d/H = 144) — :func:`llamacpp_query_scalar`, as
-Gemma-3's entry (62 layers for its 27B).
+soft-caps and the window, which llama.cpp reads as optional (``llama_model::load_hparams``,
+LLM_ARCH_GEMMA2): a file without one takes llama.cpp's default (window 4096, soft-caps 50 and
+30, ``llama_hparams``' initial values), Gemma-2's too. They carry neither the RoPE base
+(llama.cpp's default 10⁴, Gemma-2's) nor query_pre_attn_scalar: llama.cpp scales scores by
+1/√head_dim, by 1/√(d/H) for the 46-layer model (27B, whose query_pre_attn_scalar is
+d/H = 144) — :func:`llamacpp_query_scalar`, as Gemma-3's entry (62 layers for its 27B).
 """
 
 from __future__ import annotations
@@ -112,11 +114,13 @@ GEMMA2 = register(
             computed={"query_pre_attn_scalar": llamacpp_query_scalar(46)},
             stored_gain_offset=1.0,
             tokenizer="spm",
-            required=(
-                "attention.sliding_window",
-                "attn_logit_softcapping",
-                "final_logit_softcapping",
-            ),
+            # llama.cpp's defaults (load_hparams, LLM_ARCH_GEMMA2: n_swa = 4096 and the two
+            # soft-caps read optional; llama_hparams: 50 and 30), as Gemma2Config's
+            defaults={
+                "attention.sliding_window": 4096,
+                "attn_logit_softcapping": 50.0,
+                "final_logit_softcapping": 30.0,
+            },
         ),
     )
 )

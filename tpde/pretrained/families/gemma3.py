@@ -7,7 +7,11 @@ base, the activation (tanh GELU), the √d embedding scale nor query_pre_attn_sc
 entry's defaults give the first four, and query_pre_attn_scalar is llama.cpp's rule:
 head_dim, d/H for the 62-layer 27B (:func:`~tpde.pretrained.families.gemma2.llamacpp_query_scalar`;
 transformers' GGUF loader leaves its default 256, equal for the 256-wide heads of 270M).
-The converter stores each norm gain as 1 + w.
+The converter stores each norm gain as 1 + w. llama.cpp's ``load_hparams`` (LLM_ARCH_GEMMA3,
+``src/llama-model.cpp``) requires ``attention.sliding_window`` (a file without it is refused,
+named; later llama.cpp versions read its absence as every layer global, not Gemma-3) and reads
+``rope.freq_base`` as optional with its general default 10⁴: a file without it is read so,
+not with Gemma-3's 10⁶.
 """
 
 from __future__ import annotations
@@ -63,9 +67,10 @@ GEMMA3 = register(
             stored_gain_offset=1.0,
             tokenizer="spm",
             unread=("attn_logit_softcapping",),  # llama.cpp reads only the final soft-cap
-            # without the window llama.cpp makes every layer global with one RoPE base; without
-            # the base it takes 10⁴ (Gemma-3's global base is 10⁶)
-            required=("attention.sliding_window", "rope.freq_base"),
+            # llama.cpp's load_hparams (LLM_ARCH_GEMMA3) requires the window; the RoPE base is
+            # optional there, 10⁴ (llama_model::load_hparams' default), not Gemma-3's 10⁶
+            required=("attention.sliding_window",),
+            defaults={"rope.freq_base": 10_000.0},
         ),
     )
 )

@@ -11,16 +11,24 @@ GGUF: llama.cpp's ``phi3`` files (the fused ``attn_qkv`` and ``ffn_up`` = [W_gat
 folder stores them; rotary rows not interleaved), whose ``rope.dimension_count`` is the rotated
 width (partial_rotary_factor = it / head dimension), ``rope.scaling.original_context_length``
 C₀ and LongRoPE's factors two tensors with α in ``rope.scaling.attn_factor``
-(:mod:`tpde.pretrained._gguf_rope`). llama.cpp turns Phi-3's sliding window off (its
-``attention.sliding_window`` read and set to 0; llama.cpp PR 13676): a file whose window binds
-within its context (0 < w < ``context_length``: Phi-3-mini-4k's 2047) has two readings and is
-refused naming the key; 0 (the converter's "none", Phi-4) or w ≥ ``context_length``
-(Phi-3.5-mini's 262144 over 131072) are read without a window.
+(:mod:`tpde.pretrained._gguf_rope`).
+
+The window of a phi3 file has two readings. llama.cpp's converter (``Phi3MiniModel.
+set_gguf_parameters``) writes the checkpoint's ``sliding_window`` (0 for none) as
+``phi3.attention.sliding_window``; llama.cpp reads it and turns it off (``load_hparams``,
+LLM_ARCH_PHI3: "Phi SWA is currently disabled", n_swa = 0; PR 13676, 2025 — before it, it
+applied the window on every layer, PR 8931 of 2024 defaulting a file without the key to 2047
+for the 4k models), and transformers' GGUF loader does not map it (its Phi3Config
+keeps ``sliding_window`` None). A window that binds within the file's context (Phi-3-mini-4k's
+2047 of 4096) is therefore read as llama.cpp computes it, without a window, with a warning;
+:func:`~tpde.pretrained.load`'s ``gguf_window="file"`` applies it as the checkpoint's
+config.json does (:func:`tpde.pretrained._gguf.switched_off`). 0 and a window ≥ the context
+(Phi-3.5-mini's 262144 of 131072) read as none without a warning.
 """
 
 from __future__ import annotations
 
-from tpde.pretrained.families.base import NO_GGUF_WINDOW, SCORE_HEAD, Family, GGUFMap, register
+from tpde.pretrained.families.base import SCORE_HEAD, Family, GGUFMap, register
 from tpde.pretrained.families.llama import LLAMA_KEYS
 
 __all__ = ["PHI3"]
@@ -75,7 +83,7 @@ PHI3 = register(
             keys={"rope.scaling.original_context_length": "original_max_position_embeddings"},
             rotary_fraction="partial_rotary_factor",
             rope_factors=True,
-            unread=NO_GGUF_WINDOW,
+            switched_off=("attention.sliding_window",),
         ),
     )
 )
