@@ -48,7 +48,7 @@ import torch
 
 from tpde._validation import check_float_dtype
 from tpde._validation import require_package as _require
-from tpde.pretrained._build import _CONV1D, _LINEAR, _NORMS, expected_shapes
+from tpde.pretrained._build import _CONV1D, _NORMS, expected_shapes
 from tpde.pretrained._config import read_hyper
 from tpde.pretrained.families.base import FAMILIES, Family
 
@@ -187,7 +187,7 @@ def random_config(family: str, *, sizes: dict | None = None) -> dict:
     return {**_hyper(layout, sizes), **_switches(layout), **declared}
 
 
-def _draw(name: str, spec: tuple, entry: Family, spread: float, g) -> torch.Tensor:
+def _draw(spec: tuple, entry: Family, spread: float, g) -> torch.Tensor:
     """One tensor of ``expected_shapes``' ``spec`` (role, block, part, stored shape), drawn as
     the module notes tabulate."""
     role, _, part, shape = spec
@@ -199,9 +199,7 @@ def _draw(name: str, spec: tuple, entry: Family, spread: float, g) -> torch.Tens
         return spread * z  # biases and norm biases
     if base in _TABLES:
         return z
-    fan_in = shape[0] if entry.conv1d and base in _CONV1D else shape[-1]
-    if base not in _LINEAR and base != "head":
-        raise AssertionError(f"no draw for the tensor {name!r} (role {role!r})")
+    fan_in = shape[0] if entry.conv1d and base in _CONV1D else shape[-1]  # linear maps, head
     return z / math.sqrt(fan_in)
 
 
@@ -255,7 +253,7 @@ def random_checkpoint(
     expected = expected_shapes(cfg, layout, raw, prefix, pooler)
     g = torch.Generator().manual_seed(int(seed))
     tensors = {
-        name: _draw(name, spec, layout, spread, g).to(dtype).contiguous()
+        name: _draw(spec, layout, spread, g).to(dtype).contiguous()
         for name, spec in expected.items()
     }
     folder = Path(folder)
