@@ -15,12 +15,14 @@ turned on (its bias keys, its optional roles — QK-norms —, its parallel-bloc
 sliding-window switch), local and global layers alternating where the family has both
 (``layer_types``), ALBERT's groups as one group of two blocks, and the values the family
 declares in ``Family.random_config`` (a layout its ``reads`` keys select: Falcon's grouped
-attention). The tensor names and shapes are the loader's own
+attention; a RoPE scaling: Llama's llama3). The tensor names and shapes are the loader's own
 (:func:`tpde.pretrained._build.expected_shapes` of the config record
 :func:`~tpde.pretrained._config.read_hyper` reads from that config), so the folder holds
 exactly the tensors :func:`~tpde.pretrained.load` reads, with the pooler where the family has
-one. The options at non-default values (grouped-query attention, biases,
-partial RoPE, windows, soft-caps, multipliers, experts) are those the family's keys name.
+one. The options at non-default values (grouped-query attention, biases, partial RoPE,
+windows, soft-caps, multipliers, experts) are those the family's keys name; the rest of a
+family's kind is its own (interleaved RoPE for GPT-J and Cohere, ALiBi for BLOOM, sandwich
+norms for Gemma-2/3, ALBERT's shared blocks).
 
 The draws (seeded, float64, stored in ``dtype``)::
 

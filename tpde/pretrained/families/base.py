@@ -325,7 +325,8 @@ class Family:
     variant: Callable | None = None
     #: config.json values a random checkpoint of the family sets beyond the generic ones
     #: (:func:`tpde.pretrained.random_checkpoint`: the tiny sizes, every boolean switch on):
-    #: a layout its ``reads`` keys select (Falcon's grouped attention). Empty: the generic ones.
+    #: a layout its ``reads`` keys select (Falcon's grouped attention), a variant of its RoPE
+    #: (Llama's llama3 scaling). Empty: the generic ones.
     random_config: dict = field(default_factory=dict)
 
 
