@@ -3,8 +3,8 @@
 The oracle (transformers, tests only): each folder loads in transformers' Auto class of its
 kind (``AutoModelForCausalLM`` for a causal family, ``AutoModel`` for an encoder, as the
 family tests use them) with no tensor missing, unexpected or mismatched, and gives the hidden
-states and logits (encoders: the hidden states) that tpde's load of the same folder gives,
-in float64. transformers' float32 pieces (RoPE tables, RMSNorm and the parameter-free or
+states and the logits (encoders: the pooled first token) that tpde's load of the same folder
+gives, in float64. transformers' float32 pieces (RoPE tables, RMSNorm and the parameter-free or
 bias-free LayerNorms, Gemma's √d scale, the eager softmax, the MoE routers' softmax) are
 re-evaluated in float64 by :mod:`tests.pretrained.family_checks`,
 :mod:`tests.pretrained.family_oracle` and GPT-J's table by ``test_load_parallel``: the
@@ -34,8 +34,6 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("safetensors")
 
 N = 7  # tokens: longer than the window 3
-#: family → the largest relative error measured (printed with -s by the last test).
-ERRORS: dict = {}
 
 
 def _casts(cls) -> bool:
@@ -67,7 +65,8 @@ def _float64(model_type: str, monkeypatch):
 
 
 def _oracle(folder, entry, ids, monkeypatch):
-    """transformers' hidden states and logits (None for an encoder) of the folder."""
+    """transformers' output for the folder: hidden states, and the logits (a causal family)
+    or the pooled first token (an encoder)."""
     auto = transformers.AutoModelForCausalLM if entry.causal else transformers.AutoModel
     # eager attention (Gemma-2's score soft-cap is there only); GPT-J's eager casts q, k to
     # float32, its sdpa does not
@@ -111,14 +110,7 @@ def test_random_checkpoint_equals_transformers(family, tmp_path, monkeypatch):
     else:
         errors["pooled"] = relative(mine.pooled(ours[-1]), out.pooler_output[0])
     assert max(errors.values()) < TOL64, errors
-    ERRORS[family] = max(errors.values())
-
-
-def test_errors_measured(capsys):
-    """Prints the largest error of each family measured above (for the issue's note)."""
-    with capsys.disabled():
-        print({family: f"{error:.1e}" for family, error in ERRORS.items()})
-    assert all(error < TOL64 for error in ERRORS.values())
+    print(f"{family}: largest relative error {max(errors.values()):.1e}")  # shown with -s
 
 
 def test_every_parameter_is_drawn_and_the_options_are_on(tmp_path):
