@@ -21,18 +21,29 @@ sentences:
 5. **Metrics across layers** (:func:`tpde.pretrained.layer_metrics`): W2, Sinkhorn, Bures
    between Gaussian fits, twisted W2 on the range of the layer's mobility, x_l → x_{l+1}.
 
-The control: random heads (Gaussian weights of variance 1/d, every real model's shapes:
-width, heads, head size) through the same projection and dynamic gap, on that model's own
-first-layer cloud. The loader's other families as tiny random models are not run: building
-them needs ``transformers``, a test-only dependency (tests/pretrained/test_load.py), and
-tpde imports no ``transformers`` at run time.
+Two controls (random weights carry no trained structure):
 
-Sizes: ``--quick`` (1 sentence of 8 tokens, the first layer, τ ∈ {½, 1, 2}): 56 s wall,
-32 s of CPU, 2.7 GB peak, on the 2-core machine at load 2–3 (151 s wall at load 10), mostly
-loading the models and projecting their heads (one eigen- and one singular-value
-decomposition of d × d per head). The full size (1 sentence of 12 tokens, all 54 layers,
-five τ): 582 s wall on the same machine at load 2–7, dominated by the projections and the
-JKO solves (one per head and τ). Models in float32; tokens, JKO steps and distances in
+- random heads (Gaussian weights of variance 1/d, every real model's shapes: width, heads,
+  head size) through the same projection and dynamic gap, on that model's own first-layer
+  cloud (kept from the first version: the trained models' own shapes and clouds);
+- every family the loader reads (:data:`tpde.pretrained.ARCHITECTURES`, 25) as a tiny random
+  model (:func:`tpde.pretrained.random_model`, no transformers: width ``control_width``, 4
+  heads, ``control_layers`` layers, the family's options on, every parameter drawn): per
+  family the weights-only scores (head symmetry, layer directionality, the definite residual
+  — the distance to the nearest gradient flow) and the dynamic gap on a random cloud (the
+  embedding of uniformly random token ids), medians over heads in a table per family and a
+  figure (``gradient_structure_families.png``); the claim "random weights are not
+  structured" is checked score by score against the three trained models (report notes).
+
+Sizes: ``--quick`` (1 sentence of 8 tokens, the first layer, τ ∈ {½, 1, 2}; the random
+families at width 64, one layer): 56 s wall, 32 s of CPU, 2.7 GB peak, on the 2-core machine
+at load 2–3 (151 s wall at load 10), mostly loading the models and projecting their heads
+(one eigen- and one singular-value decomposition of d × d per head); the 25 random families
+add 1.2 s of CPU (3.8 s wall at load 12). The full size (1 sentence of 12 tokens, all 54
+layers, five τ; the random families at width 128, two layers: 4.0 s of CPU more, 16 s
+wall at load 12, measured on their own; the whole full size not rerun): 582 s wall on the
+same machine at load 2–7, dominated by the projections and the JKO solves (one per head and
+τ). Models in float32 (the random families in float64); tokens, JKO steps and distances in
 float64 (a structured energy overflows float32).
 """
 

@@ -19,7 +19,9 @@ class Config:
     tokens: int = 12  # each sentence cut to its first tokens (n: JKO and W2 are O(n²)–O(n³))
     layers: str = "all"  # "all", "ends" (the first and the last) or "first" (the quick size)
     taus: str = "0.125,0.25,0.5,1,2"  # the step sizes scanned for the best fit
-    seed: int = 0  # the random control's weights
+    seed: int = 0  # the random controls' weights
+    control_width: int = 128  # d of every family's random model (4 heads of d/4)
+    control_layers: int = 2  # layers of every family's random model
 
     def check(self) -> None:
         if not 1 <= self.sentences <= 238:
@@ -32,6 +34,13 @@ class Config:
             raise ValueError(
                 f"layers must be one of {', '.join(LAYERS)}; received {self.layers!r}."
             )
+        if not 8 <= self.control_width <= 256 or self.control_width % 4:
+            raise ValueError(
+                "control_width must be a multiple of 4 (the random models' 4 heads) in 8 … 256; "
+                f"received {self.control_width}."
+            )
+        if not 1 <= self.control_layers <= 8:
+            raise ValueError(f"control_layers must be in 1 … 8; received {self.control_layers}.")
         taus = self.tau_values()
         if not taus or min(taus) <= 0:
             raise ValueError(
@@ -51,4 +60,5 @@ class Config:
         return 3 * 10**9
 
 
-QUICK = {"sentences": "1", "tokens": "8", "layers": "first", "taus": "0.5,1,2"}
+QUICK = {"sentences": "1", "tokens": "8", "layers": "first", "taus": "0.5,1,2",
+         "control_width": "64", "control_layers": "1"}  # fmt: skip

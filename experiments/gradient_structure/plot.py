@@ -8,8 +8,9 @@ from pathlib import Path
 import numpy as np
 
 from .. import framework as fw
+from .control import family_medians
 from .run import METRICS
-from .summary import model_arrays, relative_best
+from .summary import medians, model_arrays, relative_best
 
 HEATMAPS = (("symmetry", "symmetry of W_Qᵀ W_K"),
             ("definite_residual", "‖V − M_sA_s‖/‖V‖"),
@@ -55,4 +56,33 @@ def _plot(out: Path) -> list[Path]:
             ax.semilogy(layers, np.abs(metrics[:, i]), "o-", label=column)
         ax.set(title="x_l → x_{l+1}", xlabel="layer")
         ax.legend(fontsize=8)
-    return [fw.savefig(fig, Path(out) / "gradient_structure.png")]
+    paths = [fw.savefig(fig, Path(out) / "gradient_structure.png")]
+    if r.get("families"):
+        paths.append(_plot_families(plt, arrays, r, Path(out)))
+    return paths
+
+
+#: The family panel's scores: (key of the medians, title).
+FAMILY_PANELS = (("symmetry", "head symmetry of W_Qᵀ W_K"),
+                 ("directionality", "layer directionality"),
+                 ("definite_residual", "‖V − M_sA_s‖/‖V‖"),
+                 ("dynamic_gap", "dynamic gap"))  # fmt: skip
+
+
+def _plot_families(plt, arrays: dict, r: dict, out: Path) -> Path:
+    """One panel per score: each random family's median (dots) and each trained model's
+    median (horizontal lines)."""
+    fam = family_medians(arrays, r["families"])
+    real = {n: medians(model_arrays(arrays, n)) for n in r["models"]}
+    names = list(fam)
+    fig, axes = plt.subplots(1, 4, figsize=(24, 4.5), squeeze=False)
+    for ax, (key, title) in zip(axes[0], FAMILY_PANELS, strict=True):
+        ax.plot(range(len(names)), [fam[n][key] for n in names], "ko", label="random family")
+        for i, (n, v) in enumerate(real.items()):
+            value = v["layer_directionality"] if key == "directionality" else v[key]
+            ax.axhline(value, color=f"C{i}", label=f"{n} (trained)")
+        ax.set_xticks(range(len(names)), names, rotation=90, fontsize=7)
+        ax.set(title=title)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fw.savefig(fig, out / "gradient_structure_families.png")

@@ -16,6 +16,7 @@ from tpde.measures import Empirical
 
 from .. import framework as fw
 from .config import MODELS, Config
+from .control import family_arrays
 
 #: Per-head weight scores saved as (S, H) tables.
 HEAD_SCORES = ("symmetry", "definite_residual")
@@ -163,5 +164,9 @@ def run(config: Config, out: Path) -> None:
         results["models"].append(name)
         results["jko_failures"][name] = failures
         del model
+    print(f"gradient-structure: random families ({time.perf_counter() - started:.0f} s)",
+          file=sys.stderr)  # fmt: skip
+    more, results["families"] = family_arrays(config)
+    arrays.update(more)
     results["taus"] = config.tau_values()
     fw.save(out, config, arrays, results, started)

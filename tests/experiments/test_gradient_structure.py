@@ -12,8 +12,9 @@ from tpde import experiments
 def test_gradient_structure_tiny(tmp_path):
     pytest.importorskip("gguf", reason="the real extra (tpde[real]) is not installed")
     (_, arrays, results), report = _run(
-        "gradient-structure", tmp_path, sentences=1, tokens=6, layers="first", taus="0.25,1"
-    )
+        "gradient-structure", tmp_path, sentences=1, tokens=6, layers="first", taus="0.25,1",
+        control_width=16, control_layers=1,
+    )  # fmt: skip
     assert results["models"] + list(results["missing"]) == ["minilm", "smollm2", "gemma3"]
     for name in results["models"]:
         heads = arrays[f"{name}_symmetry"].shape[1]
@@ -30,9 +31,16 @@ def test_gradient_structure_tiny(tmp_path):
         assert len(results["jko_failures"][name]) == int((~converged).sum())
         # the control: random heads, symmetry ½ up to the sampling
         assert abs(float(np.median(arrays[f"{name}_control_symmetry"])) - 0.5) < 0.05
-    assert len(report.claims) == 5
+    # the family control: every registered family as a random model, 4 heads, 1 layer
+    from tpde.pretrained import ARCHITECTURES
+
+    assert results["families"] == [entry.family for entry in ARCHITECTURES]
+    table = arrays["family_symmetry"]
+    assert table.shape[0] == len(ARCHITECTURES) and table.shape[2] == 4
+    assert np.isfinite(table[:, 0]).all() and np.isfinite(arrays["family_dynamic_gap"][:, 0]).all()
+    assert len(report.claims) == 6
     assert all(c.verdict.endswith("(indicative)") for c in report.claims)
-    assert len(report.tables) == len(results["models"])
+    assert len(report.tables) == len(results["models"]) + 1
 
 
 def _medians(**changes) -> dict:
@@ -71,6 +79,31 @@ def test_verdicts_follow_the_numbers():
     assert jko.verdict == "differs" and implicit.verdict == "n/a"
 
 
+def _family(**changes) -> dict:
+    base = {"symmetry": 0.5, "directionality": 0.01, "definite_residual": 0.9, "dynamic_gap": 0.9}
+    return {**base, **changes}
+
+
+def test_family_claim_follows_the_numbers():
+    """Random families less structured than every trained model in 4, 2 and 1 of the four
+    scores: agrees, partly, differs; trained models 0.1 from ½ in symmetry, directionality
+    0, residual and gap 0.8 (the _medians defaults)."""
+    import importlib
+
+    rp = importlib.import_module("tpde.experiments.gradient_structure.report")
+    m = {"minilm": _medians(), "smollm2": _medians(layer_directionality=-0.2)}
+    m["minilm"]["layer_directionality"] = 0.1
+    fam = {"llama": _family(), "gpt2": _family(symmetry=0.52)}
+    claim = rp.family_claim(m, fam)
+    assert claim.verdict == "agrees" and "in 4 of 4" in claim.outcome
+    fam["gpt2"] = _family(definite_residual=0.7, dynamic_gap=0.7)
+    fam["bert"] = _family(definite_residual=0.7, dynamic_gap=0.7)
+    assert rp.family_claim(m, fam).verdict == "partly"
+    fam = {"llama": _family(symmetry=0.8, directionality=0.5, dynamic_gap=0.5)}
+    assert rp.family_claim(m, fam).verdict == "differs"
+    assert rp.family_claim(m, {}).verdict == "n/a"
+
+
 @pytest.mark.parametrize(
     ("overrides", "match"),
     [
@@ -79,6 +112,8 @@ def test_verdicts_follow_the_numbers():
         ({"layers": "odd"}, "layers must be one of all, ends, first"),
         ({"taus": "1,-2"}, "taus must be a comma-separated list of steps > 0"),
         ({"taus": "a"}, "taus must be a comma-separated list of steps > 0"),
+        ({"control_width": 10}, "control_width must be a multiple of 4"),
+        ({"control_layers": 0}, "control_layers must be in 1 … 8; received 0"),
     ],
 )
 def test_bad_configurations_are_refused(overrides, match):

@@ -47,7 +47,7 @@ def _layer_norm(x, m, offset=0.0):
 def _float64_norms(model) -> None:
     """RMSNorm (gain 1 + w for Gemma), OLMo's and Cohere's LayerNorms and Gemma's √d
     embedding scale in the model's dtype (transformers: float32)."""
-    gemma = model.config.model_type == "gemma"
+    gemma = model.config.model_type.startswith("gemma")  # gains 1 + w (Gemma, -2, -3)
     for module in model.modules():
         name = type(module).__name__
         if name.endswith("RMSNorm"):

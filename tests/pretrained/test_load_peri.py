@@ -252,7 +252,7 @@ def test_gemma_window_absent_is_the_config_class_default(gemma3, tmp_path):
          "layer_types"),
         ({"layer_types": ["full_attention"]}, "one type per layer"),
         ({"query_pre_attn_scalar": None}, "query_pre_attn_scalar"),
-        ({"attn_logit_softcapping": -1.0}, "attn_logit_softcapping must be finite and > 0"),
+        ({"final_logit_softcapping": -1.0}, "final_logit_softcapping must be finite and > 0"),
         ({"hidden_activation": "gelu_quick"}, "hidden_activation = 'gelu_quick'"),
         ({"use_bidirectional_attention": True}, "use_bidirectional_attention"),
         ({"sliding_window": NULL}, "no sliding_window"),

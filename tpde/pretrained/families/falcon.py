@@ -144,6 +144,8 @@ FALCON = register(
         },
         classifiers=SCORE_HEAD,
         variant=_variant,
+        # the grouped layout (GQA, two norms, per-group fused QKV): the richest of the three
+        random_config={"new_decoder_architecture": True},
         gguf=GGUFMap(
             architecture="falcon",
             model_type="falcon",

@@ -91,7 +91,8 @@ GEMMA2 = register(
         model_types=("gemma2",),
         keys={
             **GEMMA_KEYS,
-            "rope_local_base": ("rope_local_base_freq", "=rope_base"),
+            # one RoPE base on every layer: transformers' Gemma-2 reads no rope_local_base_freq
+            "rope_local_base": (None, "=rope_base"),
             "attn_softcap": ("attn_logit_softcapping", 50.0),
             "logit_softcap": ("final_logit_softcapping", 30.0),
         },

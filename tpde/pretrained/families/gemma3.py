@@ -1,4 +1,5 @@
-"""Gemma-3 (text): as Gemma-2 without soft-caps, with a per-head QK-RMSNorm (gains 1 + w)
+"""Gemma-3 (text): as Gemma-2 without the score soft-cap (its key read as transformers reads it:
+not applied), with a per-head QK-RMSNorm (gains 1 + w)
 before RoPE, 5 local : 1 global layers (``sliding_window_pattern`` 6) and a local RoPE base
 (``rope_local_base_freq``, 10⁴; global 10⁶).
 
@@ -31,14 +32,16 @@ GEMMA3 = register(
         family="gemma3",
         model_types=("gemma3_text",),
         keys={
-            **GEMMA_KEYS,
+            **{k: v for k, v in GEMMA_KEYS.items() if k != "attn_softcap"},
             "rope_base": ("rope_theta", 1_000_000.0),
             "rope_local_base": ("rope_local_base_freq", 10_000.0),
         },
         honoured=GEMMA_HONOURED,
         irrelevant={
+            "attn_logit_softcapping": "Gemma3TextConfig stores it, but transformers' Gemma-3 "
+            "attention applies no score soft-cap (nor does llama.cpp; Gemma-3 configs hold null)",
             "_sliding_window_pattern": "transformers' copy of sliding_window_pattern, written "
-            "beside layer_types, which tpde reads"
+            "beside layer_types, which tpde reads",
         },
         names={
             **GEMMA_NAMES,

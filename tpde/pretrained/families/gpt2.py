@@ -37,7 +37,7 @@ GPT_KEYS = {
     "layers": ("n_layer", REQUIRED),
     "heads": ("n_head", REQUIRED),
     "kv_heads": ("n_head", REQUIRED),
-    "head_dim": ("head_dim", "=hidden/heads"),
+    "head_dim": (None, "=hidden/heads"),  # transformers: always d/H (no head_dim key)
     "mlp_hidden": ("n_inner", "=4*hidden"),
     "vocab": ("vocab_size", REQUIRED),
     "context": ("n_positions", REQUIRED),

@@ -19,6 +19,9 @@ _NEOX = "gpt_neox.layers.{l}."
 #: GPT-NeoX's config keys, which Phi starts from.
 NEOX_KEYS = {
     **BERT_KEYS,
+    # read: transformers sizes RoPE by a head_dim key (its projections by d/H); another value
+    # than d/H makes tpde's weight shapes differ, so such a checkpoint is refused by shape
+    "head_dim": ("head_dim", "=hidden/heads"),
     "norm_eps": ("layer_norm_eps", 1e-5),
     "rope_base": ("rotary_emb_base", 10000.0),
     "rotary": ("rotary_pct", 0.25),

@@ -87,6 +87,18 @@ LLAMA = register(
         irrelevant=LLAMA_IRRELEVANT,
         facts={"rope_style": "half"},
         classifiers=SCORE_HEAD,
+        # Llama-3.1's RoPE scaling (tpde.fields.rope_scaling_from_config), its window of
+        # original positions below a test's tokens so that both bands and the blend count
+        random_config={
+            "rope_parameters": {
+                "rope_type": "llama3",
+                "rope_theta": 100.0,
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 8,
+            },
+        },
         gguf=GGUFMap(
             architecture="llama",
             model_type="llama",
