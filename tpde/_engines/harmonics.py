@@ -89,9 +89,12 @@ __all__ = [
 ]
 
 
-# Tokens per block, over all the clouds of a batch (a block's tables stay in the cache),
-# and at least BLOCK_MIN per cloud.
+# Tokens per block, over all the clouds of a batch, and at least BLOCK_MIN per cloud: in
+# pass 1 BLOCK_TOKENS (its chunks are summed pairwise within the block, then the blocks:
+# the rounding of the moments depends on it), in pass 2 SYNTHESIS_TOKENS (a block's tables
+# and products stay in the cache; the tokens are independent there, so it changes no sum).
 BLOCK_TOKENS = 2**12
+SYNTHESIS_TOKENS = 2**11
 BLOCK_MIN = 256
 
 
@@ -260,6 +263,7 @@ def sphere_sums(points: torch.Tensor, weights: torch.Tensor, beta, L: int | None
     store = None if grad else passes.Buffers()
     parts = _blocks(lambda x, w: passes.moments(x, w, L, store), tokens, weights, grad=grad,
                     rows=rows)  # fmt: skip
+    rows = max(BLOCK_MIN, SYNTHESIS_TOKENS // tokens.shape[0])
     E = pairwise_sum(torch.stack([p[0] for p in parts]))
     O = pairwise_sum(torch.stack([p[1] for p in parts]))
     me, mo = passes.channel_moments(E, O, L)  # (B, 4, 2, orders, k)
