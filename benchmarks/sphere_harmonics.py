@@ -83,12 +83,14 @@ N = 1000 (×1.55 at β = 1, ×1.13 at β = 10), ×1.3–1.6 at 2000, ×4.6–4.8
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 
 import torch
 from _common import isotropic_field, print_header, print_row, sampled_error, timed
 from _harmonics_before import flops_before, sphere_sums_before
+from _harmonics_previous import previous
 
 from tpde._engines.harmonics import BLOCK_TOKENS, flops, sphere_sums, truncation
 from tpde._engines.tiled import run_threads
@@ -174,6 +176,52 @@ def million(beta: float, threads: int, repeats: int = 3) -> None:
         print_row({**row, "÷matmul": statistics.median(ratios)}, COLUMNS)
 
 
+FLOOR_COLUMNS = ["N", "β", "L", "threads", "engine", "seconds", "×previous", "GFLOP", "GFLOP/s",
+                 "matmul GFLOP/s", "÷matmul", "max rel. diff", "load"]  # fmt: skip
+
+
+def floor(n: int, beta: float, threads: int, repeats: int) -> None:
+    """The sums of one cloud of n tokens (weights 1/n) by the engine and by its passes at
+    e5890c2 (benchmarks/_harmonics_previous.py), alternating their order, with the matmul
+    of the engine's shape timed after each repetition and the 1-minute load average
+    (``os.getloadavg``, what ``uptime`` prints) read before it. Minimum time over the
+    repetitions, maximum matmul rate; ÷matmul is the ratio of the two rates."""
+    mu = sphere(n)
+    x, w = mu.points, mu.weights
+    L = truncation(beta, torch.float64, 1 / n)
+
+    def old():
+        with previous():
+            return sphere_sums(x, w, beta)
+
+    engines = {"sphere_sums": lambda: sphere_sums(x, w, beta), "e5890c2": old}
+    out = {name: f() for name, f in engines.items()}  # warm-up: kernels, pages
+    times, matmul, loads = {name: [] for name in engines}, [], []
+    for r in range(repeats):
+        loads.append(os.getloadavg()[0])
+        for name in list(engines)[:: 1 if r % 2 == 0 else -1]:
+            start = time.perf_counter()
+            engines[name]()
+            times[name].append(time.perf_counter() - start)
+        matmul.append(matmul_rate(L, threads, blocks=32, repeats=1))
+    ours, theirs = out.values()
+    diff = float((ours - theirs).abs().max() / ours.abs().max())
+    best = {name: min(t) for name, t in times.items()}
+    row = {
+        "N": n,
+        "β": beta,
+        "L": L,
+        "threads": threads,
+        "load": f"{min(loads):.1f}–{max(loads):.1f}",
+    }
+    for name, seconds in best.items():
+        rate = flops(n, L) / seconds / 1e9
+        extra = {"×previous": best["e5890c2"] / seconds, "max rel. diff": diff}
+        print_row({**row, "engine": name, "seconds": seconds, "GFLOP": flops(n, L) / 1e9,
+                   "GFLOP/s": rate, "matmul GFLOP/s": max(matmul), "÷matmul": rate / max(matmul),
+                   **(extra if name == "sphere_sums" else {})}, FLOOR_COLUMNS)  # fmt: skip
+
+
 def compare(kind: str, beta: float, n: int, repeats: int = 3) -> None:
     """Rows of the harmonics engine and the pairwise one for one cloud of n tokens."""
     pairwise = "sdpa" if kind == "SA" else "tiled"
@@ -197,9 +245,19 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="SDPA at N = 10³, 10⁴")
     parser.add_argument("--crossover", action="store_true", help="N = 250 … 8000, SA")
     parser.add_argument("--million", action="store_true", help="N = 10⁶: engine vs before")
+    parser.add_argument("--floor", action="store_true", help="N = 10⁵, 10⁶: engine vs e5890c2")
     parser.add_argument("--betas", type=float, nargs="+", default=[1.0, 10.0])
     args = parser.parse_args()
     torch.set_num_threads(1)
+    if args.floor:
+        print_header(FLOOR_COLUMNS)
+        for n, repeats in ((100_000, 7), (1_000_000, 3)):
+            for beta in args.betas:
+                for threads in (1, 2):
+                    torch.set_num_threads(threads)
+                    floor(n, beta, threads, repeats)
+        torch.set_num_threads(1)
+        return
     print_header(COLUMNS)
     if args.million:
         for threads in (1, 2):

@@ -73,12 +73,13 @@ class Buffers:
             store[name] = held
         return held[:count].view(shape)
 
-    def plan(self, name: str, shape: tuple, like: torch.Tensor, build):
-        """``build(array)`` for this thread's array ``name`` of this shape, built once and kept
-        while the array is the same memory (the views stay valid from block to block)."""
+    def plan(self, name: str, shape: tuple, like: torch.Tensor, build, tag=None):
+        """``build(array)`` for this thread's array ``name`` of this shape, built once per
+        ``tag`` (what else the views depend on) and kept while the array is the same memory
+        (the views stay valid from block to block)."""
         plans = self._local.__dict__.setdefault("plans", {})
         array = self.get(name, shape, like)
-        key = (name, tuple(shape))
+        key = (name, tuple(shape), tag)
         held = plans.get(key)
         if held is None or held[0] != array.data_ptr():
             held = plans[key] = (array.data_ptr(), build(array))
@@ -155,7 +156,8 @@ def tables(x: torch.Tensor, K: int, store: Buffers | None, width: int | None = N
     shape = (x.shape[0], 2, 2, K, b if width is None else width)
     out = store.get("tables", shape, x)
     _fill(
-        (cphi, sphi, ctheta, stheta), store.plan("tables", shape, x, lambda a: _table_views(a, b))
+        (cphi, sphi, ctheta, stheta),
+        store.plan("tables", shape, x, lambda a: _table_views(a, b), b),
     )
     return out
 
@@ -275,12 +277,14 @@ def moments(x: torch.Tensor, w: torch.Tensor, L: int, store: Buffers | None):
     count, even, odd = -(-b // chunk), *_orders(K)
     step = max(1, TABLE_TOKENS // (B * chunk))  # chunks per table
     size = B * count * (2 * even * K + 2 * odd * (K - 1))
-    groups = store.plan("products", (size,), x, lambda a: _product_plan(a, B, count, K, step))
+    groups = store.plan(
+        "products", (size,), x, lambda a: _product_plan(a, B, count, K, step), (B, count, K, step)
+    )
     for part, start in enumerate(range(0, b, step * chunk)):
         stop = min(start + step * chunk, b)
         size = B * -(-(stop - start) // chunk) * chunk * (4 * K + 2 * (even + odd))
         build = lambda a, n=stop - start: _table_plan(a, B, K, n, chunk)  # noqa: E731
-        plan = store.plan("pass1", (size,), x, build)
+        plan = store.plan("pass1", (size,), x, build, (B, K, stop - start, chunk))
         _fill(_first_rows(x[..., start:stop]), plan["tables"])
         if stop - start < plan["groups"][0][2].shape[1] * chunk:
             for tail in plan["padding"]:
@@ -358,7 +362,7 @@ def synthesis(x: torch.Tensor, Ge: torch.Tensor, Go: torch.Tensor, L: int, store
     B, b = x.shape[0], x.shape[-1]
     even, odd = _orders(K)
     size = B * b * (4 * K + 8 * (even + odd))
-    plan = store.plan("pass2", (size,), x, lambda a: _synthesis_plan(a, B, K, b))
+    plan = store.plan("pass2", (size,), x, lambda a: _synthesis_plan(a, B, K, b), (B, K, b))
     _fill(_first_rows(x), plan["tables"])
     out = None
     for G, (polar, product, rows, azimuth) in zip((Ge, Go), plan["groups"], strict=True):
