@@ -271,7 +271,7 @@ def main() -> None:
         return
     if args.crossover:
         for beta in args.betas:
-            for n in (250, 500, 1000, 2000, 4000, 8000):
+            for n in (250, 500, 750, 1000, 1500, 2000, 3000, 4000, 8000):
                 compare("SA", beta, n, repeats=5)
         return
     sizes = (1_000, 10_000) if args.quick else (10_000, 100_000)

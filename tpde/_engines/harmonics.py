@@ -290,19 +290,21 @@ def exp_sum_harmonics(points, weights, beta, L=None) -> torch.Tensor:
 
 #: "auto" takes the harmonics engine for clouds of n ≥ HARMONICS_TOKENS_PER_TERM·(L + 1)²
 #: tokens, and at least HARMONICS_MIN_TOKENS (its fixed cost of small operations).
-HARMONICS_TOKENS_PER_TERM = 2
-HARMONICS_MIN_TOKENS = 1500
+HARMONICS_TOKENS_PER_TERM = 1
+HARMONICS_MIN_TOKENS = 1000
 
 
 def pick_harmonics(n: int, L: int) -> bool:
-    """The ``"auto"`` rule: harmonics for clouds of n tokens at degree L.
+    """The ``"auto"`` rule: harmonics for clouds of n ≥ max(1000, (L + 1)²) tokens at degree L.
 
     Per token the engine costs ~10(L + 1)² multiply-adds (:func:`flops`) against SDPA's
-    ~10n; the rule n ≥ 2(L + 1)² was set when it cost ~16(L + 1)² (the four channels'
-    moments summed apart), and below ~1500 tokens its fixed cost loses. Measured then with
-    ``benchmarks/sphere_harmonics.py --crossover`` (SA, float64, one core, load 3–4): SDPA
-    wins up to N = 1000 (×0.4 at β = 1, ×0.75 at β = 10), harmonics from N = 2000 (×3.8
-    at β = 1, ×1.9 at β = 10) and ×5–9 at N = 8000. Remeasured with the present engine
-    (load 2.8): harmonics from N = 1000 (×1.55, ×1.13), so the rule is now conservative.
+    ~10n (three for each of ⟨q, k⟩ and the average, and the exponential): they break even
+    near n = (L + 1)², and below ~1000 tokens the engine's fixed cost (a few hundred small
+    operations) loses. Measured with ``benchmarks/sphere_harmonics.py --crossover`` (SA,
+    float64, one thread, load 11–13 on 2 cores, median of 5, 7 Dec 2026): at β = 1 (L = 16)
+    SDPA wins at N = 750, the engine from N = 1000 (×2.6 in two runs); at β = 10 (L = 35,
+    (L + 1)² = 1296) ×0.49 at N = 1000, ×0.98 at 1500, ×1.9 at 2000; at β = 30 (L = 55,
+    3136) ×0.87 at 2000, ×1.2 at 3000, ×2.6 at 4000. (The rule before, n ≥ max(1500,
+    2(L + 1)²), was set when the engine cost ~16(L + 1)² multiply-adds per token.)
     """
     return n >= max(HARMONICS_MIN_TOKENS, HARMONICS_TOKENS_PER_TERM * (L + 1) ** 2)
