@@ -176,16 +176,43 @@ def million(beta: float, threads: int, repeats: int = 3) -> None:
         print_row({**row, "÷matmul": statistics.median(ratios)}, COLUMNS)
 
 
-FLOOR_COLUMNS = ["N", "β", "L", "threads", "engine", "seconds", "×previous", "GFLOP", "GFLOP/s",
-                 "matmul GFLOP/s", "÷matmul", "max rel. diff", "load"]  # fmt: skip
+FLOOR_COLUMNS = ["N", "β", "L", "threads", "engine", "seconds", "CPU s", "×previous", "GFLOP",
+                 "GFLOP/s", "matmul GFLOP/s", "÷matmul", "÷matmul CPU", "max rel. diff",
+                 "load"]  # fmt: skip
+
+
+def clocked(f) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of this process, all its threads) of one call of f."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    f()
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def matmul_clocked(L: int, threads: int, blocks: int) -> tuple[float, float]:
+    """(wall, CPU) GFLOP/s of :func:`matmul_rate`'s products, once (no warm-up)."""
+    generator = torch.Generator().manual_seed(2)
+    G = torch.randn(8 * (L // 2 + 1), L + 1, generator=generator, dtype=torch.float64)
+    T = torch.randn(8, L + 1, BLOCK_TOKENS, generator=generator, dtype=torch.float64)
+
+    def work(jobs):
+        out = torch.empty(G.shape[0], BLOCK_TOKENS, dtype=torch.float64)
+        for job in jobs:
+            torch.mm(G, T[job % len(T)], out=out)
+
+    count = 2 * G.shape[0] * (L + 1) * BLOCK_TOKENS * blocks / 1e9
+    wall, cpu = clocked(lambda: run_threads(work, blocks, threads))
+    return count / wall, count / cpu
 
 
 def floor(n: int, beta: float, threads: int, repeats: int) -> None:
     """The sums of one cloud of n tokens (weights 1/n) by the engine and by its passes at
     e5890c2 (benchmarks/_harmonics_previous.py), alternating their order, with the matmul
     of the engine's shape timed after each repetition and the 1-minute load average
-    (``os.getloadavg``, what ``uptime`` prints) read before it. Minimum time over the
-    repetitions, maximum matmul rate; ÷matmul is the ratio of the two rates."""
+    (``os.getloadavg``, what ``uptime`` prints) read before it. Minimum wall and CPU time
+    over the repetitions, maximum matmul rates; ÷matmul is the ratio of the wall rates,
+    ÷matmul CPU that of the rates per CPU second (the process's, all threads: steadier
+    than wall time on a machine shared with other jobs, which take the cores away from
+    both alike)."""
     mu = sphere(n)
     x, w = mu.points, mu.weights
     L = truncation(beta, torch.float64, 1 / n)
@@ -200,25 +227,21 @@ def floor(n: int, beta: float, threads: int, repeats: int) -> None:
     for r in range(repeats):
         loads.append(os.getloadavg()[0])
         for name in list(engines)[:: 1 if r % 2 == 0 else -1]:
-            start = time.perf_counter()
-            engines[name]()
-            times[name].append(time.perf_counter() - start)
-        matmul.append(matmul_rate(L, threads, blocks=32, repeats=1))
+            times[name].append(clocked(engines[name]))
+        matmul.append(matmul_clocked(L, threads, blocks=64))
     ours, theirs = out.values()
     diff = float((ours - theirs).abs().max() / ours.abs().max())
-    best = {name: min(t) for name, t in times.items()}
-    row = {
-        "N": n,
-        "β": beta,
-        "L": L,
-        "threads": threads,
-        "load": f"{min(loads):.1f}–{max(loads):.1f}",
-    }
-    for name, seconds in best.items():
-        rate = flops(n, L) / seconds / 1e9
-        extra = {"×previous": best["e5890c2"] / seconds, "max rel. diff": diff}
-        print_row({**row, "engine": name, "seconds": seconds, "GFLOP": flops(n, L) / 1e9,
-                   "GFLOP/s": rate, "matmul GFLOP/s": max(matmul), "÷matmul": rate / max(matmul),
+    wall = {name: min(t[0] for t in ts) for name, ts in times.items()}
+    cpu = {name: min(t[1] for t in ts) for name, ts in times.items()}
+    mm_wall, mm_cpu = max(m[0] for m in matmul), max(m[1] for m in matmul)
+    row = {"N": n, "β": beta, "L": L, "threads": threads, "GFLOP": flops(n, L) / 1e9,
+           "matmul GFLOP/s": mm_wall, "load": f"{min(loads):.1f}–{max(loads):.1f}"}  # fmt: skip
+    for name in engines:
+        extra = {"×previous": wall["e5890c2"] / wall[name], "max rel. diff": diff}
+        print_row({**row, "engine": name, "seconds": wall[name], "CPU s": cpu[name],
+                   "GFLOP/s": row["GFLOP"] / wall[name],
+                   "÷matmul": row["GFLOP"] / wall[name] / mm_wall,
+                   "÷matmul CPU": row["GFLOP"] / cpu[name] / mm_cpu,
                    **(extra if name == "sphere_sums" else {})}, FLOOR_COLUMNS)  # fmt: skip
 
 
@@ -251,7 +274,7 @@ def main() -> None:
     torch.set_num_threads(1)
     if args.floor:
         print_header(FLOOR_COLUMNS)
-        for n, repeats in ((100_000, 7), (1_000_000, 3)):
+        for n, repeats in ((100_000, 9), (1_000_000, 3)):
             for beta in args.betas:
                 for threads in (1, 2):
                     torch.set_num_threads(threads)

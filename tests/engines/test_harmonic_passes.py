@@ -148,3 +148,29 @@ def test_a_plan_follows_its_array(generator):
     again = store.plan("a", (4,), like, build)
     assert len(built) == 3
     assert again.data_ptr() == larger.data_ptr() != first.data_ptr()
+
+
+def test_two_threads_give_the_same_sums_and_keep_the_caller_on_one(generator, monkeypatch):
+    """With 2 torch threads the blocks go to 2 Python threads (the same sums: each block's
+    arithmetic does not depend on the thread), while the calling thread runs torch on one
+    thread in between (no OpenMP thread left spinning on the workers' cores) and gets its
+    thread count back after."""
+    points, weights = _cloud(generator, 1, 9001)
+    one = harmonics.sphere_sums(points, weights, 10.0)
+    seen = []
+    original = passes.channel_moments
+
+    def recording(*args):
+        seen.append(torch.get_num_threads())
+        return original(*args)
+
+    monkeypatch.setattr(passes, "channel_moments", recording)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        two = harmonics.sphere_sums(points, weights, 10.0)
+        after = torch.get_num_threads()
+    finally:
+        torch.set_num_threads(previous)
+    assert seen == [1] and after == 2
+    assert float((one - two).abs().max() / one.abs().max()) < 1e-15

@@ -76,6 +76,7 @@ import torch
 from tpde._engines import _harmonic_passes as passes
 from tpde._engines._harmonic_passes import flops, pairwise_sum
 from tpde._engines.spectral import _blocks, _recurrence_length, degree_estimate
+from tpde._engines.tiled import calling_thread_alone
 
 __all__ = [
     "HARMONICS_MIN_TOKENS",
@@ -241,6 +242,13 @@ def sphere_sums(points: torch.Tensor, weights: torch.Tensor, beta, L: int | None
     -------
     (..., n, 4): the scaled normaliser e^{−β}D_i and numerator e^{−β}N_i (module notes).
     """
+    workers = torch.get_num_threads()
+    with calling_thread_alone():  # the blocks go to `workers` threads; nothing else spins
+        return _sphere_sums(points, weights, beta, L, workers)
+
+
+def _sphere_sums(points, weights, beta, L: int | None, workers: int) -> torch.Tensor:
+    """:func:`sphere_sums` on ``workers`` threads, torch single-threaded on this one."""
     beta = torch.as_tensor(beta, dtype=points.dtype, device=points.device)
     batch = torch.broadcast_shapes(points.shape[:-2], weights.shape[:-1], beta.shape)
     points = points.expand(*batch, *points.shape[-2:]).reshape(-1, *points.shape[-2:])
@@ -257,22 +265,27 @@ def sphere_sums(points: torch.Tensor, weights: torch.Tensor, beta, L: int | None
     k_even = k_even.to(device=points.device, dtype=points.dtype)
     k_odd = k_odd.to(device=points.device, dtype=points.dtype)
 
-    tokens = points.transpose(-1, -2)  # (B, 3, n)
-    grad = torch.is_grad_enabled() and (points.requires_grad or weights.requires_grad)
+    out = _sums(points.transpose(-1, -2), weights, L, k_even, k_odd, workers)
+    return out.reshape(*batch, *out.shape[-2:])
+
+
+def _sums(tokens, weights, L: int, k_even, k_odd, workers: int) -> torch.Tensor:
+    """The two passes of :func:`sphere_sums` over blocks of the tokens (B, 3, n), weights
+    (B, 1, n), on ``workers`` threads (:mod:`tpde._engines._harmonic_passes`): (B, n, 4)."""
+    grad = torch.is_grad_enabled() and (tokens.requires_grad or weights.requires_grad)
     rows = max(BLOCK_MIN, BLOCK_TOKENS // tokens.shape[0])  # tokens of all clouds per block
     store = None if grad else passes.Buffers()
     parts = _blocks(lambda x, w: passes.moments(x, w, L, store), tokens, weights, grad=grad,
-                    rows=rows)  # fmt: skip
-    rows = max(BLOCK_MIN, SYNTHESIS_TOKENS // tokens.shape[0])
+                    rows=rows, workers=workers)  # fmt: skip
     E = pairwise_sum(torch.stack([p[0] for p in parts]))
     O = pairwise_sum(torch.stack([p[1] for p in parts]))
     me, mo = passes.channel_moments(E, O, L)  # (B, 4, 2, orders, k)
     ge = torch.einsum("bmkj,bcsmj->bcsmk", k_even, me).flatten(1, 3)  # (B, 8·orders, L + 1)
     go = torch.einsum("bmkj,bcsmj->bcsmk", k_odd, mo).flatten(1, 3)
+    rows = max(BLOCK_MIN, SYNTHESIS_TOKENS // tokens.shape[0])
     out = _blocks(lambda x: passes.synthesis(x, ge, go, L, store), tokens, grad=grad,
-                  rows=rows)  # fmt: skip
-    out = torch.cat(out, dim=-1).transpose(-1, -2)  # (B, n, 4)
-    return out.reshape(*batch, *out.shape[-2:])
+                  rows=rows, workers=workers)  # fmt: skip
+    return torch.cat(out, dim=-1).transpose(-1, -2)
 
 
 def softmax_average_harmonics(points, weights, beta, L=None) -> torch.Tensor:
