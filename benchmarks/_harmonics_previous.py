@@ -3,9 +3,11 @@
 ``benchmarks/sphere_harmonics.py --floor`` times ``tpde._engines.harmonics.sphere_sums``
 against itself run with these passes and pass 2 in blocks of BLOCK_TOKENS (:func:`previous`),
 interleaved in one process: the engine as it was before the views of its buffers were
-kept per block shape (``Buffers.plan``), the pass-1 tables built 2048 tokens at a time and
-pass 2 given blocks of 2048 tokens. Same arithmetic, same results (bit for bit); the
-module notes of ``tpde/_engines/_harmonic_passes.py`` describe the passes.
+kept per block shape (``Buffers.plan``), the pass-1 tables built 2048 tokens at a time,
+pass 2 given blocks of 2048 tokens and the calling thread kept on one torch thread. Same
+arithmetic (the same moments bit for bit; pass 2's products move by an ulp with the
+number of columns, 6e-17 to 1.4e-16 relative measured); the module notes of
+``tpde/_engines/_harmonic_passes.py`` describe the passes.
 """
 
 from __future__ import annotations
@@ -192,11 +194,13 @@ def synthesis(x: torch.Tensor, Ge: torch.Tensor, Go: torch.Tensor, L: int, store
 
 @contextlib.contextmanager
 def previous():
-    """``harmonics.sphere_sums`` runs the passes above, both passes in blocks of BLOCK_TOKENS."""
-    saved = harmonics.passes, harmonics.SYNTHESIS_TOKENS
+    """``harmonics.sphere_sums`` as at e5890c2: the passes above, both passes in blocks of
+    BLOCK_TOKENS, the calling thread left at torch's thread count."""
+    saved = harmonics.passes, harmonics.SYNTHESIS_TOKENS, harmonics.calling_thread_alone
     harmonics.passes = sys.modules[__name__]
     harmonics.SYNTHESIS_TOKENS = harmonics.BLOCK_TOKENS
+    harmonics.calling_thread_alone = contextlib.nullcontext
     try:
         yield
     finally:
-        harmonics.passes, harmonics.SYNTHESIS_TOKENS = saved
+        harmonics.passes, harmonics.SYNTHESIS_TOKENS, harmonics.calling_thread_alone = saved
