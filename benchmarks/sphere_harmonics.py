@@ -57,18 +57,29 @@ on 2 cores (the process got about a third of a core: wall ≈ 3× CPU):
     engine − e5890c2: ≤ 1.4e-16 relative (pass 2's products in blocks of 2048 columns)
     matmul: 6–16 GFLOP/s wall, 38–45 per CPU second (as one core alone gives)
 
-On one thread the engine takes 0.92× the CPU time of e5890c2 (the block dispatches); on
-two, its CPU time is one thread's while e5890c2's was 1.1–2× it: an OpenMP thread, woken
-by the calling thread's operations between the passes, spun on the cores the blocks'
-threads needed (``tiled.calling_thread_alone`` now keeps the calling thread on one torch
-thread). Per CPU second the engine reaches 0.50–0.55 of the matmul at β = 10 and
-0.35–0.42 at β = 1, where the tables and the azimuth contraction (memory-bound, ≈ 12(L + 2)
-+ 16(L + 1) memory passes per token, not in the flop count) weigh most against the
-20(L + 1)² flops. Not verified here: the issue's target, 10⁶ tokens at β = 10 under 2 s of
-wall time on 2 idle cores — no idle machine was available (load 9–15 throughout) and no
-accelerator machine was lent to this task. 1.35 CPU seconds on one thread is what that
-evaluation's arithmetic took while running; on 2 idle cores one would expect about half of
-it in wall time, an expectation, not a measurement.
+A second run (14:22–14:26 UTC, load 10.1–12.3) gave CPU seconds, engine (e5890c2), in the
+same order: 0.044 (0.049), 0.051 (0.076), 0.135 (0.151), 0.142 (0.184), 0.584 (0.640),
+0.438 (0.568), 1.35 (1.60), 1.24 (1.64); ÷matmul CPU 0.37, 0.34, 0.51, 0.48, 0.36, 0.42,
+0.52, 0.56 (e5890c2 0.33, 0.23, 0.45, 0.37, 0.33, 0.32, 0.44, 0.42); wall at 10⁶, β = 10,
+2 threads 4.35 s (5.84 s).
+
+On one thread the engine takes 0.84–0.93× the CPU time of e5890c2 (fewer dispatches per
+block, blocks of 2048 tokens); on two, 0.75–1.16× its own one-thread CPU time where
+e5890c2 took 0.9–1.8× (most at 10⁵ tokens): an OpenMP thread, woken by the calling
+thread's operations between the passes, spun on the cores the blocks' threads needed
+(``tiled.calling_thread_alone`` now keeps the calling thread on one torch
+thread). Per CPU second the engine reaches 0.48–0.56 of the matmul at β = 10 and
+0.34–0.42 at β = 1, where the tables and the azimuth contraction weigh most against the
+20(L + 1)² flops: per token 4(L + 2) + 4(L + 1) table entries and 8(L + 1) products
+written and read again, memory-bound and not in the flop count (one block of 2048 tokens
+at L = 18: tables 29 % of pass 2, its matrix products 52 % at 46 GFLOP/s, the contraction
+20 %; at L = 38: 10 %, 55 % at 52 GFLOP/s, 12 %).
+
+Not verified here: the issue's target, 10⁶ tokens at β = 10 under 2 s of wall time on 2
+idle cores — no idle machine was available (load 9–15 throughout) and no accelerator
+machine was lent to this task. 1.24–1.36 CPU seconds is what that evaluation's arithmetic
+took while running, on one thread or two; on 2 idle cores one would expect about half of it
+in wall time: an expectation, not a measurement.
 
 Before this (the rows below are of the engine before the block plans and of the path
 before issue 35). Measured on the shared 2-core machine, whose other jobs kept it busy
