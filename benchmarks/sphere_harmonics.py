@@ -132,11 +132,13 @@ SDPA still wins at N = 250 and 500 (harmonics ×0.2–0.5), the harmonics engine
 N = 1000 (×1.55 at β = 1, ×1.13 at β = 10), ×1.3–1.6 at 2000, ×4.6–4.8 at 4000, ×7–15 at
 8000 (one run, noisy); the rule (n ≥ max(1500, 2(L + 1)²)) was left as it was.
 
-``--crossover --betas 1 10 30`` with the present engine (14:07 UTC, load 11–13, median of 5;
-N = 250, 500, 750, 1000, 1500, 2000, 3000, 4000, 8000): at β = 1 (L = 16) SDPA wins to
-N = 750, the engine from 1000 (×2.6; ×2.6 again in a second run at 14:06), ×4.6 at 2000,
-×25 at 8000; at β = 10 (L = 35, (L + 1)² = 1296) ×0.49 at 1000, ×0.98 at 1500, ×1.9 at
-2000, ×8.9 at 8000; at β = 30 (L = 55, 3136) ×0.87 at 2000, ×1.2 at 3000, ×2.6 at 4000.
+``--crossover --betas 1 10 30`` with the present engine (14:07 and 14:29 UTC, load 9–13,
+median of 5; N = 250, 500, 750, 1000, 1500, 2000, 3000, 4000, 8000), two runs: at β = 1
+(L = 16) SDPA wins to N = 750 (×0.17, ×0.20), the engine from 1000 (×2.6, ×2.3), ×4.6,
+×3.7 at 2000, ×25, ×18 at 8000; at β = 10 (L = 35, (L + 1)² = 1296) ×0.49, ×0.21 at 1000,
+×0.98, ×1.02 at 1500, ×1.9, ×1.5 at 2000, ×8.9 at 8000; at β = 30 (L = 55, 3136) ×0.87,
+×1.07 at 2000, ×1.2, ×1.3 at 3000, ×2.6, ×1.9 at 4000, ×4.8 at 8000. Times of a few
+milliseconds under this load are not monotone in N (scheduling): read the ratios.
 The crossover is near n = (L + 1)² (per token ~10(L + 1)² multiply-adds against SDPA's
 ~10n) and not below 1000 tokens: :func:`~tpde._engines.harmonics.pick_harmonics` now takes
 the engine for n ≥ max(1000, (L + 1)²).
