@@ -314,8 +314,8 @@ def pick_harmonics(n: int, L: int) -> bool:
     ~10n (three for each of ⟨q, k⟩ and the average, and the exponential): they break even
     near n = (L + 1)², and below ~1000 tokens the engine's fixed cost (a few hundred small
     operations) loses. Measured with ``benchmarks/sphere_harmonics.py --crossover`` (SA,
-    float64, one thread, load 9–13 on 2 cores, median of 5, 7 Dec 2026; the engine's time
-    against SDPA's, two runs): at β = 1 (L = 16) SDPA wins at N = 750 (×0.17, ×0.20), the
+    float64, one thread, load 9–13 on 2 cores, median of 5, 7 Dec 2026; SDPA's time over
+    the engine's, two runs): at β = 1 (L = 16) SDPA wins at N = 750 (×0.17, ×0.20), the
     engine from N = 1000 (×2.6, ×2.3); at β = 10 (L = 35, (L + 1)² = 1296) ×0.49, ×0.21 at
     N = 1000, ×0.98, ×1.02 at 1500, ×1.9, ×1.5 at 2000; at β = 30 (L = 55, 3136) ×0.87,
     ×1.07 at 2000, ×1.2, ×1.3 at 3000, ×2.6, ×1.9 at 4000. (The rule before, n ≥ max(1500,
