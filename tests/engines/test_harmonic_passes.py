@@ -105,3 +105,72 @@ def test_flops_are_about_twenty_per_term_and_token():
     for L in (18, 38, 103):
         per_token = harmonics.flops(10**6, L) / 10**6
         assert math.isclose(per_token / (L + 1) ** 2, 20, rel_tol=0.05)
+
+
+def _cloud(generator, clouds, n):
+    points = torch.randn(clouds, n, 3, generator=generator, dtype=F64)
+    weights = torch.rand(clouds, n, generator=generator, dtype=F64) + 0.1
+    return points / points.norm(dim=-1, keepdim=True), weights
+
+
+@pytest.mark.parametrize(("clouds", "n"), [(1, 5001), (3, 701)])
+def test_blocks_across_chunk_boundaries_and_odd_n(generator, monkeypatch, clouds, n):
+    """Pass-1 tables of 3 chunks (a block's chunks multiplied part by part, the last part
+    short and padded), pass-2 blocks of 1000 tokens (not a whole number of chunks), odd n:
+    the buffered path against the autograd one (separate code: new tensors, _chunked) and
+    against itself with the default sizes (the same chunk sums; the products' rounding may
+    move by an ulp with the number of columns)."""
+    points, weights = _cloud(generator, clouds, n)
+    beta = torch.tensor([10.0, 1.0, 30.0][:clouds], dtype=F64)
+    default = harmonics.sphere_sums(points, weights, beta)
+    monkeypatch.setattr(passes, "TABLE_TOKENS", 3 * passes.CHUNK)
+    monkeypatch.setattr(harmonics, "SYNTHESIS_TOKENS", 1000)
+    small = harmonics.sphere_sums(points, weights, beta)
+    tracked = harmonics.sphere_sums(points.clone().requires_grad_(), weights, beta).detach()
+    scale = small.abs().max()
+    assert float((small - tracked).abs().max() / scale) < 1e-14
+    assert float((small - default).abs().max() / scale) < 1e-15
+
+
+def test_a_plan_follows_its_array(generator):
+    """A plan is rebuilt when its array is reallocated (a larger request of the same name),
+    so its views never point into freed memory."""
+    store, like = passes.Buffers(), torch.zeros(1, dtype=F64)
+    built = []
+
+    def build(array):
+        built.append(array)
+        return array
+
+    first = store.plan("a", (4,), like, build)
+    assert store.plan("a", (4,), like, build) is first and len(built) == 1
+    larger = store.plan("a", (8,), like, build)
+    again = store.plan("a", (4,), like, build)
+    assert len(built) == 3
+    assert again.data_ptr() == larger.data_ptr() != first.data_ptr()
+
+
+def test_two_threads_give_the_same_sums_and_keep_the_caller_on_one(generator, monkeypatch):
+    """With 2 torch threads the blocks go to 2 Python threads (the same sums: each block's
+    arithmetic does not depend on the thread), while the calling thread runs torch on one
+    thread in between (no OpenMP thread left spinning on the workers' cores) and gets its
+    thread count back after."""
+    points, weights = _cloud(generator, 1, 9001)
+    one = harmonics.sphere_sums(points, weights, 10.0)
+    seen = []
+    original = passes.channel_moments
+
+    def recording(*args):
+        seen.append(torch.get_num_threads())
+        return original(*args)
+
+    monkeypatch.setattr(passes, "channel_moments", recording)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        two = harmonics.sphere_sums(points, weights, 10.0)
+        after = torch.get_num_threads()
+    finally:
+        torch.set_num_threads(previous)
+    assert seen == [1] and after == 2
+    assert float((one - two).abs().max() / one.abs().max()) < 1e-15

@@ -175,8 +175,11 @@ def test_auto_takes_harmonics_where_it_wins(monkeypatch, generator):
         return original(*args, **kwargs)
 
     monkeypatch.setattr(harmonics, "sphere_sums", counting)
-    assert harmonics.pick_harmonics(2000, 17) and not harmonics.pick_harmonics(1000, 17)
-    assert not harmonics.pick_harmonics(5000, 100)  # 2(L + 1)² > n
+    # n ≥ max(1000, (L + 1)²): the measured crossovers (pick_harmonics)
+    assert harmonics.pick_harmonics(1000, 16) and not harmonics.pick_harmonics(750, 16)
+    assert harmonics.pick_harmonics(1296, 35) and not harmonics.pick_harmonics(1295, 35)
+    assert harmonics.pick_harmonics(3136, 55) and not harmonics.pick_harmonics(2000, 55)
+    assert not harmonics.pick_harmonics(5000, 100)  # (L + 1)² > n
     big, small = Empirical(_sphere(generator, 2000)), Empirical(_sphere(generator, 50))
     field = _field(Softmax, 1.0)
     fast = field.velocity(big)

@@ -76,6 +76,7 @@ import torch
 from tpde._engines import _harmonic_passes as passes
 from tpde._engines._harmonic_passes import flops, pairwise_sum
 from tpde._engines.spectral import _blocks, _recurrence_length, degree_estimate
+from tpde._engines.tiled import calling_thread_alone
 
 __all__ = [
     "HARMONICS_MIN_TOKENS",
@@ -89,9 +90,12 @@ __all__ = [
 ]
 
 
-# Tokens per block, over all the clouds of a batch (a block's tables stay in the cache),
-# and at least BLOCK_MIN per cloud.
+# Tokens per block, over all the clouds of a batch, and at least BLOCK_MIN per cloud: in
+# pass 1 BLOCK_TOKENS (its chunks are summed pairwise within the block, then the blocks:
+# the rounding of the moments depends on it), in pass 2 SYNTHESIS_TOKENS (a block's tables
+# and products stay in the cache; the tokens are independent there, so it changes no sum).
 BLOCK_TOKENS = 2**12
+SYNTHESIS_TOKENS = 2**11
 BLOCK_MIN = 256
 
 
@@ -238,6 +242,13 @@ def sphere_sums(points: torch.Tensor, weights: torch.Tensor, beta, L: int | None
     -------
     (..., n, 4): the scaled normaliser e^{−β}D_i and numerator e^{−β}N_i (module notes).
     """
+    workers = torch.get_num_threads()
+    with calling_thread_alone():  # the blocks go to `workers` threads; nothing else spins
+        return _sphere_sums(points, weights, beta, L, workers)
+
+
+def _sphere_sums(points, weights, beta, L: int | None, workers: int) -> torch.Tensor:
+    """:func:`sphere_sums` on ``workers`` threads, torch single-threaded on this one."""
     beta = torch.as_tensor(beta, dtype=points.dtype, device=points.device)
     batch = torch.broadcast_shapes(points.shape[:-2], weights.shape[:-1], beta.shape)
     points = points.expand(*batch, *points.shape[-2:]).reshape(-1, *points.shape[-2:])
@@ -254,21 +265,27 @@ def sphere_sums(points: torch.Tensor, weights: torch.Tensor, beta, L: int | None
     k_even = k_even.to(device=points.device, dtype=points.dtype)
     k_odd = k_odd.to(device=points.device, dtype=points.dtype)
 
-    tokens = points.transpose(-1, -2)  # (B, 3, n)
-    grad = torch.is_grad_enabled() and (points.requires_grad or weights.requires_grad)
+    out = _sums(points.transpose(-1, -2), weights, L, k_even, k_odd, workers)
+    return out.reshape(*batch, *out.shape[-2:])
+
+
+def _sums(tokens, weights, L: int, k_even, k_odd, workers: int) -> torch.Tensor:
+    """The two passes of :func:`sphere_sums` over blocks of the tokens (B, 3, n), weights
+    (B, 1, n), on ``workers`` threads (:mod:`tpde._engines._harmonic_passes`): (B, n, 4)."""
+    grad = torch.is_grad_enabled() and (tokens.requires_grad or weights.requires_grad)
     rows = max(BLOCK_MIN, BLOCK_TOKENS // tokens.shape[0])  # tokens of all clouds per block
     store = None if grad else passes.Buffers()
     parts = _blocks(lambda x, w: passes.moments(x, w, L, store), tokens, weights, grad=grad,
-                    rows=rows)  # fmt: skip
+                    rows=rows, workers=workers)  # fmt: skip
     E = pairwise_sum(torch.stack([p[0] for p in parts]))
     O = pairwise_sum(torch.stack([p[1] for p in parts]))
     me, mo = passes.channel_moments(E, O, L)  # (B, 4, 2, orders, k)
     ge = torch.einsum("bmkj,bcsmj->bcsmk", k_even, me).flatten(1, 3)  # (B, 8·orders, L + 1)
     go = torch.einsum("bmkj,bcsmj->bcsmk", k_odd, mo).flatten(1, 3)
+    rows = max(BLOCK_MIN, SYNTHESIS_TOKENS // tokens.shape[0])
     out = _blocks(lambda x: passes.synthesis(x, ge, go, L, store), tokens, grad=grad,
-                  rows=rows)  # fmt: skip
-    out = torch.cat(out, dim=-1).transpose(-1, -2)  # (B, n, 4)
-    return out.reshape(*batch, *out.shape[-2:])
+                  rows=rows, workers=workers)  # fmt: skip
+    return torch.cat(out, dim=-1).transpose(-1, -2)
 
 
 def softmax_average_harmonics(points, weights, beta, L=None) -> torch.Tensor:
@@ -286,19 +303,22 @@ def exp_sum_harmonics(points, weights, beta, L=None) -> torch.Tensor:
 
 #: "auto" takes the harmonics engine for clouds of n ≥ HARMONICS_TOKENS_PER_TERM·(L + 1)²
 #: tokens, and at least HARMONICS_MIN_TOKENS (its fixed cost of small operations).
-HARMONICS_TOKENS_PER_TERM = 2
-HARMONICS_MIN_TOKENS = 1500
+HARMONICS_TOKENS_PER_TERM = 1
+HARMONICS_MIN_TOKENS = 1000
 
 
 def pick_harmonics(n: int, L: int) -> bool:
-    """The ``"auto"`` rule: harmonics for clouds of n tokens at degree L.
+    """The ``"auto"`` rule: harmonics for clouds of n ≥ max(1000, (L + 1)²) tokens at degree L.
 
     Per token the engine costs ~10(L + 1)² multiply-adds (:func:`flops`) against SDPA's
-    ~10n; the rule n ≥ 2(L + 1)² was set when it cost ~16(L + 1)² (the four channels'
-    moments summed apart), and below ~1500 tokens its fixed cost loses. Measured then with
-    ``benchmarks/sphere_harmonics.py --crossover`` (SA, float64, one core, load 3–4): SDPA
-    wins up to N = 1000 (×0.4 at β = 1, ×0.75 at β = 10), harmonics from N = 2000 (×3.8
-    at β = 1, ×1.9 at β = 10) and ×5–9 at N = 8000. Remeasured with the present engine
-    (load 2.8): harmonics from N = 1000 (×1.55, ×1.13), so the rule is now conservative.
+    ~10n (three for each of ⟨q, k⟩ and the average, and the exponential): they break even
+    near n = (L + 1)², and below ~1000 tokens the engine's fixed cost (a few hundred small
+    operations) loses. Measured with ``benchmarks/sphere_harmonics.py --crossover`` (SA,
+    float64, one thread, load 9–13 on 2 cores, median of 5, 7 Dec 2026; SDPA's time over
+    the engine's, two runs): at β = 1 (L = 16) SDPA wins at N = 750 (×0.17, ×0.20), the
+    engine from N = 1000 (×2.6, ×2.3); at β = 10 (L = 35, (L + 1)² = 1296) ×0.49, ×0.21 at
+    N = 1000, ×0.98, ×1.02 at 1500, ×1.9, ×1.5 at 2000; at β = 30 (L = 55, 3136) ×0.87,
+    ×1.07 at 2000, ×1.2, ×1.3 at 3000, ×2.6, ×1.9 at 4000. (The rule before, n ≥ max(1500,
+    2(L + 1)²), was set when the engine cost ~16(L + 1)² multiply-adds per token.)
     """
     return n >= max(HARMONICS_MIN_TOKENS, HARMONICS_TOKENS_PER_TERM * (L + 1) ** 2)

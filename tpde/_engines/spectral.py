@@ -173,12 +173,12 @@ def _tables(points: torch.Tensor, R: int, H: int) -> tuple[torch.Tensor, torch.T
     return low, torch.stack(cos_high + sin_high, dim=-2)
 
 
-def _blocks(function, *tensors, grad: bool, rows: int = BLOCK_ROWS) -> list:
+def _blocks(function, *tensors, grad: bool, rows: int = BLOCK_ROWS, workers=None) -> list:
     """[function(*column blocks)] over ``rows``-token blocks of the (..., ·, n) tensors.
 
     With ``grad`` (autograd records the sums): one block after the other, each
     checkpointed (its tables recomputed in the backward pass, not stored). Else the blocks
-    spread over torch's threads as one parallel region
+    spread over ``workers`` threads (default torch's thread count) as one parallel region
     (:func:`~tpde._engines.tiled.run_threads`: Python threads, torch single-threaded in
     each), since torch's own threading pays a barrier per small operation — with 2 threads
     on a busy 2-core machine, 7–10 s instead of 0.9 s at 10⁶ tokens.
@@ -194,7 +194,8 @@ def _blocks(function, *tensors, grad: bool, rows: int = BLOCK_ROWS) -> list:
             out[job] = function(*blocks[job])
 
     cpu = tensors[0].device.type == "cpu"
-    run_threads(work, len(blocks), min(torch.get_num_threads(), len(blocks)) if cpu else 1)
+    workers = torch.get_num_threads() if workers is None else workers
+    run_threads(work, len(blocks), min(workers, len(blocks)) if cpu else 1)
     return out
 
 
