@@ -129,7 +129,7 @@ def test_blocks_across_chunk_boundaries_and_odd_n(generator, monkeypatch, clouds
     tracked = harmonics.sphere_sums(points.clone().requires_grad_(), weights, beta).detach()
     scale = small.abs().max()
     assert float((small - tracked).abs().max() / scale) < 1e-14
-    assert float((small - default).abs().max() / scale) < 1e-15
+    assert float((small - default).abs().max() / scale) < 1e-14
 
 
 def test_a_plan_follows_its_array(generator):
@@ -173,4 +173,4 @@ def test_two_threads_give_the_same_sums_and_keep_the_caller_on_one(generator, mo
     finally:
         torch.set_num_threads(previous)
     assert seen == [1] and after == 2
-    assert float((one - two).abs().max() / one.abs().max()) < 1e-15
+    assert float((one - two).abs().max() / one.abs().max()) < 1e-14

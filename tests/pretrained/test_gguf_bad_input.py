@@ -186,7 +186,6 @@ KEYS = [
       for case in ("llama", "qwen2", "qwen3", "olmo2", "starcoder2")),
     *((case, "attention.sliding_window", "add_uint32", 4, _UNREAD)
       for case in ("phi", "gpt2", "gpt_neox", "stablelm", "falcon")),
-    ("gemma3", "attn_logit_softcapping", "add_float32", 50.0, _TWO_READINGS),
     *((case, "expert_count", "add_uint32", 4, _UNREAD) for case in FAMILIES),
     ("qwen2", "expert_used_count", "add_uint32", 2, _UNREAD),
     ("llama", "attention.causal", "add_bool", False, _UNREAD),

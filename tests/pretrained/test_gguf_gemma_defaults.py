@@ -84,3 +84,15 @@ def test_a_file_without_an_optional_key_is_read_with_llama_cpps_default(
     logits = outputs(missing, ids)[1]
     assert _relative(logits, outputs(carrying, ids)[1]) < 1e-14
     assert _relative(logits, outputs(different, ids)[1]) > 1e-6
+
+
+def test_a_gemma3_score_soft_cap_is_accepted_and_unused(tmp_path):
+    """Gemma-3's ``attn_logit_softcapping``: llama.cpp does not read it for gemma3 files and
+    transformers' Gemma-3 does not apply it (the family lists it irrelevant), so a file carrying
+    one is the model without it (≤ 1e-14 relative on the logits, float64; measured 0)."""
+    assert FAMILIES["gemma3"].gguf.ignored == ("attn_logit_softcapping",)
+    plain = _file(tmp_path, "gemma3", "plain")
+    capped = _file(tmp_path, "gemma3", "capped",
+                   metadata={"gemma3.attn_logit_softcapping": ("add_float32", 0.5)})  # fmt: skip
+    ids = torch.arange(3, 12)
+    assert _relative(outputs(plain, ids)[1], outputs(capped, ids)[1]) < 1e-14

@@ -182,6 +182,17 @@ def test_gguf_window_is_checked(windowed):
         load(folder, gguf_window="file")
 
 
+def test_gguf_window_for_a_file_of_one_reading_is_refused(tmp_path):
+    """A llama file has no window llama.cpp turns off: a reading chosen for it would do
+    nothing, so it is refused rather than accepted without effect."""
+    path, _ = _write(tmp_path, "llama")
+    for reading in ("file", "llama.cpp"):
+        with pytest.raises(ValueError, match=r"only phi3 files have; .*llama\.gguf is a llama "
+                                             r"file, which has one reading"):  # fmt: skip
+            load(path, gguf_window=reading)
+    assert load(path).config.window is None
+
+
 #: change → message: LongRoPE input tpde refuses, each named.
 BAD = {
     "no-alpha": ({"unset": ("phi3.rope.scaling.attn_factor",)},

@@ -140,6 +140,10 @@ def test_seed_and_sizes(tmp_path):
     assert torch.equal(a.embedding.tokens, b.embedding.tokens)
     assert not torch.equal(a.embedding.tokens, c.embedding.tokens[:, :16])
     assert (c.config.hidden, c.config.layers, c.config.kv_heads) == (32, 3, 2)
+    # The RoPE base of the sizes reaches a family that declares its own rope_parameters.
+    based = random_config("llama", sizes={"rope_base": 500.0})
+    assert based["rope_parameters"]["rope_theta"] == based["rope_theta"] == 500.0
+    assert random_model("llama", sizes={"rope_base": 500.0}).config.rope_base == 500.0
     assert a.embedding.tokens.dtype == torch.float64 and len(ARCHITECTURES) == len(FAMILIES)
     path = random_checkpoint("gpt2", tmp_path / "new", dtype=torch.float32)
     assert load(path).config.hidden == SIZES["hidden"]
@@ -154,6 +158,8 @@ def test_seed_and_sizes(tmp_path):
         ({"sizes": {"width": 8}}, ValueError,
          r"sizes names 'width', which are not hyper-parameters .*; use layers, hidden"),
         ({"spread": 0}, ValueError, "spread must be a number > 0; received 0"),
+        ({"seed": 2.9}, ValueError, r"seed must be an int; received 2\.9"),
+        ({"seed": True}, ValueError, "seed must be an int; received True"),
         ({"dtype": torch.int64}, TypeError, "int64"),
     ],
 )  # fmt: skip

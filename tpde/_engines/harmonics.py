@@ -243,6 +243,9 @@ def sphere_sums(points: torch.Tensor, weights: torch.Tensor, beta, L: int | None
     (..., n, 4): the scaled normaliser e^{−β}D_i and numerator e^{−β}N_i (module notes).
     """
     workers = torch.get_num_threads()
+    grad = torch.is_grad_enabled() and (points.requires_grad or weights.requires_grad)
+    if grad or points.device.type != "cpu":  # blocks in sequence (autograd) or on the device
+        return _sphere_sums(points, weights, beta, L, workers)
     with calling_thread_alone():  # the blocks go to `workers` threads; nothing else spins
         return _sphere_sums(points, weights, beta, L, workers)
 

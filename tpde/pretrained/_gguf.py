@@ -145,6 +145,8 @@ def gguf_config(
         short = key[len(prefix) :]
         if short in keys:
             raw[keys[short]], source[keys[short]] = metadata[key], key
+        elif short in spec.ignored:
+            continue
         elif short in spec.literal:
             _check_literal(key, metadata[key], spec.literal[short])
         elif short in ROPE_SCALING_KEYS and family.rotary:
@@ -451,11 +453,20 @@ def _open_container(path: Path) -> tuple[dict, dict]:
         ) from None
 
 
-def open_gguf(path: Path, window=None) -> Source:
+def open_gguf(path: Path, window=None, *, chosen: bool = False) -> Source:
     """The GGUF file as a :class:`~tpde.pretrained._checkpoint.Source` (module notes);
-    ``window``: the reading of a window llama.cpp turns off (:func:`switched_off`)."""
+    ``window``: the reading of a window llama.cpp turns off (:func:`switched_off`);
+    ``chosen``: whether the caller chose it (a ValueError for a file without such a window)."""
     metadata, stored = _open_container(path)
     family = gguf_family(metadata.get("general.architecture"), str(path))
+    if chosen and not family.gguf.switched_off:
+        having = sorted(f.gguf.architecture for f in FAMILIES.values()
+                        if f.gguf is not None and f.gguf.switched_off)  # fmt: skip
+        raise ValueError(
+            f"gguf_window chooses how to read a window llama.cpp turns off, which only "
+            f"{', '.join(having)} files have; {path} is a {family.gguf.architecture} file, "
+            "which has one reading: leave gguf_window None."
+        )
     check_types(path, stored)
     freqs, factors = rope_tensors(path, stored, metadata, family.gguf, dequantised)
     shapes = {n: t[1] for n, t in stored.items()}

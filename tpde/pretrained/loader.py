@@ -90,7 +90,7 @@ def load(
         llama.cpp and transformers' GGUF loader compute; "file", applied on every layer as
         the checkpoint's config.json does (p_i − p_j < w). None reads it as "llama.cpp" and
         warns (UserWarning) where the two differ within the file's context. Other files have
-        one reading; for a folder it must be None (its config.json says).
+        one reading and a folder's config.json says: for them it must be None (a ValueError).
 
     Returns
     -------
@@ -264,7 +264,8 @@ def _open(path, gguf_window=None, *, window_matters=True) -> Source:
     if path.is_file():
         from tpde.pretrained._gguf import open_gguf
 
-        return open_gguf(path, gguf_window if window_matters else "llama.cpp")
+        window = gguf_window if window_matters else "llama.cpp"
+        return open_gguf(path, window, chosen=gguf_window is not None)
     if gguf_window is not None:
         raise ValueError(
             f"gguf_window={gguf_window!r} reads a GGUF file's window, but {path} is a folder, "

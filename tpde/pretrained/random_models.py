@@ -185,8 +185,16 @@ def random_config(family: str, *, sizes: dict | None = None) -> dict:
     """
     entry, sizes = _entry(family), _sizes(sizes)
     declared = {"model_type": entry.model_types[0], "pad_token_id": 0, **entry.random_config}
-    layout = entry.variant(declared) if entry.variant is not None else entry
+    if isinstance(declared.get("rope_parameters"), dict):  # its base is the sizes' one
+        rope = {"rope_theta": sizes["rope_base"], **declared["rope_parameters"]}
+        declared["rope_parameters"] = rope
+    layout = _layout(entry, declared)
     return {**_hyper(layout, sizes), **_switches(layout), **declared}
+
+
+def _layout(entry: Family, raw: dict) -> Family:
+    """The family's entry for the config ``raw`` (its ``variant``'s pick, Falcon's layouts)."""
+    return entry.variant(raw) if entry.variant is not None else entry
 
 
 def _draw(spec: tuple, entry: Family, spread: float, g) -> torch.Tensor:
@@ -246,14 +254,15 @@ def random_checkpoint(
     check_float_dtype(dtype)
     if isinstance(spread, bool) or not isinstance(spread, int | float) or not spread > 0:
         raise ValueError(f"spread must be a number > 0; received {spread!r}.")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ValueError(f"seed must be an int; received {seed!r}.")
     raw = random_config(family, sizes=sizes)
-    entry = _entry(family)
-    layout = entry.variant(raw) if entry.variant is not None else entry
+    layout = _layout(_entry(family), raw)
     cfg = read_hyper(raw, layout)
     prefix = layout.prefixes[0]
     pooler = {f"{prefix}{layout.pooler}.weight": ()} if layout.pooler else {}
     expected = expected_shapes(cfg, layout, raw, prefix, pooler)
-    g = torch.Generator().manual_seed(int(seed))
+    g = torch.Generator().manual_seed(seed)
     tensors = {
         name: _draw(spec, layout, spread, g).to(dtype).contiguous()
         for name, spec in expected.items()
@@ -277,11 +286,31 @@ def random_model(
     sizes: dict | None = None,
     spread: float = 0.5,
 ):
-    """A tiny random model of ``family`` as a :class:`~tpde.pretrained.Transformer`: the
-    checkpoint of :func:`random_checkpoint` (stored in float64, in a temporary folder)
-    loaded by :func:`tpde.pretrained.load` in ``dtype`` on ``device``. Its tokens are ids in
-    [0, vocab) (``model.embed(torch.arange(n))``; module notes). Parameters and errors as
-    :func:`random_checkpoint` and :func:`~tpde.pretrained.load`."""
+    """A tiny random model of ``family`` as a :class:`~tpde.pretrained.Transformer`.
+
+    The checkpoint of :func:`random_checkpoint`, stored in float64 in a temporary folder,
+    loaded by :func:`tpde.pretrained.load`. Its tokens are ids in [0, vocab)
+    (``model.embed(torch.arange(n))``; module notes).
+
+    Parameters
+    ----------
+    family, seed, sizes, spread
+        As :func:`random_checkpoint`.
+    dtype : torch.dtype
+        The loaded model's dtype (float64 by default).
+    device : str or torch.device
+        Where the model's weights live.
+
+    Returns
+    -------
+    Transformer
+        The loaded model.
+
+    Raises
+    ------
+    ValueError, TypeError
+        As :func:`random_checkpoint` and :func:`~tpde.pretrained.load`.
+    """
     from tpde.pretrained.loader import load
 
     with tempfile.TemporaryDirectory() as folder:

@@ -127,10 +127,13 @@ class GGUFMap:
         its model of such a file computes without them while a Hugging Face config would
         apply them, so a file holding one is refused, naming it (``attention.sliding_window``
         of llama, qwen2, qwen3 and starcoder2 files, attended over whole by llama.cpp, and of
-        olmo2 files, OLMo-3's 3 local : 1 global pattern there; Gemma-3's
-        ``attn_logit_softcapping``) — unless the value
+        olmo2 files, OLMo-3's 3 local : 1 global pattern there) — unless the value
         changes nothing within the file's context (a window of 0 or of at least
         ``context_length``), read then as llama.cpp reads it, without a window.
+    ignored : tuple of str
+        Keys (without the prefix) that no reading applies: llama.cpp does not read them for
+        the architecture and the family's Hugging Face model does not use them (the family's
+        ``irrelevant``): accepted and unused (Gemma-3's ``attn_logit_softcapping``).
     required : tuple of str
         Keys (without the prefix) a file must hold: llama.cpp's ``load_hparams`` reads them
         without a default (Gemma-3's ``attention.sliding_window``; ``ml.get_key`` without
@@ -170,6 +173,7 @@ class GGUFMap:
     rope_freqs: bool = False
     rope_factors: bool = False
     unread: tuple[str, ...] = ()
+    ignored: tuple[str, ...] = ()
     required: tuple[str, ...] = ()
     defaults: dict = field(default_factory=dict)
     switched_off: tuple[str, ...] = ()

@@ -69,7 +69,8 @@ GEMMA3 = register(
             computed={"query_pre_attn_scalar": llamacpp_query_scalar(62)},
             stored_gain_offset=1.0,
             tokenizer="spm",
-            unread=("attn_logit_softcapping",),  # llama.cpp reads only the final soft-cap
+            # neither llama.cpp nor transformers' Gemma-3 applies a score soft-cap
+            ignored=("attn_logit_softcapping",),
             # llama.cpp's load_hparams (LLM_ARCH_GEMMA3) requires the window; the RoPE base is
             # optional there, 10⁴ (llama_model::load_hparams' default), not Gemma-3's 10⁶
             required=("attention.sliding_window",),

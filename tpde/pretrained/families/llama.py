@@ -92,7 +92,6 @@ LLAMA = register(
         random_config={
             "rope_parameters": {
                 "rope_type": "llama3",
-                "rope_theta": 100.0,
                 "factor": 8.0,
                 "low_freq_factor": 1.0,
                 "high_freq_factor": 4.0,
