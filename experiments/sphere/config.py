@@ -201,8 +201,8 @@ QUICK = {
     "meta_betas": "3,5",
     "meta_size": "1000",
     "meta_seeds": "2",
-    "meta_t1": "30.0",
+    "meta_t1": "20.0",
     "escape_sizes": "1000,2000",
     "escape_draws": "2,1",
-    "escape_t1": "8.0",
+    "escape_t1": "7.0",
 }

@@ -67,7 +67,7 @@ def escape_claim(config: dict, arrays: dict) -> tuple[fw.Claim, dict]:
         "second": escape_fit(config, arrays, second, level),
     }
     claim = (
-        f"S², β = {beta:g}: the escape from uniform (A_{star} = √E_{star} reaches ε = {level:g}) "
+        f"S² at β = {beta:g}: the escape from uniform (A_{star} = √E_{star} reaches ε = {level:g}) "
         f"takes ln N/(2λ_l*) + c: slope 1/(2λ_{star}) = {law:.3f} (MATH.md §9)"
     )
     fit = fits["main"]
@@ -116,7 +116,7 @@ def count_claims(sweep: dict) -> list[fw.Claim]:
         evolved, _, _ = peak_hits(m["first"], m["evolved"])
         counts = [row[0] for row in m["first"] if row]
         out.append(fw.Claim(
-            f"S², β = {beta}: the first plateau has one cluster per peak of the initial cloud's "
+            f"S² at β = {beta}: the first plateau has one cluster per peak of the initial cloud's "
             f"degree-l* part (l* = {m['l_star']}; our rule, MATH.md §9) in ≥ {PEAK_SHARE:.0%} of "
             "draws",
             f"{hits}/{draws} (±1: {near}/{draws}); first plateaus {_tally(counts) or 'none'}; "
@@ -139,7 +139,7 @@ def escape_count_claim(escape: dict) -> fw.Claim:
         )
         total, hit = total + d, hit + h
     return fw.Claim(
-        f"S², β = {escape['beta']:g}, every N of the escape runs: the first plateau has one "
+        f"S² at β = {escape['beta']:g}, every N of the escape runs: the first plateau has one "
         f"cluster per peak of f_l* (l* = {escape['l_star']}) in ≥ {PEAK_SHARE:.0%} of draws",
         "; ".join(parts),
         "agrees" if total and hit >= PEAK_SHARE * total else "differs",
