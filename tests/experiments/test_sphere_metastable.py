@@ -70,9 +70,9 @@ def test_fibonacci_cells_are_unit_and_balanced():
 
 
 def test_counter_refuses_bad_settings():
-    with pytest.raises(ValueError, match="received radius = 0.0, level = 2.0"):
+    with pytest.raises(ValueError, match=r"received radius = 0\.0, level = 2\.0"):
         SphereCells(radius=0.0)
-    with pytest.raises(ValueError, match="level = 1.0, min_share = 0.02"):
+    with pytest.raises(ValueError, match=r"level = 1\.0, min_share = 0\.02"):
         SphereCells(level=1.0)
 
 
@@ -233,7 +233,7 @@ def test_meta_times_and_bad_config():
         Config(escape_sizes=(1000, 2000), escape_draws=(4,)).check()
     with pytest.raises(ValueError, match="meta_betas must lie in"):
         Config(meta_betas=(0.0,)).check()
-    with pytest.raises(ValueError, match="meta_count >= 2; received .* meta_count = 1"):
+    with pytest.raises(ValueError, match=r"meta_count >= 2; received .* meta_count = 1"):
         Config(meta_count=1).check()
     with pytest.raises(ValueError, match="escape_level is an amplitude"):
         Config(escape_level=1.5).check()
