@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import framework as fw
-from .meta_report import escape_fit, lifetime_fit, lifetimes_of
+from .meta_report import escape_fit, lifetime_fit, lifetimes_of, settled
 
 
 def meta_plot(out: Path, config: dict, arrays: dict, results: dict) -> list[Path]:
@@ -23,7 +23,7 @@ def meta_plot(out: Path, config: dict, arrays: dict, results: dict) -> list[Path
     _counts(axes[0], config, arrays, plt)
     _escape(axes[1], config, arrays, r["escape"])
     _peaks(axes[2], r["sweep"])
-    _lifetimes(axes[3], config, r["sweep"])
+    _lifetimes(axes[3], config, settled(r["sweep"]))
     fig.tight_layout()
     return [fw.savefig(fig, Path(out) / "sphere_metastable.png")]
 

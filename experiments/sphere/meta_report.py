@@ -11,7 +11,12 @@
 - Lifetimes of the ``meta_count``-cluster state: log T = c + κβ over the uncensored
   lifetimes, κ > 2 s.e. for "exponentially long" and κ against the Dirac heuristic's
   (for two clusters, antipodal on S² as on S¹: σ_2 = 4e^{−2β}, κ = 2): the S¹ study's
-  rules (:func:`experiments.circle_pde.meta_report.lifetime_claims`).
+  rules (:func:`experiments.circle_pde.meta_report.lifetime_claims`), on the first
+  *settled* state of that count of each draw (:func:`settled`: a state that a larger count
+  follows is a stage of the formation, as in the first-plateau rule). The rule stated
+  before the full run took the first state of that count, formation stages included; its
+  fit is reported beside the claim (one β = 5 draw passes 2 → 3 clusters within 2 time
+  units while forming, a "lifetime" of 2 that flattens the fit).
 """
 
 from __future__ import annotations
@@ -157,9 +162,31 @@ def meta_claims(config: dict, arrays: dict, results: dict) -> tuple[list[fw.Clai
         claims += [claim, escape_count_claim(r["escape"])]
     if r["sweep"]:
         claims += count_claims(r["sweep"])
-        kept, fits["kappa"] = lifetime_claims(r["sweep"], config["meta_count"], config["meta_t1"])
-        claims += [dataclasses.replace(c, claim="S²: " + c.claim) for c in kept]
+        count, t1 = config["meta_count"], config["meta_t1"]
+        kept, fits["kappa"] = lifetime_claims(settled(r["sweep"]), count, t1)
+        first = lifetime_fit(r["sweep"], count)
+        before = (
+            f"κ = {first['slope']:.2f} ± {first['slope_se']:.2f} ({first['n']} lifetimes)"
+            if first
+            else "no fit"
+        )
+        note = f" Settled states only; the rule as first stated (formation stages in): {before}."
+        claims += [dataclasses.replace(c, claim="S²: " + c.claim) for c in kept[:1]]
+        claims[-1] = dataclasses.replace(claims[-1], outcome=claims[-1].outcome + note)
+        claims += [dataclasses.replace(c, claim="S²: " + c.claim) for c in kept[1:]]
     return claims, fits
+
+
+def settled(sweep: dict) -> dict:
+    """The sweep with every draw's states that a larger count follows (formation stages)
+    left out of ``states``: what :func:`lifetime_claims` then reads as each count's first
+    state is its first metastable one."""
+    out = {}
+    for beta, m in sweep.items():
+        kept = [[s for s, after in zip(states, [*states[1:], None], strict=True)
+                 if after is None or after[0] <= s[0]] for states in m["states"]]  # fmt: skip
+        out[beta] = {**m, "states": kept}
+    return out
 
 
 def _median(values) -> str:
@@ -169,7 +196,8 @@ def _median(values) -> str:
 def meta_table(config: dict, results: dict) -> str:
     """Per β: l*, first plateau = peaks, its lifetime, the ``meta_count`` state's lifetimes,
     the merges to one cluster."""
-    sweep, count, t1 = results["metastable"]["sweep"], config["meta_count"], config["meta_t1"]
+    sweep, count = settled(results["metastable"]["sweep"]), config["meta_count"]
+    t1 = config["meta_t1"]
     rows = []
     for beta, m in sweep.items():
         first = [row for row in m["first"] if row]
@@ -210,4 +238,4 @@ def meta_summary(fits: dict) -> str:
 
 __all__ = ["PEAK_SHARE", "count_claims", "escape_claim", "escape_count_claim", "escape_fit",
            "lifetime_fit", "meta_claims", "meta_summary", "meta_table", "peak_hits",
-           "runner_up"]  # fmt: skip
+           "runner_up", "settled"]  # fmt: skip

@@ -9,6 +9,7 @@ import pytest
 import torch
 from scipy.special import eval_legendre
 
+from tpde.experiments.circle_pde.meta_report import lifetime_fit, lifetimes_of
 from tpde.experiments.common.sphere_clusters import (
     Profile,
     SphereCells,
@@ -22,6 +23,7 @@ from tpde.experiments.sphere.meta_report import (
     escape_count_claim,
     peak_hits,
     runner_up,
+    settled,
 )
 from tpde.experiments.sphere.metastable import (
     LMAX,
@@ -239,3 +241,20 @@ def test_meta_times_and_bad_config():
         Config(escape_level=1.5).check()
     with pytest.raises(ValueError, match="meta_dense_step <= meta_dense_until <= meta_t1"):
         Config(meta_t1=10.0).check()
+
+
+def test_settled_states_leave_formation_stages_out_of_the_lifetimes():
+    """A 2-cluster stage that 3 clusters follow is formation, not the metastable 2-state:
+    the lifetime read is the later 2-state's (30), and log T = c + κβ through exact
+    lifetimes e^{1 + 2β} recovers κ = 2 (to rounding)."""
+    states = [[[0, 0.0, 3.0, False], [2, 3.0, 2.0, False], [3, 5.0, 9.0, False],
+               [2, 14.0, 30.0, False], [1, 44.0, 10.0, True]]]  # fmt: skip
+    kept = settled({"5.0": {"states": states}})["5.0"]["states"][0]
+    assert [s[0] for s in kept] == [3, 2, 1]  # 0 → 2 is a formation stage too
+    assert lifetimes_of(settled({"5.0": {"states": states}}), 2)["5.0"] == [(30.0, False)]
+    sweep = {str(b): {"states": [[[0, 0.0, 1.0, False], [2, 1.0, 1.0, False],
+                                  [3, 2.0, 5.0, False], [2, 7.0, math.exp(1 + 2 * b), False]]]}
+             for b in (2.0, 2.5, 3.0)}  # fmt: skip
+    fit = lifetime_fit(settled(sweep), 2)
+    assert fit["slope"] == pytest.approx(2.0, abs=1e-10)
+    assert lifetime_fit(sweep, 2)["slope"] == pytest.approx(0.0, abs=1e-10)  # the stages: 1.0
