@@ -202,6 +202,8 @@ QUICK = {
     "meta_size": "1000",
     "meta_seeds": "2",
     "meta_t1": "20.0",
+    "meta_dense_until": "10.0",
+    "meta_dense_step": "0.5",
     "escape_sizes": "1000,2000",
     "escape_draws": "2,1",
     "escape_t1": "7.0",
