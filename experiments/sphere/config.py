@@ -179,7 +179,8 @@ class Config:
              * (n + 6 * 3) for n in self.size_tokens),
             default=0,
         )  # fmt: skip
-        return 8 * max(diagram, schemes, blowup, seeds, movie, large, sizes)
+        meta = max((*self.escape_sizes, self.meta_size)) * 3 * 28  # a chunk's clouds (metastable)
+        return 8 * max(diagram, schemes, blowup, seeds, movie, large, sizes, meta)
 
 
 QUICK = {
