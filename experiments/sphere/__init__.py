@@ -35,6 +35,10 @@ isotropic), and the mean radius |x|.
 normalisation): the Gaussian moment ODE blows up at t* = 1/(2β λ_max(Σ₀)) (MATH.md §4), the
 particles grow until tr Σ > 10³; the post-LN flow of the normalised tokens clusters instead.
 
+(d) **Metastability on S²** (metastable.py, issue 35): the escape from uniform against
+ln N at ``escape_sizes`` (slope 1/(2λ_l*)), the first plateau's count against the peaks of
+the initial cloud's degree-l* part over ``meta_betas``, the lifetimes and merges against β.
+
 A GIF shows one d = 2 post-LN cloud at β = ``movie_beta``.
 """
 

@@ -13,6 +13,7 @@ from .. import framework as fw
 from ..common.sphere_diagram import (
     check_diagram_size,
 )
+from .metastable import check_meta
 
 NAME = "sphere"
 ORDER = 8  # place in ``tpde run`` and in the report
@@ -68,6 +69,25 @@ class Config:
     blowup_t1: float = 15.0
     movie_beta: float = 4.0
     movie_frames: int = 61
+    # metastability on S² (metastable.py, issue 35): the β sweep, the escape runs, the counter
+    meta_betas: tuple[float, ...] = (2.0, 2.5, 3.0, 5.0, 10.0)
+    meta_size: int = 4000
+    meta_seeds: int = 10
+    meta_t1: float = 800.0
+    meta_dense_until: float = 20.0
+    meta_dense_step: float = 0.25
+    meta_step: float = 5.0
+    meta_count: int = 2  # the state whose lifetime is fitted against β
+    meta_min_plateau: float = 2.0
+    meta_cells: int = 4096
+    meta_radius: float = 0.2
+    meta_level: float = 2.0
+    meta_min_share: float = 0.02
+    escape_beta: float = 5.0
+    escape_sizes: tuple[int, ...] = (1000, 10000, 100000)
+    escape_draws: tuple[int, ...] = (4, 4, 2)
+    escape_t1: float = 20.0
+    escape_level: float = 0.1
     seed: int = 0
 
     def check(self) -> None:
@@ -89,6 +109,7 @@ class Config:
                 f"{self.large_tokens}."
             )
         self._check_sizes()
+        check_meta(self)
         if self.cluster_dim < 3:
             raise ValueError(f"cluster_dim must be >= 3 (GLPR's one-cluster theorem is for "
                              f"d >= 3); received {self.cluster_dim}.")  # fmt: skip
@@ -158,7 +179,8 @@ class Config:
              * (n + 6 * 3) for n in self.size_tokens),
             default=0,
         )  # fmt: skip
-        return 8 * max(diagram, schemes, blowup, seeds, movie, large, sizes)
+        meta = max((*self.escape_sizes, self.meta_size)) * 3 * 28  # a chunk's clouds (metastable)
+        return 8 * max(diagram, schemes, blowup, seeds, movie, large, sizes, meta)
 
 
 QUICK = {
@@ -177,4 +199,13 @@ QUICK = {
     "size_betas": "1,6",
     "size_budget": "65536",
     "size_min_systems": "4",
+    "meta_betas": "3,5",
+    "meta_size": "1000",
+    "meta_seeds": "2",
+    "meta_t1": "20.0",
+    "meta_dense_until": "10.0",
+    "meta_dense_step": "0.5",
+    "escape_sizes": "1000,2000",
+    "escape_draws": "2,1",
+    "escape_t1": "7.0",
 }

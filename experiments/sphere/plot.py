@@ -11,6 +11,7 @@ from tpde.measures import Empirical
 
 from .. import framework as fw
 from .config import F64
+from .meta_plot import meta_plot
 
 
 # ---------------------------------------------------------------------- figures
@@ -21,7 +22,7 @@ def plot(out: Path) -> list[Path]:
              _plot_blowup(plt, out, arrays), _animate(out, arrays, config)]  # fmt: skip
     if "size_density" in arrays:
         files.append(_plot_sizes(plt, out, config, arrays, results))
-    return files
+    return files + meta_plot(out, config, arrays, results)
 
 
 def _plot_diagram(plt, out, config, arrays) -> Path:

@@ -9,6 +9,7 @@ import numpy as np
 
 from .. import framework as fw
 from .config import BLOWUP_TRACE
+from .meta_report import meta_claims, meta_summary, meta_table
 from .sizes import large_claim, size_claims, size_table
 
 
@@ -188,6 +189,14 @@ def report(out: Path) -> fw.Report:
         "(tpde.metrics.diagnostics.effective_rank of that matrix).",
     ]
     tables = [_diagram_table(config, arrays, results), _scheme_table(config, results)]
+    more, fits = meta_claims(config, arrays, results)
+    claims += more
+    if fits:
+        summary += f" Metastability on S²: {meta_summary(fits)}."
+        tables.append(meta_table(config, results))
+        figures.append(("sphere_metastable.png", "S²: cluster counts over t for every N, "
+                        "escape against ln N, first plateau against the peaks of f_l*, "
+                        "lifetime against β"))  # fmt: skip
     if "size_scan" in results:
         tables.insert(1, size_table(config, arrays, results))
         figures.insert(1, ("sphere_sizes.png", "Cluster density against the tokens per cloud "

@@ -24,6 +24,7 @@ from ..common.sphere_diagram import (
     systems_for,
 )
 from .config import BLOWUP_TRACE, DELTA, F64, Config
+from .metastable import run_metastable
 from .sizes import first_time_above, run_sizes
 
 
@@ -216,4 +217,7 @@ def run(config: Config, out: Path) -> None:
     data, results["blowup"] = run_blowup(config)
     arrays.update(data)
     arrays.update(run_movie(config))
+    if config.meta_betas or config.escape_sizes:
+        data, results["metastable"] = run_metastable(config)
+        arrays.update(data)
     fw.save(out, config, arrays, results, started)

@@ -33,6 +33,8 @@ TINY = {
     "large_tokens": 48, "large_systems": 2, "large_every": 2, "large_pairs": 400,
     "size_tokens": "8,16,32", "size_betas": "1,3", "size_budget": 512,
     "size_min_systems": 2, "size_exact_tokens": 16,
+    "meta_betas": "3", "meta_size": 200, "meta_seeds": 2, "meta_t1": 25.0, "meta_cells": 1024,
+    "escape_sizes": "200,400", "escape_draws": "2,1", "escape_t1": 6.0,
 }  # fmt: skip
 
 
