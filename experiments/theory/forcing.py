@@ -158,7 +158,7 @@ def second_order(nu0: np.ndarray, times, kernel: str, beta: float, k: int) -> np
     in :func:`real_harmonics`): (T, 2k + 1), run time. Exact for the linear part; the
     neglected terms are cubic in ν̂(0)."""
     nu0 = np.asarray(nu0, dtype=float)
-    degree = int(round(math.sqrt(len(nu0)))) - 1
+    degree = math.isqrt(len(nu0)) - 1
     rates = mode_rates(kernel, beta, degree)
     lam = rates[k * k]
     q = forcing_tensor(kernel, beta, k, degree)
@@ -237,11 +237,13 @@ def energy_ratio(times, kernel: str, beta: float, k: int, *, tokens: int, seeds:
         phi = _phi(pair, rate, t)
         third.append(2 * math.exp(rate * t) * float((c * w * phi).sum()))
         fourth.append(2 * float((w * (c * phi) ** 2).sum()) / (4 * math.pi))
-        inner = _integral(lambda s: np.exp(rate * (t - s) + lam[l1][..., None] * s)
+        inner = _integral(lambda s, t=t: np.exp(rate * (t - s) + lam[l1][..., None] * s)
                           * _phi(rate + lam[l1][..., None], lam[l2][..., None], s), t)  # fmt: skip
         loss = 4 * float((w * c * back * inner).sum())
         if kernel == "sa":
-            kk = _integral(lambda s: np.exp(rate * (t - s) + (rate + 2 * lam[1:, None]) * s), t)
+            kk = _integral(
+                lambda s, t=t: np.exp(rate * (t - s) + (rate + 2 * lam[1:, None]) * s), t
+            )
             shift = (
                 (2 * k + 1)
                 * 4
