@@ -53,6 +53,7 @@ __all__ = [
     "kernel_weights",
     "real_harmonics",
     "second_order",
+    "second_order_grid",
 ]
 
 
@@ -155,8 +156,9 @@ def mode_rates(kernel: str, beta: float, degree: int) -> np.ndarray:
 
 def second_order(nu0: np.ndarray, times, kernel: str, beta: float, k: int) -> np.ndarray:
     """ν̂_{k,m}(t) by (2) from the moments ``nu0`` ((L + 1)², every mode of degree ≤ L, as
-    in :func:`real_harmonics`): (T, 2k + 1), run time. Exact for the linear part; the
-    neglected terms are cubic in ν̂(0)."""
+    in :func:`real_harmonics`), through the Gaunt tensor (:func:`forcing_tensor`): (T, 2k + 1),
+    run time. Exact for the linear part; the neglected terms are cubic in ν̂(0). The
+    reference for :func:`second_order_grid`, which is fast at large L."""
     nu0 = np.asarray(nu0, dtype=float)
     degree = math.isqrt(len(nu0)) - 1
     rates = mode_rates(kernel, beta, degree)
@@ -168,6 +170,67 @@ def second_order(nu0: np.ndarray, times, kernel: str, beta: float, k: int) -> np
         quad = np.einsum("mbc,b,c,bc->m", q, nu0, nu0, phi)
         out.append(np.exp(lam * t) * nu0[k * k : (k + 1) ** 2] + quad)
     return np.array(out)
+
+
+@functools.lru_cache(maxsize=8)
+def _product_grid(top: int, degree: int) -> tuple[np.ndarray, np.ndarray]:
+    """(weights (Q,) with Σ = 4π, Y (Q, (degree + 1)²)) on Gauss–Legendre × equal azimuths
+    exact for every polynomial of degree ≤ ``top``."""
+    nodes, wz = roots_legendre(top // 2 + 1)
+    phi = 2 * math.pi * (np.arange(top + 1) + 0.5) / (top + 1)
+    s = np.sqrt(1 - nodes**2)
+    points = np.stack([np.outer(s, np.cos(phi)), np.outer(s, np.sin(phi)),
+                       np.outer(nodes, np.ones_like(phi))], -1).reshape(-1, 3)  # fmt: skip
+    return np.repeat(wz * (2 * math.pi / (top + 1)), top + 1), real_harmonics(points, degree)
+
+
+def second_order_grid(moments, times, kernel: str, beta: float, modes: int,
+                      nodes: int = 48) -> np.ndarray:  # fmt: skip
+    r"""(2) for every mode of degree ≤ ``modes`` at once, without the Gaunt tensor: with
+    φ = ∫_0^t e^{λ_a(t−s)}e^{(λ_b+λ_c)s}ds, the forcing is ∫_0^t e^{λ_a(t−s)}F_a(y(s))ds,
+    y_b(s) = e^{λ_bs}ν̂_b(0), and by (1)
+
+        F_a(y) = (2π/β)∫Y_a [k(k+1)(UV − sU²) + U₁V − UV₁] dA,
+
+    U = Σ g_by_bY_b, U₁ = Σ g_bl_b(l_b+1)y_bY_b, V = Σ y_cY_c, V₁ = Σ l_c(l_c+1)y_cY_c: four
+    syntheses and a projection on a grid exact to degree ``modes`` + 2L; the s-integral by
+    Gauss–Legendre (``nodes``; the integrand is a sum of exponentials with rate·t ≲ 25).
+
+    Parameters
+    ----------
+    moments : (S, (L + 1)²) initial moments per draw.
+    times : (T,) run times.
+    modes : K, the largest degree returned.
+
+    Returns
+    -------
+    (S, T, (K + 1)²): ν̂_a(t), a over every mode of degree ≤ K (the constant's column 0).
+    """
+    x = np.asarray(moments, dtype=float)
+    degree = math.isqrt(x.shape[-1]) - 1
+    ls = degrees_of((degree + 1) ** 2)
+    g = kernel_weights(kernel, beta, degree)[ls]
+    rates = ls * (ls + 1) * g / beta
+    weights, y = _product_grid(modes + 2 * degree, degree)
+    target = y[:, : (modes + 1) ** 2] * weights[:, None]  # (Q, A)
+    lam = rates[: (modes + 1) ** 2]
+    kk = (ls * (ls + 1))[: (modes + 1) ** 2]
+    sa = kernel == "sa"
+    root, wq = roots_legendre(nodes)
+    out = []
+    for t in np.asarray(times, dtype=float):
+        s = t * (root + 1) / 2  # (n,)
+        grown = x[:, None, :] * np.exp(np.outer(s, rates))[None]  # (S, n, M)
+        u = (grown * g) @ y.T
+        u1 = (grown * (g * ls * (ls + 1))) @ y.T
+        v = grown @ y.T
+        v1 = (grown * (ls * (ls + 1))) @ y.T
+        p1 = (u * v - (u * u if sa else 0.0)) @ target  # (S, n, A)
+        p2 = (u1 * v - u * v1) @ target
+        force = (2 * math.pi / beta) * (kk * p1 + p2)
+        decay = np.exp(np.outer(t - s, lam)) * (wq * t / 2)[:, None]  # (n, A)
+        out.append(np.exp(lam * t) * x[:, : (modes + 1) ** 2] + (force * decay).sum(1))
+    return np.stack(out, 1)
 
 
 def kernel_degree(beta: float, tol: float = 1e-12) -> int:
@@ -315,9 +378,10 @@ def conditional_rates(run: dict, moments: np.ndarray, kernel: str, beta: float,
     modes = len(run["predicted"])
     if used < 3:
         return np.full(modes, np.nan)
+    every = second_order_grid(moments, times, kernel, beta, modes)  # (S, T, (K + 1)²)
     out = []
     for k in range(1, modes + 1):
-        nu = np.stack([second_order(x, times, kernel, beta, k) for x in moments])  # (S, T, m)
+        nu = every[..., k * k : (k + 1) ** 2]  # (S, T, 2k + 1)
         energy = (nu**2).sum((0, 2))
         if cubic:  # c(t)/N relative to each seed's own E_k(0) (c: energy_ratio at N = 1)
             extra = energy_ratio(times, kernel, beta, k, tokens=1, seeds=3)["cubic"]
