@@ -279,7 +279,7 @@ def _claims_instability_s2(config, arrays, results) -> list[fw.Claim]:
             f"{config['s2_seeds']} seeds (harmonics engine), E_k = (1/N²)Σ P_k(⟨x_i, x_j⟩) ≈ "
             f"e^(2λ_k t)/N while small: each measured rate (k ≤ {config['s2_modes']}) within "
             f"{RATE_TOL:.0%} or 2 s.e. of λ_k, or else within 2 s.e. of the second-order "
-            "prediction from the same draw (Gaunt forcing of (MATH.md §9), :mod:`.forcing`)",
+            "prediction from the same draw (the Gaunt forcing of MATH.md §9, theory/forcing.py)",
             f"{count['within']} of {len(cells)} (β, k) within, {count['forced']} matched by "
             f"the second order, {count['unexplained'] + count['no fit']} neither"
             + (f" (relative to λ_k ± s.e.: {'; '.join(off)})" if off else ""),
