@@ -11,7 +11,9 @@ the degree-k energy (addition theorem, DLMF 14.30.9)
 
 has mean 1/N at t = 0 and grows as e^{2λ_k t}/N while the modes are small; the rate is
 fitted on the same linear window as on S¹ (:func:`experiments.common.kernels.fit_rate`,
-mean power ≤ ``s2_level``), jackknife errors over the seeds.
+mean power ≤ ``s2_level``), jackknife errors over the seeds. Beside it the second order
+(:mod:`.forcing`): the Gaunt forcing of degree k by products of degrees l1, l2, from the
+draw's own initial moments (``conditional``) and in the mean over draws (``expected``).
 
 (b) **One mode at a time.** A product grid, Gauss–Legendre nodes in z = cos θ × equally
 spaced azimuths, with its quadrature weights: it integrates every spherical harmonic of
