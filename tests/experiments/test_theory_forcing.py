@@ -1,7 +1,7 @@
 """Second order about the uniform measure on S² (experiments/theory/forcing.py, MATH.md §9):
 the real harmonics and Gaunt weights against quadrature, the forcing (1)–(2) against the
 particle flow from a deterministic small perturbation, the mean squared forcing (3) against
-Gaussian draws of (2)."""
+Gaussian draws of (2), the per-draw model (2) + (4) against measured random-token rates."""
 
 import math
 
@@ -11,17 +11,21 @@ import torch
 
 from tpde.experiments.common.kernels import kernel_field
 from tpde.experiments.theory.forcing import (
+    conditional_rates,
     energy_ratio,
     forcing_tensor,
     gaunt,
     gaunt_weight,
+    initial_moments,
     kernel_degree,
     mode_rates,
+    model_degree,
     real_harmonics,
     second_order,
     second_order_grid,
 )
-from tpde.experiments.theory.sphere import zonal_grid
+from tpde.experiments.theory.rates import random_rates
+from tpde.experiments.theory.sphere import harmonic_energy, zonal_grid
 from tpde.fields import Normalized
 from tpde.flows import integrate
 from tpde.measures import Empirical
@@ -142,3 +146,22 @@ def test_second_order_on_the_grid_equals_the_gaunt_route(kernel, beta):
             tensor = second_order(x[s], times, kernel, beta, k)
             part = grid[s][:, k * k : (k + 1) ** 2]
             assert np.abs(part - tensor).max() <= 1e-10 * np.abs(tensor).max()
+
+
+@pytest.mark.parametrize("kernel", ["usa", "sa"])
+def test_the_per_draw_second_order_predicts_measured_rates(kernel):
+    """4000 uniform tokens × 16 seeds, β = 1, the study's protocol (level 0.01, 12 RK4 steps):
+    the measured rates of degrees 1–4 lie within 0.5 jackknife s.e. of the per-draw second
+    order (measured ≤ 0.15 s.e.), at most a third of their largest distance to λ_k alone
+    (measured 1.6 s.e. at k = 3: the forcing by 1 × 2)."""
+    degree = model_degree(1.0, 4)
+    run = random_rates(
+        kernel, 1.0, d=3, modes=4, tokens=4000, seeds=16, level=0.01, saves=13, steps=12,
+        seed=3, power=lambda p: harmonic_energy(p, 4).numpy(), engine="harmonics",
+        initial=lambda p: initial_moments(p.numpy(), degree),
+    )  # fmt: skip
+    second = conditional_rates(run, run["initial"], kernel, 1.0, run["used"], tokens=4000)
+    to_second = np.abs(run["measured"] - second) / run["se"]
+    to_law = np.abs(run["measured"] - run["predicted"]) / run["se"]
+    assert to_second.max() <= 0.5
+    assert to_second.max() <= to_law.max() / 3
