@@ -1,4 +1,4 @@
-r"""Second order about the uniform measure on S² (MATH.md §11): the quadratic forcing of the
+r"""Second order about the uniform measure on S² (MATH.md §9): the quadratic forcing of the
 degree-k harmonics and the expected degree-k energy of N random tokens including it.
 
 Write μ = σ + ν (σ the uniform probability measure) and ν̂_a = ∫Y_a dν for the real
@@ -18,20 +18,31 @@ Iterating once, with ν̂(s) ≈ e^{Λs}ν̂(0) in the quadratic term,
     φ(μ, λ, t) = (e^{μt} − e^{λt})/(μ − λ)  (t e^{λt} at μ = λ).                           (2)
 
 For N i.i.d. uniform tokens E[ν̂_aν̂_b] = δ_ab/(4πN), E[ν̂_aν̂_bν̂_c] = G_abc/(4πN²) and, to
-leading order, E[ν̂_bν̂_cν̂_b'ν̂_c'] = (δ_bcδ_b'c' + δ_bb'δ_cc' + δ_bc'δ_cb')/(4πN)², so the
-degree-k energy E_k = 4π/(2k+1)Σ_m ν̂_km², E[E_k(0)] = 1/N, has
+leading order, fourth moments by pairings; by isotropy every m-sum of Gaunt products is
+W(k, l1, l2) = Σ_{m's} G² = (2k+1)(2l1+1)(2l2+1)/(4π)·(k l1 l2; 0 0 0)², so the degree-k
+energy E_k = 4π/(2k+1)Σ_m ν̂_km² (E[E_k(0)] = 1/N) has, to order 1/N² in E_k,
 
-    N·E[E_k(t)] = e^{2λ_k t} + (2k+1)⁻¹N⁻¹ Σ_m [2e^{λ_k t} Σ_{bc} Q_a^{bc}φ_bc G_abc
-                  + (4π)⁻¹ (2Σ_{bc}(Q̄_a^{bc}φ_bc)² + (Σ_b Q_a^{bb}φ_bb)²)],                  (3)
+    N·E[E_k(t)] = e^{2λ_k t} + ((2k+1)N)⁻¹ [2e^{λ_k t}Σ cWφ + (2/4π)Σ W(cφ)² + C(t)],      (3)
 
-Q̄ the part of Q symmetric in (b, c) (the last sum vanishes for k ≥ 1 by isotropy). The
-measured rate is half the slope of log(Σ_s E_k(t)/Σ_s E_k(0)) over S seeds; its linear part
-is exact seed by seed, the third-moment term enters as a ratio of means, and the last term,
-nearly independent of the denominator (a χ² with n = S(2k+1) degrees of freedom over N(2k+1)),
-is multiplied by E[n/χ²_n] = n/(n − 2). The corrected rate is the same fit applied to (3) on
-the run's saved times and window. The relative size of the forcing at the end of a window
-where the fastest degree's energy reaches ``level`` is ~ (level·N)^{(λ_b+λ_c)/λ*} N^{-1}
-e^{-2λ_k t}: it grows with N for every degree with λ_k < λ_b + λ_c − λ*.
+sums over degrees l1, l2 ≥ 1, c = (2π/β)·the bracket of (1) symmetrised in (l1, l2) (Q̄ by
+degrees), φ = φ(λ_l1 + λ_l2, λ_k, t). The third term, the mean squared forcing, has a
+partner of the same order: the linear part against the third-order term (4), whose
+pairings with ν̂_a leave
+
+    C(t) = (2/4π)e^{λ_k t}[4Σ W c(k; l1, l2) c(l2; k, l1) ∫_0^t e^{λ_k(t−s)}e^{λ_l1 s}
+           φ(λ_k + λ_l1, λ_l2, s) ds + (2k+1)4πλ_k Σ_l (2l+1)(g_l² − g_l)
+           ∫_0^t e^{λ_k(t−s)}e^{(λ_k+2λ_l)s} ds],                                            (4)
+
+the noise of degree k carried away by the growing degrees (it cancels most of the noise
+carried in, in the squared term) and, for SA only, the normaliser's cubic term. The
+measured rate is half the slope of log(Σ_s E_k(t)/Σ_s E_k(0)) over S seeds; its linear
+part is exact seed by seed; the squared forcing, nearly independent of the denominator
+(a χ² with n = S(2k+1) degrees of freedom), is multiplied by E[n/χ²_n] = n/(n − 2). The
+mean prediction (:func:`corrected_rates`) is that fit applied to (3) on the run's saved
+times and window; the per-draw one (:func:`conditional_rates`) applies (2) to the draw's
+own initial moments (+ (4) in its mean). At the end of a window where the fastest degree's
+energy reaches ``level`` (e^{2λ*T} = level·N), the forcing of a slow degree k by two fast
+ones is ~ level²·N·e^{−2λ_kT} of its linear part: it grows with N.
 All rates and times here are those of the run (USA: the rescaled time, V = e^{−β}I).
 """
 
