@@ -359,7 +359,7 @@ def corrected_rates(run: dict, kernel: str, beta: float, *, tokens: int, seeds: 
 FORCING_TOL = 1e-6
 
 
-def initial_moments(points, degree: int, chunk: int = 20_000) -> np.ndarray:
+def initial_moments(points, degree: int, chunk: int = 4096) -> np.ndarray:
     """ν̂_a(0) = (1/N)Σ_j Y_a(x_j) for every mode of degree ≤ ``degree``, the constant left
     out (ν has no mass): points (S, N, 3) → (S, (degree + 1)²), in chunks of tokens."""
     points = np.asarray(points, dtype=float)
