@@ -50,8 +50,8 @@ Full size: the defaults; part 2 then flows 4 × 10⁶ tokens per β on the spect
 (about 1 s per field evaluation per 10⁶ tokens on one core, 80 evaluations per β and kernel),
 and part 2 on S² 4 × 10⁵ tokens per β on the harmonics engine (about 1 s per evaluation
 per 10⁵ tokens at β = 10, 48 per β and kernel: about 10 minutes of one core in all; the
-second-order model adds about 10–20 s per β and kernel at 4 × 10⁵ tokens: 13 s measured at
-β = 10, SA, at load ~10 on two cores).
+second-order model adds 0.3–1.5 s per β and kernel at 4 × 10⁵ tokens, measured; the S² random
+runs took 457 s in all at load ~8 on two cores).
 ``--set inst_tokens=10000 --set inst_seeds=8`` is the size of the issue's first check (N ≥ 10⁴
 averaged over seeds). Quick: ``QUICK`` (under a minute on one core).
 """
