@@ -22,11 +22,15 @@ sets the measured number beside it (:mod:`tpde.theory` holds the closed forms;
    for the degree-k spherical harmonics. (a) ``s2_tokens`` uniform tokens × ``s2_seeds``
    seeds on the ``harmonics`` engine: the degree-k energy E_k = (1/N²)Σ_{ij}P_k(⟨x_i, x_j⟩)
    (addition theorem, O(N·K²)) grows as e^{2λ_k t}/N; the same window rule (``s2_level``)
-   and jackknife errors. (b) Each zonal mode alone on a Gauss–Legendre × equal-azimuth grid
-   with its weights (exact to degree ``s2_lat_degree``, so stationary to rounding), tokens
-   moved by ±``s2_lat_delta`` along ∇P_k: λ_k to 1e-6 relative (measured ≤ 5.3e-8 at the
-   defaults), rates below 1e-4 (e.g. λ_8 ≈ 2e-6 at β = 1) to 1e-10 absolute (measured
-   ≤ 3.1e-12; float64 resolves log c_k(T)/c_k(0) only to ~eps/δ).
+   and jackknife errors; beside each rate the second order about the uniform measure
+   (:mod:`.forcing`, MATH.md §9: the Gaunt forcing of degree k by the products of degrees
+   l1, l2), from the draw's own initial moments and in the mean over draws; a rate beyond
+   3 % and 2 s.e. of λ_k must be within 2 s.e. of the first. (b) Each zonal mode alone on
+   a Gauss–Legendre × equal-azimuth grid with its weights (exact to degree
+   ``s2_lat_degree``, so stationary to rounding), tokens moved by ±``s2_lat_delta`` along
+   ∇P_k: λ_k to 1e-6 relative (measured ≤ 5.3e-8 at the defaults), rates below 1e-4 (e.g.
+   λ_8 ≈ 2e-6 at β = 1) to 1e-10 absolute (measured ≤ 3.1e-12; float64 resolves
+   log c_k(T)/c_k(0) only to ~eps/δ).
 3. **Causal clustering** (Karagodin, Polyanskiy, Rigollet, arXiv:2411.04990): post-LN,
    causal softmax, V = I, random Q, K: token 1 never moves, every token converges to it
    (stopped when the diameter is < ``causal_tol``). At large β (Q = K = V = I_2,
@@ -45,7 +49,9 @@ sets the measured number beside it (:mod:`tpde.theory` holds the closed forms;
 Full size: the defaults; part 2 then flows 4 × 10⁶ tokens per β on the spectral engine
 (about 1 s per field evaluation per 10⁶ tokens on one core, 80 evaluations per β and kernel),
 and part 2 on S² 4 × 10⁵ tokens per β on the harmonics engine (about 1 s per evaluation
-per 10⁵ tokens at β = 10, 48 per β and kernel: about 10 minutes of one core in all).
+per 10⁵ tokens at β = 10, 48 per β and kernel: about 10 minutes of one core in all; the
+second-order model adds 0.3–1.5 s per β and kernel at 4 × 10⁵ tokens, measured; the S² random
+runs took 457 s in all at load ~8 on two cores).
 ``--set inst_tokens=10000 --set inst_seeds=8`` is the size of the issue's first check (N ≥ 10⁴
 averaged over seeds). Quick: ``QUICK`` (under a minute on one core).
 """

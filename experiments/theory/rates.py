@@ -30,7 +30,7 @@ __all__ = ["forcing_rate_of", "jackknife_se", "random_rates", "rate_results"]
 def random_rates(
     kernel: str, beta: float, *, d: int, modes: int, tokens: int, seeds: int, level: float,
     saves: int, steps: int, seed: int, power: Callable[[torch.Tensor], np.ndarray],
-    engine: str = "auto",
+    engine: str = "auto", initial: Callable[[torch.Tensor], np.ndarray] | None = None,
 ) -> dict:  # fmt: skip
     r"""Measured growth rates of modes 1 … ``modes`` of ``tokens`` uniform tokens on S^{d−1}.
 
@@ -51,12 +51,15 @@ def random_rates(
     seed : the generator's seed of the uniform draw.
     power : points (S, N, d) → (S, K) float64 array, the per-mode power.
     engine : ``integrate``'s engine.
+    initial : points (S, N, d) at t = 0 → an array kept as ``initial`` (S2: the draw's
+        moments for the second-order model, :mod:`.forcing`); None: none.
 
     Returns
     -------
     dict: predicted λ_k (K,), measured (K,), se (K,) (jackknife), window (last time of the
-    fit window, original-time units of the run: rescaled for USA), growth 2λ_k·window (K,),
-    seconds (the flow), power (T, K) (mean over seeds), times (T,).
+    fit window, original-time units of the run: rescaled for USA), used (saved times in the
+    window), initial (``initial``'s array or None), growth 2λ_k·window (K,),
+    seconds (the flow), power (T, K) (mean over seeds), seed_power (T, S, K), times (T,).
     """
     ks = np.arange(1, modes + 1)
     scale = time_scale(kernel, beta)  # USA runs rescaled (kernel_field)
@@ -71,12 +74,14 @@ def random_rates(
                      save=times.tolist(), events=(), engine=engine)  # fmt: skip
     seconds = time.perf_counter() - start
     every = np.stack([power(m.points) for m in traj.measures])  # (T, S, K)
+    first = None if initial is None else initial(traj.measures[0].points)
     measured, used = fit_rate(times, every, level)
     se = jackknife_se(times, every, level)
     window = times[used - 1] if used else 0.0
     return {"predicted": rates / scale, "measured": measured / scale, "se": se / scale,
-            "window": window, "growth": 2 * rates * window, "seconds": seconds,
-            "power": every.mean(1), "times": times}  # fmt: skip
+            "window": window, "used": used, "initial": first, "growth": 2 * rates * window,
+            "seconds": seconds,
+            "power": every.mean(1), "seed_power": every, "times": times}  # fmt: skip
 
 
 def jackknife_se(times, power, level: float) -> np.ndarray:

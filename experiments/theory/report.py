@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -32,13 +33,19 @@ def report(out: Path) -> fw.Report:
         "Wilson 95 % intervals; counts and deviations ± standard errors over the seeds.",
         "USA runs of parts 2 and 5 use V = e^{−β}I: the same orbits with time rescaled by "
         "e^{β} (rates are reported in the original time).",
-        "Random-token growth rates (part 2, S¹ and S², per kernel): agrees when every (β, k) "
+        "Random-token growth rates on S¹ (part 2, per kernel): agrees when every (β, k) "
         f"is within {RATE_TOL:.0%}; partly when at least half are and every other one is "
         "explained: within 2 s.e. (Monte-Carlo noise) or 2λ_kT < 1 (the mode barely grows "
         "in the linear window); differs otherwise (a cell without a fit, or a growing miss "
-        "beyond 2 s.e.). Second-order forcing (λ_j + λ_l > λ_k for a pair feeding k) is a "
-        "necessary condition, true for most cells, not isolated by any measurement: a miss "
-        "consistent with it is still counted as unexplained.",
+        "beyond 2 s.e.). On S¹ second-order forcing (λ_j + λ_l > λ_k for a pair feeding k) "
+        "is a necessary condition only: a miss consistent with it counts as unexplained.",
+        f"On S² (per kernel): agrees when every (β, k) is within {RATE_TOL:.0%} or 2 s.e. of "
+        "λ_k, or else within 2 s.e. of the second-order prediction computed from the same "
+        "draw's initial moments (the Gaunt forcing of the degree-k energy, with the "
+        "third-order loss in its mean; experiments/theory/forcing.py, MATH.md §9); differs "
+        "otherwise. The mean over draws of the same expansion is shown beside it: the "
+        "forcing's share of E_k at the window's end grows like level²·N·e^{−2λ_kT}, so "
+        "larger N biases the slow degrees more, not less.",
     ]
     return fw.Report(summary, rows, figures_of(config),
                      tables(config, arrays, results), notes)  # fmt: skip
@@ -224,6 +231,37 @@ def _claim_lattice_s2(config, arrays, kernel: str, formula: str, lat: dict) -> f
     )
 
 
+def s2_rate_kind(rel: float, se: float, second: float) -> str:
+    """One random-token cell (β, k) on S², relative errors against λ_k: "within" (RATE_TOL or
+    2 s.e.), "forced" (beyond, but within 2 s.e. of the per-draw second-order prediction
+    ``second``, :func:`.forcing.conditional_rates`), "unexplained" or "no fit" (NaN)."""
+    if math.isnan(rel) or math.isnan(se):
+        return "no fit"
+    if abs(rel) <= max(RATE_TOL, 2 * se):
+        return "within"
+    return "forced" if abs(rel - second) <= 2 * se else "unexplained"
+
+
+def s2_cells(arrays, results, kernel: str, betas) -> list[dict]:
+    """Every (β, k) of the S² random-token runs of ``kernel``: relative errors of the
+    measured rate, its s.e., the second-order predictions (per draw, mean over draws)
+    against λ_k, growth 2λ_kT, and the :func:`s2_rate_kind`."""
+    cells = []
+    for beta in betas:
+        tag, run = f"s2__{kernel}__{beta:g}", results[f"random/{kernel}/{beta:g}"]
+        law = arrays[f"{tag}__predicted"]
+        second = arrays[f"{tag}__conditional"] / law - 1
+        mean = arrays[f"{tag}__expected"] / law - 1
+        for k, (rel, se, growth) in enumerate(
+            zip(run["rel_error"], run["rel_se"], run["growth"], strict=True), start=1
+        ):
+            rel, se = (math.nan if v is None else v for v in (rel, se))  # NaN in JSON
+            cells.append({"beta": beta, "k": k, "rel": rel, "se": se, "growth": growth,
+                          "second": float(second[k - 1]), "mean": float(mean[k - 1]),
+                          "kind": s2_rate_kind(rel, se, float(second[k - 1]))})  # fmt: skip
+    return cells
+
+
 def _claims_instability_s2(config, arrays, results) -> list[fw.Claim]:
     r, out = results["instability_s2"], []
     for kernel in config["inst_kernels"]:
@@ -231,26 +269,21 @@ def _claims_instability_s2(config, arrays, results) -> list[fw.Claim]:
         lat = r.get(f"lattice/{kernel}")
         if lat is not None:
             out.append(_claim_lattice_s2(config, arrays, kernel, formula, lat))
-        good, bad, kinds = [], [], []
-        for beta in config["inst_betas"]:
-            tag = f"s2__{kernel}__{beta:g}"
-            kinds += _sort_rates(r[f"random/{kernel}/{beta:g}"], beta, arrays[f"{tag}__predicted"],
-                        arrays[f"{tag}__forcing"], "products of degrees j, l (Clebsch–Gordan), "
-                        "at max λ_j + λ_l", good, bad)  # fmt: skip
-        reason = (
-            "; outside 3 % (reason in brackets; degrees j and l feed degree k where "
-            "|j − l| ≤ k ≤ j + l and j + l + k is even): " + "; ".join(bad)
-            if bad
-            else ""
-        )
+        cells = s2_cells(arrays, r, kernel, config["inst_betas"])
+        count = Counter(c["kind"] for c in cells)
+        off = [f"β = {c['beta']:g}, k = {c['k']}: {c['rel']:+.3f} ± {c['se']:.3f}, second "
+               f"order {c['second']:+.3f} ({c['kind']})" for c in cells
+               if c["kind"] != "within"]  # fmt: skip
         out.append(fw.Claim(
             f"{kernel.upper()} on S²: from {config['s2_tokens']} uniform tokens × "
             f"{config['s2_seeds']} seeds (harmonics engine), E_k = (1/N²)Σ P_k(⟨x_i, x_j⟩) ≈ "
-            f"e^(2λ_k t)/N while small: the measured rates within {RATE_TOL:.0%} for k ≤ "
-            f"{config['s2_modes']}",
-            f"{len(good)} of {len(good) + len(bad)} (β, k) within 3 % (relative error ± "
-            f"jackknife error){reason}",
-            rate_verdict(kinds),
+            f"e^(2λ_k t)/N while small: each measured rate (k ≤ {config['s2_modes']}) within "
+            f"{RATE_TOL:.0%} or 2 s.e. of λ_k, or else within 2 s.e. of the second-order "
+            "prediction from the same draw (the Gaunt forcing of MATH.md §9, theory/forcing.py)",
+            f"{count['within']} of {len(cells)} (β, k) within, {count['forced']} matched by "
+            f"the second order, {count['unexplained'] + count['no fit']} neither"
+            + (f" (relative to λ_k ± s.e.: {'; '.join(off)})" if off else ""),
+            "agrees" if cells and count["within"] + count["forced"] == len(cells) else "differs",
         ))  # fmt: skip
     return out
 
@@ -394,20 +427,24 @@ def table_s2(config, arrays, results) -> str:
         lat = arrays.get(f"s2lat__{kernel}__measured")
         for i, beta in enumerate(config["inst_betas"]):
             tag = f"s2__{kernel}__{beta:g}"
-            pred, meas, se = (arrays[f"{tag}__{k}"] for k in ("predicted", "measured", "se"))
+            pred, meas, se, second, mean = (arrays[f"{tag}__{k}"] for k in (
+                "predicted", "measured", "se", "conditional", "expected"))  # fmt: skip
             seconds = r[f"random/{kernel}/{beta:g}"]["seconds"]
             for k in range(len(pred)):
                 lat_rel = lat[i, k] / arrays[f"s2lat__{kernel}__predicted"][i, k] - 1 \
                     if lat is not None and k < lat.shape[1] else math.nan  # fmt: skip
                 rows.append([f"{beta:g}", kernel.upper(), k + 1, _pm(meas[k], se[k], ".4g"),
                              f"{pred[k]:.5g}", f"{meas[k] / pred[k] - 1:+.3f}",
+                             f"{second[k] / pred[k] - 1:+.3f}", f"{mean[k] / pred[k] - 1:+.3f}",
                              f"{lat_rel:+.1e}", config["s2_tokens"], config["s2_seeds"],
                              f"{seconds:.0f}"])  # fmt: skip
     return (
-        "Growth rates on S² (random tokens on the harmonics engine; lattice: one zonal mode "
-        "on the exact grid):\n\n"
+        "Growth rates on S² (random tokens on the harmonics engine; second order: the "
+        "prediction with the Gaunt forcing, from the same draw and in the mean over draws, "
+        "relative to λ_k; lattice: one zonal mode on the exact grid):\n\n"
         + fw.markdown_table(["β", "kernel", "k", "random ± s.e.", "λ_k (law)", "random rel. "
-                             "error", "lattice rel. error", "N", "seeds", "seconds"], rows)
+                             "error", "second order (draw)", "second order (mean)",
+                             "lattice rel. error", "N", "seeds", "seconds"], rows)
     )  # fmt: skip
 
 

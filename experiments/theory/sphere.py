@@ -11,7 +11,9 @@ the degree-k energy (addition theorem, DLMF 14.30.9)
 
 has mean 1/N at t = 0 and grows as e^{2λ_k t}/N while the modes are small; the rate is
 fitted on the same linear window as on S¹ (:func:`experiments.common.kernels.fit_rate`,
-mean power ≤ ``s2_level``), jackknife errors over the seeds.
+mean power ≤ ``s2_level``), jackknife errors over the seeds. Beside it the second order
+(:mod:`.forcing`): the Gaunt forcing of degree k by products of degrees l1, l2, from the
+draw's own initial moments (``conditional``) and in the mean over draws (``expected``).
 
 (b) **One mode at a time.** A product grid, Gauss–Legendre nodes in z = cos θ × equally
 spaced azimuths, with its quadrature weights: it integrates every spherical harmonic of
@@ -38,6 +40,7 @@ from tpde.measures import Empirical
 from tpde.theory import instability_rate
 
 from ..common.kernels import kernel_field, time_scale
+from .forcing import conditional_rates, corrected_rates, initial_moments, model_degree
 from .rates import forcing_rate_of, random_rates, rate_results
 
 __all__ = ["forcing_rate", "harmonic_energy", "part_sphere", "zonal_grid"]
@@ -112,14 +115,24 @@ def zonal_grid(degree: int) -> tuple[np.ndarray, np.ndarray]:
 # ---------------------------------------------------------------------- (a) random tokens
 def _random_run(config, kernel: str, beta: float) -> dict:
     """:func:`.rates.random_rates` on S² (harmonics engine, degree-k energies), with the
-    forcing rate of each degree (:func:`forcing_rate` over degrees up to K + 4√β + 20)."""
+    forcing rate of each degree (:func:`forcing_rate` over degrees up to K + 4√β + 20) and
+    the second-order predictions of :mod:`.forcing`: ``conditional`` (from the draw's own
+    initial moments), ``expected`` (the mean over draws, (3)–(4))."""
+    degree = model_degree(beta, config.s2_modes)
     run = random_rates(
         kernel, beta, d=3, modes=config.s2_modes, tokens=config.s2_tokens,
         seeds=config.s2_seeds, level=config.s2_level, saves=config.s2_steps + 1,
         steps=config.s2_steps, seed=config.seed + 6000 + int(100 * beta),
         power=lambda points: harmonic_energy(points, config.s2_modes).numpy(),
-        engine="harmonics",
+        engine="harmonics", initial=lambda points: initial_moments(points.numpy(), degree),
     )  # fmt: skip
+    start = time.perf_counter()
+    size = {"tokens": config.s2_tokens}
+    run["conditional"] = conditional_rates(run, run.pop("initial"), kernel, beta, run["used"],
+                                           **size)  # fmt: skip
+    run["expected"] = corrected_rates(run, kernel, beta, seeds=config.s2_seeds,
+                                      used=run["used"], **size)  # fmt: skip
+    run["model_seconds"] = time.perf_counter() - start
     search = np.arange(1, config.s2_modes + int(4 * math.sqrt(beta)) + 21)
     every = instability_rate(search, beta, kernel=kernel, d=3)
     run["forcing"] = np.array([forcing_rate(every, k) for k in range(1, config.s2_modes + 1)])
@@ -166,9 +179,13 @@ def part_sphere(config) -> tuple[dict, dict]:
         for beta in config.inst_betas:
             run = _random_run(config, kernel, beta)
             tag = f"s2__{kernel}__{beta:g}"
-            for key in ("predicted", "measured", "se", "power", "times", "forcing"):
+            for key in ("predicted", "measured", "se", "power", "times", "forcing", "conditional",
+                        "expected"):  # fmt: skip
                 arrays[f"{tag}__{key}"] = run[key]
-            results[f"random/{kernel}/{beta:g}"] = rate_results(run)
+            results[f"random/{kernel}/{beta:g}"] = {
+                **rate_results(run),
+                "model_seconds": run["model_seconds"],
+            }
         if config.s2_lat_modes:
             lat = _lattice_run(config, kernel)
             for key in ("betas", "measured", "predicted", "residual"):

@@ -15,6 +15,7 @@ from tpde.experiments.theory.report import (
     forcing_rate_circle,
     rate_kind,
     rate_verdict,
+    s2_cells,
 )
 from tpde.experiments.theory.sphere import forcing_rate, harmonic_energy, lat_tokens, zonal_grid
 from tpde.theory import dominant_mode
@@ -59,7 +60,7 @@ def test_tiny_run_writes_its_data_figures_and_report(tiny):
 
 
 def test_tiny_run_shows_what_the_theory_predicts(tiny):
-    _, _, _, report, (_, _, results) = tiny
+    _, _, _, report, (_, arrays, results) = tiny
     verdicts = {c.claim[:40]: c.verdict for c in report.claims}
     assert len(verdicts) == len(report.claims) == 16
     by_start = lambda text: [c.verdict for c in report.claims if c.claim.startswith(text)]  # noqa: E731
@@ -68,15 +69,17 @@ def test_tiny_run_shows_what_the_theory_predicts(tiny):
     assert by_start("SA: mode k") == by_start("USA: mode k") == ["agrees"]
     assert by_start("SA on S²: degree k") == by_start("USA on S²: degree k") == ["agrees"]
     for kernel in ("sa", "usa"):  # random tokens: the verdict the rule gives on the data
-        for part, start in (("instability", f"{kernel.upper()}: from 128"),
-                            ("instability_s2", f"{kernel.upper()} on S²: from 300")):  # fmt: skip
-            kinds = [
-                rate_kind(np.nan if rel is None else rel, np.nan if se is None else se, growth)
-                for key, r in results[part].items() if key.startswith(f"random/{kernel}/")
-                for rel, se, growth in zip(r["rel_error"], r["rel_se"], r["growth"], strict=True)
-            ]  # fmt: skip
-            assert len(kinds) == (12 if part == "instability" else 6)
-            assert by_start(start) == [rate_verdict(kinds)]
+        kinds = [
+            rate_kind(np.nan if rel is None else rel, np.nan if se is None else se, growth)
+            for key, r in results["instability"].items() if key.startswith(f"random/{kernel}/")
+            for rel, se, growth in zip(r["rel_error"], r["rel_se"], r["growth"], strict=True)
+        ]  # fmt: skip
+        assert len(kinds) == 12
+        assert by_start(f"{kernel.upper()}: from 128") == [rate_verdict(kinds)]
+        cells = s2_cells(arrays, results["instability_s2"], kernel, (1.0, 5.0))
+        assert len(cells) == 6
+        fine = all(c["kind"] in ("within", "forced") for c in cells)
+        assert by_start(f"{kernel.upper()} on S²: from 300") == ["agrees" if fine else "differs"]
     assert results["instability_s2"]["lattice/sa"]["max_rel_error"] < 1e-6
     assert results["instability_s2"]["lattice/sa"]["residual"] < 1e-13  # exact grid
     assert "Growth rates on S²" in report.markdown("theory", "t")
