@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from tpde.pretrained.families.base import (
     GATED_BIASES,
-    NO_GGUF_WINDOW,
     REQUIRED,
     SCORE_HEAD,
+    WINDOW_NOT_READ,
     Family,
     GGUFMap,
     register,
@@ -103,7 +103,8 @@ LLAMA = register(
             model_type="llama",
             permuted={"q": "heads", "k": "kv_heads"},
             rope_freqs=True,
-            unread=NO_GGUF_WINDOW,
+            switched_off=WINDOW_NOT_READ,
+            windowed={"model_type": "mistral"},
         ),
     )
 )

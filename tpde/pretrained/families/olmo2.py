@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from tpde.pretrained.families.base import (
     GATED_BIASES,
-    NO_GGUF_WINDOW,
     SCORE_HEAD,
     Family,
     GGUFMap,
@@ -39,6 +38,15 @@ OLMO2 = register(
         qk_norm_whole=True,
         facts={"rope_style": "half", "qk_norm": "RMSNorm over the whole projection"},
         classifiers=SCORE_HEAD,
-        gguf=GGUFMap(architecture="olmo2", model_type="olmo2", unread=NO_GGUF_WINDOW),
+        gguf=GGUFMap(
+            architecture="olmo2",
+            model_type="olmo2",
+            # llama_model::load_hparams, LLM_ARCH_OLMO2 (src/llama-model.cpp)
+            unread={
+                "attention.sliding_window": "reads as OLMo-3's pattern for olmo2 files (its "
+                "load_hparams: a window > 0 found, swa_type STANDARD and set_swa_pattern(4): "
+                "layers l with l mod 4 < 3 local, every 4th global)"
+            },
+        ),
     )
 )

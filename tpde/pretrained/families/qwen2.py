@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from tpde.pretrained.families.base import (
     GATED_BIASES,
-    NO_GGUF_WINDOW,
     SCORE_HEAD,
+    WINDOW_NOT_READ,
     Family,
     GGUFMap,
     register,
@@ -46,6 +46,11 @@ QWEN2 = register(
         causal=True,
         facts={"rope_style": "half"},
         classifiers=SCORE_HEAD,
-        gguf=GGUFMap(architecture="qwen2", model_type="qwen2", unread=NO_GGUF_WINDOW),
+        gguf=GGUFMap(
+            architecture="qwen2",
+            model_type="qwen2",
+            switched_off=WINDOW_NOT_READ,
+            windowed={"use_sliding_window": True, "max_window_layers": 0},
+        ),
     )
 )

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from tpde.pretrained.families.base import (
     GATED_BIASES,
-    NO_GGUF_WINDOW,
     SCORE_HEAD,
+    WINDOW_NOT_READ,
     Family,
     GGUFMap,
     register,
@@ -42,6 +42,11 @@ QWEN3 = register(
         causal=True,
         facts={"rope_style": "half", "qk_norm": "per head, before RoPE"},
         classifiers=SCORE_HEAD,
-        gguf=GGUFMap(architecture="qwen3", model_type="qwen3", unread=NO_GGUF_WINDOW),
+        gguf=GGUFMap(
+            architecture="qwen3",
+            model_type="qwen3",
+            switched_off=WINDOW_NOT_READ,
+            windowed={"use_sliding_window": True, "max_window_layers": 0},
+        ),
     )
 )

@@ -11,7 +11,7 @@ within the file's context (0, or at least ``context_length``, is read as none)."
 
 from __future__ import annotations
 
-from tpde.pretrained.families.base import NO_GGUF_WINDOW, SCORE_HEAD, Family, GGUFMap, register
+from tpde.pretrained.families.base import SCORE_HEAD, WINDOW_NOT_READ, Family, GGUFMap, register
 from tpde.pretrained.families.llama import LLAMA_KEYS
 
 __all__ = ["STARCODER2"]
@@ -52,6 +52,8 @@ STARCODER2 = register(
         causal=True,
         facts={"rope_style": "half", "window": "sliding_window: p_i − p_j < w"},
         classifiers=SCORE_HEAD,
-        gguf=GGUFMap(architecture="starcoder2", model_type="starcoder2", unread=NO_GGUF_WINDOW),
+        gguf=GGUFMap(
+            architecture="starcoder2", model_type="starcoder2", switched_off=WINDOW_NOT_READ
+        ),
     )
 )
