@@ -15,14 +15,16 @@ the K-quants, the IQ types; float32).
 key → the family's hyper-parameter, whose config key the family's ``keys`` name) and the
 family's own ``keys``; a key in neither, nor among the ``equal`` ones the family checks, is
 refused naming it (a RoPE scaling, an expert count: nothing is silently ignored); so is a
-standard key llama.cpp does not read for the architecture (the map's ``unread``: a sliding
-window of a llama file, which llama.cpp attends over whole), where the file would have two
-readings — unless its value changes nothing within the file's context (a window of 0 or of
-at least ``context_length``; read as llama.cpp reads it, no window) —, and a file without a
-key the map lists as ``required`` (Gemma-3's window, which llama.cpp requires). A key
-llama.cpp reads and turns off (the map's ``switched_off``: Phi-3's window) is read as
-llama.cpp computes it, with a warning where the checkpoint's reading differs, or as
-:func:`~tpde.pretrained.load`'s ``gguf_window`` chooses (:func:`switched_off`). An optional
+standard key llama.cpp reads in a way tpde does not express for the architecture (the map's
+``unread``: an olmo2 file's window, OLMo-3's 3 local : 1 global pattern in llama.cpp), where
+the file would have two readings — unless its value changes nothing within the file's
+context (a window of 0 or of at least ``context_length``; read as none) —, and a file
+without a key the map lists as ``required`` (Gemma-3's window, which llama.cpp requires). A
+window llama.cpp computes without while a Hugging Face config applies it (the map's
+``switched_off``: Phi-3's, which it turns off; llama's — Mistral's files —, Qwen2/3's and
+StarCoder2's, which it does not read) is read as llama.cpp computes it, with a warning where
+the readings differ, or as :func:`~tpde.pretrained.load`'s ``gguf_window`` chooses
+(:func:`switched_off`; "file": on every layer, with the map's ``windowed``). An optional
 key the file lacks takes llama.cpp's default (the map's ``defaults``: Gemma-2's window and
 soft-caps, Gemma-3's RoPE base). What else the
 file does not carry comes from the family's defaults (its documented facts) and its
@@ -120,7 +122,7 @@ _NORMS = ("norm",)  # a role whose name ends so is a norm (its gain possibly sto
 
 def _key_map(family: Family) -> dict[str, str]:
     """The family's GGUF metadata key (no prefix) → config.json key: the standard keys of its
-    hyper-parameters but those llama.cpp does not read for the architecture, and its own."""
+    hyper-parameters but the window keys read apart (``unread``, ``switched_off``), and its own."""
     out = {short: family.keys[name][0] for short, name in STANDARD_KEYS.items()
            if name in family.keys and family.keys[name][0] is not None
            and short not in (*family.gguf.unread, *family.gguf.switched_off)}  # fmt: skip
@@ -135,7 +137,8 @@ def gguf_config(
     does not read (named). ``shapes``: the file's tensor name → shape (row-major);
     ``rope_freqs``: the values of a ``rope_freqs.weight`` tensor the family reads (its GGUF
     map's ``rope_freqs``), or None; ``rope_factors``: Phi-3's LongRoPE factors (long, short),
-    or None; ``window``: the reading of a window llama.cpp turns off (:func:`switched_off`)."""
+    or None; ``window``: the reading of a window llama.cpp computes without
+    (:func:`switched_off`)."""
     spec, keys, equal = family.gguf, _key_map(family), _equal(family)
     prefix = f"{spec.architecture}."
     raw, source, scaling = {"model_type": spec.model_type}, {}, {}
@@ -475,7 +478,7 @@ def _open_container(path: Path) -> tuple[dict, dict]:
 
 def open_gguf(path: Path, window=None, *, chosen: bool = False) -> Source:
     """The GGUF file as a :class:`~tpde.pretrained._checkpoint.Source` (module notes);
-    ``window``: the reading of a window llama.cpp turns off (:func:`switched_off`);
+    ``window``: the reading of a window llama.cpp computes without (:func:`switched_off`);
     ``chosen``: whether the caller chose it (a ValueError for a file without such a window)."""
     metadata, stored = _open_container(path)
     family = gguf_family(metadata.get("general.architecture"), str(path))

@@ -1,7 +1,9 @@
 """OLMo-2: an output-norm decoder x ← x + N₂(f(x)) on each sublayer (no norm before it),
 a QK-RMSNorm over the whole projection (H·d_h), otherwise as llama. GGUF: llama.cpp's
-``olmo2`` files (rotary rows not interleaved); one with a sliding window (OLMo-3, 3 local
-: 1 global in llama.cpp) that cuts within the file's context is refused."""
+``olmo2`` files (rotary rows not interleaved); one with a sliding window that cuts within
+the file's context is refused: llama.cpp's converter writes OLMo-3's as olmo2 and its
+``load_hparams`` (LLM_ARCH_OLMO2) reads it as OLMo-3's pattern (``set_swa_pattern(4)``: 3
+local : 1 global layers), which Hugging Face's Olmo2, and so this family, has no key for."""
 
 from __future__ import annotations
 

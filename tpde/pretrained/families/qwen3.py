@@ -1,7 +1,7 @@
 """Qwen3: as llama, with a per-head QK-RMSNorm before the rotation; its sliding window as
 Qwen2's (:mod:`~tpde.pretrained.families.qwen2`). GGUF: llama.cpp's ``qwen3`` files (rotary
-rows not interleaved; a sliding window, which llama.cpp does not read for them, refused
-where it cuts within the file's context)."""
+rows not interleaved; a sliding window, which llama.cpp does not read for them, read as
+Qwen2's)."""
 
 from __future__ import annotations
 

@@ -6,8 +6,9 @@ default.
 GGUF: llama.cpp's ``starcoder2`` files (rotary rows not interleaved). llama.cpp's converter
 writes no sliding window for them and llama.cpp attends over every position: such a file is
 read so (full attention); one with ``starcoder2.attention.sliding_window``, which llama.cpp
-does not read but a Hugging Face config would apply, is refused naming the key where it cuts
-within the file's context (0, or at least ``context_length``, is read as none)."""
+does not read but a Hugging Face config would apply, is read as llama.cpp computes it (none,
+warned where it cuts within the file's context) or, with ``load(…, gguf_window="file")``, on
+every layer (:func:`tpde.pretrained._gguf.switched_off`)."""
 
 from __future__ import annotations
 
