@@ -193,7 +193,9 @@ class GGUFMap:
 #: starcoder2 files (the GGUF map's ``switched_off``): nothing — ``llama_model::load_hparams``
 #: (``src/llama-model.cpp``), cases LLM_ARCH_LLAMA, LLM_ARCH_QWEN2, LLM_ARCH_QWEN3 and
 #: LLM_ARCH_STARCODER2, reads no window and leaves ``hparams.swa_type`` LLAMA_SWA_TYPE_NONE,
-#: so their graphs attend over every position.
+#: so their graphs attend over every position; so do the later ``llama_model_<arch>::
+#: load_arch_hparams`` (``src/models/{llama,qwen2,qwen3,starcoder2}.cpp``), whose graphs build
+#: the plain ``build_attn_inp_kv`` (no sliding-window mask).
 WINDOW_NOT_READ = {
     "attention.sliding_window": "does not read for {arch} files (its load_hparams reads no "
     "window for them: it attends over every position)"

@@ -3,7 +3,10 @@ a QK-RMSNorm over the whole projection (H·d_h), otherwise as llama. GGUF: llama
 ``olmo2`` files (rotary rows not interleaved); one with a sliding window that cuts within
 the file's context is refused: llama.cpp's converter writes OLMo-3's as olmo2 and its
 ``load_hparams`` (LLM_ARCH_OLMO2) reads it as OLMo-3's pattern (``set_swa_pattern(4)``: 3
-local : 1 global layers), which Hugging Face's Olmo2, and so this family, has no key for."""
+local : 1 global layers; later, ``llama_model_olmo2::load_arch_hparams`` in
+``src/models/olmo2.cpp``, a period from ``attention.sliding_window_pattern``, default 4, and
+the local layers' RoPE unscaled), which Hugging Face's Olmo2, and so this family, has no key
+for (an OLMo-3 family would read it: one reading, llama.cpp's and Olmo3Config's)."""
 
 from __future__ import annotations
 
