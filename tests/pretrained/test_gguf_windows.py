@@ -162,3 +162,15 @@ def test_a_biased_llama_file_is_not_read_as_mistral(tmp_path, monkeypatch):
         load(file, gguf_window="file")
     with pytest.warns(UserWarning, match=_warning("llama")):
         assert load(file).config.window is None
+
+
+def test_sizes_and_weights_only_scores_read_no_window_and_do_not_warn(tmp_path):
+    """checkpoint_size and weight_scores: no window changes their results (bytes; scores of
+    the weights alone), so a binding window of a llama file is not warned there."""
+    from tpde.pretrained import checkpoint_size, weight_scores
+
+    file, folder, _ = _pair("llama-tied", tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert checkpoint_size(file).total == checkpoint_size(folder).total
+        assert len(weight_scores(file, layers=[0]).reports) > 0
