@@ -1,6 +1,6 @@
 """GGUF files of the llama, qwen2 and qwen3 families through the generic translator, each
-equal to the Hugging Face folder of the same weights (a llama file with a sliding window,
-which transformers' llama ignores, is refused naming the key: test_load_bad_input).
+equal to the Hugging Face folder of the same weights (a llama file's sliding window, which
+llama.cpp does not read: test_gguf_windows).
 
 Each family: the tiny transformers model of ``test_load`` (every parameter redrawn), its
 weights rounded to float32 and saved as a folder, and written as a GGUF file the way
@@ -9,9 +9,8 @@ llama.cpp's converter writes it (gguf-py's ``GGUFWriter``; tensor names from ggu
 loaded in float64: the F32 file holds the folder's values exactly, so every hidden state and
 the logits agree to rounding (≤ 1e-12 relative); an F16 file agrees to its rounding (the
 tiny widths, 16 and 24, fill no 32-wide block of llama.cpp's quantised types; the quantised
-path is the real Gemma-3 and SmolLM2 files' and test_gguf_gemma3's Q8_0). No Mistral: llama.cpp
-reads no sliding window from a llama file, and one holding it is refused
-(test_gguf_bad_input).
+path is the real Gemma-3 and SmolLM2 files' and test_gguf_gemma3's Q8_0). No Mistral here: llama.cpp
+reads no sliding window from a llama file; its two readings are test_gguf_windows'.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Phi-3 GGUF files beyond test_gguf_converted's equality with their folders: LongRoPE's
 factor tensors and α read as the folder's scaling (float32 as stored), the sliding window as
-llama.cpp reads it (off: 0 and a window ≥ the context read as none, a binding one refused),
+llama.cpp reads it (off: 0 and a window ≥ the context read as none, a binding one warned or chosen),
 and LongRoPE input tpde refuses by name.
 
 The files are the tiny Phi-3 models of :mod:`tests.pretrained.test_gguf_converted`, written as
@@ -169,7 +169,7 @@ def test_a_window_that_is_not_an_integer_is_refused_by_name(value, match):
     metadata = {"phi3.attention.sliding_window": value, "phi3.context_length": 32}
     for reading in (None, "llama.cpp", "file"):
         with pytest.raises(LoadError, match=match):
-            switched_off("phi3.attention.sliding_window", metadata, reading)
+            switched_off("phi3.attention.sliding_window", metadata, reading, "turns off")
 
 
 def test_gguf_window_is_checked(windowed):
@@ -182,15 +182,19 @@ def test_gguf_window_is_checked(windowed):
         load(folder, gguf_window="file")
 
 
-def test_gguf_window_for_a_file_of_one_reading_is_refused(tmp_path):
-    """A llama file has no window llama.cpp turns off: a reading chosen for it would do
-    nothing, so it is refused rather than accepted without effect."""
-    path, _ = _write(tmp_path, "llama")
+@pytest.mark.parametrize("case", ["gpt2", "gemma2"])
+def test_gguf_window_for_a_file_of_one_reading_is_refused(case, tmp_path):
+    """A gpt2 file has no window, a gemma2 file's llama.cpp and its config read alike: a
+    reading chosen for them would do nothing, so it is refused rather than accepted without
+    effect."""
+    path, _ = _write(tmp_path, case)
     for reading in ("file", "llama.cpp"):
-        with pytest.raises(ValueError, match=r"only phi3 files have; .*llama\.gguf is a llama "
-                                             r"file, which has one reading"):  # fmt: skip
+        with pytest.raises(ValueError, match=rf"turns off or does not read, which only llama, "
+                                             rf"phi3, qwen2, qwen3, starcoder2 files have; "
+                                             rf".*{case}\.gguf holds a {case} model, which "
+                                             rf"has one reading"):  # fmt: skip
             load(path, gguf_window=reading)
-    assert load(path).config.window is None
+    load(path)
 
 
 #: change → message: LongRoPE input tpde refuses, each named.

@@ -237,11 +237,13 @@ def test_mistral_attention_bias_is_not_a_mistral_key(tmp_path):
     _check(load(path, dtype=torch.float64), "mistral", IDS, out, 1e-12)
 
 
-def test_a_llama_gguf_with_a_sliding_window_is_refused_by_key(tmp_path):
+def test_an_olmo2_gguf_with_a_sliding_window_is_refused_by_key(tmp_path):
+    """llama.cpp reads it as OLMo-3's pattern, which the olmo2 family lacks (a llama file's
+    window is read, warned: test_gguf_windows)."""
     gguf = pytest.importorskip("gguf")
     import numpy as np
 
-    writer = gguf.GGUFWriter(str(tmp_path / "w.gguf"), "llama")
+    writer = gguf.GGUFWriter(str(tmp_path / "w.gguf"), "olmo2")
     for add, value in (
         ("block_count", 1),
         ("context_length", 8),
@@ -257,8 +259,9 @@ def test_a_llama_gguf_with_a_sliding_window_is_refused_by_key(tmp_path):
     writer.write_tensors_to_file()
     writer.close()
     where = rf"{tmp_path / 'w.gguf'} \(GGUF metadata read as config.json\): the metadata key "
-    with pytest.raises(LoadError, match=where + r"'llama.attention.sliding_window' = 3 is one "
-                       r"llama\.cpp does not read for llama files .* two readings"):  # fmt: skip
+    with pytest.raises(LoadError, match=where + r"'olmo2\.attention\.sliding_window' = 3 is a "
+                       r"sliding window within the file's context, which llama\.cpp reads as "
+                       r"OLMo-3's pattern for olmo2 files .* two readings"):  # fmt: skip
         load(tmp_path / "w.gguf")
 
 

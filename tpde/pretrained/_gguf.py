@@ -15,14 +15,16 @@ the K-quants, the IQ types; float32).
 key → the family's hyper-parameter, whose config key the family's ``keys`` name) and the
 family's own ``keys``; a key in neither, nor among the ``equal`` ones the family checks, is
 refused naming it (a RoPE scaling, an expert count: nothing is silently ignored); so is a
-standard key llama.cpp does not read for the architecture (the map's ``unread``: a sliding
-window of a llama file, which llama.cpp attends over whole), where the file would have two
-readings — unless its value changes nothing within the file's context (a window of 0 or of
-at least ``context_length``; read as llama.cpp reads it, no window) —, and a file without a
-key the map lists as ``required`` (Gemma-3's window, which llama.cpp requires). A key
-llama.cpp reads and turns off (the map's ``switched_off``: Phi-3's window) is read as
-llama.cpp computes it, with a warning where the checkpoint's reading differs, or as
-:func:`~tpde.pretrained.load`'s ``gguf_window`` chooses (:func:`switched_off`). An optional
+standard key llama.cpp reads in a way tpde does not express for the architecture (the map's
+``unread``: an olmo2 file's window, OLMo-3's 3 local : 1 global pattern in llama.cpp), where
+the file would have two readings — unless its value changes nothing within the file's
+context (a window of 0 or of at least ``context_length``; read as none) —, and a file
+without a key the map lists as ``required`` (Gemma-3's window, which llama.cpp requires). A
+window llama.cpp computes without while a Hugging Face config applies it (the map's
+``switched_off``: Phi-3's, which it turns off; llama's — Mistral's files —, Qwen2/3's and
+StarCoder2's, which it does not read) is read as llama.cpp computes it, with a warning where
+the readings differ, or as :func:`~tpde.pretrained.load`'s ``gguf_window`` chooses
+(:func:`switched_off`; "file": on every layer, with the map's ``windowed``). An optional
 key the file lacks takes llama.cpp's default (the map's ``defaults``: Gemma-2's window and
 soft-caps, Gemma-3's RoPE base). What else the
 file does not carry comes from the family's defaults (its documented facts) and its
@@ -120,7 +122,7 @@ _NORMS = ("norm",)  # a role whose name ends so is a norm (its gain possibly sto
 
 def _key_map(family: Family) -> dict[str, str]:
     """The family's GGUF metadata key (no prefix) → config.json key: the standard keys of its
-    hyper-parameters but those llama.cpp does not read for the architecture, and its own."""
+    hyper-parameters but the window keys read apart (``unread``, ``switched_off``), and its own."""
     out = {short: family.keys[name][0] for short, name in STANDARD_KEYS.items()
            if name in family.keys and family.keys[name][0] is not None
            and short not in (*family.gguf.unread, *family.gguf.switched_off)}  # fmt: skip
@@ -135,7 +137,8 @@ def gguf_config(
     does not read (named). ``shapes``: the file's tensor name → shape (row-major);
     ``rope_freqs``: the values of a ``rope_freqs.weight`` tensor the family reads (its GGUF
     map's ``rope_freqs``), or None; ``rope_factors``: Phi-3's LongRoPE factors (long, short),
-    or None; ``window``: the reading of a window llama.cpp turns off (:func:`switched_off`)."""
+    or None; ``window``: the reading of a window llama.cpp computes without
+    (:func:`switched_off`)."""
     spec, keys, equal = family.gguf, _key_map(family), _equal(family)
     prefix = f"{spec.architecture}."
     raw, source, scaling = {"model_type": spec.model_type}, {}, {}
@@ -152,15 +155,19 @@ def gguf_config(
         elif short in ROPE_SCALING_KEYS and family.rotary:
             scaling[short] = metadata[key]
         elif short in spec.switched_off:
-            if switched_off(key, metadata, window):
-                name = family.keys[STANDARD_KEYS[short]][0]
-                raw[name], source[name] = metadata[key], key
+            how = spec.switched_off[short].format(arch=spec.architecture)
+            if switched_off(key, metadata, window, how):
+                name = family.keys.get(STANDARD_KEYS[short], ("sliding_window",))[0]
+                raw[name], source[name] = metadata[key], key  # llama: Mistral's (windowed)
+                raw.update(spec.windowed)
+                _check_windowed(spec, shapes)
         elif short in spec.unread and not _inert(short, metadata[key], metadata, prefix):
+            how = spec.unread[short].format(arch=spec.architecture)
             raise LoadError(
-                f"the metadata key {key!r} = {metadata[key]!r} is one llama.cpp does not read "
-                f"for {spec.architecture} files (its model of the file computes without it), "
-                "while a checkpoint that carries it (a Mistral or Qwen window, say) computes "
-                "with it: the file has two readings, and tpde refuses rather than pick one."
+                f"the metadata key {key!r} = {metadata[key]!r} is a sliding window within the "
+                f"file's context, which llama.cpp {how}, while tpde's {spec.architecture} "
+                "reading (its Hugging Face config) has no such window: the file has two "
+                "readings, and tpde refuses rather than compute otherwise than llama.cpp."
             )
         elif short not in equal and short not in spec.unread:
             reads = (*keys, *equal, *spec.literal, *(ROPE_SCALING_KEYS if family.rotary else ()))
@@ -225,21 +232,38 @@ def _inert(short: str, value, metadata: dict, prefix: str) -> bool:
     )
 
 
-def switched_off(key: str, metadata: dict, reading) -> bool:
-    """Whether to apply the window ``key`` = w of a file whose architecture llama.cpp reads
-    with the window turned off (the GGUF map's ``switched_off``; llama.cpp's
-    ``llama_model::load_hparams``, LLM_ARCH_PHI3 — ``src/models/phi3.cpp``,
-    ``llama_model_phi3::load_arch_hparams``, in later versions —: a window > 0 found, it logs
-    "Phi SWA is currently disabled" and sets n_swa = 0, swa_type NONE; llama.cpp PR 13676,
-    2025; before it llama.cpp applied the window on every layer).
+def _check_windowed(spec, shapes) -> None:
+    """A LoadError where the "file" reading's ``model_type`` (llama's: Mistral, whose
+    attention and MLP have no biases) cannot hold the file's biases (named)."""
+    biased = sorted(name for name in shapes if name.endswith(".bias"))
+    if "model_type" in spec.windowed and biased:
+        raise LoadError(
+            f"gguf_window='file' reads the window of a {spec.architecture} file as a "
+            f"{spec.windowed['model_type']} checkpoint's, which has no biases, but the file "
+            f"holds {biased[0]!r}: read it as llama.cpp does (gguf_window None or 'llama.cpp')."
+        )
 
-    The converter (``Phi3MiniModel.set_gguf_parameters``) writes the checkpoint's
-    ``sliding_window``, 0 for none. w = 0 is none in every reading. Otherwise ``reading``
-    "file" applies w, as the checkpoint's config.json does (transformers' ``Phi3Attention``:
-    p_i − p_j < w); "llama.cpp" does not; None (the default) reads it as llama.cpp does and
-    warns where the two readings differ within the file's context (0 < w <
-    ``context_length``: Phi-3-mini-4k's 2047 of 4096), naming the key and the keyword.
-    A value that is not an integer ≥ 0 is refused (llama.cpp reads a uint32)."""
+
+def switched_off(key: str, metadata: dict, reading, how: str) -> bool:
+    """Whether to apply the window ``key`` = w of a file whose architecture llama.cpp computes
+    without it (the GGUF map's ``switched_off``; ``how``: what llama.cpp does with it, the
+    warning's words). llama.cpp's ``llama_model::load_hparams`` (``src/llama-model.cpp``)
+    reads Phi-3's and turns it off — LLM_ARCH_PHI3: a window > 0 found, it logs "Phi SWA is
+    currently disabled" and sets n_swa = 0, swa_type NONE (llama.cpp PR 13676, 2025; before
+    it llama.cpp applied the window on every layer) — and reads none for llama (Mistral's
+    files), qwen2, qwen3 and starcoder2 (their cases leave swa_type NONE: every position
+    attended).
+
+    Phi-3's converter (``Phi3MiniModel.set_gguf_parameters``) writes the checkpoint's
+    ``sliding_window``, 0 for none; the others' write none (a file holding one comes from
+    another writer). w = 0 is none in every reading. Otherwise ``reading`` "file" applies w
+    on every layer, as a checkpoint's config.json that carries it does (transformers'
+    Mistral, Phi-3 and Starcoder2 attention: p_i − p_j < w; Qwen's with
+    ``use_sliding_window`` and ``max_window_layers`` 0: the map's ``windowed``);
+    "llama.cpp" does not; None (the default) reads it as llama.cpp does and warns where the
+    two readings differ within the file's context (0 < w < ``context_length``:
+    Phi-3-mini-4k's 2047 of 4096, Mistral-7B-v0.1's 4096 of 32768), naming the key and the
+    keyword. A value that is not an integer ≥ 0 is refused (llama.cpp reads a uint32)."""
     value = metadata[key]
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise LoadError(
@@ -254,12 +278,11 @@ def switched_off(key: str, metadata: dict, reading) -> bool:
         context = metadata.get(prefix + "context_length")
         warnings.warn(
             f"the metadata key {key!r} = {value} is a sliding window within the file's context "
-            f"({context} positions), which llama.cpp turns off for {prefix[:-1]} files (its "
-            "load_hparams: 'Phi SWA is currently disabled', llama.cpp PR 13676) while the "
-            "checkpoint's config.json applies it (p_i − p_j < w): read as llama.cpp computes "
-            "it, without a window. Pass gguf_window='file' to load(…) to apply it as the "
-            "checkpoint does, or gguf_window='llama.cpp' to choose this reading without this "
-            "warning.",
+            f"({context} positions), which llama.cpp {how}, while a Hugging Face config.json "
+            "that carries it applies it on every layer (p_i − p_j < w): read as llama.cpp "
+            "computes it, without a window. Pass gguf_window='file' to load(…) to apply it "
+            "as the checkpoint does, or gguf_window='llama.cpp' to choose this reading "
+            "without this warning.",
             UserWarning,
             stacklevel=6,  # switched_off, gguf_config, open_gguf, loader._open, load: its caller
         )
@@ -455,7 +478,7 @@ def _open_container(path: Path) -> tuple[dict, dict]:
 
 def open_gguf(path: Path, window=None, *, chosen: bool = False) -> Source:
     """The GGUF file as a :class:`~tpde.pretrained._checkpoint.Source` (module notes);
-    ``window``: the reading of a window llama.cpp turns off (:func:`switched_off`);
+    ``window``: the reading of a window llama.cpp computes without (:func:`switched_off`);
     ``chosen``: whether the caller chose it (a ValueError for a file without such a window)."""
     metadata, stored = _open_container(path)
     family = gguf_family(metadata.get("general.architecture"), str(path))
@@ -463,9 +486,9 @@ def open_gguf(path: Path, window=None, *, chosen: bool = False) -> Source:
         having = sorted(f.gguf.architecture for f in FAMILIES.values()
                         if f.gguf is not None and f.gguf.switched_off)  # fmt: skip
         raise ValueError(
-            f"gguf_window chooses how to read a window llama.cpp turns off, which only "
-            f"{', '.join(having)} files have; {path} is a {family.gguf.architecture} file, "
-            "which has one reading: leave gguf_window None."
+            f"gguf_window chooses how to read a window llama.cpp turns off or does not read, "
+            f"which only {', '.join(having)} files have; {path} holds a "
+            f"{family.gguf.architecture} model, which has one reading: leave gguf_window None."
         )
     check_types(path, stored)
     freqs, factors = rope_tensors(path, stored, metadata, family.gguf, dequantised)

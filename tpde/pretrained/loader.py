@@ -84,13 +84,17 @@ def load(
         does not say), None no check. A larger model is refused naming what it needs; its
         weights-only scores stream it (:func:`~tpde.pretrained.weight_scores`).
     gguf_window : None (default), "llama.cpp" or "file"
-        How to read a GGUF file's sliding window that llama.cpp reads and turns off (phi3
-        files' ``phi3.attention.sliding_window``: Phi-3-mini-4k's 2047 of 4096 positions,
-        which its config.json applies; llama.cpp PR 13676): "llama.cpp", without it, as
-        llama.cpp and transformers' GGUF loader compute; "file", applied on every layer as
-        the checkpoint's config.json does (p_i − p_j < w). None reads it as "llama.cpp" and
-        warns (UserWarning) where the two differ within the file's context. Other files have
-        one reading and a folder's config.json says: for them it must be None (a ValueError).
+        How to read a GGUF file's sliding window that llama.cpp computes without while a
+        Hugging Face config applies it: ``attention.sliding_window`` of phi3 files, which
+        llama.cpp turns off (Phi-3-mini-4k's 2047 of 4096 positions; llama.cpp PR 13676),
+        and of llama (Mistral's), qwen2, qwen3 and starcoder2 files, which it does not read
+        (Mistral-7B-v0.1's 4096 of 32768): "llama.cpp", without it, as llama.cpp and
+        transformers' GGUF loader compute; "file", applied on every layer as such a
+        checkpoint's config.json does (p_i − p_j < w; a llama file read as Mistral, a Qwen
+        one with ``use_sliding_window`` and ``max_window_layers`` 0). None reads it as
+        "llama.cpp" and warns (UserWarning) where the two differ within the file's context.
+        Other files have one reading and a folder's config.json says: for them it must be
+        None (a ValueError).
 
     Returns
     -------

@@ -21,9 +21,9 @@ __all__ = [
     "ARCHITECTURES",
     "COMMON_IRRELEVANT",
     "FAMILIES",
-    "NO_GGUF_WINDOW",
     "REQUIRED",
     "ROUTER_TRAINING",
+    "WINDOW_NOT_READ",
     "Architecture",
     "Family",
     "GGUFMap",
@@ -121,15 +121,14 @@ class GGUFMap:
         factors, with ``rope.scaling.attn_factor``) are read as a "longrope" scaling
         (:mod:`tpde.pretrained._gguf_rope`); without it such tensors are refused as
         unexpected.
-    unread : tuple of str
-        Standard keys (:data:`tpde.pretrained._gguf.STANDARD_KEYS`, without the prefix) of
-        hyper-parameters the family has that llama.cpp does not read for this architecture:
-        its model of such a file computes without them while a Hugging Face config would
-        apply them, so a file holding one is refused, naming it (``attention.sliding_window``
-        of llama, qwen2, qwen3 and starcoder2 files, attended over whole by llama.cpp, and of
-        olmo2 files, OLMo-3's 3 local : 1 global pattern there) — unless the value
-        changes nothing within the file's context (a window of 0 or of at least
-        ``context_length``), read then as llama.cpp reads it, without a window.
+    unread : dict
+        Standard keys (:data:`tpde.pretrained._gguf.STANDARD_KEYS`, without the prefix) of a
+        window llama.cpp reads in a way tpde does not express for the family → how it reads it
+        (the error's words): a file whose value binds within its context (0 < w <
+        ``context_length``) is refused, naming the key (olmo2's ``attention.sliding_window``,
+        OLMo-3's 3 local : 1 global pattern in llama.cpp — ``load_hparams``, LLM_ARCH_OLMO2:
+        ``set_swa_pattern(4)`` —, which Hugging Face's Olmo2 and tpde's olmo2 family lack);
+        0 or a window ≥ ``context_length`` is read as none.
     ignored : tuple of str
         Keys (without the prefix) that no reading applies: llama.cpp does not read them for
         the architecture and the family's Hugging Face model does not use them (the family's
@@ -145,14 +144,24 @@ class GGUFMap:
         ``src/llama-hparams.h``): a file without the key is read with that value, whatever the
         family's own default (Gemma-2: window 4096, soft-caps 50 and 30; Gemma-3: RoPE base 10⁴
         where its config class says 10⁶).
-    switched_off : tuple of str
-        Standard keys llama.cpp reads for the architecture and then turns off: Phi-3's
-        ``attention.sliding_window`` (``load_hparams``, LLM_ARCH_PHI3: "Phi SWA is currently
-        disabled", n_swa = 0; llama.cpp PR 13676), which a Hugging Face config applies. A file
-        whose value binds within its context has two readings: it is read as llama.cpp computes
-        it (no window) with a warning, unless :func:`~tpde.pretrained.load`'s ``gguf_window``
-        chooses ("llama.cpp": the same, no warning; "file": the value applied, as the
-        checkpoint's config.json does).
+    switched_off : dict
+        Standard keys (without the prefix) of a window a Hugging Face config applies and
+        llama.cpp computes without → what llama.cpp does with it, the warning's words after
+        "llama.cpp" (``{arch}``: the architecture). Phi-3's ``attention.sliding_window`` it
+        reads and turns off (``load_hparams``, LLM_ARCH_PHI3: "Phi SWA is currently
+        disabled", n_swa = 0; llama.cpp PR 13676); that of llama (Mistral's files), qwen2,
+        qwen3 and starcoder2 files it does not read (:data:`WINDOW_NOT_READ`; their
+        ``load_hparams`` cases read no window and leave swa_type NONE). A file whose value
+        binds within its context has two readings: it is read as llama.cpp computes it (no
+        window) with a warning, unless :func:`~tpde.pretrained.load`'s ``gguf_window``
+        chooses ("llama.cpp": the same, no warning; "file": the value applied on every layer,
+        as a checkpoint's config.json that carries it does, with ``windowed``).
+    windowed : dict
+        config.json values the "file" reading of a ``switched_off`` window sets beside it:
+        llama's ``model_type`` "mistral" (transformers' Llama has no window; Mistral's applies
+        it on every layer), Qwen's ``use_sliding_window`` true and ``max_window_layers`` 0
+        (every layer: llama.cpp's converter writes no window, nor any layer rule, for Qwen
+        files, and a file's other keys are refused by name).
     """
 
     architecture: str
@@ -172,17 +181,25 @@ class GGUFMap:
     literal: dict = field(default_factory=dict)
     rope_freqs: bool = False
     rope_factors: bool = False
-    unread: tuple[str, ...] = ()
+    unread: dict = field(default_factory=dict)
     ignored: tuple[str, ...] = ()
     required: tuple[str, ...] = ()
     defaults: dict = field(default_factory=dict)
-    switched_off: tuple[str, ...] = ()
+    switched_off: dict = field(default_factory=dict)
+    windowed: dict = field(default_factory=dict)
 
 
-#: What llama.cpp does with ``attention.sliding_window`` outside Gemma and Phi-3: nothing
-#: (llama, qwen2, qwen3, starcoder2) or OLMo-3's pattern (olmo2) — never the families' window
-#: on every layer.
-NO_GGUF_WINDOW = ("attention.sliding_window",)
+#: What llama.cpp does with ``attention.sliding_window`` of llama, qwen2, qwen3 and
+#: starcoder2 files (the GGUF map's ``switched_off``): nothing — ``llama_model::load_hparams``
+#: (``src/llama-model.cpp``), cases LLM_ARCH_LLAMA, LLM_ARCH_QWEN2, LLM_ARCH_QWEN3 and
+#: LLM_ARCH_STARCODER2, reads no window and leaves ``hparams.swa_type`` LLAMA_SWA_TYPE_NONE,
+#: so their graphs attend over every position; so do the later ``llama_model_<arch>::
+#: load_arch_hparams`` (``src/models/{llama,qwen2,qwen3,starcoder2}.cpp``), whose graphs build
+#: the plain ``build_attn_inp_kv`` (no sliding-window mask).
+WINDOW_NOT_READ = {
+    "attention.sliding_window": "does not read for {arch} files (its load_hparams reads no "
+    "window for them: it attends over every position)"
+}
 
 
 @dataclass(frozen=True)

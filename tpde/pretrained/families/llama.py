@@ -9,17 +9,20 @@ key). GGUF: llama.cpp's ``llama`` files (Mistral's too), whose ``attn_q``/``attn
 file's ``rope_freqs.weight`` (the converter's form of the "llama3" RoPE scaling) is read as
 its per-pair frequency divisors. llama.cpp reads no sliding window of a llama file (it
 attends over every position; its converter writes none, Mistral's included): a file with
-``llama.attention.sliding_window`` that cuts within its context has two readings and is
-refused (0, or one of at least ``context_length``, is read as none).
+``llama.attention.sliding_window`` that cuts within its context has two readings, read as
+llama.cpp computes it (warned) or, with ``load(…, gguf_window="file")``, as a Mistral
+checkpoint with that window (the GGUF map's ``windowed``;
+:func:`tpde.pretrained._gguf.switched_off`); 0, or one of at least ``context_length``, is
+none.
 """
 
 from __future__ import annotations
 
 from tpde.pretrained.families.base import (
     GATED_BIASES,
-    NO_GGUF_WINDOW,
     REQUIRED,
     SCORE_HEAD,
+    WINDOW_NOT_READ,
     Family,
     GGUFMap,
     register,
@@ -103,7 +106,8 @@ LLAMA = register(
             model_type="llama",
             permuted={"q": "heads", "k": "kv_heads"},
             rope_freqs=True,
-            unread=NO_GGUF_WINDOW,
+            switched_off=WINDOW_NOT_READ,
+            windowed={"model_type": "mistral"},
         ),
     )
 )

@@ -5,7 +5,9 @@ transformers' ``MistralConfig`` has no ``attention_bias``, ``mlp_bias`` nor
 ``pretraining_tp``, and its attention has no bias whatever config.json says: those keys play
 no part here (tpde ignores them as transformers does). ``sliding_window`` defaults to 4096
 when config.json lacks it (``MistralConfig``'s default); an explicit null is full attention.
-GGUF: llama.cpp writes Mistral files as ``llama`` (read by the llama entry, without a window).
+GGUF: llama.cpp writes Mistral files as ``llama`` (read by the llama entry, without a window,
+as llama.cpp computes them; a file holding ``llama.attention.sliding_window`` is read as this
+family with ``load(…, gguf_window="file")``).
 """
 
 from __future__ import annotations

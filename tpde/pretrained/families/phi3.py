@@ -83,7 +83,10 @@ PHI3 = register(
             keys={"rope.scaling.original_context_length": "original_max_position_embeddings"},
             rotary_fraction="partial_rotary_factor",
             rope_factors=True,
-            switched_off=("attention.sliding_window",),
+            switched_off={
+                "attention.sliding_window": "turns off for {arch} files (its load_hparams: "
+                "'Phi SWA is currently disabled', llama.cpp PR 13676)"
+            },
         ),
     )
 )

@@ -2,14 +2,17 @@
 sliding window on the layers from ``max_window_layers`` on (or as ``layer_types`` says), as
 transformers' Qwen2 (none of them: every layer global). GGUF: llama.cpp's ``qwen2`` files
 (rotary rows as the checkpoint's: the converter does not interleave them; a sliding window,
-which llama.cpp does not read for them, refused where it cuts within the file's context)."""
+which llama.cpp does not read for them, read as llama.cpp computes it — none, warned where it
+cuts within the file's context — or, with ``load(…, gguf_window="file")``, on every layer:
+``use_sliding_window`` true, ``max_window_layers`` 0;
+:func:`tpde.pretrained._gguf.switched_off`)."""
 
 from __future__ import annotations
 
 from tpde.pretrained.families.base import (
     GATED_BIASES,
-    NO_GGUF_WINDOW,
     SCORE_HEAD,
+    WINDOW_NOT_READ,
     Family,
     GGUFMap,
     register,
@@ -46,6 +49,11 @@ QWEN2 = register(
         causal=True,
         facts={"rope_style": "half"},
         classifiers=SCORE_HEAD,
-        gguf=GGUFMap(architecture="qwen2", model_type="qwen2", unread=NO_GGUF_WINDOW),
+        gguf=GGUFMap(
+            architecture="qwen2",
+            model_type="qwen2",
+            switched_off=WINDOW_NOT_READ,
+            windowed={"use_sliding_window": True, "max_window_layers": 0},
+        ),
     )
 )

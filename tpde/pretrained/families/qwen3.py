@@ -1,14 +1,14 @@
 """Qwen3: as llama, with a per-head QK-RMSNorm before the rotation; its sliding window as
 Qwen2's (:mod:`~tpde.pretrained.families.qwen2`). GGUF: llama.cpp's ``qwen3`` files (rotary
-rows not interleaved; a sliding window, which llama.cpp does not read for them, refused
-where it cuts within the file's context)."""
+rows not interleaved; a sliding window, which llama.cpp does not read for them, read as
+Qwen2's)."""
 
 from __future__ import annotations
 
 from tpde.pretrained.families.base import (
     GATED_BIASES,
-    NO_GGUF_WINDOW,
     SCORE_HEAD,
+    WINDOW_NOT_READ,
     Family,
     GGUFMap,
     register,
@@ -42,6 +42,11 @@ QWEN3 = register(
         causal=True,
         facts={"rope_style": "half", "qk_norm": "per head, before RoPE"},
         classifiers=SCORE_HEAD,
-        gguf=GGUFMap(architecture="qwen3", model_type="qwen3", unread=NO_GGUF_WINDOW),
+        gguf=GGUFMap(
+            architecture="qwen3",
+            model_type="qwen3",
+            switched_off=WINDOW_NOT_READ,
+            windowed={"use_sliding_window": True, "max_window_layers": 0},
+        ),
     )
 )

@@ -6,12 +6,13 @@ default.
 GGUF: llama.cpp's ``starcoder2`` files (rotary rows not interleaved). llama.cpp's converter
 writes no sliding window for them and llama.cpp attends over every position: such a file is
 read so (full attention); one with ``starcoder2.attention.sliding_window``, which llama.cpp
-does not read but a Hugging Face config would apply, is refused naming the key where it cuts
-within the file's context (0, or at least ``context_length``, is read as none)."""
+does not read but a Hugging Face config would apply, is read as llama.cpp computes it (none,
+warned where it cuts within the file's context) or, with ``load(…, gguf_window="file")``, on
+every layer (:func:`tpde.pretrained._gguf.switched_off`)."""
 
 from __future__ import annotations
 
-from tpde.pretrained.families.base import NO_GGUF_WINDOW, SCORE_HEAD, Family, GGUFMap, register
+from tpde.pretrained.families.base import SCORE_HEAD, WINDOW_NOT_READ, Family, GGUFMap, register
 from tpde.pretrained.families.llama import LLAMA_KEYS
 
 __all__ = ["STARCODER2"]
@@ -52,6 +53,8 @@ STARCODER2 = register(
         causal=True,
         facts={"rope_style": "half", "window": "sliding_window: p_i − p_j < w"},
         classifiers=SCORE_HEAD,
-        gguf=GGUFMap(architecture="starcoder2", model_type="starcoder2", unread=NO_GGUF_WINDOW),
+        gguf=GGUFMap(
+            architecture="starcoder2", model_type="starcoder2", switched_off=WINDOW_NOT_READ
+        ),
     )
 )
