@@ -28,6 +28,7 @@ Blondel, Peyré, "Sinkformers", arXiv:2110.11773 (2022).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 
@@ -35,6 +36,7 @@ from tpde._engines import softmax_average
 from tpde.fields.base import Field
 from tpde.fields.calls import own_tokens
 from tpde.fields.forms import key_log_weights
+from tpde.fields.gradient_flow.projection import row_space
 from tpde.measures import Empirical
 
 __all__ = ["StructuredAttention", "StructuredHead"]
@@ -45,21 +47,45 @@ class StructuredHead:
     """One structured head (module notes), float64 on the CPU (moved to the tokens' device
     and dtype when evaluated).
 
+    The mobility is kept in factor form, M = B M̃ Bᵀ with B (d, r) orthonormal (r ≤ 2k + 2k_v,
+    or d): :attr:`M` forms the d × d matrix on request, :meth:`apply_mobility` multiplies
+    without it.
+
     Attributes
     ----------
-    Wq, Wk : (k, d);  scale : float c;  a : (d,) key weight;  M : (d, d) mobility,
-    semidefinite of sign ``sign``;  rope : :class:`~tpde.fields.RoPE` or None;
-    span : (d, r) or None, an orthonormal basis holding range(A_s), range(M) and a.
+    Wq, Wk : (k, d);  scale : float c;  a : (d,) key weight;  basis : (d, r) B;
+    core : (r, r) M̃, symmetric;  sign : s, with sM semidefinite;
+    rope : :class:`~tpde.fields.RoPE` or None;
+    mobility_span : (r, m) or None, coordinates in B of vectors whose span holds range(M)
+        (None: B itself).
     """
 
     Wq: torch.Tensor
     Wk: torch.Tensor
     scale: float
     a: torch.Tensor
-    M: torch.Tensor
+    basis: torch.Tensor
+    core: torch.Tensor
     sign: int
     rope: object = None
-    span: torch.Tensor | None = None
+    mobility_span: torch.Tensor | None = None
+
+    @cached_property
+    def M(self) -> torch.Tensor:
+        """(d, d) the mobility B M̃ Bᵀ, semidefinite of sign ``sign``."""
+        return (self.basis @ self.core) @ self.basis.mT
+
+    def apply_mobility(self, g: torch.Tensor) -> torch.Tensor:
+        """g M for rows g (n, d) (M symmetric): ((g B) M̃) Bᵀ, O(n·d·r)."""
+        B = self.basis.to(g)
+        return ((g @ B) @ self.core.to(g)) @ B.mT
+
+    @cached_property
+    def span(self) -> torch.Tensor:
+        """(d, s) an orthonormal basis holding range(A_s), range(M) and a: the row space of
+        [W_Q; W_K; the orthonormal basis of range(B·mobility_span)ᵀ]."""
+        F = self.basis if self.mobility_span is None else self.basis @ self.mobility_span
+        return row_space(torch.cat([self.Wq, self.Wk, row_space(F.mT).mT]))
 
 
 class StructuredAttention(Field):
@@ -102,7 +128,7 @@ class StructuredAttention(Field):
         out = []
         for head in self.heads:
             grad = self.log_kernel_grad(head, mu, x, positions, engine)
-            out.append(grad @ head.M.to(grad).mT)
+            out.append(head.apply_mobility(grad))
         return out
 
     def log_kernel_grad(self, head: StructuredHead, mu: Empirical, x, positions, engine="auto"):
