@@ -44,7 +44,8 @@ class Core:
     Attributes
     ----------
     lam : (p,) the eigenvalues of A_s above the floor (E's first p columns).
-    mobility : (r, r) M* in E's coordinates;  definite : (r, r) M_s in E's coordinates.
+    mobility : (r, r) M* in E's coordinates;  definite : (r, r) M_s in E's coordinates,
+    = vectors · diag(values) · vectorsᵀ (its eigenpairs of sign s: (r, n), (n,)).
     coupling : (r − p, p) C = Ṽ_NU Λ⁻¹ (Y = N C).
     sign : s of M_s;  inertia : (n₊, n₋, n₀) of M̃ = M*'s compression to range(A_s).
     value_residual, definite_residual : ‖V − M* A_s‖_F and ‖V − M_s A_s‖_F (absolute).
@@ -53,6 +54,8 @@ class Core:
     lam: torch.Tensor
     mobility: torch.Tensor
     definite: torch.Tensor
+    vectors: torch.Tensor
+    values: torch.Tensor
     coupling: torch.Tensor
     sign: int
     inertia: tuple[int, int, int]
@@ -107,7 +110,8 @@ def solve(Vt: torch.Tensor, lam: torch.Tensor, dtype) -> Core:
     small = 0.5 * (small + small.mT)
     ev, Z = torch.linalg.eigh(small)
     columns = small[:, :p]  # M* A_s = E [M̃; C] Λ U-columns
-    positive = (Z * ev.clamp_min(0)) @ Z[:p].mT  # the clip of M*, its U-columns
+    up = ev > 0
+    positive = (Z[:, up] * ev[up]) @ Z[:p, up].mT  # the clip of M*, its U-columns
     tail = float(Vt[:, p:].square().sum())
 
     def residual(cols: torch.Tensor) -> float:
@@ -116,8 +120,10 @@ def solve(Vt: torch.Tensor, lam: torch.Tensor, dtype) -> Core:
     value = residual(columns)
     plus, minus = residual(positive), residual(columns - positive)
     sign = 1 if plus <= minus else -1  # ties: +1, the dense loop's first
-    definite = (Z * (ev.clamp_min(0) if sign == 1 else ev.clamp_max(0))) @ Z.mT
-    return Core(lam, small, definite, C, sign, inertia, value, min(plus, minus))
+    keep = up if sign == 1 else ev < 0
+    vectors, values = Z[:, keep], ev[keep]
+    definite = (vectors * values) @ vectors.mT
+    return Core(lam, small, definite, vectors, values, C, sign, inertia, value, min(plus, minus))
 
 
 def _pinv_values(evals: torch.Tensor) -> torch.Tensor:

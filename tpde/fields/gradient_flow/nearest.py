@@ -228,9 +228,10 @@ def _project(head: AttentionHead, rtol: float):
         breaks.append(f"constant drift w = u − M a ≠ 0 (‖w‖ = {drift:.3g})")
     rope_res = None
     if head.rope is not None:
-        G = proj.rows  # [W_Q; W_K] B: C = GGᵀ, S = (M_s Gᵀ)ᵀ(M_s Gᵀ) in B's coordinates
-        MG = core.definite @ G.mT
-        rope_res = _rope_norms(head, G @ G.mT, MG.mT @ MG, V_norm, def_res * V_norm)
+        G = proj.rows  # [W_Q; W_K] B: C = GGᵀ, S = (M_s Gᵀ)ᵀ(M_s Gᵀ) in B's coordinates,
+        P = core.vectors.mT @ G.mT  # M_s = Z D Zᵀ: S = (ZᵀGᵀ)ᵀ D² (ZᵀGᵀ)
+        S = (P * core.values[:, None].square()).mT @ P
+        rope_res = _rope_norms(head, G @ G.mT, S, V_norm, def_res * V_norm)
         if rope_res > rtol:
             breaks.append(f"RoPE: the pair kernel is not a gradient map (residual {rope_res:.3g})")
         if head.bq is not None or head.bk is not None:

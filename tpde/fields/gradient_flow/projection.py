@@ -15,7 +15,8 @@ nearest semidefinite matrix to M*, not the constrained least-squares minimiser: 
 not claimed optimal). A head built as V = M A_s with sM ⪰ 0 gets M_s A_s = V to rounding.
 
 A singular value or eigenvalue counts as zero below 1e3·d·eps·max, the policy of
-:mod:`tpde.metrics.mobility`.
+:mod:`tpde.metrics.mobility`. The closed forms run in factor form, on r × r compressions to
+the span of a head's weights (:mod:`~tpde.fields.gradient_flow._factored`, MATH.md §12).
 
 Weight-only scores (Saponati, Sager, Aceituno, Stadelmann, Grewe, arXiv:2502.10927, code
 matteosaponati/attention-geometry, ``utils/scores.py``), of their matrix W_QK = W_Qᵀ W_K
@@ -167,9 +168,8 @@ def nearest_mobility(A: torch.Tensor, V: torch.Tensor, dtype=None, rows=None) ->
     A, V : (d, d) tensors (float64 recommended).
     dtype : the dtype whose epsilon sets the zero threshold (default A's).
     rows : (r, d) tensor, optional
-        Rows whose span holds the ranges of A and Aᵀ (a head's [W_Q; W_K]): the eigenbasis
-        of A_s is then found in that r-dimensional span and M is built from factors of
-        width ≤ 2r, O(d²r) instead of O(d³) (the same matrices to rounding).
+        Rows whose span holds the ranges of A and Aᵀ (a head's [W_Q; W_K]): the eigenvalues
+        of A_s are then found in that r-dimensional span (the same matrices to rounding).
 
     Returns
     -------
@@ -179,8 +179,11 @@ def nearest_mobility(A: torch.Tensor, V: torch.Tensor, dtype=None, rows=None) ->
     -----
     With U_R the eigenvectors of nonzero eigenvalues Λ, the kernel side of M* in the
     original coordinates is Y = (I − U_RU_Rᵀ) V U_R Λ⁻¹ (M̃_ij = Ṽ_ij/λ_j for λ_i = 0), so
-    M* = [U_R, Y] [[M̃_RR, I], [I, M̃_RR⁺]] [U_R, Y]ᵀ (the minimal completion), and the
-    eigenvalue clip of M* is that of a 2r × 2r matrix after a QR of [U_R, Y].
+    M* = [U_R, Y] [[M̃_RR, I], [I, M̃_RR⁺]] [U_R, Y]ᵀ (the minimal completion). This takes
+    dense (d, d) matrices and runs the d × d form of
+    :func:`~tpde.fields.gradient_flow._factored.solve`; a head given by its weights is
+    projected in factor form, on the compression to the span of its factors
+    (:func:`tpde.fields.nearest_gradient_field`, MATH.md §12 "Factor form").
     """
     A, V = _square(A, "A"), _square(V, "V")
     if V.shape != A.shape:
