@@ -44,8 +44,9 @@ class Core:
     Attributes
     ----------
     lam : (p,) the eigenvalues of A_s above the floor (E's first p columns).
-    mobility : (r, r) M* in E's coordinates;  definite : (r, r) M_s in E's coordinates,
-    = vectors · diag(values) · vectorsᵀ (its eigenpairs of sign s: (r, n), (n,)).
+    mobility : (r, r) M* in E's coordinates.
+    vectors, values : (r, n), (n,) the eigenpairs of M* of sign s (the clip's):
+        M_s = vectors · diag(values) · vectorsᵀ in E's coordinates (:attr:`definite`).
     coupling : (r − p, p) C = Ṽ_NU Λ⁻¹ (Y = N C).
     sign : s of M_s;  inertia : (n₊, n₋, n₀) of M̃ = M*'s compression to range(A_s).
     value_residual, definite_residual : ‖V − M* A_s‖_F and ‖V − M_s A_s‖_F (absolute).
@@ -53,7 +54,6 @@ class Core:
 
     lam: torch.Tensor
     mobility: torch.Tensor
-    definite: torch.Tensor
     vectors: torch.Tensor
     values: torch.Tensor
     coupling: torch.Tensor
@@ -62,13 +62,20 @@ class Core:
     value_residual: float
     definite_residual: float
 
-    def span_coordinates(self) -> torch.Tensor:
-        """(r, 2p): F = [U, Y] in E's coordinates, [[I, 0], [0, C]] (range F ⊇ range M*)."""
-        p, r = self.lam.numel(), self.mobility.shape[-1]
-        F = self.mobility.new_zeros(r, 2 * p)
-        F[:p, :p] = torch.eye(p, dtype=F.dtype, device=F.device)
-        F[p:, p:] = self.coupling
-        return F
+    @property
+    def definite(self) -> torch.Tensor:
+        """(r, r) M_s in E's coordinates."""
+        return (self.vectors * self.values) @ self.vectors.mT
+
+
+def span_coordinates(coupling: torch.Tensor) -> torch.Tensor:
+    """(r, 2p): F = [U, Y] in E's coordinates, [[I, 0], [0, C]] (range F ⊇ range M*), from
+    C (r − p, p)."""
+    q, p = coupling.shape
+    F = coupling.new_zeros(p + q, 2 * p)
+    F[:p, :p] = torch.eye(p, dtype=F.dtype, device=F.device)
+    F[p:, p:] = coupling
+    return F
 
 
 def eigenbasis(A_s: torch.Tensor, d: int, dtype) -> tuple[torch.Tensor, torch.Tensor]:
@@ -121,9 +128,7 @@ def solve(Vt: torch.Tensor, lam: torch.Tensor, dtype) -> Core:
     plus, minus = residual(positive), residual(columns - positive)
     sign = 1 if plus <= minus else -1  # ties: +1, the dense loop's first
     keep = up if sign == 1 else ev < 0
-    vectors, values = Z[:, keep], ev[keep]
-    definite = (vectors * values) @ vectors.mT
-    return Core(lam, small, definite, vectors, values, C, sign, inertia, value, min(plus, minus))
+    return Core(lam, small, Z[:, keep], ev[keep], C, sign, inertia, value, min(plus, minus))
 
 
 def _pinv_values(evals: torch.Tensor) -> torch.Tensor:
@@ -152,21 +157,29 @@ class HeadProjection:
     ----------
     basis : (d, r) B = Q E, orthonormal: every d × d matrix of the head is B X Bᵀ.
     core : :class:`Core` in B's coordinates.
-    rows : (2k, r) [W_Q; W_K] B.
+    compressed_rows : (2k, r) [W_Q; W_K] Q;  eigenbasis : (r, r) E.
     A_norm, symmetry_residual, V_norm, A_s_norm : ‖A‖, ‖A − A_s‖, ‖V‖, ‖A_s‖ (Frobenius).
     """
 
     basis: torch.Tensor
     core: Core
-    rows: torch.Tensor
+    compressed_rows: torch.Tensor
+    eigenbasis: torch.Tensor
     A_norm: float
     symmetry_residual: float
     V_norm: float
     A_s_norm: float
 
+    @property
+    def rows(self) -> torch.Tensor:
+        """(2k, r) [W_Q; W_K] B."""
+        return self.compressed_rows @ self.eigenbasis
+
     def mobility_times(self, x: torch.Tensor) -> torch.Tensor:
-        """M_s x for x (d,) or (d, n): B (M̃_s (Bᵀx))."""
-        return self.basis @ (self.core.definite @ (self.basis.mT @ x))
+        """M_s x for x (d,) or (d, n): B Z D Zᵀ Bᵀ x (Z, D the sign-s eigenpairs)."""
+        Z = self.core.vectors
+        inner = Z.mT @ (self.basis.mT @ x)
+        return self.basis @ (Z @ (self.core.values.reshape(-1, *[1] * (x.ndim - 1)) * inner))
 
 
 def head_basis(head) -> torch.Tensor | None:
@@ -199,6 +212,6 @@ def project_head(head, dtype=torch.float64) -> HeadProjection:
     core = solve(Vt, lam, dtype)
     basis = E if Q is None else Q @ E
     return HeadProjection(
-        basis, core, Gh @ E, float(A.norm()), float((A - A_s).norm()), float(Vt.norm()),
+        basis, core, Gh, E, float(A.norm()), float((A - A_s).norm()), float(Vt.norm()),
         float(A_s.norm()),
     )  # fmt: skip

@@ -32,7 +32,13 @@ from tpde._validation import check_positive
 from tpde.fields.base import Field
 from tpde.fields.gradient_flow._factored import project_head
 from tpde.fields.gradient_flow.heads import AttentionHead, attention_heads
-from tpde.fields.gradient_flow.projection import product_scores, row_space
+from tpde.fields.gradient_flow.projection import (
+    directionality_score,
+    factor_pays,
+    product_scores,
+    row_space,
+    symmetry_score,
+)
 from tpde.fields.gradient_flow.structured import StructuredAttention, StructuredHead
 from tpde.fields.params import evaluate_parameter, linear
 from tpde.measures import Empirical
@@ -164,12 +170,12 @@ def nearest_gradient_field(field, *, t: float = 0.0, rtol: float = 1e-10):
     """
     rtol = check_positive(rtol, "rtol")
     heads = attention_heads(field, t)
-    structured, reports, drift, projections = [], [], heads.bias.clone(), []
+    structured, reports, drift, norms = [], [], heads.bias.clone(), []
     for head in heads.heads:
         s_head, report, w, projection = _project(head, rtol)
         structured.append(s_head)
         reports.append(report)
-        projections.append(projection)
+        norms.append((projection.A_s_norm, projection.V_norm))
         drift = drift + w
     kinds = {head.kind for head in heads.heads}
     if "sinkhorn" in kinds:
@@ -181,12 +187,12 @@ def nearest_gradient_field(field, *, t: float = 0.0, rtol: float = 1e-10):
         near = _sinkhorn(heads.heads[0], structured[0])
     else:
         near = StructuredAttention(structured, drift)
-    case = _sum_structure(structured, [p.A_s_norm for p in projections], rtol)
+    case = _sum_structure(structured, [n[0] for n in norms], rtol)
     breaks = [f"head {h}: {b}" for h, r in enumerate(reports) for b in r.breaks]
     if case == "none":
         breaks.append("sum of heads: not one gradient flow (no shared interaction, ranges "
                       "not orthogonal)")  # fmt: skip
-    scale = max(p.V_norm for p in projections) + float(heads.bias.norm())
+    scale = max(n[1] for n in norms) + float(heads.bias.norm())
     if len(heads) > 1 and float(drift.norm()) > rtol * scale:
         breaks.append("sum of heads: a constant drift w = Σ_h(u_h − M_h a_h) + b_O ≠ 0")
     report = StructureReport(
@@ -196,10 +202,15 @@ def nearest_gradient_field(field, *, t: float = 0.0, rtol: float = 1e-10):
 
 
 def _layer_scores(heads) -> tuple[float, float]:
-    """Saponati et al.'s scores of Σ_h W_Q^hᵀ W_K^{g(h)} = [W_Q^h]_hᵀ [W_K^{g(h)}]_h, from the
-    stacked factors (:func:`~tpde.fields.gradient_flow.projection.product_scores`; the
-    distinct key heads span the key side)."""
+    """Saponati et al.'s scores of W = Σ_h W_Q^hᵀ W_K^{g(h)}: from the stacked factors
+    [W_Q^h]_h against the distinct key heads where that pays
+    (:func:`~tpde.fields.gradient_flow.projection.product_scores`), else W summed head by
+    head (d × d, no stacked copy)."""
     keys = {(h.Wk.data_ptr(), tuple(h.Wk.shape), tuple(h.Wk.stride())): h.Wk for h in heads}
+    n, n_k = sum(h.Wq.shape[0] for h in heads), sum(k.shape[0] for k in keys.values())
+    if not factor_pays(n, n_k, heads[0].dim):
+        W = sum(h.Wq.mT @ h.Wk for h in heads)
+        return float(symmetry_score(W)), float(directionality_score(W))
     return product_scores(
         torch.cat([h.Wq for h in heads]), torch.cat([h.Wk for h in heads]),
         key_rows=torch.cat(list(keys.values())),
@@ -244,8 +255,8 @@ def _project(head: AttentionHead, rtol: float):
         drift, rope_res, tuple(breaks),
     )  # fmt: skip
     structured = StructuredHead(
-        head.Wq, head.Wk, head.scale, head.a, proj.basis, core.definite, core.sign, head.rope,
-        core.span_coordinates(),
+        head.Wq, head.Wk, head.scale, head.a, proj.basis, core.vectors, core.values, core.sign,
+        head.rope, core.coupling,
     )  # fmt: skip
     return structured, report, w, proj
 

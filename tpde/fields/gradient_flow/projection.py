@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import torch
 
 from tpde._validation import as_tensor
-from tpde.fields.gradient_flow._factored import eigenbasis, solve
+from tpde.fields.gradient_flow._factored import eigenbasis, solve, span_coordinates
 from tpde.metrics.mobility import DEGENERATE
 
 __all__ = [
@@ -116,8 +116,7 @@ def product_scores(Wq: torch.Tensor, Wk: torch.Tensor, key_rows=None) -> tuple[f
     norms those of (W_Q Q)ᵀW_K (m × d): O(d·n·m), no d × d array. Otherwise W is formed.
     """
     key_rows = Wk if key_rows is None else key_rows
-    m = Wq.shape[0] + key_rows.shape[0]
-    if m * m >= Wq.shape[-1] * Wq.shape[0]:
+    if not factor_pays(Wq.shape[0], key_rows.shape[0], Wq.shape[-1]):
         W = Wq.mT @ Wk
         return float(symmetry_score(W)), float(directionality_score(W))
     Q = torch.linalg.qr(torch.cat([Wq.mT, key_rows.mT], 1)).Q
@@ -125,6 +124,12 @@ def product_scores(Wq: torch.Tensor, Wk: torch.Tensor, key_rows=None) -> tuple[f
     symmetry = symmetry_score(Wq_hat.mT @ Wk_hat)
     rows, cols = (Wq.mT @ Wk_hat).norm(dim=1), (Wq_hat.mT @ Wk).norm(dim=0)
     return float(symmetry), float(_directionality(rows, cols))
+
+
+def factor_pays(n: int, n_k: int, d: int) -> bool:
+    """Whether :func:`product_scores` takes the factors (m = n + n_k with m² < d·n) rather
+    than the formed d × d product."""
+    return (n + n_k) ** 2 < d * n
 
 
 def _square(M, name: str) -> torch.Tensor:
@@ -211,7 +216,7 @@ def nearest_mobility(A: torch.Tensor, V: torch.Tensor, dtype=None, rows=None) ->
     p = lam.numel()
     M = E @ core.mobility @ E.mT
     definite = E @ core.definite @ E.mT
-    mobility_basis = row_space((E @ core.span_coordinates()).mT)
+    mobility_basis = row_space((E @ span_coordinates(core.coupling)).mT)
     return NearestMobility(A_s, M, definite, core.sign, E[:, :p], lam, mobility_basis, core.inertia)
 
 

@@ -47,17 +47,18 @@ class StructuredHead:
     """One structured head (module notes), float64 on the CPU (moved to the tokens' device
     and dtype when evaluated).
 
-    The mobility is kept in factor form, M = B M̃ Bᵀ with B (d, r) orthonormal (r ≤ 2k + 2k_v,
-    or d): :attr:`M` forms the d × d matrix on request, :meth:`apply_mobility` multiplies
-    without it.
+    The mobility is kept in factor form, M = (BZ) D (BZ)ᵀ with B (d, r) orthonormal
+    (r ≤ 2k + 2k_v, or d) and Z, D the eigenpairs of M's compression to range B:
+    :attr:`M` forms the d × d matrix on request, :meth:`apply_mobility` multiplies without it.
 
     Attributes
     ----------
     Wq, Wk : (k, d);  scale : float c;  a : (d,) key weight;  basis : (d, r) B;
-    core : (r, r) M̃, symmetric;  sign : s, with sM semidefinite;
-    rope : :class:`~tpde.fields.RoPE` or None;
-    mobility_span : (r, m) or None, coordinates in B of vectors whose span holds range(M)
-        (None: B itself).
+    vectors : (r, n) Z, orthonormal;  values : (n,) D, of sign ``sign`` (sM semidefinite);
+    sign : s;  rope : :class:`~tpde.fields.RoPE` or None;
+    coupling : (r − p, p) or None, C of the nearest mobility M* = [U, Y]·core·[U, Y]ᵀ
+        with U = B[:, :p], Y = B[:, p:] C (MATH.md §12, "Factor form"): :attr:`span` holds
+        range [U, Y] ⊇ range M* (None: range BZ).
     """
 
     Wq: torch.Tensor
@@ -65,26 +66,32 @@ class StructuredHead:
     scale: float
     a: torch.Tensor
     basis: torch.Tensor
-    core: torch.Tensor
+    vectors: torch.Tensor
+    values: torch.Tensor
     sign: int
     rope: object = None
-    mobility_span: torch.Tensor | None = None
+    coupling: torch.Tensor | None = None
 
     @cached_property
     def M(self) -> torch.Tensor:
-        """(d, d) the mobility B M̃ Bᵀ, semidefinite of sign ``sign``."""
-        return (self.basis @ self.core) @ self.basis.mT
+        """(d, d) the mobility (BZ) D (BZ)ᵀ, semidefinite of sign ``sign``."""
+        F = self.basis @ self.vectors
+        return (F * self.values) @ F.mT
 
     def apply_mobility(self, g: torch.Tensor) -> torch.Tensor:
-        """g M for rows g (n, d) (M symmetric): ((g B) M̃) Bᵀ, O(n·d·r)."""
-        B = self.basis.to(g)
-        return ((g @ B) @ self.core.to(g)) @ B.mT
+        """g M for rows g (n, d) (M symmetric): (((g B) Z) D) Zᵀ Bᵀ, O(n·d·r)."""
+        B, Z = self.basis.to(g), self.vectors.to(g)
+        return (((g @ B) @ Z) * self.values.to(g)) @ Z.mT @ B.mT
 
     @cached_property
     def span(self) -> torch.Tensor:
         """(d, s) an orthonormal basis holding range(A_s), range(M) and a: the row space of
-        [W_Q; W_K; the orthonormal basis of range(B·mobility_span)ᵀ]."""
-        F = self.basis if self.mobility_span is None else self.basis @ self.mobility_span
+        [W_Q; W_K; an orthonormal basis of range [U, Y]ᵀ] (:attr:`coupling`)."""
+        if self.coupling is None:
+            F = self.basis @ self.vectors
+        else:
+            p = self.coupling.shape[-1]
+            F = torch.cat([self.basis[:, :p], self.basis[:, p:] @ self.coupling], 1)
         return row_space(torch.cat([self.Wq, self.Wk, row_space(F.mT).mT]))
 
 
