@@ -32,6 +32,7 @@ from tpde.fields import (
     nearest_gradient_field,
     product_scores,
 )
+from tpde.fields.gradient_flow import _factored
 from tpde.fields.gradient_flow._factored import head_basis
 
 F64 = torch.float64
@@ -203,3 +204,28 @@ def test_product_scores_from_the_factors(n, n_k, d):
     sym, direction = product_scores(Wq, Wk, key_rows=keys)
     assert _rel(sym, float(dense_oracle.symmetry_score(W))) <= REL
     assert _rel(direction, float(dense_oracle.directionality_score(W))) <= REL
+
+
+def test_singular_compressed_mobility_takes_the_pseudo_inverse(monkeypatch):
+    """A_s on two coordinate blocks, V on the first only: M̃ vanishes on the second block's
+    eigenvectors (to rounding), so C M̃⁺ Cᵀ drops those eigenvalues as pinv does (the
+    eigendecomposition branch, not the solve)."""
+    g = torch.Generator().manual_seed(200)
+    d, k = 40, 4
+    Wq, Wk, Wv = (torch.zeros(k, d, dtype=F64) for _ in range(3))
+    for W in (Wq, Wk):
+        W[:2, :4], W[2:, 4:8] = _randn(g, 2, 4), _randn(g, 2, 4)
+    Wv[:, :4] = _randn(g, k, 4)
+    Wo = torch.zeros(d, k, dtype=F64)
+    Wo[:4] = _randn(g, 4, k)
+    field = GroupedQueryAttention(Wq, Wk, Wv, Wo, 1, 1, causal=False, bq=_randn(g, k))
+    seen, pinv_form = [], _factored._pinv_form
+
+    def spy(Mt, evals, C):
+        seen.append(evals.abs())
+        return pinv_form(Mt, evals, C)
+
+    monkeypatch.setattr(_factored, "_pinv_form", spy)
+    _compare(field, factor_form=True)
+    (evals,) = seen
+    assert float(evals.min()) <= len(evals) * torch.finfo(F64).eps * float(evals.max())

@@ -109,10 +109,9 @@ def solve(Vt: torch.Tensor, lam: torch.Tensor, dtype) -> Core:
     Mt = (lj * Vuu + li * Vuu.mT) / (li.square() + lj.square())
     Mt = 0.5 * (Mt + Mt.mT)
     C = Vt[p:, :p] / lam
-    evals, W = torch.linalg.eigh(Mt)
+    evals = torch.linalg.eigvalsh(Mt)
     inertia = _inertia(evals, dtype)
-    CW = C @ W
-    block = (CW * _pinv_values(evals)) @ CW.mT  # C M̃⁺ Cᵀ
+    block = _pinv_form(Mt, evals, C)  # C M̃⁺ Cᵀ
     small = torch.cat([torch.cat([Mt, C.mT], 1), torch.cat([C, block], 1)])
     small = 0.5 * (small + small.mT)
     ev, Z = torch.linalg.eigh(small)
@@ -131,13 +130,20 @@ def solve(Vt: torch.Tensor, lam: torch.Tensor, dtype) -> Core:
     return Core(lam, small, Z[:, keep], ev[keep], C, sign, inertia, value, min(plus, minus))
 
 
-def _pinv_values(evals: torch.Tensor) -> torch.Tensor:
-    """1/λ where torch.linalg.pinv(hermitian=True) inverts (|λ| > n·eps·max|λ|), else 0."""
-    if evals.numel() == 0:
-        return evals
-    cut = evals.shape[-1] * torch.finfo(evals.dtype).eps * float(evals.abs().max())
+def _pinv_form(Mt: torch.Tensor, evals: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
+    """C M̃⁺ Cᵀ with torch.linalg.pinv(hermitian=True)'s M̃⁺ (eigenvalues |λ| ≤ n·eps·max|λ|
+    dropped; ``evals`` M̃'s): a solve where none is (M̃⁺ = M̃⁻¹), else from the
+    eigendecomposition."""
+    if Mt.numel() == 0:
+        return C.new_zeros(C.shape[0], C.shape[0])
+    cut = Mt.shape[-1] * torch.finfo(Mt.dtype).eps * float(evals.abs().max())
+    if float(evals.abs().min()) > cut:
+        return C @ torch.linalg.solve(Mt, C.mT)
+    evals, W = torch.linalg.eigh(Mt)
     keep = evals.abs() > cut
-    return torch.where(keep, 1.0 / torch.where(keep, evals, torch.ones_like(evals)), 0.0)
+    inverse = torch.where(keep, 1.0 / torch.where(keep, evals, torch.ones_like(evals)), 0.0)
+    CW = C @ W
+    return (CW * inverse) @ CW.mT
 
 
 def _inertia(evals: torch.Tensor, dtype) -> tuple[int, int, int]:

@@ -312,8 +312,12 @@ def _offset_norms(C: torch.Tensor, S: torch.Tensor, R: torch.Tensor) -> tuple:
     k = R.shape[-1]
     Cqq, Cqk, Ckq, Ckk = C[:k, :k], C[:k, k:], C[k:, :k], C[k:, k:]
     Sqq, Sqk, Skq, Skk = S[:k, :k], S[:k, k:], S[k:, :k], S[k:, k:]
-    T, Rm = _pair_form(R.mT), _pair_form(R)
-    dT = _pair_form(R.mT - torch.eye(k, dtype=R.dtype, device=R.device))
+    T = _pair_form(R.mT)
+    if isinstance(T, tuple):  # R = Tᵀ: β_R = β_T∘π;  ΔT = T − I: α − 1
+        alpha, beta, pi = T
+        Rm, dT = (alpha, beta[:, pi], pi), (alpha - 1.0, beta, pi)
+    else:
+        Rm, dT = R, T - torch.eye(k, dtype=R.dtype, device=R.device)
     asym2 = (_pair_dot(Cqq, Ckk, T) + _pair_dot(Ckk, Cqq, T)
              - _pair_dot(Cqk, Ckq, T) - _pair_dot(Ckq, Cqk, T))  # fmt: skip
     norm2 = _pair_dot(Ckk, Cqq, Rm)  # ⟨C_kk R, R C_qq⟩
