@@ -196,14 +196,17 @@ def test_exact_head_in_factor_form_is_at_rounding():
 @pytest.mark.parametrize(("n", "n_k", "d"), [(6, 6, 40), (12, 4, 40), (12, 12, 20)])
 def test_product_scores_from_the_factors(n, n_k, d):
     """Saponati's scores of W_QᵀW_K from the factors (and from W where m² ≥ d·n) against
-    the formed W; key rows spanning W_K's (repeat_kv's distinct key heads)."""
+    the formed W; key rows spanning W_K's (repeat_kv's distinct key heads), or a given
+    orthonormal basis holding both (wider than they need)."""
     g = torch.Generator().manual_seed(190 + n)
     Wq, keys = _randn(g, n, d), _randn(g, n_k, d)
     Wk = keys.repeat(n // n_k, 1)
     W = Wq.mT @ Wk
-    sym, direction = product_scores(Wq, Wk, key_rows=keys)
-    assert _rel(sym, float(dense_oracle.symmetry_score(W))) <= REL
-    assert _rel(direction, float(dense_oracle.directionality_score(W))) <= REL
+    basis = torch.linalg.qr(torch.cat([Wq.mT, keys.mT, _randn(g, d, 3)], 1)).Q
+    for kwargs in ({"key_rows": keys}, {"basis": basis}):
+        sym, direction = product_scores(Wq, Wk, **kwargs)
+        assert _rel(sym, float(dense_oracle.symmetry_score(W))) <= REL
+        assert _rel(direction, float(dense_oracle.directionality_score(W))) <= REL
 
 
 def test_singular_compressed_mobility_takes_the_pseudo_inverse(monkeypatch):

@@ -251,7 +251,7 @@ def _project(head: AttentionHead, rtol: float):
         breaks.append("causal mask: a one-sided kernel has no interaction energy")
     breaks.extend(f"{extra}: the score is not of the form yᵀAx + aᵀy" for extra in head.extras)
     report = HeadStructure(
-        sym_res, val_res, def_res, core.inertia, core.sign, *product_scores(head.Wq, head.Wk),
+        sym_res, val_res, def_res, core.inertia, core.sign, *_head_scores(head, proj),
         drift, rope_res, tuple(breaks),
     )  # fmt: skip
     structured = StructuredHead(
@@ -259,6 +259,14 @@ def _project(head: AttentionHead, rtol: float):
         head.rope, core.coupling,
     )  # fmt: skip
     return structured, report, w, proj
+
+
+def _head_scores(head: AttentionHead, proj) -> tuple[float, float]:
+    """Saponati et al.'s scores of W_QᵀW_K, in the projection's basis where it is a proper
+    subspace (r < d; it holds the rows of W_Q and W_K), else as product_scores decides."""
+    if proj.basis.shape[-1] < head.dim:
+        return product_scores(head.Wq, head.Wk, basis=proj.basis)
+    return product_scores(head.Wq, head.Wk)
 
 
 def _rope_residual(head: AttentionHead, M: torch.Tensor, V_norm: float, base_norm: float):

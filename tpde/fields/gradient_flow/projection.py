@@ -92,7 +92,9 @@ def _directionality(rows: torch.Tensor, cols: torch.Tensor, num_std: float = 2.0
     return (C - R) / total
 
 
-def product_scores(Wq: torch.Tensor, Wk: torch.Tensor, key_rows=None) -> tuple[float, float]:
+def product_scores(
+    Wq: torch.Tensor, Wk: torch.Tensor, key_rows=None, basis=None
+) -> tuple[float, float]:
     r"""Saponati et al.'s (symmetry, directionality) of W = W_Qᵀ W_K, from the factors.
 
     Parameters
@@ -101,6 +103,9 @@ def product_scores(Wq: torch.Tensor, Wk: torch.Tensor, key_rows=None) -> tuple[f
         key heads they read, as ``repeat_kv``).
     key_rows : (n_k, d) tensor, optional
         Rows whose span holds W_K's (the distinct key heads of a grouped layer; default W_K).
+    basis : (d, m) tensor, optional
+        An orthonormal basis already at hand whose range holds the rows of W_Q and W_K (a
+        head's projection basis): used as Q, in place of the QR.
 
     Returns
     -------
@@ -116,10 +121,10 @@ def product_scores(Wq: torch.Tensor, Wk: torch.Tensor, key_rows=None) -> tuple[f
     norms those of (W_Q Q)ᵀW_K (m × d): O(d·n·m), no d × d array. Otherwise W is formed.
     """
     key_rows = Wk if key_rows is None else key_rows
-    if not factor_pays(Wq.shape[0], key_rows.shape[0], Wq.shape[-1]):
+    if basis is None and not factor_pays(Wq.shape[0], key_rows.shape[0], Wq.shape[-1]):
         W = Wq.mT @ Wk
         return float(symmetry_score(W)), float(directionality_score(W))
-    Q = torch.linalg.qr(torch.cat([Wq.mT, key_rows.mT], 1)).Q
+    Q = torch.linalg.qr(torch.cat([Wq.mT, key_rows.mT], 1)).Q if basis is None else basis
     Wq_hat, Wk_hat = Wq @ Q, Wk @ Q
     symmetry = symmetry_score(Wq_hat.mT @ Wk_hat)
     rows, cols = (Wq.mT @ Wk_hat).norm(dim=1), (Wq_hat.mT @ Wk).norm(dim=0)
