@@ -21,8 +21,9 @@ C = Ṽ_NU Λ⁻¹, so
     M* = E [[M̃, Cᵀ], [C, C M̃⁺ Cᵀ]] Eᵀ,     M* A_s = E [[M̃Λ, 0], [CΛ, 0]] Eᵀ,
 
 ‖V − M*A_s‖² = ‖Ṽ_·U − [M̃; C]Λ‖² + ‖Ṽ_·N‖², and one eigendecomposition of the bracket gives
-both definite candidates (the clip of M* and of −M*): three symmetric eigenproblems (Â_s,
-M̃ and the bracket) of size ≤ min(m, d) per head.
+both definite candidates (the clip of M* and of −M*): per head two symmetric
+eigendecompositions (Â_s and the bracket) of size ≤ min(m, d), M̃'s eigenvalues (its
+inertia) and a solve for C M̃⁺ Cᵀ (M̃'s eigendecomposition where it is singular).
 """
 
 from __future__ import annotations

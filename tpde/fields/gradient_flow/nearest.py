@@ -509,7 +509,7 @@ def dynamic_gap(
         positions = mu.positions if near.needs_positions else None
         parts = near.head_velocities(mu, x, positions, engine=engine)
         pairs = zip(parts, heads.heads, near.heads, strict=True)
-        targets = [p + (h.u - s.M @ h.a).to(p) for p, h, s in pairs]
+        targets = [p + (h.u - s.apply_mobility(h.a[None])[0]).to(p) for p, h, s in pairs]
         nearest = sum(targets) + heads.bias.to(x)
     velocity = field.velocity(mu, t=t, engine=engine)
     gap = _l2_gap(mu, velocity, nearest)
