@@ -32,13 +32,7 @@ from tpde._validation import check_positive
 from tpde.fields.base import Field
 from tpde.fields.gradient_flow._factored import project_head
 from tpde.fields.gradient_flow.heads import AttentionHead, attention_heads
-from tpde.fields.gradient_flow.projection import (
-    directionality_score,
-    factor_pays,
-    product_scores,
-    row_space,
-    symmetry_score,
-)
+from tpde.fields.gradient_flow.projection import product_scores, row_space
 from tpde.fields.gradient_flow.structured import StructuredAttention, StructuredHead
 from tpde.fields.params import evaluate_parameter, linear
 from tpde.measures import Empirical
@@ -202,19 +196,17 @@ def nearest_gradient_field(field, *, t: float = 0.0, rtol: float = 1e-10):
 
 
 def _layer_scores(heads) -> tuple[float, float]:
-    """Saponati et al.'s scores of W = Σ_h W_Q^hᵀ W_K^{g(h)}: from the stacked factors
-    [W_Q^h]_h against the distinct key heads where that pays
-    (:func:`~tpde.fields.gradient_flow.projection.product_scores`), else W summed head by
-    head (d × d, no stacked copy)."""
-    keys = {(h.Wk.data_ptr(), tuple(h.Wk.shape), tuple(h.Wk.stride())): h.Wk for h in heads}
-    n, n_k = sum(h.Wq.shape[0] for h in heads), sum(k.shape[0] for k in keys.values())
-    if not factor_pays(n, n_k, heads[0].dim):
-        W = sum(h.Wq.mT @ h.Wk for h in heads)
-        return float(symmetry_score(W)), float(directionality_score(W))
-    return product_scores(
-        torch.cat([h.Wq for h in heads]), torch.cat([h.Wk for h in heads]),
-        key_rows=torch.cat(list(keys.values())),
-    )  # fmt: skip
+    """Saponati et al.'s scores of W = Σ_h W_Q^hᵀ W_K^{g(h)} = Σ_g (Σ_{h∈g} W_Q^h)ᵀ W_K^g, g
+    over the distinct key heads (GQA: one product per key head), from the stacked factors
+    (:func:`~tpde.fields.gradient_flow.projection.product_scores`: in their span where that
+    pays, else W formed)."""
+    groups: dict = {}
+    for h in heads:
+        key = (h.Wk.data_ptr(), tuple(h.Wk.shape), tuple(h.Wk.stride()))
+        Wk, Wq = groups.get(key, (h.Wk, 0.0))
+        groups[key] = (Wk, Wq + h.Wq)
+    keys, queries = zip(*groups.values(), strict=True)
+    return product_scores(torch.cat(queries), torch.cat(keys))
 
 
 def _project(head: AttentionHead, rtol: float):
