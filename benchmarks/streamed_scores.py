@@ -53,8 +53,9 @@ is +25 MiB (MiniLM), +61 MiB (SmolLM2) and +132 MiB (Gemma-3, its heads in the d
 d × d per head) against one layer in float64 of 13.5, 27.0 and 42.5 MiB: a bounded multiple
 of one layer, not growing with depth or vocabulary. On a random grouped-query layer of
 d = 4096, d_h = 128, H = 32, H_kv = 8 (attention 320 MiB in float64, one Llama-3-8B-sized
-layer ≈ 1.6 GiB) the projection peaks at +1.16 GiB; the d × d work arrays of the dense form
-(H·4·d²·8 bytes) would have been 16 GiB.
+layer 1664 MiB) the projection peaks at +1467 MiB in a fresh process (52 s at load ≈ 6), of
+which the kept bases are 32 × 16 MiB; the d × d work arrays of the dense form (H·4·d²·8
+bytes) would have been 16 GiB.
 """
 
 from __future__ import annotations
