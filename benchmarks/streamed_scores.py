@@ -5,43 +5,57 @@ time and peak memory on the real checkpoints tpde ships with.
     python benchmarks/streamed_scores.py --quick         # MiniLM only (make bench)
     python benchmarks/streamed_scores.py --models minilm smollm2
 
-Per model, three fresh subprocesses (one thread each): ``checkpoint_size(path)`` (the
-headers alone: what any reading of the checkpoint holds), ``weight_scores(path)``
-(:func:`tpde.pretrained.weight_scores`: one block's attention tensors at a time, float64)
-and ``model_structure(load(path))`` (the whole model in float32, load's default, its
-tokenizer built, then the same scores). Peak memory: the process's high-water resident set
-(``VmHWM``, reset through ``/proc/self/clear_refs`` after the imports and a warm-up on a
-tiny field) minus the resident set at that point; a 2 ms sampler where the reset is not
-available. Columns: the whole model in float32 and one block's attention tensors in float64
-(:func:`tpde.pretrained.checkpoint_size`); seconds of the stream and of load +
-model_structure (load's alone in brackets); peaks of the headers, the stream and load +
-model_structure; the largest relative difference of the two's per-head scores (symmetry,
-directionality, symmetry_residual, definite_residual, rope_residual).
+Per model, three fresh subprocesses (``--threads`` threads each, default one):
+``checkpoint_size(path)`` (the headers alone: what any reading of the checkpoint holds),
+``weight_scores(path)`` (:func:`tpde.pretrained.weight_scores`: one block's attention tensors
+at a time, float64) and ``model_structure(load(path))`` (the whole model in float32, load's
+default, its tokenizer built, then the same scores). Peak memory: the process's high-water
+resident set (``VmHWM``, reset through ``/proc/self/clear_refs`` after the imports and a
+warm-up on a tiny field) minus the resident set at that point; a 2 ms sampler where the reset
+is not available. Columns: the whole model in float32, one layer (the largest stored block)
+and its attention tensors in float64, in MiB (:func:`tpde.pretrained.checkpoint_size`); seconds of
+the stream and of load + model_structure (load's alone in brackets); peaks of the headers,
+the stream and load + model_structure; the largest relative difference of the two's per-head
+scores (symmetry, directionality, symmetry_residual, definite_residual, rope_residual).
 
-Measured on the shared 2-core machine (one thread, load average 3–4 from other jobs),
-2026-12-07 (reading the headers alone: 0.0–0.8 s):
+Measured on the shared 2-core machine, one thread, 2026-12-07 14:22–14:27 UTC (load average
+≈ 10 from other jobs: seconds are several times an idle core's), with the projection in
+factor form (MATH.md §12):
 
-| model | f32 MiB | attn MiB | stream s | load s | headers +MiB | stream +MiB | load +MiB | diff |
-|---|---|---|---|---|---|---|---|---|
-| MiniLM-L6 (safetensors) | 87 | 4.5 | 7.3 | 7.7 (0.2) | 1 | 60 | 146 | 0.0e+00 |
-| SmolLM2-135M (Q4_1) | 513 | 6.8 | 84.7 | 75.1 (3.6) | 15 | 143 | 654 | 0.0e+00 |
-| Gemma-3-270M (Q4_K_M) | 1023 | 12.5 | 127.2 | 89.1 (3.6) | 48 | 228 | 1723 | 0.0e+00 |
+| model | f32 | layer | attn | stream s | load s | headers +MiB | stream +MiB | load +MiB | diff |
+|---|---|---|---|---|---|---|---|---|---|
+| MiniLM-L6 (safetensors) | 87 | 13.5 | 4.5 | 2.4 | 4.9 (0.5) | 1 | 26 | 125 | 0.0e+00 |
+| SmolLM2-135M (Q4_1) | 513 | 27.0 | 6.8 | 48.4 | 34.4 (3.9) | 16 | 77 | 653 | 0.0e+00 |
+| Gemma-3-270M (Q4_K_M) | 1023 | 42.5 | 12.5 | 51.3 | 64.0 (14.5) | 49 | 181 | 1723 | 0.0e+00 |
 
-The scores are equal to the last bit (the same field of the same float64 numbers). Peak: the
-stream holds 41% (MiniLM), 22% (SmolLM2) and 13% (Gemma-3) of what loading does, and its
-peak does not grow with depth or vocabulary. Seconds: the projections dominate both ways
-(Gemma-3: ~8 s a layer; a profile of layers 0–1 gives 16.0 s streamed and 16.2 s loaded),
-load itself takes 0.2–3.6 s, so the difference between the two columns is the machine's
-load (an earlier run at a lighter load: MiniLM 2.3 s against 2.1 s, SmolLM2 46 s against 54 s).
+The scores are equal to the last bit (the same field of the same float64 numbers).
 
-What the stream's peak holds besides one block's attention tensors: the headers (a GGUF
-file's metadata, its vocabulary included), and the projection's work arrays, a few d × d
-float64 matrices per head (V = W_O W_V and the structured mobility M_s kept for every head
-of the block, A, A_s and M* one head at a time): about H·4·d²·8 bytes, 54 MiB for MiniLM's
-12 heads at d = 384, 91 MiB for SmolLM2's 9 at d = 576. These grow as H·d², not with depth
-or vocabulary: the stream's peak is flat in the number of layers while load's grows with the
-model; at d = 8192 and H = 64 they would be ~130 GiB per block (the projection in factor
-form, rank ≤ 2·d_h per head, is not done).
+Before and after the factor form, the stream alone (this benchmark's child, one thread), the
+two runs of each model back to back, 14:41–14:47 UTC (load average 6–9): MiniLM 5.2 → 1.5 s,
+SmolLM2 73.2 → 22.4 s, Gemma-3 134.1 → 20.4 s; peaks +50 → +27, +127 → +78, +223 → +172 MiB
+(14:02–14:17, load 10–14: 8.9 → 2.8, 139.8 → 34.2, 427.6 → 71.4 s). Two threads
+(``--threads 2``) on this busy machine measure the threads waiting for each other, not the
+code: MiniLM 103.1 → 65.3 s (14:29–14:31); time them on an idle machine.
+
+Where the seconds go: the projection, per head (MATH.md §12, "Factor form") two symmetric
+eigendecompositions of size r = min(2d_h + 2d_v, d), the eigenvalues of M̃ (≤ 2d_h), a
+solve and O(d·r²) products. MiniLM (r = 128 < d = 384) and SmolLM2 (r = 256 < d = 576) run in
+factor form; Gemma-3-270M has 4d_h = 1024 > d = 640, so its 72 heads run the same code on
+640 × 640 matrices (two 640 eigendecompositions, ≈ 0.13 s of an idle core, and ≈ 2.6 GFLOP
+of products per head): about 15–20 s on one idle core by that count, not the 5 s issue 33
+asks for. The headers take 0.0–1.2 s (Gemma-3's 262k-token vocabulary).
+
+Memory: the stream's peak is flat in depth (it holds one block at a time) and holds no
+d × d array where r < d: per head a d × r basis and r × r matrices, H·d·r·8 bytes kept for
+the block's heads (at most twice its attention tensors in float64, as much for multi-head
+attention), plus the reading's and the projection's transients. Above the headers' peak it
+is +25 MiB (MiniLM), +61 MiB (SmolLM2) and +132 MiB (Gemma-3, its heads in the dense form:
+d × d per head) against one layer in float64 of 13.5, 27.0 and 42.5 MiB: a bounded multiple
+of one layer, not growing with depth or vocabulary. On a random grouped-query layer of
+d = 4096, d_h = 128, H = 32, H_kv = 8 (attention 320 MiB in float64, one Llama-3-8B-sized
+layer 1664 MiB) the projection peaks at +1467 MiB in a fresh process (52 s at load ≈ 6), of
+which the kept bases are 32 × 16 MiB; the d × d work arrays of the dense form (H·4·d²·8
+bytes) would have been 16 GiB.
 """
 
 from __future__ import annotations
@@ -110,10 +124,10 @@ print(json.dumps({"seconds": seconds, "loading": loading, "peak": peak, "tables"
 """
 
 
-def run(getter: str, how: str) -> dict:
-    """One way of scoring in a fresh one-thread subprocess: its JSON record."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-           "OPENBLAS_NUM_THREADS": "1"}  # fmt: skip
+def run(getter: str, how: str, threads: int = 1) -> dict:
+    """One way of scoring in a fresh subprocess with ``threads`` threads: its JSON record."""
+    n = str(threads)
+    env = {**os.environ, "OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n, "OPENBLAS_NUM_THREADS": n}
     out = subprocess.run(
         [sys.executable, "-c", CHILD, getter, how, str(ROOT / "benchmarks"), ",".join(SCORES)],
         env=env, cwd=ROOT, capture_output=True, text=True, check=True,
@@ -136,19 +150,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="MiniLM only")
     parser.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
+    parser.add_argument("--threads", type=int, default=1, help="threads per subprocess")
     args = parser.parse_args()
     rows = []
     for key in ["minilm"] if args.quick else args.models:
         title, getter = MODELS[key]
         path = getattr(pretrained, getter)()
         size32, size64 = (checkpoint_size(path, dtype) for dtype in (torch.float32, torch.float64))
-        runs = {how: run(getter, how) for how in ("headers", "stream", "load")}
+        runs = {how: run(getter, how, args.threads) for how in ("headers", "stream", "load")}
         diff = largest_difference(runs["stream"]["tables"], runs["load"]["tables"])
         mib = 2.0**20
         rows.append({
             "model": title,
-            "f32 MiB": f"{size32.total / mib:.0f}",
-            "attn MiB": f"{max(size64.attention) / mib:.1f}",
+            "f32": f"{size32.total / mib:.0f}",
+            "layer": f"{size64.largest_block / mib:.1f}",
+            "attn": f"{max(size64.attention) / mib:.1f}",
             **{f"{how} s": f"{runs[how]['seconds']:.1f}" for how in ("stream", "load")},
             **{f"{how} +MiB": f"{r['peak'] / mib:.0f}" for how, r in runs.items()},
             "diff": f"{diff:.1e}",

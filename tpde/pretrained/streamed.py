@@ -22,11 +22,13 @@ of the same numbers (a float32 or bfloat16 checkpoint, and a GGUF file's dequant
 float32, are exact in float64, and the projection reads every head in float64).
 
 Memory: the headers (a GGUF file's metadata, its vocabulary included), one block's
-attention tensors in float64, and the projection's d × d float64 work arrays — V = W_O W_V
-and the structured mobility M_s of every head of the block, A, A_s and M* of one head at a
-time: about H·4·d²·8 bytes, which grow with the width, not with depth or vocabulary; never
-the embeddings, the feed-forward blocks or the other layers (``benchmarks/streamed_scores.py``
-measures it against :func:`load` + :func:`model_structure`).
+attention tensors in float64, and the projection's work arrays, in factor form (MATH.md §12):
+per head an orthonormal basis B (d × r) of the span of its W_Qᵀ, W_Kᵀ, W_O, W_Vᵀ
+(r ≤ 2d_h + 2d_v, or d where that span fills R^d) and r × r matrices, kept for every head
+of the block — about H·d·r·8 bytes, for r < d at most twice the block's attention tensors
+in float64 (as much for multi-head attention) — and no d × d matrix where r < d; never the
+embeddings, the feed-forward blocks or the other layers (``benchmarks/streamed_scores.py``
+measures the peak against one layer's size and against :func:`load` + :func:`model_structure`).
 """
 
 from __future__ import annotations

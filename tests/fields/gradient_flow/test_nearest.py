@@ -35,7 +35,7 @@ from tpde.fields import (
     row_space,
     symmetry_score,
 )
-from tpde.fields.gradient_flow.nearest import _left_product, _rope_residual
+from tpde.fields.gradient_flow.nearest import _pair_dot, _pair_form, _rope_residual
 from tpde.measures import Empirical, Gaussian
 
 F64 = torch.float64
@@ -532,17 +532,25 @@ def test_rope_residual_equals_the_dense_definition(d, k, dims, style):
     assert alone == pytest.approx(max(asyms), rel=1e-10)
 
 
-def test_left_product_gathers_pair_rotations_and_falls_back_to_dense():
-    """X ↦ R X by two-term gathers for a rotation of coordinate pairs (one nonzero in the
-    fixed rows of partial rotary), and the dense product for a matrix with fuller rows."""
+def test_pair_dot_of_pair_rotations_and_the_dense_fallback():
+    """⟨X T, T Y⟩ for T = diag(α) + diag(β)Π (a rotation of coordinate pairs, at several
+    offsets at once; one nonzero in the fixed rows of partial rotary; ΔT = T − I) against
+    the dense products, and the dense products for a matrix with fuller rows. O(k²) sums
+    of O(1) terms: 1e-13 absolute."""
     g = torch.Generator().manual_seed(21)
-    X = _randn(g, 8, 5)
-    for R in (
-        _rope_by_hand(8, 3, style="interleaved"),
-        _rope_by_hand(8, -5, dims=4),
-        _randn(g, 8, 8),
-    ):
-        assert torch.allclose(_left_product(R)(X), R @ X, rtol=0, atol=1e-14)
+    X, Y = _randn(g, 8, 8), _randn(g, 8, 8)
+    eye = torch.eye(8, dtype=F64)
+    for offsets, kw in (((3, -5, 7), {"style": "interleaved"}), ((-5, 2), {"dims": 4})):
+        T = torch.stack([_rope_by_hand(8, m, **kw) for m in offsets])
+        for Tm in (T, T - eye):
+            form = _pair_form(Tm)
+            assert isinstance(form, tuple)
+            dense = ((X @ Tm) * (Tm @ Y)).sum((-2, -1))
+            assert torch.allclose(_pair_dot(X, Y, form), dense, rtol=0, atol=1e-13)
+    full = _randn(g, 2, 8, 8)
+    assert isinstance(_pair_form(full), torch.Tensor)
+    dense = ((X @ full) * (full @ Y)).sum((-2, -1))
+    assert torch.allclose(_pair_dot(X, Y, _pair_form(full)), dense, rtol=0, atol=1e-13)
 
 
 def test_rope_head_where_it_holds_is_at_rounding():

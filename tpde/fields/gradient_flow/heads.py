@@ -57,7 +57,7 @@ class AttentionHead:
     Wq, Wk : (k, d) query and key weights.
     bq, bk : (k,) or None, query and key biases.
     scale : float, c.
-    V : (d, d), W_O W_V: the value map into R^d.
+    Wo : (d, k_v) the output block W_O, or the whole value map V (d, d) when ``Wv`` is None.
     u : (d,), W_O b_v: the value bias's constant drift (zeros without one).
     kind : "softmax" or "sinkhorn".
     rope : :class:`~tpde.fields.RoPE` or None, the rotary encoding of queries and keys.
@@ -67,6 +67,8 @@ class AttentionHead:
         "attention sink").
     source : the single-head field it was read from (Softmax, Sinkhorn), or None (a head
         of a GroupedQueryAttention): a Sinkhorn head's ε and solver options.
+    Wv : (k_v, d) the value weights W_V, or None (``Wo`` is then V itself): V = W_O W_V is
+        kept as its two factors (rank ≤ k_v), never formed by the projection.
     """
 
     Wq: torch.Tensor
@@ -74,13 +76,19 @@ class AttentionHead:
     bq: torch.Tensor | None
     bk: torch.Tensor | None
     scale: float
-    V: torch.Tensor
+    Wo: torch.Tensor
     u: torch.Tensor
     kind: str = "softmax"
     rope: object = None
     causal: bool = False
     extras: tuple[str, ...] = ()
     source: Field | None = None
+    Wv: torch.Tensor | None = None
+
+    @property
+    def V(self) -> torch.Tensor:
+        """V = W_O W_V (d, d): the value map into R^d (formed on request)."""
+        return self.Wo if self.Wv is None else self.Wo @ self.Wv
 
     @property
     def A(self) -> torch.Tensor:
@@ -140,7 +148,7 @@ def attention_heads(field, t: float = 0.0) -> AttentionHeads:
         )
     heads, bias = _read(field, check_real(t, "t"))
     d = field.dim
-    like = heads[0].V
+    like = heads[0].u
     total = like.new_zeros(d) if bias is None else bias
     return AttentionHeads(tuple(heads), total, field)
 
@@ -226,7 +234,7 @@ def _multihead(field, t: float):
         head = inner[0]
         if W is not None:  # head h contributes W_hᵀ Γ_h
             Wt = _f64(W[h]).mT
-            head = _replace(head, V=Wt @ head.V, u=Wt @ head.u)
+            head = _replace(head, Wo=Wt @ head.Wo, u=Wt @ head.u)
         heads.append(head)
     bias = evaluate_parameter(field.bias, "bias", t)
     return heads, _f64(bias)
@@ -260,8 +268,8 @@ def _grouped(field, t: float):
         heads.append(
             AttentionHead(
                 Wq[rows], Wk[kv], None if bq is None else bq[rows],
-                None if bk is None else bk[kv], field.scale, out @ Wv[kv], value_bias,
-                rope=rope, causal=field.causal, extras=tuple(extras),
+                None if bk is None else bk[kv], field.scale, out, value_bias,
+                rope=rope, causal=field.causal, extras=tuple(extras), Wv=Wv[kv],
             )
         )  # fmt: skip
     return heads, bo

@@ -30,13 +30,9 @@ import torch
 
 from tpde._validation import check_positive
 from tpde.fields.base import Field
+from tpde.fields.gradient_flow._factored import project_head
 from tpde.fields.gradient_flow.heads import AttentionHead, attention_heads
-from tpde.fields.gradient_flow.projection import (
-    directionality_score,
-    nearest_mobility,
-    row_space,
-    symmetry_score,
-)
+from tpde.fields.gradient_flow.projection import product_scores, row_space
 from tpde.fields.gradient_flow.structured import StructuredAttention, StructuredHead
 from tpde.fields.params import evaluate_parameter, linear
 from tpde.measures import Empirical
@@ -168,11 +164,12 @@ def nearest_gradient_field(field, *, t: float = 0.0, rtol: float = 1e-10):
     """
     rtol = check_positive(rtol, "rtol")
     heads = attention_heads(field, t)
-    structured, reports, drift = [], [], heads.bias.clone()
+    structured, reports, drift, norms = [], [], heads.bias.clone(), []
     for head in heads.heads:
-        s_head, report, w = _project(head, rtol)
+        s_head, report, w, projection = _project(head, rtol)
         structured.append(s_head)
         reports.append(report)
+        norms.append((projection.A_s_norm, projection.V_norm))
         drift = drift + w
     kinds = {head.kind for head in heads.heads}
     if "sinkhorn" in kinds:
@@ -184,53 +181,60 @@ def nearest_gradient_field(field, *, t: float = 0.0, rtol: float = 1e-10):
         near = _sinkhorn(heads.heads[0], structured[0])
     else:
         near = StructuredAttention(structured, drift)
-    case = _sum_structure(structured, rtol)
+    case = _sum_structure(structured, [n[0] for n in norms], rtol)
     breaks = [f"head {h}: {b}" for h, r in enumerate(reports) for b in r.breaks]
     if case == "none":
         breaks.append("sum of heads: not one gradient flow (no shared interaction, ranges "
                       "not orthogonal)")  # fmt: skip
-    if len(heads) > 1 and float(drift.norm()) > rtol * _scale(heads):
+    scale = max(n[1] for n in norms) + float(heads.bias.norm())
+    if len(heads) > 1 and float(drift.norm()) > rtol * scale:
         breaks.append("sum of heads: a constant drift w = Σ_h(u_h − M_h a_h) + b_O ≠ 0")
-    W_qk = sum(h.Wq.mT @ h.Wk for h in heads.heads)
     report = StructureReport(
-        tuple(reports), case, tuple(breaks), float(symmetry_score(W_qk)),
-        float(directionality_score(W_qk)),
+        tuple(reports), case, tuple(breaks), *_layer_scores(heads.heads)
     )  # fmt: skip
     return near, report
 
 
-def _scale(heads) -> float:
-    return max(float(h.V.norm()) for h in heads.heads) + float(heads.bias.norm())
+def _layer_scores(heads) -> tuple[float, float]:
+    """Saponati et al.'s scores of W = Σ_h W_Q^hᵀ W_K^{g(h)} = Σ_g (Σ_{h∈g} W_Q^h)ᵀ W_K^g, g
+    over the distinct key heads (GQA: one product per key head), from the stacked factors
+    (:func:`~tpde.fields.gradient_flow.projection.product_scores`: in their span where that
+    pays, else W formed)."""
+    groups: dict = {}
+    for h in heads:
+        key = (h.Wk.data_ptr(), tuple(h.Wk.shape), tuple(h.Wk.stride()))
+        Wk, Wq = groups.get(key, (h.Wk, 0.0))
+        groups[key] = (Wk, Wq + h.Wq)
+    keys, queries = zip(*groups.values(), strict=True)
+    return product_scores(torch.cat(queries), torch.cat(keys))
 
 
 def _project(head: AttentionHead, rtol: float):
-    """(StructuredHead, HeadStructure, drift w_h) of one head."""
-    A, V = head.A, head.V
-    near = nearest_mobility(A, V, rows=torch.cat([head.Wq, head.Wk]))
-    A_norm, V_norm = float(A.norm()), float(V.norm()) or 1.0
-    sym_res = float((A - near.A_s).norm()) / (A_norm or 1.0)
-    U, lam = near.range_basis, near.eigenvalues
-
-    def times_A_s(M):  # M A_s = (M U) Λ Uᵀ: O(d²r)
-        return ((M @ U) * lam) @ U.mT
-
-    val_res = float((V - times_A_s(near.M)).norm()) / V_norm
-    def_res = float((V - times_A_s(near.M_definite)).norm()) / V_norm
-    w = head.u - near.M_definite @ head.a
-    W_qk = head.Wq.mT @ head.Wk  # Saponati et al.'s W_Qᵀ W_K
+    """(StructuredHead, HeadStructure, drift w_h, HeadProjection) of one head, in factor
+    form (:mod:`~tpde.fields.gradient_flow._factored`)."""
+    proj = project_head(head)
+    core = proj.core
+    A_norm, V_norm = proj.A_norm, proj.V_norm or 1.0
+    sym_res = proj.symmetry_residual / (A_norm or 1.0)
+    val_res = core.value_residual / V_norm
+    def_res = core.definite_residual / V_norm
+    w = head.u - proj.mobility_times(head.a)
     breaks = []
     if sym_res > rtol:
         breaks.append(f"interaction not symmetric (‖A − A_s‖/‖A‖ = {sym_res:.3g})")
     if val_res > rtol:
         breaks.append(f"no symmetric mobility (‖V − M*A_s‖/‖V‖ = {val_res:.3g})")
-    if near.inertia[0] and near.inertia[1]:
-        breaks.append(f"mobility indefinite on range(A) (inertia {near.inertia})")
+    if core.inertia[0] and core.inertia[1]:
+        breaks.append(f"mobility indefinite on range(A) (inertia {core.inertia})")
     drift = float(w.norm())
     if head.kind == "softmax" and drift > rtol * (V_norm + float(head.u.norm())):
         breaks.append(f"constant drift w = u − M a ≠ 0 (‖w‖ = {drift:.3g})")
     rope_res = None
     if head.rope is not None:
-        rope_res = _rope_residual(head, near.M_definite, V_norm, def_res * V_norm)
+        G = proj.rows  # [W_Q; W_K] B: C = GGᵀ, S = (M_s Gᵀ)ᵀ(M_s Gᵀ) in B's coordinates,
+        P = core.vectors.mT @ G.mT  # M_s = Z D Zᵀ: S = (ZᵀGᵀ)ᵀ D² (ZᵀGᵀ)
+        S = (P * core.values[:, None].square()).mT @ P
+        rope_res = _rope_norms(head, G @ G.mT, S, V_norm, def_res * V_norm)
         if rope_res > rtol:
             breaks.append(f"RoPE: the pair kernel is not a gradient map (residual {rope_res:.3g})")
         if head.bq is not None or head.bk is not None:
@@ -239,14 +243,59 @@ def _project(head: AttentionHead, rtol: float):
         breaks.append("causal mask: a one-sided kernel has no interaction energy")
     breaks.extend(f"{extra}: the score is not of the form yᵀAx + aᵀy" for extra in head.extras)
     report = HeadStructure(
-        sym_res, val_res, def_res, near.inertia, near.sign, float(symmetry_score(W_qk)),
-        float(directionality_score(W_qk)), drift, rope_res, tuple(breaks),
+        sym_res, val_res, def_res, core.inertia, core.sign, *_head_scores(head, proj),
+        drift, rope_res, tuple(breaks),
     )  # fmt: skip
-    basis = row_space(torch.cat([head.Wq, head.Wk, near.mobility_basis.mT]))
     structured = StructuredHead(
-        head.Wq, head.Wk, head.scale, head.a, near.M_definite, near.sign, head.rope, basis
-    )
-    return structured, report, w
+        head.Wq, head.Wk, head.scale, head.a, proj.basis, core.vectors, core.values, core.sign,
+        head.rope, core.coupling,
+    )  # fmt: skip
+    return structured, report, w, proj
+
+
+def _head_scores(head: AttentionHead, proj) -> tuple[float, float]:
+    """Saponati et al.'s scores of W_QᵀW_K, in the projection's basis where it is a proper
+    subspace (r < d; it holds the rows of W_Q and W_K), else as product_scores decides."""
+    if proj.basis.shape[-1] < head.dim:
+        return product_scores(head.Wq, head.Wk, basis=proj.basis)
+    return product_scores(head.Wq, head.Wk)
+
+
+def _rope_residual(head: AttentionHead, M: torch.Tensor, V_norm: float, base_norm: float):
+    """:func:`_rope_norms` for a dense mobility M (d, d): C = GGᵀ, S = (MGᵀ)ᵀ(MGᵀ)."""
+    G = torch.cat([head.Wq, head.Wk])
+    P = M @ G.mT
+    return _rope_norms(head, G @ G.mT, P.mT @ P, V_norm, base_norm)
+
+
+def _rope_norms(head: AttentionHead, C: torch.Tensor, S: torch.Tensor, V_norm, base_norm):
+    """max over the offsets ±1, ±2, ±4, …, ±ROPE_OFFSETS of the pair kernel's asymmetry
+    ‖A(m)ᵀ − A(−m)‖/‖A(m)‖ and of ‖V − M B(m)‖/‖V‖ (HeadStructure notes).
+
+    In the 2k rows G = [W_Q; W_K]: A(m)ᵀ − A(−m) = Gᵀ J G, J = c[[0, T], [−T, 0]], and
+    B(m) − B(0) = Gᵀ D G, D = (c/2)[[0, ΔT], [ΔT, 0]], T = R(m)ᵀ = R(−m), ΔT = T − I, so with
+    C = GGᵀ and S = (MGᵀ)ᵀ(MGᵀ) (2k × 2k; the caller forms them, from the factors of M:
+    O(d·k·r)) every norm is a sum of k × k inner products ⟨X, Y⟩ = tr(XᵀY):
+
+        ‖Gᵀ J G‖² = ⟨CJ, JC⟩ = c²(⟨C_qq T, T C_kk⟩ + ⟨C_kk T, T C_qq⟩ − ⟨C_qk T, T C_kq⟩
+                                − ⟨C_kq T, T C_qk⟩),
+        ‖A(m)‖² = c²⟨C_kk R, R C_qq⟩,
+        ‖M Gᵀ D G‖² = ⟨SD, DC⟩ = (c/2)²(⟨S_qk ΔT, ΔT C_kq⟩ + ⟨S_qq ΔT, ΔT C_kk⟩
+                                       + ⟨S_kk ΔT, ΔT C_qq⟩ + ⟨S_kq ΔT, ΔT C_qk⟩),
+
+    and a rotation R(m) has at most two nonzeros per row and column (pairs of coordinates
+    turn), so each product with T or R costs O(k²): O(k²) per offset, every offset at once.
+    ``base_norm`` is ‖V − M B(0)‖ = ‖V − M A_s‖.
+    """
+    k = head.Wq.shape[0]
+    c = head.scale
+    offsets = [2**i for i in range(int(math.log2(ROPE_OFFSETS)) + 1)]
+    R = torch.stack([_rope_matrix(head.rope, k, m) for m in [*offsets, *(-o for o in offsets)]])
+    asym2, norm2, shift2 = _offset_norms(C, S, R.to(C))
+    shift = 0.5 * abs(c) * shift2.clamp_min(0).sqrt()
+    norm = norm2.clamp_min(0).sqrt()
+    asym = asym2.clamp_min(0).sqrt() / torch.where(norm > 0, norm, torch.ones_like(norm))
+    return max(float(asym.max()), float(((base_norm + shift) / V_norm).max()))
 
 
 def _rope_matrix(rope, k: int, m: int) -> torch.Tensor:
@@ -256,80 +305,68 @@ def _rope_matrix(rope, k: int, m: int) -> torch.Tensor:
     return rope.rotate(eye.unsqueeze(0), positions).squeeze(0).mT
 
 
-def _rope_residual(head: AttentionHead, M: torch.Tensor, V_norm: float, base_norm: float):
-    """max over the offsets ±1, ±2, ±4, …, ±ROPE_OFFSETS of the pair kernel's asymmetry
-    ‖A(m)ᵀ − A(−m)‖/‖A(m)‖ and of ‖V − M B(m)‖/‖V‖ (HeadStructure notes).
-
-    In the 2k rows G = [W_Q; W_K]: A(m)ᵀ − A(−m) = Gᵀ J G, J = c[[0, T], [−T, 0]], and
-    B(m) − B(0) = Gᵀ D G, D = (c/2)[[0, ΔT], [ΔT, 0]], T = R(m)ᵀ = R(−m), ΔT = T − I, so with
-    C = GGᵀ and S = (MGᵀ)ᵀ(MGᵀ) (2k × 2k, O(d²k) once) every norm is a sum of k × k inner
-    products ⟨X, Y⟩ = tr(XᵀY):
-
-        ‖Gᵀ J G‖² = ⟨CJ, JC⟩ = c²(⟨C_qq T, T C_kk⟩ + ⟨C_kk T, T C_qq⟩ − ⟨C_qk T, T C_kq⟩
-                                − ⟨C_kq T, T C_qk⟩),
-        ‖A(m)‖² = c²⟨C_kk R, R C_qq⟩,
-        ‖M Gᵀ D G‖² = ⟨SD, DC⟩ = (c/2)²(⟨S_qk ΔT, ΔT C_kq⟩ + ⟨S_qq ΔT, ΔT C_kk⟩
-                                       + ⟨S_kk ΔT, ΔT C_qq⟩ + ⟨S_kq ΔT, ΔT C_qk⟩),
-
-    and a rotation R(m) has at most two nonzeros per row and column (pairs of coordinates
-    turn), so each product with T or R costs O(k²): O(k²) per offset after O(d²k) once.
-    """
-    k = head.Wq.shape[0]
-    c = head.scale
-    G = torch.cat([head.Wq, head.Wk])
-    C = G @ G.mT
-    P = M @ G.mT  # (d, 2k); base_norm = ‖V − M B(0)‖ = ‖V − M A_s‖, computed by the caller
-    S = P.mT @ P
-    worst = 0.0
-    offsets = [2**i for i in range(int(math.log2(ROPE_OFFSETS)) + 1)]
-    for m in [*offsets, *(-o for o in offsets)]:
-        R = _rope_matrix(head.rope, k, m).to(G)
-        asym2, norm2, shift2 = _offset_norms(C, S, R)
-        shift = 0.5 * abs(c) * math.sqrt(max(shift2, 0.0))
-        asym = math.sqrt(max(asym2, 0.0)) / (math.sqrt(max(norm2, 0.0)) or 1.0)
-        worst = max(worst, asym, (base_norm + shift) / V_norm)
-    return worst
-
-
 def _offset_norms(C: torch.Tensor, S: torch.Tensor, R: torch.Tensor) -> tuple:
-    """(‖GᵀJG‖²/c², ‖A(m)‖²/c², ‖MGᵀDG‖²/(c/2)²) at one offset, R = R(m) (k, k), from the
-    2k × 2k C and S (:func:`_rope_residual`'s sums of k × k inner products)."""
+    """(‖GᵀJG‖²/c², ‖A(m)‖²/c², ‖MGᵀDG‖²/(c/2)²), each (n,), at n offsets, R = R(m)
+    (n, k, k), from the 2k × 2k C and S (:func:`_rope_norms`' sums of k × k inner products,
+    :func:`_pair_dot`)."""
     k = R.shape[-1]
     Cqq, Cqk, Ckq, Ckk = C[:k, :k], C[:k, k:], C[k:, :k], C[k:, k:]
     Sqq, Sqk, Skq, Skk = S[:k, :k], S[:k, k:], S[k:, :k], S[k:, k:]
-    T_left, R_left = _left_product(R.mT), _left_product(R)  # X ↦ T X, X ↦ R X
-
-    def XT(X):  # X T = (R Xᵀ)ᵀ
-        return R_left(X.mT).mT
-
-    def XdT(X):  # X ΔT
-        return XT(X) - X
-
-    def dTX(X):  # ΔT X
-        return T_left(X) - X
-
-    asym2 = (_dot(XT(Cqq), T_left(Ckk)) + _dot(XT(Ckk), T_left(Cqq))
-             - _dot(XT(Cqk), T_left(Ckq)) - _dot(XT(Ckq), T_left(Cqk)))  # fmt: skip
-    norm2 = _dot(T_left(Ckk.mT).mT, R_left(Cqq))  # ⟨C_kk R, R C_qq⟩
-    shift2 = (_dot(XdT(Sqk), dTX(Ckq)) + _dot(XdT(Sqq), dTX(Ckk))
-              + _dot(XdT(Skk), dTX(Cqq)) + _dot(XdT(Skq), dTX(Cqk)))  # fmt: skip
+    T = _pair_form(R.mT)
+    if isinstance(T, tuple):  # R = Tᵀ: β_R = β_T∘π;  ΔT = T − I: α − 1
+        alpha, beta, pi = T
+        Rm, dT = (alpha, beta[:, pi], pi), (alpha - 1.0, beta, pi)
+    else:
+        Rm, dT = R, T - torch.eye(k, dtype=R.dtype, device=R.device)
+    asym2 = (_pair_dot(Cqq, Ckk, T) + _pair_dot(Ckk, Cqq, T)
+             - _pair_dot(Cqk, Ckq, T) - _pair_dot(Ckq, Cqk, T))  # fmt: skip
+    norm2 = _pair_dot(Ckk, Cqq, Rm)  # ⟨C_kk R, R C_qq⟩
+    shift2 = (_pair_dot(Sqk, Ckq, dT) + _pair_dot(Sqq, Ckk, dT)
+              + _pair_dot(Skk, Cqq, dT) + _pair_dot(Skq, Cqk, dT))  # fmt: skip
     return asym2, norm2, shift2
 
 
-def _dot(X: torch.Tensor, Y: torch.Tensor) -> float:
-    """⟨X, Y⟩ = tr(XᵀY)."""
-    return float((X * Y).sum())
+def _pair_form(T: torch.Tensor):
+    """T (n, k, k) as diag(α) + diag(β)Π, Π one permutation, an involution, shared by all n
+    (a rotation of coordinate pairs, scaled: RoPE at n offsets): (α, β, π), α and β (n, k)
+    and π (k,) (β_i = 0 where π(i) = i); T itself where it has another pattern."""
+    k = T.shape[-1]
+    index = torch.arange(k, device=T.device)
+    eye = index[:, None] == index[None, :]
+    off = (T != 0).any(0) & ~eye
+    counts = off.sum(-1)
+    if k == 0 or int(counts.max()) > 1:
+        return T
+    partner = torch.where(counts > 0, off.to(torch.int8).argmax(-1), index)
+    if not torch.equal(partner[partner], index):
+        return T
+    alpha = T.diagonal(dim1=-2, dim2=-1)
+    beta = T[:, index, partner] * (partner != index)
+    return alpha, beta, partner
 
 
-def _left_product(R: torch.Tensor):
-    """X ↦ R X for a (k, k) R with at most two nonzeros per row (a rotation of coordinate
-    pairs), in O(k·cols) by gathering the two rows each output row reads; a dense product
-    where R has more."""
-    if int((R != 0).sum(-1).max()) > 2:
-        return lambda X: R @ X
-    idx = R.abs().topk(min(2, R.shape[-1]), dim=-1).indices  # (k, 2)
-    vals = R.gather(-1, idx)
-    return lambda X: (vals[..., None] * X[idx]).sum(-2)
+def _pair_dot(X: torch.Tensor, Y: torch.Tensor, T) -> torch.Tensor:
+    r"""⟨X T, T Y⟩ = tr(TᵀXᵀTY) (n,) for X, Y (k, k) and the n matrices T of a
+    :func:`_pair_form`, in O(k² + n·k²) as matrix products.
+
+    With T = diag(α) + diag(β)Π [derived]: (XT)_ij = α_j X_ij + β_π(j) X_iπ(j) and
+    (TY)_ij = α_i Y_ij + β_i Y_π(i)j, so with X' = X[:, π], Y' = Y[π, :] and β' = β∘π,
+
+        ⟨XT, TY⟩ = αᵀ(X∘Y)α + βᵀ(X∘Y')α + αᵀ(X'∘Y)β' + βᵀ(X'∘Y')β',
+
+    four k × k Hadamard products once and n bilinear forms each.
+    """
+    if isinstance(T, torch.Tensor):  # another pattern: the dense products
+        return ((X @ T) * (T @ Y)).sum((-2, -1))
+    alpha, beta, pi = T
+    Xp, Yp = X[:, pi], Y[pi, :]
+
+    def form(u, Z, v):  # uᵀ Z v for every row of u, v
+        return ((u @ Z) * v).sum(-1)
+
+    beta_p = beta[:, pi]
+    return (form(alpha, X * Y, alpha) + form(beta, X * Yp, alpha)
+            + form(alpha, Xp * Y, beta_p) + form(beta, Xp * Yp, beta_p))  # fmt: skip
 
 
 def _sinkhorn(head: AttentionHead, structured: StructuredHead):
@@ -343,40 +380,61 @@ def _sinkhorn(head: AttentionHead, structured: StructuredHead):
     )
 
 
-def _sym(head: StructuredHead) -> torch.Tensor:
-    return 0.5 * head.scale * (head.Wk.mT @ head.Wq + head.Wq.mT @ head.Wk)
+def _sym_gap(h: StructuredHead, g: StructuredHead) -> float:
+    """‖A_s^h − A_s^g‖_F, A_s = ½c(W_KᵀW_Q + W_QᵀW_K): in the span of the four weights'
+    rows (QR of their stack, 4k × 4k) where 4k < d, else from the d × d matrices."""
+    G = torch.cat([h.Wq, h.Wk, g.Wq, g.Wk])
+    if G.shape[0] < G.shape[-1]:
+        G = G @ torch.linalg.qr(G.mT).Q
+    k, kg = h.Wq.shape[0], g.Wq.shape[0]
+    Aq = h.scale * G[k : 2 * k].mT @ G[:k] - g.scale * G[2 * k + kg :].mT @ G[2 * k : 2 * k + kg]
+    return float((0.5 * (Aq + Aq.mT)).norm())
 
 
-def _shares(h: StructuredHead, g: StructuredHead, rtol: float) -> bool:
-    """Whether two heads have one pair kernel: the same (A_s, a) and RoPE (same W_Q, W_K)."""
+def _shares(h: StructuredHead, g: StructuredHead, norms: tuple, rtol: float) -> bool:
+    """Whether two heads have one pair kernel: the same (A_s, a) and RoPE (same W_Q, W_K).
+    ``norms``: (‖A_s^h‖, ‖A_s^g‖); |‖A_s^h‖ − ‖A_s^g‖| ≤ ‖A_s^h − A_s^g‖ decides most pairs."""
     if (h.rope is None) != (g.rope is None) or h.sign != g.sign:
         return False
     if h.rope is not None:
         return h.rope == g.rope and torch.equal(h.Wq, g.Wq) and torch.equal(h.Wk, g.Wk)
-    A, B = _sym(h), _sym(g)
-    scale = float(A.norm()) + float(h.a.norm()) or 1.0
-    return float((A - B).norm()) + float((h.a - g.a).norm()) <= rtol * scale
+    scale = norms[0] + float(h.a.norm()) or 1.0
+    a_gap = float((h.a - g.a).norm())
+    if abs(norms[0] - norms[1]) + a_gap > rtol * scale:
+        return False
+    return _sym_gap(h, g) + a_gap <= rtol * scale
 
 
-def _sum_structure(heads, rtol: float) -> str:
+def _sum_structure(heads, norms, rtol: float) -> str:
     """Which exact case the sum of the structured heads is (module notes): heads that share
     a kernel merge (mobility Σ M_h of one sign); merged classes on mutually orthogonal
-    subspaces are one flow in the block metric."""
+    subspaces are one flow in the block metric. ``norms``: ‖A_s^h‖ of every head."""
     if len(heads) == 1:
         return "one head"
-    classes: list[list[StructuredHead]] = []
-    for h in heads:
+    classes: list[list[int]] = []
+    for i, h in enumerate(heads):
         for members in classes:
-            if _shares(h, members[0], rtol):
-                members.append(h)
+            j = members[0]
+            if _shares(h, heads[j], (norms[i], norms[j]), rtol):
+                members.append(i)
                 break
         else:
-            classes.append([h])
+            classes.append([i])
     if len(classes) == 1:
         return "shared interaction"
+    # |⟨x, y⟩| ≤ ‖B_iᵀB_j‖ for unit rows x, y of two classes' W_Q, W_K (in their spans B)
+    rows = []
+    for members in classes:
+        G = torch.cat([heads[members[0]].Wq, heads[members[0]].Wk])
+        norm = G.norm(dim=-1, keepdim=True)
+        rows.append(G / torch.where(norm > 0, norm, torch.ones_like(norm)))
+    for i in range(len(rows)):
+        for j in range(i):
+            if float((rows[i] @ rows[j].mT).abs().max()) > 1e3 * rtol:
+                return "none"
     bases = []  # each head's span holds its kernel at every RoPE offset, its M and a
     for members in classes:
-        bases.append(row_space(torch.cat([h.span.mT for h in members])))
+        bases.append(row_space(torch.cat([heads[h].span.mT for h in members])))
     for i in range(len(bases)):
         for j in range(i):
             if float((bases[i].mT @ bases[j]).norm()) > 1e3 * rtol:
@@ -443,7 +501,7 @@ def dynamic_gap(
         positions = mu.positions if near.needs_positions else None
         parts = near.head_velocities(mu, x, positions, engine=engine)
         pairs = zip(parts, heads.heads, near.heads, strict=True)
-        targets = [p + (h.u - s.M @ h.a).to(p) for p, h, s in pairs]
+        targets = [p + (h.u - s.apply_mobility(h.a[None])[0]).to(p) for p, h, s in pairs]
         nearest = sum(targets) + heads.bias.to(x)
     velocity = field.velocity(mu, t=t, engine=engine)
     gap = _l2_gap(mu, velocity, nearest)

@@ -15,7 +15,8 @@ nearest semidefinite matrix to M*, not the constrained least-squares minimiser: 
 not claimed optimal). A head built as V = M A_s with sM ⪰ 0 gets M_s A_s = V to rounding.
 
 A singular value or eigenvalue counts as zero below 1e3·d·eps·max, the policy of
-:mod:`tpde.metrics.mobility`.
+:mod:`tpde.metrics.mobility`. The closed forms run in factor form, on r × r compressions to
+the span of a head's weights (:mod:`~tpde.fields.gradient_flow._factored`, MATH.md §12).
 
 Weight-only scores (Saponati, Sager, Aceituno, Stadelmann, Grewe, arXiv:2502.10927, code
 matteosaponati/attention-geometry, ``utils/scores.py``), of their matrix W_QK = W_Qᵀ W_K
@@ -34,12 +35,14 @@ from dataclasses import dataclass
 import torch
 
 from tpde._validation import as_tensor
+from tpde.fields.gradient_flow._factored import eigenbasis, solve, span_coordinates
 from tpde.metrics.mobility import DEGENERATE
 
 __all__ = [
     "NearestMobility",
     "directionality_score",
     "nearest_mobility",
+    "product_scores",
     "row_space",
     "symmetry_score",
 ]
@@ -74,7 +77,11 @@ def directionality_score(M: torch.Tensor, num_std: float = 2.0) -> torch.Tensor:
     when a few columns dominate.
     """
     M = _square(M, "M")
-    rows, cols = M.norm(dim=1), M.norm(dim=0)
+    return _directionality(M.norm(dim=1), M.norm(dim=0), num_std)
+
+
+def _directionality(rows: torch.Tensor, cols: torch.Tensor, num_std: float = 2.0):
+    """(C − R)/(C + R) of the row and column norms (:func:`directionality_score`)."""
     theta_r = rows.mean() + num_std * rows.std()
     theta_c = cols.mean() + num_std * cols.std()
     R = (rows[rows > theta_r] - theta_r).sum()
@@ -83,6 +90,51 @@ def directionality_score(M: torch.Tensor, num_std: float = 2.0) -> torch.Tensor:
     if float(total) == 0.0:
         return total.new_zeros(())
     return (C - R) / total
+
+
+def product_scores(
+    Wq: torch.Tensor, Wk: torch.Tensor, key_rows=None, basis=None
+) -> tuple[float, float]:
+    r"""Saponati et al.'s (symmetry, directionality) of W = W_Qᵀ W_K, from the factors.
+
+    Parameters
+    ----------
+    Wq, Wk : (n, d) tensors (a head's weights, or every query head's stacked over the
+        key heads they read, as ``repeat_kv``).
+    key_rows : (n_k, d) tensor, optional
+        Rows whose span holds W_K's (the distinct key heads of a grouped layer; default W_K).
+    basis : (d, m) tensor, optional
+        An orthonormal basis already at hand whose range holds the rows of W_Q and W_K (a
+        head's projection basis): used as Q, in place of the QR.
+
+    Returns
+    -------
+    (float, float): :func:`symmetry_score` and :func:`directionality_score` of W.
+
+    Notes
+    -----
+    Where m = n + n_k has m² < d·n (the QR then costs less than the d × d product), with
+    Q (d × m) the orthonormal QR factor of [W_Qᵀ, key_rowsᵀ] (range W, range Wᵀ ⊆ range Q)
+    [derived]: W = Q Ŵ Qᵀ, Ŵ = (W_Q Q)ᵀ(W_K Q), so ‖W‖_F = ‖Ŵ‖_F and
+    ‖½(W + Wᵀ)‖_F = ‖½(Ŵ + Ŵᵀ)‖_F; row i of W is (W_Q)_{:,i}ᵀ(W_K Q)Qᵀ and column j is
+    Q(W_Q Q)ᵀ(W_K)_{:,j}, so the row norms are those of W_Qᵀ(W_K Q) (d × m) and the column
+    norms those of (W_Q Q)ᵀW_K (m × d): O(d·n·m), no d × d array. Otherwise W is formed.
+    """
+    key_rows = Wk if key_rows is None else key_rows
+    if basis is None and not factor_pays(Wq.shape[0], key_rows.shape[0], Wq.shape[-1]):
+        W = Wq.mT @ Wk
+        return float(symmetry_score(W)), float(directionality_score(W))
+    Q = torch.linalg.qr(torch.cat([Wq.mT, key_rows.mT], 1)).Q if basis is None else basis
+    Wq_hat, Wk_hat = Wq @ Q, Wk @ Q
+    symmetry = symmetry_score(Wq_hat.mT @ Wk_hat)
+    rows, cols = (Wq.mT @ Wk_hat).norm(dim=1), (Wq_hat.mT @ Wk).norm(dim=0)
+    return float(symmetry), float(_directionality(rows, cols))
+
+
+def factor_pays(n: int, n_k: int, d: int) -> bool:
+    """Whether :func:`product_scores` takes the factors (m = n + n_k with m² < d·n) rather
+    than the formed d × d product."""
+    return (n + n_k) ** 2 < d * n
 
 
 def _square(M, name: str) -> torch.Tensor:
@@ -126,9 +178,8 @@ def nearest_mobility(A: torch.Tensor, V: torch.Tensor, dtype=None, rows=None) ->
     A, V : (d, d) tensors (float64 recommended).
     dtype : the dtype whose epsilon sets the zero threshold (default A's).
     rows : (r, d) tensor, optional
-        Rows whose span holds the ranges of A and Aᵀ (a head's [W_Q; W_K]): the eigenbasis
-        of A_s is then found in that r-dimensional span and M is built from factors of
-        width ≤ 2r, O(d²r) instead of O(d³) (the same matrices to rounding).
+        Rows whose span holds the ranges of A and Aᵀ (a head's [W_Q; W_K]): the eigenvalues
+        of A_s are then found in that r-dimensional span (the same matrices to rounding).
 
     Returns
     -------
@@ -138,8 +189,11 @@ def nearest_mobility(A: torch.Tensor, V: torch.Tensor, dtype=None, rows=None) ->
     -----
     With U_R the eigenvectors of nonzero eigenvalues Λ, the kernel side of M* in the
     original coordinates is Y = (I − U_RU_Rᵀ) V U_R Λ⁻¹ (M̃_ij = Ṽ_ij/λ_j for λ_i = 0), so
-    M* = [U_R, Y] [[M̃_RR, I], [I, M̃_RR⁺]] [U_R, Y]ᵀ (the minimal completion), and the
-    eigenvalue clip of M* is that of a 2r × 2r matrix after a QR of [U_R, Y].
+    M* = [U_R, Y] [[M̃_RR, I], [I, M̃_RR⁺]] [U_R, Y]ᵀ (the minimal completion). This takes
+    dense (d, d) matrices and runs the d × d form of
+    :func:`~tpde.fields.gradient_flow._factored.solve`; a head given by its weights is
+    projected in factor form, on the compression to the span of its factors
+    (:func:`tpde.fields.nearest_gradient_field`, MATH.md §12 "Factor form").
     """
     A, V = _square(A, "A"), _square(V, "V")
     if V.shape != A.shape:
@@ -155,35 +209,20 @@ def nearest_mobility(A: torch.Tensor, V: torch.Tensor, dtype=None, rows=None) ->
         if rows.ndim != 2 or rows.shape[-1] != d:
             raise ValueError(f"rows must have shape (r, {d}); received {tuple(rows.shape)}.")
     A_s = 0.5 * (A + A.mT)
-    basis = torch.eye(d, dtype=A.dtype, device=A.device) if rows is None else row_space(rows)
-    lam, W = torch.linalg.eigh(basis.mT @ A_s @ basis)
-    top = float(lam.abs().max()) if lam.numel() else 0.0
-    floor = DEGENERATE * d * torch.finfo(dtype).eps * max(top, 1e-300)
-    on = lam.abs() > floor
-    lam, U = lam[on], basis @ W[:, on]  # (r,), (d, r)
-    VU = V @ U
-    Vt = U.mT @ VU
-    li, lj = lam[:, None], lam[None, :]
-    Mt = (lj * Vt + li * Vt.mT) / (li.square() + lj.square())
-    Mt = 0.5 * (Mt + Mt.mT)
-    Y = (VU - U @ Vt) / lam  # (I − UUᵀ) V U Λ⁻¹
-    r = len(lam)
-    eye = torch.eye(r, dtype=A.dtype, device=A.device)
-    core = torch.cat([torch.cat([Mt, eye], 1),
-                      torch.cat([eye, torch.linalg.pinv(Mt, hermitian=True)], 1)])  # fmt: skip
-    F = torch.cat([U, Y], 1)  # M* = F core Fᵀ
-    Qf, Rf = torch.linalg.qr(F)
-    small = Rf @ core @ Rf.mT
-    small = 0.5 * (small + small.mT)
-    M = Qf @ small @ Qf.mT
-    inertia = _inertia(Mt, dtype)
-    best = None
-    for sign in (1, -1):
-        definite = sign * (Qf @ _clip(sign * small) @ Qf.mT)
-        residual = float((V - (definite @ U) * lam @ U.mT).norm())
-        if best is None or residual < best[0]:
-            best = (residual, sign, definite)
-    return NearestMobility(A_s, M, best[2], best[1], U, lam, row_space(F.mT), inertia)
+    if rows is None:
+        E, lam = eigenbasis(A_s, d, dtype)
+    else:  # A_s vanishes off span(rows): its eigenbasis there, then the complement
+        basis = row_space(rows)
+        inner, lam = eigenbasis(basis.mT @ A_s @ basis, d, dtype)
+        p = lam.numel()
+        complement = torch.linalg.qr(basis @ inner[:, :p], mode="complete").Q[:, p:]
+        E = torch.cat([basis @ inner[:, :p], complement], 1)
+    core = solve(E.mT @ V @ E, lam, dtype)
+    p = lam.numel()
+    M = E @ core.mobility @ E.mT
+    definite = E @ core.definite @ E.mT
+    mobility_basis = row_space((E @ span_coordinates(core.coupling)).mT)
+    return NearestMobility(A_s, M, definite, core.sign, E[:, :p], lam, mobility_basis, core.inertia)
 
 
 def row_space(rows: torch.Tensor) -> torch.Tensor:
@@ -193,19 +232,3 @@ def row_space(rows: torch.Tensor) -> torch.Tensor:
     if S.numel() == 0 or float(S[0]) == 0.0:
         return U[:, :0]
     return U[:, S > DEGENERATE * rows.shape[-1] * torch.finfo(rows.dtype).eps * float(S[0])]
-
-
-def _clip(S: torch.Tensor) -> torch.Tensor:
-    """The nearest positive semidefinite matrix to a symmetric S (Frobenius)."""
-    evals, vecs = torch.linalg.eigh(S)
-    return (vecs * evals.clamp_min(0)) @ vecs.mT
-
-
-def _inertia(S: torch.Tensor, dtype) -> tuple[int, int, int]:
-    """(n₊, n₋, n₀) of a symmetric S, zero below 1e3·d·eps·max|λ|."""
-    if S.numel() == 0:
-        return (0, 0, 0)
-    evals = torch.linalg.eigvalsh(S)
-    floor = DEGENERATE * S.shape[-1] * torch.finfo(dtype).eps * float(evals.abs().max())
-    pos, neg = int((evals > floor).sum()), int((evals < -floor).sum())
-    return (pos, neg, S.shape[-1] - pos - neg)

@@ -28,6 +28,7 @@ Blondel, Peyré, "Sinkformers", arXiv:2110.11773 (2022).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 
@@ -35,6 +36,7 @@ from tpde._engines import softmax_average
 from tpde.fields.base import Field
 from tpde.fields.calls import own_tokens
 from tpde.fields.forms import key_log_weights
+from tpde.fields.gradient_flow.projection import row_space
 from tpde.measures import Empirical
 
 __all__ = ["StructuredAttention", "StructuredHead"]
@@ -45,21 +47,52 @@ class StructuredHead:
     """One structured head (module notes), float64 on the CPU (moved to the tokens' device
     and dtype when evaluated).
 
+    The mobility is kept in factor form, M = (BZ) D (BZ)ᵀ with B (d, r) orthonormal
+    (r ≤ 2k + 2k_v, or d) and Z, D the eigenpairs of M's compression to range B:
+    :attr:`M` forms the d × d matrix on request, :meth:`apply_mobility` multiplies without it.
+
     Attributes
     ----------
-    Wq, Wk : (k, d);  scale : float c;  a : (d,) key weight;  M : (d, d) mobility,
-    semidefinite of sign ``sign``;  rope : :class:`~tpde.fields.RoPE` or None;
-    span : (d, r) or None, an orthonormal basis holding range(A_s), range(M) and a.
+    Wq, Wk : (k, d);  scale : float c;  a : (d,) key weight;  basis : (d, r) B;
+    vectors : (r, n) Z, orthonormal;  values : (n,) D, of sign ``sign`` (sM semidefinite);
+    sign : s;  rope : :class:`~tpde.fields.RoPE` or None;
+    coupling : (r − p, p) or None, C of the nearest mobility M* = [U, Y]·core·[U, Y]ᵀ
+        with U = B[:, :p], Y = B[:, p:] C (MATH.md §12, "Factor form"): :attr:`span` holds
+        range [U, Y] ⊇ range M* (None: range BZ).
     """
 
     Wq: torch.Tensor
     Wk: torch.Tensor
     scale: float
     a: torch.Tensor
-    M: torch.Tensor
+    basis: torch.Tensor
+    vectors: torch.Tensor
+    values: torch.Tensor
     sign: int
     rope: object = None
-    span: torch.Tensor | None = None
+    coupling: torch.Tensor | None = None
+
+    @cached_property
+    def M(self) -> torch.Tensor:
+        """(d, d) the mobility (BZ) D (BZ)ᵀ, semidefinite of sign ``sign``."""
+        F = self.basis @ self.vectors
+        return (F * self.values) @ F.mT
+
+    def apply_mobility(self, g: torch.Tensor) -> torch.Tensor:
+        """g M for rows g (n, d) (M symmetric): (((g B) Z) D) Zᵀ Bᵀ, O(n·d·r)."""
+        B, Z = self.basis.to(g), self.vectors.to(g)
+        return (((g @ B) @ Z) * self.values.to(g)) @ Z.mT @ B.mT
+
+    @cached_property
+    def span(self) -> torch.Tensor:
+        """(d, s) an orthonormal basis holding range(A_s), range(M) and a: the row space of
+        [W_Q; W_K; an orthonormal basis of range [U, Y]ᵀ] (:attr:`coupling`)."""
+        if self.coupling is None:
+            F = self.basis @ self.vectors
+        else:
+            p = self.coupling.shape[-1]
+            F = torch.cat([self.basis[:, :p], self.basis[:, p:] @ self.coupling], 1)
+        return row_space(torch.cat([self.Wq, self.Wk, row_space(F.mT).mT]))
 
 
 class StructuredAttention(Field):
@@ -102,7 +135,7 @@ class StructuredAttention(Field):
         out = []
         for head in self.heads:
             grad = self.log_kernel_grad(head, mu, x, positions, engine)
-            out.append(grad @ head.M.to(grad).mT)
+            out.append(head.apply_mobility(grad))
         return out
 
     def log_kernel_grad(self, head: StructuredHead, mu: Empirical, x, positions, engine="auto"):

@@ -1,0 +1,224 @@
+r"""The nearest structured head in factor form: r × r linear algebra, no d × d array (MATH.md §12).
+
+Every d × d matrix of a head — A = c W_KᵀW_Q, V = W_O W_V, A_s = ½(A + Aᵀ), the nearest
+mobilities M* and M_s, the residual V − M A_s — has its row and column ranges in
+
+    S = span(W_Qᵀ, W_Kᵀ, W_O, W_Vᵀ),     dim S ≤ m = 2k + 2k_v
+
+(k the query/key width, k_v the value width; M* = [U, Y]·core·[U, Y]ᵀ with U ⊂ range A_s and
+Y = (I − UUᵀ)VUΛ⁻¹ ⊂ S). With Q (d × m) the orthonormal factor of a Householder QR of the
+stacked factors [W_Qᵀ, W_Kᵀ, W_O, W_Vᵀ] — orthonormal whatever their ranks, with S ⊆ range Q
+— each such X is Q X̂ Qᵀ, X̂ = QᵀXQ (m × m), and ‖X‖_F = ‖X̂‖_F exactly: nothing of any of
+them lies in the orthogonal complement of range Q. The projection runs on the m × m
+compressions, O(d·m² + m³) per head; where m ≥ d (or V is a dense d × d matrix) Q is the
+identity and the same code runs on d × d matrices, then no more costly than the compression.
+
+In the eigenbasis E = [U, N] of Â_s (U: the eigenvalues Λ above the zero floor, N: the
+rest) and with Ṽ = EᵀV̂E, the closed forms of :mod:`~tpde.fields.gradient_flow.projection`
+read [derived]: M̃_ij = (λ_jṼ_ij + λ_iṼ_ji)/(λ_i² + λ_j²) on U × U, Y = N C with
+C = Ṽ_NU Λ⁻¹, so
+
+    M* = E [[M̃, Cᵀ], [C, C M̃⁺ Cᵀ]] Eᵀ,     M* A_s = E [[M̃Λ, 0], [CΛ, 0]] Eᵀ,
+
+‖V − M*A_s‖² = ‖Ṽ_·U − [M̃; C]Λ‖² + ‖Ṽ_·N‖², and one eigendecomposition of the bracket gives
+both definite candidates (the clip of M* and of −M*): per head two symmetric
+eigendecompositions (Â_s and the bracket) of size ≤ min(m, d), M̃'s eigenvalues (its
+inertia) and a solve for C M̃⁺ Cᵀ (M̃'s eigendecomposition where it is singular).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from tpde.metrics.mobility import DEGENERATE
+
+__all__: list[str] = []
+
+
+@dataclass(frozen=True, eq=False)
+class Core:
+    """The projection in an eigenbasis E = [U, N] of Â_s (module notes).
+
+    Attributes
+    ----------
+    lam : (p,) the eigenvalues of A_s above the floor (E's first p columns).
+    mobility : (r, r) M* in E's coordinates.
+    vectors, values : (r, n), (n,) the eigenpairs of M* of sign s (the clip's):
+        M_s = vectors · diag(values) · vectorsᵀ in E's coordinates (:attr:`definite`).
+    coupling : (r − p, p) C = Ṽ_NU Λ⁻¹ (Y = N C).
+    sign : s of M_s;  inertia : (n₊, n₋, n₀) of M̃ = M*'s compression to range(A_s).
+    value_residual, definite_residual : ‖V − M* A_s‖_F and ‖V − M_s A_s‖_F (absolute).
+    """
+
+    lam: torch.Tensor
+    mobility: torch.Tensor
+    vectors: torch.Tensor
+    values: torch.Tensor
+    coupling: torch.Tensor
+    sign: int
+    inertia: tuple[int, int, int]
+    value_residual: float
+    definite_residual: float
+
+    @property
+    def definite(self) -> torch.Tensor:
+        """(r, r) M_s in E's coordinates."""
+        return (self.vectors * self.values) @ self.vectors.mT
+
+
+def span_coordinates(coupling: torch.Tensor) -> torch.Tensor:
+    """(r, 2p): F = [U, Y] in E's coordinates, [[I, 0], [0, C]] (range F ⊇ range M*), from
+    C (r − p, p)."""
+    q, p = coupling.shape
+    F = coupling.new_zeros(p + q, 2 * p)
+    F[:p, :p] = torch.eye(p, dtype=F.dtype, device=F.device)
+    F[p:, p:] = coupling
+    return F
+
+
+def eigenbasis(A_s: torch.Tensor, d: int, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """(E, Λ): the eigenvectors of a symmetric A_s (r × r) with the eigenvalues above the
+    floor 1e3·d·eps·max|λ| first (Λ, in ascending order), then the rest; d is the ambient
+    dimension whose floor the dense computation uses."""
+    lam, E = torch.linalg.eigh(A_s)
+    top = float(lam.abs().max()) if lam.numel() else 0.0
+    floor = DEGENERATE * d * torch.finfo(dtype).eps * max(top, 1e-300)
+    on = lam.abs() > floor
+    order = torch.cat([on.nonzero().flatten(), (~on).nonzero().flatten()])
+    return E[:, order], lam[on]
+
+
+def solve(Vt: torch.Tensor, lam: torch.Tensor, dtype) -> Core:
+    """The nearest symmetric and definite mobilities from Ṽ = EᵀV̂E (r × r) and Λ (p,).
+
+    Parameters
+    ----------
+    Vt : (r, r) the value map in the eigenbasis E = [U, N] of :func:`eigenbasis`.
+    lam : (p,) the eigenvalues of E's first p columns.
+    dtype : the dtype whose epsilon sets the inertia's zero floor.
+
+    Returns
+    -------
+    :class:`Core` (module notes).
+    """
+    p = lam.numel()
+    li, lj = lam[:, None], lam[None, :]
+    Vuu = Vt[:p, :p]
+    Mt = (lj * Vuu + li * Vuu.mT) / (li.square() + lj.square())
+    Mt = 0.5 * (Mt + Mt.mT)
+    C = Vt[p:, :p] / lam
+    evals = torch.linalg.eigvalsh(Mt)
+    inertia = _inertia(evals, dtype)
+    block = _pinv_form(Mt, evals, C)  # C M̃⁺ Cᵀ
+    small = torch.cat([torch.cat([Mt, C.mT], 1), torch.cat([C, block], 1)])
+    small = 0.5 * (small + small.mT)
+    ev, Z = torch.linalg.eigh(small)
+    columns = small[:, :p]  # M* A_s = E [M̃; C] Λ U-columns
+    up = ev > 0
+    positive = (Z[:, up] * ev[up]) @ Z[:p, up].mT  # the clip of M*, its U-columns
+    tail = float(Vt[:, p:].square().sum())
+
+    def residual(cols: torch.Tensor) -> float:
+        return math.sqrt(float((Vt[:, :p] - cols * lam).square().sum()) + tail)
+
+    value = residual(columns)
+    plus, minus = residual(positive), residual(columns - positive)
+    sign = 1 if plus <= minus else -1  # ties: +1, the dense loop's first
+    keep = up if sign == 1 else ev < 0
+    return Core(lam, small, Z[:, keep], ev[keep], C, sign, inertia, value, min(plus, minus))
+
+
+def _pinv_form(Mt: torch.Tensor, evals: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
+    """C M̃⁺ Cᵀ with torch.linalg.pinv(hermitian=True)'s M̃⁺ (eigenvalues |λ| ≤ n·eps·max|λ|
+    dropped; ``evals`` M̃'s): a solve where none is (M̃⁺ = M̃⁻¹), else from the
+    eigendecomposition."""
+    if Mt.numel() == 0:
+        return C.new_zeros(C.shape[0], C.shape[0])
+    cut = Mt.shape[-1] * torch.finfo(Mt.dtype).eps * float(evals.abs().max())
+    if float(evals.abs().min()) > cut:
+        return C @ torch.linalg.solve(Mt, C.mT)
+    evals, W = torch.linalg.eigh(Mt)
+    keep = evals.abs() > cut
+    inverse = torch.where(keep, 1.0 / torch.where(keep, evals, torch.ones_like(evals)), 0.0)
+    CW = C @ W
+    return (CW * inverse) @ CW.mT
+
+
+def _inertia(evals: torch.Tensor, dtype) -> tuple[int, int, int]:
+    """(n₊, n₋, n₀) of the eigenvalues, zero below 1e3·n·eps·max|λ|."""
+    if evals.numel() == 0:
+        return (0, 0, 0)
+    floor = DEGENERATE * evals.shape[-1] * torch.finfo(dtype).eps * float(evals.abs().max())
+    pos, neg = int((evals > floor).sum()), int((evals < -floor).sum())
+    return (pos, neg, evals.shape[-1] - pos - neg)
+
+
+@dataclass(frozen=True, eq=False)
+class HeadProjection:
+    """One head's projection in factor form (module notes).
+
+    Attributes
+    ----------
+    basis : (d, r) B = Q E, orthonormal: every d × d matrix of the head is B X Bᵀ.
+    core : :class:`Core` in B's coordinates.
+    compressed_rows : (2k, r) [W_Q; W_K] Q;  eigenbasis : (r, r) E.
+    A_norm, symmetry_residual, V_norm, A_s_norm : ‖A‖, ‖A − A_s‖, ‖V‖, ‖A_s‖ (Frobenius).
+    """
+
+    basis: torch.Tensor
+    core: Core
+    compressed_rows: torch.Tensor
+    eigenbasis: torch.Tensor
+    A_norm: float
+    symmetry_residual: float
+    V_norm: float
+    A_s_norm: float
+
+    @property
+    def rows(self) -> torch.Tensor:
+        """(2k, r) [W_Q; W_K] B."""
+        return self.compressed_rows @ self.eigenbasis
+
+    def mobility_times(self, x: torch.Tensor) -> torch.Tensor:
+        """M_s x for x (d,) or (d, n): B Z D Zᵀ Bᵀ x (Z, D the sign-s eigenpairs)."""
+        Z = self.core.vectors
+        inner = Z.mT @ (self.basis.mT @ x)
+        return self.basis @ (Z @ (self.core.values.reshape(-1, *[1] * (x.ndim - 1)) * inner))
+
+
+def head_basis(head) -> torch.Tensor | None:
+    """Q (d, m): the orthonormal QR factor of [W_Qᵀ, W_Kᵀ, W_O, W_Vᵀ]; None (the identity)
+    where m ≥ d or V is one dense d × d matrix (module notes)."""
+    if head.Wv is None:
+        return None
+    parts = [head.Wq.mT, head.Wk.mT, head.Wo, head.Wv.mT]
+    if sum(p.shape[-1] for p in parts) >= head.dim:
+        return None
+    return torch.linalg.qr(torch.cat(parts, 1)).Q
+
+
+def project_head(head, dtype=torch.float64) -> HeadProjection:
+    """The nearest structured head of an :class:`~tpde.fields.gradient_flow.AttentionHead`
+    in factor form: O(d·m² + m³), no d × d array where m < d (module notes)."""
+    Q = head_basis(head)
+    k = head.Wq.shape[0]
+    G = torch.cat([head.Wq, head.Wk])
+    Gh = G if Q is None else G @ Q
+    A = head.scale * Gh[k:].mT @ Gh[:k]
+    A_s = 0.5 * (A + A.mT)
+    E, lam = eigenbasis(A_s, head.dim, dtype)
+    if head.Wv is None:  # V dense (d × d), Q the identity
+        Vt = E.mT @ head.Wo @ E
+    else:
+        left = head.Wo if Q is None else Q.mT @ head.Wo
+        right = head.Wv if Q is None else head.Wv @ Q
+        Vt = (E.mT @ left) @ (right @ E)
+    core = solve(Vt, lam, dtype)
+    basis = E if Q is None else Q @ E
+    return HeadProjection(
+        basis, core, Gh, E, float(A.norm()), float((A - A_s).norm()), float(Vt.norm()),
+        float(A_s.norm()),
+    )  # fmt: skip
