@@ -7,9 +7,12 @@ with it at every common save by the exact W1 on the circle (:func:`tpde.metrics.
 min_c ∫|F_μ − F_ν − c|dθ, the CDF difference with its optimal cut). Beside the gap
 g(t) = W1(μ_N(t), ρ(t)):
 
-- **the Monte-Carlo level** s(t) = W1(ρ(t), ν_N), ν_N a fresh draw of N i.i.d. points
-  from ρ(t) (its grid density, or its weighted nodes after the switch): the distance of a
-  perfect N-sample of the PDE's state, ≈ 1.1/√N near uniform;
+- **the Monte-Carlo level** s̄(t) = E W1(ρ(t), ν_N), ν_N N i.i.d. draws of ρ(t) (its grid
+  density, or its weighted nodes after the switch): the distance of a perfect N-sample of
+  the PDE's state, from √N(F_N − F) → B∘F (a Brownian bridge; :func:`expected_level`,
+  ≈ 1.4/√N near uniform), and beside it one such draw s(t) at every unit of time and
+  every later save (W1 of two independent N-samples, one of them the PDE itself: √N·s
+  has a spread of ≈ 0.5, hence the expectation for the rule);
 - **the linear prediction** L(t) [ours, MATH.md §9]: the initial deviation δ₀ = μ_N(0) − ρ₀
   carried by the flow linearised at the uniform state, whose mode k grows as e^{λ_k t}
   (:func:`tpde.theory.instability_rate`): with a_k = (1/2π)∫e^{−ikθ}dδ₀,
@@ -21,8 +24,8 @@ g(t) = W1(μ_N(t), ρ(t)):
   by a smooth displacement ξ adds ~ √(ξ/N) (a Brownian bridge's increment), relative
   1/√(Nξ) to the linear term.
 
-Rules (fixed before the run): the gap **is at the Monte-Carlo level** while g ≤ DEPART·s
-and leaves it at the first save where g > DEPART·s; the linear prediction **holds** while
+Rules (fixed before the run): the gap **is at the Monte-Carlo level** while g ≤ DEPART·s̄
+and leaves it at the first save where g > DEPART·s̄; the linear prediction **holds** while
 |g/L − 1| ≤ LINEAR_TOLERANCE, and nonlinear saturation is the first save past which it
 fails.
 """
@@ -48,22 +51,25 @@ __all__ = [
     "LINEAR_TOLERANCE",
     "Gap",
     "draw_from",
+    "expected_level",
     "first_over",
     "gap_claim",
     "gap_table",
     "linear_gap",
+    "state_cdf",
 ]
 
 #: The PDE run's entries kept in the results (long_pde's, without the trajectory).
 PDE_KEYS = ("status", "end", "unresolved", "refinements", "switch", "grids", "seconds",
             "steps", "mass_error", "clipped_mass", "quadrature", "counts")  # fmt: skip
 
-#: g > DEPART·s leaves the Monte-Carlo level; |g/L − 1| > LINEAR_TOLERANCE ends the linear
+#: g > DEPART·s̄ leaves the Monte-Carlo level; |g/L − 1| > LINEAR_TOLERANCE ends the linear
 #: prediction (module notes).
 DEPART, LINEAR_TOLERANCE = 2.0, 0.1
 
-#: Angles of the linear prediction's midpoint rule (module notes of :func:`linear_gap`).
-LINEAR_GRID = 2**20
+#: Angles of the linear prediction's midpoint rule (module notes of :func:`linear_gap`);
+#: Brownian bridges of the expected Monte-Carlo level (:func:`expected_level`).
+LINEAR_GRID, BRIDGES = 2**20, 400
 
 TWO_PI = 2 * math.pi
 
@@ -75,6 +81,45 @@ def draw_from(state, n: int, generator: torch.Generator) -> Empirical:
         return Empirical(state.sample(n, generator=generator))
     index = torch.multinomial(state.weights, n, replacement=True, generator=generator)
     return Empirical(state.points[index])
+
+
+def state_cdf(state, grid: int) -> np.ndarray:
+    """F(θ_g) = μ([0, θ_g]) at θ_g = 2πg/G, g = 0 … G − 1: a CircleDensity's exact CDF at
+    its angles interpolated linearly (its cells' masses spread evenly, as
+    :func:`tpde.metrics.w1_circle` reads it), weighted nodes' share at or below θ_g."""
+    theta = np.arange(grid) * TWO_PI / grid
+    if isinstance(state, CircleDensity):
+        cdf = state.cdf().detach().to(torch.float64).cpu().numpy()
+        cdf = cdf / cdf[-1]
+        knots = state.offset % TWO_PI + np.arange(state.size + 1) * state.spacing
+        period = np.concatenate([knots[:-1] - TWO_PI, knots, knots[1:] + TWO_PI])
+        values = np.concatenate([cdf[:-1] - 1, cdf, cdf[1:] + 1])
+        return np.interp(theta, period, values) - np.interp(0.0, period, values)
+    angles = _angles(state.points)
+    weights = state.weights.detach().to(torch.float64).cpu().numpy()
+    order = np.argsort(angles)
+    cumulative = np.concatenate([[0.0], np.cumsum(weights[order])]) / weights.sum()
+    return cumulative[np.searchsorted(angles[order], theta, side="right")]
+
+
+def expected_level(
+    state, n: int, generator: np.random.Generator, bridges: int = BRIDGES, grid: int = 8192
+) -> tuple[float, float]:
+    r"""E W1(μ, μ_n) and its standard error, μ_n n i.i.d. draws of μ, in the large-n limit:
+    √n(F_n − F) → B∘F (B a Brownian bridge), so
+
+        √n·W1(μ, μ_n) → min_c ∫_0^{2π} |B(F(θ)) − c| dθ,
+
+    averaged over ``bridges`` bridges sampled at the values F(θ_g) of :func:`state_cdf` on
+    ``grid`` angles (the integral by the rectangle rule, the median c exact on the grid).
+    """
+    u = np.clip(state_cdf(state, grid), 0.0, 1.0)
+    steps = np.diff(np.concatenate([[0.0], u, [1.0]]))
+    walk = np.cumsum(generator.standard_normal((bridges, grid + 1)) * np.sqrt(steps), axis=1)
+    bridge = walk[:, :-1] - u * walk[:, -1:]
+    median = np.median(bridge, axis=1, keepdims=True)
+    values = np.abs(bridge - median).mean(axis=1) * TWO_PI / math.sqrt(n)
+    return float(values.mean()), float(values.std(ddof=1) / math.sqrt(bridges))
 
 
 def _angles(points: torch.Tensor) -> np.ndarray:
@@ -147,7 +192,7 @@ class Gap:
     """The PDE to ``config.long_t1`` and the gap, MC level and linear prediction of one
     cloud, recorded by :meth:`visit` at the study's saves (module notes)."""
 
-    def __init__(self, config, times: np.ndarray, generator: torch.Generator):
+    def __init__(self, config, times: np.ndarray, seed: int):
         self.config = config
         self.saves = times[times <= config.long_t1 + 1e-9]
         tic = time.process_time()
@@ -162,10 +207,11 @@ class Gap:
         self.pde_cpu = time.process_time() - tic
         reached = self.pde["_trajectory"].times.tolist()
         self.at = {round(t, 9): j for j, t in enumerate(reached)}
-        self.g = generator
-        self.gap = np.full(len(self.saves), np.nan)
-        self.level = np.full(len(self.saves), np.nan)
-        self.linear = np.full(len(self.saves), np.nan)
+        self.g, self.rng = torch.Generator().manual_seed(seed), np.random.default_rng(seed)
+        self.curves = {
+            name: np.full(len(self.saves), np.nan)
+            for name in ("gap", "gap_drawn", "gap_level", "gap_level_se", "gap_linear")
+        }
         self.pairs: dict[str, list | None] = {}
         self.n = 0
         self.cpu = 0.0
@@ -176,52 +222,51 @@ class Gap:
         if j >= len(self.saves):
             return
         tic = time.process_time()
-        config = self.config
+        config, curves, t = self.config, self.curves, float(self.saves[j])
+        dense = t <= config.dense_until + 1e-9
         if j == 0:
             self.n = mu.points.shape[0]
             rho0 = self.pde["_trajectory"].measures[0]
-            dense = self.saves <= config.dense_until + 1e-9
-            self.linear[dense] = linear_gap(mu, rho0, config.beta, self.saves[dense])
-        index = self.at.get(round(float(self.saves[j]), 9))
+            early = self.saves <= config.dense_until + 1e-9
+            curves["gap_linear"][early] = linear_gap(mu, rho0, config.beta, self.saves[early])
+        index = self.at.get(round(t, 9))
         if index is not None:
             state = self.pde["_trajectory"].measures[index]
-            self.gap[j] = float(w1_circle(mu, state))
-            self.level[j] = float(w1_circle(state, draw_from(state, self.n, self.g)))
-            if self.saves[j] > config.dense_until + 1e-9 or j == len(self.saves) - 1:
+            curves["gap"][j] = float(w1_circle(mu, state))
+            level = expected_level(state, self.n, self.rng)
+            curves["gap_level"][j], curves["gap_level_se"][j] = level
+            if not dense or abs(t - round(t)) < 1e-9:
+                curves["gap_drawn"][j] = float(w1_circle(state, draw_from(state, self.n, self.g)))
+            if not dense or j == len(self.saves) - 1:
                 counter = (config.window, config.level, config.min_share)
                 ours = clusters(cell_masses_of(state, config.cells), *counter)
                 theirs = clusters(points_masses(mu.points, config.cells), *counter)
-                self.pairs[f"{self.saves[j]:g}"] = _paired(ours, theirs)
+                self.pairs[f"{t:g}"] = _paired(ours, theirs)
         self.cpu += time.process_time() - tic
 
     def results(self) -> dict:
         """The PDE's run (no trajectory), the rules' times and the CPU seconds."""
-        pde = {k: self.pde[k] for k in PDE_KEYS}
-        ratio = self.gap / self.linear
-        off = np.abs(ratio - 1)
+        gap, level, linear = (self.curves[k] for k in ("gap", "gap_level", "gap_linear"))
+        off = np.abs(gap / linear - 1)
         return {
             "n": self.n,
-            "pde": pde,
+            "pde": {k: self.pde[k] for k in PDE_KEYS},
             "pde_cpu": self.pde_cpu,
             "cpu": self.cpu,
-            "departs": first_over(self.saves, self.gap, DEPART * self.level),
+            "departs": first_over(self.saves, gap, DEPART * level),
             "saturates": first_over(self.saves, off, np.full(len(off), LINEAR_TOLERANCE)),
             "pairs": self.pairs,
         }
 
     def arrays(self) -> dict[str, np.ndarray]:
-        return {
-            "gap_times": self.saves,
-            "gap": self.gap,
-            "gap_level": self.level,
-            "gap_linear": self.linear,
-        }
+        return {"gap_times": self.saves, **self.curves}
 
 
 def gap_claim(config: dict, gap: dict, arrays: dict) -> fw.Claim:
     """The gap's claim (module notes' rules): agrees iff it leaves the Monte-Carlo level
     while the linear prediction still holds (the departure is the noise's linear growth)."""
     t, g, s = arrays["gap_times"], arrays["gap"], arrays["gap_level"]
+    drawn = arrays["gap_drawn"]
     pde, n = gap["pde"], gap["n"]
     claim = (
         f"β = {config['beta']}, N = {n:.0e} from ρ₀: the particles' W1 to the PDE is the "
@@ -232,8 +277,9 @@ def gap_claim(config: dict, gap: dict, arrays: dict) -> fw.Claim:
     grids = ", ".join(f"{m} from t = {s0:.2f}" for s0, m in pde["refinements"])
     switch = f"nodes from t = {pde['switch']:.2f}" if pde["switch"] is not None else "no nodes"
     outcome = (
-        f"g(0) = {g[0]:.3g}, MC level s(0) = {s[0]:.3g} (·√N = {s[0] * math.sqrt(n):.2f}); "
-        f"g > {DEPART:g}·s from t = {_time(gap['departs'])}; |g/L − 1| ≤ "
+        f"g(0) = {g[0]:.3g} (·√N = {g[0] * math.sqrt(n):.2f}), MC level s̄(0) = {s[0]:.3g} "
+        f"(·√N = {s[0] * math.sqrt(n):.2f}; one fresh draw: {drawn[0]:.3g}); "
+        f"g > {DEPART:g}·s̄ from t = {_time(gap['departs'])}; |g/L − 1| ≤ "
         f"{LINEAR_TOLERANCE:.0%} to t = {_time(gap['saturates'])} (first miss); past the "
         f"clusters g = {later}. PDE to t = {pde['end']:g} ({pde['status']}): grids {grids or '—'}, "
         f"{switch}; mass error {pde['mass_error']:.1e}; {gap['pde_cpu']:.0f} s CPU, the "
@@ -258,6 +304,7 @@ def gap_table(config: dict, gap: dict, arrays: dict) -> str:
     and at every later save; the paired clusters (mass, arc) past dense_until."""
     t = arrays["gap_times"]
     g, s, L = arrays["gap"], arrays["gap_level"], arrays["gap_linear"]
+    drawn = arrays["gap_drawn"]
     grids, switch = gap["pde"]["grids"], gap["pde"]["switch"]
     rows = []
     for j, time_ in enumerate(t):
@@ -266,13 +313,14 @@ def gap_table(config: dict, gap: dict, arrays: dict) -> str:
         pairs = gap["pairs"].get(f"{time_:g}")
         arcs = "—" if not pairs else ", ".join(f"{a:.3f}" for _, a in pairs)
         rows.append([
-            f"{time_:g}", f"{g[j]:.3g}", f"{s[j]:.3g}", f"{g[j] / s[j]:.2f}",
+            f"{time_:g}", f"{g[j]:.3g}", f"{s[j]:.3g}", f"{drawn[j]:.3g}", f"{g[j] / s[j]:.2f}",
             f"{L[j]:.3g}" if np.isfinite(L[j]) else "—",
             f"{g[j] / L[j]:.3f}" if np.isfinite(L[j]) else "—",
             f"{grids[j]} nodes" if switch is not None and time_ >= switch else grids[j], arcs,
         ])  # fmt: skip
     return fw.markdown_table(
-        ["t", "g = W1(particles, PDE)", "s (MC level)", "g/s", "L (linear)", "g/L", "PDE grid",
+        ["t", "g = W1(particles, PDE)", "s̄ (MC level)", "s (one draw)", "g/s̄", "L (linear)",
+         "g/L", "PDE grid",
          "cluster centre arcs (rad)"],
         rows,
     )  # fmt: skip

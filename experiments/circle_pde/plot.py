@@ -53,7 +53,8 @@ def _versus(config, arrays, path: Path) -> Path:
     axes[2].legend()
     tg = arrays["gap_times"]
     axes[3].semilogy(tg, arrays["gap"], "o-", ms=2, label="W1(particles, PDE)")
-    axes[3].semilogy(tg, arrays["gap_level"], "--", label="MC level: a fresh draw of the PDE")
+    axes[3].semilogy(tg, arrays["gap_level"], "--", label="MC level (expected)")
+    axes[3].semilogy(tg, arrays["gap_drawn"], "x", label="a fresh N-draw of the PDE")
     axes[3].semilogy(tg, arrays["gap_linear"], ":", label="linear prediction")
     axes[3].set(title=f"N = {config['sizes'][-1]:.0e} against the refined / node PDE", xlabel="t")
     axes[3].legend()

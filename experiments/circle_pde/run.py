@@ -91,7 +91,7 @@ def run(config: Config, out: Path) -> None:
     times = save_times(config)
     dense = times[times <= config.dense_until + 1e-9]
     pdes = [solve_pde(config, grid, dense) for grid in fw.progress(config.grids, "grids")]
-    gap = Gap(config, times, fw.torch_generator(config.seed + 3))
+    gap = Gap(config, times, config.seed + 3)
     finest = max(pdes, key=lambda p: p["grid"])
     reference = finest["_trajectory"]
     at_pde = {round(float(t), 9): j for j, t in enumerate(reference.times.tolist())}

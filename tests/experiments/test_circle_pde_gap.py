@@ -7,7 +7,13 @@ import numpy as np
 import pytest
 import torch
 
-from tpde.experiments.circle_pde.gap import draw_from, first_over, linear_gap
+from tpde.experiments.circle_pde.gap import (
+    draw_from,
+    expected_level,
+    first_over,
+    linear_gap,
+    state_cdf,
+)
 from tpde.measures import CircleDensity, Empirical
 from tpde.metrics import w1_circle
 from tpde.theory import instability_rate
@@ -82,3 +88,33 @@ def test_first_over_skips_missing_values():
     limit = np.array([2.0, 2.0, np.nan, 2.0, 2.0])
     assert first_over(times, values, limit) == 4.0
     assert first_over(times, values, np.full(5, 10.0)) is None
+
+
+def test_state_cdf_of_a_shifted_density_and_of_nodes():
+    """ρ ∝ 1 + cos θ on angles from offset 0.3: F(θ) = (θ + sin θ)/2π from 0, read through
+    the exact cell masses spread evenly (linear between the angles: error ≤ h²max|ρ'|/8 =
+    (2π/256)²/(8·2π) = 1.2e-5); nodes: the share at or below each angle, exactly."""
+    M, offset = 256, 0.3
+    theta = offset + torch.arange(M, dtype=torch.float64) * TWO_PI / M
+    found = state_cdf(CircleDensity(1 + torch.cos(theta), offset=offset), 1024)
+    grid = np.arange(1024) * TWO_PI / 1024
+    assert found == pytest.approx((grid + np.sin(grid)) / TWO_PI, abs=1.2e-5)
+    two = nodes([1.0, 3.0])  # at π/2 and 3π/2
+    assert state_cdf(two, 4).tolist() == [0.0, 0.25, 0.25, 1.0]
+
+
+@pytest.mark.parametrize("as_nodes", [False, True])
+def test_expected_level_is_the_mean_w1_to_fresh_draws(as_nodes):
+    """E W1(μ, μ_n) from Brownian bridges against the mean of 100 sampled W1 at n = 10⁴
+    (three clusters, ρ ∝ e^{8 cos 3θ}, as a density and as its 1024 nodes): within 4
+    combined standard errors (√n·W1 has a spread ≈ 0.5: s.e. ≈ 0.04/√n of the mean)."""
+    theta = torch.arange(1024, dtype=torch.float64) * TWO_PI / 1024
+    rho = CircleDensity(torch.exp(8 * torch.cos(3 * theta)))
+    state = nodes(rho.density.roll(-512)) if as_nodes else rho  # nodes at (j + ½)h: any ρ
+    n, g = 10_000, torch.Generator().manual_seed(2)
+    mean, se = expected_level(state, n, np.random.default_rng(0))
+    clouds = draw_from(state, 100 * n, g).points.split(n)  # one call: 100 i.i.d. n-draws
+    drawn = [float(w1_circle(state, Empirical(points))) for points in clouds]
+    spread = np.std(drawn, ddof=1) / math.sqrt(len(drawn))
+    assert abs(np.mean(drawn) - mean) < 4 * math.hypot(se, spread)
+    assert 0.5 < mean * math.sqrt(n) < 3  # the level's scale, ≈ 1.4/√n near uniform
