@@ -67,9 +67,10 @@ PDE_KEYS = ("status", "end", "unresolved", "refinements", "switch", "grids", "se
 #: prediction (module notes).
 DEPART, LINEAR_TOLERANCE = 2.0, 0.1
 
-#: Angles of the linear prediction's midpoint rule (module notes of :func:`linear_gap`);
-#: Brownian bridges of the expected Monte-Carlo level (:func:`expected_level`).
-LINEAR_GRID, BRIDGES = 2**20, 400
+#: The most angles of the linear prediction's midpoint rule (:func:`linear_gap`; 16N
+#: below); Brownian bridges of the expected Monte-Carlo level and their angles
+#: (:func:`expected_level`).
+LINEAR_GRID, BRIDGES, BRIDGE_GRID = 2**20, 200, 4096
 
 TWO_PI = 2 * math.pi
 
@@ -103,7 +104,7 @@ def state_cdf(state, grid: int) -> np.ndarray:
 
 
 def expected_level(
-    state, n: int, generator: np.random.Generator, bridges: int = BRIDGES, grid: int = 8192
+    state, n: int, generator: np.random.Generator, bridges: int = BRIDGES, grid: int = BRIDGE_GRID
 ) -> tuple[float, float]:
     r"""E W1(μ, μ_n) and its standard error, μ_n n i.i.d. draws of μ, in the large-n limit:
     √n(F_n − F) → B∘F (B a Brownian bridge), so
@@ -111,7 +112,8 @@ def expected_level(
         √n·W1(μ, μ_n) → min_c ∫_0^{2π} |B(F(θ)) − c| dθ,
 
     averaged over ``bridges`` bridges sampled at the values F(θ_g) of :func:`state_cdf` on
-    ``grid`` angles (the integral by the rectangle rule, the median c exact on the grid).
+    ``grid`` angles (the integral by the rectangle rule, the median c exact on the grid;
+    uniform law: 1.427, 1.421, 1.426 ± 0.010 on 1024, 8192, 65536 angles, 2000 bridges).
     """
     u = np.clip(state_cdf(state, grid), 0.0, 1.0)
     steps = np.diff(np.concatenate([[0.0], u, [1.0]]))
@@ -128,7 +130,7 @@ def _angles(points: torch.Tensor) -> np.ndarray:
 
 
 def linear_gap(
-    cloud: Empirical, rho0: CircleDensity, beta: float, times, grid: int = LINEAR_GRID
+    cloud: Empirical, rho0: CircleDensity, beta: float, times, grid: int | None = None
 ) -> np.ndarray:
     r"""L(t): W1 of the initial deviation μ_N(0) − ρ₀ carried by the linearised flow
     (module notes), at each of ``times``.
@@ -140,14 +142,18 @@ def linear_gap(
         modes the linear flow moves; λ_K ≤ 1e-20 at β ≤ 10).
     beta : the SA post-LN field's β (λ_k = k²I_k(β)/(βI_0(β))).
     times : (T,) the times.
-    grid : G, the midpoint rule's angles; F_{δ₀} exact at each (the cloud's count below
-        it, ρ₀'s CDF from its modes), the error of the rule ≤ (2π/G)·(the variation of F
-        inside the cells) ≤ 2π·2/G (2 the variation of the two CDFs).
+    grid : G, the midpoint rule's angles (default: the power of 2 ≥ 16n, at most
+        :data:`LINEAR_GRID`); F_{δ₀} exact at each (the cloud's count below it, ρ₀'s CDF
+        from its modes), the error of the rule ≤ (2π/G)·(the variation of F inside the
+        cells) ≤ 2π·2/G (2 the variation of the two CDFs): ≤ 0.8/n against W1 ≈ 1.4/√n at
+        G ≥ 16n (measured at n = 10⁶, G = 2²⁰: 3e-7 relative at t = 0).
 
     Returns
     -------
     (T,) L(t) in [0, π].
     """
+    if grid is None:
+        grid = min(LINEAR_GRID, 1 << max(10, (16 * cloud.points.shape[0] - 1).bit_length()))
     k_max = 4 * dominant_mode(beta) + 20
     k = np.arange(1, k_max + 1)
     theta = (np.arange(grid) + 0.5) * TWO_PI / grid
