@@ -219,6 +219,7 @@ class Gap:
             for name in ("gap", "gap_drawn", "gap_level", "gap_level_se", "gap_linear")
         }
         self.pairs: dict[str, list | None] = {}
+        self.counts: dict[str, list[int]] = {}  # [PDE, particles] at the later saves
         self.n = 0
         self.cpu = 0.0
 
@@ -248,6 +249,7 @@ class Gap:
                 ours = clusters(cell_masses_of(state, config.cells), *counter)
                 theirs = clusters(points_masses(mu.points, config.cells), *counter)
                 self.pairs[f"{t:g}"] = _paired(ours, theirs)
+                self.counts[f"{t:g}"] = [len(ours), len(theirs)]
         self.cpu += time.process_time() - tic
 
     def results(self) -> dict:
@@ -262,6 +264,7 @@ class Gap:
             "departs": first_over(self.saves, gap, DEPART * level),
             "saturates": first_over(self.saves, off, np.full(len(off), LINEAR_TOLERANCE)),
             "pairs": self.pairs,
+            "counts": self.counts,
         }
 
     def arrays(self) -> dict[str, np.ndarray]:
@@ -316,8 +319,10 @@ def gap_table(config: dict, gap: dict, arrays: dict) -> str:
     for j, time_ in enumerate(t):
         if j >= len(grids) or not (abs(time_ - round(time_)) < 1e-9 or j in _long_saves(config, t)):
             continue
-        pairs = gap["pairs"].get(f"{time_:g}")
+        pairs, counts = gap["pairs"].get(f"{time_:g}"), gap["counts"].get(f"{time_:g}")
         arcs = "—" if not pairs else ", ".join(f"{a:.3f}" for _, a in pairs)
+        if counts and not pairs:
+            arcs = f"counts {counts[0]} (PDE) and {counts[1]} (particles)"
         rows.append([
             f"{time_:g}", f"{g[j]:.3g}", f"{s[j]:.3g}", f"{drawn[j]:.3g}", f"{g[j] / s[j]:.2f}",
             f"{L[j]:.3g}" if np.isfinite(L[j]) else "—",

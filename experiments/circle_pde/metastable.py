@@ -45,6 +45,7 @@ __all__ = [
     "crossing",
     "dirac_rate",
     "escape_times",
+    "lead_share",
     "line_fit",
     "meta_times",
     "mode_amplitudes",
@@ -134,6 +135,27 @@ def runner_up(beta: float) -> tuple[int, float]:
     rates = {j: float(instability_rate(j, beta)) for j in range(1, 4 * k + 4) if j != k}
     best = max(rates, key=rates.get)
     return best, rates[best]
+
+
+def lead_share(beta: float, n: int, level: float, samples: int = 20_000, seed: int = 0):
+    r"""The share of N = ``n`` i.i.d. uniform clouds whose first mode to reach |ĉ_k| = ε
+    (``level``) under the linear growth is k*, and the median time it does (MATH.md §9).
+
+    While linear, |ĉ_k(t)| = |z_k|e^{λ_k t}/√N with N|ĉ_k(0)|² = |z_k|² ~ Exp(1)
+    (independent over k ≥ 1), so mode k reaches ε at t_k = (ln ε√N − ln|z_k|)/λ_k and the
+    first is argmin_k t_k; sampled ``samples`` times (seeded) over k ≤ 4k* + 8.
+
+    Returns
+    -------
+    (share, median min_k t_k) : floats.
+    """
+    k_star = dominant_mode(beta)
+    rates = np.array([float(instability_rate(k, beta)) for k in range(1, 4 * k_star + 9)])
+    rng = np.random.default_rng(seed)
+    z = np.sqrt(rng.exponential(size=(samples, len(rates))))
+    reach = (math.log(level * math.sqrt(n)) - np.log(z)) / rates
+    first = reach.argmin(axis=1) + 1
+    return float((first == k_star).mean()), float(np.median(reach.min(axis=1)))
 
 
 def dirac_rate(k: int, beta: float) -> float:

@@ -38,7 +38,7 @@ def report(out: Path) -> fw.Report:
     escape, fits = escape_claim(config, arrays, r["laws"][main])
     meta = r["metastable"]
     kept, kappa = lifetime_claims(meta, config["meta_count"], config["meta_t1"])
-    claims += [escape, *count_claims(meta), *kept]
+    claims += [escape, *count_claims(meta, config["meta_size"], config["escape_level"]), *kept]
     summary = (
         f"PDE on M = {', '.join(str(p['grid']) for p in r['pde'])} angles, resolved to t = "
         f"{', '.join(format(p['end'], '.2f') for p in r['pde'])}; particles to t = "
