@@ -108,11 +108,29 @@ def count_claims(meta: dict, size: int | None = None, level: float = 0.1) -> lis
                 f"{hits}/{draws} ({tally or 'no plateau'}); λ_{k} − λ_{m['runner_up']} = "
                 f"{lead:.3f} (the runner-up mode {m['runner_up']}): k*'s lead e^(Δλ·t) = "
                 f"{math.exp(lead * start):.2f} at the first plateaus' median start t = {start:.1f}"
-                + _seeded(float(beta), size, level),
+                + _seeded(float(beta), size, level)
+                + _leading(m, k),
                 "agrees" if hits >= K_STAR_SHARE * draws else "differs",
             )
         )
     return out
+
+
+def _leading(m: dict, k: int) -> str:
+    """The escape's leading mode per draw (``m["leading"]``, :func:`~.metastable.
+    leading_mode`) against k* and against the first plateau's count."""
+    leading = m.get("leading")
+    if not leading:
+        return ""
+    rows = list(zip(leading, m["first"], strict=True))
+    same = sum(1 for lead, row in rows if row and lead == row[0])
+    misses = [(lead, row) for lead, row in rows if not row or row[0] != k]
+    kept = sum(1 for lead, row in misses if row and lead == row[0])
+    return (
+        f"; the mode leading at the escape is k* in {sum(lead == k for lead in leading)}/"
+        f"{len(leading)}, the first plateau has the leading mode's count in {same}/"
+        f"{len(leading)} (misses: {kept} of {len(misses)})"
+    )
 
 
 def _seeded(beta: float, size: int | None, level: float) -> str:

@@ -23,6 +23,7 @@ from tpde.experiments.circle_pde.metastable import (
     crossing,
     dirac_rate,
     lead_share,
+    leading_mode,
     line_fit,
     meta_times,
     mode_amplitudes,
@@ -140,6 +141,20 @@ def test_count_claims_need_ninety_percent():
     share = lead_share(2.0, 2000, 0.1)[0]
     assert f"first mode to reach |ĉ_k| = 0.1 in {share:.0%} of clouds" in seeded.outcome
     assert seeded.verdict == "agrees"  # the diagnostic does not change the rule
+
+
+def test_leading_mode_and_its_line_in_the_count_claim():
+    """The leading mode: the largest |ĉ_k| at the first save where the largest reaches ε
+    (NaN saves of a stopped run ignored); the claim counts draws led by k* and first
+    plateaus with the leading mode's count, and the misses among them."""
+    a = np.full((4, 8), 0.01)
+    a[1, 2], a[2, 3], a[2, 2] = 0.05, 0.2, 0.15  # mode 4 leads once the largest reaches 0.1
+    a[3] = np.nan
+    assert leading_mode(a, 0.1) == 4 and leading_mode(a, 0.5) is None
+    nine = {**_meta([2] * 9 + [3], [(10.0, False)] * 10), "leading": [2] * 8 + [3, 3]}
+    text = count_claims({"2.0": nine})[0].outcome
+    assert "leading at the escape is k* in 8/10" in text
+    assert "leading mode's count in 9/10 (misses: 1 of 1)" in text
 
 
 def test_lead_share_against_the_amplitudes_grown_in_time():

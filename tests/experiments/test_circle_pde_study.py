@@ -297,6 +297,7 @@ def test_report_of_a_tiny_run(tmp_path):
     meta = results["metastable"]["2.0"]
     assert arrays["meta_counts"].shape == (1, 2, len(arrays["meta_times"]))
     assert (arrays["meta_counts"] >= 0).all() and meta["k_star"] == 2
+    assert len(meta["leading"]) == 2 and all(1 <= m <= 8 for m in meta["leading"])
     for run, series in zip(meta["runs"], arrays["meta_counts"][0], strict=True):
         assert run["status"] in ("completed", "stopped")
         assert run["status"] == "completed" or (series[-4:] == 1).all()
