@@ -13,6 +13,12 @@ every 0.25 up to 20, then every 10). Then, from the saved data:
   w1_circle`, exact) and its rate in N: the median slope of log W1 against log N at the
   saved times where the noise of the smallest cloud is still linear, e^{λ_k* t}/√N_min ≤
   0.1 (the Monte-Carlo error N^{-1/2} carried by the linearised flow).
+- W1 past the first clusters (issue 35; :mod:`.gap`): the PDE from the same ρ₀ on grids
+  refined up to ``long_grid``, then along its characteristics, to ``long_t1``, against the
+  first cloud of the largest N at every common save; beside it the Monte-Carlo level
+  E W1(ρ(t), N-draw) (Brownian bridges) and the linear prediction (the initial deviation's
+  modes grown by e^{λ_k t}); rules: it leaves the MC level where g > 2s̄, the linear
+  prediction holds while |g/L − 1| ≤ 10%.
 - The cluster count of every saved cloud and PDE density, one definition for both
   (:mod:`tpde.experiments.common.circle_clusters`: arcs where the density averaged over a
   window exceeds twice the uniform one, holding ≥ 5% of the mass), its plateaus (runs of

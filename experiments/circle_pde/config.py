@@ -51,6 +51,9 @@ class Config:
     meta_t1: float = 800.0  # … horizon …
     meta_step: float = 5.0  # … and saves after dense_until
     meta_count: int = 2  # the state whose lifetime is fitted against β (the last before one)
+    long_t1: float = 50.0  # the PDE past its clusters (gap.py) to here (or t1) against N max …
+    long_grid: int = 8192  # … on grids refined up to here, then along the characteristics …
+    long_quadrature: float = 1e-6  # … while their check's gap stays below this
     seed: int = 0
 
     def check(self) -> None:
@@ -82,6 +85,13 @@ class Config:
             )
         self.check_counter()
         self.check_meta()
+        if self.long_t1 <= 0 or self.long_grid < min(self.grids) or self.long_quadrature <= 0:
+            raise ValueError(
+                f"long_t1 > 0 (the gap runs to min(long_t1, t1)), long_grid >= min(grids) = "
+                f"{min(self.grids)} (the grid the PDE starts on) and long_quadrature > 0; "
+                f"received long_t1 = {self.long_t1}, long_grid = {self.long_grid}, "
+                f"long_quadrature = {self.long_quadrature}."
+            )
 
     def check_meta(self) -> None:
         if not 0 < self.escape_level < 1 or self.escape_seeds < 1:
@@ -145,6 +155,9 @@ QUICK = {
     "meta_size": "1000",
     "meta_seeds": "4",
     "meta_t1": "300.0",
+    "long_t1": "20.0",
+    "long_grid": "2048",
+    "long_quadrature": "1e-4",
 }
 
 

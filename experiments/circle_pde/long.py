@@ -29,7 +29,7 @@ from ..common.circle_clusters import (
     points_masses,
 )
 from .config import Config, initial_density
-from .run import follow, post_ln_field
+from .flow import follow, post_ln_field
 
 __all__ = ["cell_masses_of", "long_pde", "pde_against_particles"]
 
@@ -49,13 +49,15 @@ def long_pde(
     t1: float = 50.0,
     *,
     step: float = 0.5,
+    save=None,
     start_grid: int = 1024,
     max_grid: int = 2**16,
     follow: bool = True,
     quadrature: float = 1e-6,
 ) -> dict:
-    """The PDE from the study's ρ₀ at ``config.beta`` to ``t1``, saved every ``step``
-    (``follow`` and ``quadrature`` as in :func:`tpde.flows.integrate_circle`).
+    """The PDE from the study's ρ₀ at ``config.beta`` to ``t1``, saved every ``step`` or at
+    the times ``save`` (in [0, t1]) when given (``follow`` and ``quadrature`` as in
+    :func:`tpde.flows.integrate_circle`).
 
     Returns
     -------
@@ -67,8 +69,11 @@ def long_pde(
         and ``masses`` (the clusters' masses) per save, ``lifetimes`` and ``merges`` of
         the count (``lifetimes`` of the cluster counter, shortest ``config.min_plateau``).
     """
-    times = np.arange(0.0, t1 + step / 2, step)
-    times[-1] = min(times[-1], t1)
+    if save is None:
+        times = np.arange(0.0, t1 + step / 2, step)
+        times[-1] = min(times[-1], t1)
+    else:
+        times = np.asarray(save, dtype=float)
     rho0 = initial_density(config, config.beta, start_grid)
     run = integrate_circle(
         post_ln_field(config.beta),

@@ -21,7 +21,7 @@ import math
 import numpy as np
 
 from .. import framework as fw
-from .metastable import dirac_rate, escape_times, line_fit, runner_up
+from .metastable import dirac_rate, escape_times, lead_share, line_fit, runner_up
 
 #: The least share of draws whose first plateau has k* clusters for "agrees".
 K_STAR_SHARE = 0.9
@@ -85,10 +85,12 @@ def escape_claim(config: dict, arrays: dict, law: dict) -> tuple[fw.Claim, dict]
     return fw.Claim(claim, outcome, verdict), fits
 
 
-def count_claims(meta: dict) -> list[fw.Claim]:
+def count_claims(meta: dict, size: int | None = None, level: float = 0.1) -> list[fw.Claim]:
     """Per β of the sweep: the share of draws whose first plateau has k* clusters, beside
     the lead e^{(λ_k* − λ_r)t} that the linear growth gives k* over the runner-up mode r by
-    the first plateaus' median start t (the amplitudes start equal in law)."""
+    the first plateaus' median start t (the amplitudes start equal in law) and, with the
+    clouds' ``size`` N, the share of clouds whose first mode to reach ``level`` is k* under
+    the linear growth from their sampling noise (:func:`~.metastable.lead_share`)."""
     out = []
     for beta, m in meta.items():
         k, draws = m["k_star"], len(m["first"])
@@ -105,11 +107,40 @@ def count_claims(meta: dict) -> list[fw.Claim]:
                 f"Agazzi) in ≥ {K_STAR_SHARE:.0%} of draws",
                 f"{hits}/{draws} ({tally or 'no plateau'}); λ_{k} − λ_{m['runner_up']} = "
                 f"{lead:.3f} (the runner-up mode {m['runner_up']}): k*'s lead e^(Δλ·t) = "
-                f"{math.exp(lead * start):.2f} at the first plateaus' median start t = {start:.1f}",
+                f"{math.exp(lead * start):.2f} at the first plateaus' median start t = {start:.1f}"
+                + _seeded(float(beta), size, level)
+                + _leading(m, k),
                 "agrees" if hits >= K_STAR_SHARE * draws else "differs",
             )
         )
     return out
+
+
+def _leading(m: dict, k: int) -> str:
+    """The escape's leading mode per draw (``m["leading"]``, :func:`~.metastable.
+    leading_mode`) against k* and against the first plateau's count."""
+    leading = m.get("leading")
+    if not leading:
+        return ""
+    rows = list(zip(leading, m["first"], strict=True))
+    same = sum(1 for lead, row in rows if row and lead == row[0])
+    misses = [(lead, row) for lead, row in rows if not row or row[0] != k]
+    kept = sum(1 for lead, row in misses if row and lead == row[0])
+    return (
+        f"; the mode leading at the escape is k* in {sum(lead == k for lead in leading)}/"
+        f"{len(leading)}, the first plateau has the leading mode's count in {same}/"
+        f"{len(leading)} (misses: {kept} of {len(misses)})"
+    )
+
+
+def _seeded(beta: float, size: int | None, level: float) -> str:
+    if size is None:
+        return ""
+    share, when = lead_share(beta, size, level)
+    return (
+        f"; the noise of N = {size} uniform tokens, grown linearly, makes k* the first mode "
+        f"to reach |ĉ_k| = {level:g} in {share:.0%} of clouds (median t = {when:.1f})"
+    )
 
 
 def lifetimes_of(meta: dict, count: int) -> dict:

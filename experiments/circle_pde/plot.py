@@ -29,7 +29,7 @@ def _angles(bins: int) -> np.ndarray:
 def _versus(config, arrays, path: Path) -> Path:
     """PDE heat map, particles' histogram (largest N) and W1 over the dense saves."""
     plt = fw.pyplot()
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    fig, axes = plt.subplots(1, 4, figsize=(20, 4))
     t, tp = arrays["times"], arrays["pde_times"]
     dense = t <= config["dense_until"] + 1e-9
     densities = arrays["densities"]
@@ -51,6 +51,13 @@ def _versus(config, arrays, path: Path) -> Path:
         axes[2].semilogy(t[dense], seed_mean(arrays["distance"])[i], label=f"N = {n:.0e}")
     axes[2].set(title="W1(particles, PDE)", xlabel="t")
     axes[2].legend()
+    tg = arrays["gap_times"]
+    axes[3].semilogy(tg, arrays["gap"], "o-", ms=2, label="W1(particles, PDE)")
+    axes[3].semilogy(tg, arrays["gap_level"], "--", label="MC level (expected)")
+    axes[3].semilogy(tg, arrays["gap_drawn"], "x", label="a fresh N-draw of the PDE")
+    axes[3].semilogy(tg, arrays["gap_linear"], ":", label="linear prediction")
+    axes[3].set(title=f"N = {config['sizes'][-1]:.0e} against the refined / node PDE", xlabel="t")
+    axes[3].legend()
     return fw.savefig(fig, path)
 
 

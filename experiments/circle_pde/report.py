@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import framework as fw
+from .gap import gap_claim, gap_table
 from .meta_report import count_claims, escape_claim, lifetime_claims, meta_table
 
 #: Tolerances of the verdicts: the fitted slope of start against log N within 25% of the
@@ -33,10 +34,11 @@ def report(out: Path) -> fw.Report:
     main = next(iter(r["laws"]))  # the β of the PDE
     fit = first_cluster_fit(config["sizes"], arrays, r["laws"][main]["law_slope"])
     claims.append(pde_claim(r, fit))
+    claims.append(gap_claim(config, r["gap"], arrays))
     escape, fits = escape_claim(config, arrays, r["laws"][main])
     meta = r["metastable"]
     kept, kappa = lifetime_claims(meta, config["meta_count"], config["meta_t1"])
-    claims += [escape, *count_claims(meta), *kept]
+    claims += [escape, *count_claims(meta, config["meta_size"], config["escape_level"]), *kept]
     summary = (
         f"PDE on M = {', '.join(str(p['grid']) for p in r['pde'])} angles, resolved to t = "
         f"{', '.join(format(p['end'], '.2f') for p in r['pde'])}; particles to t = "
@@ -55,7 +57,12 @@ def report(out: Path) -> fw.Report:
         summary,
         claims,
         [
-            ("circle_pde.png", "PDE density, particles' histogram (largest N), W1"),
+            (
+                "circle_pde.png",
+                "PDE density, particles' histogram (largest N), W1 against the fixed-grid PDE; "
+                "W1 of the largest cloud against the refined / node PDE with the Monte-Carlo "
+                "level and the linear prediction",
+            ),
             (
                 "circle_pde_plateaus.png",
                 "cluster count over t per N, plateau start against log N with the law, "
@@ -69,6 +76,7 @@ def report(out: Path) -> fw.Report:
         ],
         tables=[
             plateau_table(r, arrays),
+            gap_table(config, r["gap"], arrays),
             meta_table(meta, config["meta_count"], config["meta_t1"]),
         ],
         notes=notes,

@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tpde.fields import Normalized, Softmax
 from tpde.flows import integrate
 from tpde.measures import Empirical
 from tpde.metrics import w1_circle
@@ -20,17 +19,14 @@ from tpde.theory import dominant_mode, instability_rate
 
 from .. import framework as fw
 from ..common.circle_clusters import cluster_masses, density_masses, first_plateau, points_masses
-from .config import CHUNK, Config, draws, initial_density, save_times
+from .config import Config, draws, initial_density, save_times
+from .flow import follow, post_ln_field
+from .gap import Gap
 from .metastable import KMAX, meta_times, mode_amplitudes, sweep
 
 #: The escape-only draws save every ESCAPE_STRIDE-th dense time (the crossing is
 #: interpolated log-linearly: exact while the mode grows as e^{λt}).
 ESCAPE_STRIDE = 2
-
-
-def post_ln_field(beta: float):
-    eye = torch.eye(2, dtype=torch.float64)
-    return Normalized(Softmax(eye, eye, eye, scale=beta), "post-ln")
 
 
 def count(config: Config, masses: np.ndarray) -> int:
@@ -64,40 +60,6 @@ def solve_pde(config: Config, grid: int, times: np.ndarray) -> dict:
     }
 
 
-def follow(config: Config, field, cloud: Empirical, times: np.ndarray, visit, stop=None) -> dict:
-    """The particles from ``cloud`` by dopri5, saved at ``times`` in calls of CHUNK saves
-    (the clouds of one call are held at once); ``visit(j, measure)`` at every save;
-    ``stop(j)`` (optional), asked after each call with the last save j visited, ends the
-    run early when true (``status`` "stopped", ``until`` the last time reached)."""
-    visit(0, cloud)
-    mu, dt, steps, status, until = cloud, None, 0, "completed", float(times[-1])
-    for lo in range(0, len(times) - 1, CHUNK):
-        if lo and stop is not None and stop(lo):
-            status, until = "stopped", float(times[lo])
-            break
-        chunk = times[lo : lo + CHUNK + 1]
-        traj = integrate(
-            field,
-            mu,
-            float(chunk[-1]),
-            t0=float(chunk[0]),
-            method="dopri5",
-            dt=dt,
-            save=chunk.tolist(),
-            rtol=config.rtol,
-            atol=config.atol,
-            engine="auto",
-        )
-        for j, measure in enumerate(traj.measures[1:], lo + 1):
-            visit(j, measure)
-        steps += traj.stats["n_steps"]
-        mu, dt, status = traj.measures[-1], traj.stats["last_dt"], str(traj.status)
-        if status != "completed":
-            until = float(traj.times[-1])
-            break
-    return {"steps": steps, "status": status, "until": until}
-
-
 def seed_mean(distance: np.ndarray) -> np.ndarray:
     """The mean over draws (axis 1) of the finite entries, NaN where there are none."""
     finite = np.isfinite(distance)
@@ -129,6 +91,7 @@ def run(config: Config, out: Path) -> None:
     times = save_times(config)
     dense = times[times <= config.dense_until + 1e-9]
     pdes = [solve_pde(config, grid, dense) for grid in fw.progress(config.grids, "grids")]
+    gap = Gap(config, times, config.seed + 3)
     finest = max(pdes, key=lambda p: p["grid"])
     reference = finest["_trajectory"]
     at_pde = {round(float(t), 9): j for j, t in enumerate(reference.times.tolist())}
@@ -153,6 +116,7 @@ def run(config: Config, out: Path) -> None:
                         distance[i, s, j] = float(w1_circle(mu, pde_mu))
                     if b == 0 and n == max(config.sizes) and s == 0:
                         histogram[j] = angles_histogram(mu.points, config.bins)
+                        gap.visit(j, mu)
                     if b == 0:
                         modes[i, s, j] = mode_amplitudes(mu.points)
 
@@ -200,6 +164,7 @@ def run(config: Config, out: Path) -> None:
         "laws": laws,
         "runs": runs,
         "metastable": metastable,
+        "gap": gap.results(),
         "seconds": time.time() - started,
     }
     arrays = {
@@ -215,6 +180,7 @@ def run(config: Config, out: Path) -> None:
         "modes": modes,
         "meta_times": meta_times(config),
         "meta_counts": meta_counts,
+        **gap.arrays(),
     }
     fw.save(out, config, arrays, results, started)
 

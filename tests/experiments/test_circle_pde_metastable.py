@@ -22,6 +22,8 @@ from tpde.experiments.circle_pde.metastable import (
     KMAX,
     crossing,
     dirac_rate,
+    lead_share,
+    leading_mode,
     line_fit,
     meta_times,
     mode_amplitudes,
@@ -135,6 +137,54 @@ def test_count_claims_need_ninety_percent():
     verdicts = [c.verdict for c in count_claims({"2.0": nine, "3.0": eight})]
     assert verdicts == ["agrees", "differs"]
     assert "9/10 (2 ×9, 3 ×1)" in count_claims({"2.0": nine})[0].outcome
+    seeded = count_claims({"2.0": nine}, 2000, 0.1)[0]
+    share = lead_share(2.0, 2000, 0.1)[0]
+    assert f"first mode to reach |ĉ_k| = 0.1 in {share:.0%} of clouds" in seeded.outcome
+    assert seeded.verdict == "agrees"  # the diagnostic does not change the rule
+
+
+def test_leading_mode_and_its_line_in_the_count_claim():
+    """The leading mode: the largest |ĉ_k| at the first save where the largest reaches ε
+    (NaN saves of a stopped run ignored); the claim counts draws led by k* and first
+    plateaus with the leading mode's count, and the misses among them."""
+    a = np.full((4, 8), 0.01)
+    a[1, 2], a[2, 3], a[2, 2] = 0.05, 0.2, 0.15  # mode 4 leads once the largest reaches 0.1
+    a[3] = np.nan
+    assert leading_mode(a, 0.1) == 4 and leading_mode(a, 0.5) is None
+    nine = {**_meta([2] * 9 + [3], [(10.0, False)] * 10), "leading": [2] * 8 + [3, 3]}
+    text = count_claims({"2.0": nine})[0].outcome
+    assert "leading at the escape is k* in 8/10" in text
+    assert "leading mode's count in 9/10 (misses: 1 of 1)" in text
+
+
+def test_lead_share_against_the_amplitudes_grown_in_time():
+    """lead_share's closed form (mode k reaches ε at (ln ε√N − ln|z_k|)/λ_k) against the
+    complex amplitudes c_k = (X + iY)/√(2N) grown as e^{λ_k t} on a time grid of step 2e-3,
+    the first mode above ε taken (β = 8, N = 2000, ε = 0.1, 10 000 clouds each): the shares
+    within 4 combined s.e. (s.e. ≈ 0.005 each); the k* share grows with N (0.41, 0.49,
+    0.66 at N = 2000, 10⁴, 10⁶: k*'s lead over λ_3, λ_5 is small at β = 8)."""
+    from tpde.theory import dominant_mode, instability_rate
+
+    beta, n, level, samples = 8.0, 2000, 0.1, 10_000
+    share, median = lead_share(beta, n, level, samples)
+    k_star = dominant_mode(beta)
+    rates = np.array([float(instability_rate(k, beta)) for k in range(1, 4 * k_star + 9)])
+    rng = np.random.default_rng(7)
+    c = np.abs(rng.standard_normal((samples, len(rates))) + 1j * rng.standard_normal(
+        (samples, len(rates)))) / math.sqrt(2 * n)  # fmt: skip
+    first = np.zeros(samples, dtype=int)
+    for t in np.arange(0.0, 10.0, 2e-3):
+        open_ = first == 0
+        if not open_.any():
+            break
+        grown = c[open_] * np.exp(rates * t)
+        above = grown.max(axis=1) >= level
+        first[np.flatnonzero(open_)[above]] = grown[above].argmax(axis=1) + 1
+    brute = float((first == k_star).mean())
+    se = math.sqrt(share * (1 - share) / samples)
+    assert abs(share - brute) < 4 * math.sqrt(2) * se
+    assert 1.5 < median < 2.5  # ln(ε√N)/λ_4 = 2.1 at |z_4| = 1; the first of 40 modes: sooner
+    assert lead_share(beta, 10**4, level)[0] > share + 0.05
 
 
 def test_lifetime_fit_recovers_kappa_and_leaves_censored_out():

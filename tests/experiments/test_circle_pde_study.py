@@ -230,6 +230,8 @@ CONFIGS = {
     "more betas": ({"more_betas": "0"}, "beta and more_betas must be > 0"),
     "beta huge": ({"beta": "1e300"}, "beta <= 1e12"),
     "steps": ({"sparse_step": "0"}, "dense_step, sparse_step, rtol and atol must be > 0"),
+    "long grid": ({"long_grid": "512"}, "long_grid >= min(grids) = 1024 (the grid the PDE"),
+    "long t1": ({"long_t1": "0"}, "long_t1 > 0 (the gap runs to min(long_t1, t1))"),
 }
 
 
@@ -246,7 +248,7 @@ def test_report_of_a_tiny_run(tmp_path):
         "sizes": "500,1000", "seeds": "2", "more_betas": "10", "grids": "512", "t1": "20",
         "dense_until": "10", "dense_step": "1", "sparse_step": "5", "amplitude": "0.02",
         "escape_seeds": "3", "meta_betas": "2", "meta_size": "300", "meta_seeds": "2",
-        "meta_t1": "40",
+        "meta_t1": "40", "long_grid": "1024", "long_quadrature": "1e-3",
     }  # fmt: skip
     config = fw.apply_overrides(module.Config(), overrides, "circle-pde")
     out = tmp_path / "circle-pde"
@@ -295,10 +297,20 @@ def test_report_of_a_tiny_run(tmp_path):
     meta = results["metastable"]["2.0"]
     assert arrays["meta_counts"].shape == (1, 2, len(arrays["meta_times"]))
     assert (arrays["meta_counts"] >= 0).all() and meta["k_star"] == 2
+    assert len(meta["leading"]) == 2 and all(1 <= m <= 8 for m in meta["leading"])
     for run, series in zip(meta["runs"], arrays["meta_counts"][0], strict=True):
         assert run["status"] in ("completed", "stopped")
         assert run["status"] == "completed" or (series[-4:] == 1).all()
     assert "| 2.0 | 2 |" in text
+    # The gap of the largest cloud against the refined / node PDE: at t = 0 the linear
+    # prediction is the exact W1 (to its midpoint rule, 2π·2/2²⁰ = 1.2e-5), both above the
+    # MC level's tenth; a claim and a table.
+    gap, level, linear = arrays["gap"], arrays["gap_level"], arrays["gap_linear"]
+    assert arrays["gap_times"][-1] == 20 and np.isfinite(level[0]) and gap[0] > 0.1 * level[0]
+    assert linear[0] == pytest.approx(gap[0], abs=1.2e-5)
+    assert results["gap"]["n"] == 1000 and results["gap"]["pde"]["mass_error"] < 1e-13
+    assert any("the particles' W1 to the PDE" in c.claim for c in report.claims)
+    assert "| t | g = W1(particles, PDE) |" in text
 
 
 LAW = {"k_star": 3, "rate": 0.5, "law_slope": 1.0, "fit": {"slope": 1.0, "offset": 0.0}}
