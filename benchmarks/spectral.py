@@ -2,6 +2,9 @@
 
     python benchmarks/spectral.py            # SDPA at N = 10⁴, 10⁵; the spectral engine to 10⁶
     python benchmarks/spectral.py --quick    # SDPA at N = 10³, 10⁴ (make bench)
+    python benchmarks/spectral.py --threads  # circle_sums on 1 and 2 threads, N = 10⁵, 10⁶:
+                                             # the engine against its path before issue 35's
+                                             # thread fix, interleaved, wall and CPU time
 
 The field: softmax (SA) and unnormalised exponential (USA) attention with A = βI, V = I,
 tokens drawn uniformly on the circle S¹, float64, one velocity evaluation at the tokens
@@ -31,10 +34,20 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+import time
 
 import torch
-from _common import isotropic_field, print_header, print_row, sampled_error, timed
+from _common import (
+    isotropic_field,
+    print_header,
+    print_row,
+    sampled_error,
+    timed,
+    torch_threads,
+)
 
+import tpde._engines.spectral as spectral
 from tpde._engines.spectral import truncation
 from tpde.measures import Empirical
 
@@ -51,11 +64,63 @@ def field(kind: str, beta: float):
     return isotropic_field(kind, beta, 2)
 
 
+THREAD_COLUMNS = ["N", "β", "K", "threads", "path", "wall s", "CPU s", "CPU ÷ 1 thread"]
+
+
+def _before(points, weights, beta):
+    """circle_sums as before the fix: the calling thread keeps torch's thread count."""
+    return spectral._circle_sums(points, weights, beta, None, torch.get_num_threads())
+
+
+def _min_times(paths: dict, args, repeats: int) -> tuple[dict, dict]:
+    """Minimum wall and CPU seconds (the process's, all threads) of each path over
+    ``repeats`` rounds, their order alternating per round; and each path's output."""
+    best, outs = {name: [math.inf, math.inf] for name in paths}, {}
+    for r in range(repeats + 1):  # round 0 warms up
+        for name in list(paths)[:: 1 if r % 2 else -1]:
+            wall, cpu = time.perf_counter(), time.process_time()
+            outs[name] = paths[name](*args)
+            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+            if r:
+                best[name] = [min(best[name][0], wall), min(best[name][1], cpu)]
+    return best, outs
+
+
+def thread_rows(betas) -> None:
+    """``--threads``: circle_sums (weights 1/N) against :func:`_before` on 1 and 2 torch
+    threads, minimum over 9 (10⁵) or 3 (10⁶) alternating rounds; the load before and after;
+    the largest difference of all outputs from the first, relative to its largest sum."""
+    paths = {"engine": spectral.circle_sums, "before": _before}
+    print("load (1, 5, 15 min):", " ".join(f"{x:.1f}" for x in os.getloadavg()))
+    print_header(THREAD_COLUMNS)
+    for n in (100_000, 1_000_000):
+        points = circle(n).points
+        weights = torch.full((n,), 1 / n, dtype=torch.float64)
+        for beta in betas:
+            K, reference, worst, one = truncation(beta, torch.float64, 1 / n), None, 0.0, {}
+            for threads in (1, 2):
+                with torch_threads(threads), torch.no_grad():
+                    best, outs = _min_times(paths, (points, weights, beta), 9 if n < 10**6 else 3)
+                for name, (wall, cpu) in best.items():
+                    one.setdefault(name, cpu)
+                    row = {"N": n, "β": beta, "K": K, "threads": threads, "path": name}
+                    row.update({"wall s": wall, "CPU s": cpu, "CPU ÷ 1 thread": cpu / one[name]})
+                    print_row(row, THREAD_COLUMNS)
+                    reference = outs[name] if reference is None else reference
+                    difference = (outs[name] - reference).abs().max() / reference.abs().max()
+                    worst = max(worst, float(difference))
+            print(f"N = {n}, β = {beta}: outputs within {worst:.2g} of each other")
+    print("load (1, 5, 15 min):", " ".join(f"{x:.1f}" for x in os.getloadavg()))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="SDPA at N = 10³, 10⁴")
     parser.add_argument("--betas", type=float, nargs="+", default=[1.0, 5.0, 20.0])
+    parser.add_argument("--threads", action="store_true", help="1 vs 2 threads, N = 10⁵, 10⁶")
     args = parser.parse_args()
+    if args.threads:
+        return thread_rows(args.betas)
     sizes = (1_000, 10_000) if args.quick else (10_000, 100_000)
     print_header(COLUMNS)
     for kind in ("SA", "USA"):
