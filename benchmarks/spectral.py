@@ -2,6 +2,9 @@
 
     python benchmarks/spectral.py            # SDPA at N = 10⁴, 10⁵; the spectral engine to 10⁶
     python benchmarks/spectral.py --quick    # SDPA at N = 10³, 10⁴ (make bench)
+    python benchmarks/spectral.py --threads  # circle_sums on 1 and 2 threads, N = 10⁵, 10⁶:
+                                             # the engine against its path before issue 35's
+                                             # thread fix, interleaved, wall and CPU time
 
 The field: softmax (SA) and unnormalised exponential (USA) attention with A = βI, V = I,
 tokens drawn uniformly on the circle S¹, float64, one velocity evaluation at the tokens
@@ -25,16 +28,52 @@ with the load, the ratios much less), ``--betas 5`` at full size:
 ``--quick`` (β = 1, 5, 20; load 9–10): ×38–79 against SDPA and ×60–148 against tiled at
 N = 10⁴; N = 10⁶ in 0.8–3.1 s; errors ≤ 7.5e-13 (β = 20, N = 10⁶). With a second thread on
 a machine whose other core is busy the blocks wait for each other: no gain there.
+
+``--threads`` (issue 35): ``circle_sums`` of one cloud (weights 1/N) against its path before
+the thread fix (benchmarks/_spectral_before.py, main at 0b9e219: the calling thread kept
+torch's thread count between the passes, the blocks built fresh tables), N = 10⁵, 10⁶,
+β = 2, 5, 8 (the circle-pde study's range), 1 and 2 torch threads, no autograd, the two
+alternating, minimum over 9 (10⁵) or 3 (10⁶) rounds of the wall and the CPU time (the
+process's, all threads); outputs equal to the bit (difference 0) in every case. CPU seconds
+and their ratio to one thread, two runs at 14:59 and 15:00 UTC, 7 Dec 2026, ``uptime`` load
+6.1–6.7 on 2 cores:
+
+    N    β  K   | engine: 1 thr   2 thr   ratio        | before: 1 thr   2 thr   ratio
+    10⁵  2  21  |         0.012   0.016   1.31, 1.18   |         0.011   0.039   3.45, 2.46
+    10⁵  5  28  |         0.013   0.017   1.30, 1.31   |         0.012   0.040   3.24, 3.04
+    10⁵  8  33  |         0.015   0.020   1.29, 1.43   |         0.014   0.045   3.18, 3.47
+    10⁶  2  22  |         0.121   0.121   1.00, 0.99   |         0.130   0.184   1.42, 1.15
+    10⁶  5  29  |         0.148   0.137   0.93, 1.15   |         0.129   0.180   1.40, 1.21
+    10⁶  8  34  |         0.135   0.136   1.01, 1.23   |         0.127   0.170   1.34, 1.37
+
+(first run's seconds, both runs' ratios). Wall at 2 threads, first run: 0.016–0.020 s
+against 0.039–0.068 s at 10⁵, 0.17–0.28 s against 0.22–0.35 s at 10⁶. The two causes, each
+removed by one change: the calling thread alone (``tiled.calling_thread_alone``) took the
+ratio at 10⁵ from 3.2–4.1 to 2.0–2.3 (two runs at load 5.9–7.5, 14:52–14:57 UTC, before the
+buffers); the rest was page faults in the blocks' Python threads (``getrusage``: 10⁴ minor
+faults and 5–25 ms of system time per evaluation of 10⁵ tokens on 2 threads, none on one;
+1.3·10³ with the tables and products in per-thread arrays). On one thread nothing changes.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
+import time
 
 import torch
-from _common import isotropic_field, print_header, print_row, sampled_error, timed
+from _common import (
+    isotropic_field,
+    print_header,
+    print_row,
+    sampled_error,
+    timed,
+    torch_threads,
+)
+from _spectral_before import circle_sums_before
 
+import tpde._engines.spectral as spectral
 from tpde._engines.spectral import truncation
 from tpde.measures import Empirical
 
@@ -51,11 +90,58 @@ def field(kind: str, beta: float):
     return isotropic_field(kind, beta, 2)
 
 
+THREAD_COLUMNS = ["N", "β", "K", "threads", "path", "wall s", "CPU s", "CPU ÷ 1 thread"]
+
+
+def _min_times(paths: dict, args, repeats: int) -> tuple[dict, dict]:
+    """Minimum wall and CPU seconds (the process's, all threads) of each path over
+    ``repeats`` rounds, their order alternating per round; and each path's output."""
+    best, outs = {name: [math.inf, math.inf] for name in paths}, {}
+    for r in range(repeats + 1):  # round 0 warms up
+        for name in list(paths)[:: 1 if r % 2 else -1]:
+            wall, cpu = time.perf_counter(), time.process_time()
+            outs[name] = paths[name](*args)
+            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+            if r:
+                best[name] = [min(best[name][0], wall), min(best[name][1], cpu)]
+    return best, outs
+
+
+def thread_rows(betas) -> None:
+    """``--threads``: circle_sums (weights 1/N) against :func:`_before` on 1 and 2 torch
+    threads, minimum over 9 (10⁵) or 3 (10⁶) alternating rounds; the load before and after;
+    the largest difference of all outputs from the first, relative to its largest sum."""
+    paths = {"engine": spectral.circle_sums, "before": circle_sums_before}
+    print("load (1, 5, 15 min):", " ".join(f"{x:.1f}" for x in os.getloadavg()))
+    print_header(THREAD_COLUMNS)
+    for n in (100_000, 1_000_000):
+        points = circle(n).points
+        weights = torch.full((n,), 1 / n, dtype=torch.float64)
+        for beta in betas:
+            K, reference, worst, one = truncation(beta, torch.float64, 1 / n), None, 0.0, {}
+            for threads in (1, 2):
+                with torch_threads(threads), torch.no_grad():
+                    best, outs = _min_times(paths, (points, weights, beta), 9 if n < 10**6 else 3)
+                for name, (wall, cpu) in best.items():
+                    one.setdefault(name, cpu)
+                    row = {"N": n, "β": beta, "K": K, "threads": threads, "path": name}
+                    row.update({"wall s": wall, "CPU s": cpu, "CPU ÷ 1 thread": cpu / one[name]})
+                    print_row(row, THREAD_COLUMNS)
+                    reference = outs[name] if reference is None else reference
+                    difference = (outs[name] - reference).abs().max() / reference.abs().max()
+                    worst = max(worst, float(difference))
+            print(f"N = {n}, β = {beta}: outputs within {worst:.2g} of each other")
+    print("load (1, 5, 15 min):", " ".join(f"{x:.1f}" for x in os.getloadavg()))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="SDPA at N = 10³, 10⁴")
     parser.add_argument("--betas", type=float, nargs="+", default=[1.0, 5.0, 20.0])
+    parser.add_argument("--threads", action="store_true", help="1 vs 2 threads, N = 10⁵, 10⁶")
     args = parser.parse_args()
+    if args.threads:
+        return thread_rows(args.betas)
     sizes = (1_000, 10_000) if args.quick else (10_000, 100_000)
     print_header(COLUMNS)
     for kind in ("SA", "USA"):

@@ -216,3 +216,76 @@ def test_engine_spectral_refusals(generator):
         tokens = Empirical(mu.points, positions=torch.linspace(0, 1, 6))
         with pytest.raises(ValueError, match="engine 'spectral' does not compute general"):
             other.velocity(tokens if isinstance(other, Masked) else mu, engine="spectral")
+
+
+@pytest.fixture
+def two_threads():
+    """torch at 2 threads within the test, the previous count restored after."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(previous)
+
+
+def _recording(monkeypatch, seen):
+    """Record the calling thread's torch thread count when the bilinear forms are built
+    (between the two passes, on the calling thread)."""
+    original = spectral._bilinear
+
+    def recording(*args):
+        seen.append(torch.get_num_threads())
+        return original(*args)
+
+    monkeypatch.setattr(spectral, "_bilinear", recording)
+
+
+def test_two_threads_give_the_same_sums_and_keep_the_caller_on_one(generator, monkeypatch):
+    """Without autograd, 2 torch threads send the blocks to 2 Python threads (each block's
+    arithmetic is the same on either: tolerance 1e-14 relative, measured 0) while the
+    calling thread runs torch on one thread in between, and gets its count back after.
+    The blocks' tables and products in reused arrays give the sums of fresh tensors (the
+    path under autograd): the same operations in the same order."""
+    n = 3 * spectral.BLOCK_ROWS + 5  # four blocks per pass
+    points, weights = _circle(generator, n), torch.rand(n, generator=generator, dtype=F64) + 0.5
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        one = spectral.circle_sums(points, weights, 5.0)
+        seen = []
+        _recording(monkeypatch, seen)
+        torch.set_num_threads(2)
+        two = spectral.circle_sums(points, weights, 5.0)
+        after = torch.get_num_threads()
+    finally:
+        torch.set_num_threads(previous)
+    fresh = spectral.circle_sums(points.clone().requires_grad_(), weights, 5.0).detach()
+    assert set(seen) == {1} and after == 2
+    assert _relative(two, one) < 1e-14 and _relative(one, fresh) < 1e-14
+
+
+def test_autograd_keeps_the_threads(generator, monkeypatch, two_threads):
+    """Under autograd the blocks run one after the other, torch keeping its 2 threads."""
+    n = 2 * spectral.BLOCK_ROWS
+    points = _circle(generator, n).requires_grad_()
+    weights = torch.full((n,), 1 / n, dtype=F64)
+    seen = []
+    _recording(monkeypatch, seen)
+    spectral.circle_sums(points, weights, 2.0).sum().backward()
+    assert set(seen) == {2} and torch.get_num_threads() == 2
+    assert torch.isfinite(points.grad).all()
+
+
+@pytest.mark.parametrize("where", ["_tables_into", "_bilinear"])
+def test_a_failing_evaluation_restores_the_thread_count(where, generator, monkeypatch, two_threads):
+    """An error in a block's thread (the tables) or on the calling thread (the forms)
+    reaches the caller, whose thread count is back at 2."""
+
+    def fail(*args):
+        raise ArithmeticError(f"{where} failed")
+
+    monkeypatch.setattr(spectral, where, fail)
+    n = 2 * spectral.BLOCK_ROWS
+    points, weights = _circle(generator, n), torch.full((n,), 1 / n, dtype=F64)
+    with pytest.raises(ArithmeticError, match=f"{where} failed"):
+        spectral.circle_sums(points, weights, 2.0)
+    assert torch.get_num_threads() == 2

@@ -118,11 +118,11 @@ def run_threads(work, count: int, workers: int) -> list:
 
     Every thread, the calling one included when ``workers`` is 1, runs torch
     single-threaded: the threads form one parallel region without nested parallelism.
-    The calling thread's torch thread count is restored after. Returns each thread's
-    return value; re-raises a thread's exception.
+    The calling thread's torch thread count is restored after
+    (:func:`calling_thread_alone`). Returns each thread's return value; re-raises a
+    thread's exception.
     """
-    jobs, previous = _Jobs(count), torch.get_num_threads()
-    results, errors = [None] * workers, []
+    jobs, results, errors = _Jobs(count), [None] * workers, []
 
     def run(slot):
         try:
@@ -130,7 +130,7 @@ def run_threads(work, count: int, workers: int) -> list:
         except BaseException as err:  # handed to the calling thread below
             errors.append(err)
 
-    try:
+    with calling_thread_alone():
         if workers == 1:
             return [_single_threaded(work, jobs)]
         threads = [threading.Thread(target=run, args=(slot,)) for slot in range(workers)]
@@ -138,8 +138,6 @@ def run_threads(work, count: int, workers: int) -> list:
             thread.start()
         for thread in threads:
             thread.join()
-    finally:
-        torch.set_num_threads(previous)
     if errors:
         raise errors[0]
     return results
