@@ -100,7 +100,9 @@ def test_a_checkpoint_config_of_transformers_4(case, tmp_path):
     params = raw.pop("rope_parameters")
     raw["rope_theta"] = params["full_attention"]["rope_theta"]
     if name == "yarn":
-        raw["rope_scaling"] = {k: v for k, v in params["full_attention"].items() if k != "rope_theta"}
+        raw["rope_scaling"] = {
+            k: v for k, v in params["full_attention"].items() if k != "rope_theta"
+        }
     for file in folder.iterdir():
         (tmp_path / file.name).write_bytes(file.read_bytes())
     (tmp_path / "config.json").write_text(json.dumps(raw))
@@ -143,7 +145,8 @@ _PATTERN = "olmo2.attention.sliding_window_pattern"
 
 
 @pytest.mark.parametrize(
-    "pattern", [None, ("add_uint32", 4), ("add_array", [True, True, True, False])],
+    "pattern",
+    [None, ("add_uint32", 4), ("add_array", [True, True, True, False])],
     ids=["absent", "period", "per-layer"],
 )
 def test_gguf_olmo2_with_a_window_is_olmo3_bit_for_bit(tmp_path, pattern):

@@ -204,23 +204,19 @@ def gguf_config(
 
 
 def _read_as_windowed(raw: dict, spec, prefix: str, source: dict) -> None:
-    """A map with ``windowed`` and no ``switched_off`` (olmo2): where the file holds a window
-    w > 0 (its ``attention.sliding_window``, read into config.json's ``sliding_window``),
-    llama.cpp reads it as another model (OLMo-3): ``raw`` takes ``windowed`` (its
-    ``model_type``); 0 (none) or no window leaves the map's own reading, and the key
-    dropped. A value that is not an integer ≥ 0 is refused (llama.cpp reads a uint32)."""
-    key = prefix + "attention.sliding_window"
-    if "sliding_window" not in raw:
-        return
-    value = raw["sliding_window"]
+    """olmo2 (``windowed`` without ``switched_off``): a window w > 0 (``sliding_window``) makes
+    the file another model in llama.cpp (OLMo-3: ``raw`` takes ``windowed``); 0 is none,
+    dropped. Not an integer ≥ 0: refused (llama.cpp reads a uint32)."""
+    value = raw.get("sliding_window", 0)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise LoadError(
-            f"the metadata key {key!r} = {value!r} is not a window (an integer ≥ 0, 0 for none)."
+            f"the metadata key {prefix + 'attention.sliding_window'!r} = {value!r} is not a "
+            "window (an integer ≥ 0, 0 for none)."
         )
-    if value == 0:
-        raw.pop("sliding_window"), source.pop("sliding_window", None)
-        return
-    raw.update(spec.windowed)
+    if value:
+        raw.update(spec.windowed)
+    else:
+        raw.pop("sliding_window", None), source.pop("sliding_window", None)
 
 
 def _check_literal(key: str, value, expected) -> None:
