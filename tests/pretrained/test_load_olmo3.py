@@ -152,7 +152,9 @@ _PATTERN = "olmo2.attention.sliding_window_pattern"
 def test_gguf_olmo2_with_a_window_is_olmo3_bit_for_bit(tmp_path, pattern):
     """llama.cpp reads an olmo2 file with a window > 0 as OLMo-3: its pattern (absent: 4), the
     local layers' RoPE unscaled at the file's base, YaRN on the global ones. The file's model
-    equals the folder's of the same values, bit for bit in float64 (the same sums)."""
+    equals the folder's of the same values (its local layers at the global base), bit for bit
+    in float64 (the same sums), and transformers' model of that folder (1e-12; transformers'
+    GGUF loader reads no olmo2 file: test_transformers_gguf_loader_does_not_read_olmo2)."""
     options = {} if pattern is None else {"metadata": {_PATTERN: pattern}}
     folder, file = _pair(tmp_path, **options)
     from_file, from_folder = (load(p, dtype=torch.float64) for p in (file, folder))
@@ -164,6 +166,16 @@ def test_gguf_olmo2_with_a_window_is_olmo3_bit_for_bit(tmp_path, pattern):
     states_folder = from_folder.hidden_states(from_folder.embed(ids)[0])
     assert torch.equal(states, states_folder)
     assert torch.equal(from_file.logits(states[-1]), from_folder.logits(states_folder[-1]))
+    if pattern is None:  # and that folder is transformers' model of the file (1e-12)
+        with fc.float64_oracle("olmo3"):
+            hf = transformers.Olmo3ForCausalLM.from_pretrained(
+                folder, dtype=torch.float64, attn_implementation="eager"
+            ).eval()
+            fc._float64_norms(hf)
+            with torch.no_grad():
+                out = hf(ids[None], output_hidden_states=True)
+        errors = fc.check(from_file, ids, out, 1e-12)
+        print(f"olmo3 GGUF (olmo2) vs transformers float64: {max(errors.values()):.1e}")
 
 
 def test_gguf_olmo2_without_a_window_stays_olmo2(tmp_path):
@@ -179,3 +191,28 @@ def test_transformers_gguf_loader_does_not_read_olmo2():
     from transformers import modeling_gguf_pytorch_utils as hf_gguf
 
     assert "olmo2" not in hf_gguf.GGUF_SUPPORTED_ARCHITECTURES
+
+
+def test_gguf_pattern_of_another_period_and_a_bad_one(tmp_path):
+    """A period 2 (llama.cpp: l mod 2 < 1 local) gives 1 local : 1 global; a pattern neither
+    a period nor flags is refused by its key."""
+    _, file = _pair(tmp_path, metadata={_PATTERN: ("add_uint32", 2)})
+    assert [layer.attention.window for layer in load(file).layers] == [3, None, 3, None]
+    (tmp_path / "s").mkdir()
+    _, file = _pair(tmp_path / "s", metadata={_PATTERN: ("add_string", "LLLG")})
+    with pytest.raises(LoadError, match=r"sliding_window_pattern' = 'LLLG' is neither a period"):
+        load(file)
+
+
+def test_sliding_window_pattern_other_than_4_is_refused(case, tmp_path):
+    """Olmo3Config ignores sliding_window_pattern (its layer_types: every 4th layer global),
+    which Gemma's reading would apply: refused unless 4, naming the key."""
+    _, folder, _, _ = case
+    raw = json.loads((folder / "config.json").read_text())
+    raw.pop("layer_types")
+    raw["sliding_window_pattern"] = 2
+    for file in folder.iterdir():
+        (tmp_path / file.name).write_bytes(file.read_bytes())
+    (tmp_path / "config.json").write_text(json.dumps(raw))
+    with pytest.raises(LoadError, match=r"sliding_window_pattern = 2, which changes"):
+        load(tmp_path)

@@ -11,6 +11,7 @@ reads it as OLMo-3's 3 local : 1 global layers, the local layers' RoPE unscaled 
 
 from __future__ import annotations
 
+from tpde.pretrained._checkpoint import LoadError
 from tpde.pretrained.families.base import (
     GATED_BIASES,
     SCORE_HEAD,
@@ -20,25 +21,35 @@ from tpde.pretrained.families.base import (
 )
 from tpde.pretrained.families.llama import LLAMA_HONOURED, LLAMA_KEYS, LLAMA_NAMES
 
-__all__ = ["OLMO2", "llamacpp_olmo3_layers", "llamacpp_olmo3_rope"]
+__all__ = ["OLMO2", "PATTERN_KEY", "llamacpp_olmo3_layers", "llamacpp_olmo3_rope"]
+
+#: The config.json key an olmo2 file's ``attention.sliding_window_pattern`` is read into, for
+#: :func:`llamacpp_olmo3_layers` alone (no Hugging Face config has it: Olmo3Config ignores a
+#: ``sliding_window_pattern``, which the olmo3 family refuses unless 4).
+PATTERN_KEY = "llamacpp_sliding_window_pattern"
 
 
 def llamacpp_olmo3_layers(raw: dict):
     """The ``layer_types`` llama.cpp gives an olmo2 file read as OLMo-3 (``raw``: the
-    config.json read so far, ``sliding_window_pattern`` the file's
+    config.json read so far, :data:`PATTERN_KEY` the file's
     ``attention.sliding_window_pattern``): one flag per layer (True: local) as listed, or a
     period p, layer l local iff p = 0 or l mod p < p − 1 (``llama_hparams::set_swa_pattern``;
-    p = 4 where the file has none). None where the file is not read as OLMo-3 or its values
-    are not of these types (read_hyper then names them)."""
+    p = 4 where the file has none). None where the file is not read as OLMo-3 (or its layer
+    count is not an integer: read_hyper names it); a LoadError for a pattern of another type."""
     if raw.get("model_type") != "olmo3":
         return None
-    layers, pattern = raw.get("num_hidden_layers"), raw.get("sliding_window_pattern", 4)
+    layers, pattern = raw.get("num_hidden_layers"), raw.get(PATTERN_KEY, 4)
     if isinstance(pattern, list) and all(isinstance(p, bool) for p in pattern):
-        local = pattern
-    elif isinstance(layers, int) and isinstance(pattern, int) and not isinstance(pattern, bool):
+        local = pattern  # read_hyper checks one per layer
+    elif isinstance(pattern, int) and not isinstance(pattern, bool) and pattern >= 0:
+        if not isinstance(layers, int):
+            return None
         local = [pattern == 0 or l % pattern < pattern - 1 for l in range(layers)]
     else:
-        return None
+        raise LoadError(
+            f"the metadata key 'olmo2.attention.sliding_window_pattern' = {pattern!r} is "
+            "neither a period (an integer ≥ 0) nor one flag per layer (booleans)."
+        )
     return ["sliding_attention" if s else "full_attention" for s in local]
 
 
@@ -82,7 +93,7 @@ OLMO2 = register(
             # makes the file OLMo-3 (module notes)
             keys={
                 "attention.sliding_window": "sliding_window",
-                "attention.sliding_window_pattern": "sliding_window_pattern",
+                "attention.sliding_window_pattern": PATTERN_KEY,
             },
             windowed={"model_type": "olmo3"},
             computed={"layer_types": llamacpp_olmo3_layers, "rope_parameters": llamacpp_olmo3_rope},

@@ -8,7 +8,8 @@ The RoPE bases, as transformers 5's ``Olmo3Config.convert_rope_params_to_dict`` 
 ``rope_parameters.<type>.rope_theta`` where config.json gives them per type; otherwise the
 global layers take ``rope_theta`` and the local ones Olmo3Config's default 5·10⁵ (the
 converter pops ``rope_theta`` once, for the global layers). OLMo-3's checkpoints hold
-``rope_theta`` 5·10⁵, where every reading agrees.
+``rope_theta`` 5·10⁵, where every reading agrees. A ``sliding_window_pattern`` other than 4
+is refused: Olmo3Config ignores it (Gemma's reading applies it).
 
 GGUF: llama.cpp's converter writes OLMo-3 as ``olmo2`` with ``attention.sliding_window``;
 its ``load_hparams`` (LLM_ARCH_OLMO2: a window > 0 found, ``set_swa_pattern(4)``, layer l local
@@ -43,7 +44,12 @@ OLMO3 = register(
             "rope_local_base": (None, OLMO3_THETA),
             "window": ("sliding_window", 4096),
         },
-        honoured={**LLAMA_HONOURED, "layer_types": GEMMA_HONOURED["layer_types"]},
+        honoured={
+            **LLAMA_HONOURED,
+            "layer_types": GEMMA_HONOURED["layer_types"],
+            # Olmo3Config ignores it (its default layer_types: every 4th layer global)
+            "sliding_window_pattern": (4,),
+        },
         names=OLMO2.names,
         biases=GATED_BIASES,
         norm="rmsnorm",
