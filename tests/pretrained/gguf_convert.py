@@ -11,6 +11,9 @@ llama       ``attn_q``/``attn_k`` rows (weights and biases) interleaved per head
 qwen2/3,    the generic ``TextModel.set_gguf_parameters`` keys; tensors renamed only
 olmo2,
 starcoder2
+olmo3       ``Olmo2Model`` (architecture olmo2): the generic keys, the global layers' RoPE
+            scaling, the window; ``attention.sliding_window_pattern`` only where ``pattern``
+            is passed (:func:`convert`'s metadata)
 gemma       ``GemmaModel``: the common keys, key/value_length, no RoPE base; norm gains
             stored 1 + w; lm_head skipped
 gemma2      its own keys: soft-caps and the window, no RoPE base, no query_pre_attn_scalar;
@@ -50,7 +53,7 @@ ARCHITECTURES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma": 
                  "gemma2": "gemma2",
                  "gemma3_text": "gemma3", "olmo2": "olmo2", "phi": "phi2", "gpt2": "gpt2",
                  "starcoder2": "starcoder2", "gpt_neox": "gptneox", "phi3": "phi3",
-                 "stablelm": "stablelm", "falcon": "falcon"}  # fmt: skip
+                 "stablelm": "stablelm", "falcon": "falcon", "olmo3": "olmo2"}  # fmt: skip
 _GEMMA = ("gemma", "gemma2", "gemma3")
 
 
@@ -153,6 +156,8 @@ def _metadata(writer, cfg, arch: str) -> None:
     if arch == "llama":
         writer.add_vocab_size(g["vocab_size"])
         writer.add_rope_dimension_count(g.get("head_dim") or d // heads)
+    if cfg.model_type == "olmo3" and g.get("sliding_window"):
+        writer.add_sliding_window(g["sliding_window"])
     if arch == "gemma3" and g.get("sliding_window"):
         writer.add_sliding_window(g["sliding_window"])
 

@@ -179,20 +179,17 @@ def test_metadata_that_contradicts_the_tensors_names_the_first_with_both_shapes(
 
 
 # ---------------------------------------------------------------------- metadata keys
-_TWO_READINGS = (r"is a sliding window within the file's context, which llama\.cpp reads as "
-                 r"OLMo-3's pattern for {arch} files .*set_swa_pattern\(4\).* the file has "
-                 r"two readings")  # fmt: skip
 _UNREAD = "changes the computation in a way tpde does not implement for {arch} files"
 #: case → (metadata key without the prefix, GGUFWriter method, value, message)
 KEYS = [
-    *((case, "attention.sliding_window", "add_uint32", 4, _TWO_READINGS)
-      for case in ("olmo2",)),  # llama, qwen2, qwen3, starcoder2: test_gguf_windows
+    # llama, qwen2, qwen3, starcoder2: test_gguf_windows; olmo2 (OLMo-3): test_load_olmo3
     *((case, "attention.sliding_window", "add_uint32", 4, _UNREAD)
       for case in ("phi", "gpt2", "gpt_neox", "stablelm", "falcon")),
     *((case, "expert_count", "add_uint32", 4, _UNREAD) for case in FAMILIES),
     ("qwen2", "expert_used_count", "add_uint32", 2, _UNREAD),
     ("llama", "attention.causal", "add_bool", False, _UNREAD),
     ("gpt2", "rope.freq_base", "add_float32", 1e4, _UNREAD),
+    ("olmo2", "attention.sliding_window", "add_int32", -1, "is not a window"),
 ]  # fmt: skip
 
 
@@ -224,12 +221,13 @@ def test_the_window_gemma_files_carry_is_read(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "case, window", [("llama", 0), ("qwen2", 32), ("starcoder2", 1000), ("olmo2", 32)]
+    "case, window", [("llama", 0), ("qwen2", 32), ("starcoder2", 1000), ("olmo2", 0)]
 )
 def test_a_window_that_cuts_nothing_within_the_context_is_read_as_none(case, window, tmp_path):
     """A window of 0 (llama.cpp's "none") or of at least ``context_length`` (32): llama.cpp's
     reading and a Hugging Face config's agree there; read as none, without a warning (a
-    window of 4 has two readings: test_gguf_windows)."""
+    window of 4 has two readings: test_gguf_windows; an olmo2 file's window > 0 is OLMo-3's,
+    read as the olmo3 family: test_load_olmo3)."""
     key = f"{_arch(case)}.attention.sliding_window"
     path = _write(tmp_path, case, "F32", metadata={key: ("add_uint32", window)})
     with warnings.catch_warnings():

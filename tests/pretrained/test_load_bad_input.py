@@ -237,34 +237,6 @@ def test_mistral_attention_bias_is_not_a_mistral_key(tmp_path):
     _check(load(path, dtype=torch.float64), "mistral", IDS, out, 1e-12)
 
 
-def test_an_olmo2_gguf_with_a_sliding_window_is_refused_by_key(tmp_path):
-    """llama.cpp reads it as OLMo-3's pattern, which the olmo2 family lacks (a llama file's
-    window is read, warned: test_gguf_windows)."""
-    gguf = pytest.importorskip("gguf")
-    import numpy as np
-
-    writer = gguf.GGUFWriter(str(tmp_path / "w.gguf"), "olmo2")
-    for add, value in (
-        ("block_count", 1),
-        ("context_length", 8),
-        ("embedding_length", 4),
-        ("feed_forward_length", 8),
-        ("head_count", 1),
-        ("sliding_window", 3),
-    ):
-        getattr(writer, f"add_{add}")(value)  # fmt: skip
-    writer.add_tensor("token_embd.weight", np.zeros((5, 4), dtype=np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    where = rf"{tmp_path / 'w.gguf'} \(GGUF metadata read as config.json\): the metadata key "
-    with pytest.raises(LoadError, match=where + r"'olmo2\.attention\.sliding_window' = 3 is a "
-                       r"sliding window within the file's context, which llama\.cpp reads as "
-                       r"OLMo-3's pattern for olmo2 files .* two readings"):  # fmt: skip
-        load(tmp_path / "w.gguf")
-
-
 # ---------------------------------------------------------------------- positions
 def test_positions_beyond_max_position_embeddings(folder):
     """embed refuses a sequence longer than C = max_position_embeddings (32 here); the layers

@@ -79,6 +79,10 @@ CASES = {
     "olmo2-cls": ("Olmo2Config", {**_PERI, "tie_word_embeddings": False, "num_labels": 3},
                   "Olmo2ForSequenceClassification", "score after the output-norm model's "
                   "final RMSNorm", False, 3),
+    "olmo3-cls": ("Olmo3Config", {**_PERI, "tie_word_embeddings": False, "num_labels": 2,
+                                  "num_hidden_layers": 4, "sliding_window": 3},
+                  "Olmo3ForSequenceClassification", "score after the final RMSNorm; 3 local "
+                  ": 1 global layers", False, 2),
 }  # fmt: skip
 
 
@@ -97,7 +101,7 @@ def _oracle(case: str):
     return model
 
 
-_PERI_CONFIGS = ("Gemma2Config", "Gemma3TextConfig", "Olmo2Config")
+_PERI_CONFIGS = ("Gemma2Config", "Gemma3TextConfig", "Olmo2Config", "Olmo3Config")
 _FLOAT64 = {"GPTJConfig": _gptj_float64, **dict.fromkeys(_PERI_CONFIGS, peri._exact_float64)}
 
 

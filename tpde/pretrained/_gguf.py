@@ -15,16 +15,14 @@ the K-quants, the IQ types; float32).
 key → the family's hyper-parameter, whose config key the family's ``keys`` name) and the
 family's own ``keys``; a key in neither, nor among the ``equal`` ones the family checks, is
 refused naming it (a RoPE scaling, an expert count: nothing is silently ignored); so is a
-standard key llama.cpp reads in a way tpde does not express for the architecture (the map's
-``unread``: an olmo2 file's window, OLMo-3's 3 local : 1 global pattern in llama.cpp), where
-the file would have two readings — unless its value changes nothing within the file's
-context (a window of 0 or of at least ``context_length``; read as none) —, and a file
-without a key the map lists as ``required`` (Gemma-3's window, which llama.cpp requires). A
+file without a key the map lists as ``required`` (Gemma-3's window, which llama.cpp requires). A
 window llama.cpp computes without while a Hugging Face config applies it (the map's
 ``switched_off``: Phi-3's, which it turns off; llama's — Mistral's files —, Qwen2/3's and
 StarCoder2's, which it does not read) is read as llama.cpp computes it, with a warning where
 the readings differ, or as :func:`~tpde.pretrained.load`'s ``gguf_window`` chooses
-(:func:`switched_off`; "file": on every layer, with the map's ``windowed``). An optional
+(:func:`switched_off`; "file": on every layer, with the map's ``windowed``). An olmo2 file
+holding a window w > 0 is OLMo-3 in llama.cpp, and is read as the olmo3 family (the map's
+``windowed`` without ``switched_off``: its ``model_type``). An optional
 key the file lacks takes llama.cpp's default (the map's ``defaults``: Gemma-2's window and
 soft-caps, Gemma-3's RoPE base). What else the
 file does not carry comes from the family's defaults (its documented facts) and its
@@ -122,10 +120,10 @@ _NORMS = ("norm",)  # a role whose name ends so is a norm (its gain possibly sto
 
 def _key_map(family: Family) -> dict[str, str]:
     """The family's GGUF metadata key (no prefix) → config.json key: the standard keys of its
-    hyper-parameters but the window keys read apart (``unread``, ``switched_off``), and its own."""
+    hyper-parameters but the window keys read apart (``switched_off``), and its own."""
     out = {short: family.keys[name][0] for short, name in STANDARD_KEYS.items()
            if name in family.keys and family.keys[name][0] is not None
-           and short not in (*family.gguf.unread, *family.gguf.switched_off)}  # fmt: skip
+           and short not in family.gguf.switched_off}  # fmt: skip
     return {**out, **family.gguf.keys}
 
 
@@ -161,21 +159,15 @@ def gguf_config(
                 raw[name], source[name] = metadata[key], key  # llama: Mistral's (windowed)
                 raw.update(spec.windowed)
                 _check_windowed(spec, shapes)
-        elif short in spec.unread and not _inert(short, metadata[key], metadata, prefix):
-            how = spec.unread[short].format(arch=spec.architecture)
-            raise LoadError(
-                f"the metadata key {key!r} = {metadata[key]!r} is a sliding window within the "
-                f"file's context, which llama.cpp {how}, while tpde's {spec.architecture} "
-                "reading (its Hugging Face config) has no such window: the file has two "
-                "readings, and tpde refuses rather than compute otherwise than llama.cpp."
-            )
-        elif short not in equal and short not in spec.unread:
+        elif short not in equal:
             reads = (*keys, *equal, *spec.literal, *(ROPE_SCALING_KEYS if family.rotary else ()))
             raise LoadError(
                 f"the metadata key {key!r} = {metadata[key]!r} changes the computation in a way "
                 f"tpde does not implement for {spec.architecture} files (it reads "
                 f"{', '.join(prefix + k for k in reads)}); tpde refuses rather than ignore it."
             )
+    if spec.windowed and not spec.switched_off:  # olmo2: a window > 0 is OLMo-3 (its map)
+        _read_as_windowed(raw, spec, prefix, source)
     for short in spec.required:
         if prefix + short not in metadata:
             raise LoadError(
@@ -211,6 +203,22 @@ def gguf_config(
     return raw, source
 
 
+def _read_as_windowed(raw: dict, spec, prefix: str, source: dict) -> None:
+    """olmo2 (``windowed`` without ``switched_off``): a window w > 0 (``sliding_window``) makes
+    the file another model in llama.cpp (OLMo-3: ``raw`` takes ``windowed``); 0 is none,
+    dropped. Not an integer ≥ 0: refused (llama.cpp reads a uint32)."""
+    value = raw.get("sliding_window", 0)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise LoadError(
+            f"the metadata key {prefix + 'attention.sliding_window'!r} = {value!r} is not a "
+            "window (an integer ≥ 0, 0 for none)."
+        )
+    if value:
+        raw.update(spec.windowed)
+    else:
+        raw.pop("sliding_window", None), source.pop("sliding_window", None)
+
+
 def _check_literal(key: str, value, expected) -> None:
     """A LoadError unless metadata key ``key`` holds the one value tpde reads it at."""
     if value != expected:
@@ -221,7 +229,7 @@ def _check_literal(key: str, value, expected) -> None:
 
 
 def _inert(short: str, value, metadata: dict, prefix: str) -> bool:
-    """Whether an ``unread`` key's value changes nothing within the file's context: a sliding
+    """Whether a window key's value changes nothing within the file's context: a sliding
     window of 0 (llama.cpp's "none", which its Phi-3 converter writes) or of at least
     ``context_length`` positions (p_i − p_j < w for every pair the context holds)."""
     context = metadata.get(prefix + "context_length")

@@ -45,6 +45,9 @@ gemma3         gemma3_text             RMSNorm    sandwich    as gemma2 without 
                                                               QK-RMSNorm, local RoPE base
 olmo2          olmo2                   RMSNorm    output      as llama, QK-RMSNorm over the whole
                                                               projection
+olmo3          olmo3                   RMSNorm    output      as olmo2; 3 local : 1 global layers
+                                                              (layer_types); RoPE per layer type
+                                                              (global scaled, e.g. YaRN; local not)
 starcoder2     starcoder2              LayerNorm  pre         GQA + RoPE with biases (use_bias);
                                                               GELU-tanh MLP; sliding window
 gpt_bigcode    gpt_bigcode             LayerNorm  pre         as gpt2 (nn.Linear weights);
@@ -80,7 +83,8 @@ stablelm       stablelm                LayerNorm  pre         partial RoPE; per-
 =============  ======================  =========  ==========  =====================================
 
 GGUF files: the families with a ``gguf`` map (llama — Mistral files too, which llama.cpp
-writes as llama —, qwen2, qwen3, gemma2, gemma3, olmo2, phi (llama.cpp's ``phi2``), gpt2,
+writes as llama —, qwen2, qwen3, gemma2, gemma3, olmo2 — OLMo-3's files too, which
+llama.cpp writes as olmo2 with a window, read as olmo3 —, phi (llama.cpp's ``phi2``), gpt2,
 gpt_neox (``gptneox``), starcoder2, phi3, stablelm and falcon), through the one translator
 :mod:`tpde.pretrained._gguf`.
 

@@ -121,14 +121,6 @@ class GGUFMap:
         factors, with ``rope.scaling.attn_factor``) are read as a "longrope" scaling
         (:mod:`tpde.pretrained._gguf_rope`); without it such tensors are refused as
         unexpected.
-    unread : dict
-        Standard keys (:data:`tpde.pretrained._gguf.STANDARD_KEYS`, without the prefix) of a
-        window llama.cpp reads in a way tpde does not express for the family → how it reads it
-        (the error's words): a file whose value binds within its context (0 < w <
-        ``context_length``) is refused, naming the key (olmo2's ``attention.sliding_window``,
-        OLMo-3's 3 local : 1 global pattern in llama.cpp — ``load_hparams``, LLM_ARCH_OLMO2:
-        ``set_swa_pattern(4)`` —, which Hugging Face's Olmo2 and tpde's olmo2 family lack);
-        0 or a window ≥ ``context_length`` is read as none.
     ignored : tuple of str
         Keys (without the prefix) that no reading applies: llama.cpp does not read them for
         the architecture and the family's Hugging Face model does not use them (the family's
@@ -161,7 +153,12 @@ class GGUFMap:
         llama's ``model_type`` "mistral" (transformers' Llama has no window; Mistral's applies
         it on every layer), Qwen's ``use_sliding_window`` true and ``max_window_layers`` 0
         (every layer: llama.cpp's converter writes no window, nor any layer rule, for Qwen
-        files, and a file's other keys are refused by name).
+        files, and a file's other keys are refused by name). In a map without
+        ``switched_off`` (olmo2): the values of every file holding a window w > 0 (its
+        ``attention.sliding_window``, read into ``sliding_window``; 0: none), which
+        llama.cpp reads as another model — olmo2's ``model_type`` "olmo3": its
+        ``load_hparams`` (LLM_ARCH_OLMO2) reads such a file as OLMo-3's local and global
+        layers (``set_swa_pattern(4)``), which the olmo3 family reads.
     """
 
     architecture: str
@@ -181,7 +178,6 @@ class GGUFMap:
     literal: dict = field(default_factory=dict)
     rope_freqs: bool = False
     rope_factors: bool = False
-    unread: dict = field(default_factory=dict)
     ignored: tuple[str, ...] = ()
     required: tuple[str, ...] = ()
     defaults: dict = field(default_factory=dict)
