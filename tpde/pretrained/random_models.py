@@ -202,7 +202,7 @@ def _draw(spec: tuple, entry: Family, spread: float, g) -> torch.Tensor:
     the module notes tabulate."""
     role, _, part, shape = spec
     base = role.split("/")[0]  # an expert's role names its expert
-    z = torch.randn(shape, generator=g, dtype=torch.float64)
+    z = torch.randn(shape, generator=g, dtype=torch.float64, device="cpu")
     if part.startswith("weight") and base in _NORMS:
         return 1.0 - entry.gain_offset + spread * z  # the effective gain 1 + N(0, s²)
     if not part.startswith("weight"):
