@@ -12,6 +12,7 @@ import math
 
 import torch
 
+from tpde import _lu as lu
 from tpde._linalg import sqrtm_psd, symmetrize
 from tpde.flows.status import Status
 from tpde.flows.trajectory import JKOStep
@@ -74,7 +75,7 @@ class GaussianProx:
         d = mean.shape[-1]
         eye = torch.eye(d, dtype=mean.dtype, device=mean.device)
         self.root = eye if mobility is None else sqrtm_psd(mobility.to(mean))
-        inv_root = torch.linalg.inv(self.root)
+        inv_root = lu.inv(self.root)
         whitened = symmetrize(inv_root @ cov @ inv_root)
         lam, self.U = torch.linalg.eigh(whitened)
         if float(lam[0]) <= DEGENERATE * d * torch.finfo(lam.dtype).eps * float(lam[-1]):

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 
 import torch
 
+from tpde import _lu as lu
 from tpde._validation import check_positive
 from tpde.fields.gradient_flow.energies import Energy
 from tpde.fields.gradient_flow.structured import StructuredAttention
@@ -232,7 +233,7 @@ def frozen_metric_distance(
         reduced = U.mT @ (head.sign * head.M.to(x)) @ U
         cometric = cometric + reduced / weight[:, None, None]
     inside = delta @ U  # (n, r)
-    solved = torch.linalg.solve(cometric, inside.unsqueeze(-1)).squeeze(-1)
+    solved = lu.solve(cometric, inside.unsqueeze(-1)).squeeze(-1)
     w = mu.weights.to(x)
     dist2 = (w * (inside * solved).sum(-1)).sum()
     outside = (w * (delta - inside @ U.mT).square().sum(-1)).sum()

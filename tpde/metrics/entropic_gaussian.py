@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 import torch
 
+from tpde import _lu as lu
 from tpde._linalg import sqrtm_psd, symmetrize, trace
 from tpde._validation import as_tensor, check_choice, check_finite, check_positive
 from tpde.measures import Gaussian
@@ -86,7 +87,7 @@ class EntropicGaussianOT:
         For the attention cost with μ = ν this is Sinkhorn attention's conditional mean
         (MATH.md §3), before the value matrix V.
         """
-        gain = torch.linalg.solve(self.cov0, self.cross_cov).mT  # Cᵀ Σ₀⁻¹ (Σ₀ symmetric)
+        gain = lu.solve(self.cov0, self.cross_cov).mT  # Cᵀ Σ₀⁻¹ (Σ₀ symmetric)
         return GaussianMap(gain, self.mean0, self.mean1)
 
 
@@ -153,7 +154,7 @@ def entropic_terms(m0, S0, m1, S1, P, eps: float, quadratic: bool, with_cross: b
         D = eps * sqrtm_psd(eye + (4 / eps / eps) * inner)
     else:
         D = sqrtm_psd(eps**2 * eye + 4 * inner)
-    cross = 2 * root0 @ torch.linalg.solve(D + eps * eye, root0 @ P @ S1)
+    cross = 2 * root0 @ lu.solve(D + eps * eye, root0 @ P @ S1)
     return linear + entropic, cross
 
 

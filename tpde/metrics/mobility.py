@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import torch
 
+from tpde import _lu as lu
 from tpde._engines import logsumexp
 from tpde._linalg import symmetrize
 from tpde._validation import as_tensor, check_finite, symmetry_tolerance
@@ -96,7 +97,7 @@ def mobility(A=None, V=None, *, M=None, dtype=None, a_name: str = "A") -> tuple[
             f"A is singular (smallest singular value {float(svals[-1]):.3g}), so the mobility "
             "M = V A⁻¹ does not exist"
         )
-    raw = torch.linalg.solve(A, V.mT).mT  # V A⁻¹ with A symmetric
+    raw = lu.solve(A, V.mT).mT  # V A⁻¹ with A symmetric
     gap = _relative_gap(raw)
     if gap > torch.finfo(dtype).eps ** 0.5:
         raise NotAGradientFlow(

@@ -25,6 +25,7 @@ import math
 
 import torch
 
+from tpde import _lu as lu
 from tpde._linalg import sqrtm_psd, symmetrize
 from tpde._validation import as_tensor, check_choice, check_finite
 from tpde.measures import Gaussian
@@ -183,7 +184,7 @@ def twisted_w2(
         x, a, y, b = particle_pair(mu, nu, "twisted_w2")
         like, d = x, x.shape[1]
     sM = _mobility(M, A, V, d, like)
-    root_inv = torch.linalg.inv(sqrtm_psd(sM))
+    root_inv = lu.inv(sqrtm_psd(sM))
     root_inv = symmetrize(root_inv)
     if reference is not None:
         _check_reference(reference, d, A)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from tpde import _lu as lu
 from tpde._validation import check_choice
 from tpde.fields.base import AffineDerivative, Field
 from tpde.fields.forms import SoftmaxForm, key_log_weights
@@ -115,7 +116,7 @@ class L2(Field):
         tilt = mean if shift is None else mean + (cov @ shift.unsqueeze(-1)).squeeze(-1)
         rhs = 2 * cov @ p.A
         tilt = tilt.unsqueeze(-1).expand(*rhs.shape[:-1], 1)
-        X = torch.linalg.solve(M, torch.cat([tilt, rhs], dim=-1))
+        X = lu.solve(M, torch.cat([tilt, rhs], dim=-1))
         return p, coef, KtK, M, shift, X
 
     def gaussian_affine(self, t, mean, cov):
@@ -135,7 +136,7 @@ class L2(Field):
         p, coef, KtK, M, shift, X = self._closure(t, mean, cov)
         solved = p.V @ X
         c = solved[..., 0] if p.bv is None else solved[..., 0] + p.bv
-        P = torch.linalg.solve(M.transpose(-1, -2), p.V.transpose(-1, -2)).transpose(-1, -2)
+        P = lu.solve(M.transpose(-1, -2), p.V.transpose(-1, -2)).transpose(-1, -2)
         R = 2 * p.A - 2 * coef * KtK @ X[..., 1:]
         r = -2 * coef * (KtK @ X[..., :1]).squeeze(-1)
         if shift is not None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
+from tpde import _lu as lu
 from tpde._engines import logsumexp
 from tpde._linalg import sqrtm_psd, symmetrize
 
@@ -116,5 +117,5 @@ def conditional_slope(cov, A):
     """
     root = sqrtm_psd(cov)
     D = entropic_D(root, cov, A)
-    S = 2 * root @ torch.linalg.solve(_identity_like(cov) + D, root)
+    S = 2 * root @ lu.solve(_identity_like(cov) + D, root)
     return symmetrize(S) @ A

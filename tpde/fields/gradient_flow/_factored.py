@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 import torch
 
+from tpde import _lu as lu
 from tpde.metrics.mobility import DEGENERATE
 
 __all__: list[str] = []
@@ -139,7 +140,7 @@ def _pinv_form(Mt: torch.Tensor, evals: torch.Tensor, C: torch.Tensor) -> torch.
         return C.new_zeros(C.shape[0], C.shape[0])
     cut = Mt.shape[-1] * torch.finfo(Mt.dtype).eps * float(evals.abs().max())
     if float(evals.abs().min()) > cut:
-        return C @ torch.linalg.solve(Mt, C.mT)
+        return C @ lu.solve(Mt, C.mT)
     evals, W = torch.linalg.eigh(Mt)
     keep = evals.abs() > cut
     inverse = torch.where(keep, 1.0 / torch.where(keep, evals, torch.ones_like(evals)), 0.0)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from tpde import _lu as lu
 from tpde._linalg import psd_factor, sqrtm_psd, symmetrize, trace
 from tpde._scale_safe import safe_norm
 from tpde._validation import as_tensor
@@ -275,7 +276,7 @@ def _dissipation_rate(structure, field, mu, energy, t: float, engine: str) -> to
         return structure.metric_norm2(mu, field.velocity(mu, t=t, engine=engine), engine)
     mean, cov = mu.mean(), mu.cov()
     c, B = field.gaussian_affine(t, mean, cov)
-    K = torch.linalg.inv(structure.mobility.to(mean))
+    K = lu.inv(structure.mobility.to(mean))
     scale = mean.new_ones(())
     if structure.weighted:  # ∫ Z|Γ|² dμ = 2E · E_ν̃|Γ|², ν̃ = Z·μ / ∫Z dμ (Gaussian)
         A = structure.A.to(mean)
@@ -283,7 +284,7 @@ def _dissipation_rate(structure, field, mu, energy, t: float, engine: str) -> to
         P = A.mT @ cov @ A
         H = symmetrize(L.mT @ P @ L)
         eye = torch.eye(mu.dim, dtype=mean.dtype, device=mean.device)
-        inv = torch.linalg.inv(eye - H)
+        inv = lu.inv(eye - H)
         cvec = L.mT @ (A.mT @ mean + P @ mean)
         mean, cov = mean + L @ inv @ cvec, symmetrize(L @ inv @ L.mT)
         scale = 2 * energy

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import torch
 
+from tpde import _lu as lu
 from tpde.fields.gradient_flow.energies import Energy
 from tpde.metrics.mobility import NotAGradientFlow, mobility
 
@@ -105,7 +106,7 @@ class GradientStructure:
     def metric_norm2(self, mu, v: torch.Tensor, engine: str = "auto"):
         """‖v‖²_g = Σ_i w_i ω_μ(x_i) v_iᵀ(sM)⁻¹v_i for a velocity (n, d) on particles."""
         weight = self.log_weight(mu, mu.points, engine).exp()
-        solved = torch.linalg.solve(self.mobility.to(v), v.mT).mT
+        solved = lu.solve(self.mobility.to(v), v.mT).mT
         return (mu.weights * weight * (v * solved).sum(-1)).sum()
 
     def __repr__(self) -> str:

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
+from tpde import _lu as lu
+
 __all__ = [
     "Linearization",
     "SymmetricCoordinates",
@@ -74,11 +76,11 @@ def _factor(J: torch.Tensor, step, gamma: float):
     else:
         hg = (step * gamma).unsqueeze(-1).unsqueeze(-1)
         scaled = torch.where(hg != 0, hg * J, torch.zeros_like(J))
-    LU, pivots, info = torch.linalg.lu_factor_ex(eye - scaled)
+    LU, pivots, info = lu.lu_factor_ex(eye - scaled)
     failed = (info != 0).unsqueeze(-1)
 
     def solve(x: torch.Tensor) -> torch.Tensor:
-        out = torch.linalg.lu_solve(LU, pivots, x.unsqueeze(-1)).squeeze(-1)
+        out = lu.lu_solve(LU, pivots, x.unsqueeze(-1)).squeeze(-1)
         return torch.where(failed, torch.full_like(out, math.nan), out)
 
     return solve

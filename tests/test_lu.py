@@ -1,0 +1,71 @@
+"""Batched LU solves on a multi-threaded CPU (tpde._lu; pytorch/pytorch issue 142815).
+
+torch 2.13's CPU kernels run a batch of large LU factorisations on several threads at once,
+where MKL's DLASWP is not thread-safe: errors ("Pivots given to lu_solve …") or wrong numbers
+(module notes of tpde._lu). tpde's wrappers run such a batch on one thread. Oracle: each
+matrix solved alone (unbatched calls are not affected), float64, ≤ 1e-10 relative (the
+matrices' condition numbers are below 1e3, so rounding is ~1e-13).
+"""
+
+from __future__ import annotations
+
+import pathlib
+import re
+
+import pytest
+import torch
+
+from tpde import _lu as lu
+
+F64 = torch.float64
+
+
+@pytest.fixture
+def two_threads():
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(previous)
+
+
+def _batch(b=6, n=200, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    X = torch.randn(b, n, n, dtype=F64, generator=g) / n**0.5
+    A = X @ X.mT + torch.eye(n, dtype=F64)  # SPD, eigenvalues in [1, ~5]
+    return A, torch.randn(b, n, 3, dtype=F64, generator=g)
+
+
+def _relative(x, y):
+    return float((x - y).abs().max() / y.abs().max())
+
+
+def test_batched_solves_equal_one_matrix_at_a_time_on_two_threads(two_threads):
+    A, B = _batch()
+    alone = torch.stack([torch.linalg.solve(a, b) for a, b in zip(A, B, strict=True)])
+    assert _relative(lu.solve(A, B), alone) < 1e-10
+    assert _relative(lu.solve(A, B[..., 0]), alone[..., 0]) < 1e-10
+    assert _relative(lu.inv(A) @ B, alone) < 1e-10
+    LU, pivots, info = lu.lu_factor_ex(A)
+    assert int(info.abs().max()) == 0
+    assert _relative(lu.lu_solve(LU, pivots, B), alone) < 1e-10
+    assert torch.get_num_threads() == 2  # the caller's count restored
+
+
+def test_the_thread_count_is_restored_when_torch_raises(two_threads):
+    A, B = _batch(b=2, n=20)
+    with pytest.raises(RuntimeError, match="Incompatible shapes of A and B"):
+        lu.solve(A, B[:, :5])
+    assert torch.get_num_threads() == 2
+
+
+def test_no_module_calls_torchs_lu_kernels_directly():
+    """Every LU-based call goes through tpde._lu (a new direct call would bring the race
+    back on batched inputs)."""
+    root = pathlib.Path(lu.__file__).parent
+    direct = re.compile(r"torch\.(linalg\.(solve|solve_ex|inv|inv_ex|lu_factor|lu_factor_ex|"
+                        r"lu_solve|lu)|inverse|lu_solve)\(")  # fmt: skip
+    found = [f"{path.relative_to(root)}:{i}"
+             for path in root.rglob("*.py") if path.name != "_lu.py"
+             for i, line in enumerate(path.read_text().splitlines(), 1)
+             if direct.search(line)]  # fmt: skip
+    assert not found, f"call tpde._lu instead of torch's LU kernels at {found}"
