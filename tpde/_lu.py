@@ -13,7 +13,11 @@ Measured here with torch 2.13.0 on 2 threads: a batch of 2–12 symmetric positi
 Every batched LU call of tpde goes through these functions, which run it with torch on one
 thread (the fix's rule) and restore the caller's thread count; an unbatched call, or one off
 the CPU, is torch's own. One thread on the batch costs nothing the race did not: each
-matrix's LAPACK call was single-threaded inside the parallel loop anyway.
+matrix's LAPACK call was single-threaded inside the parallel loop anyway. Where autograd
+records the call, its backward pass (another batched LU solve, run by the autograd engine
+outside any guard) would race again, so a recorded batched call is solved one matrix at a
+time (unbatched, forward and backward are safe). torch's thread count is one per process:
+the guard is for the calling thread's work, not for several Python threads factoring at once.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import contextlib
 
 import torch
 
-__all__ = ["inv", "lu_factor_ex", "lu_solve", "solve"]
+__all__ = ["inv", "logdet", "lu_factor_ex", "lu_solve", "solve"]
 
 
 @contextlib.contextmanager
@@ -40,16 +44,49 @@ def _serial(*tensors: torch.Tensor):
         torch.set_num_threads(previous)
 
 
+def _recorded_batch(*tensors: torch.Tensor) -> bool:
+    """Whether autograd records a batched CPU call on ``tensors`` (module notes)."""
+    return (
+        torch.is_grad_enabled()
+        and any(t.requires_grad for t in tensors)
+        and any(t.dim() > 2 for t in tensors)
+        and tensors[0].device.type == "cpu"
+    )
+
+
+def _one_by_one(function, A: torch.Tensor, *others: torch.Tensor) -> torch.Tensor:
+    """``function`` of each matrix of A (..., n, n) with the matching (..., n, k) of
+    ``others``, broadcast over the batch, stacked back to the batch shape."""
+    batch = torch.broadcast_shapes(A.shape[:-2], *(o.shape[:-2] for o in others))
+    flat = [t.expand(*batch, *t.shape[-2:]).reshape(-1, *t.shape[-2:]) for t in (A, *others)]
+    out = torch.stack([function(*parts) for parts in zip(*flat, strict=True)])
+    return out.reshape(*batch, *out.shape[1:])
+
+
 def solve(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
     """``torch.linalg.solve(A, B)``: X with AX = B, A (..., n, n), B (..., n, k) or (..., n)."""
+    if _recorded_batch(A, B):
+        vector = B.dim() == A.dim() - 1 and B.shape == A.shape[:-1]  # torch's rule
+        X = _one_by_one(torch.linalg.solve, A, B.unsqueeze(-1) if vector else B)
+        return X.squeeze(-1) if vector else X
     with _serial(A, B):
         return torch.linalg.solve(A, B)
 
 
 def inv(A: torch.Tensor) -> torch.Tensor:
     """``torch.linalg.inv(A)``, A (..., n, n)."""
+    if _recorded_batch(A):
+        return _one_by_one(torch.linalg.inv, A)
     with _serial(A):
         return torch.linalg.inv(A)
+
+
+def logdet(A: torch.Tensor) -> torch.Tensor:
+    """``torch.logdet(A)``, A (..., n, n): shape (...)."""
+    if _recorded_batch(A):
+        return _one_by_one(lambda a: torch.logdet(a)[None, None], A)[..., 0, 0]
+    with _serial(A):
+        return torch.logdet(A)
 
 
 def lu_factor_ex(A: torch.Tensor):

@@ -248,7 +248,10 @@ def kernel_degree(beta: float, tol: float = 1e-12) -> int:
     """The smallest l ≥ 2 with i_l(β) < tol·i_1(β): the kernel's degrees that force."""
     ls = np.arange(1, int(4 * beta + 4 * math.sqrt(beta) + 60))
     i = ive(ls + 0.5, beta)
-    return int(ls[np.argmax(i < tol * i[0])])
+    below = i < tol * i[0]
+    if not below.any():  # the range is wide enough for every β > 0 and tol ≥ 1e-300
+        raise ValueError(f"no degree below {ls[-1]} has i_l(β) < {tol}·i_1(β) at β = {beta}.")
+    return int(ls[np.argmax(below)])
 
 
 def gaunt_weight(k: int, l1, l2) -> np.ndarray:

@@ -185,6 +185,15 @@ def test_gguf_olmo2_without_a_window_stays_olmo2(tmp_path):
     assert model.architecture == "olmo2" and model.config.window is None
 
 
+def test_gguf_olmo2_without_a_base_reads_llama_cpps_default(tmp_path):
+    """An olmo2 file with a window and no ``rope.freq_base``: llama.cpp's default 10⁴ on every
+    layer (its load_hparams reads the key as optional), not Olmo3Config's 5·10⁵."""
+    _, file = _pair(tmp_path, unset=("olmo2.rope.freq_base",))
+    model = load(file)
+    assert model.architecture == "olmo3"
+    assert {model.config.layer_rope_base(l) for l in range(4)} == {1e4}
+
+
 def test_transformers_gguf_loader_does_not_read_olmo2():
     """The second oracle is absent: transformers' GGUF loader reads no olmo2 file (measured
     here, so the skip's reason is checked, not assumed); the folder is the oracle."""

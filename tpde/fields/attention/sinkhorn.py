@@ -6,6 +6,7 @@ import warnings
 
 import torch
 
+from tpde import _lu as lu
 from tpde._engines import logsumexp, softmax_average
 from tpde._linalg import sqrtm_psd, trace
 from tpde._validation import check_positive
@@ -168,7 +169,7 @@ class Sinkhorn(Field):
             eye = torch.eye(D.shape[-1], dtype=D.dtype, device=D.device)
             quadratic = (mean.unsqueeze(-2) @ A @ mean.unsqueeze(-1))[..., 0, 0]
             value = -quadratic - 0.5 * trace(D - eye)
-            value = value + 0.5 * torch.logdet((eye + D) / 2)
+            value = value + 0.5 * lu.logdet((eye + D) / 2)
             return self.eps * value
         points, log_w = key_log_weights(mu)
         G, report = sinkhorn_potential(

@@ -96,6 +96,8 @@ OLMO2 = register(
                 "attention.sliding_window_pattern": PATTERN_KEY,
             },
             windowed={"model_type": "olmo3"},
+            # rope.freq_base is optional in llama_model::load_hparams (10⁴), not OLMo-3's 5·10⁵
+            defaults={"rope.freq_base": 10_000.0},
             computed={"layer_types": llamacpp_olmo3_layers, "rope_parameters": llamacpp_olmo3_rope},
         ),
     )
