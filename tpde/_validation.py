@@ -8,6 +8,7 @@ trusts its inputs.
 from __future__ import annotations
 
 import contextvars
+import functools
 import math
 import numbers
 from collections.abc import Callable, Sequence
@@ -281,7 +282,7 @@ def as_positions(value, name: str, *, dtype: torch.dtype, device=None) -> torch.
         given = as_tensor(value, name, device=device)
     given = given.to(device) if device is not None else given
     cast = given.to(dtype)
-    if given.dtype != dtype and given.ndim == 1:
+    if given.dtype != dtype and given.ndim == 1 and not _exact_integers(given, dtype):
         order = torch.argsort(given)
         before, after = given[order], cast[order]
         merged = (before[1:] != before[:-1]) & (after[1:] == after[:-1])
@@ -294,6 +295,23 @@ def as_positions(value, name: str, *, dtype: torch.dtype, device=None) -> torch.
                 "the dtype resolves (integers below 2^24 in float32)."
             )
     return cast
+
+
+def _exact_integers(given: torch.Tensor, dtype: torch.dtype) -> bool:
+    """Whether ``given`` holds integers that a floating ``dtype`` represents exactly: every
+    |v| ≤ 2^p, p the dtype's significand bits (2^24 in float32, 2^53 in float64), so that
+    distinct positions stay distinct (no sort needed to tell)."""
+    if given.is_floating_point() or not dtype.is_floating_point or given.numel() == 0:
+        return False
+    low, high = torch.aminmax(given)
+    bound = _exact_bound(dtype)
+    return -bound <= int(low) and int(high) <= bound
+
+
+@functools.cache
+def _exact_bound(dtype: torch.dtype) -> int:
+    """2^p, p the significand bits of a floating dtype (1 − log2 eps)."""
+    return 2 ** (1 - int(math.log2(torch.finfo(dtype).eps)))
 
 
 def check_positions(positions, n: int, like: torch.Tensor, mismatch: str) -> torch.Tensor:

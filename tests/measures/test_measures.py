@@ -97,6 +97,17 @@ def test_empirical_rejects_bad_input(kwargs, match):
         Empirical(**kwargs)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
+def test_integer_positions_are_kept_exactly_up_to_the_dtypes_last_exact_integer(dtype):
+    # float32 holds every integer up to 2^24, float16 up to 2^11: positions there stay
+    # distinct (no sort is needed to tell); one past it merges with its neighbour (float64: 2^53).
+    bound = {torch.float32: 2**24, torch.float64: 2**53, torch.float16: 2**11}[dtype]
+    kept = Empirical(torch.zeros(3, 1, dtype=dtype), positions=[0, bound - 1, bound])
+    assert kept.positions.tolist() == [0, bound - 1, bound] and kept.positions.dtype == dtype
+    with pytest.raises(ValueError, match=f"positions {bound} and {bound + 1} are not distinct"):
+        Empirical(torch.zeros(2, 1, dtype=dtype), positions=[bound, bound + 1])
+
+
 @pytest.mark.parametrize(
     ("mean", "cov", "match"),
     [
