@@ -53,7 +53,6 @@ from tpde.flows.rules import (
     warn_unsteppable,
 )
 from tpde.flows.saving import LandingSaves
-from tpde.flows.smoothness import ObservedOrder
 from tpde.flows.status import Status
 from tpde.flows.systems import System
 from tpde.flows.trajectory import Trajectory
@@ -148,8 +147,8 @@ class FixedSteps:
             "rtol": self.rtol,
             "atol": self.atol,
         }
-        smoothness = ObservedOrder(())  # fixed steps: never observed
-        counts.update(nonsmooth_at=smoothness.detected_at, nonsmooth=smoothness.nonsmooth)
+        # A fixed step is never judged non-smooth (ObservedOrder watches rejected steps).
+        counts.update(nonsmooth_at=None, nonsmooth=np.zeros((), dtype=bool))
         return trajectory(system, method, times, states, self.outcome, counts, start)
 
     def _unsteppable(self, k1, t: float) -> bool:
