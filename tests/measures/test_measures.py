@@ -89,6 +89,7 @@ def test_degenerate_covariance_is_allowed():
         ({"points": torch.zeros(2, 1), "weights": torch.tensor([0.5, 0.6])}, "sum to 1"),
         ({"points": torch.zeros(2, 1), "weights": torch.tensor([0.5, float("inf")])}, "non-finite"),
         ({"points": torch.zeros(2, 1), "positions": torch.tensor([0.0, -1.5])}, "must be ≥ 0"),
+        ({"points": torch.zeros(2, 1), "positions": torch.tensor([0, -1])}, "minimum of -1"),
         ({"points": torch.zeros(2, 1), "positions": torch.zeros(3)}, "positions must have shape"),
     ],
 )
