@@ -1,7 +1,9 @@
 """Flows: particle (Lagrangian), Gaussian (moment ODE) and grid (Eulerian) integrators.
 
-:func:`integrate` is the façade over one stepping loop (:mod:`tpde.flows.loop`) and its
-systems (:mod:`tpde.flows.systems`, one kind of state per module: :class:`ParticleSystem`,
+:func:`integrate` is the façade over one stepping loop (:mod:`tpde.flows.loop`; one unbatched
+state at fixed steps without events, a network's forward, takes the fixed-step path
+:mod:`tpde.flows.fixed`, with the same rules, :mod:`tpde.flows.rules`, and the same results
+bit for bit) and its systems (:mod:`tpde.flows.systems`, one kind of state per module: :class:`ParticleSystem`,
 :class:`GaussianSystem`, :class:`GridSystem`); :class:`Trajectory` the result, its
 :class:`Status`; :class:`BlowUp` and :class:`Converged` the events; ``SYSTEMS`` the table
 from a measure's type to its system (:func:`register_system`; a ready system is accepted

@@ -199,7 +199,10 @@ def integrate(
         :class:`Grid` (d ≤ 2), or :class:`~tpde.flows.systems.FiniteVolumes` to choose the
         scheme and CFL target, moves its cell masses by conservative finite volumes
         (:mod:`tpde.flows.systems.grid`). A batched Gaussian (or batched parameters) integrates a
-        whole sweep at once; each element has its own step size, events and status.
+        whole sweep at once; each element has its own step size, events and status. One
+        unbatched state at fixed steps without events (``events=()``: a network's forward)
+        is stepped by :mod:`tpde.flows.fixed`, with the loop's rules and results, bit for
+        bit, without its per-element bookkeeping.
 
         Parameters
         ----------

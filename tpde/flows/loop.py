@@ -1,5 +1,10 @@
 r"""The one stepping loop: step control, events, freezing and saving, for every system.
 
+(One unbatched state at fixed steps without events — a network's forward — is stepped by
+the fixed-step path, :mod:`tpde.flows.fixed`, with the rules written once in
+:mod:`tpde.flows.rules` that this loop applies too: where a step lands, the statuses, a
+step's finiteness and domain checks, the unsteppable start, the trajectory.)
+
 Particles, Gaussians, grids (and any other :class:`~tpde.flows.systems.System`) are all
 stepped here, by the same method objects (:mod:`tpde.flows.methods`).
 
