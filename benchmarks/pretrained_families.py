@@ -38,16 +38,17 @@ cost what transformers' whole forward costs, and the flow around them added 0.3�
 Its second part: the fixed-step path (``tpde.flows.fixed``: one unbatched state at fixed
 steps without events, the loop's rules and results bit for bit, without its per-element
 numpy bookkeeping), self-attention's causal mask added rather than filled in on the dense
-engine (45 → 5 µs a call, the same weights), integer positions checked in one pass. Tiny,
-the old code (main at e5890c2) and the new one alternating in separate processes, 2 rounds
-each, the forward timed as here with 25 repeats, at load 4–9 (other engineers' jobs: the
-medians, 3–20 ms for a 1 ms forward, are noise; the minimums of both rounds):
+engine (45 → 5 µs a call, the same weights), integer positions checked in one pass. This
+script on the tiny size, the old code (main at e5890c2) and the new one alternating, two
+runs each (old, new, new, old), ``--repeat 20``, load 3.6–4.6 (other engineers' jobs), the
+medians of each run:
 
-    forward, tiny (ratio of minimums): old phi3 1.52, gemma 1.49, olmo 1.66, granite 1.48,
-                    cohere 1.58, stablelm 1.74; new 1.34, 1.40, 1.41, 1.43, 1.69, 1.46
-    (logits bit-identical old and new)
+    forward, tiny:  old phi3 1.52 / 1.56, gemma 1.60 / 1.56, olmo 1.61 / 1.68, granite
+                    1.52 / 1.58, cohere 1.66 / 1.73, stablelm 1.65 / 1.70;
+                    new 1.31 / 1.29, 1.32 / 1.16, 1.50 / 1.48, 1.32 / 1.29, 1.47 / 1.45,
+                    1.37 / 1.66 (logits bit-identical old and new)
 
-and in one process without the collection before each call (the forward's own cost, caches
+In one process without the collection before each call (the forward's own cost, caches
 warm; minimums of 150–300 alternating calls, load 8–12): old 1.24–1.40, new 1.04–1.21.
 The flow around the fields (``integrate``'s checks, the steps' bookkeeping, the
 trajectory) now costs about 0.17 ms of a 0.8 ms tiny forward (caches warm, minimums). The
