@@ -54,8 +54,13 @@ The flow around the fields (``integrate``'s checks, the steps' bookkeeping, the
 trajectory) now costs about 0.17 ms of a 0.8 ms tiny forward (caches warm, minimums). The
 tiny target is met with warm caches only: after the collection before each call, what
 remains over transformers is cold caches (tpde's forward touches more Python functions and
-objects) and the boundary checks of ``Empirical``, ``integrate`` and ``logits``. The small
-size was not measured again (its products dominate; the old ratios above met ≤ 1.2).
+objects) and the boundary checks of ``Empirical``, ``integrate`` and ``logits``. One more
+run each (old, new; ``--repeat 20``, load 1–3, medians; minimums in brackets):
+
+    forward, tiny:  old 1.38, 1.54, 1.73, 1.39, 1.81, 1.58; new 1.37, 1.27, 1.56, 1.35,
+                    1.46, 1.50
+    forward, small: old 1.12, 1.15, 1.23, 1.08, 1.29, 1.18 (1.15–1.27);
+                    new 1.08, 0.97, 1.17, 1.03, 1.26, 1.31 (1.06–1.14)
 """
 
 from __future__ import annotations
