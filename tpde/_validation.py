@@ -8,6 +8,7 @@ trusts its inputs.
 from __future__ import annotations
 
 import contextvars
+import functools
 import math
 import numbers
 from collections.abc import Callable, Sequence
@@ -276,12 +277,19 @@ def as_positions(value, name: str, *, dtype: torch.dtype, device=None) -> torch.
     """Token positions as a tensor of the tokens' ``dtype``: integers are cast once (not
     through the default float dtype, which merges integers above 2^24), and a cast that
     merges distinct positions raises (the causal mask would tie ordered tokens)."""
+    return _cast_positions(value, name, dtype, device)[0]
+
+
+def _cast_positions(value, name: str, dtype: torch.dtype, device) -> tuple:
+    """(positions in ``dtype``, their least value when they were integers that ``dtype``
+    holds exactly — then finite and distinct, nothing more to read — else None)."""
     given = _integer_tensor(value)
     if given is None:
         given = as_tensor(value, name, device=device)
     given = given.to(device) if device is not None else given
     cast = given.to(dtype)
-    if given.dtype != dtype and given.ndim == 1:
+    low = _exact_low(given, dtype)
+    if given.dtype != dtype and given.ndim == 1 and low is None:
         order = torch.argsort(given)
         before, after = given[order], cast[order]
         merged = (before[1:] != before[:-1]) & (after[1:] == after[:-1])
@@ -293,7 +301,24 @@ def as_positions(value, name: str, *, dtype: torch.dtype, device=None) -> torch.
                 "positional encodings would tie them. Use tokens in float64, or positions that "
                 "the dtype resolves (integers below 2^24 in float32)."
             )
-    return cast
+    return cast, low
+
+
+def _exact_low(given: torch.Tensor, dtype: torch.dtype) -> int | None:
+    """The least of integers ``given`` that a floating ``dtype`` represents exactly (every
+    |v| ≤ 2^p, p the dtype's significand bits: 2^24 in float32, 2^53 in float64, so that
+    distinct positions stay distinct: no sort needed to tell); None otherwise."""
+    if given.is_floating_point() or not dtype.is_floating_point or given.numel() == 0:
+        return None
+    low, high = (int(v) for v in torch.aminmax(given))
+    bound = _exact_bound(dtype)
+    return low if -bound <= low and high <= bound else None
+
+
+@functools.cache
+def _exact_bound(dtype: torch.dtype) -> int:
+    """2^p, p the significand bits of a floating dtype (1 − log2 eps)."""
+    return 2 ** (1 - int(math.log2(torch.finfo(dtype).eps)))
 
 
 def check_positions(positions, n: int, like: torch.Tensor, mismatch: str) -> torch.Tensor:
@@ -301,11 +326,12 @@ def check_positions(positions, n: int, like: torch.Tensor, mismatch: str) -> tor
 
     ``mismatch`` is the shape error's text with ``{got}`` for the received shape (the
     callers name what the positions must match: a measure's points, query points x)."""
-    positions = as_positions(positions, "positions", dtype=like.dtype, device=like.device)
+    positions, low = _cast_positions(positions, "positions", like.dtype, like.device)
     if positions.shape != (n,):
         raise ValueError(mismatch.format(got=tuple(positions.shape)))
-    check_finite(positions, "positions")
-    if bool((positions < 0).any()):
+    if low is None:  # integers held exactly are finite, and their least is known
+        check_finite(positions, "positions")
+    if (low < 0) if low is not None else bool((positions < 0).any()):
         raise ValueError(
             f"positions must be ≥ 0 (integer token indices, or s ∈ [0, 1] for a mean-field "
             f"limit); received a minimum of {float(positions.min()):.4g}."

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from tests.conftest import keops_ok
-from tpde._engines import pick_engine, softmax_average
+from tpde._engines import pick_engine, softmax_average, softmax_weights
 from tpde.fields import Softmax
 from tpde.measures import Empirical
 
@@ -157,3 +157,45 @@ def test_a_key_bias_equal_on_every_key_cancels(engine, generator):
     exact = (p * (weights @ v.mT - (weights * expected).sum(-1, keepdim=True))).sum((0, 1))
     torch.testing.assert_close(bias.grad, exact)
     assert float(bias.grad.abs().max()) > 1e-3
+
+
+def _filled_weights(q, k, positions):
+    """The causal softmax weights with the mask filled in (masked_fill: the reference)."""
+    hidden = positions.unsqueeze(-1) < positions.unsqueeze(-2)
+    return torch.softmax((q @ k.mT).masked_fill(hidden, -math.inf), dim=-1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_added_causal_mask_gives_the_filled_masks_weights_bit_for_bit(dtype, generator):
+    # The CPU adds self-attention's mask (0 / −inf) instead of filling it in: s + 0 = s and
+    # s − ∞ = −∞, so the weights and gradients are the same bit for bit (torch.equal), zero
+    # scores (q = 0 in one head: −0 + 0 = +0) included.
+    q = torch.randn(3, 40, 4, generator=generator, dtype=dtype)
+    q[1] = 0.0
+    k = torch.randn(3, 40, 4, generator=generator, dtype=dtype)
+    positions = torch.arange(40, dtype=dtype)
+    leaves = [t.clone().requires_grad_(True) for t in (q, k, q, k)]
+    added = softmax_weights(
+        leaves[0], leaves[1], query_positions=positions, key_positions=positions
+    )
+    filled = _filled_weights(leaves[2], leaves[3], positions)
+    assert torch.equal(added, filled)
+    up = torch.randn(added.shape, generator=generator, dtype=dtype)
+    grads = torch.autograd.grad([(added * up).sum(), (filled * up).sum()], leaves)
+    assert torch.equal(grads[0], grads[2]) and torch.equal(grads[1], grads[3])
+
+
+@pytest.mark.parametrize("bad", [math.inf, math.nan])
+def test_a_hidden_key_that_overflows_is_not_read_by_the_queries_before_it(bad):
+    # A key whose score is +inf (or NaN) for every query: the sum s + (−inf) would be NaN
+    # for the queries that do not see it; they are computed with the mask filled in, so
+    # only the queries that see it (positions ≥ 3) are not finite.
+    q = torch.ones(1, 6, 2, dtype=torch.float64)
+    k = torch.zeros(1, 6, 2, dtype=torch.float64)
+    k[0, 3, 0] = bad
+    positions = torch.arange(6, dtype=torch.float64)
+    weights = softmax_weights(q, k, query_positions=positions, key_positions=positions)
+    reference = _filled_weights(q, k, positions)
+    assert torch.isfinite(weights[0, :3]).all() and not torch.isfinite(weights[0, 3:]).any()
+    assert torch.equal(weights[0, :3], reference[0, :3])
+    assert torch.equal(weights.isnan(), reference.isnan())

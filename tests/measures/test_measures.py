@@ -89,12 +89,24 @@ def test_degenerate_covariance_is_allowed():
         ({"points": torch.zeros(2, 1), "weights": torch.tensor([0.5, 0.6])}, "sum to 1"),
         ({"points": torch.zeros(2, 1), "weights": torch.tensor([0.5, float("inf")])}, "non-finite"),
         ({"points": torch.zeros(2, 1), "positions": torch.tensor([0.0, -1.5])}, "must be ≥ 0"),
+        ({"points": torch.zeros(2, 1), "positions": torch.tensor([0, -1])}, "minimum of -1"),
         ({"points": torch.zeros(2, 1), "positions": torch.zeros(3)}, "positions must have shape"),
     ],
 )
 def test_empirical_rejects_bad_input(kwargs, match):
     with pytest.raises(ValueError, match=match):
         Empirical(**kwargs)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
+def test_integer_positions_are_kept_exactly_up_to_the_dtypes_last_exact_integer(dtype):
+    # float32 holds every integer up to 2^24, float16 up to 2^11: positions there stay
+    # distinct (no sort is needed to tell); one past it merges with its neighbour (float64: 2^53).
+    bound = {torch.float32: 2**24, torch.float64: 2**53, torch.float16: 2**11}[dtype]
+    kept = Empirical(torch.zeros(3, 1, dtype=dtype), positions=[0, bound - 1, bound])
+    assert kept.positions.tolist() == [0, bound - 1, bound] and kept.positions.dtype == dtype
+    with pytest.raises(ValueError, match=f"positions {bound} and {bound + 1} are not distinct"):
+        Empirical(torch.zeros(2, 1, dtype=dtype), positions=[bound, bound + 1])
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,7 @@ from torch.autograd.function import once_differentiable
 from torch.utils.checkpoint import checkpoint
 
 from tpde._memo import TensorMemo
+from tpde._validation import all_finite
 
 # Memory budget for one block of scores in the chunked engine (bytes).
 CHUNK_BYTES = 64 * 2**20
@@ -53,7 +54,20 @@ def hidden_keys(query_positions, key_positions, window=None):
 #: positions tensor (a flow's, one for the whole run: :mod:`tpde._memo`), up to this many
 #: entries (1 MB of booleans: a larger mask is rebuilt rather than held).
 MEMO_MASK_ENTRIES = 2**20
-_CAUSAL_HIDDEN = TensorMemo(lambda positions: hidden_keys(positions, positions))
+
+
+def _causal_masks(positions):
+    """(hidden, additive) masks of self-attention at ``positions``: the boolean mask of
+    :func:`hidden_keys` and the same as 0 (seen) / −inf (hidden) in the positions' dtype
+    (the tokens', in which fields keep positions; None for integer positions)."""
+    hidden = hidden_keys(positions, positions)
+    if not positions.is_floating_point():
+        return hidden, None
+    zeros = torch.zeros(hidden.shape, dtype=positions.dtype, device=positions.device)
+    return hidden, zeros.masked_fill(hidden, -math.inf)
+
+
+_CAUSAL_MASKS = TensorMemo(_causal_masks)
 
 
 def softmax_weights_dense(q, k, key_bias=None, query_positions=None, key_positions=None,
@@ -63,12 +77,22 @@ def softmax_weights_dense(q, k, key_bias=None, query_positions=None, key_positio
     With positions (n,) and (m,), key j is seen by query i only if s_j ≤ s_i (causal), and
     with a ``window`` w only if also s_i − s_j < w (sliding window): a hidden key weighs 0.
     ``softcap``: scores of :func:`dense_scores` capped.
+
+    Self-attention's causal mask on the CPU is added (0 or −inf, one pass: 5 µs on 4 × 128²
+    scores where ``masked_fill`` takes 45) rather than filled in. The weights are the same
+    bit for bit (s + 0 = s; s − ∞ = −∞), unless a hidden score is +∞ or NaN (an overflow),
+    where the sum is NaN: weights that are not all finite are computed again by
+    ``masked_fill``, so a query never reads a key it does not see.
     """
     scores = dense_scores(q, k, key_bias, softcap)
     if query_positions is not None:
         n = query_positions.shape[-1]
         if query_positions is key_positions and window is None and n * n <= MEMO_MASK_ENTRIES:
-            hidden = _CAUSAL_HIDDEN(query_positions)  # self-attention's mask, kept
+            hidden, additive = _CAUSAL_MASKS(query_positions)  # self-attention's masks, kept
+            if scores.device.type == "cpu" and getattr(additive, "dtype", None) == scores.dtype:
+                weights = torch.softmax(scores + additive, dim=-1)
+                if all_finite(weights):
+                    return weights
         else:
             hidden = hidden_keys(query_positions, key_positions, window)
         scores = scores.masked_fill(hidden, -math.inf)

@@ -12,6 +12,7 @@ import torch
 from tpde._engines import check_engine
 from tpde._validation import check_choice, check_positive, check_positive_int, check_real
 from tpde.fields import Field, Sum
+from tpde.flows import fixed
 from tpde.flows.events import parse_events
 from tpde.flows.loop import Loop
 from tpde.flows.methods import METHODS, Method, method_listing, resolve_method
@@ -198,7 +199,10 @@ def integrate(
         :class:`Grid` (d ≤ 2), or :class:`~tpde.flows.systems.FiniteVolumes` to choose the
         scheme and CFL target, moves its cell masses by conservative finite volumes
         (:mod:`tpde.flows.systems.grid`). A batched Gaussian (or batched parameters) integrates a
-        whole sweep at once; each element has its own step size, events and status.
+        whole sweep at once; each element has its own step size, events and status. One
+        unbatched state at fixed steps without events (``events=()``: a network's forward)
+        is stepped by :mod:`tpde.flows.fixed`, with the loop's rules and results, bit for
+        bit, without its per-element bookkeeping.
 
         Parameters
         ----------
@@ -295,6 +299,9 @@ def integrate(
         or chosen.splits  # sub-steps land on save times, no interpolation
     )
     rtol, atol = _tolerance_floors(rtol, atol, system.initial()[0].dtype)
+    if fixed.applies(system, chosen, parsed):  # one state, fixed steps, no events
+        steps = fixed.FixedSteps(system, chosen, rtol=rtol, atol=atol, max_steps=max_steps)
+        return steps.run(t0, t1, first, save_times)
     loop = Loop(
         system,
         chosen,

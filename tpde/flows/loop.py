@@ -1,5 +1,10 @@
 r"""The one stepping loop: step control, events, freezing and saving, for every system.
 
+(One unbatched state at fixed steps without events — a network's forward — is stepped by
+the fixed-step path, :mod:`tpde.flows.fixed`, with the rules written once in
+:mod:`tpde.flows.rules` that this loop applies too: where a step lands, the statuses, a
+step's finiteness and domain checks, the unsteppable start, the trajectory.)
+
 Particles, Gaussians, grids (and any other :class:`~tpde.flows.systems.System`) are all
 stepped here, by the same method objects (:mod:`tpde.flows.methods`).
 
@@ -58,9 +63,22 @@ import warnings
 import numpy as np
 import torch
 
+from tpde.flows.rules import (
+    RHS,
+    Outcome,
+    exhausted,
+    finite_velocity,
+    lands,
+    next_target,
+    step_failures,
+    trajectory,
+    unpack,
+    warn_left_domain,
+    warn_unsteppable,
+)
 from tpde.flows.saving import DenseSaves, LandingSaves, extreme
 from tpde.flows.smoothness import ObservedOrder
-from tpde.flows.status import Status, status_array
+from tpde.flows.status import Status
 from tpde.flows.trajectory import Trajectory
 
 __all__ = ["Loop"]
@@ -84,45 +102,6 @@ def _collapse_floor(t: np.ndarray) -> np.ndarray:
     scale is short from the start (a covariance of 1e20 contracting at rate 1e20, its first
     steps ~1e-20) is stepped, not reported as a blow-up at t0."""
     return np.maximum(COLLAPSE * np.abs(t), TINY_STEP)
-
-
-class _RHS:
-    """The right-hand side the method sees: counts calls, zeroes stopped elements."""
-
-    def __init__(self, system, batched: bool):
-        self.system, self.batched, self.calls = system, batched, 0
-        self.active: torch.Tensor | None = None
-
-    def __call__(self, t, state):
-        self.calls += 1
-        return self._masked(self.system.rhs(t, state))
-
-    def _masked(self, derivative):
-        """The derivative with stopped elements zeroed (None: every element is active)."""
-        if not self.batched or self.active is None:
-            return derivative
-        zeros = tuple(map(torch.zeros_like, derivative))
-        return self.system.mask(self.active, derivative, zeros)
-
-    def jacobian(self, t, state):
-        return self.system.jacobian(t, state)
-
-    # Splitting methods (:mod:`tpde.flows.methods.splitting`) step one part of a sum at a time.
-    @property
-    def parts(self) -> int:
-        return self.system.parts
-
-    def part(self, index: int):
-        """The right-hand side of part ``index`` alone, stopped elements zeroed."""
-
-        def f(t, state):
-            self.calls += 1
-            return self._masked(self.system.rhs_part(index, t, state))
-
-        return f
-
-    def project_part(self, index: int, state):
-        return self.system.project_part(index, state)
 
 
 class Loop:
@@ -155,11 +134,12 @@ class Loop:
     # ------------------------------------------------------------------ bookkeeping
     def _stop(self, which: np.ndarray, status: Status, times) -> None:
         """Stop the active elements of ``which`` with ``status`` at ``times``."""
-        which = which & self.active
-        if which.any():
-            self.status[which] = status
-            self.event_time[which] = np.broadcast_to(times, which.shape)[which]
-            self.active = self.active & ~which
+        self.outcome.stop(which, status, times)
+
+    @property
+    def active(self) -> np.ndarray:
+        """The elements still moving (:class:`~tpde.flows.rules.Outcome`)."""
+        return self.outcome.active
 
     def _device_mask(self, mask: np.ndarray, like: torch.Tensor) -> torch.Tensor:
         return torch.as_tensor(mask, device=like.device)
@@ -189,10 +169,8 @@ class Loop:
         batch = tuple(system.batch_of(state))
         self.batched = batch != ()
         self.synchronous = self.synchronous or not self.batched
-        rhs = _RHS(system, self.batched)
-        self.active = np.ones(batch, dtype=bool)
-        self.status = status_array(batch)
-        self.event_time = np.full(batch, math.nan)
+        rhs = RHS(system, self.batched)
+        self.outcome = Outcome(batch)
         self.hopeless = np.zeros(batch, dtype=np.int64)
         self.hopeless_h = np.full(batch, math.inf)  # the step when the streak began
         self.smoothness = ObservedOrder(batch)
@@ -222,7 +200,7 @@ class Loop:
             moving = self.active & (t < target)
             if self.synchronous and moving.any():
                 clock = extreme(t, moving, np.max)
-                target = min([target, *(b for b in jumps if b > clock)])
+                target = next_target(target, jumps, clock)
                 moving = self.active & (t < target)
             if not moving.any():
                 # Every active element reached the target; with none active (all stopped
@@ -232,7 +210,7 @@ class Loop:
                 if not self.active.any() or target >= t1:
                     break
                 continue  # a jump reached by every element: go on
-            over = moving & (steps + rejected >= self.max_steps)
+            over = moving & exhausted(steps + rejected, self.max_steps)
             if over.any():
                 self._stop(over, Status.MAX_STEPS, t)
                 continue
@@ -253,10 +231,11 @@ class Loop:
                     self._stop(cut, Status.BLOW_UP, t)
                     continue
             remaining = target - t
-            landing = moving & (remaining <= h_prop * (1 + 1e-9))
+            landing = moving & lands(remaining, h_prop)
             h_try = np.where(moving, np.where(landing, remaining, h_prop), 0.0)
             h_clock = extreme(h_try, moving, np.max) if self.synchronous else 0.0
-            new, error, k_new = self._unpack(
+            new, error, k_new = unpack(
+                method,
                 method.step(
                     rhs, clock, state, self._steps_for(h_try, state[0]), k1, h_clock=h_clock
                 ),
@@ -379,50 +358,12 @@ class Loop:
         velocity is not finite at the initial state (a covariance of 1e160 whose moment ODE
         squares it past float64's range, a field returning NaN): no step can start from
         there. Returns whether any element stopped."""
-        # Every entry finite, per element (not System.finite: a grid's adds "mass left in
-        # the box", a condition on states, not on derivatives).
-        finite = None
-        for part, k in zip(k1, self.system.part_dims, strict=True):
-            flat = part.detach().reshape(*part.shape[: part.ndim - k], -1)
-            ok = torch.isfinite(flat).all(-1)
-            finite = ok if finite is None else finite & ok
-        bad = moving & ~finite.cpu().numpy()
+        bad = moving & ~finite_velocity(k1, self.system.part_dims)
         if not bad.any():
             return False
         self._stop(bad, Status.BLOW_UP, t)
-        warnings.warn(
-            f"{int(bad.sum())} element(s) stopped at t0 = {float(np.min(t[bad])):.6g} with "
-            "status 'blow_up': the velocity at the initial state is not finite (the field's "
-            "arithmetic overflows at this scale, or the field returns NaN or Inf), so no "
-            "step can start. Fix: rescale the initial state, or use float64.",
-            RuntimeWarning,
-            stacklevel=3,
-        )
+        warn_unsteppable(int(bad.sum()), float(np.min(t[bad])), stacklevel=3)
         return True
-
-    def _unpack(self, result, state):
-        """The method's (new state, error, derivative), checked against the state."""
-        name = self.method.name
-        if not isinstance(result, tuple) or len(result) != 3:
-            raise TypeError(
-                f"method {name!r}: step must return (new state, error estimate, derivative) "
-                f"(error and derivative may be None); received {type(result).__name__}."
-            )
-        new = result[0]
-        if not isinstance(new, tuple) or len(new) != len(state):
-            raise TypeError(
-                f"method {name!r}: the new state must be a tuple of {len(state)} tensor(s), "
-                f"like the state it was given; received {type(new).__name__}."
-            )
-        for part, old in zip(new, state, strict=True):
-            if not isinstance(part, torch.Tensor) or part.shape != old.shape:
-                shape = tuple(part.shape) if isinstance(part, torch.Tensor) else type(part)
-                raise ValueError(
-                    f"method {name!r}: step changed the shape of the state from "
-                    f"{tuple(old.shape)} to {shape}; a step must return a state of the same "
-                    "structure and shapes."
-                )
-        return result
 
     def _left_domain(self, left, accept, h_next, moving, h_try, t):
         """Reject the steps that left the state's domain (``System.degenerate``): an
@@ -443,12 +384,7 @@ class Loop:
             h_next = np.where(moving if everyone else left, shorter, h_next)
             return accept & self.active, h_next
         self._stop(left, status, t)
-        warnings.warn(
-            f"{int(left.sum())} element(s) stopped at t = {float(np.max(t[left])):.6g} with "
-            f"status {str(status)!r}: {status.meaning}. Fix: {status.fix}",
-            RuntimeWarning,
-            stacklevel=4,
-        )
+        warn_left_domain(int(left.sum()), float(np.max(t[left])), status, stacklevel=4)
         return accept & ~left & self.active, h_next
 
     def _after_step(self, rhs, state, new, k_new, k1, accept, t, t_new, saves):
@@ -459,8 +395,9 @@ class Loop:
         at t; one stopped by an event is at t_new, where the event fired).
         """
         system = self.system
-        self._stop(accept & ~system.finite(new).cpu().numpy(), Status.BLOW_UP, t)
-        if system.inner.failure is not None:  # the step used an unconverged inner solve
+        blown, unconverged = step_failures(system, new)
+        self._stop(accept & blown, Status.BLOW_UP, t)
+        if unconverged:  # the step used an unconverged inner solve
             self._stop(accept, Status.NOT_CONVERGED, t)
         advanced = accept & self.active
         everyone = bool(advanced.all())  # no element to hold back: no masking
@@ -525,8 +462,7 @@ class Loop:
         return accept & self.active, np.where(accept, h_accept, np.where(moving, h_reject, h))
 
     def _trajectory(self, times, states, steps, rejected, iterations, rhs, h, start):
-        system = self.system
-        stats = {
+        counts = {
             "n_steps": int(steps.sum()),
             "n_rejected": int(rejected.sum()),
             "n_iterations": iterations,
@@ -535,22 +471,9 @@ class Loop:
             "rejected": rejected,
             "last_dt": h,
             "synchronous": self.synchronous,
-            "wall_time_s": time.perf_counter() - start,
-            "method": self.method.name,
             "rtol": self.rtol,
             "atol": self.atol,
             "nonsmooth_at": self.smoothness.detected_at,
             "nonsmooth": self.smoothness.nonsmooth,
         }
-        stats.update(self.method.run_stats())
-        if system.inner.failure is not None:
-            stats["inner_failure"] = system.inner.failure
-        stats.update(system.stats(states, states[-1]))
-        device = states[0][0].device
-        return Trajectory(
-            times=torch.tensor(times, dtype=torch.float64, device=device),
-            measures=[system.measure(s) for s in states],
-            status=self.status,
-            event_time=torch.as_tensor(self.event_time, dtype=torch.float64, device=device),
-            stats=stats,
-        )
+        return trajectory(self.system, self.method, times, states, self.outcome, counts, start)

@@ -146,12 +146,22 @@ class ParticleSystem(System):
         """Elements with a token that a projection sent to the origin (a norm scheme that
         loses a token: nGPT or post-LN with ``tangent=False`` landing on 0) and that was not
         there before the step. Fields without a projection (in no part): None."""
-        fields = {id(f): f for f in (self.field, *self.split_fields)}.values()
-        if not any(self.capable(part, "projection") for part in fields):
+        if not self._projects():
             return None
         zero_new = (new[0].detach() == 0).all(-1)
         zero_old = (old[0].detach() == 0).all(-1)
         return (zero_new & ~zero_old).any(-1)
+
+    def _projects(self) -> bool:
+        """Whether the piece acting now or one of its parts has a projection (asked once
+        per piece and run)."""
+        key = (id(self.field), "projection in a part")
+        cached = self._capabilities.get(key)
+        if cached is None or cached[0] is not self.field:
+            fields = {id(f): f for f in (self.field, *self.split_fields)}.values()
+            projects = any(self.capable(part, "projection") for part in fields)
+            cached = self._capabilities[key] = (self.field, projects)
+        return cached[1]
 
     def _squared_spread(self, state) -> tuple[torch.Tensor, torch.Tensor]:
         """(weights, |x_i − m|²) of the detached particles."""

@@ -1,0 +1,149 @@
+"""A loaded model's forward on the fixed-step path (tpde.flows.fixed) against the loop.
+
+``model.hidden_states`` (Lie–Trotter, Euler sub-steps, h = 1: the network) is one unbatched
+state at fixed steps without events, which :func:`tpde.flows.integrate` steps on its
+fixed-step path. For every registered family's tiny model (every parameter redrawn from
+N(0, 0.5²), d = 16, 2 layers), in float64 and float32, the hidden states and the logits
+of that path and of the one stepping loop (the path switched off) are equal bit for bit
+(``torch.equal``: the same calls in the same order; no tolerance). A model whose
+arithmetic overflows stops both paths with the same status, time, states and warning.
+The oracle tests (tests/pretrained/test_load*.py) compare either path with transformers.
+"""
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from tests.flows.test_fixed import both
+from tpde.flows import fixed
+from tpde.pretrained import load
+from tpde.pretrained.families import FAMILIES
+
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("safetensors")
+
+N = 9  # tokens
+_BASE = {"vocab_size": 40, "num_hidden_layers": 2, "max_position_embeddings": 32,
+         "hidden_size": 16, "intermediate_size": 24, "num_attention_heads": 4}  # fmt: skip
+_GQA = {**_BASE, "num_key_value_heads": 2}
+_GPT = {"vocab_size": 40, "n_layer": 2, "n_positions": 32, "n_embd": 16, "n_head": 4}
+_ZEROS = {"pad_token_id": 0, "bos_token_id": 0, "eos_token_id": 0}
+
+#: family → (config class, config, model class): every registered family (checked below).
+TINY = {
+    "bert": ("BertConfig", _BASE, "BertForMaskedLM"),
+    "albert": ("AlbertConfig", {**_BASE, "embedding_size": 8}, "AlbertForMaskedLM"),
+    "bloom": ("BloomConfig", {"vocab_size": 40, "hidden_size": 16, "n_layer": 2, "n_head": 4},
+              "BloomForCausalLM"),
+    "llama": ("LlamaConfig", {**_GQA, "attention_bias": True}, "LlamaForCausalLM"),
+    "cohere": ("CohereConfig", {**_GQA, **_ZEROS, "use_qk_norm": True}, "CohereForCausalLM"),
+    "falcon": ("FalconConfig", {"vocab_size": 40, "num_hidden_layers": 2, "hidden_size": 16,
+                                "num_attention_heads": 4, "bos_token_id": 0,
+                                "eos_token_id": 0}, "FalconForCausalLM"),
+    "gemma2": ("Gemma2Config", {**_GQA, "head_dim": 4, "query_pre_attn_scalar": 4,
+                                "sliding_window": 3}, "Gemma2ForCausalLM"),
+    "gemma": ("GemmaConfig", {**_GQA, "head_dim": 4}, "GemmaForCausalLM"),
+    "gemma3": ("Gemma3TextConfig", {**_GQA, "head_dim": 4, "query_pre_attn_scalar": 4,
+                                    "sliding_window": 3}, "Gemma3ForCausalLM"),
+    "gpt2": ("GPT2Config", _GPT, "GPT2LMHeadModel"),
+    "gpt_bigcode": ("GPTBigCodeConfig", _GPT, "GPTBigCodeForCausalLM"),
+    "gpt_neox": ("GPTNeoXConfig", {**_BASE, "rotary_pct": 0.5}, "GPTNeoXForCausalLM"),
+    "gptj": ("GPTJConfig", {**_GPT, "rotary_dim": 2}, "GPTJForCausalLM"),
+    "granite": ("GraniteConfig", {**_GQA, "embedding_multiplier": 12.0,
+                                  "residual_multiplier": 0.22, "attention_multiplier": 0.7,
+                                  "logits_scaling": 8.0}, "GraniteForCausalLM"),
+    "mistral": ("MistralConfig", {**_GQA, "sliding_window": 3}, "MistralForCausalLM"),
+    "mixtral": ("MixtralConfig", {**_GQA, "num_local_experts": 4, "num_experts_per_tok": 2},
+                "MixtralForCausalLM"),
+    "olmo": ("OlmoConfig", {**_GQA, "clip_qkv": 1.5, "pad_token_id": 0, "eos_token_id": 0},
+             "OlmoForCausalLM"),
+    "olmo2": ("Olmo2Config", _GQA, "Olmo2ForCausalLM"),
+    "phi": ("PhiConfig", {**_BASE, "partial_rotary_factor": 0.5}, "PhiForCausalLM"),
+    "phi3": ("Phi3Config", {**_GQA, **_ZEROS}, "Phi3ForCausalLM"),
+    "qwen2": ("Qwen2Config", _GQA, "Qwen2ForCausalLM"),
+    "qwen2_moe": ("Qwen2MoeConfig", {**_GQA, "num_experts": 4, "num_experts_per_tok": 2,
+                                     "moe_intermediate_size": 8,
+                                     "shared_expert_intermediate_size": 8},
+                  "Qwen2MoeForCausalLM"),
+    "qwen3": ("Qwen3Config", {**_GQA, "head_dim": 8}, "Qwen3ForCausalLM"),
+    "stablelm": ("StableLmConfig", {**_GQA, "qk_layernorm": True, "use_qkv_bias": True,
+                                    "partial_rotary_factor": 0.5}, "StableLmForCausalLM"),
+    "starcoder2": ("Starcoder2Config", {**_GQA, "sliding_window": None},
+                   "Starcoder2ForCausalLM"),
+}  # fmt: skip
+
+
+def tiny(family: str):
+    """The transformers model of ``family``, float32, every parameter redrawn."""
+    config_cls, kwargs, model_cls = TINY[family]
+    torch.manual_seed(sum(map(ord, family)))
+    model = getattr(transformers, model_cls)(getattr(transformers, config_cls)(**kwargs))
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.normal_(0.0, 0.5)
+    return model.eval()
+
+
+def test_every_registered_family_is_here():
+    assert sorted(TINY) == sorted(FAMILIES)
+
+
+def _forward(model, ids, fast: bool, monkeypatch):
+    """(hidden states, logits) on the fixed-step path (fast) or the loop."""
+    taken = []
+    run = fixed.FixedSteps.run
+
+    def spy(self, *a, **k):
+        taken.append(True)
+        return run(self, *a, **k)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(fixed.FixedSteps, "run", spy)
+        if not fast:
+            patch.setattr(fixed, "applies", lambda *a: False)
+        states = model.hidden_states(model.embed(ids)[0])
+    assert bool(taken) == fast
+    return states, model.logits(states[-1])
+
+
+@pytest.mark.parametrize("family", sorted(TINY))
+def test_the_forward_is_the_same_on_both_paths(family, tmp_path, monkeypatch):
+    tiny(family).save_pretrained(tmp_path)
+    ids = torch.randint(3, 40, (N,), generator=torch.Generator().manual_seed(1))
+    for dtype in (torch.float64, torch.float32):
+        model = load(tmp_path, dtype=dtype)
+        with torch.no_grad():
+            states, logits = _forward(model, ids, True, monkeypatch)
+            states_loop, logits_loop = _forward(model, ids, False, monkeypatch)
+        assert states.shape == (3, N, 16) and states.dtype == dtype
+        assert torch.equal(states, states_loop) and torch.equal(logits, logits_loop)
+
+
+@pytest.mark.parametrize(("method", "layer"), [("lie-trotter", 1), ("rk4", 0)])
+def test_an_overflowing_model_stops_the_same_way(method, layer, tmp_path, monkeypatch):
+    # float32 down projection of 3e38: the MLP's output overflows. Lie–Trotter (no
+    # derivative before a step): "blow_up" after layer 1's step, the state at t = 1 kept;
+    # rk4 (the whole layer as one field) reads the velocity first: not finite at t0 = 0,
+    # "blow_up" there with a warning.
+    reference = tiny("llama")
+    with torch.no_grad():
+        reference.model.layers[layer].mlp.down_proj.weight.fill_(3e38)
+    reference.save_pretrained(tmp_path)
+    model = load(tmp_path)
+    ids = torch.randint(3, 40, (N,), generator=torch.Generator().manual_seed(1))
+    mu = model.embed(ids)[0]
+    with torch.no_grad():
+        traj, said = both(monkeypatch, model.schedule, mu, 2.0, dt=1.0, method=method,
+                          save=3, events=())  # fmt: skip
+    assert traj.status == "blow_up" and float(traj.event_time) == layer
+    assert np.isfinite(traj.final.points.numpy()).all()
+    if method == "rk4":
+        assert len(said) == 1 and "velocity at the initial state is not finite" in said[0]
+        assert torch.equal(traj.final.points, mu.points)
+    else:
+        assert not said and traj.times.tolist() == [0.0, 1.0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        assert len(model.hidden_states(mu)) == 1 + layer  # the states up to the blow-up
