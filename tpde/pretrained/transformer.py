@@ -511,6 +511,8 @@ class Transformer:
         hidden states (every block's output, before the final norm). Other ``method``,
         ``dt`` and ``options`` (``rtol``, ``atol``, ``max_steps``, ``engine``) of
         :func:`tpde.flows.integrate` give the continuous-depth flow at the integer depths.
+        A flow that stops before depth L (a blow-up: tokens no longer finite in the dtype)
+        raises FloatingPointError naming the depth and status.
         """
         from tpde.flows import integrate
 
@@ -527,6 +529,14 @@ class Transformer:
             self.schedule, mu, float(layers), dt=dt, method=method, save=layers + 1,
             events=(), **options,
         )  # fmt: skip
+        if len(trajectory.measures) < layers + 1:  # stopped early: no silent short stack
+            raise FloatingPointError(
+                f"the flow stopped at depth {float(trajectory.times[-1]):g} of {layers} with "
+                f"status {str(trajectory.status)!r}: the hidden states past it are not finite "
+                f"in {mu.points.dtype}. Load the model in float64, or keep the states before "
+                f"it with tpde.flows.integrate(model.schedule, mu, {layers}.0, "
+                f"save={layers + 1}, events=())."
+            )
         return torch.stack([m.points for m in trajectory.measures])
 
     def split(self, mu: Empirical, *, engine: str = "auto", experts: bool = False) -> torch.Tensor:
