@@ -41,6 +41,8 @@ from scipy.sparse import coo_matrix, csr_matrix
 from scipy.sparse.csgraph import connected_components
 from scipy.spatial import cKDTree
 
+from .legendre import legendre_terms
+
 __all__ = [
     "CELLS",
     "LEVEL",
@@ -239,23 +241,10 @@ def degree_profiles(points, degrees, at, weights=None) -> np.ndarray:
 
 def _normalised_legendre(points: torch.Tensor, top: int) -> list:
     """Per order m ≤ top: (Λ̄_l^m(z) for l = m … top as (top + 1 − m, N), (x₁ + ix₂)^m (N,))."""
-    z = points[..., 2]
     xy = torch.complex(points[..., 0], points[..., 1])
-    diagonal = torch.full_like(z, 1 / math.sqrt(4 * math.pi))
-    power = torch.ones_like(xy)
-    out = []
-    for m in range(top + 1):
-        if m > 0:
-            diagonal = math.sqrt((2 * m + 1) / (2 * m)) * diagonal
-            power = power * xy
-        rows, previous, current = [diagonal], torch.zeros_like(z), diagonal
-        for k in range(m + 1, top + 1):
-            if k == m + 1:
-                previous, current = current, math.sqrt(2 * m + 3) * z * current
-            else:
-                a = math.sqrt((4 * k * k - 1) / (k * k - m * m))
-                b = math.sqrt(((k - 1) ** 2 - m * m) / (4 * (k - 1) ** 2 - 1))
-                previous, current = current, a * (z * current - b * previous)
-            rows.append(current)
-        out.append((torch.stack(rows), power))
-    return out
+    rows: list[list] = [[] for _ in range(top + 1)]
+    powers: list = [None] * (top + 1)
+    for _, m, current, power in legendre_terms(points[..., 2], xy, top):
+        rows[m].append(current)
+        powers[m] = power
+    return [(torch.stack(r), p) for r, p in zip(rows, powers, strict=True)]

@@ -55,6 +55,7 @@ import numpy as np
 from scipy.special import gammaln, ive, roots_legendre
 
 from ..common.kernels import time_scale
+from ..common.legendre import legendre_terms
 
 __all__ = [
     "corrected_rates",
@@ -87,25 +88,13 @@ def real_harmonics(points: np.ndarray, degree: int) -> np.ndarray:
     x = np.asarray(points, dtype=float)
     z, xy = x[..., 2], x[..., 0] + 1j * x[..., 1]
     out = np.zeros((*z.shape, (degree + 1) ** 2))
-    diagonal, power = np.full_like(z, 1 / math.sqrt(4 * math.pi)), np.ones_like(xy)
-    for m in range(degree + 1):
-        if m > 0:
-            diagonal = math.sqrt((2 * m + 1) / (2 * m)) * diagonal
-            power = power * xy
-        previous, current = np.zeros_like(z), diagonal
-        for k in range(m, degree + 1):
-            if k == m + 1:
-                previous, current = current, math.sqrt(2 * m + 3) * z * current
-            elif k > m + 1:
-                a = math.sqrt((4 * k * k - 1) / (k * k - m * m))
-                b = math.sqrt(((k - 1) ** 2 - m * m) / (4 * (k - 1) ** 2 - 1))
-                previous, current = current, a * (z * current - b * previous)
-            value = current * power
-            if m == 0:
-                out[..., k * k + k] = value.real
-            else:
-                out[..., k * k + k + m] = math.sqrt(2) * value.real
-                out[..., k * k + k - m] = math.sqrt(2) * value.imag
+    for k, m, current, power in legendre_terms(z, xy, degree):
+        value = current * power
+        if m == 0:
+            out[..., k * k + k] = value.real
+        else:
+            out[..., k * k + k + m] = math.sqrt(2) * value.real
+            out[..., k * k + k - m] = math.sqrt(2) * value.imag
     return out
 
 

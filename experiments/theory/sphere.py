@@ -40,6 +40,7 @@ from tpde.measures import Empirical
 from tpde.theory import instability_rate
 
 from ..common.kernels import kernel_field, time_scale
+from ..common.legendre import legendre_terms
 from .forcing import conditional_rates, corrected_rates, initial_moments, model_degree
 from .rates import forcing_rate_of, random_rates, rate_results
 
@@ -71,24 +72,11 @@ def harmonic_energy(points: torch.Tensor, degrees: int, weights=None) -> torch.T
     z = points[..., 2]
     xy = torch.complex(points[..., 0], points[..., 1])
     energy = torch.zeros(*points.shape[:-2], degrees, dtype=points.dtype)
-    diagonal = torch.full_like(z, 1 / math.sqrt(4 * math.pi))  # Λ̄_m^m
-    power = torch.ones_like(xy)  # (x₁ + ix₂)^m
-    for m in range(degrees + 1):
-        if m > 0:
-            diagonal = math.sqrt((2 * m + 1) / (2 * m)) * diagonal
-            power = power * xy
-        previous, current = torch.zeros_like(z), diagonal
-        for k in range(m, degrees + 1):
-            if k == m + 1:
-                previous, current = current, math.sqrt(2 * m + 3) * z * current
-            elif k > m + 1:
-                a = math.sqrt((4 * k * k - 1) / (k * k - m * m))
-                b = math.sqrt(((k - 1) ** 2 - m * m) / (4 * (k - 1) ** 2 - 1))
-                previous, current = current, a * (z * current - b * previous)
-            if k == 0:
-                continue
-            moment = ((current * w) * power).sum(-1)
-            energy[..., k - 1] += (1 if m == 0 else 2) * moment.abs().square()
+    for k, m, current, power in legendre_terms(z, xy, degrees):
+        if k == 0:
+            continue
+        moment = ((current * w) * power).sum(-1)
+        energy[..., k - 1] += (1 if m == 0 else 2) * moment.abs().square()
     return energy * (4 * math.pi / (2 * torch.arange(1, degrees + 1, dtype=points.dtype) + 1))
 
 

@@ -76,7 +76,7 @@ import torch
 from tpde._engines import _harmonic_passes as passes
 from tpde._engines._harmonic_passes import flops, pairwise_sum
 from tpde._engines.spectral import _blocks, _recurrence_length, degree_estimate
-from tpde._engines.tiled import calling_thread_alone
+from tpde._engines.tiled import sums_on_workers
 
 __all__ = [
     "HARMONICS_MIN_TOKENS",
@@ -242,12 +242,7 @@ def sphere_sums(points: torch.Tensor, weights: torch.Tensor, beta, L: int | None
     -------
     (..., n, 4): the scaled normaliser e^{−β}D_i and numerator e^{−β}N_i (module notes).
     """
-    workers = torch.get_num_threads()
-    grad = torch.is_grad_enabled() and (points.requires_grad or weights.requires_grad)
-    if grad or points.device.type != "cpu":  # blocks in sequence (autograd) or on the device
-        return _sphere_sums(points, weights, beta, L, workers)
-    with calling_thread_alone():  # the blocks go to `workers` threads; nothing else spins
-        return _sphere_sums(points, weights, beta, L, workers)
+    return sums_on_workers(_sphere_sums, points, weights, beta, L)
 
 
 def _sphere_sums(points, weights, beta, L: int | None, workers: int) -> torch.Tensor:

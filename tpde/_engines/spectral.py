@@ -55,7 +55,7 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from tpde._engines._harmonic_passes import Buffers
-from tpde._engines.tiled import calling_thread_alone, run_threads
+from tpde._engines.tiled import run_threads, sums_on_workers
 
 __all__ = [
     "SPECTRAL_MIN_SCORES",
@@ -280,12 +280,7 @@ def circle_sums(points: torch.Tensor, weights: torch.Tensor, beta, K: int | None
     over the tokens, (w ⊙ G)ᵀL, and the three sums one product L·B followed by a row-wise
     product with G — O(n·K) multiply-adds in matrix products, O(n√K) elsewhere.
     """
-    workers = torch.get_num_threads()
-    grad = torch.is_grad_enabled() and (points.requires_grad or weights.requires_grad)
-    if grad or points.device.type != "cpu":  # blocks in sequence (autograd) or on the device
-        return _circle_sums(points, weights, beta, K, workers)
-    with calling_thread_alone():  # the blocks go to `workers` threads; nothing else spins
-        return _circle_sums(points, weights, beta, K, workers)
+    return sums_on_workers(_circle_sums, points, weights, beta, K)
 
 
 def _circle_sums(points, weights, beta, K: int | None, workers: int) -> torch.Tensor:

@@ -113,6 +113,19 @@ def calling_thread_alone():
         torch.set_num_threads(previous)
 
 
+def sums_on_workers(sums, points: torch.Tensor, weights: torch.Tensor, *args):
+    """``sums(points, weights, *args, workers)`` with ``workers`` torch's thread count: for
+    a CPU evaluation autograd does not record, under :func:`calling_thread_alone` (the
+    blocks go to the worker threads; nothing else spins); under autograd (blocks in
+    sequence) or off the CPU, with torch's threads as they are."""
+    workers = torch.get_num_threads()
+    grad = torch.is_grad_enabled() and (points.requires_grad or weights.requires_grad)
+    if grad or points.device.type != "cpu":
+        return sums(points, weights, *args, workers)
+    with calling_thread_alone():
+        return sums(points, weights, *args, workers)
+
+
 def run_threads(work, count: int, workers: int) -> list:
     """``work(jobs)`` on ``workers`` threads sharing one iterator over range(count).
 
