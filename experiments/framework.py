@@ -410,6 +410,20 @@ class Claim:
     verdict: str
 
 
+def indicative(claims: list[Claim]) -> list[Claim]:
+    """The claims with "(indicative)" after each verdict: measured below the study's full
+    size (a quick run), so the verdict may change at full size."""
+    return [dataclasses.replace(c, verdict=f"{c.verdict} (indicative)") for c in claims]
+
+
+def below_full_size(part: str) -> str:
+    """The report's note for :func:`indicative` claims of ``part``."""
+    return (
+        f"The {part} ran below its full size (fewer sizes, tokens or draws): its verdicts are "
+        "marked indicative and may change at full size."
+    )
+
+
 @dataclass(frozen=True)
 class Report:
     """What an experiment contributes to report.md (built from saved data only)."""

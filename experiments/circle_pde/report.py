@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import framework as fw
+from .config import Config
 from .gap import gap_claim, gap_table
 from .meta_report import count_claims, escape_claim, lifetime_claims, meta_table
 
@@ -38,7 +39,12 @@ def report(out: Path) -> fw.Report:
     escape, fits = escape_claim(config, arrays, r["laws"][main])
     meta = r["metastable"]
     kept, kappa = lifetime_claims(meta, config["meta_count"], config["meta_t1"])
-    claims += [escape, *count_claims(meta, config["meta_size"], config["escape_level"]), *kept]
+    metastable = [escape, *count_claims(meta, config["meta_size"], config["escape_level"]), *kept]
+    full = Config()
+    small = config["meta_seeds"] < full.meta_seeds or config["meta_size"] < full.meta_size
+    if small or len(config["sizes"]) < len(full.sizes):
+        metastable = fw.indicative(metastable)
+    claims += metastable
     summary = (
         f"PDE on M = {', '.join(str(p['grid']) for p in r['pde'])} angles, resolved to t = "
         f"{', '.join(format(p['end'], '.2f') for p in r['pde'])}; particles to t = "
@@ -48,6 +54,8 @@ def report(out: Path) -> fw.Report:
     notes = [
         f"PDE, M = {p['grid']}: stopped: {p['unresolved']}" for p in r["pde"] if p["unresolved"]
     ]
+    if small or len(config["sizes"]) < len(full.sizes):
+        notes.append(fw.below_full_size("metastability part"))
     notes += [
         f"particles ({x['status']}) at β = {x['beta']}, N = {x['n']}: {x['steps']} steps"
         for x in r["runs"]

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import framework as fw
-from .config import BLOWUP_TRACE
+from .config import BLOWUP_TRACE, Config
 from .meta_report import meta_claims, meta_summary, meta_table
 from .sizes import large_claim, size_claims, size_table
 
@@ -190,6 +190,11 @@ def report(out: Path) -> fw.Report:
     ]
     tables = [_diagram_table(config, arrays, results), _scheme_table(config, results)]
     more, fits = meta_claims(config, arrays, results)
+    full = Config()
+    small = config["meta_seeds"] < full.meta_seeds or config["meta_size"] < full.meta_size
+    if more and (small or len(config["escape_sizes"]) < len(full.escape_sizes)):
+        more = fw.indicative(more)
+        notes.append(fw.below_full_size("metastability part"))
     claims += more
     if fits:
         summary += f" Metastability on S²: {meta_summary(fits)}."

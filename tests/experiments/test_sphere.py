@@ -115,6 +115,8 @@ def test_tiny_run_shows_what_the_papers_claim(tiny):
     assert [c.verdict for c in report.claims if "unit sphere" in c.claim] == ["agrees"]
     assert [c.verdict for c in report.claims if "blow-up into clustering" in c.claim] == ["agrees"]
     assert len(verdicts) == len(report.claims)
+    s2 = [c.verdict for c in report.claims if c.claim.startswith("S²")]  # a tiny run: indicative
+    assert s2 and all(v.endswith("(indicative)") for v in s2)
 
 
 @pytest.mark.parametrize(
