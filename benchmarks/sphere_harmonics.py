@@ -178,6 +178,14 @@ def matmul_rate(L: int, threads: int, blocks: int = 128, repeats: int = 3) -> fl
     """GFLOP/s of float64 matrix products of the engine's largest shape, timed now: the
     sums' (8(⌊L/2⌋ + 1) × (L + 1)) @ ((L + 1) × 4096) per block of tokens, ``blocks`` blocks
     spread over ``threads`` threads as the engine spreads its blocks (one buffer each)."""
+    work, flop = _matmul_work(L)
+    seconds, _, _ = timed(lambda: run_threads(work, blocks, threads), repeats)
+    return flop * blocks / seconds / 1e9
+
+
+def _matmul_work(L: int):
+    """(work over :func:`run_threads`' jobs, flops a job) of :func:`matmul_rate`'s products:
+    (8(⌊L/2⌋ + 1) × (L + 1)) @ ((L + 1) × 4096), one output buffer a thread."""
     generator = torch.Generator().manual_seed(2)
     G = torch.randn(8 * (L // 2 + 1), L + 1, generator=generator, dtype=torch.float64)
     T = torch.randn(8, L + 1, BLOCK_TOKENS, generator=generator, dtype=torch.float64)
@@ -187,8 +195,7 @@ def matmul_rate(L: int, threads: int, blocks: int = 128, repeats: int = 3) -> fl
         for job in jobs:
             torch.mm(G, T[job % len(T)], out=out)
 
-    seconds, _, _ = timed(lambda: run_threads(work, blocks, threads), repeats)
-    return 2 * G.shape[0] * (L + 1) * BLOCK_TOKENS * blocks / seconds / 1e9
+    return work, 2 * G.shape[0] * (L + 1) * BLOCK_TOKENS
 
 
 def rates(row: dict, count: int, matmul: float) -> dict:
@@ -254,16 +261,8 @@ def clocked(f) -> tuple[float, float]:
 
 def matmul_clocked(L: int, threads: int, blocks: int) -> tuple[float, float]:
     """(wall, CPU) GFLOP/s of :func:`matmul_rate`'s products, once (no warm-up)."""
-    generator = torch.Generator().manual_seed(2)
-    G = torch.randn(8 * (L // 2 + 1), L + 1, generator=generator, dtype=torch.float64)
-    T = torch.randn(8, L + 1, BLOCK_TOKENS, generator=generator, dtype=torch.float64)
-
-    def work(jobs):
-        out = torch.empty(G.shape[0], BLOCK_TOKENS, dtype=torch.float64)
-        for job in jobs:
-            torch.mm(G, T[job % len(T)], out=out)
-
-    count = 2 * G.shape[0] * (L + 1) * BLOCK_TOKENS * blocks / 1e9
+    work, flop = _matmul_work(L)
+    count = flop * blocks / 1e9
     wall, cpu = clocked(lambda: run_threads(work, blocks, threads))
     return count / wall, count / cpu
 

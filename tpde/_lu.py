@@ -26,22 +26,16 @@ import contextlib
 
 import torch
 
+from tpde._engines.tiled import calling_thread_alone
+
 __all__ = ["inv", "logdet", "lu_factor_ex", "lu_solve", "solve"]
 
 
-@contextlib.contextmanager
 def _serial(*tensors: torch.Tensor):
-    """torch on one thread while a batched CPU factorisation of ``tensors`` runs."""
+    """torch on one thread while a batched CPU factorisation of ``tensors`` runs (the
+    engines' :func:`~tpde._engines.tiled.calling_thread_alone`); else nothing changes."""
     batched = any(t.dim() > 2 for t in tensors) and tensors[0].device.type == "cpu"
-    previous = torch.get_num_threads()
-    if not batched or previous == 1:
-        yield
-        return
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
+    return calling_thread_alone() if batched else contextlib.nullcontext()
 
 
 def _recorded_batch(*tensors: torch.Tensor) -> bool:

@@ -44,6 +44,11 @@ def escape_fit(config: dict, arrays: dict, k: int, level: float, skip: int = 0) 
     return {**fit, "times": {str(n): ts.tolist() for n, ts in drawn.items()}, "missing": missing}
 
 
+def fit_text(fit: dict | None, label: str) -> str:
+    """ "label b ± s.e." of an escape fit, or "label n/a" where too few escapes were fitted."""
+    return f"{label} {fit['slope']:.3f} ± {fit['slope_se']:.3f}" if fit else f"{label} n/a"
+
+
 def escape_claim(config: dict, arrays: dict, law: dict) -> tuple[fw.Claim, dict]:
     """The escape claim and its fits (``main``, ``half``, ``double``, ``large``, ``second``)."""
     k, level, slope = law["k_star"], config["escape_level"], law["law_slope"]
@@ -64,20 +69,16 @@ def escape_claim(config: dict, arrays: dict, law: dict) -> tuple[fw.Claim, dict]
         return fw.Claim(claim, "fewer than 3 escapes at 2 sizes", "n/a"), fits
     gap = abs(fit["slope"] - slope)
 
-    def text(name, label):
-        f = fits[name]
-        return f"{label} {f['slope']:.3f} ± {f['slope_se']:.3f}" if f else f"{label} n/a"
-
     outcome = (
         f"b = {fit['slope']:.3f} ± {fit['slope_se']:.3f} (s.e.; {fit['n']} draws, "
         f"{fit['missing']} without a crossing), |b − law| = {gap:.3f} = "
         f"{gap / fit['slope_se']:.1f} s.e.; rule: agrees iff ≤ 2 s.e. Diagnostics: "
         + "; ".join(
             [
-                text("half", "ε/2:"),
-                text("double", "2ε:"),
-                text("large", "without the smallest N:"),
-                text("second", f"runner-up mode {second}:"),
+                fit_text(fits["half"], "ε/2:"),
+                fit_text(fits["double"], "2ε:"),
+                fit_text(fits["large"], "without the smallest N:"),
+                fit_text(fits["second"], f"runner-up mode {second}:"),
             ]
         )
     )

@@ -29,7 +29,7 @@ import numpy as np
 from tpde.theory import dominant_mode, instability_rate
 
 from .. import framework as fw
-from ..circle_pde.meta_report import lifetime_claims, lifetime_fit, lifetimes_of
+from ..circle_pde.meta_report import fit_text, lifetime_claims, lifetime_fit, lifetimes_of
 from ..circle_pde.metastable import escape_times, line_fit
 
 #: The least share of draws whose first plateau has as many clusters as f_l* has peaks.
@@ -80,17 +80,14 @@ def escape_claim(config: dict, arrays: dict) -> tuple[fw.Claim, dict]:
         return fw.Claim(claim, "fewer than 3 escapes at 2 sizes", "n/a"), fits
     gap = abs(fit["slope"] - law)
 
-    def text(name, label):
-        f = fits[name]
-        return f"{label} {f['slope']:.3f} ± {f['slope_se']:.3f}" if f else f"{label} n/a"
-
     second_law = 1 / (2 * float(instability_rate(second, beta, d=3)))
     outcome = (
         f"b = {fit['slope']:.3f} ± {fit['slope_se']:.3f} (s.e.; {fit['n']} draws at N = "
         f"{', '.join(map(str, config['escape_sizes']))}, {fit['missing']} without a crossing), "
         f"|b − law| = {gap:.3f} = {gap / fit['slope_se']:.1f} s.e.; rule: agrees iff ≤ 2 s.e. "
-        "Diagnostics: " + "; ".join([text("half", "ε/2:"), text("double", "2ε:"),
-                                     text("second", f"degree {second}:")])
+        "Diagnostics: "
+        + "; ".join([fit_text(fits["half"], "ε/2:"), fit_text(fits["double"], "2ε:"),
+                     fit_text(fits["second"], f"degree {second}:")])
         + f" (its law {second_law:.3f})"
     )  # fmt: skip
     verdict = "agrees" if gap <= 2 * fit["slope_se"] else "differs"
