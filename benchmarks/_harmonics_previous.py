@@ -196,11 +196,17 @@ def synthesis(x: torch.Tensor, Ge: torch.Tensor, Go: torch.Tensor, L: int, store
 def previous():
     """``harmonics.sphere_sums`` as at e5890c2: the passes above, both passes in blocks of
     BLOCK_TOKENS, the calling thread left at torch's thread count."""
-    saved = harmonics.passes, harmonics.SYNTHESIS_TOKENS, harmonics.calling_thread_alone
+    saved = harmonics.passes, harmonics.SYNTHESIS_TOKENS, harmonics.sums_on_workers
     harmonics.passes = sys.modules[__name__]
     harmonics.SYNTHESIS_TOKENS = harmonics.BLOCK_TOKENS
-    harmonics.calling_thread_alone = contextlib.nullcontext
+    harmonics.sums_on_workers = _sums_at_torch_threads
     try:
         yield
     finally:
-        harmonics.passes, harmonics.SYNTHESIS_TOKENS, harmonics.calling_thread_alone = saved
+        harmonics.passes, harmonics.SYNTHESIS_TOKENS, harmonics.sums_on_workers = saved
+
+
+def _sums_at_torch_threads(sums, points, weights, *args):
+    """``tiled.sums_on_workers`` as at e5890c2: the calling thread kept at torch's thread
+    count (no ``calling_thread_alone``)."""
+    return sums(points, weights, *args, torch.get_num_threads())
