@@ -38,13 +38,14 @@ Two controls (random weights carry no trained structure):
 Sizes: ``--quick`` (1 sentence of 8 tokens, the first layer, τ ∈ {½, 1, 2}; the random
 families at width 64, one layer): 56 s wall, 32 s of CPU, 2.7 GB peak, on the 2-core machine
 at load 2–3 (151 s wall at load 10), mostly loading the models and projecting their heads
-(one eigen- and one singular-value decomposition of d × d per head); the 25 random families
-add 1.2 s of CPU (3.8 s wall at load 12). The full size (1 sentence of 12 tokens, all 54
-layers, five τ; the random families at width 128, two layers: 4.0 s of CPU more, 16 s
-wall at load 12, measured on their own; the whole full size not rerun): 582 s wall on the
-same machine at load 2–7, dominated by the projections and the JKO solves (one per head and
-τ). Models in float32 (the random families in float64); tokens, JKO steps and distances in
-float64 (a structured energy overflows float32).
+(factor form, MATH.md §12); the random families add 1.2 s of CPU (3.8 s wall at load 12).
+The full size (1 sentence of 12 tokens, all 54 layers, five τ; the 26 random families at
+width 128, two layers): 226 s wall, 414 s of CPU, 3.7 GB peak, with ``--threads 2`` on an
+idle 2-core machine (load 0.8–1.9, 7 Dec 2026, one run: MiniLM 14 s, SmolLM2 132 s, Gemma-3
+74 s, the random families 6 s); beside other jobs it took 582 s (load 2–7) and 825 s (load
+3–4). The time goes to the projections and the JKO solves (one per head and τ). Models in
+float32 (the random families in float64); tokens, JKO steps and distances in float64 (a
+structured energy overflows float32).
 """
 
 from __future__ import annotations
