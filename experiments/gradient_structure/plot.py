@@ -39,8 +39,8 @@ def _plot(out: Path) -> list[Path]:
             ax.set_yticks(range(len(layers)), [str(l) for l in layers])
             fig.colorbar(image, ax=ax)
         ax = row[3]
-        ax.plot(layers, np.nanmedian(a["energy_change"], 0), "o-", label="ΔE (attention step)")
-        ax.plot(layers, np.nanmedian(a["energy_rate"], 0), "s--", label="dE/dt (structured)")
+        ax.plot(layers, np.nanmedian(a["energy_change"], 0), "o-", label="ΔE/|E| (attention step)")
+        ax.plot(layers, np.nanmedian(a["energy_rate"], 0), "s--", label="(dE/dt)/|E| (structured)")
         ax.set_yscale("symlog")
         ax.set(title="energy along depth", xlabel="layer")
         ax.legend(fontsize=8)

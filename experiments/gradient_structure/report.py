@@ -14,8 +14,9 @@ Verdict rules, fixed before the run (each claim states its numbers):
   the random families is on the unstructured side of every trained model's median (nearer ½,
   nearer 0, higher, higher); agrees when all four hold, partly when at least two, differs
   otherwise;
-- the energy's sign: share of sublayers (× sentences, where 𝓔 is finite in float64) whose
-  attention step moves 𝓔 with the sign of the structured rate: agrees ≥ 0.8, partly ≥ 0.5;
+- the energy's sign: share of sublayers (× sentences) whose attention step moves 𝓔 with the
+  sign of the structured rate: agrees ≥ 0.8, partly ≥ 0.5 (where 𝓔 passes float64's range,
+  𝓔 and its rate are taken with one common factor e^{−log_scale}, which keeps both signs);
 - a layer is a step of its nearest gradient field: the median over models of the best
   relative W2 (over τ and the two schemes, W2(x + Δ, x + v)/W2(x, x + v)): agrees < 0.5,
   partly < 0.9, differs otherwise;
@@ -136,8 +137,8 @@ def energy_claim(m: dict) -> fw.Claim:
                 v["energy_defined"])  # fmt: skip
     share = agree / defined if defined else float("nan")
     outcome = "; ".join(
-        f"{n}: {_share(v['energy_agree_share'])} of {v['energy_defined']} (𝓔 overflows "
-        f"float64 in {v['energy_total'] - v['energy_defined']} of {v['energy_total']})"
+        f"{n}: {_share(v['energy_agree_share'])} of {v['energy_defined']} (𝓔 beyond float64, "
+        f"taken with a common factor, in {v['energy_scaled']} of {v['energy_total']})"
         for n, v in m.items()
     )
     return fw.Claim(
@@ -193,7 +194,7 @@ def layer_table(name: str, a: dict, taus) -> str:
         rows.append([
             layer, f"{np.nanmedian(sym):.3f} [{np.nanmin(sym):.2f}, {np.nanmax(sym):.2f}]",
             f"{np.nanmedian(res):.3f}", f"{np.nanmedian(gap):.3f}",
-            f"{change:+.3g} ({agree:.0%})" if np.isfinite(change) else "overflow",
+            f"{change:+.3g} ({agree:.0%})" if np.isfinite(change) else "n/a",
             f"{np.nanmedian(a['network_w2'][:, s]):.3g}",
             _rel(jko[:, s], a["best_tau_jko"][:, s]),
             _rel(explicit[:, s], a["best_tau_explicit"][:, s]),
@@ -202,7 +203,7 @@ def layer_table(name: str, a: dict, taus) -> str:
             f"{int(metric[4])}, {metric[5]:.1e}",
         ])  # fmt: skip
     header = [f"{name} layer", "symmetry", "‖V − M_sA_s‖/‖V‖", "dynamic gap",
-              "Δ𝓔 (sign agrees)", "W2 step", "JKO rel. W2 (τ)", "explicit rel. W2 (τ)",
+              "Δ𝓔/|𝓔| (sign agrees)", "W2 step", "JKO rel. W2 (τ)", "explicit rel. W2 (τ)",
               "frozen ‖v‖", *METRICS[:4], "rank, off-range"]  # fmt: skip
     return fw.markdown_table(header, rows)
 
@@ -310,8 +311,9 @@ def _notes(config: dict, r: dict) -> list[str]:
         "The structure keeps W_Q, W_K and drops what breaks it (RoPE's position dependence "
         "beyond the symmetric part, causal masks, QK-norms, soft-caps: MATH.md §12), so a "
         "model whose real scores are normalised (Gemma-3's QK-norm) has structured scores on "
-        "the raw projections: large dynamic gaps, and structured energies that overflow "
-        "float64 ('overflow' in the tables, NaN in the data)."
+        "the raw projections: large dynamic gaps, and structured energies beyond float64's "
+        "range (e^{10³}), taken with one common factor per sublayer (DepthEnergies.log_scale; "
+        "the tables give Δ𝓔/|𝓔|, which does not depend on it)."
     )
     for name, why in r["missing"].items():
         notes.append(f"{name} skipped: {why}")

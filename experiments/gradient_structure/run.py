@@ -56,10 +56,7 @@ def sentence_rows(model, mu: Empirical, layers: list[int], taus: list[float], ca
     from tpde.pretrained import depth_energies, layer_metrics, layer_steps, model_structure
 
     structure = model_structure(model, mu, layers=layers, cache=cache)
-    try:
-        energies = depth_energies(model, mu, layers=layers, cache=cache)
-    except OverflowError:  # 𝓔 = Σ_h s_h ½∬e^{score} beyond float64 (unnormalised scores)
-        energies = None
+    energies = depth_energies(model, mu, layers=layers, cache=cache)  # scaled past float64
     steps = layer_steps(model, mu, taus, layers=layers, tol=JKO_TOL, max_iter=JKO_ITER,
                         cache=cache)  # fmt: skip
     best = {s: steps.best(s) for s in ("jko", "explicit")}
@@ -67,7 +64,7 @@ def sentence_rows(model, mu: Empirical, layers: list[int], taus: list[float], ca
     return {
         "dynamic_gap": structure.table("dynamic_gap").numpy(),
         "layer_gap": structure.layer_scores("dynamic_gap").numpy(),
-        **_energy_columns(energies, len(structure.places)),
+        **_energy_columns(energies),
         "jko_w2": steps.jko_w2,
         "explicit_w2": steps.explicit_w2,
         "jko_frozen": steps.jko_frozen,
@@ -82,14 +79,14 @@ def sentence_rows(model, mu: Empirical, layers: list[int], taus: list[float], ca
     }, list(steps.messages)
 
 
-def _energy_columns(energies, sublayers: int) -> dict:
-    """The energy change, the structured rate and their sign agreement (NaN: overflow)."""
-    if energies is None:
-        nan = np.full(sublayers, np.nan)
-        return {"energy_change": nan, "energy_rate": nan, "energy_agrees": nan}
-    agrees = energies.agrees.numpy().astype(float)
-    return {"energy_change": energies.change.numpy(),
-            "energy_rate": energies.structured_rate.numpy(), "energy_agrees": agrees}  # fmt: skip
+def _energy_columns(energies) -> dict:
+    """The energy change relative to 𝓔 at the input, the structured rate on the same scale,
+    their sign agreement and the common factor's log (0 unless 𝓔 passes float64's range)."""
+    before = energies.before.abs()
+    return {"energy_change": energies.relative_change.numpy(),
+            "energy_rate": (energies.structured_rate / before).numpy(),
+            "energy_agrees": energies.agrees.numpy().astype(float),
+            "energy_log_scale": energies.log_scale.numpy()}  # fmt: skip
 
 
 def control_row(mu: Empirical, heads: int, head_size: int, seed: int) -> dict:

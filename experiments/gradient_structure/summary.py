@@ -44,6 +44,7 @@ def medians(a: dict) -> dict:
         "control_dynamic_gap": _median(a["control_dynamic_gap"]),
         "energy_defined": int(agrees.size),
         "energy_total": int(a["energy_agrees"].size),
+        "energy_scaled": int((a["energy_log_scale"] > 0).sum()),
         "energy_agree_share": float(agrees.mean()) if agrees.size else float("nan"),
         "jko_converged_share": float(a["jko_converged"].mean()),
         "jko_relative": _median(jko),

@@ -47,7 +47,7 @@ def _medians(**changes) -> dict:
     base = {
         "layer_symmetry": 0.7, "layer_directionality": 0.0, "symmetry": 0.6,
         "definite_residual": 0.8, "dynamic_gap": 0.8, "control_definite_residual": 0.95,
-        "control_dynamic_gap": 0.95, "energy_defined": 4, "energy_total": 4,
+        "control_dynamic_gap": 0.95, "energy_defined": 4, "energy_total": 4, "energy_scaled": 0,
         "energy_agree_share": 1.0, "jko_converged_share": 1.0, "jko_relative": 0.4,
         "explicit_relative": 0.6, "best_relative": 0.4, "jko_closer": 4, "compared": 4,
         "best_tau_jko": 1.0, "best_tau_explicit": 1.0,

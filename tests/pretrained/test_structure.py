@@ -223,3 +223,55 @@ def test_a_subset_of_layers(case):
         model_structure(model, layers=[len(model.layers)])
     with pytest.raises(TypeError, match="sequence of layer indices"):
         depth_energies(model, mu, layers=1)
+
+
+def test_depth_energies_past_float64(case, tmp_path):
+    """BERT with its query weights ×400: scores of order 10³, 𝓔 beyond float64 (e^{709}).
+    The columns are finite and e^{−log_scale} times 𝓔, checked against 𝓔 summed pair by
+    pair in 50-digit arithmetic (mpmath) from the structured heads' own W_Q, W_K, c, a
+    (log K(i, j) = ½c(⟨W_Qx_i, W_Kx_j⟩ + ⟨W_Qx_j, W_Kx_i⟩) + aᵀx_i + aᵀx_j, MATH.md §12;
+    float64 scores of size 10³ carry ≈ 1e-13 absolute error into the exponent: 1e-10
+    allowed); the network rate against a central difference of the scaled energy."""
+    import copy
+
+    mpmath = pytest.importorskip("mpmath")
+    family, oracle, _, _, _, small = case
+    if family != "bert":
+        pytest.skip("the pair-by-pair oracle transcribes a head without RoPE (BERT)")
+    assert float(small.log_scale.abs().max()) == 0.0  # untouched below float64's range
+    big = copy.deepcopy(oracle)
+    with torch.no_grad():
+        for layer in big.encoder.layer:
+            layer.attention.self.query.weight.mul_(400.0)
+    big.save_pretrained(tmp_path)
+    model = load(tmp_path, dtype=F64)
+    mu = model.embed(torch.arange(3, 3 + N))[0]
+    energies = depth_energies(model, mu)
+    assert bool((energies.log_scale > 709.0).any())
+    for column in (energies.before, energies.after_attention, energies.after,
+                   energies.structured_rate, energies.network_rate):  # fmt: skip
+        assert bool(torch.isfinite(column).all())
+    assert torch.equal(energies.agrees, torch.sign(energies.change) ==
+                       torch.sign(energies.structured_rate))  # fmt: skip
+    states = model.hidden_states(mu)
+    mpmath.mp.dps = 50
+    for l, layer in enumerate(model.layers):
+        near, _ = nearest_gradient_field(layer.attention)
+        scale = float(energies.log_scale[l])
+        x = states[l].numpy()
+        total = mpmath.mpf(0)
+        for head in near.heads:
+            q, k = x @ head.Wq.numpy().T, x @ head.Wk.numpy().T
+            ax = x @ head.a.numpy()
+            scores = 0.5 * head.scale * (q @ k.T + k @ q.T) + ax[:, None] + ax[None, :]
+            pairs = mpmath.fsum(mpmath.exp(mpmath.mpf(float(s)) - scale) for s in scores.flat)
+            total += head.sign * pairs / (2 * N * N)
+        assert float(energies.before[l]) == pytest.approx(float(total), rel=1e-10)
+
+        def scaled(z, near=near, scale=scale):
+            return float(near.energy(Empirical(z, positions=mu.positions), log_scale=scale))
+
+        step = layer.parts[0].velocity(mu.with_points(states[l]), t=float(l))
+        eps = 1e-7
+        central = (scaled(states[l] + eps * step) - scaled(states[l] - eps * step)) / (2 * eps)
+        assert float(energies.network_rate[l]) == pytest.approx(central, rel=1e-5)

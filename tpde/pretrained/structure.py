@@ -23,6 +23,7 @@ change of the network's own step, ⟨∇_x 𝓔(N₁x), v⟩ (autograd through N
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -191,6 +192,10 @@ class DepthEnergies:
         predicted sign: ≥ 0 where the structure holds).
     network_rate : (S,) ⟨∇_x 𝓔_l(N₁x), v⟩, the first-order change of the network's own
         attention step v.
+    log_scale : (S,) every column above is e^{−log_scale} times its value: 0 unless some
+        E_h at the three states passes √(the largest float), then the largest log E_h
+        (a real decoder's unnormalised scores give 𝓔 ≈ e^{10³}, beyond float64). Signs,
+        :attr:`agrees` and :attr:`relative_change` do not depend on it.
     """
 
     places: tuple[tuple[int, int], ...]
@@ -199,11 +204,17 @@ class DepthEnergies:
     after: torch.Tensor
     structured_rate: torch.Tensor
     network_rate: torch.Tensor
+    log_scale: torch.Tensor
 
     @property
     def change(self) -> torch.Tensor:
         """after_attention − before: what the attention step did to 𝓔_l, (S,)."""
         return self.after_attention - self.before
+
+    @property
+    def relative_change(self) -> torch.Tensor:
+        """(after_attention − before) / |before|, (S,): scale-free."""
+        return self.change / self.before.abs()
 
     @property
     def agrees(self) -> torch.Tensor:
@@ -247,12 +258,24 @@ def depth_energies(
             x_in, x_out = clouds[l][2 * b], clouds[l][2 * b + 2]
             seen = _read_by(block, x_in, mu)
             step = attention_step(block, clouds[l], b, seen, engine)
-            energy = [near.energy(_read_by(block, x, mu)) for x in (x_in, x_in + step, x_out)]
-            rate = near.energy_rate(seen, near.velocity(seen, engine=engine))
+            states = [_read_by(block, x, mu) for x in (x_in, x_in + step, x_out)]
+            scale = energy_log_scale(near, states)
+            energy = [near.energy(state, log_scale=scale) for state in states]
+            rate = near.energy_rate(seen, near.velocity(seen, engine=engine), log_scale=scale)
             places.append((l, b))
-            rows.append((*energy, rate, _network_rate(near, block, x_in, step, mu)))
-    columns = [torch.stack([r[i] for r in rows]).detach().to(torch.float64) for i in range(5)]
+            network = _network_rate(near, block, x_in, step, mu, scale)
+            rows.append((*energy, rate, network, torch.tensor(scale)))
+    columns = [torch.stack([r[i] for r in rows]).detach().to(torch.float64) for i in range(6)]
     return DepthEnergies(tuple(places), *columns)
+
+
+def energy_log_scale(near, states) -> float:
+    """0 while every e^{log E_h} of ``near`` at ``states`` stays below √(the largest float)
+    (room for the rates' factors), else the largest log E_h: a common factor that keeps
+    𝓔 and its rates finite (a real decoder's unnormalised scores reach e^{10³})."""
+    largest = max(float(near.head_log_energies(state).detach().max()) for state in states)
+    bound = 0.5 * math.log(torch.finfo(states[0].points.dtype).max)
+    return 0.0 if largest <= bound else largest
 
 
 def attention_step(block, cloud: torch.Tensor, b: int, seen: Empirical, engine: str):
@@ -265,9 +288,10 @@ def attention_step(block, cloud: torch.Tensor, b: int, seen: Empirical, engine: 
     return cloud[2 * b + 1] - cloud[2 * b]
 
 
-def _network_rate(near, block, x_in, step, mu: Empirical) -> torch.Tensor:
-    """⟨∇_x 𝓔(read(x)), v⟩ at x_in, autograd through the block's norm."""
+def _network_rate(near, block, x_in, step, mu: Empirical, log_scale: float) -> torch.Tensor:
+    """e^{−log_scale}⟨∇_x 𝓔(read(x)), v⟩ at x_in, autograd through the block's norm."""
     with torch.enable_grad():
         x = x_in.detach().requires_grad_(True)
-        (grad,) = torch.autograd.grad(near.energy(_read_by(block, x, mu)), x)
+        energy = near.energy(_read_by(block, x, mu), log_scale=log_scale)
+        (grad,) = torch.autograd.grad(energy, x)
     return (grad * step).sum()

@@ -27,6 +27,7 @@ Blondel, Peyré, "Sinkformers", arXiv:2110.11773 (2022).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -150,24 +151,32 @@ class StructuredAttention(Field):
         scores = q @ k.mT + bias
         return torch.logsumexp(scores, dim=-1) + x @ head.a.to(x)
 
-    def head_energies(self, mu: Empirical) -> torch.Tensor:
-        """E_h(μ) = ½ Σ_i w_i K^h_μ(x_i) for every head, shape (H,) (dense, O(n²) per head)."""
+    def head_log_energies(self, mu: Empirical) -> torch.Tensor:
+        """log E_h(μ) = log ½ + log Σ_i w_i K^h_μ(x_i) for every head, shape (H,) (dense,
+        O(n²) per head; finite where E_h itself overflows)."""
         log_w = mu.weights.log()
-        values = []
-        for head in self.heads:
-            log_k = self.log_partition(head, mu, mu.points, mu.positions)
-            values.append(0.5 * torch.logsumexp(log_k + log_w, dim=-1).exp())
-        energies = torch.stack(values)
+        values = [torch.logsumexp(self.log_partition(head, mu, mu.points, mu.positions) + log_w,
+                                  dim=-1) for head in self.heads]  # fmt: skip
+        return torch.stack(values) - math.log(2.0)
+
+    def head_energies(self, mu: Empirical, log_scale: float = 0.0) -> torch.Tensor:
+        """e^{−log_scale}·E_h(μ), E_h = ½ Σ_i w_i K^h_μ(x_i), for every head, shape (H,)."""
+        energies = (self.head_log_energies(mu) - log_scale).exp()
         if not bool(torch.isfinite(energies).all()):
             raise OverflowError(
                 f"a structured energy E_h = ½∬K^h dμdμ overflowed in {energies.dtype} (largest "
                 f"|token coordinate| {float(mu.points.detach().abs().max()):.3g}): compute "
-                "in float64, or rescale the tokens."
+                "in float64, rescale the tokens, or pass log_scale (a common factor "
+                "e^{log_scale}, e.g. the largest of head_log_energies)."
             )
         return energies
 
-    def energy(self, mu, *, t: float = 0.0, engine: str = "auto", info=None) -> torch.Tensor:
-        """𝓔(μ) = Σ_h s_h E_h(μ): the functional each head's flow ascends (module notes)."""
+    def energy(
+        self, mu, *, t: float = 0.0, engine: str = "auto", info=None, log_scale: float = 0.0
+    ) -> torch.Tensor:
+        """𝓔(μ) = Σ_h s_h E_h(μ): the functional each head's flow ascends (module notes);
+        e^{−log_scale}·𝓔 with ``log_scale`` given (signs and ratios unchanged, finite where
+        𝓔 overflows)."""
         self.check_measure(mu)
         if not isinstance(mu, Empirical):
             raise TypeError(
@@ -175,15 +184,18 @@ class StructuredAttention(Field):
                 f"{type(mu).__name__}: pass an Empirical (a Gaussian: sample it)."
             )
         signs = torch.tensor([h.sign for h in self.heads], dtype=mu.dtype, device=mu.device)
-        return (signs * self.head_energies(mu)).sum()
+        return (signs * self.head_energies(mu, log_scale)).sum()
 
-    def energy_rate(self, mu: Empirical, velocity: torch.Tensor | None = None) -> torch.Tensor:
+    def energy_rate(
+        self, mu: Empirical, velocity: torch.Tensor | None = None, *, log_scale: float = 0.0
+    ) -> torch.Tensor:
         """d𝓔/dt = Σ_i ∇_{x_i}𝓔(μ) · v_i when the tokens move with v (n, d), by autograd of
         :meth:`energy`; default v = Γ_s[μ], the structured flow's own rate (≥ 0 for one
-        head with w = 0: ‖Γ_s‖²_g, module notes). A 0-d tensor."""
+        head with w = 0: ‖Γ_s‖²_g, module notes). A 0-d tensor, e^{−log_scale} times the
+        rate with ``log_scale`` given."""
         with torch.enable_grad():
             x = mu.points.detach().requires_grad_(True)
-            (grad,) = torch.autograd.grad(self.energy(mu.with_points(x)), x)
+            (grad,) = torch.autograd.grad(self.energy(mu.with_points(x), log_scale=log_scale), x)
         if velocity is None:
             velocity = self.velocity(mu)
         return (grad * velocity).sum()
