@@ -27,6 +27,7 @@ Verdict rules, fixed before the run (each claim states its numbers):
 
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import replace
 from pathlib import Path
@@ -181,6 +182,16 @@ def _jko(v: dict) -> str:
             f"{v['jko_converged_share']:.0%} of (sublayer, τ)")  # fmt: skip
 
 
+def _frozen(lengths, log_scales) -> str:
+    """The median frozen length over sentences; e^{…} where a common factor was taken."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        logs = np.log(lengths) + 0.5 * log_scales
+    if not np.isfinite(logs).any():
+        return "nan"
+    median = float(np.nanmedian(logs[np.isfinite(logs)]))
+    return f"e^{median:.1f}" if (log_scales > 0).any() else f"{math.exp(median):.3g}"
+
+
 def layer_table(name: str, a: dict, taus) -> str:
     """Per layer: scores (median [min, max] over heads), energy, steps, metrics."""
     jko, explicit = relative_best(a, "jko"), relative_best(a, "explicit")
@@ -198,7 +209,7 @@ def layer_table(name: str, a: dict, taus) -> str:
             f"{np.nanmedian(a['network_w2'][:, s]):.3g}",
             _rel(jko[:, s], a["best_tau_jko"][:, s]),
             _rel(explicit[:, s], a["best_tau_explicit"][:, s]),
-            f"{np.nanmedian(a['network_frozen'][:, s]):.3g}",
+            _frozen(a["network_frozen"][:, s], a["frozen_log_scale"][:, s]),
             *(f"{metric[i]:.3g}" for i in range(4)),
             f"{int(metric[4])}, {metric[5]:.1e}",
         ])  # fmt: skip
@@ -291,7 +302,11 @@ def _notes(config: dict, r: dict) -> list[str]:
         "The frozen metric: ‖Δ‖² = Σ_i w_i Δ_iᵀ(Σ_h s_hM_h/K^h_μ(x_i))⁺Δ_i on the range of "
         "the mobilities (tpde.flows.frozen_metric_distance); the twisted distance of the "
         "metrics table is twisted_w2 on that range with mobility Σ_h s_hM_h, rank and the "
-        "share of the motion off the range beside it.",
+        "share of the motion off the range beside it. Where the weights K^h_μ pass float64's "
+        "range (a real decoder's unnormalised scores), every length of the sublayer carries "
+        "one common factor e^{−c/2} (LayerSteps.log_scale; the JKO objective carries e^{−c} "
+        "in both terms, which leaves the step unchanged); the table then writes the length "
+        "as e^{…}.",
         "Controls: (1) random heads (Gaussian weights of variance 1/fan-in) with each model's "
         "first-layer shapes, on its depth-0 tokens at unit RMS (kept: the trained models' own "
         "shapes and clouds); (2) every family the loader reads as a tiny random model "

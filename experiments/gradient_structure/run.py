@@ -71,6 +71,7 @@ def sentence_rows(model, mu: Empirical, layers: list[int], taus: list[float], ca
         "explicit_frozen": steps.explicit_frozen,
         "network_w2": steps.network_w2,
         "network_frozen": steps.network_frozen,
+        "frozen_log_scale": steps.log_scale,
         "network_off_range": steps.off_range,
         "jko_converged": steps.converged,
         "best_tau_jko": best["jko"][0],

@@ -114,13 +114,39 @@ def test_bad_inputs_are_refused():
         frozen_metric_distance(near, mu, torch.zeros(4, 6, dtype=F64))
 
 
-def test_a_head_whose_energy_overflows_is_refused_with_the_reason():
-    """Tokens far out (scores ≈ 1e3, past float64's e^709): the energy is not finite at the
-    input, a ValueError naming the overflow (layer_steps records it as the step's outcome);
-    it was an AttributeError from the message's hint."""
+def test_a_head_past_float64_steps_with_a_common_factor():
+    """Tokens far out: scores ≈ 10³, E_h past float64's e^709. The step runs with the
+    head's energy and metric weight both ×e^{−c} (c = log E_h at the input), which leaves
+    the minimiser unchanged: at tokens where E_h ≈ e^{400} (c > 0, unscaled still finite)
+    it equals the unscaled solve (inner tolerance 1e-12: 1e-7 relative to the step
+    allowed), and past e^709 (E_h ≈ e^{786}; tolerance 1e-8, as 1e-10 stalls at rounding
+    there) its head distance is the frozen length with the same factor."""
+    from tpde.flows.jko_prox import ParticleProx, solve_prox
+    from tpde.flows.jko_structured import _HeadLyapunov, _HeadWeight
+
     g = torch.Generator().manual_seed(6)
     field, _ = _exact_head(g)
     near, _ = nearest_gradient_field(field)
-    mu = Empirical(60.0 * _randn(g, 6, 6))
-    with pytest.raises(ValueError, match=r"not finite at the step's|energy is inf.*e\^709"):
-        structured_jko_step(near, mu, 0.1)
+    base = _randn(g, 6, 6)
+    for size, finite, tol in ((18.0, True, 1e-12), (25.0, False, 1e-8)):
+        mu = Empirical(size * base)
+        c = near.energy_log_scale(mu)
+        assert c > 354.0 and (c < 709.0) == finite
+        step = structured_jko_step(near, mu, 1e-4, tol=tol, max_iter=400)
+        assert step.converged and step.log_scales == (c,)
+        delta = step.measure.points - mu.points
+        assert bool(torch.isfinite(delta).all()) and float(delta.norm()) > 0
+        if finite:
+            head = type(near)([near.heads[0]], torch.zeros_like(near.drift))
+            mobility = near.heads[0].sign * near.heads[0].M
+            prox = ParticleProx(mu, 1e-4, mobility, _HeadWeight(head), "auto")
+            plain = solve_prox(prox, _HeadLyapunov(head), 1e-4, tol=1e-12, max_iter=400,
+                               engine="auto")  # fmt: skip
+            assert plain.converged
+            error = (plain.measure.points - step.measure.points).norm() / delta.norm()
+            assert float(error) <= 1e-7
+        else:
+            with pytest.raises(OverflowError, match="pass log_scale"):
+                frozen_metric_distance(near, mu, delta)
+        frozen = frozen_metric_distance(near, mu, delta, log_scale=c)
+        assert float(frozen.distance) == pytest.approx(step.head_steps[0].distance, rel=1e-8)

@@ -23,7 +23,8 @@ def test_bad_inputs_are_refused():
         layer_metrics(object(), _mu())
     nan = np.full((1, 2), np.nan)
     steps = LayerSteps(((0, 0),), np.array([0.5, 1.0]), nan, np.array([[2.0, 1.0]]), nan, nan,
-                       np.ones(1), np.ones(1), np.zeros(1), np.zeros((1, 2), bool), ())  # fmt: skip
+                       np.ones(1), np.ones(1), np.zeros(1), np.zeros((1, 2), bool),
+                       np.zeros(1), ())  # fmt: skip
     with pytest.raises(ValueError, match="scheme must be 'jko' or 'explicit'"):
         steps.best("implicit")
     taus, values = steps.best("explicit")

@@ -52,19 +52,19 @@ __all__ = ["FrozenDistance", "StructuredJKOStep", "frozen_metric_distance", "str
 
 class _HeadLyapunov(Energy):
     """The functional one head's JKO step minimises, −s_h E_h (E_h of the one-head field
-    ``one``)."""
+    ``one``), times e^{−log_scale}."""
 
-    def __init__(self, one: StructuredAttention):
-        self.one = one
+    def __init__(self, one: StructuredAttention, log_scale: float = 0.0):
+        self.one, self.log_scale = one, log_scale
 
     def __call__(self, nu, engine: str = "auto") -> torch.Tensor:
-        return -self.one.energy(nu)
+        return -self.one.energy(nu, log_scale=self.log_scale)
 
     def domain_hint(self, mu) -> str:
         return (
-            " The head's structured energy ½∬e^{score} is not finite at these tokens: its "
-            "scores pass float64's exponent range (e^709), so no step of this head is defined "
-            "there (MATH.md §12)."
+            " The head's structured energy ½∬e^{score} is not finite at these tokens, even "
+            "with its common factor e^{−log_scale}: its scores themselves are not finite "
+            "there, so no step of this head is defined (MATH.md §12)."
         )
 
 
@@ -82,14 +82,20 @@ class StructuredJKOStep:
     status : "completed" when every head's inner solve met its tolerance, else
         "not_converged" (the measure is then not a JKO step: do not read it as one).
     head_steps : tuple of :class:`~tpde.flows.JKOStep`, one per head (each measure is that
-        head's step alone from μ_k).
+        head's step alone from μ_k; its energies and distance are e^{−c_h} and e^{−c_h/2}
+        times their values, c_h = ``log_scales[h]``).
     tau : the step.
+    log_scales : tuple of float, per head the common log-factor c_h of its energy and
+        metric weight (:meth:`~tpde.fields.StructuredAttention.energy_log_scale` at μ_k: 0
+        unless E_h passes √(the largest float), as a real decoder's scores make it). Both
+        terms of the step's objective carry e^{−c_h}, so the minimiser is unchanged.
     """
 
     measure: Empirical
     status: Status
     head_steps: tuple
     tau: float
+    log_scales: tuple = ()
 
     @property
     def converged(self) -> bool:
@@ -104,15 +110,14 @@ class StructuredJKOStep:
 
 
 class _HeadWeight:
-    """The metric weight of one head, log ω = log K^h_{μ_k} (what ParticleProx freezes)."""
+    """The metric weight of one head, log ω = log K^h_{μ_k} − log_scale (what ParticleProx
+    freezes)."""
 
-    def __init__(self, field: StructuredAttention):
-        self.field = field
+    def __init__(self, field: StructuredAttention, log_scale: float = 0.0):
+        self.field, self.log_scale = field, log_scale
 
     def log_weight(self, mu, x, engine: str = "auto") -> torch.Tensor:
-        head = self.field.heads[0]
-        positions = mu.positions if head.rope is not None else None
-        return self.field.log_partition(head, mu, x, positions)
+        return _log_weight(self.field, self.field.heads[0], mu, x) - self.log_scale
 
 
 def structured_jko_step(
@@ -161,18 +166,20 @@ def structured_jko_step(
     if tol is None:
         tol = 1e-6 if mu.dtype == torch.float64 else 1e-3
     x = mu.points.detach()
-    moved, steps = x + tau * field.drift.to(x), []
+    moved, steps, scales = x + tau * field.drift.to(x), [], []
     for head in field.heads:
         one = StructuredAttention([head], torch.zeros_like(field.drift))
         mobility = head.sign * head.M.to(x)
-        prox = ParticleProx(mu, tau, mobility, _HeadWeight(one), engine)
-        step = solve_prox(prox, _HeadLyapunov(one), tau, tol=tol, max_iter=max_iter,
+        scale = one.energy_log_scale(mu)
+        prox = ParticleProx(mu, tau, mobility, _HeadWeight(one, scale), engine)
+        step = solve_prox(prox, _HeadLyapunov(one, scale), tau, tol=tol, max_iter=max_iter,
                           engine=engine)  # fmt: skip
         steps.append(step)
+        scales.append(scale)
         moved = moved + (step.measure.points - x)
     ok = all(s.converged for s in steps)
     status = Status.COMPLETED if ok else Status.NOT_CONVERGED
-    return StructuredJKOStep(mu.with_points(moved), status, tuple(steps), tau)
+    return StructuredJKOStep(mu.with_points(moved), status, tuple(steps), tau, tuple(scales))
 
 
 @dataclass(frozen=True)
@@ -192,7 +199,7 @@ class FrozenDistance:
 
 
 def frozen_metric_distance(
-    field: StructuredAttention, mu: Empirical, displacement: torch.Tensor
+    field: StructuredAttention, mu: Empirical, displacement: torch.Tensor, *, log_scale=0.0
 ) -> FrozenDistance:
     r"""A displacement's length in a structured field's metric frozen at μ (module notes).
 
@@ -206,6 +213,10 @@ def frozen_metric_distance(
     field : :class:`~tpde.fields.StructuredAttention`.
     mu : Empirical (n, d), the cloud at which the metric is frozen.
     displacement : (n, d) tensor Δ (e.g. y − x for two clouds with the same labels).
+    log_scale : float c: the weights K^h_μ are taken as e^{−c}K^h_μ, so the distance is
+        e^{−c/2} times its value (finite where K^h_μ passes the dtype's range; c from
+        :meth:`~tpde.fields.StructuredAttention.energy_log_scale`, which bounds every
+        e^{−c}K^h_μ(x_i) by 2/w_i). The off-range share does not depend on it.
 
     Returns
     -------
@@ -221,21 +232,34 @@ def frozen_metric_distance(
     total = sum(h.sign * h.M.to(x) for h in field.heads)
     evals, vecs = torch.linalg.eigh(total)
     U = vecs[:, evals > RANGE_RTOL * evals.abs().max()]  # (d, r)
+    log_k = torch.stack([_log_weight(field, h, mu, x) - log_scale for h in field.heads])
+    if not bool(torch.isfinite(log_k).all()):
+        raise OverflowError(
+            f"the metric weight K^h_μ of a head is not finite in {x.dtype} on this cloud (its "
+            "scores are not finite): the frozen metric is not computable."
+        )
+    least = log_k.min(0).values  # (n,) G_i = e^{−least_i} Σ_h s_hM_h e^{least_i − log K̃^h_i}
     cometric = x.new_zeros(x.shape[0], U.shape[1], U.shape[1])
-    for head in field.heads:
-        positions = mu.positions if head.rope is not None else None
-        weight = field.log_partition(head, mu, x, positions).exp()  # (n,)
-        if not bool(torch.isfinite(weight).all()):
-            raise OverflowError(
-                f"the metric weight K^h_μ of a head overflowed in {x.dtype}: its scores exceed "
-                "the dtype's range on this cloud, where the frozen metric is not computable."
-            )
+    for head, log_weight in zip(field.heads, log_k, strict=True):
         reduced = U.mT @ (head.sign * head.M.to(x)) @ U
-        cometric = cometric + reduced / weight[:, None, None]
+        cometric = cometric + reduced * (least - log_weight).exp()[:, None, None]
     inside = delta @ U  # (n, r)
     solved = lu.solve(cometric, inside.unsqueeze(-1)).squeeze(-1)
-    w = mu.weights.to(x)
+    w = mu.weights.to(x) * least.exp()
     dist2 = (w * (inside * solved).sum(-1)).sum()
-    outside = (w * (delta - inside @ U.mT).square().sum(-1)).sum()
-    norm2 = (w * delta.square().sum(-1)).sum().clamp_min(torch.finfo(x.dtype).tiny)
+    if not bool(torch.isfinite(dist2)):
+        raise OverflowError(
+            f"the frozen-metric length overflowed {x.dtype}: its metric weights K^h_μ pass "
+            "the dtype's range on this cloud; pass log_scale = field.energy_log_scale(mu) "
+            "(the distance is then e^{−log_scale/2} times its value)."
+        )
+    w0 = mu.weights.to(x)
+    outside = (w0 * (delta - inside @ U.mT).square().sum(-1)).sum()
+    norm2 = (w0 * delta.square().sum(-1)).sum().clamp_min(torch.finfo(x.dtype).tiny)
     return FrozenDistance(dist2.clamp_min(0).sqrt(), outside / norm2)
+
+
+def _log_weight(field: StructuredAttention, head, mu: Empirical, x) -> torch.Tensor:
+    """log K^h_μ at the cloud's own tokens, (n,)."""
+    positions = mu.positions if head.rope is not None else None
+    return field.log_partition(head, mu, x, positions)

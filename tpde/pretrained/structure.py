@@ -23,7 +23,6 @@ change of the network's own step, ⟨∇_x 𝓔(N₁x), v⟩ (autograd through N
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -259,7 +258,7 @@ def depth_energies(
             seen = _read_by(block, x_in, mu)
             step = attention_step(block, clouds[l], b, seen, engine)
             states = [_read_by(block, x, mu) for x in (x_in, x_in + step, x_out)]
-            scale = energy_log_scale(near, states)
+            scale = near.energy_log_scale(*states)
             energy = [near.energy(state, log_scale=scale) for state in states]
             rate = near.energy_rate(seen, near.velocity(seen, engine=engine), log_scale=scale)
             places.append((l, b))
@@ -267,15 +266,6 @@ def depth_energies(
             rows.append((*energy, rate, network, torch.tensor(scale)))
     columns = [torch.stack([r[i] for r in rows]).detach().to(torch.float64) for i in range(6)]
     return DepthEnergies(tuple(places), *columns)
-
-
-def energy_log_scale(near, states) -> float:
-    """0 while every e^{log E_h} of ``near`` at ``states`` stays below √(the largest float)
-    (room for the rates' factors), else the largest log E_h: a common factor that keeps
-    𝓔 and its rates finite (a real decoder's unnormalised scores reach e^{10³})."""
-    largest = max(float(near.head_log_energies(state).detach().max()) for state in states)
-    bound = 0.5 * math.log(torch.finfo(states[0].points.dtype).max)
-    return 0.0 if largest <= bound else largest
 
 
 def attention_step(block, cloud: torch.Tensor, b: int, seen: Empirical, engine: str):

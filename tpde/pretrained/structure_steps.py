@@ -29,7 +29,6 @@ the motion off the range being invisible to it: its share is reported).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -67,9 +66,13 @@ class LayerSteps:
     network_frozen : (S,) the frozen-metric length of v on the range.
     off_range : (S,) share of ‖v‖² outside the range of the layer's mobilities.
     converged : (S, T) bool, whether every head's JKO solve converged (a False entry's
-        distances are NaN: an unconverged step is not read as a result; so is a step whose
-        energy overflows float64 at the input, a real decoder's unnormalised scores).
-        The frozen lengths are NaN where a head's metric weight overflows.
+        distances are NaN: an unconverged step is not read as a result).
+    log_scale : (S,) the sublayer's common log-factor c of its metric weights
+        (:meth:`~tpde.fields.StructuredAttention.energy_log_scale` at the input: 0 unless
+        its energies pass √(the largest float), as a real decoder's unnormalised scores
+        make them): the frozen lengths are e^{−c/2} times their values, so they compare
+        within a sublayer (each head's JKO step scales its own objective, which leaves the
+        step unchanged: :func:`tpde.flows.structured_jko_step`).
     messages : tuple of str, the failures ("layer l, τ: …").
     """
 
@@ -83,6 +86,7 @@ class LayerSteps:
     network_frozen: np.ndarray
     off_range: np.ndarray
     converged: np.ndarray
+    log_scale: np.ndarray
     messages: tuple
 
     def best(self, scheme: str) -> tuple[np.ndarray, np.ndarray]:
@@ -169,7 +173,8 @@ def _steps_of(near, seen: Empirical, x: torch.Tensor, v: torch.Tensor, taus, tol
     """One sublayer's row of :class:`LayerSteps` and its unconverged (τ, message) pairs."""
     target = Empirical(x + v, seen.weights)
     velocity = near.velocity(seen).detach()
-    frozen = _frozen(near, seen)
+    scale = near.energy_log_scale(seen)
+    frozen = _frozen(near, seen, scale)
     row = {k: np.full(len(taus), np.nan) for k in ("jko_w2", "explicit_w2", "jko_frozen",
                                                   "explicit_frozen")}  # fmt: skip
     row["converged"] = np.zeros(len(taus), dtype=bool)
@@ -180,7 +185,7 @@ def _steps_of(near, seen: Empirical, x: torch.Tensor, v: torch.Tensor, taus, tol
         row["explicit_frozen"][i] = frozen(explicit - v)[0]
         try:
             step = structured_jko_step(near, seen, float(tau), tol=tol, max_iter=max_iter)
-        except ValueError as err:  # the energy is not finite at the input (overflow)
+        except ValueError as err:  # the energy is not finite at the input (inf scores)
             if "finite energy" not in str(err):
                 raise
             failed.append((float(tau), str(err).split(":")[0]))
@@ -194,17 +199,15 @@ def _steps_of(near, seen: Empirical, x: torch.Tensor, v: torch.Tensor, taus, tol
         row["jko_frozen"][i] = frozen(jko - v)[0]
     row["network_w2"] = float(w2(Empirical(x, seen.weights), target))
     row["network_frozen"], row["off_range"] = frozen(v)
+    row["log_scale"] = scale
     return row, failed
 
 
-def _frozen(near, seen: Empirical):
-    """Δ ↦ (frozen-metric length, off-range share), NaN where the metric overflows."""
+def _frozen(near, seen: Empirical, log_scale: float):
+    """Δ ↦ (e^{−log_scale/2} × frozen-metric length, off-range share)."""
 
     def length(delta: torch.Tensor) -> tuple[float, float]:
-        try:
-            out = frozen_metric_distance(near, seen, delta)
-        except OverflowError:
-            return math.nan, math.nan
+        out = frozen_metric_distance(near, seen, delta, log_scale=log_scale)
         return float(out.distance), float(out.off_range)
 
     return length

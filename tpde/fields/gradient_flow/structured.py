@@ -159,6 +159,16 @@ class StructuredAttention(Field):
                                   dim=-1) for head in self.heads]  # fmt: skip
         return torch.stack(values) - math.log(2.0)
 
+    def energy_log_scale(self, *measures: Empirical) -> float:
+        """A common log-factor for 𝓔 at ``measures``: 0 while every E_h there stays below
+        √(the largest float) (room for a rate's or a metric's factors), else the largest
+        log E_h (a real decoder's unnormalised scores reach E_h ≈ e^{10³}). Pass it as
+        ``log_scale`` to :meth:`energy`, :meth:`energy_rate`,
+        :func:`tpde.flows.frozen_metric_distance`."""
+        largest = max(float(self.head_log_energies(mu).detach().max()) for mu in measures)
+        bound = 0.5 * math.log(torch.finfo(measures[0].points.dtype).max)
+        return largest if bound < largest < math.inf else 0.0  # inf scores: no factor helps
+
     def head_energies(self, mu: Empirical, log_scale: float = 0.0) -> torch.Tensor:
         """e^{−log_scale}·E_h(μ), E_h = ½ Σ_i w_i K^h_μ(x_i), for every head, shape (H,)."""
         energies = (self.head_log_energies(mu) - log_scale).exp()
