@@ -150,3 +150,17 @@ def test_a_head_past_float64_steps_with_a_common_factor():
                 frozen_metric_distance(near, mu, delta)
         frozen = frozen_metric_distance(near, mu, delta, log_scale=c)
         assert float(frozen.distance) == pytest.approx(step.head_steps[0].distance, rel=1e-8)
+
+
+def test_weights_spanning_more_than_float64_are_refused_with_the_reason():
+    """One token 45× out among unit ones: its weight K_μ(x_i) is e^{2556} times the
+    others', so no common factor keeps every step coordinate √(τ/(w_iK̃_i)) in float64: a
+    ValueError naming the span (layer_steps records it as the step's outcome), where the
+    step used to fail deep inside on non-finite points."""
+    g = torch.Generator().manual_seed(6)
+    field, _ = _exact_head(g)
+    near, _ = nearest_gradient_field(field)
+    x = _randn(g, 6, 6)
+    x[0] *= 45.0
+    with pytest.raises(ValueError, match=r"of head 0 span e\^\d+ over the tokens.*finite energy"):
+        structured_jko_step(near, Empirical(x), 1e-4)

@@ -190,6 +190,12 @@ def _domain_hint(G, mu) -> str:
     return G.domain_hint(mu)
 
 
+def _finite_points(nu) -> bool:
+    """Whether a particle measure's points are finite (True for other measures)."""
+    points = getattr(nu, "points", None)
+    return points is None or bool(torch.isfinite(points.detach()).all())
+
+
 def solve_prox(prox, G, tau: float, *, tol: float, max_iter: int, engine: str):
     """One JKO step: minimise J(ζ) = G(ν(ζ)) + |ζ|²/2 (warm start: the explicit step)."""
     x = prox.x if hasattr(prox, "x") else prox.mean
@@ -200,8 +206,11 @@ def solve_prox(prox, G, tau: float, *, tol: float, max_iter: int, engine: str):
         count[0] += 1
         with torch.enable_grad():
             z = z.detach().requires_grad_(True)
+            nu = prox.measure(z)
+            if not _finite_points(nu):  # a trial step past the dtype's range: infeasible
+                return math.inf, torch.zeros_like(z)
             try:
-                energy = G(prox.measure(z), engine)
+                energy = G(nu, engine)
             except OverflowError:  # beyond the dtype's range: infeasible for the search
                 return math.inf, torch.zeros_like(z)
             if not energy.requires_grad:

@@ -167,11 +167,12 @@ def structured_jko_step(
         tol = 1e-6 if mu.dtype == torch.float64 else 1e-3
     x = mu.points.detach()
     moved, steps, scales = x + tau * field.drift.to(x), [], []
-    for head in field.heads:
+    for h, head in enumerate(field.heads):
         one = StructuredAttention([head], torch.zeros_like(field.drift))
         mobility = head.sign * head.M.to(x)
         scale = one.energy_log_scale(mu)
         prox = ParticleProx(mu, tau, mobility, _HeadWeight(one, scale), engine)
+        _check_weights_span(prox, one, mu, h)
         step = solve_prox(prox, _HeadLyapunov(one, scale), tau, tol=tol, max_iter=max_iter,
                           engine=engine)  # fmt: skip
         steps.append(step)
@@ -180,6 +181,20 @@ def structured_jko_step(
     ok = all(s.converged for s in steps)
     status = Status.COMPLETED if ok else Status.NOT_CONVERGED
     return StructuredJKOStep(mu.with_points(moved), status, tuple(steps), tau, tuple(scales))
+
+
+def _check_weights_span(prox: ParticleProx, one: StructuredAttention, mu: Empirical, h: int):
+    """A ValueError when the step's coordinates √(τ/(w_iK̃_i)) pass the dtype's range: the
+    weights K^h_μ(x_i) then span more than the dtype holds, whatever the common factor."""
+    if bool(torch.isfinite(prox.coef).all()):
+        return
+    log_k = _log_weight(one, one.heads[0], mu, mu.points.detach())
+    spread = float(log_k.max() - log_k.min())
+    raise ValueError(
+        f"the metric weights K^h_μ(x_i) of head {h} span e^{spread:.0f} over the tokens, "
+        f"beyond {mu.dtype}'s range with any common factor: a JKO step needs a finite "
+        "energy and finite weights at every token (MATH.md §12)."
+    )
 
 
 @dataclass(frozen=True)
