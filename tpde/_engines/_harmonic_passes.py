@@ -83,16 +83,24 @@ class Buffers:
             store[name] = held
         return held[:count].view(shape)
 
-    def plan(self, name: str, shape: tuple, like: torch.Tensor, build, tag=None):
+    def plan(self, name: str, shape: tuple, like: torch.Tensor, build, tag=None, init=None):
         """``build(array)`` for this thread's array ``name`` of this shape, built once per
         ``tag`` (what else the views depend on) and kept while the array is the same memory
-        (the views stay valid from block to block)."""
-        plans = self._local.__dict__.setdefault("plans", {})
+        (the views stay valid from block to block). ``init(views)``, if given, writes what
+        stays the same from block to block (a table's row 0, the padding): when the plan is
+        built and whenever the array was last used through another plan (whose views may
+        have overwritten it)."""
+        local = self._local.__dict__
+        plans, last = local.setdefault("plans", {}), local.setdefault("last", {})
         array = self.get(name, shape, like)
         key = (name, tuple(shape), tag)
         held = plans.get(key)
-        if held is None or held[0] != array.data_ptr():
+        fresh = held is None or held[0] != array.data_ptr()
+        if fresh:
             held = plans[key] = (array.data_ptr(), build(array))
+        if init is not None and (fresh or last.get(name) != (key, array.data_ptr())):
+            init(held[1])
+        last[name] = (key, array.data_ptr())
         return held[1]
 
 
@@ -117,7 +125,8 @@ def _steps(K: int) -> list[tuple[int, int]]:
 
 def _table_views(out: torch.Tensor, tokens: int) -> tuple:
     """The views of a (B, 2, 2, K, b′) table buffer that :func:`tables` writes, over its first
-    ``tokens`` columns: rows 0 and 1 and the doubling steps (the columns past them stay)."""
+    ``tokens`` columns: row 0 (cos, sin), row 1 as one (B, 2, 2, tokens) view (None when
+    K = 1) and the doubling steps (the columns past them stay)."""
     C, S = out[:, 0, ..., :tokens], out[:, 1, ..., :tokens]
     K = out.shape[-2]
     steps = []
@@ -125,8 +134,15 @@ def _table_views(out: torch.Tensor, tokens: int) -> tuple:
         rows, factor, new = slice(1, top - n + 1), slice(n - 1, n), slice(n, top)
         steps.append((C[..., rows, :], S[..., rows, :], C[..., factor, :], S[..., factor, :],
                       C[..., new, :], S[..., new, :]))  # fmt: skip
-    rows = (C[:, 0, 1], S[:, 0, 1], C[:, 1, 1], S[:, 1, 1]) if K > 1 else ()
-    return C[..., 0, :], S[..., 0, :], rows, steps
+    first = out[..., 1, :tokens] if K > 1 else None
+    return C[..., 0, :], S[..., 0, :], first, steps
+
+
+def _first_row(views) -> None:
+    """Row 0 of a table (cos 0 = 1, sin 0 = 0), through its views (:func:`_table_views`):
+    written once per plan (:meth:`Buffers.plan`), the later blocks leave it as it is."""
+    views[0].fill_(1)
+    views[1].zero_()
 
 
 def _first_rows(x: torch.Tensor):
@@ -139,6 +155,24 @@ def _first_rows(x: torch.Tensor):
     return torch.where(pole, 1.0, x1 / safe), x2 / safe, z, s
 
 
+def first_rows(x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """:func:`_first_rows` written into ``out`` of shape (B, 2, 2, b): [cos, sin] × [φ, θ], the
+    layout of a table's row 1 (:func:`tables`), the same numbers bit for bit. Pass 1
+    writes them for every token, pass 2 reads them (:mod:`tpde._engines.harmonics`)."""
+    x1, x2, z = x.unbind(1)
+    cphi, ctheta, sphi, stheta = out[:, 0, 0], out[:, 0, 1], out[:, 1, 0], out[:, 1, 1]
+    torch.mul(x1, x1, out=stheta)
+    stheta.add_(torch.mul(x2, x2, out=sphi)).sqrt_()
+    if stheta.numel() and float(stheta.amin()) == 0:  # a pole: φ = 0 there
+        for row, value in zip((cphi, sphi), _first_rows(x)[:2], strict=True):
+            row.copy_(value)
+    else:
+        torch.div(x1, stheta, out=cphi)
+        torch.div(x2, stheta, out=sphi)
+    ctheta.copy_(z)
+    return out
+
+
 def tables(x: torch.Tensor, K: int, store: Buffers | None):
     """cos kψ, sin kψ for k < K and ψ = (φ, θ) at tokens x (B, 3, b): shape (B, 2, 2, K, b).
 
@@ -146,8 +180,8 @@ def tables(x: torch.Tensor, K: int, store: Buffers | None):
     double at each step with no other multiplier; row k carries ≈ log₂ k roundings of the
     first. At a pole (x₁ = x₂ = 0) the azimuth is taken as 0 (every term of order m ≥ 1
     carries sin^m θ = 0 there, so the sums do not depend on it)."""
-    cphi, sphi, ctheta, stheta = _first_rows(x)
     if store is None:  # autograd: built by concatenation
+        cphi, sphi, ctheta, stheta = _first_rows(x)
         c, s = torch.stack([cphi, ctheta], dim=1), torch.stack([sphi, stheta], dim=1)  # (B, 2, b)
         C, S = torch.stack([torch.ones_like(c), c], -2), torch.stack([torch.zeros_like(s), s], -2)
         while C.shape[-2] < K:
@@ -159,21 +193,17 @@ def tables(x: torch.Tensor, K: int, store: Buffers | None):
     b = x.shape[-1]
     shape = (x.shape[0], 2, 2, K, b)
     out = store.get("tables", shape, x)
-    _fill(
-        (cphi, sphi, ctheta, stheta),
-        store.plan("tables", shape, x, lambda a: _table_views(a, b), b),
-    )
+    views = store.plan("tables", shape, x, lambda a: _table_views(a, b), b, _first_row)
+    _fill(first_rows(x, store.get("first", (x.shape[0], 2, 2, b), x)), views)
     return out
 
 
-def _fill(first, views) -> None:
-    """Write a table through its views (:func:`_table_views`) from its first rows."""
-    C0, S0, rows, steps = views
-    C0.fill_(1)
-    S0.zero_()
-    if rows:  # none when K = 1
-        for row, value in zip(rows, first, strict=True):
-            row.copy_(value)
+def _fill(first: torch.Tensor, views) -> None:
+    """Write a table through its views (:func:`_table_views`) from its row 1, ``first``
+    (B, 2, 2, b) (:func:`first_rows`); row 0 is written once per plan (:func:`_first_row`)."""
+    _, _, row, steps = views
+    if row is not None:  # none when K = 1
+        row.copy_(first)
     for step in steps:
         _rotate(*step)
 
@@ -234,7 +264,7 @@ def _tree(t: torch.Tensor) -> list[tuple]:
 def _table_plan(array: torch.Tensor, B: int, K: int, b: int, chunk: int) -> dict:
     """Views of pass 1's table buffer for b tokens (:func:`moments`): the tables over
     ⌈b/chunk⌉·chunk columns, per group the weighted azimuth rows and the two operands of the
-    chunks' products, and the columns past b (zeroed each time: the padding)."""
+    chunks' products, and the columns past b (the padding, zeroed by :func:`_pass1_init`)."""
     count = -(-b // chunk)
     width = count * chunk
     even, odd = _orders(K)
@@ -250,6 +280,13 @@ def _table_plan(array: torch.Tensor, B: int, K: int, b: int, chunk: int) -> dict
     return plan
 
 
+def _pass1_init(plan: dict) -> None:
+    """What pass 1's views leave as it is from part to part: row 0 and the padding."""
+    _first_row(plan["tables"])
+    for tail in plan["padding"]:
+        tail.zero_()
+
+
 def _product_plan(array: torch.Tensor, B: int, count: int, K: int, step: int) -> list:
     """Per group: the (B, count, r, k) products of the chunks of one block (:func:`moments`),
     their slices of ``step`` chunks, and the steps of their pairwise sum (:func:`_tree`)."""
@@ -259,7 +296,7 @@ def _product_plan(array: torch.Tensor, B: int, count: int, K: int, step: int) ->
     return [([p[:, c.start : c.stop] for c in slices], _tree(p), p[:, 0]) for p in products]
 
 
-def moments(x: torch.Tensor, w: torch.Tensor, L: int, store: Buffers | None):
+def moments(x: torch.Tensor, w: torch.Tensor, L: int, store: Buffers | None, first=None):
     """Pass 1 on one block: the channel-0 moments at degree L + 1 (module notes).
 
     x: (B, 3, b), w: (B, 1, b). Returns E of shape (B, 2, ⌊(L + 1)/2⌋ + 1, L + 2) (even
@@ -267,7 +304,8 @@ def moments(x: torch.Tensor, w: torch.Tensor, L: int, store: Buffers | None):
     sin kθ for 1 ≤ k ≤ L + 1). With a store: the same products of the same chunks summed
     in the same order, in preallocated views (:func:`_table_plan`, :func:`_product_plan`),
     the tables built :data:`TABLE_TOKENS` tokens at a time (padded with zeros to whole
-    chunks)."""
+    chunks), their row 1 written once for the block into ``first`` (B, 2, 2, b)
+    (:func:`first_rows`; a scratch array when None), which pass 2 reads again."""
     K = L + 2
     if store is None:
         t = tables(x, K, None)
@@ -284,15 +322,15 @@ def moments(x: torch.Tensor, w: torch.Tensor, L: int, store: Buffers | None):
     groups = store.plan(
         "products", (size,), x, lambda a: _product_plan(a, B, count, K, step), (B, count, K, step)
     )
+    if first is None:
+        first = store.get("first", (B, 2, 2, b), x)
+    first_rows(x, first)
     for part, start in enumerate(range(0, b, step * chunk)):
         stop = min(start + step * chunk, b)
         size = B * -(-(stop - start) // chunk) * chunk * (4 * K + 2 * (even + odd))
         build = lambda a, n=stop - start: _table_plan(a, B, K, n, chunk)  # noqa: E731
-        plan = store.plan("pass1", (size,), x, build, (B, K, stop - start, chunk))
-        _fill(_first_rows(x[..., start:stop]), plan["tables"])
-        if stop - start < plan["groups"][0][2].shape[1] * chunk:
-            for tail in plan["padding"]:
-                tail.zero_()
+        plan = store.plan("pass1", (size,), x, build, (B, K, stop - start, chunk), _pass1_init)
+        _fill(first[..., start:stop], plan["tables"])
         weight = w[..., start:stop].unsqueeze(1)
         for (azimuth, weighted, left, right), (products, _, _) in zip(
             plan["groups"], groups, strict=True
@@ -348,12 +386,13 @@ def _synthesis_plan(array: torch.Tensor, B: int, K: int, b: int) -> dict:
     return {"tables": _table_views(t, b), "groups": groups}
 
 
-def synthesis(x: torch.Tensor, Ge: torch.Tensor, Go: torch.Tensor, L: int, store: Buffers | None):
+def synthesis(x: torch.Tensor, Ge, Go, L: int, store: Buffers | None, first=None):
     """Pass 2 on one block: the four sums S^{(c)} at the tokens x (B, 3, b), shape (B, 4, b).
 
     Ge: (B, 8·(⌊L/2⌋ + 1), L + 1), rows (c, s, m even), columns cos kθ; Go:
     (B, 8·⌈L/2⌉, L), rows (c, s, m odd), columns sin kθ (k ≥ 1). With a store: the same
-    operations in preallocated views (:func:`_synthesis_plan`)."""
+    operations in preallocated views (:func:`_synthesis_plan`), the tables' row 1 from
+    ``first`` (B, 2, 2, b) when pass 1 wrote it (:func:`moments`), else from x."""
     K = L + 1
     if store is None:
         t = tables(x, K, None)
@@ -366,8 +405,11 @@ def synthesis(x: torch.Tensor, Ge: torch.Tensor, Go: torch.Tensor, L: int, store
     B, b = x.shape[0], x.shape[-1]
     even, odd = _orders(K)
     size = B * b * (4 * K + 8 * (even + odd))
-    plan = store.plan("pass2", (size,), x, lambda a: _synthesis_plan(a, B, K, b), (B, K, b))
-    _fill(_first_rows(x), plan["tables"])
+    build = lambda a: _synthesis_plan(a, B, K, b)  # noqa: E731
+    plan = store.plan("pass2", (size,), x, build, (B, K, b), lambda p: _first_row(p["tables"]))
+    if first is None:
+        first = first_rows(x, store.get("first", (B, 2, 2, b), x))
+    _fill(first, plan["tables"])
     out = None
     for G, (polar, product, rows, azimuth) in zip((Ge, Go), plan["groups"], strict=True):
         torch.matmul(G, polar, out=product)
