@@ -92,15 +92,16 @@ class Buffers:
         have overwritten it)."""
         local = self._local.__dict__
         plans, last = local.setdefault("plans", {}), local.setdefault("last", {})
-        array = self.get(name, shape, like)
         key = (name, tuple(shape), tag)
-        held = plans.get(key)
-        fresh = held is None or held[0] != array.data_ptr()
+        held, array = plans.get(key), local.get("arrays", {}).get(name)
+        # the array is only sliced (two dispatches) when the plan is (re)built
+        fresh = held is None or array is None or held[0] != array.data_ptr()
         if fresh:
+            array = self.get(name, shape, like)
             held = plans[key] = (array.data_ptr(), build(array))
-        if init is not None and (fresh or last.get(name) != (key, array.data_ptr())):
+        if init is not None and (fresh or last.get(name) != (key, held[0])):
             init(held[1])
-        last[name] = (key, array.data_ptr())
+        last[name] = (key, held[0])
         return held[1]
 
 
