@@ -387,13 +387,14 @@ def _synthesis_plan(array: torch.Tensor, B: int, K: int, b: int) -> dict:
     return {"tables": _table_views(t, b), "groups": groups}
 
 
-def synthesis(x: torch.Tensor, Ge, Go, L: int, store: Buffers | None, first=None):
+def synthesis(x: torch.Tensor, Ge, Go, L: int, store: Buffers | None, first=None, out=None):
     """Pass 2 on one block: the four sums S^{(c)} at the tokens x (B, 3, b), shape (B, 4, b).
 
     Ge: (B, 8·(⌊L/2⌋ + 1), L + 1), rows (c, s, m even), columns cos kθ; Go:
     (B, 8·⌈L/2⌉, L), rows (c, s, m odd), columns sin kθ (k ≥ 1). With a store: the same
     operations in preallocated views (:func:`_synthesis_plan`), the tables' row 1 from
-    ``first`` (B, 2, 2, b) when pass 1 wrote it (:func:`moments`), else from x."""
+    ``first`` (B, 2, 2, b) when pass 1 wrote it (:func:`moments`), else from x; the sums
+    written into ``out`` (B, 4, b) when given (a block of the evaluation's output)."""
     K = L + 1
     if store is None:
         t = tables(x, K, None)
@@ -411,12 +412,12 @@ def synthesis(x: torch.Tensor, Ge, Go, L: int, store: Buffers | None, first=None
     if first is None:
         first = first_rows(x, store.get("first", (B, 2, 2, b), x))
     _fill(first, plan["tables"])
-    out = None
-    for G, (polar, product, rows, azimuth) in zip((Ge, Go), plan["groups"], strict=True):
-        torch.matmul(G, polar, out=product)
-        part = rows.mul_(azimuth).sum((2, 3))
-        out = part if out is None else out.add_(part)
-    return out
+    (polar, product, rows, azimuth), odd = plan["groups"]
+    torch.matmul(Ge, polar, out=product)
+    out = torch.sum(rows.mul_(azimuth), (2, 3), out=out)
+    polar, product, rows, azimuth = odd
+    torch.matmul(Go, polar, out=product)
+    return out.add_(rows.mul_(azimuth).sum((2, 3)))
 
 
 def flops(n: int, L: int) -> int:
