@@ -274,8 +274,8 @@ def _table_plan(array: torch.Tensor, B: int, K: int, b: int, chunk: int) -> dict
     plan["groups"] = [
         (t[:, :, 0, group::2, :b],  # the azimuth rows (B, 2, rows, b)
          weighted[group].unflatten(1, (2, -1))[..., :b],  # the same times w
-         weighted[group].unflatten(-1, (count, chunk)).transpose(1, 2),  # (B, count, r, chunk)
-         polar.unflatten(-1, (count, chunk)).permute(0, 2, 3, 1))  # (B, count, chunk, k)
+         _single(weighted[group].unflatten(-1, (count, chunk)).transpose(1, 2)),  # (B, count, r, ·)
+         _single(polar.unflatten(-1, (count, chunk)).permute(0, 2, 3, 1)))  # (B, count, chunk, k)
         for group, polar in ((0, t[:, 0, 1]), (1, t[:, 1, 1, 1:]))
     ]  # fmt: skip
     return plan
@@ -288,13 +288,23 @@ def _pass1_init(plan: dict) -> None:
         tail.zero_()
 
 
+def _single(chunks: torch.Tensor) -> torch.Tensor:
+    """(B, count, ·, ·) chunks as (count, ·, ·) when B = 1: :func:`torch.bmm` takes them as
+    they are, where :func:`torch.matmul` of the 4-d views pays ≈ 7 µs more per call (the
+    same products, bit for bit)."""
+    return chunks[0] if chunks.shape[0] == 1 else chunks
+
+
 def _product_plan(array: torch.Tensor, B: int, count: int, K: int, step: int) -> list:
     """Per group: the (B, count, r, k) products of the chunks of one block (:func:`moments`),
-    their slices of ``step`` chunks, and the steps of their pairwise sum (:func:`_tree`)."""
+    their slices of ``step`` chunks (:func:`_single`), and the steps of their pairwise sum
+    (:func:`_tree`)."""
     even, odd = _orders(K)
     products = _split(array, (B, count, 2 * even, K), (B, count, 2 * odd, K - 1))
     slices = [range(start, min(start + step, count)) for start in range(0, count, step)]
-    return [([p[:, c.start : c.stop] for c in slices], _tree(p), p[:, 0]) for p in products]
+    return [
+        ([_single(p[:, c.start : c.stop]) for c in slices], _tree(p), p[:, 0]) for p in products
+    ]
 
 
 def moments(x: torch.Tensor, w: torch.Tensor, L: int, store: Buffers | None, first=None):
@@ -337,7 +347,7 @@ def moments(x: torch.Tensor, w: torch.Tensor, L: int, store: Buffers | None, fir
             plan["groups"], groups, strict=True
         ):
             torch.mul(azimuth, weight, out=weighted)
-            torch.matmul(left, right, out=products[part])
+            (torch.bmm if B == 1 else torch.matmul)(left, right, out=products[part])
     parts = []
     for _, tree, total in groups:
         for kind, target, source in tree:
