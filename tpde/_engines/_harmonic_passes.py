@@ -31,14 +31,46 @@ all ≈ 20(L + 1)² flops per token (≈ 32(L + 1)² before the channels' moment
 Without autograd the tables and products are written into :class:`Buffers` kept per thread
 for one evaluation: fresh multi-megabyte arrays cost a page fault per 4 KiB, which made the
 tables 7× slower than their arithmetic. The views each pass takes of its buffers are made
-once per block shape (:meth:`Buffers.plan`), so a block costs its arithmetic and few
-dispatches; pass 1 builds the tables of a block :data:`TABLE_TOKENS` tokens at a time and
-multiplies their chunks before building the next (the same chunks summed in the same order:
-the moments do not change), pass 2 takes blocks of 2048 tokens
-(:data:`~tpde._engines.harmonics.SYNTHESIS_TOKENS`). One block, one thread, minimum of 60
-(busy 2-core machine, 7 Dec 2026), the engine before over this one at L = 18 and 38:
-×1.04–1.07 at 4096 tokens, ×1.06–1.21 at 2048, ×1.16–1.52 at 512–1024 (where the
-dispatches weighed most); 2048 tokens per block took the least time per token.
+once per block shape (:meth:`Buffers.plan`), and what stays the same from block to block
+(a table's row 0, the zero padding of a short part) is written once per plan, so a block
+costs its arithmetic and few dispatches. The first rows of a token's two tables (e^{iφ},
+e^{iθ}: a square root and two divisions, :func:`first_rows`) are computed once, in pass 1,
+into one (B, 2, 2, n) array that pass 2 reads, and pass 2 writes its sums into the
+evaluation's output (no concatenation). Pass 1 builds the tables of a block
+:data:`TABLE_TOKENS` tokens at a time and multiplies their chunks before building the next
+(the same chunks summed in the same order: the moments do not change), pass 2 takes blocks
+of 2048 tokens (:data:`~tpde._engines.harmonics.SYNTHESIS_TOKENS`). One block, one thread,
+minimum of 60 (busy 2-core machine, 7 Dec 2026), the engine before the plans over the
+engine with them at L = 18 and 38: ×1.04–1.07 at 4096 tokens, ×1.06–1.21 at 2048,
+×1.16–1.52 at 512–1024 (where the dispatches weighed most); 2048 tokens per block took the
+least time per token. Torch calls per block at L = 18 after the first rows were shared:
+pass 2 (2048 tokens) 41, was 58; pass 1 (4096 tokens) 113, was 134; the whole evaluation
+took 0.81–0.93× main's CPU time at 10⁵ tokens, one thread, the same sums bit for bit
+(issue 35; ``benchmarks/sphere_harmonics.py --floor`` has the rates).
+
+The floor (issue 35). Thread CPU time of the stages, one thread, 16384 tokens in the
+engine's blocks, minimum of 8 (2-core machine at load 6, 7 Dec 2026), at L = 18 (L = 38):
+pass 2's products 31–34 % (45–47 %) at 35–36 (39–44) GFLOP/s, pass 1's products 20–21 %
+(16–18 %) at 15–17 (28–29) GFLOP/s, the tables of both passes 20–22 % (15–17 %), the
+azimuth contraction 14 % (12–13 %), the first rows 4 % (2 %), the weights, the chunks'
+pairwise sums and the plans 7–9 % (5 %); the float64 matmul of pass 2's shape ran at 38
+(43) GFLOP/s in the same process, and the stages together at 0.39 (0.58) of it. The
+products alone bound that ratio by 0.74 (0.92): pass 1's are 20 × 64 × 20 per chunk at
+L = 18 (MKL gives ≤ 20 GFLOP/s even to one 20 × 2048 × 20 product) and carry 21 % of the
+flops. Half the matmul rate at L = 18 leaves the rest 2·198 − 266 = 130 ns per token; it
+takes ~245. The tables (4(L + 2) + 4(L + 1) entries per token, four streaming operations
+per doubling step, ≈ 0.6 ns per entry) and the contraction (8(L + 1) products per token
+written by the matrix product, multiplied in place and read again) are memory-bound torch
+operations whose arithmetic is a few per cent of the flops: halving them needs each fused
+into one pass over cache-resident data, a compiled kernel, which torch's operations do not
+give. Measured and not taken (one thread): pass 2's products and contraction in column
+sub-blocks of 256–1024 tokens, kept in L2 (1.0–1.16× the time: more dispatches); the tables
+as complex numbers (one multiplication per doubling step, but the copy that separates cos
+and sin rows for the matrix products costs more than it saves: 1.15–1.5×); blocks of 1024
+or 4096 tokens in either pass (0.98–1.17× at 10⁵ tokens); one batched product and one
+contraction for both groups (the contraction in one multiplication and a two-step sum: 51
+against 73 ns per token at L = 18, but only where both groups have as many rows, L odd; at
+even L the odd group would need a padded row and a zero column, 5–8 % more product flops).
 """
 
 from __future__ import annotations
