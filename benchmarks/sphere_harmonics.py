@@ -42,8 +42,48 @@ process's, all its threads); the matmul of the engine's shape (64 products) time
 each repetition, its maximum rate taken, per wall second and per CPU second; ÷matmul CPU
 is the engine's GFLOP per CPU second over the matmul's. CPU time is the steadier measure
 here: the other jobs take the cores from the engine and the matmul alike, and a thread
-that waits is not counted. One run, 14:17–14:21 UTC, 7 Dec 2026, ``uptime`` load 11.0–11.8
-on 2 cores (the process got about a third of a core: wall ≈ 3× CPU):
+that waits is not counted.
+
+The engine with the tables' first rows computed once per token (pass 1 writes them, pass 2
+reads them), row 0 and the padding written once per plan, pass 2's blocks written into
+the output and pass 1's chunk products by ``torch.bmm`` (issue 35, the same sums bit for
+bit; ``tpde/_engines/_harmonic_passes.py`` notes): one run, 17:18–17:21 UTC, 7 Dec 2026,
+load 7.4–12.2 on 2 cores (wall ≈ 3× CPU; the matmul ran at 9–14 GFLOP/s wall):
+
+    N    β   threads | engine: wall s  CPU s  ÷matmul CPU | e5890c2: wall s  CPU s  ÷matmul CPU
+    10⁵  1   1       |         0.168   0.056  0.35        |          0.207   0.073  0.27
+    10⁵  1   2       |         0.141   0.053  0.37        |          0.313   0.117  0.17
+    10⁵  10  1       |         0.381   0.129  0.54        |          0.499   0.158  0.44
+    10⁵  10  2       |         0.401   0.144  0.50        |          0.670   0.197  0.37
+    10⁶  1   1       |         2.11    0.577  0.37        |          2.73    0.757  0.29
+    10⁶  1   2       |         1.89    0.517  0.44        |          2.61    0.732  0.31
+    10⁶  10  1       |         5.07    1.44   0.49        |          5.47    1.64   0.43
+    10⁶  10  2       |         5.59    1.51   0.51        |          7.23    2.04   0.38
+    engine − e5890c2: ≤ 1.4e-16 relative, as before (the engine at 9327f93: 0 — bit for bit)
+
+Against the engine at 9327f93 (main before these changes, its passes loaded from that tree
+into the same process, alternating, minimum CPU time; 17:14–17:17 UTC, load 5.7–7.5), this
+engine's CPU time over that one's: 10⁵ tokens 0.925 (β = 1), 0.890 (β = 10) on one thread,
+0.892, 0.935 on two; 10⁶ tokens 0.953, 0.940 on one, 0.923, 0.915 on two (earlier runs
+of the same comparison at 10⁵, one thread: 0.81–0.88 at β = 1, 0.84–0.92 at β = 10).
+Where the time goes and why half the matmul rate is out of reach at β = 1 with torch's
+operations: the module notes of ``tpde/_engines/_harmonic_passes.py`` (the products alone
+bound ÷matmul by 0.74 at L = 18; the tables and the azimuth contraction, memory-bound,
+take ~45 % of the time). Not measured here, for want of an idle machine: why two threads
+gained only 1.14× at 10⁶, β = 10 on the idle machine (16:32 UTC, below). A candidate is the
+memory traffic of pass 2: per thread its tables and products take 12(L + 1)·b·8 bytes,
+7.7 MB at L = 38 and b = 2048 (two threads 15 MB of a 32 MB L3 shared with the host's
+other tenants), written and read three times per block; ``SYNTHESIS_TOKENS`` = 1024 halves
+it at ≤ 2 % more CPU time on one thread (10⁵, β = 10), the first thing to try there.
+
+The engine before these changes (at 9327f93, idle machine, load 0.1–0.9, 16:32 UTC, the
+lead's run): 10⁶, β = 10: one thread 1.11 s (÷matmul 0.63), two 0.973 s wall, 1.73 CPU s
+(0.43 of the two-thread matmul rate 74.6 GFLOP/s); 10⁶, β = 1: 0.451 s (0.40), two threads
+0.271 s (0.35); 10⁵: ÷matmul 0.33 and 0.23 (one, two threads) at β = 1, 0.54 and 0.47 at
+β = 10.
+
+Before that, one run, 14:17–14:21 UTC, 7 Dec 2026, ``uptime`` load 11.0–11.8 on 2 cores
+(the process got about a third of a core: wall ≈ 3× CPU):
 
     N    β   threads | engine: wall s  CPU s  ÷matmul CPU | e5890c2: wall s  CPU s  ÷matmul CPU
     10⁵  1   1       |         0.327   0.049  0.35        |          0.370   0.054  0.32
