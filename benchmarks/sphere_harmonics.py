@@ -74,7 +74,7 @@ gained only 1.14× at 10⁶, β = 10 on the idle machine (16:32 UTC, below). A c
 memory traffic of pass 2: per thread its tables and products take 12(L + 1)·b·8 bytes,
 7.7 MB at L = 38 and b = 2048 (two threads 15 MB of a 32 MB L3 shared with the host's
 other tenants), written and read three times per block; ``SYNTHESIS_TOKENS`` = 1024 halves
-it at ≤ 2 % more CPU time on one thread (10⁵, β = 10), the first thing to try there.
+it at ≈ 2 % more CPU time on one thread (10⁵, 10⁶, β = 10), the first thing to try there.
 
 The engine before these changes (at 9327f93, idle machine, load 0.1–0.9, 16:32 UTC, the
 lead's run): 10⁶, β = 10: one thread 1.11 s (÷matmul 0.63), two 0.973 s wall, 1.73 CPU s
