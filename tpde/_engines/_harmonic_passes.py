@@ -454,10 +454,10 @@ def synthesis(x: torch.Tensor, Ge, Go, L: int, store: Buffers | None, first=None
     if first is None:
         first = first_rows(x, store.get("first", (B, 2, 2, b), x))
     _fill(first, plan["tables"])
-    (polar, product, rows, azimuth), odd = plan["groups"]
+    (polar, product, rows, azimuth), odd_orders = plan["groups"]
     torch.matmul(Ge, polar, out=product)
     out = torch.sum(rows.mul_(azimuth), (2, 3), out=out)
-    polar, product, rows, azimuth = odd
+    polar, product, rows, azimuth = odd_orders
     torch.matmul(Go, polar, out=product)
     return out.add_(rows.mul_(azimuth).sum((2, 3)))
 
