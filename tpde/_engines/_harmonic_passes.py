@@ -43,10 +43,11 @@ of 2048 tokens (:data:`~tpde._engines.harmonics.SYNTHESIS_TOKENS`). One block, o
 minimum of 60 (busy 2-core machine, 7 Dec 2026), the engine before the plans over the
 engine with them at L = 18 and 38: ×1.04–1.07 at 4096 tokens, ×1.06–1.21 at 2048,
 ×1.16–1.52 at 512–1024 (where the dispatches weighed most); 2048 tokens per block took the
-least time per token. Torch calls per block at L = 18 after the first rows were shared:
-pass 2 (2048 tokens) 41, was 58; pass 1 (4096 tokens) 113, was 134; the whole evaluation
-took 0.81–0.93× main's CPU time at 10⁵ tokens, one thread, the same sums bit for bit
-(issue 35; ``benchmarks/sphere_harmonics.py --floor`` has the rates).
+least time per token. Torch calls per block at L = 18 (issue 35, with the first rows
+shared and pass 1's products by :func:`torch.bmm`, :func:`_single`): pass 2 (2048 tokens)
+41, were 58; pass 1 (4096 tokens) 93, were 134; the whole evaluation took 0.81–0.95× the
+CPU time of the engine before (9327f93) at 10⁵ and 10⁶ tokens, the same sums bit for bit
+(``benchmarks/sphere_harmonics.py`` docstring).
 
 The floor (issue 35). Thread CPU time of the stages, one thread, 16384 tokens in the
 engine's blocks, minimum of 8 (2-core machine at load 6, 7 Dec 2026), at L = 18 (L = 38):
