@@ -36,8 +36,10 @@ its time over the engine's, the error their largest difference relative to the l
 10⁶ tokens at β = 1 (L = 17, 18) and β = 10 (L = 37, 38), on 1 and 2 threads, the engine
 and its passes at e5890c2 (benchmarks/_harmonics_previous.py: main before the views of
 the buffers were kept per block shape, the pass-1 tables built 2048 tokens at a time, pass
-2 given blocks of 2048 tokens and the calling thread kept on one torch thread) alternating,
-minimum over 9 (10⁵) or 3 (10⁶) repetitions of the wall time and of the CPU time (the
+2 given blocks of 2048 tokens and the calling thread kept on one torch thread) and, from
+17:30 UTC on 7 Dec 2026, the engine with pass-2 blocks and pass-1 tables of 1024 tokens
+("blocks of 1024": half the memory per thread, for the two-thread question below)
+alternating, minimum over 9 (10⁵) or 3 (10⁶) repetitions of the wall time and of the CPU time (the
 process's, all its threads); the matmul of the engine's shape (64 products) timed after
 each repetition, its maximum rate taken, per wall second and per CPU second; ÷matmul CPU
 is the engine's GFLOP per CPU second over the matmul's. CPU time is the steadier measure
@@ -187,6 +189,7 @@ the engine for n ≥ max(1000, (L + 1)²).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import time
@@ -196,6 +199,7 @@ from _common import isotropic_field, print_header, print_row, sampled_error, tim
 from _harmonics_before import flops_before, sphere_sums_before
 from _harmonics_previous import previous
 
+import tpde._engines.harmonics as harmonics
 from tpde._engines.harmonics import BLOCK_TOKENS, flops, sphere_sums, truncation
 from tpde._engines.tiled import run_threads
 from tpde.measures import Empirical
@@ -307,9 +311,23 @@ def matmul_clocked(L: int, threads: int, blocks: int) -> tuple[float, float]:
     return count / wall, count / cpu
 
 
+@contextlib.contextmanager
+def smaller_blocks(tokens: int = 1024):
+    """The engine with pass-2 blocks and pass-1 tables of ``tokens`` tokens (2048 by
+    default): each thread's tables and products take half the memory (7.7 MB at L = 38
+    with 2048), for the question why two threads gained only 1.14× at 10⁶, β = 10."""
+    saved = harmonics.SYNTHESIS_TOKENS, harmonics.passes.TABLE_TOKENS
+    harmonics.SYNTHESIS_TOKENS = harmonics.passes.TABLE_TOKENS = tokens
+    try:
+        yield
+    finally:
+        harmonics.SYNTHESIS_TOKENS, harmonics.passes.TABLE_TOKENS = saved
+
+
 def floor(n: int, beta: float, threads: int, repeats: int) -> None:
-    """The sums of one cloud of n tokens (weights 1/n) by the engine and by its passes at
-    e5890c2 (benchmarks/_harmonics_previous.py), alternating their order, with the matmul
+    """The sums of one cloud of n tokens (weights 1/n) by the engine, by the engine in blocks
+    of 1024 tokens (:func:`smaller_blocks`) and by its passes at e5890c2
+    (benchmarks/_harmonics_previous.py), alternating their order, with the matmul
     of the engine's shape timed after each repetition and the 1-minute load average
     (``os.getloadavg``, what ``uptime`` prints) read before it. Minimum wall and CPU time
     over the repetitions, maximum matmul rates; ÷matmul is the ratio of the wall rates,
@@ -324,7 +342,12 @@ def floor(n: int, beta: float, threads: int, repeats: int) -> None:
         with previous():
             return sphere_sums(x, w, beta)
 
-    engines = {"sphere_sums": lambda: sphere_sums(x, w, beta), "e5890c2": old}
+    def small():
+        with smaller_blocks():
+            return sphere_sums(x, w, beta)
+
+    engines = {"sphere_sums": lambda: sphere_sums(x, w, beta), "blocks of 1024": small,
+               "e5890c2": old}  # fmt: skip
     out = {name: f() for name, f in engines.items()}  # warm-up: kernels, pages
     times, matmul, loads = {name: [] for name in engines}, [], []
     for r in range(repeats):
@@ -332,20 +355,22 @@ def floor(n: int, beta: float, threads: int, repeats: int) -> None:
         for name in list(engines)[:: 1 if r % 2 == 0 else -1]:
             times[name].append(clocked(engines[name]))
         matmul.append(matmul_clocked(L, threads, blocks=64))
-    ours, theirs = out.values()
-    diff = float((ours - theirs).abs().max() / ours.abs().max())
+    ours, theirs = out["sphere_sums"], out["e5890c2"]
     wall = {name: min(t[0] for t in ts) for name, ts in times.items()}
     cpu = {name: min(t[1] for t in ts) for name, ts in times.items()}
     mm_wall, mm_cpu = max(m[0] for m in matmul), max(m[1] for m in matmul)
     row = {"N": n, "β": beta, "L": L, "threads": threads, "GFLOP": flops(n, L) / 1e9,
            "matmul GFLOP/s": mm_wall, "load": f"{min(loads):.1f}–{max(loads):.1f}"}  # fmt: skip
     for name in engines:
-        extra = {"×previous": wall["e5890c2"] / wall[name], "max rel. diff": diff}
+        extra = {
+            "×previous": wall["e5890c2"] / wall[name],
+            "max rel. diff": float((out[name] - theirs).abs().max() / ours.abs().max()),
+        }
         print_row({**row, "engine": name, "seconds": wall[name], "CPU s": cpu[name],
                    "GFLOP/s": row["GFLOP"] / wall[name],
                    "÷matmul": row["GFLOP"] / wall[name] / mm_wall,
                    "÷matmul CPU": row["GFLOP"] / cpu[name] / mm_cpu,
-                   **(extra if name == "sphere_sums" else {})}, FLOOR_COLUMNS)  # fmt: skip
+                   **(extra if name != "e5890c2" else {})}, FLOOR_COLUMNS)  # fmt: skip
 
 
 def compare(kind: str, beta: float, n: int, repeats: int = 3) -> None:
