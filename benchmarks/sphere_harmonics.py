@@ -75,8 +75,10 @@ take ~45 % of the time). Not measured here, for want of an idle machine: why two
 gained only 1.14× at 10⁶, β = 10 on the idle machine (16:32 UTC, below). A candidate is the
 memory traffic of pass 2: per thread its tables and products take 12(L + 1)·b·8 bytes,
 7.7 MB at L = 38 and b = 2048 (two threads 15 MB of a 32 MB L3 shared with the host's
-other tenants), written and read three times per block; ``SYNTHESIS_TOKENS`` = 1024 halves
-it at ≈ 2 % more CPU time on one thread (10⁵, 10⁶, β = 10), the first thing to try there.
+other tenants), written and read three times per block; blocks of 1024 tokens halve it at
+≈ 2 % more CPU time on one thread (10⁵, 10⁶, β = 10, sweeps of this run's load): the
+"blocks of 1024" rows of ``--floor`` on an idle machine answer it (at L = 18, 3.7 MB per
+thread, two threads took 1.06× the CPU time of one there; at L = 38, 1.56×).
 
 The engine before these changes (at 9327f93, idle machine, load 0.1–0.9, 16:32 UTC, the
 lead's run): 10⁶, β = 10: one thread 1.11 s (÷matmul 0.63), two 0.973 s wall, 1.73 CPU s
