@@ -192,12 +192,14 @@ def _first_rows(x: torch.Tensor):
 def first_rows(x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     """:func:`_first_rows` written into ``out`` of shape (B, 2, 2, b): [cos, sin] × [φ, θ], the
     layout of a table's row 1 (:func:`tables`), the same numbers bit for bit. Pass 1
-    writes them for every token, pass 2 reads them (:mod:`tpde._engines.harmonics`)."""
+    writes them for every token, pass 2 reads them (:mod:`tpde._engines.harmonics`). On the
+    CPU the poles' ``where`` runs only in a block that has one (off the CPU always: reading
+    the minimum would wait for the device)."""
     x1, x2, z = x.unbind(1)
     cphi, ctheta, sphi, stheta = out[:, 0, 0], out[:, 0, 1], out[:, 1, 0], out[:, 1, 1]
     torch.mul(x1, x1, out=stheta)
     stheta.add_(torch.mul(x2, x2, out=sphi)).sqrt_()
-    if stheta.numel() and float(stheta.amin()) == 0:  # a pole: φ = 0 there
+    if x.device.type != "cpu" or (stheta.numel() and float(stheta.amin()) == 0):  # a pole?
         for row, value in zip((cphi, sphi), _first_rows(x)[:2], strict=True):
             row.copy_(value)
     else:
