@@ -63,6 +63,11 @@ load 7.4–12.2 on 2 cores (wall ≈ 3× CPU; the matmul ran at 9–14 GFLOP/s w
     10⁶  10  2       |         5.59    1.51   0.51        |          7.23    2.04   0.38
     engine − e5890c2: ≤ 1.4e-16 relative, as before (the engine at 9327f93: 0 — bit for bit)
 
+A second run with the "blocks of 1024" rows (17:27–17:32 UTC, load 9.5–12.4): the engine's
+÷matmul CPU in the order above 0.38, 0.36, 0.56, 0.52, 0.35, 0.33, 0.58, 0.54 (e5890c2
+0.32, 0.17, 0.46, 0.35, 0.33, 0.27, 0.42, 0.38); blocks of 1024 over the engine's CPU time
+1.07, 1.03, 1.01, 1.00, 1.14, 1.08, 1.00, 0.97, within this load's noise.
+
 Against the engine at 9327f93 (main before these changes, its passes loaded from that tree
 into the same process, alternating, minimum CPU time; 17:14–17:17 UTC, load 5.7–7.5), this
 engine's CPU time over that one's: 10⁵ tokens 0.925 (β = 1), 0.890 (β = 10) on one thread,
