@@ -196,14 +196,35 @@ def synthesis(x: torch.Tensor, Ge: torch.Tensor, Go: torch.Tensor, L: int, store
 def previous():
     """``harmonics.sphere_sums`` as at e5890c2: the passes above, both passes in blocks of
     BLOCK_TOKENS, the calling thread left at torch's thread count."""
-    saved = harmonics.passes, harmonics.SYNTHESIS_TOKENS, harmonics.sums_on_workers
+    saved = harmonics.passes, harmonics.SYNTHESIS_TOKENS, harmonics.sums_on_workers, harmonics._sums
     harmonics.passes = sys.modules[__name__]
     harmonics.SYNTHESIS_TOKENS = harmonics.BLOCK_TOKENS
     harmonics.sums_on_workers = _sums_at_torch_threads
+    harmonics._sums = _sums
     try:
         yield
     finally:
-        harmonics.passes, harmonics.SYNTHESIS_TOKENS, harmonics.sums_on_workers = saved
+        (harmonics.passes, harmonics.SYNTHESIS_TOKENS, harmonics.sums_on_workers,
+         harmonics._sums) = saved  # fmt: skip
+
+
+def _sums(tokens, weights, L: int, k_even, k_odd, workers: int) -> torch.Tensor:
+    """``harmonics._sums`` as at e5890c2: the two passes over blocks, each computing its
+    tables' first rows from the tokens."""
+    grad = torch.is_grad_enabled() and (tokens.requires_grad or weights.requires_grad)
+    rows = max(harmonics.BLOCK_MIN, harmonics.BLOCK_TOKENS // tokens.shape[0])
+    store = None if grad else Buffers()
+    parts = harmonics._blocks(lambda x, w: moments(x, w, L, store), tokens, weights,
+                              grad=grad, rows=rows, workers=workers)  # fmt: skip
+    E = pairwise_sum(torch.stack([p[0] for p in parts]))
+    O = pairwise_sum(torch.stack([p[1] for p in parts]))
+    me, mo = channel_moments(E, O, L)  # (B, 4, 2, orders, k)
+    ge = torch.einsum("bmkj,bcsmj->bcsmk", k_even, me).flatten(1, 3)
+    go = torch.einsum("bmkj,bcsmj->bcsmk", k_odd, mo).flatten(1, 3)
+    rows = max(harmonics.BLOCK_MIN, harmonics.SYNTHESIS_TOKENS // tokens.shape[0])
+    out = harmonics._blocks(lambda x: synthesis(x, ge, go, L, store), tokens, grad=grad,
+                            rows=rows, workers=workers)  # fmt: skip
+    return torch.cat(out, dim=-1).transpose(-1, -2)
 
 
 def _sums_at_torch_threads(sums, points, weights, *args):

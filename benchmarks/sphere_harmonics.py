@@ -36,14 +36,63 @@ its time over the engine's, the error their largest difference relative to the l
 10⁶ tokens at β = 1 (L = 17, 18) and β = 10 (L = 37, 38), on 1 and 2 threads, the engine
 and its passes at e5890c2 (benchmarks/_harmonics_previous.py: main before the views of
 the buffers were kept per block shape, the pass-1 tables built 2048 tokens at a time, pass
-2 given blocks of 2048 tokens and the calling thread kept on one torch thread) alternating,
-minimum over 9 (10⁵) or 3 (10⁶) repetitions of the wall time and of the CPU time (the
+2 given blocks of 2048 tokens and the calling thread kept on one torch thread) and, from
+17:30 UTC on 7 Dec 2026, the engine with pass-2 blocks and pass-1 tables of 1024 tokens
+("blocks of 1024": half the memory per thread, for the two-thread question below)
+alternating, minimum over 9 (10⁵) or 3 (10⁶) repetitions of the wall time and of the CPU time (the
 process's, all its threads); the matmul of the engine's shape (64 products) timed after
 each repetition, its maximum rate taken, per wall second and per CPU second; ÷matmul CPU
 is the engine's GFLOP per CPU second over the matmul's. CPU time is the steadier measure
 here: the other jobs take the cores from the engine and the matmul alike, and a thread
-that waits is not counted. One run, 14:17–14:21 UTC, 7 Dec 2026, ``uptime`` load 11.0–11.8
-on 2 cores (the process got about a third of a core: wall ≈ 3× CPU):
+that waits is not counted.
+
+The engine with the tables' first rows computed once per token (pass 1 writes them, pass 2
+reads them), row 0 and the padding written once per plan, pass 2's blocks written into
+the output and pass 1's chunk products by ``torch.bmm`` (issue 35, the same sums bit for
+bit; ``tpde/_engines/_harmonic_passes.py`` notes): one run, 17:18–17:21 UTC, 7 Dec 2026,
+load 7.4–12.2 on 2 cores (wall ≈ 3× CPU; the matmul ran at 9–14 GFLOP/s wall):
+
+    N    β   threads | engine: wall s  CPU s  ÷matmul CPU | e5890c2: wall s  CPU s  ÷matmul CPU
+    10⁵  1   1       |         0.168   0.056  0.35        |          0.207   0.073  0.27
+    10⁵  1   2       |         0.141   0.053  0.37        |          0.313   0.117  0.17
+    10⁵  10  1       |         0.381   0.129  0.54        |          0.499   0.158  0.44
+    10⁵  10  2       |         0.401   0.144  0.50        |          0.670   0.197  0.37
+    10⁶  1   1       |         2.11    0.577  0.37        |          2.73    0.757  0.29
+    10⁶  1   2       |         1.89    0.517  0.44        |          2.61    0.732  0.31
+    10⁶  10  1       |         5.07    1.44   0.49        |          5.47    1.64   0.43
+    10⁶  10  2       |         5.59    1.51   0.51        |          7.23    2.04   0.38
+    engine − e5890c2: ≤ 1.4e-16 relative, as before (the engine at 9327f93: 0 — bit for bit)
+
+A second run with the "blocks of 1024" rows (17:27–17:32 UTC, load 9.5–12.4): the engine's
+÷matmul CPU in the order above 0.38, 0.36, 0.56, 0.52, 0.35, 0.33, 0.58, 0.54 (e5890c2
+0.32, 0.17, 0.46, 0.35, 0.33, 0.27, 0.42, 0.38); blocks of 1024 over the engine's CPU time
+1.07, 1.03, 1.01, 1.00, 1.14, 1.08, 1.00, 0.97, within this load's noise.
+
+Against the engine at 9327f93 (main before these changes, its passes loaded from that tree
+into the same process, alternating, minimum CPU time; 17:14–17:17 UTC, load 5.7–7.5), this
+engine's CPU time over that one's: 10⁵ tokens 0.925 (β = 1), 0.890 (β = 10) on one thread,
+0.892, 0.935 on two; 10⁶ tokens 0.953, 0.940 on one, 0.923, 0.915 on two (earlier runs
+of the same comparison at 10⁵, one thread: 0.81–0.88 at β = 1, 0.84–0.92 at β = 10).
+Where the time goes and why half the matmul rate is out of reach at β = 1 with torch's
+operations: the module notes of ``tpde/_engines/_harmonic_passes.py`` (the products alone
+bound ÷matmul by 0.74 at L = 18; the tables and the azimuth contraction, memory-bound,
+take ~45 % of the time). Not measured here, for want of an idle machine: why two threads
+gained only 1.14× at 10⁶, β = 10 on the idle machine (16:32 UTC, below). A candidate is the
+memory traffic of pass 2: per thread its tables and products take 12(L + 1)·b·8 bytes,
+7.7 MB at L = 38 and b = 2048 (two threads 15 MB of a 32 MB L3 shared with the host's
+other tenants), written and read three times per block; blocks of 1024 tokens halve it at
+≈ 2 % more CPU time on one thread (10⁵, 10⁶, β = 10, sweeps of this run's load): the
+"blocks of 1024" rows of ``--floor`` on an idle machine answer it (at L = 18, 3.7 MB per
+thread, two threads took 1.06× the CPU time of one there; at L = 38, 1.56×).
+
+The engine before these changes (at 9327f93, idle machine, load 0.1–0.9, 16:32 UTC, the
+lead's run): 10⁶, β = 10: one thread 1.11 s (÷matmul 0.63), two 0.973 s wall, 1.73 CPU s
+(0.43 of the two-thread matmul rate 74.6 GFLOP/s); 10⁶, β = 1: 0.451 s (0.40), two threads
+0.271 s (0.35); 10⁵: ÷matmul 0.33 and 0.23 (one, two threads) at β = 1, 0.54 and 0.47 at
+β = 10.
+
+Before that, one run, 14:17–14:21 UTC, 7 Dec 2026, ``uptime`` load 11.0–11.8 on 2 cores
+(the process got about a third of a core: wall ≈ 3× CPU):
 
     N    β   threads | engine: wall s  CPU s  ÷matmul CPU | e5890c2: wall s  CPU s  ÷matmul CPU
     10⁵  1   1       |         0.327   0.049  0.35        |          0.370   0.054  0.32
@@ -147,6 +196,7 @@ the engine for n ≥ max(1000, (L + 1)²).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import time
@@ -156,6 +206,7 @@ from _common import isotropic_field, print_header, print_row, sampled_error, tim
 from _harmonics_before import flops_before, sphere_sums_before
 from _harmonics_previous import previous
 
+import tpde._engines.harmonics as harmonics
 from tpde._engines.harmonics import BLOCK_TOKENS, flops, sphere_sums, truncation
 from tpde._engines.tiled import run_threads
 from tpde.measures import Empirical
@@ -267,9 +318,23 @@ def matmul_clocked(L: int, threads: int, blocks: int) -> tuple[float, float]:
     return count / wall, count / cpu
 
 
+@contextlib.contextmanager
+def smaller_blocks(tokens: int = 1024):
+    """The engine with pass-2 blocks and pass-1 tables of ``tokens`` tokens (2048 by
+    default): each thread's tables and products take half the memory (7.7 MB at L = 38
+    with 2048), for the question why two threads gained only 1.14× at 10⁶, β = 10."""
+    saved = harmonics.SYNTHESIS_TOKENS, harmonics.passes.TABLE_TOKENS
+    harmonics.SYNTHESIS_TOKENS = harmonics.passes.TABLE_TOKENS = tokens
+    try:
+        yield
+    finally:
+        harmonics.SYNTHESIS_TOKENS, harmonics.passes.TABLE_TOKENS = saved
+
+
 def floor(n: int, beta: float, threads: int, repeats: int) -> None:
-    """The sums of one cloud of n tokens (weights 1/n) by the engine and by its passes at
-    e5890c2 (benchmarks/_harmonics_previous.py), alternating their order, with the matmul
+    """The sums of one cloud of n tokens (weights 1/n) by the engine, by the engine in blocks
+    of 1024 tokens (:func:`smaller_blocks`) and by its passes at e5890c2
+    (benchmarks/_harmonics_previous.py), alternating their order, with the matmul
     of the engine's shape timed after each repetition and the 1-minute load average
     (``os.getloadavg``, what ``uptime`` prints) read before it. Minimum wall and CPU time
     over the repetitions, maximum matmul rates; ÷matmul is the ratio of the wall rates,
@@ -284,7 +349,12 @@ def floor(n: int, beta: float, threads: int, repeats: int) -> None:
         with previous():
             return sphere_sums(x, w, beta)
 
-    engines = {"sphere_sums": lambda: sphere_sums(x, w, beta), "e5890c2": old}
+    def small():
+        with smaller_blocks():
+            return sphere_sums(x, w, beta)
+
+    engines = {"sphere_sums": lambda: sphere_sums(x, w, beta), "blocks of 1024": small,
+               "e5890c2": old}  # fmt: skip
     out = {name: f() for name, f in engines.items()}  # warm-up: kernels, pages
     times, matmul, loads = {name: [] for name in engines}, [], []
     for r in range(repeats):
@@ -292,20 +362,22 @@ def floor(n: int, beta: float, threads: int, repeats: int) -> None:
         for name in list(engines)[:: 1 if r % 2 == 0 else -1]:
             times[name].append(clocked(engines[name]))
         matmul.append(matmul_clocked(L, threads, blocks=64))
-    ours, theirs = out.values()
-    diff = float((ours - theirs).abs().max() / ours.abs().max())
+    ours, theirs = out["sphere_sums"], out["e5890c2"]
     wall = {name: min(t[0] for t in ts) for name, ts in times.items()}
     cpu = {name: min(t[1] for t in ts) for name, ts in times.items()}
     mm_wall, mm_cpu = max(m[0] for m in matmul), max(m[1] for m in matmul)
     row = {"N": n, "β": beta, "L": L, "threads": threads, "GFLOP": flops(n, L) / 1e9,
            "matmul GFLOP/s": mm_wall, "load": f"{min(loads):.1f}–{max(loads):.1f}"}  # fmt: skip
     for name in engines:
-        extra = {"×previous": wall["e5890c2"] / wall[name], "max rel. diff": diff}
+        extra = {
+            "×previous": wall["e5890c2"] / wall[name],
+            "max rel. diff": float((out[name] - theirs).abs().max() / ours.abs().max()),
+        }
         print_row({**row, "engine": name, "seconds": wall[name], "CPU s": cpu[name],
                    "GFLOP/s": row["GFLOP"] / wall[name],
                    "÷matmul": row["GFLOP"] / wall[name] / mm_wall,
                    "÷matmul CPU": row["GFLOP"] / cpu[name] / mm_cpu,
-                   **(extra if name == "sphere_sums" else {})}, FLOOR_COLUMNS)  # fmt: skip
+                   **(extra if name != "e5890c2" else {})}, FLOOR_COLUMNS)  # fmt: skip
 
 
 def compare(kind: str, beta: float, n: int, repeats: int = 3) -> None:

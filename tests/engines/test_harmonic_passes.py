@@ -174,3 +174,25 @@ def test_two_threads_give_the_same_sums_and_keep_the_caller_on_one(generator, mo
         torch.set_num_threads(previous)
     assert seen == [1] and after == 2
     assert float((one - two).abs().max() / one.abs().max()) < 1e-14
+
+
+def test_first_rows_written_once_are_the_tables_rows_bit_for_bit(generator):
+    """first_rows (pass 1 writes them for every token, pass 2 reads them) equals the row
+    1 of the autograd path's tables, the two poles included (φ = 0 there: cos 1, sin 0),
+    with and without a pole in the block (the pole branch is taken only when one is)."""
+    for poles in (True, False):
+        x = _tokens(generator, 300, poles=poles)
+        out = passes.first_rows(x, torch.full((1, 2, 2, 300), math.nan, dtype=F64))
+        assert torch.equal(out, passes.tables(x, 2, None)[..., 1, :])
+        if poles:
+            assert out[0, :, 0, :2].tolist() == [[1.0, 1.0], [0.0, 0.0]]
+
+
+def test_a_plans_init_runs_when_its_array_was_used_by_another_plan():
+    """init (a table's row 0, the padding) runs when a plan is built and again only after
+    another plan of the same array was used, whose views may have written over it."""
+    store, like = passes.Buffers(), torch.zeros(1, dtype=F64)
+    inits = []
+    for tag in ("a", "a", "a", "b", "a", "a"):
+        store.plan("x", (4,), like, lambda array: array, tag, lambda _, t=tag: inits.append(t))
+    assert inits == ["a", "b", "a"]

@@ -31,14 +31,47 @@ all ≈ 20(L + 1)² flops per token (≈ 32(L + 1)² before the channels' moment
 Without autograd the tables and products are written into :class:`Buffers` kept per thread
 for one evaluation: fresh multi-megabyte arrays cost a page fault per 4 KiB, which made the
 tables 7× slower than their arithmetic. The views each pass takes of its buffers are made
-once per block shape (:meth:`Buffers.plan`), so a block costs its arithmetic and few
-dispatches; pass 1 builds the tables of a block :data:`TABLE_TOKENS` tokens at a time and
-multiplies their chunks before building the next (the same chunks summed in the same order:
-the moments do not change), pass 2 takes blocks of 2048 tokens
-(:data:`~tpde._engines.harmonics.SYNTHESIS_TOKENS`). One block, one thread, minimum of 60
-(busy 2-core machine, 7 Dec 2026), the engine before over this one at L = 18 and 38:
-×1.04–1.07 at 4096 tokens, ×1.06–1.21 at 2048, ×1.16–1.52 at 512–1024 (where the
-dispatches weighed most); 2048 tokens per block took the least time per token.
+once per block shape (:meth:`Buffers.plan`), and what stays the same from block to block
+(a table's row 0, the zero padding of a short part) is written once per plan, so a block
+costs its arithmetic and few dispatches. The first rows of a token's two tables (e^{iφ},
+e^{iθ}: a square root and two divisions, :func:`first_rows`) are computed once, in pass 1,
+into one (B, 2, 2, n) array that pass 2 reads, and pass 2 writes its sums into the
+evaluation's output (no concatenation). Pass 1 builds the tables of a block
+:data:`TABLE_TOKENS` tokens at a time and multiplies their chunks before building the next
+(the same chunks summed in the same order: the moments do not change), pass 2 takes blocks
+of 2048 tokens (:data:`~tpde._engines.harmonics.SYNTHESIS_TOKENS`). One block, one thread,
+minimum of 60 (busy 2-core machine, 7 Dec 2026), the engine before the plans over the
+engine with them at L = 18 and 38: ×1.04–1.07 at 4096 tokens, ×1.06–1.21 at 2048,
+×1.16–1.52 at 512–1024 (where the dispatches weighed most); 2048 tokens per block took the
+least time per token. Torch calls per block at L = 18 (issue 35, with the first rows
+shared and pass 1's products by :func:`torch.bmm`, :func:`_single`): pass 2 (2048 tokens)
+41, were 58; pass 1 (4096 tokens) 93, were 134; the whole evaluation took 0.81–0.95× the
+CPU time of the engine before (9327f93) at 10⁵ and 10⁶ tokens, the same sums bit for bit
+(``benchmarks/sphere_harmonics.py`` docstring).
+
+The floor (issue 35). Thread CPU time of the stages, one thread, 16384 tokens in the
+engine's blocks, minimum of 8 (2-core machine at load 6, 7 Dec 2026), at L = 18 (L = 38):
+pass 2's products 31–34 % (45–47 %) at 35–36 (39–44) GFLOP/s, pass 1's products 20–21 %
+(16–18 %) at 15–17 (28–29) GFLOP/s, the tables of both passes 20–22 % (15–17 %), the
+azimuth contraction 14 % (12–13 %), the first rows 4 % (2 %), the weights, the chunks'
+pairwise sums and the plans 7–9 % (5 %); the float64 matmul of pass 2's shape ran at 38
+(43) GFLOP/s in the same process, and the stages together at 0.39 (0.58) of it. The
+products alone bound that ratio by 0.74 (0.92): pass 1's are 20 × 64 × 20 per chunk at
+L = 18 (MKL gives ≤ 20 GFLOP/s even to one 20 × 2048 × 20 product) and carry 21 % of the
+flops. Half the matmul rate at L = 18 leaves the rest 2·198 − 266 = 130 ns per token; it
+takes ~245. The tables (4(L + 2) + 4(L + 1) entries per token, four streaming operations
+per doubling step, ≈ 0.6 ns per entry) and the contraction (8(L + 1) products per token
+written by the matrix product, multiplied in place and read again) are memory-bound torch
+operations whose arithmetic is a few per cent of the flops: halving them needs each fused
+into one pass over cache-resident data, a compiled kernel, which torch's operations do not
+give. Measured and not taken (one thread): pass 2's products and contraction in column
+sub-blocks of 256–1024 tokens, kept in L2 (1.0–1.16× the time: more dispatches); the tables
+as complex numbers (one multiplication per doubling step, but the copy that separates cos
+and sin rows for the matrix products costs more than it saves: 1.15–1.5×); blocks of 1024
+or 4096 tokens in either pass (0.98–1.17× at 10⁵ tokens); one batched product and one
+contraction for both groups (the contraction in one multiplication and a two-step sum: 51
+against 73 ns per token at L = 18, but only where both groups have as many rows, L odd; at
+even L the odd group would need a padded row and a zero column, 5–8 % more product flops).
 """
 
 from __future__ import annotations
@@ -83,16 +116,25 @@ class Buffers:
             store[name] = held
         return held[:count].view(shape)
 
-    def plan(self, name: str, shape: tuple, like: torch.Tensor, build, tag=None):
+    def plan(self, name: str, shape: tuple, like: torch.Tensor, build, tag=None, init=None):
         """``build(array)`` for this thread's array ``name`` of this shape, built once per
         ``tag`` (what else the views depend on) and kept while the array is the same memory
-        (the views stay valid from block to block)."""
-        plans = self._local.__dict__.setdefault("plans", {})
-        array = self.get(name, shape, like)
+        (the views stay valid from block to block). ``init(views)``, if given, writes what
+        stays the same from block to block (a table's row 0, the padding): when the plan is
+        built and whenever the array was last used through another plan (whose views may
+        have overwritten it)."""
+        local = self._local.__dict__
+        plans, last = local.setdefault("plans", {}), local.setdefault("last", {})
         key = (name, tuple(shape), tag)
-        held = plans.get(key)
-        if held is None or held[0] != array.data_ptr():
+        held, array = plans.get(key), local.get("arrays", {}).get(name)
+        # the array is only sliced (two dispatches) when the plan is (re)built
+        fresh = held is None or array is None or held[0] != array.data_ptr()
+        if fresh:
+            array = self.get(name, shape, like)
             held = plans[key] = (array.data_ptr(), build(array))
+        if init is not None and (fresh or last.get(name) != (key, held[0])):
+            init(held[1])
+        last[name] = (key, held[0])
         return held[1]
 
 
@@ -117,7 +159,8 @@ def _steps(K: int) -> list[tuple[int, int]]:
 
 def _table_views(out: torch.Tensor, tokens: int) -> tuple:
     """The views of a (B, 2, 2, K, b′) table buffer that :func:`tables` writes, over its first
-    ``tokens`` columns: rows 0 and 1 and the doubling steps (the columns past them stay)."""
+    ``tokens`` columns: row 0 (cos, sin), row 1 as one (B, 2, 2, tokens) view (None when
+    K = 1) and the doubling steps (the columns past them stay)."""
     C, S = out[:, 0, ..., :tokens], out[:, 1, ..., :tokens]
     K = out.shape[-2]
     steps = []
@@ -125,8 +168,15 @@ def _table_views(out: torch.Tensor, tokens: int) -> tuple:
         rows, factor, new = slice(1, top - n + 1), slice(n - 1, n), slice(n, top)
         steps.append((C[..., rows, :], S[..., rows, :], C[..., factor, :], S[..., factor, :],
                       C[..., new, :], S[..., new, :]))  # fmt: skip
-    rows = (C[:, 0, 1], S[:, 0, 1], C[:, 1, 1], S[:, 1, 1]) if K > 1 else ()
-    return C[..., 0, :], S[..., 0, :], rows, steps
+    first = out[..., 1, :tokens] if K > 1 else None
+    return C[..., 0, :], S[..., 0, :], first, steps
+
+
+def _first_row(views) -> None:
+    """Row 0 of a table (cos 0 = 1, sin 0 = 0), through its views (:func:`_table_views`):
+    written once per plan (:meth:`Buffers.plan`), the later blocks leave it as it is."""
+    views[0].fill_(1)
+    views[1].zero_()
 
 
 def _first_rows(x: torch.Tensor):
@@ -139,6 +189,26 @@ def _first_rows(x: torch.Tensor):
     return torch.where(pole, 1.0, x1 / safe), x2 / safe, z, s
 
 
+def first_rows(x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """:func:`_first_rows` written into ``out`` of shape (B, 2, 2, b): [cos, sin] × [φ, θ], the
+    layout of a table's row 1 (:func:`tables`), the same numbers bit for bit. Pass 1
+    writes them for every token, pass 2 reads them (:mod:`tpde._engines.harmonics`). On the
+    CPU the poles' ``where`` runs only in a block that has one (off the CPU always: reading
+    the minimum would wait for the device)."""
+    x1, x2, z = x.unbind(1)
+    cphi, ctheta, sphi, stheta = out[:, 0, 0], out[:, 0, 1], out[:, 1, 0], out[:, 1, 1]
+    torch.mul(x1, x1, out=stheta)
+    stheta.add_(torch.mul(x2, x2, out=sphi)).sqrt_()
+    if x.device.type != "cpu" or (stheta.numel() and float(stheta.amin()) == 0):  # a pole?
+        for row, value in zip((cphi, sphi), _first_rows(x)[:2], strict=True):
+            row.copy_(value)
+    else:
+        torch.div(x1, stheta, out=cphi)
+        torch.div(x2, stheta, out=sphi)
+    ctheta.copy_(z)
+    return out
+
+
 def tables(x: torch.Tensor, K: int, store: Buffers | None):
     """cos kψ, sin kψ for k < K and ψ = (φ, θ) at tokens x (B, 3, b): shape (B, 2, 2, K, b).
 
@@ -146,8 +216,8 @@ def tables(x: torch.Tensor, K: int, store: Buffers | None):
     double at each step with no other multiplier; row k carries ≈ log₂ k roundings of the
     first. At a pole (x₁ = x₂ = 0) the azimuth is taken as 0 (every term of order m ≥ 1
     carries sin^m θ = 0 there, so the sums do not depend on it)."""
-    cphi, sphi, ctheta, stheta = _first_rows(x)
     if store is None:  # autograd: built by concatenation
+        cphi, sphi, ctheta, stheta = _first_rows(x)
         c, s = torch.stack([cphi, ctheta], dim=1), torch.stack([sphi, stheta], dim=1)  # (B, 2, b)
         C, S = torch.stack([torch.ones_like(c), c], -2), torch.stack([torch.zeros_like(s), s], -2)
         while C.shape[-2] < K:
@@ -159,21 +229,17 @@ def tables(x: torch.Tensor, K: int, store: Buffers | None):
     b = x.shape[-1]
     shape = (x.shape[0], 2, 2, K, b)
     out = store.get("tables", shape, x)
-    _fill(
-        (cphi, sphi, ctheta, stheta),
-        store.plan("tables", shape, x, lambda a: _table_views(a, b), b),
-    )
+    views = store.plan("tables", shape, x, lambda a: _table_views(a, b), b, _first_row)
+    _fill(first_rows(x, store.get("first", (x.shape[0], 2, 2, b), x)), views)
     return out
 
 
-def _fill(first, views) -> None:
-    """Write a table through its views (:func:`_table_views`) from its first rows."""
-    C0, S0, rows, steps = views
-    C0.fill_(1)
-    S0.zero_()
-    if rows:  # none when K = 1
-        for row, value in zip(rows, first, strict=True):
-            row.copy_(value)
+def _fill(first: torch.Tensor, views) -> None:
+    """Write a table through its views (:func:`_table_views`) from its row 1, ``first``
+    (B, 2, 2, b) (:func:`first_rows`); row 0 is written once per plan (:func:`_first_row`)."""
+    _, _, row, steps = views
+    if row is not None:  # none when K = 1
+        row.copy_(first)
     for step in steps:
         _rotate(*step)
 
@@ -234,7 +300,7 @@ def _tree(t: torch.Tensor) -> list[tuple]:
 def _table_plan(array: torch.Tensor, B: int, K: int, b: int, chunk: int) -> dict:
     """Views of pass 1's table buffer for b tokens (:func:`moments`): the tables over
     ⌈b/chunk⌉·chunk columns, per group the weighted azimuth rows and the two operands of the
-    chunks' products, and the columns past b (zeroed each time: the padding)."""
+    chunks' products, and the columns past b (the padding, zeroed by :func:`_pass1_init`)."""
     count = -(-b // chunk)
     width = count * chunk
     even, odd = _orders(K)
@@ -243,23 +309,40 @@ def _table_plan(array: torch.Tensor, B: int, K: int, b: int, chunk: int) -> dict
     plan["groups"] = [
         (t[:, :, 0, group::2, :b],  # the azimuth rows (B, 2, rows, b)
          weighted[group].unflatten(1, (2, -1))[..., :b],  # the same times w
-         weighted[group].unflatten(-1, (count, chunk)).transpose(1, 2),  # (B, count, r, chunk)
-         polar.unflatten(-1, (count, chunk)).permute(0, 2, 3, 1))  # (B, count, chunk, k)
+         _single(weighted[group].unflatten(-1, (count, chunk)).transpose(1, 2)),  # (B, count, r, ·)
+         _single(polar.unflatten(-1, (count, chunk)).permute(0, 2, 3, 1)))  # (B, count, chunk, k)
         for group, polar in ((0, t[:, 0, 1]), (1, t[:, 1, 1, 1:]))
     ]  # fmt: skip
     return plan
 
 
+def _pass1_init(plan: dict) -> None:
+    """What pass 1's views leave as it is from part to part: row 0 and the padding."""
+    _first_row(plan["tables"])
+    for tail in plan["padding"]:
+        tail.zero_()
+
+
+def _single(chunks: torch.Tensor) -> torch.Tensor:
+    """(B, count, ·, ·) chunks as (count, ·, ·) when B = 1: :func:`torch.bmm` takes them as
+    they are, where :func:`torch.matmul` of the 4-d views pays ≈ 7 µs more per call (the
+    same products, bit for bit)."""
+    return chunks[0] if chunks.shape[0] == 1 else chunks
+
+
 def _product_plan(array: torch.Tensor, B: int, count: int, K: int, step: int) -> list:
     """Per group: the (B, count, r, k) products of the chunks of one block (:func:`moments`),
-    their slices of ``step`` chunks, and the steps of their pairwise sum (:func:`_tree`)."""
+    their slices of ``step`` chunks (:func:`_single`), and the steps of their pairwise sum
+    (:func:`_tree`)."""
     even, odd = _orders(K)
     products = _split(array, (B, count, 2 * even, K), (B, count, 2 * odd, K - 1))
     slices = [range(start, min(start + step, count)) for start in range(0, count, step)]
-    return [([p[:, c.start : c.stop] for c in slices], _tree(p), p[:, 0]) for p in products]
+    return [
+        ([_single(p[:, c.start : c.stop]) for c in slices], _tree(p), p[:, 0]) for p in products
+    ]
 
 
-def moments(x: torch.Tensor, w: torch.Tensor, L: int, store: Buffers | None):
+def moments(x: torch.Tensor, w: torch.Tensor, L: int, store: Buffers | None, first=None):
     """Pass 1 on one block: the channel-0 moments at degree L + 1 (module notes).
 
     x: (B, 3, b), w: (B, 1, b). Returns E of shape (B, 2, ⌊(L + 1)/2⌋ + 1, L + 2) (even
@@ -267,7 +350,8 @@ def moments(x: torch.Tensor, w: torch.Tensor, L: int, store: Buffers | None):
     sin kθ for 1 ≤ k ≤ L + 1). With a store: the same products of the same chunks summed
     in the same order, in preallocated views (:func:`_table_plan`, :func:`_product_plan`),
     the tables built :data:`TABLE_TOKENS` tokens at a time (padded with zeros to whole
-    chunks)."""
+    chunks), their row 1 written once for the block into ``first`` (B, 2, 2, b)
+    (:func:`first_rows`; a scratch array when None), which pass 2 reads again."""
     K = L + 2
     if store is None:
         t = tables(x, K, None)
@@ -284,21 +368,21 @@ def moments(x: torch.Tensor, w: torch.Tensor, L: int, store: Buffers | None):
     groups = store.plan(
         "products", (size,), x, lambda a: _product_plan(a, B, count, K, step), (B, count, K, step)
     )
+    if first is None:
+        first = store.get("first", (B, 2, 2, b), x)
+    first_rows(x, first)
     for part, start in enumerate(range(0, b, step * chunk)):
         stop = min(start + step * chunk, b)
         size = B * -(-(stop - start) // chunk) * chunk * (4 * K + 2 * (even + odd))
         build = lambda a, n=stop - start: _table_plan(a, B, K, n, chunk)  # noqa: E731
-        plan = store.plan("pass1", (size,), x, build, (B, K, stop - start, chunk))
-        _fill(_first_rows(x[..., start:stop]), plan["tables"])
-        if stop - start < plan["groups"][0][2].shape[1] * chunk:
-            for tail in plan["padding"]:
-                tail.zero_()
+        plan = store.plan("pass1", (size,), x, build, (B, K, stop - start, chunk), _pass1_init)
+        _fill(first[..., start:stop], plan["tables"])
         weight = w[..., start:stop].unsqueeze(1)
         for (azimuth, weighted, left, right), (products, _, _) in zip(
             plan["groups"], groups, strict=True
         ):
             torch.mul(azimuth, weight, out=weighted)
-            torch.matmul(left, right, out=products[part])
+            (torch.bmm if B == 1 else torch.matmul)(left, right, out=products[part])
     parts = []
     for _, tree, total in groups:
         for kind, target, source in tree:
@@ -348,12 +432,14 @@ def _synthesis_plan(array: torch.Tensor, B: int, K: int, b: int) -> dict:
     return {"tables": _table_views(t, b), "groups": groups}
 
 
-def synthesis(x: torch.Tensor, Ge: torch.Tensor, Go: torch.Tensor, L: int, store: Buffers | None):
+def synthesis(x: torch.Tensor, Ge, Go, L: int, store: Buffers | None, first=None, out=None):
     """Pass 2 on one block: the four sums S^{(c)} at the tokens x (B, 3, b), shape (B, 4, b).
 
     Ge: (B, 8·(⌊L/2⌋ + 1), L + 1), rows (c, s, m even), columns cos kθ; Go:
     (B, 8·⌈L/2⌉, L), rows (c, s, m odd), columns sin kθ (k ≥ 1). With a store: the same
-    operations in preallocated views (:func:`_synthesis_plan`)."""
+    operations in preallocated views (:func:`_synthesis_plan`), the tables' row 1 from
+    ``first`` (B, 2, 2, b) when pass 1 wrote it (:func:`moments`), else from x; the sums
+    written into ``out`` (B, 4, b) when given (a block of the evaluation's output)."""
     K = L + 1
     if store is None:
         t = tables(x, K, None)
@@ -366,14 +452,17 @@ def synthesis(x: torch.Tensor, Ge: torch.Tensor, Go: torch.Tensor, L: int, store
     B, b = x.shape[0], x.shape[-1]
     even, odd = _orders(K)
     size = B * b * (4 * K + 8 * (even + odd))
-    plan = store.plan("pass2", (size,), x, lambda a: _synthesis_plan(a, B, K, b), (B, K, b))
-    _fill(_first_rows(x), plan["tables"])
-    out = None
-    for G, (polar, product, rows, azimuth) in zip((Ge, Go), plan["groups"], strict=True):
-        torch.matmul(G, polar, out=product)
-        part = rows.mul_(azimuth).sum((2, 3))
-        out = part if out is None else out.add_(part)
-    return out
+    build = lambda a: _synthesis_plan(a, B, K, b)  # noqa: E731
+    plan = store.plan("pass2", (size,), x, build, (B, K, b), lambda p: _first_row(p["tables"]))
+    if first is None:
+        first = first_rows(x, store.get("first", (B, 2, 2, b), x))
+    _fill(first, plan["tables"])
+    (polar, product, rows, azimuth), odd_orders = plan["groups"]
+    torch.matmul(Ge, polar, out=product)
+    out = torch.sum(rows.mul_(azimuth), (2, 3), out=out)
+    polar, product, rows, azimuth = odd_orders
+    torch.matmul(Go, polar, out=product)
+    return out.add_(rows.mul_(azimuth).sum((2, 3)))
 
 
 def flops(n: int, L: int) -> int:

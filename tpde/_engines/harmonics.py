@@ -269,21 +269,28 @@ def _sphere_sums(points, weights, beta, L: int | None, workers: int) -> torch.Te
 
 def _sums(tokens, weights, L: int, k_even, k_odd, workers: int) -> torch.Tensor:
     """The two passes of :func:`sphere_sums` over blocks of the tokens (B, 3, n), weights
-    (B, 1, n), on ``workers`` threads (:mod:`tpde._engines._harmonic_passes`): (B, n, 4)."""
+    (B, 1, n), on ``workers`` threads (:mod:`tpde._engines._harmonic_passes`): (B, n, 4).
+
+    Without autograd pass 1 writes the tables' first rows of every token into one
+    (B, 2, 2, n) array, which pass 2 reads (they are computed once), and pass 2 writes its
+    blocks into the (B, 4, n) output; under autograd each block makes new tensors."""
+    B, n = tokens.shape[0], tokens.shape[-1]
     grad = torch.is_grad_enabled() and (tokens.requires_grad or weights.requires_grad)
-    rows = max(BLOCK_MIN, BLOCK_TOKENS // tokens.shape[0])  # tokens of all clouds per block
     store = None if grad else passes.Buffers()
-    parts = _blocks(lambda x, w: passes.moments(x, w, L, store), tokens, weights, grad=grad,
-                    rows=rows, workers=workers)  # fmt: skip
+    first = () if grad else (tokens.new_empty(B, 2, 2, n),)
+    out = () if grad else (tokens.new_empty(B, 4, n),)
+    rows = max(BLOCK_MIN, BLOCK_TOKENS // B)  # tokens of all clouds per block
+    parts = _blocks(lambda x, w, *f: passes.moments(x, w, L, store, *f), tokens, weights,
+                    *first, grad=grad, rows=rows, workers=workers)  # fmt: skip
     E = pairwise_sum(torch.stack([p[0] for p in parts]))
     O = pairwise_sum(torch.stack([p[1] for p in parts]))
     me, mo = passes.channel_moments(E, O, L)  # (B, 4, 2, orders, k)
     ge = torch.einsum("bmkj,bcsmj->bcsmk", k_even, me).flatten(1, 3)  # (B, 8·orders, L + 1)
     go = torch.einsum("bmkj,bcsmj->bcsmk", k_odd, mo).flatten(1, 3)
-    rows = max(BLOCK_MIN, SYNTHESIS_TOKENS // tokens.shape[0])
-    out = _blocks(lambda x: passes.synthesis(x, ge, go, L, store), tokens, grad=grad,
-                  rows=rows, workers=workers)  # fmt: skip
-    return torch.cat(out, dim=-1).transpose(-1, -2)
+    rows = max(BLOCK_MIN, SYNTHESIS_TOKENS // B)
+    parts = _blocks(lambda x, *f: passes.synthesis(x, ge, go, L, store, *f), tokens, *first,
+                    *out, grad=grad, rows=rows, workers=workers)  # fmt: skip
+    return (out[0] if out else torch.cat(parts, dim=-1)).transpose(-1, -2)
 
 
 def softmax_average_harmonics(points, weights, beta, L=None) -> torch.Tensor:
