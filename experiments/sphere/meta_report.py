@@ -176,7 +176,7 @@ def count_claims(sweep: dict, size: int | None = None, level: float = 0.1) -> li
             f"{hits}/{draws} (±1: {near}/{draws}); first plateaus {_tally(counts) or 'none'}; "
             f"peaks {_tally(m['peaks'])}; the evolved profile's peaks (diagnostic) "
             f"{_tally(m['evolved'])}, equal in {evolved}/{draws}"
-            + seeding_text(m["runs"], m["first"], m["l_star"], m["peaks"])
+            + seeding_text(m.get("runs", []), m["first"], m["l_star"], m["peaks"])
             + share_text(float(beta), size, level),
             "agrees" if hits >= PEAK_SHARE * draws else "differs",
         ))  # fmt: skip
