@@ -122,7 +122,8 @@ def peak_hits(first: list, peaks: list) -> tuple[int, int, int]:
 def seeding_text(runs: list, first: list, l_star: int, peaks: list) -> str:
     """The seeding diagnostics of a set of draws (:mod:`.seeding`; "" for runs saved
     without them): the draws led by l* at the escape, those whose measured lead the linear
-    growth of their own A_l(0) predicts, and among the rule's misses those whose first
+    growth of their own A_l(0) predicts, the rule's hits among the draws led by l* (what
+    perfect seeding would leave), and among the rule's misses those whose first
     plateau has as many clusters as the leading degree's part has peaks (``lead_peaks``),
     as the cloud's own part of that degree at the escape (``own_peaks``), as g evolved to
     the measured escape time and to the lead's amplitude 1 (``escape_evolved_peaks``,
@@ -139,11 +140,14 @@ def seeding_text(runs: list, first: list, l_star: int, peaks: list) -> str:
 
     predicted = sum(1 for r in runs if r.get("lead") is not None and r["predicted"] == r["lead"])
     keys = ("lead_peaks", "own_peaks", "escape_evolved_peaks", "evolved_peaks")
+    led = [i for i in range(draws) if leads[i] == l_star]
+    kept = sum(1 for i in led if counts[i] == peaks[i])
     return (
         f"; seeding (diagnostic): the degree leading at the escape is l* in "
-        f"{sum(lead == l_star for lead in leads)}/{draws} (leads "
+        f"{len(led)}/{draws} (leads "
         f"{_tally(lead for lead in leads if lead is not None) or 'none'}), the linear growth "
-        f"of the draw's own A_l(0) predicts it in {predicted}/{draws}; of the {len(misses)} "
+        f"of the draw's own A_l(0) predicts it in {predicted}/{draws}; the rule holds in "
+        f"{kept}/{len(led)} of the draws led by l*; of the {len(misses)} "
         f"misses the first plateau has the peaks of the leading degree's part in "
         f"{equal(keys[0], misses)} (of the cloud's own part of it at the escape in "
         f"{equal(keys[1], misses)}), of the profile g evolved linearly to the measured "

@@ -157,7 +157,7 @@ def test_seeding_line_counts_leads_predictions_and_the_misses_kept_by_the_lead()
     runs = _runs([3, 3, 2, 2], [3, 2, 2, 2], [4, 4, 2, 2])
     text = seeding_text(runs, first, 3, [4, 4, 4, 4])
     assert "is l* in 2/4 (leads 2 ×2, 3 ×2)" in text
-    assert "predicts it in 3/4; of the 2 misses" in text
+    assert "predicts it in 3/4; the rule holds in 2/2 of the draws led by l*; of the 2" in text
     assert "leading degree's part in 1 (of the cloud's own part of it at the escape in 1)" in text
     assert "amplitude 1 in 1 (over all draws: 3/4, 3/4, 0/4, 3/4)" in text
     assert seeding_text([{"peaks": 4}], [None], 3, [4]) == ""  # a run saved without them
