@@ -146,8 +146,13 @@ def seeding_text(runs: list, first: list, l_star: int, peaks: list) -> str:
         f"; seeding (diagnostic): the degree leading at the escape is l* in "
         f"{len(led)}/{draws} (leads "
         f"{_tally(lead for lead in leads if lead is not None) or 'none'}), the linear growth "
-        f"of the draw's own A_l(0) predicts it in {predicted}/{draws}; the rule holds in "
-        f"{kept}/{len(led)} of the draws led by l*; of the {len(misses)} "
+        f"of the draw's own A_l(0) predicts it in {predicted}/{draws}; "
+        + (
+            f"the rule holds in {kept}/{len(led)} of the draws led by l*"
+            if led
+            else "no draw led by l*"
+        )
+        + f"; of the {len(misses)} "
         f"misses the first plateau has the peaks of the leading degree's part in "
         f"{equal(keys[0], misses)} (of the cloud's own part of it at the escape in "
         f"{equal(keys[1], misses)}), of the profile g evolved linearly to the measured "

@@ -161,6 +161,7 @@ def test_seeding_line_counts_leads_predictions_and_the_misses_kept_by_the_lead()
     assert "leading degree's part in 1 (of the cloud's own part of it at the escape in 1)" in text
     assert "amplitude 1 in 1 (over all draws: 3/4, 3/4, 0/4, 3/4)" in text
     assert seeding_text([{"peaks": 4}], [None], 3, [4]) == ""  # a run saved without them
+    assert "; no draw led by l*; of the 1" in seeding_text(runs[2:3], first[2:3], 3, [4])
     sweep = {"5.0": {"l_star": 3, "peaks": [4] * 4, "evolved": [4] * 4, "first": first,
                      "runs": runs}}  # fmt: skip
     claim = count_claims(sweep, 4000, 0.1)[0]
