@@ -28,8 +28,8 @@ maxima of
   linearly (the density's excess is (1/4π)Σ_l(2l + 1)f_l), at the measured escape time
   T = t_e (``escape_evolved_peaks``) and at T_1 = t_e + ln(1/ε)/λ_lead, where the lead's
   linear amplitude reaches 1 (``evolved_peaks``). At t_e itself every degree l ≤ LMAX is
-  still within a small factor of its noise (A_l(0) ~ 1/√N, ε = 0.1): g_te has 8–12 peaks
-  in the quick runs, the noise's, not a pattern; by T_1 the fast degrees lead by 1/ε more;
+  still within a small factor of its noise (A_l(0) ~ 1/√N, ε = 0.1): g_te has 5–15 peaks
+  in the full sweep, the noise's, not a pattern; by T_1 the fast degrees lead by 1/ε more;
 - the cloud's *own* degree-lead part at the escape save (``own_peaks``, recorded by the
   run): linear growth keeps a degree's shape (its 2l + 1 components grow at one rate), so
   its peaks equal those of f_lead while the stage is linear.
