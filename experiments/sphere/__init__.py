@@ -36,8 +36,10 @@ normalisation): the Gaussian moment ODE blows up at t* = 1/(2β λ_max(Σ₀)) (
 particles grow until tr Σ > 10³; the post-LN flow of the normalised tokens clusters instead.
 
 (d) **Metastability on S²** (metastable.py, issue 35): the escape from uniform against
-ln N at ``escape_sizes`` (slope 1/(2λ_l*)), the first plateau's count against the peaks of
-the initial cloud's degree-l* part over ``meta_betas``, the lifetimes and merges against β.
+ln N at ``escape_sizes`` (10³ … 10⁶; slope 1/(2λ_l*)), the first plateau's count against the
+peaks of the initial cloud's degree-l* part over ``meta_betas``, with each draw's seeding
+(seeding.py: the degree leading the escape, measured and predicted from the draw's own
+amplitudes), the lifetimes and merges against β.
 
 A GIF shows one d = 2 post-LN cloud at β = ``movie_beta``.
 """

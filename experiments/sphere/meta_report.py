@@ -3,11 +3,15 @@
 
 - Escape from uniform: t_esc = a + b·ln N by least squares over every draw at
   ``escape_beta`` (the first time A_l* = √E_l* reaches ε = ``escape_level``); **agrees** iff
-  |b − 1/(2λ_l*)| ≤ 2 s.e.(b). Diagnostics: the same fit at ε/2 and 2ε, and of the
-  runner-up degree.
+  |b − 1/(2λ_l*)| ≤ 2 s.e.(b). Diagnostics: the same fit at ε/2 and 2ε, without the
+  smallest N, and of the runner-up degree.
 - First plateau = the peaks of f_l* (the rule of :mod:`.metastable`): **agrees** iff the
   first plateau's count equals the number of peaks in ≥ ``PEAK_SHARE`` of the draws at a β
   (a draw without a plateau counts as a miss); the evolved profile's peaks and ±1 beside it.
+  Beside them (diagnostics added after the full run, the rule unchanged): the seeding of
+  each draw (:mod:`.seeding`: the degree leading at the escape, measured and predicted by
+  the linear growth of the draw's own A_l(0), the peaks of its part and of the linearly
+  evolved profile) and the share of uniform clouds whose first degree to reach ε is l*.
 - Lifetimes of the ``meta_count``-cluster state: log T = c + κβ over the uncensored
   lifetimes, κ > 2 s.e. for "exponentially long" and κ against the Dirac heuristic's
   (for two clusters, antipodal on S² as on S¹: σ_2 = 4e^{−2β}, κ = 2): the S¹ study's
@@ -31,6 +35,7 @@ from tpde.theory import dominant_mode, instability_rate
 from .. import framework as fw
 from ..circle_pde.meta_report import fit_text, lifetime_claims, lifetime_fit, lifetimes_of
 from ..circle_pde.metastable import escape_times, line_fit
+from .seeding import lead_share
 
 #: The least share of draws whose first plateau has as many clusters as f_l* has peaks.
 PEAK_SHARE = 0.9
@@ -43,15 +48,16 @@ def runner_up(beta: float, top: int = 8) -> int:
     return max(rates, key=rates.get)
 
 
-def escape_fit(config: dict, arrays: dict, degree: int, level: float) -> dict | None:
-    """Escape times of degree ``degree`` at ``level`` against ln N over every draw:
-    :func:`~experiments.circle_pde.metastable.line_fit` plus ``times`` {N: [t]} and
-    ``missing`` (draws without a crossing); None with fewer than 3 crossings at 2 sizes."""
+def escape_fit(config: dict, arrays: dict, degree: int, level: float, skip: int = 0) -> dict | None:
+    """Escape times of degree ``degree`` at ``level`` against ln N over every draw of the
+    sizes from index ``skip``: :func:`~experiments.circle_pde.metastable.line_fit` plus
+    ``times`` {N: [t]} and ``missing`` (draws without a crossing); None with fewer than 3
+    crossings at 2 sizes."""
     times, modes = arrays["meta_escape_times"], arrays["meta_escape_modes"]
     found = {}
     for i, n in enumerate(config["escape_sizes"]):
-        drawn = modes[i, : config["escape_draws"][i]]
-        found[n] = escape_times(times, drawn, degree, level)
+        if i >= skip:
+            found[n] = escape_times(times, modes[i, : config["escape_draws"][i]], degree, level)
     pairs = [(math.log(n), float(t)) for n, ts in found.items() for t in ts if np.isfinite(t)]
     missing = sum(int(np.isnan(ts).sum()) for ts in found.values())
     if len(pairs) < 3 or len({x for x, _ in pairs}) < 2:
@@ -61,7 +67,8 @@ def escape_fit(config: dict, arrays: dict, degree: int, level: float) -> dict | 
 
 
 def escape_claim(config: dict, arrays: dict) -> tuple[fw.Claim, dict]:
-    """The escape claim and its fits (``main``, ``half``, ``double``, ``second``)."""
+    """The escape claim and its fits (``main``, ``half``, ``double``, ``large`` (without the
+    smallest N), ``second``)."""
     beta, level = config["escape_beta"], config["escape_level"]
     star, second = dominant_mode(beta, d=3), runner_up(beta)
     law = 1 / (2 * float(instability_rate(star, beta, d=3)))
@@ -69,6 +76,7 @@ def escape_claim(config: dict, arrays: dict) -> tuple[fw.Claim, dict]:
         "main": escape_fit(config, arrays, star, level),
         "half": escape_fit(config, arrays, star, level / 2),
         "double": escape_fit(config, arrays, star, 2 * level),
+        "large": escape_fit(config, arrays, star, level, skip=1),
         "second": escape_fit(config, arrays, second, level),
     }
     claim = (
@@ -87,6 +95,7 @@ def escape_claim(config: dict, arrays: dict) -> tuple[fw.Claim, dict]:
         f"|b − law| = {gap:.3f} = {gap / fit['slope_se']:.1f} s.e.; rule: agrees iff ≤ 2 s.e. "
         "Diagnostics: "
         + "; ".join([fit_text(fits["half"], "ε/2:"), fit_text(fits["double"], "2ε:"),
+                     fit_text(fits["large"], "without the smallest N:"),
                      fit_text(fits["second"], f"degree {second}:")])
         + f" (its law {second_law:.3f})"
     )  # fmt: skip
@@ -110,8 +119,68 @@ def peak_hits(first: list, peaks: list) -> tuple[int, int, int]:
     return hits, near, len(counts)
 
 
-def count_claims(sweep: dict) -> list[fw.Claim]:
-    """Per β of the sweep: the first plateau's count against the peaks of f_l* (the rule)."""
+def seeding_text(runs: list, first: list, l_star: int, peaks: list) -> str:
+    """The seeding diagnostics of a set of draws (:mod:`.seeding`; "" for runs saved
+    without them): the draws led by l* at the escape, those whose measured lead the linear
+    growth of their own A_l(0) predicts, the rule's hits among the draws led by l* (what
+    perfect seeding would leave), and among the rule's misses those whose first
+    plateau has as many clusters as the leading degree's part has peaks (``lead_peaks``),
+    as the cloud's own part of that degree at the escape (``own_peaks``), as g evolved to
+    the measured escape time and to the lead's amplitude 1 (``escape_evolved_peaks``,
+    ``evolved_peaks``); then the same four over every draw."""
+    leads = [r.get("lead") for r in runs]
+    if all(lead is None for lead in leads):
+        return ""
+    counts = [row[0] if row else None for row in first]
+    draws = len(runs)
+    misses = [i for i in range(draws) if counts[i] is None or counts[i] != peaks[i]]
+
+    def equal(key: str, among) -> int:
+        return sum(1 for i in among if counts[i] is not None and runs[i].get(key) == counts[i])
+
+    predicted = sum(1 for r in runs if r.get("lead") is not None and r["predicted"] == r["lead"])
+    keys = ("lead_peaks", "own_peaks", "escape_evolved_peaks", "evolved_peaks")
+    led = [i for i in range(draws) if leads[i] == l_star]
+    kept = sum(1 for i in led if counts[i] == peaks[i])
+    return (
+        f"; seeding (diagnostic): the degree leading at the escape is l* in "
+        f"{len(led)}/{draws} (leads "
+        f"{_tally(lead for lead in leads if lead is not None) or 'none'}), the linear growth "
+        f"of the draw's own A_l(0) predicts it in {predicted}/{draws}; "
+        + (
+            f"the rule holds in {kept}/{len(led)} of the draws led by l*"
+            if led
+            else "no draw led by l*"
+        )
+        + f"; of the {len(misses)} "
+        f"misses the first plateau has the peaks of the leading degree's part in "
+        f"{equal(keys[0], misses)} (of the cloud's own part of it at the escape in "
+        f"{equal(keys[1], misses)}), of the profile g evolved linearly to the measured "
+        f"escape in {equal(keys[2], misses)} and to the lead's amplitude 1 in "
+        f"{equal(keys[3], misses)} (over all draws: "
+        + ", ".join(f"{equal(k, range(draws))}/{draws}" for k in keys)
+        + ")"
+    )
+
+
+def share_text(beta: float, size: int | None, level: float) -> str:
+    """The linear seeding's share of l* (:func:`~.seeding.lead_share`) at N = ``size`` and
+    at 10⁶ tokens ("" without a size)."""
+    if size is None:
+        return ""
+    share, when = lead_share(beta, size, level)
+    large = lead_share(beta, 10**6, level)[0]
+    return (
+        f"; the noise of N = {size} uniform tokens, grown linearly, makes l* the first degree "
+        f"to reach A_l = {level:g} in {share:.0%} of clouds (median t = {when:.1f}; "
+        f"{large:.0%} at N = 10⁶)"
+    )
+
+
+def count_claims(sweep: dict, size: int | None = None, level: float = 0.1) -> list[fw.Claim]:
+    """Per β of the sweep: the first plateau's count against the peaks of f_l* (the rule),
+    with the seeding diagnostics (:func:`seeding_text`, :func:`share_text` for clouds of
+    ``size`` tokens and the escape ``level``)."""
     out = []
     for beta, m in sweep.items():
         hits, near, draws = peak_hits(m["first"], m["peaks"])
@@ -123,14 +192,17 @@ def count_claims(sweep: dict) -> list[fw.Claim]:
             "draws",
             f"{hits}/{draws} (±1: {near}/{draws}); first plateaus {_tally(counts) or 'none'}; "
             f"peaks {_tally(m['peaks'])}; the evolved profile's peaks (diagnostic) "
-            f"{_tally(m['evolved'])}, equal in {evolved}/{draws}",
+            f"{_tally(m['evolved'])}, equal in {evolved}/{draws}"
+            + seeding_text(m.get("runs", []), m["first"], m["l_star"], m["peaks"])
+            + share_text(float(beta), size, level),
             "agrees" if hits >= PEAK_SHARE * draws else "differs",
         ))  # fmt: skip
     return out
 
 
 def escape_count_claim(escape: dict) -> fw.Claim:
-    """The rule again on the escape runs (one β, every N)."""
+    """The rule again on the escape runs (one β, every N), with the seeding diagnostics
+    over all of them (:func:`seeding_text`)."""
     parts, total, hit = [], 0, 0
     for n in sorted({r["n"] for r in escape["runs"]}):
         rows = [r for r in escape["runs"] if r["n"] == n]
@@ -140,10 +212,13 @@ def escape_count_claim(escape: dict) -> fw.Claim:
             f"N = {n}: {h}/{d} (first {first}, peaks {_tally([r['peaks'] for r in rows])})"
         )
         total, hit = total + d, hit + h
+    runs = escape["runs"]
+    seeded = seeding_text(runs, [r["first"] for r in runs], escape["l_star"],
+                          [r["peaks"] for r in runs])  # fmt: skip
     return fw.Claim(
         f"S² at β = {escape['beta']:g}, every N of the escape runs: the first plateau has one "
         f"cluster per peak of f_l* (l* = {escape['l_star']}) in ≥ {PEAK_SHARE:.0%} of draws",
-        "; ".join(parts),
+        "; ".join(parts) + seeded,
         "agrees" if total and hit >= PEAK_SHARE * total else "differs",
     )
 
@@ -158,7 +233,7 @@ def meta_claims(config: dict, arrays: dict, results: dict) -> tuple[list[fw.Clai
         claim, fits["escape"] = escape_claim(config, arrays)
         claims += [claim, escape_count_claim(r["escape"])]
     if r["sweep"]:
-        claims += count_claims(r["sweep"])
+        claims += count_claims(r["sweep"], config["meta_size"], config["escape_level"])
         count, t1 = config["meta_count"], config["meta_t1"]
         kept, fits["kappa"] = lifetime_claims(settled(r["sweep"]), count, t1)
         first = lifetime_fit(r["sweep"], count)
@@ -235,4 +310,4 @@ def meta_summary(fits: dict) -> str:
 
 __all__ = ["PEAK_SHARE", "count_claims", "escape_claim", "escape_count_claim", "escape_fit",
            "lifetime_fit", "meta_claims", "meta_summary", "meta_table", "peak_hits",
-           "runner_up", "settled"]  # fmt: skip
+           "runner_up", "seeding_text", "settled", "share_text"]  # fmt: skip

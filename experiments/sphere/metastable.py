@@ -33,6 +33,12 @@ T = ln N/(2λ_l*) (the time the linear theory gives degree l* an O(1) amplitude)
 degrees next to l* grow almost as fast on S² (λ_3 = 0.683, λ_4 = 0.684 at β = 8), and g
 keeps them. A degree-2 part is a quadratic form xᵀAx restricted to S², trace A = 0: two
 antipodal maxima, always.
+
+**Seeding** (diagnostics added after the full run, :mod:`.seeding`): every save of every
+run records A_l (l ≤ LMAX); per draw the degree leading at the escape (the largest A_l at
+the first save where max_l A_l ≥ ``escape_level``) against the one the linear growth of
+the draw's own A_l(0) predicts, and the peaks of the leading degree's part, of g at the
+measured escape time and of the cloud's own profile at that save (:class:`Watch`).
 """
 
 from __future__ import annotations
@@ -55,10 +61,12 @@ from ..circle_pde.run import follow
 from ..common.circle_clusters import first_plateau, lifetimes, merges
 from ..common.sphere_clusters import Profile, SphereCells
 from ..theory.sphere import harmonic_energy
+from .seeding import evolved_weights, own_peaks, seeding
 
 __all__ = [
     "ABSORBED",
     "LMAX",
+    "Watch",
     "amplitudes",
     "check_meta",
     "escape_runs",
@@ -118,13 +126,10 @@ def amplitudes(points: torch.Tensor, top: int = LMAX) -> np.ndarray:
 
 def evolved_coefficients(beta: float, n: int, top: int = LMAX) -> np.ndarray:
     """a (top + 1,): a_0 = 0, a_l = (2l + 1)e^{λ_l T} with T = ln N/(2λ_l*), scaled by
-    e^{−λ_l* T} (the peaks do not depend on a common factor)."""
-    rates = np.array([0.0] + [float(instability_rate(l, beta, d=3)) for l in range(1, top + 1)])
-    star = rates[dominant_mode(beta, d=3)]
-    horizon = math.log(n) / (2 * star)
-    out = (2 * np.arange(top + 1) + 1) * np.exp((rates - star) * horizon)
-    out[0] = 0.0
-    return out
+    e^{−λ_l* T} (the peaks do not depend on a common factor):
+    :func:`~.seeding.evolved_weights` at that T."""
+    star = float(instability_rate(dominant_mode(beta, d=3), beta, d=3))
+    return evolved_weights(beta, math.log(n) / (2 * star), top)
 
 
 def predictions(points: torch.Tensor, beta: float, cells: SphereCells) -> dict:
@@ -152,9 +157,32 @@ def _cells(config) -> SphereCells:
                        config.meta_min_share)  # fmt: skip
 
 
+class Watch:
+    """A save's visit: the cluster count into ``counts`` (T,), A_l into ``modes`` (T, LMAX)
+    and, at the first save where max_l A_l ≥ ``level``, the peaks of the cloud's own part
+    of the degree leading there (:func:`~.seeding.own_peaks`) as ``own``."""
+
+    def __init__(self, counts: np.ndarray, modes: np.ndarray, level: float, cells) -> None:
+        self.counts, self.modes, self.level, self.cells = counts, modes, level, cells
+        self.own: int | None = None
+
+    def __call__(self, j: int, mu) -> None:
+        a = amplitudes(mu.points)
+        self.modes[j], self.counts[j] = a, self.cells.count(mu.points)
+        if self.own is None and a.max() >= self.level:
+            self.own = own_peaks(mu.points, int(np.argmax(a)) + 1, self.cells)
+
+
+def _diagnosed(cloud, watch: Watch, times, beta: float) -> dict:
+    """The draw's seeding (:func:`~.seeding.seeding`) and ``own_peaks``."""
+    found = seeding(cloud.points, watch.modes, times, beta, watch.level, watch.cells)
+    return {**found, "own_peaks": watch.own}
+
+
 def escape_runs(config, cells: SphereCells) -> tuple[dict, dict]:
     """The escape clouds (module notes): amplitudes (sizes, draws, T, LMAX), counts (sizes,
-    draws, T) (−1 and NaN where not drawn or not reached), per draw its predictions."""
+    draws, T) (−1 and NaN where not drawn or not reached), per draw its predictions and
+    its seeding (:func:`~.seeding.seeding`)."""
     beta, sizes = config.escape_beta, config.escape_sizes
     times = np.arange(0.0, config.escape_t1 + config.meta_dense_step / 2, config.meta_dense_step)
     draws = max(config.escape_draws, default=0)
@@ -163,35 +191,32 @@ def escape_runs(config, cells: SphereCells) -> tuple[dict, dict]:
     g, runs = fw.torch_generator(config.seed + 900), []
     for i, n in enumerate(sizes):
         for s in fw.progress(range(config.escape_draws[i]), f"S² escape (N = {n})"):
-
-            def visit(j, mu, i=i, s=s):
-                modes[i, s, j] = amplitudes(mu.points)
-                counts[i, s, j] = cells.count(mu.points)
-
+            watch = Watch(counts[i, s], modes[i, s], config.escape_level, cells)
             tic = time.process_time()
             cloud = uniform_on_sphere(n, 3, generator=g)
             guess = predictions(cloud.points, beta, cells)
-            info = follow(TOLERANCES, post_ln(beta), Empirical(cloud.points), times, visit)
+            info = follow(TOLERANCES, post_ln(beta), Empirical(cloud.points), times, watch)
             first = _row(first_plateau(times, counts[i, s], config.meta_min_plateau))
             runs.append({"n": n, "seed": s, **guess, **info, "first": first,
+                         **_diagnosed(cloud, watch, times, beta),
                          "cpu_seconds": time.process_time() - tic})  # fmt: skip
     arrays = {"meta_escape_times": times, "meta_escape_modes": modes,
               "meta_escape_counts": counts}  # fmt: skip
     return arrays, {"beta": beta, "l_star": dominant_mode(beta, d=3), "runs": runs}
 
 
-def sweep(config, cells: SphereCells) -> tuple[np.ndarray, dict]:
-    """The β sweep (module notes): counts (betas, meta_seeds, T) and per β its summary."""
+def sweep(config, cells: SphereCells) -> tuple[dict, dict]:
+    """The β sweep (module notes): counts (betas, meta_seeds, T), amplitudes (betas,
+    meta_seeds, T, LMAX) (NaN after a stop) and per β its summary."""
     times = meta_times(config)
     counts = np.full((len(config.meta_betas), config.meta_seeds, len(times)), -1, dtype=np.int64)
+    modes = np.full((*counts.shape, LMAX), np.nan)
     g, results = fw.torch_generator(config.seed + 901), {}
     for b, beta in enumerate(config.meta_betas):
         runs = []
         for s in fw.progress(range(config.meta_seeds), f"S² metastability (beta = {beta})"):
             series = counts[b, s]
-
-            def visit(j, mu, series=series):
-                series[j] = cells.count(mu.points)
+            watch = Watch(series, modes[b, s], config.escape_level, cells)
 
             def stop(j, series=series):
                 seen = series[: j + 1]
@@ -200,12 +225,13 @@ def sweep(config, cells: SphereCells) -> tuple[np.ndarray, dict]:
             tic = time.process_time()
             cloud = uniform_on_sphere(config.meta_size, 3, generator=g)
             guess = predictions(cloud.points, beta, cells)
-            info = follow(TOLERANCES, post_ln(beta), Empirical(cloud.points), times, visit, stop)
+            info = follow(TOLERANCES, post_ln(beta), Empirical(cloud.points), times, watch, stop)
             if info["status"] == "stopped":
                 series[series < 0] = 1  # one cluster does not split: to the end
-            runs.append({**guess, **info, "cpu_seconds": time.process_time() - tic})
+            runs.append({**guess, **info, **_diagnosed(cloud, watch, times, beta),
+                         "cpu_seconds": time.process_time() - tic})  # fmt: skip
         results[str(beta)] = summary(config, beta, times, counts[b], runs)
-    return counts, results
+    return {"meta_counts": counts, "meta_modes": modes}, results
 
 
 def summary(config, beta: float, times, counts: np.ndarray, runs: list) -> dict:
@@ -242,7 +268,7 @@ def run_metastable(config) -> tuple[dict, dict]:
     tic = time.process_time()
     cells = _cells(config)
     arrays, escape = escape_runs(config, cells) if config.escape_sizes else ({}, None)
-    counts, meta = sweep(config, cells) if config.meta_betas else (None, {})
-    if counts is not None:
-        arrays.update({"meta_times": meta_times(config), "meta_counts": counts})
+    found, meta = sweep(config, cells) if config.meta_betas else ({}, {})
+    if found:
+        arrays.update({"meta_times": meta_times(config), **found})
     return arrays, {"escape": escape, "sweep": meta, "cpu_seconds": time.process_time() - tic}

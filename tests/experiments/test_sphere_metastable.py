@@ -193,12 +193,14 @@ def _escape(sizes, draws, rate, seed=0):
 
 
 def test_escape_claim_recovers_the_law_and_follows_the_rule():
-    sizes, beta = [1000, 10_000, 100_000], 5.0
+    sizes, beta = [1000, 10_000, 100_000, 1_000_000], 5.0  # the study's four sizes
     rate = float(instability_rate(3, beta, d=3))
-    config = {"escape_sizes": sizes, "escape_draws": [4, 4, 2], "escape_beta": beta,
+    config = {"escape_sizes": sizes, "escape_draws": [4, 4, 2, 1], "escape_beta": beta,
               "escape_level": 0.1}  # fmt: skip
     claim, fits = escape_claim(config, _escape(sizes, 4, rate))
-    assert claim.verdict == "agrees" and fits["main"]["n"] == 10
+    assert claim.verdict == "agrees" and fits["main"]["n"] == 11
+    assert fits["large"]["n"] == 7 and "without the smallest N: " in claim.outcome
+    assert set(fits["large"]["times"]) == {"10000", "100000", "1000000"}
     assert fits["law"] == pytest.approx(1 / (2 * rate))
     assert runner_up(beta) == 2  # λ_2 = 0.624 < λ_3 = 0.672 (λ_4 = 0.511)
     assert fits["second"] is None  # degree 2 is flat at 1e-6 here: no crossing
