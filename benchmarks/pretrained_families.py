@@ -95,6 +95,8 @@ FAMILIES = {
     "stablelm": ("StableLmConfig", "StableLmForCausalLM", {"qk_layernorm": True,
                                                            "use_qkv_bias": True,
                                                            "partial_rotary_factor": 0.5}),
+    "llama": ("LlamaConfig", "LlamaForCausalLM", {}),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {}),
 }  # fmt: skip
 
 SIZES = {
@@ -121,14 +123,37 @@ def random_model(family: str, size: str):
     return model.eval()
 
 
+def registry_model(family: str, folder: str):
+    """The transformers model (float32, eval) of ``tpde.pretrained.random_checkpoint``'s
+    tiny checkpoint of a registered family, written to ``folder`` (every switch the family
+    reads on, every parameter redrawn; context 2 × 128)."""
+    import transformers
+
+    from tpde.pretrained import random_checkpoint
+    from tpde.pretrained.families import FAMILIES
+
+    random_checkpoint(family, folder, seed=sum(map(ord, family)),
+                      sizes={"context": 2 * TOKENS})  # fmt: skip
+    auto = transformers.AutoModelForCausalLM if FAMILIES[family].causal else transformers.AutoModel
+    return auto.from_pretrained(folder, dtype=torch.float32).eval()
+
+
 def tpde_forward(model, ids: torch.Tensor) -> torch.Tensor:
+    """Logits (an encoder without a head: the last hidden states) of tpde's forward."""
     from tpde.flows import integrate
     from tpde.measures import Empirical
 
     mu = Empirical(model.embedding(ids), positions=torch.arange(ids.shape[-1]))
     flow = integrate(model.schedule, mu, float(len(model.layers)), dt=1.0,
                      method="lie-trotter", save=2, events=())  # fmt: skip
-    return model.logits(flow.final.points)
+    return flow.final.points if model.head is None else model.logits(flow.final.points)
+
+
+def transformers_forward(reference, ids: torch.Tensor, causal: bool = True) -> torch.Tensor:
+    """transformers' logits (an encoder: its last hidden states) for one sequence."""
+    if not causal:
+        return reference(ids[None]).last_hidden_state[0]
+    return reference(ids[None], use_cache=False).logits[0]
 
 
 def _timed_pair(first, second, repeat: int) -> tuple[tuple[float, float], tuple[float, float]]:
@@ -146,14 +171,20 @@ def _timed_pair(first, second, repeat: int) -> tuple[tuple[float, float], tuple[
 
 
 def rows(family: str, size: str, repeat: int) -> tuple[dict, dict]:
-    """(forward row, loading row) of one family at one size."""
+    """(forward row, loading row) of one family at one size ("registry": the tiny
+    checkpoint of :func:`registry_model`)."""
     import transformers
 
     from tpde.pretrained import load
+    from tpde.pretrained.families import FAMILIES
 
-    reference = random_model(family, size)
+    causal = size != "registry" or FAMILIES[family].causal
     with tempfile.TemporaryDirectory() as folder:
-        reference.save_pretrained(folder)
+        if size == "registry":
+            reference = registry_model(family, folder)
+        else:
+            reference = random_model(family, size)
+            reference.save_pretrained(folder)
         cls = type(reference)
         model = load(folder)
         fresh = cls.from_pretrained(folder, dtype=torch.float32)  # warm-up load
@@ -164,10 +195,10 @@ def rows(family: str, size: str, repeat: int) -> tuple[dict, dict]:
     ids = torch.randint(3, reference.config.vocab_size, (TOKENS,),
                         generator=torch.Generator().manual_seed(1))  # fmt: skip
     with torch.no_grad():
-        ours, theirs = tpde_forward(model, ids), reference(ids[None], use_cache=False).logits[0]
+        ours, theirs = tpde_forward(model, ids), transformers_forward(reference, ids, causal)
         t_fwd = _timed_pair(
             lambda: tpde_forward(model, ids),
-            lambda: reference(ids[None], use_cache=False),
+            lambda: transformers_forward(reference, ids, causal),
             repeat,
         )
     del transformers
@@ -188,8 +219,11 @@ def main():
     parser.add_argument("--quick", action="store_true", help="3 repeats instead of 7")
     parser.add_argument("--repeat", type=int, default=None,
                         help="forward repeats (default 7; loading: at most 7)")  # fmt: skip
-    parser.add_argument("--families", nargs="+", default=list(FAMILIES), choices=list(FAMILIES))
-    parser.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
+    parser.add_argument("--families", nargs="+", default=None,
+                        help=f"default {' '.join(FAMILIES)}; with --sizes registry: every "
+                        "registered family")  # fmt: skip
+    parser.add_argument("--sizes", nargs="+", default=list(SIZES),
+                        choices=[*SIZES, "registry"])  # fmt: skip
     args = parser.parse_args()
     torch.set_num_threads(1)
     import transformers
@@ -200,8 +234,13 @@ def main():
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, 1 thread, "
           f"float32, {TOKENS} tokens")  # fmt: skip
     forward, loading = [], []
+    from tpde.pretrained.families import FAMILIES as REGISTERED
+
     for size in args.sizes:
-        for family in args.families:
+        families = args.families or list(REGISTERED if size == "registry" else FAMILIES)
+        for family in families:
+            if family not in (REGISTERED if size == "registry" else FAMILIES):
+                raise SystemExit(f"no family {family!r} at size {size!r}")
             row, load_row = rows(family, size, repeat)
             forward.append(row)
             loading.append(load_row)
