@@ -5,8 +5,10 @@ forward pass on 1 × 128 tokens and the loading, at one thread, float32.
     python benchmarks/pretrained_families.py --quick         # 3 repeats instead of 7
     python benchmarks/pretrained_families.py --families phi3 granite --sizes tiny
     python benchmarks/pretrained_families.py --sizes tiny --repeat 50   # a busy machine
+    python benchmarks/pretrained_families.py --sizes registry           # all registered families
 
-For each family (the families of issue 34, part A; a row each) a transformers model of two
+For each family (the families of issue 34, part A, with llama and qwen2; a row each) a
+transformers model of two
 sizes, its parameters redrawn from N(0, 0.5²) (as the tests do), is saved with
 ``save_pretrained`` to a temporary folder and loaded by tpde: **tiny**, the tests' size
 (d = 16, 2 layers, 4 heads: per-call overheads dominate), and **small** (d = 256, 4
@@ -17,7 +19,11 @@ head, against transformers' ``model(ids, use_cache=False)`` (its default attenti
 each); loading: ``load(folder)`` against ``from_pretrained(folder)`` after a warm-up load
 of each. Printed: median seconds, the ratio tpde / transformers of the medians and of the
 minimums (issue 34 asks ≤ 1.2 forward, ≤ 1.5 loading; on a busy machine the minimums are
-the runs the other jobs disturbed least) and the logits' relative difference.
+the runs the other jobs disturbed least) and the logits' relative difference. The size
+**registry** runs every family of ``tpde.pretrained.families.FAMILIES`` (26) on the tiny
+checkpoint ``tpde.pretrained.random_checkpoint`` writes (d = 16, 2 layers, every switch the
+family reads on, context 256), read by transformers' ``AutoModelForCausalLM`` (``AutoModel``
+for an encoder: its last hidden states against tpde's final tokens).
 
 transformers is imported here only: tpde does not import it.
 
