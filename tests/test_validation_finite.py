@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from tpde._validation import all_finite, check_finite
+from tpde._validation import all_finite, check_finite, finite_sum
 
 
 @pytest.mark.parametrize(
@@ -21,6 +21,23 @@ def test_all_finite_matches_the_elementwise_test(values, finite):
     tensor = torch.tensor(values, dtype=torch.float32)
     assert all_finite(tensor) is finite
     assert bool(torch.isfinite(tensor).all()) is finite
+
+
+@pytest.mark.parametrize(
+    "dtype", [torch.float16, torch.bfloat16, torch.float64, torch.complex64, torch.int64]
+)
+def test_finite_sum_reads_the_sum_in_every_dtype(dtype):
+    # one host read of the sum (no torch.isfinite kernels); NaN and ±Inf propagate into it
+    finite = torch.tensor([1, 2, 3]).to(dtype)
+    assert finite_sum(finite) is True and finite_sum(finite[:0]) is True
+    if dtype.is_floating_point or dtype.is_complex:
+        for bad in (float("nan"), float("inf"), float("-inf")):
+            edited = finite.clone()
+            edited[1] = bad
+            assert finite_sum(edited) is False
+    if dtype == torch.float16:  # finite entries whose sum overflows: not finite by the sum
+        big = torch.tensor([6e4, 6e4], dtype=dtype)
+        assert finite_sum(big) is False and all_finite(big) is True
 
 
 def test_check_finite_names_the_count_and_the_first_index():

@@ -7,6 +7,7 @@ trusts its inputs.
 
 from __future__ import annotations
 
+import cmath
 import contextvars
 import functools
 import math
@@ -81,9 +82,17 @@ def all_finite(tensor: torch.Tensor) -> bool:
     propagate into it, Inf − Inf is NaN; 30× cheaper than the elementwise test on the
     CPU), the entries only when the sum is not finite (it may overflow on finite entries)."""
     tensor = tensor.detach()
-    if tensor.numel() == 0 or bool(torch.isfinite(tensor.sum())):
+    if tensor.numel() == 0 or finite_sum(tensor):
         return True
     return bool(torch.isfinite(tensor).all())
+
+
+def finite_sum(tensor: torch.Tensor) -> bool:
+    """Whether the sum of ``tensor``'s entries is finite (then so is every entry: NaN and
+    ±Inf propagate into a sum; a sum that is not finite may still be an overflow of finite
+    entries). One reduction and one host read: ``torch.isfinite`` on the 0-d sum would add
+    four kernels (==, abs, !=, ·), 10 µs of a 1 ms tiny model's forward per call."""
+    return cmath.isfinite(tensor.detach().sum().item())
 
 
 def check_finite(tensor: torch.Tensor, name: str) -> None:

@@ -96,6 +96,11 @@ def test_non_finite_states_are_found_per_element():
     points[4] = torch.finfo(F64).max / 2
     assert torch.isinf(points[4].sum())
     assert system.finite((points,)).tolist() == [True, False, False, False, True]
+    # one unbatched state (the fixed-step path's): a 0-d flag, the same rule
+    for element, expected in zip(points, [True, False, False, False, True], strict=True):
+        flag = ParticleSystem(Softmax.from_interaction(eye, eye), Empirical(mu.points[0]),
+                              "dense").finite((element,))  # fmt: skip
+        assert flag.shape == () and bool(flag) is expected
 
 
 def test_time_dependent_fields_step_in_lockstep():

@@ -21,6 +21,7 @@ from tpde._validation import (
     check_finite,
     check_measure_finite,
     check_real,
+    finite_sum,
 )
 from tpde.fields.calls import _positions_user, part_velocity, query_positions
 from tpde.measures import Empirical, Gaussian, Grid, Measure
@@ -63,7 +64,7 @@ def check_no_overflow(value: torch.Tensor, mu, what: str, field=None) -> None:
     checked first (Inf and NaN propagate into it; 15× cheaper than an elementwise check at
     10⁵ entries), the entries only when the sum is not finite.
     """
-    if bool(torch.isfinite(value.detach().sum())) or bool(torch.isfinite(value).all()):
+    if finite_sum(value) or bool(torch.isfinite(value).all()):
         return
     check_measure_finite(mu)  # non-finite tokens first: not an overflow
     bad = ~torch.isfinite(value.detach())

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 
 import torch
 
+from tpde._validation import finite_sum
 from tpde.fields.base import (
     Field,
     GaussianNotPreserved,
@@ -196,7 +197,7 @@ def _check_foreign_part(v: torch.Tensor, part: Field, who: str) -> None:
     a declared child, :func:`~tpde.fields.base._foreign_fields`) returned non-finite values:
     named, not reported later as an overflow of the sum."""
     foreign = _foreign_fields(part)
-    if not foreign or bool(torch.isfinite(v.detach().sum())):
+    if not foreign or finite_sum(v):
         return
     inside = ""
     if foreign != [part]:

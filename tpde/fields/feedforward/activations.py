@@ -25,6 +25,8 @@ from functools import partial
 import torch
 import torch.nn.functional as F
 
+from tpde._validation import finite_sum
+
 __all__ = ["ACTIVATIONS", "check_activation_output", "resolve_activation"]
 
 Activation = Callable[[torch.Tensor], torch.Tensor]
@@ -93,7 +95,7 @@ def check_activation_output(name: str, z: torch.Tensor, hidden) -> None:
             f"the activation {name!r} returned {hidden.dtype} for hidden units in {z.dtype}; "
             "an activation must keep its input's dtype (no .float() or .double() inside)."
         )
-    if not bool(torch.isfinite(hidden.detach().sum())):
+    if not finite_sum(hidden):
         bad = ~torch.isfinite(hidden.detach()) & torch.isfinite(z.detach())
         if bool(bad.any()):
             raise FloatingPointError(

@@ -124,9 +124,10 @@ class System:
         """Whether every entry of an element is finite (a state the loop may keep).
 
         One sum per element (a NaN or an infinite entry makes it non-finite: 10× faster
-        than an elementwise isfinite map); an element whose sum is not finite is checked
-        again by its smallest and largest entries, since a sum of huge finite entries can
-        overflow.
+        than an elementwise isfinite map), finite where s − s = 0 (NaN for ±Inf and NaN:
+        two kernels where ``torch.isfinite`` takes four); an element whose sum is not finite
+        is checked again by its smallest and largest entries, since a sum of huge finite
+        entries can overflow.
         """
         flags = []
         for part, k in zip(state, self.part_dims, strict=True):
@@ -134,8 +135,9 @@ class System:
             if flat.shape[-1] == 0 or not flat.is_floating_point():
                 flags.append(reduce_element(torch.isfinite(part), k, torch.all))
                 continue
-            ok = torch.isfinite(flat.sum(-1))
-            if not bool(ok.all()):
+            total = flat.sum(-1)
+            ok = (total - total) == 0
+            if not bool(ok if ok.ndim == 0 else ok.all()):
                 suspect = ~ok
                 low, high = torch.aminmax(flat[suspect], dim=-1)
                 ok = ok.clone()
