@@ -113,11 +113,10 @@ def solve(Vt: torch.Tensor, lam: torch.Tensor, dtype) -> Core:
     C = Vt[p:, :p] / lam
     evals = torch.linalg.eigvalsh(Mt)
     inertia = _inertia(evals, dtype)
-    if C.shape[0] and _invertible(Mt, evals):  # rank p: the bracket's p × p form
-        small, ev, Z = _low_rank_bracket(Mt, C)
-    else:
-        small = _bracket(Mt, C, _pinv_form(Mt, evals, C))  # C M̃⁺ Cᵀ in the corner
-        ev, Z = torch.linalg.eigh(small)
+    block = _pinv_form(Mt, evals, C)  # C M̃⁺ Cᵀ
+    small = torch.cat([torch.cat([Mt, C.mT], 1), torch.cat([C, block], 1)])
+    small = 0.5 * (small + small.mT)
+    ev, Z = torch.linalg.eigh(small)
     columns = small[:, :p]  # M* A_s = E [M̃; C] Λ U-columns
     up = ev > 0
     positive = (Z[:, up] * ev[up]) @ Z[:p, up].mT  # the clip of M*, its U-columns
@@ -133,50 +132,15 @@ def solve(Vt: torch.Tensor, lam: torch.Tensor, dtype) -> Core:
     return Core(lam, small, Z[:, keep], ev[keep], C, sign, inertia, value, min(plus, minus))
 
 
-def _bracket(Mt: torch.Tensor, C: torch.Tensor, block: torch.Tensor) -> torch.Tensor:
-    """(r, r) the symmetrised bracket [[M̃, Cᵀ], [C, block]] (M* in E's coordinates)."""
-    small = torch.cat([torch.cat([Mt, C.mT], 1), torch.cat([C, block], 1)])
-    return 0.5 * (small + small.mT)
-
-
-def _low_rank_bracket(Mt: torch.Tensor, C: torch.Tensor):
-    r"""(bracket K (r, r), its nonzero eigenvalues Θ (p,), their eigenvectors Z (r, p)) for
-    an invertible M̃ (p, p) and C (q, p), r = p + q, from a p × p eigenproblem.
-
-    With M̃ invertible, C M̃⁺ Cᵀ = C M̃⁻¹ Cᵀ and K = [[M̃, Cᵀ], [C, C M̃⁻¹ Cᵀ]] = G M̃ Gᵀ,
-    G = [I; Xᵀ] (r × p, full column rank), X = M̃⁻¹Cᵀ (p × q) [derived]. With G = Q_G R
-    (Householder QR) and R M̃ Rᵀ = WΘWᵀ, K = (Q_G W) Θ (Q_G W)ᵀ: Θ are K's nonzero
-    eigenvalues (its other q vanish) and Z = Q_G W, orthonormal. The Cholesky factor of
-    GᵀG = I + XXᵀ gives the same R but squares G's condition (cond(G) ≈ ‖X‖ ≈ 10⁴ in
-    Gemma-3's heads): the drift ‖u − M_s a‖ then moved by 2.5e-12 against the r × r
-    form on the test shapes, 1e-13 with the QR.
-    """
-    p = Mt.shape[-1]
-    X = lu.solve(Mt, C.mT)
-    eye = torch.eye(p, dtype=Mt.dtype, device=Mt.device)
-    QG, R = torch.linalg.qr(torch.cat([eye, X.mT]))
-    T = R @ Mt @ R.mT
-    theta, W = torch.linalg.eigh(0.5 * (T + T.mT))
-    return _bracket(Mt, C, C @ X), theta, QG @ W
-
-
-def _invertible(Mt: torch.Tensor, evals: torch.Tensor) -> bool:
-    """Whether M̃⁺ = M̃⁻¹ in :func:`_pinv_form`'s sense: no |λ| ≤ n·eps·max|λ| (``evals``)."""
-    if Mt.numel() == 0:
-        return False
-    cut = Mt.shape[-1] * torch.finfo(Mt.dtype).eps * float(evals.abs().max())
-    return float(evals.abs().min()) > cut
-
-
 def _pinv_form(Mt: torch.Tensor, evals: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
     """C M̃⁺ Cᵀ with torch.linalg.pinv(hermitian=True)'s M̃⁺ (eigenvalues |λ| ≤ n·eps·max|λ|
     dropped; ``evals`` M̃'s): a solve where none is (M̃⁺ = M̃⁻¹), else from the
     eigendecomposition."""
     if Mt.numel() == 0:
         return C.new_zeros(C.shape[0], C.shape[0])
-    if _invertible(Mt, evals):
-        return C @ lu.solve(Mt, C.mT)
     cut = Mt.shape[-1] * torch.finfo(Mt.dtype).eps * float(evals.abs().max())
+    if float(evals.abs().min()) > cut:
+        return C @ lu.solve(Mt, C.mT)
     evals, W = torch.linalg.eigh(Mt)
     keep = evals.abs() > cut
     inverse = torch.where(keep, 1.0 / torch.where(keep, evals, torch.ones_like(evals)), 0.0)
@@ -201,20 +165,23 @@ class HeadProjection:
     ----------
     basis : (d, r) B = Q E, orthonormal: every d × d matrix of the head is B X Bᵀ.
     core : :class:`Core` in B's coordinates.
-    rows : (2k, r) [W_Q; W_K] B.
-    span : (d, s) an orthonormal basis holding the rows of W_Q and W_K with s < d (Q, or
-        the QR factor of [W_Qᵀ, W_Kᵀ]), or None.
+    compressed_rows : (2k, r) [W_Q; W_K] Q;  eigenbasis : (r, r) E.
     A_norm, symmetry_residual, V_norm, A_s_norm : ‖A‖, ‖A − A_s‖, ‖V‖, ‖A_s‖ (Frobenius).
     """
 
     basis: torch.Tensor
     core: Core
-    rows: torch.Tensor
-    span: torch.Tensor | None
+    compressed_rows: torch.Tensor
+    eigenbasis: torch.Tensor
     A_norm: float
     symmetry_residual: float
     V_norm: float
     A_s_norm: float
+
+    @property
+    def rows(self) -> torch.Tensor:
+        """(2k, r) [W_Q; W_K] B."""
+        return self.compressed_rows @ self.eigenbasis
 
     def mobility_times(self, x: torch.Tensor) -> torch.Tensor:
         """M_s x for x (d,) or (d, n): B Z D Zᵀ Bᵀ x (Z, D the sign-s eigenpairs)."""
@@ -240,14 +207,10 @@ def project_head(head, dtype=torch.float64) -> HeadProjection:
     Q = head_basis(head)
     k = head.Wq.shape[0]
     G = torch.cat([head.Wq, head.Wk])
-    if Q is None and head.Wv is not None and G.shape[0] < head.dim:
-        E, lam, rows, A = _rows_eigenbasis(G, head.scale, k, head.dim, dtype)
-        span = None  # Saponati's scores as product_scores decides, as in the d × d form
-    else:
-        Gh = G if Q is None else G @ Q
-        A = head.scale * Gh[k:].mT @ Gh[:k]
-        E, lam = eigenbasis(0.5 * (A + A.mT), head.dim, dtype)
-        rows, span = Gh @ E, None if Q is None else Q @ E
+    Gh = G if Q is None else G @ Q
+    A = head.scale * Gh[k:].mT @ Gh[:k]
+    A_s = 0.5 * (A + A.mT)
+    E, lam = eigenbasis(A_s, head.dim, dtype)
     if head.Wv is None:  # V dense (d × d), Q the identity
         Vt = E.mT @ head.Wo @ E
     else:
@@ -256,28 +219,7 @@ def project_head(head, dtype=torch.float64) -> HeadProjection:
         Vt = (E.mT @ left) @ (right @ E)
     core = solve(Vt, lam, dtype)
     basis = E if Q is None else Q @ E
-    A_s = 0.5 * (A + A.mT)
     return HeadProjection(
-        basis, core, rows, span, float(A.norm()), float((A - A_s).norm()), float(Vt.norm()),
+        basis, core, Gh, E, float(A.norm()), float((A - A_s).norm()), float(Vt.norm()),
         float(A_s.norm()),
     )  # fmt: skip
-
-
-def _rows_eigenbasis(G: torch.Tensor, scale: float, k: int, d: int, dtype):
-    """A_s's eigenbasis E (d, d) where the head's span fills R^d but the 2k rows
-    G = [W_Q; W_K] do not (module notes, "Span of the rows").
-
-    Returns
-    -------
-    (E, Λ, G E (2k, d), Â (2k, 2k)): E = [P Ê, P_⊥] with Gᵀ = [P, P_⊥]R a
-    complete Householder QR and Ê the :func:`eigenbasis` of Â_s, Â = c (GP)_Kᵀ(GP)_Q
-    (GP = R's top rows, transposed), the floor that of the ambient dimension d.
-    """
-    n = G.shape[0]
-    P, R = torch.linalg.qr(G.mT, mode="complete")
-    Gh = R[:n].mT  # G P[:, :n]; G P[:, n:] = 0
-    A = scale * Gh[k:].mT @ Gh[:k]
-    inner, lam = eigenbasis(0.5 * (A + A.mT), d, dtype)
-    E = torch.cat([P[:, :n] @ inner, P[:, n:]], 1)
-    rows = torch.cat([Gh @ inner, Gh.new_zeros(n, d - n)], 1)
-    return E, lam, rows, A

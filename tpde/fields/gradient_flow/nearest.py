@@ -256,8 +256,8 @@ def _project(head: AttentionHead, rtol: float):
 def _head_scores(head: AttentionHead, proj) -> tuple[float, float]:
     """Saponati et al.'s scores of W_QᵀW_K, in the projection's basis where it is a proper
     subspace (r < d; it holds the rows of W_Q and W_K), else as product_scores decides."""
-    if proj.span is not None:
-        return product_scores(head.Wq, head.Wk, basis=proj.span)
+    if proj.basis.shape[-1] < head.dim:
+        return product_scores(head.Wq, head.Wk, basis=proj.basis)
     return product_scores(head.Wq, head.Wk)
 
 
