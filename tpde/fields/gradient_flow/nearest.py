@@ -22,12 +22,14 @@ and the sum is not one in general (measured by :func:`dynamic_gap`).
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass
 
 import torch
 
+from tpde._engines.tiled import run_threads
 from tpde._validation import check_positive
 from tpde.fields.base import Field
 from tpde.fields.gradient_flow._factored import project_head
@@ -49,6 +51,9 @@ __all__ = [
 
 #: Offsets m = ±1, ±2, ±4, …, ±ROPE_OFFSETS at which a rotary head's pair kernel is checked.
 ROPE_OFFSETS = 64
+#: Heads at least this wide are projected on torch's threads, one head per thread (below,
+#: a head's eigendecompositions take ≲ 1 ms and starting threads costs 0.1–1 ms).
+PARALLEL_DIM = 128
 
 
 @dataclass(frozen=True)
@@ -165,8 +170,7 @@ def nearest_gradient_field(field, *, t: float = 0.0, rtol: float = 1e-10):
     rtol = check_positive(rtol, "rtol")
     heads = attention_heads(field, t)
     structured, reports, drift, norms = [], [], heads.bias.clone(), []
-    for head in heads.heads:
-        s_head, report, w, projection = _project(head, rtol)
+    for s_head, report, w, projection in _project_all(heads.heads, rtol):
         structured.append(s_head)
         reports.append(report)
         norms.append((projection.A_s_norm, projection.V_norm))
@@ -207,6 +211,25 @@ def _layer_scores(heads) -> tuple[float, float]:
         groups[key] = (Wk, Wq + h.Wq)
     keys, queries = zip(*groups.values(), strict=True)
     return product_scores(torch.cat(queries), torch.cat(keys))
+
+
+def _project_all(heads, rtol: float) -> list:
+    """:func:`_project` of every head, the heads spread over torch's threads where there
+    are several and the heads are of width ≥ PARALLEL_DIM on the CPU
+    (:func:`~tpde._engines.tiled.run_threads`: Python threads, each running torch
+    single-threaded, pulling heads in turn). Each head's numbers are those of a
+    single-threaded run, whatever the thread count."""
+    workers = min(torch.get_num_threads(), len(heads))
+    if workers < 2 or heads[0].dim < PARALLEL_DIM or heads[0].Wq.device.type != "cpu":
+        return [_project(head, rtol) for head in heads]
+    out = [None] * len(heads)
+
+    def work(jobs):
+        for i in jobs:
+            out[i] = _project(heads[i], rtol)
+
+    run_threads(work, len(heads), workers)
+    return out
 
 
 def _project(head: AttentionHead, rtol: float):
@@ -287,15 +310,26 @@ def _rope_norms(head: AttentionHead, C: torch.Tensor, S: torch.Tensor, V_norm, b
     turn), so each product with T or R costs O(k²): O(k²) per offset, every offset at once.
     ``base_norm`` is ‖V − M B(0)‖ = ‖V − M A_s‖.
     """
-    k = head.Wq.shape[0]
     c = head.scale
-    offsets = [2**i for i in range(int(math.log2(ROPE_OFFSETS)) + 1)]
-    R = torch.stack([_rope_matrix(head.rope, k, m) for m in [*offsets, *(-o for o in offsets)]])
-    asym2, norm2, shift2 = _offset_norms(C, S, R.to(C))
+    try:
+        R, T = _offset_rotations(head.rope, head.Wq.shape[0])
+    except TypeError:  # an unhashable encoding: not cached
+        R, T = _offset_rotations.__wrapped__(head.rope, head.Wq.shape[0])
+    asym2, norm2, shift2 = _offset_norms(C, S, R.to(C), T)
     shift = 0.5 * abs(c) * shift2.clamp_min(0).sqrt()
     norm = norm2.clamp_min(0).sqrt()
     asym = asym2.clamp_min(0).sqrt() / torch.where(norm > 0, norm, torch.ones_like(norm))
     return max(float(asym.max()), float(((base_norm + shift) / V_norm).max()))
+
+
+@functools.lru_cache(maxsize=8)
+def _offset_rotations(rope, k: int):
+    """(R, T): R(m) (n, k, k) at the n offsets ±1, ±2, ±4, …, ±ROPE_OFFSETS and the
+    :func:`_pair_form` of R(m)ᵀ, float64: one computation for every head of one encoding
+    and width (cached; read only)."""
+    offsets = [2**i for i in range(int(math.log2(ROPE_OFFSETS)) + 1)]
+    R = torch.stack([_rope_matrix(rope, k, m) for m in [*offsets, *(-o for o in offsets)]])
+    return R, _pair_form(R.mT)
 
 
 def _rope_matrix(rope, k: int, m: int) -> torch.Tensor:
@@ -305,14 +339,14 @@ def _rope_matrix(rope, k: int, m: int) -> torch.Tensor:
     return rope.rotate(eye.unsqueeze(0), positions).squeeze(0).mT
 
 
-def _offset_norms(C: torch.Tensor, S: torch.Tensor, R: torch.Tensor) -> tuple:
+def _offset_norms(C: torch.Tensor, S: torch.Tensor, R: torch.Tensor, T=None) -> tuple:
     """(‖GᵀJG‖²/c², ‖A(m)‖²/c², ‖MGᵀDG‖²/(c/2)²), each (n,), at n offsets, R = R(m)
     (n, k, k), from the 2k × 2k C and S (:func:`_rope_norms`' sums of k × k inner products,
-    :func:`_pair_dot`)."""
+    :func:`_pair_dot`); T: the :func:`_pair_form` of Rᵀ where already at hand."""
     k = R.shape[-1]
     Cqq, Cqk, Ckq, Ckk = C[:k, :k], C[:k, k:], C[k:, :k], C[k:, k:]
     Sqq, Sqk, Skq, Skk = S[:k, :k], S[:k, k:], S[k:, :k], S[k:, k:]
-    T = _pair_form(R.mT)
+    T = _pair_form(R.mT) if T is None else T
     if isinstance(T, tuple):  # R = Tᵀ: β_R = β_T∘π;  ΔT = T − I: α − 1
         alpha, beta, pi = T
         Rm, dT = (alpha, beta[:, pi], pi), (alpha - 1.0, beta, pi)
