@@ -170,10 +170,10 @@ def nearest_gradient_field(field, *, t: float = 0.0, rtol: float = 1e-10):
     rtol = check_positive(rtol, "rtol")
     heads = attention_heads(field, t)
     structured, reports, drift, norms = [], [], heads.bias.clone(), []
-    for s_head, report, w, projection in _project_all(heads.heads, rtol):
+    for s_head, report, w, norm_pair in _project_all(heads.heads, rtol):
         structured.append(s_head)
         reports.append(report)
-        norms.append((projection.A_s_norm, projection.V_norm))
+        norms.append(norm_pair)
         drift = drift + w
     kinds = {head.kind for head in heads.heads}
     if "sinkhorn" in kinds:
@@ -233,8 +233,9 @@ def _project_all(heads, rtol: float) -> list:
 
 
 def _project(head: AttentionHead, rtol: float):
-    """(StructuredHead, HeadStructure, drift w_h, HeadProjection) of one head, in factor
-    form (:mod:`~tpde.fields.gradient_flow._factored`)."""
+    """(StructuredHead, HeadStructure, drift w_h, (‖A_s‖, ‖V‖)) of one head, in factor
+    form (:mod:`~tpde.fields.gradient_flow._factored`); the projection's work arrays are
+    dropped on return (the structured head keeps B and Z)."""
     proj = project_head(head)
     core = proj.core
     A_norm, V_norm = proj.A_norm, proj.V_norm or 1.0
@@ -273,7 +274,7 @@ def _project(head: AttentionHead, rtol: float):
         head.Wq, head.Wk, head.scale, head.a, proj.basis, core.vectors, core.values, core.sign,
         head.rope, core.coupling,
     )  # fmt: skip
-    return structured, report, w, proj
+    return structured, report, w, (proj.A_s_norm, proj.V_norm)
 
 
 def _head_scores(head: AttentionHead, proj) -> tuple[float, float]:
