@@ -32,7 +32,8 @@ from tpde.fields import (
     nearest_gradient_field,
     product_scores,
 )
-from tpde.fields.gradient_flow import _factored
+from tpde._engines.tiled import run_threads
+from tpde.fields.gradient_flow import _factored, nearest
 from tpde.fields.gradient_flow._factored import head_basis
 
 F64 = torch.float64
@@ -232,3 +233,43 @@ def test_singular_compressed_mobility_takes_the_pseudo_inverse(monkeypatch):
     _compare(field, factor_form=True)
     (evals,) = seen
     assert float(evals.min()) <= len(evals) * torch.finfo(F64).eps * float(evals.max())
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_gemma_shaped_heads_fill_the_space(seed):
+    """Gemma-3-270M's shape scaled down: 2d_h < d ≤ 4d_h (d = 40, d_h = 16), four query
+    heads on one key/value head, RoPE: the span fills R^d, the d × d form against the oracle."""
+    g = torch.Generator().manual_seed(210 + seed)
+    _compare(_gqa(g, 40, 16, 4, 1, rope=RoPE()), factor_form=False)
+
+
+def test_heads_on_threads_equal_one_thread(monkeypatch):
+    """Heads of width ≥ PARALLEL_DIM go to torch's threads, one head per single-threaded
+    worker: the same numbers as one thread (each head's own linear algebra runs on one
+    thread either way; rel 1e-13 leaves room for the calling thread's layer scores, whose
+    products may split over two threads: ≈ 4e-16 measured)."""
+    g = torch.Generator().manual_seed(220)
+    field = _gqa(g, nearest.PARALLEL_DIM, 40, 4, 1, rope=RoPE())
+    workers = []
+
+    def spy(work, count, n):
+        workers.append(n)
+        return run_threads(work, count, n)
+
+    monkeypatch.setattr(nearest, "run_threads", spy)
+    previous = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        _, serial = nearest_gradient_field(field)
+        torch.set_num_threads(2)
+        _, threaded = nearest_gradient_field(field)
+    finally:
+        torch.set_num_threads(previous)
+    assert workers == [2]  # one thread: no workers; two: the four heads on two
+    assert threaded.sum_structure == serial.sum_structure
+    for name in ("symmetry", "directionality"):
+        assert _rel(getattr(threaded, name), getattr(serial, name)) <= 1e-13
+    for a, b in zip(threaded.heads, serial.heads, strict=True):
+        assert (a.inertia, a.sign, a.breaks) == (b.inertia, b.sign, b.breaks)
+        for name in SCORES:
+            assert _rel(getattr(a, name), getattr(b, name)) <= 1e-13, name

@@ -312,10 +312,7 @@ def _rope_norms(head: AttentionHead, C: torch.Tensor, S: torch.Tensor, V_norm, b
     ``base_norm`` is ‖V − M B(0)‖ = ‖V − M A_s‖.
     """
     c = head.scale
-    try:
-        R, T = _offset_rotations(head.rope, head.Wq.shape[0])
-    except TypeError:  # an unhashable encoding: not cached
-        R, T = _offset_rotations.__wrapped__(head.rope, head.Wq.shape[0])
+    R, T = _offset_rotations(head.rope, head.Wq.shape[0])  # RoPE: a frozen dataclass
     asym2, norm2, shift2 = _offset_norms(C, S, R.to(C), T)
     shift = 0.5 * abs(c) * shift2.clamp_min(0).sqrt()
     norm = norm2.clamp_min(0).sqrt()
