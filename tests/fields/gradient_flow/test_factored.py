@@ -23,6 +23,7 @@ import pytest
 import torch
 
 from tests.fields.gradient_flow import dense_oracle
+from tpde._engines.tiled import run_threads
 from tpde.fields import (
     GroupedQueryAttention,
     MultiHead,
@@ -32,7 +33,6 @@ from tpde.fields import (
     nearest_gradient_field,
     product_scores,
 )
-from tpde._engines.tiled import run_threads
 from tpde.fields.gradient_flow import _factored, nearest
 from tpde.fields.gradient_flow._factored import head_basis
 

@@ -18,6 +18,10 @@ orthogonal subspaces (range A_s^h + range M_h + span a_h): one flow of Σ_h s_h 
 block metric ⊕_h K^h_μ(s_hM_h)⁺, and classes of shared heads on orthogonal subspaces (GQA
 groups) likewise; otherwise each head is a gradient flow of its own energy
 and the sum is not one in general (measured by :func:`dynamic_gap`).
+
+The heads are projected one per torch thread where torch has several and the heads are at
+least ``PARALLEL_DIM`` wide (each head's linear algebra on one thread: the numbers do not
+depend on the thread count).
 """
 
 from __future__ import annotations
