@@ -102,7 +102,7 @@ try:
     base, sampler = status("VmRSS:"), None
 except OSError:
     sampler = PeakRSS().__enter__()
-start = time.perf_counter()
+start, cpu = time.perf_counter(), time.process_time()
 if sys.argv[2] == "headers":  # what any reading of the checkpoint holds
     size, loading = pretrained.checkpoint_size(path), 0.0
     result = pretrained.ModelStructure((), (), None)
@@ -112,7 +112,7 @@ else:
     model = pretrained.load(path)
     loading = time.perf_counter() - start
     result = pretrained.model_structure(model)
-seconds = time.perf_counter() - start
+seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
 if sampler is None:
     peak = status("VmHWM:") - base
 else:
@@ -120,7 +120,8 @@ else:
     peak = sampler.extra
 names = sys.argv[4].split(",") if result.reports else []
 tables = {n: result.table(n).tolist() for n in names}
-print(json.dumps({"seconds": seconds, "loading": loading, "peak": peak, "tables": tables}))
+print(json.dumps({"seconds": seconds, "cpu": cpu, "loading": loading, "peak": peak,
+                  "tables": tables}))
 """
 
 
@@ -151,14 +152,24 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="MiniLM only")
     parser.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
     parser.add_argument("--threads", type=int, default=1, help="threads per subprocess")
+    parser.add_argument(
+        "--stream-only",
+        action="store_true",
+        help="no load + model_structure run (its columns and diff: nan)",
+    )
     args = parser.parse_args()
+    ways = ("headers", "stream") if args.stream_only else ("headers", "stream", "load")
     rows = []
     for key in ["minilm"] if args.quick else args.models:
         title, getter = MODELS[key]
         path = getattr(pretrained, getter)()
         size32, size64 = (checkpoint_size(path, dtype) for dtype in (torch.float32, torch.float64))
-        runs = {how: run(getter, how, args.threads) for how in ("headers", "stream", "load")}
-        diff = largest_difference(runs["stream"]["tables"], runs["load"]["tables"])
+        runs = {how: run(getter, how, args.threads) for how in ways}
+        none = {"seconds": math.nan, "loading": math.nan, "peak": math.nan}
+        runs.setdefault("load", none)
+        diff = math.nan
+        if not args.stream_only:
+            diff = largest_difference(runs["stream"]["tables"], runs["load"]["tables"])
         mib = 2.0**20
         rows.append({
             "model": title,
@@ -166,6 +177,7 @@ def main() -> None:
             "layer": f"{size64.largest_block / mib:.1f}",
             "attn": f"{max(size64.attention) / mib:.1f}",
             **{f"{how} s": f"{runs[how]['seconds']:.1f}" for how in ("stream", "load")},
+            "stream CPU s": f"{runs['stream']['cpu']:.1f}",
             **{f"{how} +MiB": f"{r['peak'] / mib:.0f}" for how, r in runs.items()},
             "diff": f"{diff:.1e}",
         })  # fmt: skip

@@ -21,7 +21,8 @@ and the sum is not one in general (measured by :func:`dynamic_gap`).
 
 The heads are projected one per torch thread where torch has several and the heads are at
 least ``PARALLEL_DIM`` wide (each head's linear algebra on one thread: the numbers do not
-depend on the thread count).
+depend on the thread count), the rest of the report then on one torch thread (no OpenMP
+thread left spinning on the workers' cores).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from dataclasses import dataclass
 
 import torch
 
-from tpde._engines.tiled import run_threads
+from tpde._engines.tiled import calling_thread_alone, run_threads
 from tpde._validation import check_positive
 from tpde.fields.base import Field
 from tpde.fields.gradient_flow._factored import project_head
@@ -173,8 +174,17 @@ def nearest_gradient_field(field, *, t: float = 0.0, rtol: float = 1e-10):
     """
     rtol = check_positive(rtol, "rtol")
     heads = attention_heads(field, t)
+    workers = _workers(heads.heads)
+    if workers == 1:
+        return _nearest(heads, rtol, 1)
+    with calling_thread_alone():  # no OpenMP thread of ours left spinning on the workers' cores
+        return _nearest(heads, rtol, workers)
+
+
+def _nearest(heads, rtol: float, workers: int):
+    """:func:`nearest_gradient_field` of the heads, projected on ``workers`` threads."""
     structured, reports, drift, norms = [], [], heads.bias.clone(), []
-    for s_head, report, w, norm_pair in _project_all(heads.heads, rtol):
+    for s_head, report, w, norm_pair in _project_all(heads.heads, rtol, workers):
         structured.append(s_head)
         reports.append(report)
         norms.append(norm_pair)
@@ -217,14 +227,20 @@ def _layer_scores(heads) -> tuple[float, float]:
     return product_scores(torch.cat(queries), torch.cat(keys))
 
 
-def _project_all(heads, rtol: float) -> list:
-    """:func:`_project` of every head, the heads spread over torch's threads where there
-    are several and the heads are of width ≥ PARALLEL_DIM on the CPU
+def _workers(heads) -> int:
+    """Threads for the heads' projections: torch's thread count where the heads are at
+    least PARALLEL_DIM wide, on the CPU, and several; else one."""
+    if len(heads) < 2 or heads[0].dim < PARALLEL_DIM or heads[0].Wq.device.type != "cpu":
+        return 1
+    return max(1, min(torch.get_num_threads(), len(heads)))
+
+
+def _project_all(heads, rtol: float, workers: int) -> list:
+    """:func:`_project` of every head, on ``workers`` threads
     (:func:`~tpde._engines.tiled.run_threads`: Python threads, each running torch
-    single-threaded, pulling heads in turn). Each head's numbers are those of a
+    single-threaded, pulling heads in turn): each head's numbers are those of a
     single-threaded run, whatever the thread count."""
-    workers = min(torch.get_num_threads(), len(heads))
-    if workers < 2 or heads[0].dim < PARALLEL_DIM or heads[0].Wq.device.type != "cpu":
+    if workers == 1:
         return [_project(head, rtol) for head in heads]
     out = [None] * len(heads)
 
