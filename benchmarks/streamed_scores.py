@@ -67,7 +67,14 @@ thread), the rest of the report on the calling thread alone. Interleaved runs of
 branch, 17:36–17:46 UTC, load average ≈ 10 (wall seconds meaningless; CPU seconds of the
 process): one thread main 17.7 CPU s (46.3 s wall), branch 17.1 (49.0); two threads main
 166 CPU s (425.8 s wall: MKL's OpenMP threads spinning against the other jobs), branch 16.3
-(33.2 s wall). On two idle cores that is ≈ 8–9 s (an estimate: 16.3 CPU s over two
+(33.2 s wall); this benchmark, ``--models gemma3 --stream-only``, 17:48–17:50 UTC, load ≈ 9:
+
+| threads | stream s | stream CPU s | headers +MiB | stream +MiB |
+|---|---|---|---|---|
+| 1 | 37.1 | 18.1 | 11 | 140 |
+| 2 | 34.6 | 16.8 | 11 | 210 |
+
+(two threads of ≈ 9 runnable on two cores get no more wall time than one). On two idle cores that is ≈ 8–9 s (an estimate: 16.3 CPU s over two
 threads), not the 5 s asked; main measured 15.4 s on one idle thread and 9.3 s on two.
 
 Memory: the stream's peak holds the headers (+11 MiB for Gemma-3 now that the vocabulary is
