@@ -74,8 +74,11 @@ process): one thread main 17.7 CPU s (46.3 s wall), branch 17.1 (49.0); two thre
 | 1 | 37.1 | 18.1 | 11 | 140 |
 | 2 | 34.6 | 16.8 | 11 | 210 |
 
-(two threads of ≈ 9 runnable on two cores get no more wall time than one). On two idle cores that is ≈ 8–9 s (an estimate: 16.3 CPU s over two
-threads), not the 5 s asked; main measured 15.4 s on one idle thread and 9.3 s on two.
+(two threads of ≈ 9 runnable on two cores get no more wall time than one). On two idle
+cores that is ≈ 8–9 s (an estimate: 16.3 CPU s over two threads), not the 5 s asked; main
+measured 15.4 s on one idle thread and 9.3 s on two. SmolLM2 (r = 256) and MiniLM
+(r = 128) stay on one thread (``PARALLEL_WIDTH``): on two their many small operations
+contend for the GIL (CPU 11.8 against 9.2 s, 1.4 against 0.8 s, 17:55 UTC).
 
 Memory: the stream's peak holds the headers (+11 MiB for Gemma-3 now that the vocabulary is
 left unread, +49 MiB before), one block's float64 attention tensors and their reading, the

@@ -32,7 +32,8 @@ projected (one per torch thread: ≈ 8.5 r × r float64 matrices each, 27 MiB at
 no d × d matrix where r < d; never the embeddings, the feed-forward blocks or the other
 layers (``benchmarks/streamed_scores.py`` measures the peak against one layer's size and
 against :func:`load` + :func:`model_structure`). Time: with several torch threads the heads
-of a block are projected in parallel, one per thread (:func:`tpde.fields.nearest_gradient_field`).
+of a block whose projections are ≥ 512 wide (Gemma-3-270M's) are projected in parallel, one
+per thread (:func:`tpde.fields.nearest_gradient_field`).
 """
 
 from __future__ import annotations

@@ -244,12 +244,13 @@ def test_gemma_shaped_heads_fill_the_space(seed):
 
 
 def test_heads_on_threads_equal_one_thread(monkeypatch):
-    """Heads of width ≥ PARALLEL_DIM go to torch's threads, one head per single-threaded
+    """Projections of width ≥ PARALLEL_WIDTH go to torch's threads, one head per single-threaded
     worker, the layer's scores to the calling thread alone: the same numbers as one thread
     (every product on one thread either way; rel 1e-13 leaves room for a BLAS that rounds
     differently in differently aligned buffers: equal to the last bit on Gemma-3-270M)."""
     g = torch.Generator().manual_seed(220)
-    field = _gqa(g, nearest.PARALLEL_DIM, 40, 4, 1, rope=RoPE())
+    d = nearest.PARALLEL_WIDTH  # 4 d_h > d: the projection is d wide
+    field = _gqa(g, d, d // 3, 4, 1, rope=RoPE())
     workers = []
 
     def spy(work, count, n):

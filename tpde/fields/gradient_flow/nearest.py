@@ -19,8 +19,8 @@ block metric ⊕_h K^h_μ(s_hM_h)⁺, and classes of shared heads on orthogonal 
 groups) likewise; otherwise each head is a gradient flow of its own energy
 and the sum is not one in general (measured by :func:`dynamic_gap`).
 
-The heads are projected one per torch thread where torch has several and the heads are at
-least ``PARALLEL_DIM`` wide (each head's linear algebra on one thread: the numbers do not
+The heads are projected one per torch thread where torch has several and the projections
+are at least ``PARALLEL_WIDTH`` wide (each head's linear algebra on one thread: the numbers do not
 depend on the thread count), the rest of the report then on one torch thread (no OpenMP
 thread left spinning on the workers' cores).
 """
@@ -56,9 +56,10 @@ __all__ = [
 
 #: Offsets m = ±1, ±2, ±4, …, ±ROPE_OFFSETS at which a rotary head's pair kernel is checked.
 ROPE_OFFSETS = 64
-#: Heads at least this wide are projected on torch's threads, one head per thread (below,
-#: a head's eigendecompositions take ≲ 1 ms and starting threads costs 0.1–1 ms).
-PARALLEL_DIM = 128
+#: Projections at least this wide (r = min(2d_h + 2d_v, d)) run one head per torch thread:
+#: Gemma-3-270M (r = 640) 16.3 CPU s on two against 17.1 on one; SmolLM2 (r = 256) 11.8
+#: against 9.2 (small operations contending for the GIL; benchmarks/streamed_scores.py).
+PARALLEL_WIDTH = 512
 
 
 @dataclass(frozen=True)
@@ -228,9 +229,11 @@ def _layer_scores(heads) -> tuple[float, float]:
 
 
 def _workers(heads) -> int:
-    """Threads for the heads' projections: torch's thread count where the heads are at
-    least PARALLEL_DIM wide, on the CPU, and several; else one."""
-    if len(heads) < 2 or heads[0].dim < PARALLEL_DIM or heads[0].Wq.device.type != "cpu":
+    """Threads for the heads' projections: torch's thread count where the projections are
+    at least PARALLEL_WIDTH wide, on the CPU, and several; else one."""
+    h = heads[0]
+    width = h.dim if h.Wv is None else min(h.dim, 2 * len(h.Wq) + h.Wo.shape[1] + len(h.Wv))
+    if len(heads) < 2 or width < PARALLEL_WIDTH or h.Wq.device.type != "cpu":
         return 1
     return max(1, min(torch.get_num_threads(), len(heads)))
 
