@@ -243,11 +243,37 @@ def test_gemma_shaped_heads_fill_the_space(seed):
     _compare(_gqa(g, 40, 16, 4, 1, rope=RoPE()), factor_form=False)
 
 
+def _same_numbers(threaded, serial) -> None:
+    """Two reports of one field agree to rounding (rel 1e-13), counts and breaks exactly."""
+    assert threaded.sum_structure == serial.sum_structure
+    for name in ("symmetry", "directionality"):
+        assert _rel(getattr(threaded, name), getattr(serial, name)) <= 1e-13
+    for a, b in zip(threaded.heads, serial.heads, strict=True):
+        assert (a.inertia, a.sign, a.breaks) == (b.inertia, b.sign, b.breaks)
+        for name in SCORES:
+            assert _rel(getattr(a, name), getattr(b, name)) <= 1e-13, name
+
+
+def _on_one_then_two_threads(field):
+    """(report on one torch thread, report on two); torch's thread count restored."""
+    previous = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        serial = nearest_gradient_field(field)[1]
+        torch.set_num_threads(2)
+        threaded = nearest_gradient_field(field)[1]
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(previous)
+    return serial, threaded
+
+
 def test_heads_on_threads_equal_one_thread(monkeypatch):
-    """Projections of width ≥ PARALLEL_WIDTH go to torch's threads, one head per single-threaded
-    worker, the layer's scores to the calling thread alone: the same numbers as one thread
-    (every product on one thread either way; rel 1e-13 leaves room for a BLAS that rounds
-    differently in differently aligned buffers: equal to the last bit on Gemma-3-270M)."""
+    """Projections of width ≥ PARALLEL_WIDTH go to torch's threads, one head per
+    single-threaded worker, the layer's scores to the calling thread alone: the numbers of
+    one thread (every product on one thread either way; rel 1e-13 leaves room for a BLAS
+    that rounds differently in differently aligned buffers: equal to the last bit on
+    Gemma-3-270M)."""
     g = torch.Generator().manual_seed(220)
     d = nearest.PARALLEL_WIDTH  # 4 d_h > d: the projection is d wide
     field = _gqa(g, d, d // 3, 4, 1, rope=RoPE())
@@ -258,19 +284,23 @@ def test_heads_on_threads_equal_one_thread(monkeypatch):
         return run_threads(work, count, n)
 
     monkeypatch.setattr(nearest, "run_threads", spy)
-    previous = torch.get_num_threads()
-    try:
-        torch.set_num_threads(1)
-        _, serial = nearest_gradient_field(field)
-        torch.set_num_threads(2)
-        _, threaded = nearest_gradient_field(field)
-    finally:
-        torch.set_num_threads(previous)
+    serial, threaded = _on_one_then_two_threads(field)
     assert workers == [2]  # one thread: no workers; two: the four heads on two
-    assert threaded.sum_structure == serial.sum_structure
-    for name in ("symmetry", "directionality"):
-        assert _rel(getattr(threaded, name), getattr(serial, name)) <= 1e-13
-    for a, b in zip(threaded.heads, serial.heads, strict=True):
-        assert (a.inertia, a.sign, a.breaks) == (b.inertia, b.sign, b.breaks)
-        for name in SCORES:
-            assert _rel(getattr(a, name), getattr(b, name)) <= 1e-13, name
+    _same_numbers(threaded, serial)
+
+
+def test_narrow_heads_on_several_threads_run_in_turn_on_one(monkeypatch):
+    """Projections narrower than PARALLEL_WIDTH with two torch threads: no workers, every
+    head on the calling thread with torch on one thread (calling_thread_alone)."""
+    g = torch.Generator().manual_seed(230)
+    field = _gqa(g, 64, 8, 4, 2, rope=RoPE())
+    threads, project = [], nearest._project
+
+    def spy(*args):
+        threads.append(torch.get_num_threads())
+        return project(*args)
+
+    monkeypatch.setattr(nearest, "_project", spy)
+    serial, threaded = _on_one_then_two_threads(field)
+    assert threads == [1] * 8  # 4 heads on one thread, then 4 on two: torch on one each time
+    _same_numbers(threaded, serial)
