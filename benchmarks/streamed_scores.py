@@ -76,9 +76,15 @@ process): one thread main 17.7 CPU s (46.3 s wall), branch 17.1 (49.0); two thre
 
 (two threads of ≈ 9 runnable on two cores get no more wall time than one). On two idle
 cores that is ≈ 8–9 s (an estimate: 16.3 CPU s over two threads), not the 5 s asked; main
-measured 15.4 s on one idle thread and 9.3 s on two. SmolLM2 (r = 256) and MiniLM
-(r = 128) stay on one thread (``PARALLEL_WIDTH``): on two their many small operations
-contend for the GIL (CPU 11.8 against 9.2 s, 1.4 against 0.8 s, 17:55 UTC).
+measured 15.4 s on one idle thread and 9.3 s on two. Again at load 3–4, 18:00–18:02 UTC
+(the other core busy with other jobs): main one thread 17.2 s wall, 15.9 CPU s, +164 MiB;
+branch one thread 15.2 s, 14.7 CPU s, +129 MiB; branch two threads 15.9 s, 16.9 CPU s,
++198 MiB; main two threads 23.5 s, 33.2 CPU s, +158 MiB. Projections narrower than
+``PARALLEL_WIDTH`` = 512 (SmolLM2: r = 256, MiniLM: 128) run in turn with torch on one
+thread: on workers their many small operations contend for the GIL (SmolLM2 11.8 CPU s
+against 9.2 on one thread, MiniLM 1.4 against 0.8), and inside each operation on two
+OpenMP threads, as main runs them, SmolLM2 took 52 CPU s (69.9 s wall) against 10.7
+(15.6 s) now, 17:57–18:00 UTC, load 4–7; scores equal to main's to the last bit.
 
 Memory: the stream's peak holds the headers (+11 MiB for Gemma-3 now that the vocabulary is
 left unread, +49 MiB before), one block's float64 attention tensors and their reading, the
