@@ -488,8 +488,7 @@ def open_gguf(path: Path, window=None, *, chosen: bool = False, vocabulary=True)
     """The GGUF file as a :class:`~tpde.pretrained._checkpoint.Source` (module notes);
     ``window``: the reading of a window llama.cpp computes without (:func:`switched_off`);
     ``chosen``: whether the caller chose it (a ValueError for a file without such a window);
-    ``vocabulary`` False: its ``tokenizer.ggml.*`` arrays left unread (for sizes and
-    weights only: the source's tokenizer is then None)."""
+    ``vocabulary`` False: the ``tokenizer.ggml.*`` arrays unread, the tokenizer None."""
     metadata, stored = _open_container(path, vocabulary)
     family = gguf_family(metadata.get("general.architecture"), str(path))
     if chosen and not family.gguf.switched_off:
