@@ -4,6 +4,7 @@ time and peak memory on the real checkpoints tpde ships with.
     python benchmarks/streamed_scores.py                 # MiniLM, SmolLM2-135M, Gemma-3-270M
     python benchmarks/streamed_scores.py --quick         # MiniLM only (make bench)
     python benchmarks/streamed_scores.py --models minilm smollm2
+    python benchmarks/streamed_scores.py --models gemma3 --threads 2 --stream-only
 
 Per model, three fresh subprocesses (``--threads`` threads each, default one):
 ``checkpoint_size(path)`` (the headers alone: what any reading of the checkpoint holds),
@@ -15,8 +16,10 @@ warm-up on a tiny field) minus the resident set at that point; a 2 ms sampler wh
 is not available. Columns: the whole model in float32, one layer (the largest stored block)
 and its attention tensors in float64, in MiB (:func:`tpde.pretrained.checkpoint_size`); seconds of
 the stream and of load + model_structure (load's alone in brackets); peaks of the headers,
-the stream and load + model_structure; the largest relative difference of the two's per-head
-scores (symmetry, directionality, symmetry_residual, definite_residual, rope_residual).
+the stream and load + model_structure; the stream's CPU seconds (every thread's); the
+largest relative difference of the two's per-head scores (symmetry, directionality,
+symmetry_residual, definite_residual, rope_residual). ``--stream-only`` skips load +
+model_structure (its columns and the difference then read nan).
 
 Measured on the shared 2-core machine, one thread, 2026-12-07 14:22–14:27 UTC (load average
 ≈ 10 from other jobs: seconds are several times an idle core's), with the projection in
@@ -37,25 +40,70 @@ SmolLM2 73.2 → 22.4 s, Gemma-3 134.1 → 20.4 s; peaks +50 → +27, +127 → +
 (``--threads 2``) on this busy machine measure the threads waiting for each other, not the
 code: MiniLM 103.1 → 65.3 s (14:29–14:31); time them on an idle machine.
 
-Where the seconds go: the projection, per head (MATH.md §12, "Factor form") two symmetric
-eigendecompositions of size r = min(2d_h + 2d_v, d), the eigenvalues of M̃ (≤ 2d_h), a
-solve and O(d·r²) products. MiniLM (r = 128 < d = 384) and SmolLM2 (r = 256 < d = 576) run in
-factor form; Gemma-3-270M has 4d_h = 1024 > d = 640, so its 72 heads run the same code on
-640 × 640 matrices (two 640 eigendecompositions, ≈ 0.13 s of an idle core, and ≈ 2.6 GFLOP
-of products per head): about 15–20 s on one idle core by that count, not the 5 s issue 33
-asks for. The headers take 0.0–1.2 s (Gemma-3's 262k-token vocabulary).
+Where the seconds go (Gemma-3-270M, CPU milliseconds per head on one thread, same process,
+17:00 UTC, load ≈ 9): the projection's LAPACK calls — A_s's eigendecomposition (640 × 640,
+rank 512: ≈ 50–60), M̃'s eigenvalues (512: 15), the bracket's eigendecomposition (640, rank
+512: 47–55) and a 512 solve (7) — take ≈ 120 of ≈ 205; the products (A, Ṽ, the clip, the
+RoPE rows and Grams, Saponati's W) ≈ 60, the RoPE offset norms ≈ 10 (their 14 rotation
+matrices and pair forms, ≈ 15 more, now computed once per encoding and width). The header,
+without the vocabulary, 0.1 s; reading and dequantising a block, hundredths. So the floor on one
+core is ≈ 72 × 0.2 s ≈ 15 CPU s, and the two cores split the heads: the 5 s of issue 33
+needs the eigendecompositions cut, and the two exact reductions tried were not faster here
+[derived, tested against the d × d form to 7e-13 on 40 seeds × 8 shapes, then reverted]:
+(a) A_s in the 2d_h = 512 span of W_Qᵀ, W_Kᵀ (its complement from a complete QR): QR 21–27
++ eigh(512) 34–37 + products against eigh(640) 50–60: 81 against 61 ms; (b) the bracket
+K = G M̃ Gᵀ, G = [I; (M̃⁻¹Cᵀ)ᵀ] (M̃ invertible), from one 512 eigenproblem of R M̃ Rᵀ
+(G = QR; a Cholesky of GᵀG squares cond(G) ≈ 10⁴ and moved the drift by 2.5e-12) or of
+S M̃ S (S = (GᵀG)^{1/2} from the SVD of M̃⁻¹Cᵀ): 99 and 58 ms against 54–66 ms for the
+640 one, whose rank-512 matrix LAPACK's divide and conquer deflates (47 ms against 61 for a
+random 640). scipy's OpenBLAS syevd took ≈ 80 % of torch's MKL one (not used: other
+numbers than main's, and OpenBLAS's own threads inside the workers).
 
-Memory: the stream's peak is flat in depth (it holds one block at a time) and holds no
-d × d array where r < d: per head a d × r basis and r × r matrices, H·d·r·8 bytes kept for
-the block's heads (at most twice its attention tensors in float64, as much for multi-head
-attention), plus the reading's and the projection's transients. Above the headers' peak it
-is +25 MiB (MiniLM), +61 MiB (SmolLM2) and +132 MiB (Gemma-3, its heads in the dense form:
-d × d per head) against one layer in float64 of 13.5, 27.0 and 42.5 MiB: a bounded multiple
-of one layer, not growing with depth or vocabulary. On a random grouped-query layer of
-d = 4096, d_h = 128, H = 32, H_kv = 8 (attention 320 MiB in float64, one Llama-3-8B-sized
-layer 1664 MiB) the projection peaks at +1467 MiB in a fresh process (52 s at load ≈ 6), of
-which the kept bases are 32 × 16 MiB; the d × d work arrays of the dense form (H·4·d²·8
-bytes) would have been 16 GiB.
+Threads (this change): the heads of a block are projected one per torch thread
+(``nearest_gradient_field``, ``run_threads``: each head single-threaded, so the scores are
+those of one thread to the last bit — 0.0 difference on all 72 heads against main's one
+thread), the rest of the report on the calling thread alone. Interleaved runs of
+``weight_scores`` on Gemma-3-270M, main (MKL's threads inside each operation) against this
+branch, 17:36–17:46 UTC, load average ≈ 10 (wall seconds meaningless; CPU seconds of the
+process): one thread main 17.7 CPU s (46.3 s wall), branch 17.1 (49.0); two threads main
+166 CPU s (425.8 s wall: MKL's OpenMP threads spinning against the other jobs), branch 16.3
+(33.2 s wall); this benchmark, ``--models gemma3 --stream-only``, 17:48–17:50 UTC, load ≈ 9:
+
+| threads | stream s | stream CPU s | headers +MiB | stream +MiB |
+|---|---|---|---|---|
+| 1 | 37.1 | 18.1 | 11 | 140 |
+| 2 | 34.6 | 16.8 | 11 | 210 |
+
+(two threads of ≈ 9 runnable on two cores get no more wall time than one). On two idle
+cores that is ≈ 8–9 s (an estimate: 16.3 CPU s over two threads), not the 5 s asked; main
+measured 15.4 s on one idle thread and 9.3 s on two. Again at load 3–4, 18:00–18:02 UTC
+(the other core busy with other jobs): main one thread 17.2 s wall, 15.9 CPU s, +164 MiB;
+branch one thread 15.2 s, 14.7 CPU s, +129 MiB; branch two threads 15.9 s, 16.9 CPU s,
++198 MiB; main two threads 23.5 s, 33.2 CPU s, +158 MiB. Projections narrower than
+``PARALLEL_WIDTH`` = 512 (SmolLM2: r = 256, MiniLM: 128) run in turn with torch on one
+thread: on workers their many small operations contend for the GIL (SmolLM2 11.8 CPU s
+against 9.2 on one thread, MiniLM 1.4 against 0.8), and inside each operation on two
+OpenMP threads, as main runs them, SmolLM2 took 52 CPU s (69.9 s wall) against 10.7
+(15.6 s) now, 17:57–18:00 UTC, load 4–7; scores equal to main's to the last bit.
+
+Memory: the stream's peak holds the headers (+11 MiB for Gemma-3 now that the vocabulary is
+left unread, +49 MiB before), one block's float64 attention tensors and their reading, the
+kept bases of the block's heads (d × r and r × n per head) and the work arrays of the heads
+being projected, ≈ 8.5 r × r float64 matrices each (27.4 MiB at r = d = 640, 33.7 before
+A and A_s were dropped early; the HeadProjection of every head was kept to the block's end
+before, now only its two norms). High-water resident sets (VmHWM) of ``weight_scores`` on
+Gemma-3-270M, 17:36–17:50 UTC: one thread +151 MiB (main +152), two threads +214 MiB
+(main, MKL threads: +170); of layer 0 alone (2 threads) +155, of layers 0–2 +176. With
+``MALLOC_MMAP_THRESHOLD_=65536`` (glibc unmaps every freed block of ≥ 64 kB at once, so the
+high-water mark counts live arrays, not its retained free lists) layer 0 alone +107 MiB and
+layers 0–2 +115 MiB (two threads); per block, the projection's live peak is +43 MiB on one
+thread and +72 MiB on two (heads in flight), against one layer of 42.5 MiB (attention
+12.5 MiB): flat in depth up to glibc's retention, but still ≈ 2.5 layers on two threads,
+not "one layer + a constant". On a random grouped-query layer of d = 4096, d_h = 128,
+H = 32, H_kv = 8 (attention 320 MiB in float64, one Llama-3-8B-sized layer 1664 MiB) the
+projection peaked at +1467 MiB in a fresh process (52 s at load ≈ 6; before this change),
+of which the kept bases are 32 × 16 MiB; the d × d work arrays of the dense form
+(H·4·d²·8 bytes) would have been 16 GiB.
 """
 
 from __future__ import annotations
@@ -102,7 +150,7 @@ try:
     base, sampler = status("VmRSS:"), None
 except OSError:
     sampler = PeakRSS().__enter__()
-start = time.perf_counter()
+start, cpu = time.perf_counter(), time.process_time()
 if sys.argv[2] == "headers":  # what any reading of the checkpoint holds
     size, loading = pretrained.checkpoint_size(path), 0.0
     result = pretrained.ModelStructure((), (), None)
@@ -112,7 +160,7 @@ else:
     model = pretrained.load(path)
     loading = time.perf_counter() - start
     result = pretrained.model_structure(model)
-seconds = time.perf_counter() - start
+seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
 if sampler is None:
     peak = status("VmHWM:") - base
 else:
@@ -120,7 +168,8 @@ else:
     peak = sampler.extra
 names = sys.argv[4].split(",") if result.reports else []
 tables = {n: result.table(n).tolist() for n in names}
-print(json.dumps({"seconds": seconds, "loading": loading, "peak": peak, "tables": tables}))
+print(json.dumps({"seconds": seconds, "cpu": cpu, "loading": loading, "peak": peak,
+                  "tables": tables}))
 """
 
 
@@ -151,14 +200,24 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="MiniLM only")
     parser.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
     parser.add_argument("--threads", type=int, default=1, help="threads per subprocess")
+    parser.add_argument(
+        "--stream-only",
+        action="store_true",
+        help="no load + model_structure run (its columns and diff: nan)",
+    )
     args = parser.parse_args()
+    ways = ("headers", "stream") if args.stream_only else ("headers", "stream", "load")
     rows = []
     for key in ["minilm"] if args.quick else args.models:
         title, getter = MODELS[key]
         path = getattr(pretrained, getter)()
         size32, size64 = (checkpoint_size(path, dtype) for dtype in (torch.float32, torch.float64))
-        runs = {how: run(getter, how, args.threads) for how in ("headers", "stream", "load")}
-        diff = largest_difference(runs["stream"]["tables"], runs["load"]["tables"])
+        runs = {how: run(getter, how, args.threads) for how in ways}
+        none = {"seconds": math.nan, "loading": math.nan, "peak": math.nan}
+        runs.setdefault("load", none)
+        diff = math.nan
+        if not args.stream_only:
+            diff = largest_difference(runs["stream"]["tables"], runs["load"]["tables"])
         mib = 2.0**20
         rows.append({
             "model": title,
@@ -166,6 +225,7 @@ def main() -> None:
             "layer": f"{size64.largest_block / mib:.1f}",
             "attn": f"{max(size64.attention) / mib:.1f}",
             **{f"{how} s": f"{runs[how]['seconds']:.1f}" for how in ("stream", "load")},
+            "stream CPU s": f"{runs['stream']['cpu']:.1f}",
             **{f"{how} +MiB": f"{r['peak'] / mib:.0f}" for how, r in runs.items()},
             "diff": f"{diff:.1e}",
         })  # fmt: skip

@@ -102,12 +102,15 @@ CORRUPT = {
                   r"the metadata key 'llama.block_count' appears twice"),
     "value-type": (lambda d: _put(d, _key_type(d, "llama.context_length"), 77, 4),
                    r"its header ends early or is malformed \(unknown metadata value type 77\)"),
+    "string-in-array": (lambda d: _put(d, d.index(b"\x05" + bytes(7) + b"tpdeB"), 2**40, 8),
+                        r"a string of 1099511627776 bytes runs past the end of the file"),
 }  # fmt: skip
 
 
 @pytest.mark.parametrize("change", CORRUPT.values(), ids=CORRUPT.keys())
 def test_a_corrupt_or_truncated_file_is_refused_before_any_tensor_is_read(change, tmp_path, reads):
-    extra = {"llama.block_counX": ("add_uint32", 2)}
+    extra = {"llama.block_counX": ("add_uint32", 2),
+             "tpde.test.words": ("add_array", ["tpdeA", "tpdeB"])}  # fmt: skip
     whole = _write(tmp_path, metadata=extra).read_bytes()
     edit, match = change
     bad = tmp_path / "bad.gguf"

@@ -123,6 +123,29 @@ def test_gguf_llama_file(tmp_path):
     assert size.file == path.stat().st_size
 
 
+def test_the_vocabulary_is_left_unread(tmp_path):
+    """The streamed scores and checkpoint_size open a GGUF file without its vocabulary: the
+    tokenizer.ggml.* arrays are walked (checked) and kept as their lengths only (Unread), the
+    rest of the metadata as read in full; the source then has no tokenizer."""
+    from tests.pretrained.test_gguf_llama import write_tiny
+    from tpde.pretrained._gguf_container import Unread, read_container
+
+    path = tmp_path / "tiny.gguf"
+    write_tiny(path)
+    full, _ = read_container(path)
+    lean, _ = read_container(path, vocabulary=False)
+    arrays = [k for k, v in full.items() if k.startswith("tokenizer.ggml.") and isinstance(v, list)]
+    assert sorted(arrays) == ["tokenizer.ggml.merges", "tokenizer.ggml.token_type",
+                              "tokenizer.ggml.tokens"]  # fmt: skip
+    for key in arrays:
+        assert isinstance(lean[key], Unread) and len(lean[key]) == len(full[key])
+    assert {k: v for k, v in lean.items() if k not in arrays} == {
+        k: v for k, v in full.items() if k not in arrays
+    }
+    assert loader._open(path, window_matters=False).tokenizer() is None
+    assert loader._open(path).tokenizer() is not None
+
+
 def test_gguf_gemma3_q8_file(tmp_path):
     """Q8_0 weights, QK-norms, head_dim 256 ≠ d/H, sliding windows, norms stored as 1 + w."""
     from tests.pretrained.test_gguf_gemma3 import _hf_model, _write

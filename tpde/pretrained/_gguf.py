@@ -473,10 +473,10 @@ def gguf_family(architecture, where: str) -> Family:
     )
 
 
-def _open_container(path: Path) -> tuple[dict, dict]:
+def _open_container(path: Path, vocabulary: bool = True) -> tuple[dict, dict]:
     require("gguf")
     try:
-        return read_container(path)
+        return read_container(path, vocabulary=vocabulary)
     except ValueError as err:
         raise LoadError(
             f"{path} is not a readable GGUF file ({err}); check that it was written "
@@ -484,11 +484,12 @@ def _open_container(path: Path) -> tuple[dict, dict]:
         ) from None
 
 
-def open_gguf(path: Path, window=None, *, chosen: bool = False) -> Source:
+def open_gguf(path: Path, window=None, *, chosen: bool = False, vocabulary=True) -> Source:
     """The GGUF file as a :class:`~tpde.pretrained._checkpoint.Source` (module notes);
     ``window``: the reading of a window llama.cpp computes without (:func:`switched_off`);
-    ``chosen``: whether the caller chose it (a ValueError for a file without such a window)."""
-    metadata, stored = _open_container(path)
+    ``chosen``: whether the caller chose it (a ValueError for a file without such a window);
+    ``vocabulary`` False: the ``tokenizer.ggml.*`` arrays unread, the tokenizer None."""
+    metadata, stored = _open_container(path, vocabulary)
     family = gguf_family(metadata.get("general.architecture"), str(path))
     if chosen and not family.gguf.switched_off:
         having = sorted(f.gguf.architecture for f in FAMILIES.values()
@@ -530,7 +531,7 @@ def open_gguf(path: Path, window=None, *, chosen: bool = False) -> Source:
         raw=raw,
         shapes=shapes,
         read=read,
-        tokenizer=lambda: _tokenizer(path, metadata, family),
+        tokenizer=(lambda: _tokenizer(path, metadata, family)) if vocabulary else lambda: None,
         key_name=lambda key: _metadata_key(path, source, key),
         said="the file holds",
         rename=_renamer(to_checkpoint, transposed),

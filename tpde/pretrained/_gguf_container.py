@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["MAGIC", "read_container"]
+__all__ = ["MAGIC", "Unread", "read_container"]
 
 MAGIC = b"GGUF"
 MAX_DIMS = 4  # GGML_MAX_DIMS
@@ -39,13 +39,30 @@ MAX_DIMS = 4  # GGML_MAX_DIMS
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?",
             10: "<Q", 11: "<q", 12: "<d"}  # fmt: skip
 _STRING, _ARRAY = 8, 9
+_LENGTH = struct.Struct("<Q")
+
+
+class Unread:
+    """An array walked (its strings' lengths checked against the file) but not decoded:
+    what :func:`read_container` puts in the metadata for the vocabulary's arrays with
+    ``vocabulary=False``. ``len`` is the array's length (a vocabulary's size), and nothing
+    else is read of it."""
+
+    __slots__ = ("count",)
+
+    def __init__(self, count: int):
+        self.count = count
+
+    def __len__(self) -> int:
+        return self.count
 
 
 class _Cursor:
-    """Little-endian reads from a buffer, with the position kept."""
+    """Little-endian reads from a buffer, with the position kept; ``decode`` False: arrays
+    walked, not decoded (:class:`Unread`)."""
 
     def __init__(self, buffer):
-        self.buffer, self.pos = buffer, 0
+        self.buffer, self.pos, self.decode = buffer, 0, True
 
     def scalar(self, fmt: str):
         (value,) = struct.unpack_from(fmt, self.buffer, self.pos)
@@ -63,6 +80,22 @@ class _Cursor:
         self.pos += size
         return raw.decode("utf-8", errors="replace")
 
+    def strings(self, count: int) -> list[str] | Unread:
+        """``count`` strings in a row, as :meth:`string` reads each, in one loop without
+        its calls (a vocabulary's 2.6·10⁵ tokens: 0.2 s, against 0.9 s)."""
+        buffer, pos, end, out = self.buffer, self.pos, len(self.buffer), []
+        unpack, decode = _LENGTH.unpack_from, self.decode
+        for _ in range(count):
+            (size,) = unpack(buffer, pos)
+            pos += 8
+            if pos + size > end:
+                raise struct.error(f"a string of {size} bytes runs past the end of the file")
+            if decode:
+                out.append(buffer[pos : pos + size].decode("utf-8", errors="replace"))
+            pos += size
+        self.pos = pos
+        return out if decode else Unread(count)
+
     def value(self, kind: int):
         if kind == _STRING:
             return self.string()
@@ -70,6 +103,9 @@ class _Cursor:
             item, count = self.scalar("<I"), self.scalar("<Q")
             if item in _SCALARS:  # one unpack for the whole array
                 self._room(count * struct.calcsize(_SCALARS[item]), f"an array of {count}")
+                if not self.decode:
+                    self.pos += count * struct.calcsize(_SCALARS[item])
+                    return Unread(count)
                 fmt = f"<{count}{_SCALARS[item][1]}"
                 values = struct.unpack_from(fmt, self.buffer, self.pos)
                 self.pos += struct.calcsize(fmt)
@@ -77,14 +113,17 @@ class _Cursor:
             if item not in (_STRING, _ARRAY):
                 raise struct.error(f"unknown metadata value type {item}")
             self._room(count * 8, f"an array of {count} strings")  # ≥ 8 bytes each
+            if item == _STRING:
+                return self.strings(count)
             return [self.value(item) for _ in range(count)]
         if kind not in _SCALARS:
             raise struct.error(f"unknown metadata value type {kind}")
         return self.scalar(_SCALARS[kind])
 
 
-def _header(cursor: _Cursor) -> tuple[dict, list]:
-    """(metadata, tensor infos (name, dims innermost first, type, offset)) after the magic."""
+def _header(cursor: _Cursor, vocabulary: bool = True) -> tuple[dict, list]:
+    """(metadata, tensor infos (name, dims innermost first, type, offset)) after the magic;
+    ``vocabulary`` False: the ``tokenizer.ggml.*`` arrays :class:`Unread`."""
     version = cursor.scalar("<I")
     if version not in (2, 3):
         raise ValueError(f"GGUF version {version} (this reader knows 2 and 3, little-endian)")
@@ -94,6 +133,7 @@ def _header(cursor: _Cursor) -> tuple[dict, list]:
         key = cursor.string()
         if key in metadata:
             raise ValueError(f"the metadata key {key!r} appears twice")
+        cursor.decode = vocabulary or not key.startswith("tokenizer.ggml.")
         metadata[key] = cursor.value(cursor.scalar("<I"))
     infos, names = [], set()
     for _ in range(n_tensors):
@@ -142,12 +182,15 @@ def _tensor(data: np.ndarray, start: int, alignment: int, info) -> tuple:
     return qtype, shape, data[first:last].reshape(*shape[:-1], row_bytes)
 
 
-def read_container(path: Path) -> tuple[dict, dict]:
+def read_container(path: Path, *, vocabulary: bool = True) -> tuple[dict, dict]:
     """(metadata, tensors) of a GGUF file (module notes).
 
     ``tensors`` maps each name to (ggml type, shape in row-major order, raw bytes as a uint8
-    numpy view of the memory-mapped file, (rows, bytes per row)). Raises ValueError with
-    what is wrong (module notes) — the caller adds the file's path.
+    numpy view of the memory-mapped file, (rows, bytes per row)). ``vocabulary`` False: the
+    arrays of the ``tokenizer.ggml.*`` keys are checked and left :class:`Unread` (their
+    lengths only: Gemma-3's 262k tokens, scores and types held 48 MiB as Python objects, 24
+    MiB the rest). Raises ValueError with what is wrong (module notes) — the caller adds the
+    file's path.
     """
     with open(path, "rb") as handle:
         size = Path(path).stat().st_size
@@ -159,7 +202,7 @@ def read_container(path: Path) -> tuple[dict, dict]:
     cursor = _Cursor(buffer)
     cursor.pos = 4
     try:
-        metadata, infos = _header(cursor)
+        metadata, infos = _header(cursor, vocabulary)
     except struct.error as err:
         raise ValueError(f"its header ends early or is malformed ({err})") from None
     alignment = metadata.get("general.alignment", 32)

@@ -253,8 +253,9 @@ def check_memory(source: Source, expected: dict, dtype, max_memory) -> None:
 def _open(path, gguf_window=None, *, window_matters=True) -> Source:
     """The checkpoint at ``path`` read as far as its headers, by the reader of its kind
     (``gguf_window`` as :func:`load`'s). ``window_matters`` False: for a caller whose result
-    no sliding window changes (sizes, weights-only scores), a GGUF file's window llama.cpp
-    turns off is read as llama.cpp's, without a warning."""
+    no sliding window changes and that builds no tokenizer (sizes, weights-only scores), a
+    GGUF file's window llama.cpp turns off is read as llama.cpp's, without a warning, and
+    its vocabulary is left unread (its size only)."""
     if not isinstance(path, str | os.PathLike):
         raise TypeError(f"path must be a str or a Path (a model folder or a .gguf file); "
                         f"received {path!r}.")  # fmt: skip
@@ -269,7 +270,7 @@ def _open(path, gguf_window=None, *, window_matters=True) -> Source:
         from tpde.pretrained._gguf import open_gguf
 
         window = gguf_window if window_matters else "llama.cpp"
-        return open_gguf(path, window, chosen=gguf_window is not None)
+        return open_gguf(path, window, chosen=gguf_window is not None, vocabulary=window_matters)
     if gguf_window is not None:
         raise ValueError(
             f"gguf_window={gguf_window!r} reads a GGUF file's window, but {path} is a folder, "

@@ -21,14 +21,19 @@ Equal to :func:`model_structure`'s weights-only scores of the loaded model: the 
 of the same numbers (a float32 or bfloat16 checkpoint, and a GGUF file's dequantised
 float32, are exact in float64, and the projection reads every head in float64).
 
-Memory: the headers (a GGUF file's metadata, its vocabulary included), one block's
-attention tensors in float64, and the projection's work arrays, in factor form (MATH.md §12):
-per head an orthonormal basis B (d × r) of the span of its W_Qᵀ, W_Kᵀ, W_O, W_Vᵀ
-(r ≤ 2d_h + 2d_v, or d where that span fills R^d) and r × r matrices, kept for every head
-of the block — about H·d·r·8 bytes, for r < d at most twice the block's attention tensors
-in float64 (as much for multi-head attention) — and no d × d matrix where r < d; never the
-embeddings, the feed-forward blocks or the other layers (``benchmarks/streamed_scores.py``
-measures the peak against one layer's size and against :func:`load` + :func:`model_structure`).
+Memory: the headers (a GGUF file's metadata without its vocabulary: the
+``tokenizer.ggml.*`` arrays are checked and kept as their lengths), one block's attention
+tensors in float64, and the projection's work arrays, in factor form (MATH.md §12): per head
+an orthonormal basis B (d × r) of the span of its W_Qᵀ, W_Kᵀ, W_O, W_Vᵀ (r ≤ 2d_h + 2d_v, or
+d where that span fills R^d) and its mobility's eigenvectors (r × n), kept for every head of
+the block — about H·d·r·8 bytes, for r < d at most twice the block's attention tensors in
+float64 (as much for multi-head attention) — and the work arrays of the heads being
+projected (one per torch thread: ≈ 8.5 r × r float64 matrices each, 27 MiB at r = d = 640),
+no d × d matrix where r < d; never the embeddings, the feed-forward blocks or the other
+layers (``benchmarks/streamed_scores.py`` measures the peak against one layer's size and
+against :func:`load` + :func:`model_structure`). Time: with several torch threads the heads
+of a block whose projections are ≥ 512 wide (Gemma-3-270M's) are projected in parallel, one
+per thread (:func:`tpde.fields.nearest_gradient_field`).
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ import pytest
 import torch
 
 from tests.fields.gradient_flow import dense_oracle
+from tpde._engines.tiled import run_threads
 from tpde.fields import (
     GroupedQueryAttention,
     MultiHead,
@@ -32,7 +33,7 @@ from tpde.fields import (
     nearest_gradient_field,
     product_scores,
 )
-from tpde.fields.gradient_flow import _factored
+from tpde.fields.gradient_flow import _factored, nearest
 from tpde.fields.gradient_flow._factored import head_basis
 
 F64 = torch.float64
@@ -232,3 +233,74 @@ def test_singular_compressed_mobility_takes_the_pseudo_inverse(monkeypatch):
     _compare(field, factor_form=True)
     (evals,) = seen
     assert float(evals.min()) <= len(evals) * torch.finfo(F64).eps * float(evals.max())
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_gemma_shaped_heads_fill_the_space(seed):
+    """Gemma-3-270M's shape scaled down: 2d_h < d ≤ 4d_h (d = 40, d_h = 16), four query
+    heads on one key/value head, RoPE: the span fills R^d, the d × d form against the oracle."""
+    g = torch.Generator().manual_seed(210 + seed)
+    _compare(_gqa(g, 40, 16, 4, 1, rope=RoPE()), factor_form=False)
+
+
+def _same_numbers(threaded, serial) -> None:
+    """Two reports of one field agree to rounding (rel 1e-13), counts and breaks exactly."""
+    assert threaded.sum_structure == serial.sum_structure
+    for name in ("symmetry", "directionality"):
+        assert _rel(getattr(threaded, name), getattr(serial, name)) <= 1e-13
+    for a, b in zip(threaded.heads, serial.heads, strict=True):
+        assert (a.inertia, a.sign, a.breaks) == (b.inertia, b.sign, b.breaks)
+        for name in SCORES:
+            assert _rel(getattr(a, name), getattr(b, name)) <= 1e-13, name
+
+
+def _on_one_then_two_threads(field):
+    """(report on one torch thread, report on two); torch's thread count restored."""
+    previous = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        serial = nearest_gradient_field(field)[1]
+        torch.set_num_threads(2)
+        threaded = nearest_gradient_field(field)[1]
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(previous)
+    return serial, threaded
+
+
+def test_heads_on_threads_equal_one_thread(monkeypatch):
+    """Projections of width ≥ PARALLEL_WIDTH go to torch's threads, one head per
+    single-threaded worker, the layer's scores to the calling thread alone: the numbers of
+    one thread (every product on one thread either way; rel 1e-13 leaves room for a BLAS
+    that rounds differently in differently aligned buffers: equal to the last bit on
+    Gemma-3-270M)."""
+    g = torch.Generator().manual_seed(220)
+    d = nearest.PARALLEL_WIDTH  # 4 d_h > d: the projection is d wide
+    field = _gqa(g, d, d // 3, 4, 1, rope=RoPE())
+    workers = []
+
+    def spy(work, count, n):
+        workers.append(n)
+        return run_threads(work, count, n)
+
+    monkeypatch.setattr(nearest, "run_threads", spy)
+    serial, threaded = _on_one_then_two_threads(field)
+    assert workers == [2]  # one thread: no workers; two: the four heads on two
+    _same_numbers(threaded, serial)
+
+
+def test_narrow_heads_on_several_threads_run_in_turn_on_one(monkeypatch):
+    """Projections narrower than PARALLEL_WIDTH with two torch threads: no workers, every
+    head on the calling thread with torch on one thread (calling_thread_alone)."""
+    g = torch.Generator().manual_seed(230)
+    field = _gqa(g, 64, 8, 4, 2, rope=RoPE())
+    threads, project = [], nearest._project
+
+    def spy(*args):
+        threads.append(torch.get_num_threads())
+        return project(*args)
+
+    monkeypatch.setattr(nearest, "_project", spy)
+    serial, threaded = _on_one_then_two_threads(field)
+    assert threads == [1] * 8  # 4 heads on one thread, then 4 on two: torch on one each time
+    _same_numbers(threaded, serial)

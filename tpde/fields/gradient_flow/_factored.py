@@ -115,7 +115,7 @@ def solve(Vt: torch.Tensor, lam: torch.Tensor, dtype) -> Core:
     inertia = _inertia(evals, dtype)
     block = _pinv_form(Mt, evals, C)  # C M̃⁺ Cᵀ
     small = torch.cat([torch.cat([Mt, C.mT], 1), torch.cat([C, block], 1)])
-    small = 0.5 * (small + small.mT)
+    small = (small + small.mT).mul_(0.5)  # = 0.5·(small + smallᵀ), one temporary fewer
     ev, Z = torch.linalg.eigh(small)
     columns = small[:, :p]  # M* A_s = E [M̃; C] Λ U-columns
     up = ev > 0
@@ -210,7 +210,10 @@ def project_head(head, dtype=torch.float64) -> HeadProjection:
     Gh = G if Q is None else G @ Q
     A = head.scale * Gh[k:].mT @ Gh[:k]
     A_s = 0.5 * (A + A.mT)
+    A_norm, sym_norm, A_s_norm = float(A.norm()), float((A - A_s).norm()), float(A_s.norm())
+    del A  # the work arrays go as soon as they are read: one r × r matrix fewer at a time
     E, lam = eigenbasis(A_s, head.dim, dtype)
+    del A_s
     if head.Wv is None:  # V dense (d × d), Q the identity
         Vt = E.mT @ head.Wo @ E
     else:
@@ -219,7 +222,4 @@ def project_head(head, dtype=torch.float64) -> HeadProjection:
         Vt = (E.mT @ left) @ (right @ E)
     core = solve(Vt, lam, dtype)
     basis = E if Q is None else Q @ E
-    return HeadProjection(
-        basis, core, Gh, E, float(A.norm()), float((A - A_s).norm()), float(Vt.norm()),
-        float(A_s.norm()),
-    )  # fmt: skip
+    return HeadProjection(basis, core, Gh, E, A_norm, sym_norm, float(Vt.norm()), A_s_norm)

@@ -18,16 +18,24 @@ orthogonal subspaces (range A_s^h + range M_h + span a_h): one flow of Σ_h s_h 
 block metric ⊕_h K^h_μ(s_hM_h)⁺, and classes of shared heads on orthogonal subspaces (GQA
 groups) likewise; otherwise each head is a gradient flow of its own energy
 and the sum is not one in general (measured by :func:`dynamic_gap`).
+
+With several torch threads on the CPU, the heads are projected one per thread where the
+projections are at least ``PARALLEL_WIDTH`` wide, else in turn, and the rest on one torch
+thread: each operation on one thread (the numbers do not depend on the thread count), and no
+OpenMP thread left spinning (SmolLM2's projections on two threads inside each operation:
+52 CPU s against 9.2 on one, busy machine).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass
 
 import torch
 
+from tpde._engines.tiled import calling_thread_alone, run_threads
 from tpde._validation import check_positive
 from tpde.fields.base import Field
 from tpde.fields.gradient_flow._factored import project_head
@@ -49,6 +57,10 @@ __all__ = [
 
 #: Offsets m = ±1, ±2, ±4, …, ±ROPE_OFFSETS at which a rotary head's pair kernel is checked.
 ROPE_OFFSETS = 64
+#: Projections at least this wide (r = min(2d_h + 2d_v, d)) run one head per torch thread:
+#: Gemma-3-270M (r = 640) 16.3 CPU s on two against 17.1 on one; SmolLM2 (r = 256) 11.8
+#: against 9.2 (small operations contending for the GIL; benchmarks/streamed_scores.py).
+PARALLEL_WIDTH = 512
 
 
 @dataclass(frozen=True)
@@ -164,12 +176,20 @@ def nearest_gradient_field(field, *, t: float = 0.0, rtol: float = 1e-10):
     """
     rtol = check_positive(rtol, "rtol")
     heads = attention_heads(field, t)
+    workers = _workers(heads.heads)  # with the caller's thread count
+    if torch.get_num_threads() == 1 or heads.heads[0].Wq.device.type != "cpu":
+        return _nearest(heads, rtol, 1)
+    with calling_thread_alone():  # no OpenMP thread spinning on the cores (module notes)
+        return _nearest(heads, rtol, workers)
+
+
+def _nearest(heads, rtol: float, workers: int):
+    """:func:`nearest_gradient_field` of the heads, projected on ``workers`` threads."""
     structured, reports, drift, norms = [], [], heads.bias.clone(), []
-    for head in heads.heads:
-        s_head, report, w, projection = _project(head, rtol)
+    for s_head, report, w, norm_pair in _project_all(heads.heads, rtol, workers):
         structured.append(s_head)
         reports.append(report)
-        norms.append((projection.A_s_norm, projection.V_norm))
+        norms.append(norm_pair)
         drift = drift + w
     kinds = {head.kind for head in heads.heads}
     if "sinkhorn" in kinds:
@@ -209,9 +229,36 @@ def _layer_scores(heads) -> tuple[float, float]:
     return product_scores(torch.cat(queries), torch.cat(keys))
 
 
+def _workers(heads) -> int:
+    """Threads for the projections: torch's thread count for several CPU heads ≥ PARALLEL_WIDTH."""
+    h = heads[0]
+    width = h.dim if h.Wv is None else min(h.dim, 2 * len(h.Wq) + h.Wo.shape[1] + len(h.Wv))
+    if len(heads) < 2 or width < PARALLEL_WIDTH or h.Wq.device.type != "cpu":
+        return 1
+    return max(1, min(torch.get_num_threads(), len(heads)))
+
+
+def _project_all(heads, rtol: float, workers: int) -> list:
+    """:func:`_project` of every head, on ``workers`` threads
+    (:func:`~tpde._engines.tiled.run_threads`: Python threads, each running torch
+    single-threaded, pulling heads in turn): each head's numbers are those of a
+    single-threaded run, whatever the thread count."""
+    if workers == 1:
+        return [_project(head, rtol) for head in heads]
+    out = [None] * len(heads)
+
+    def work(jobs):
+        for i in jobs:
+            out[i] = _project(heads[i], rtol)
+
+    run_threads(work, len(heads), workers)
+    return out
+
+
 def _project(head: AttentionHead, rtol: float):
-    """(StructuredHead, HeadStructure, drift w_h, HeadProjection) of one head, in factor
-    form (:mod:`~tpde.fields.gradient_flow._factored`)."""
+    """(StructuredHead, HeadStructure, drift w_h, (‖A_s‖, ‖V‖)) of one head, in factor
+    form (:mod:`~tpde.fields.gradient_flow._factored`); the projection's work arrays are
+    dropped on return (the structured head keeps B and Z)."""
     proj = project_head(head)
     core = proj.core
     A_norm, V_norm = proj.A_norm, proj.V_norm or 1.0
@@ -250,7 +297,7 @@ def _project(head: AttentionHead, rtol: float):
         head.Wq, head.Wk, head.scale, head.a, proj.basis, core.vectors, core.values, core.sign,
         head.rope, core.coupling,
     )  # fmt: skip
-    return structured, report, w, proj
+    return structured, report, w, (proj.A_s_norm, proj.V_norm)
 
 
 def _head_scores(head: AttentionHead, proj) -> tuple[float, float]:
@@ -287,15 +334,23 @@ def _rope_norms(head: AttentionHead, C: torch.Tensor, S: torch.Tensor, V_norm, b
     turn), so each product with T or R costs O(k²): O(k²) per offset, every offset at once.
     ``base_norm`` is ‖V − M B(0)‖ = ‖V − M A_s‖.
     """
-    k = head.Wq.shape[0]
     c = head.scale
-    offsets = [2**i for i in range(int(math.log2(ROPE_OFFSETS)) + 1)]
-    R = torch.stack([_rope_matrix(head.rope, k, m) for m in [*offsets, *(-o for o in offsets)]])
-    asym2, norm2, shift2 = _offset_norms(C, S, R.to(C))
+    R, T = _offset_rotations(head.rope, head.Wq.shape[0])  # RoPE: a frozen dataclass
+    asym2, norm2, shift2 = _offset_norms(C, S, R.to(C), T)
     shift = 0.5 * abs(c) * shift2.clamp_min(0).sqrt()
     norm = norm2.clamp_min(0).sqrt()
     asym = asym2.clamp_min(0).sqrt() / torch.where(norm > 0, norm, torch.ones_like(norm))
     return max(float(asym.max()), float(((base_norm + shift) / V_norm).max()))
+
+
+@functools.lru_cache(maxsize=8)
+def _offset_rotations(rope, k: int):
+    """(R, T): R(m) (n, k, k) at the n offsets ±1, ±2, ±4, …, ±ROPE_OFFSETS and the
+    :func:`_pair_form` of R(m)ᵀ, float64: one computation for every head of one encoding
+    and width (cached; read only)."""
+    offsets = [2**i for i in range(int(math.log2(ROPE_OFFSETS)) + 1)]
+    R = torch.stack([_rope_matrix(rope, k, m) for m in [*offsets, *(-o for o in offsets)]])
+    return R, _pair_form(R.mT)
 
 
 def _rope_matrix(rope, k: int, m: int) -> torch.Tensor:
@@ -305,14 +360,14 @@ def _rope_matrix(rope, k: int, m: int) -> torch.Tensor:
     return rope.rotate(eye.unsqueeze(0), positions).squeeze(0).mT
 
 
-def _offset_norms(C: torch.Tensor, S: torch.Tensor, R: torch.Tensor) -> tuple:
+def _offset_norms(C: torch.Tensor, S: torch.Tensor, R: torch.Tensor, T=None) -> tuple:
     """(‖GᵀJG‖²/c², ‖A(m)‖²/c², ‖MGᵀDG‖²/(c/2)²), each (n,), at n offsets, R = R(m)
     (n, k, k), from the 2k × 2k C and S (:func:`_rope_norms`' sums of k × k inner products,
-    :func:`_pair_dot`)."""
+    :func:`_pair_dot`); T: the :func:`_pair_form` of Rᵀ where already at hand."""
     k = R.shape[-1]
     Cqq, Cqk, Ckq, Ckk = C[:k, :k], C[:k, k:], C[k:, :k], C[k:, k:]
     Sqq, Sqk, Skq, Skk = S[:k, :k], S[:k, k:], S[k:, :k], S[k:, k:]
-    T = _pair_form(R.mT)
+    T = _pair_form(R.mT) if T is None else T
     if isinstance(T, tuple):  # R = Tᵀ: β_R = β_T∘π;  ΔT = T − I: α − 1
         alpha, beta, pi = T
         Rm, dT = (alpha, beta[:, pi], pi), (alpha - 1.0, beta, pi)
