@@ -216,12 +216,13 @@ def sweep(config: Config, follow, field_of, g) -> tuple[np.ndarray, dict]:
                 seen = series[: j + 1]
                 return seen.max() >= 2 and (seen[-ABSORBED:] == 1).all()
 
-            tic = time.time()
+            wall, clock = time.time(), time.process_time()
             cloud = Empirical(rho0.sample(config.meta_size, generator=g))
             info = follow(config, field_of(beta), cloud, times, visit, stop)
             if info["status"] == "stopped":
                 series[series < 0] = 1  # one cluster to the end
-            runs.append({**info, "seconds": time.time() - tic})
+            runs.append({**info, "seconds": time.time() - wall,
+                         "cpu_seconds": time.process_time() - clock})  # fmt: skip
         results[str(beta)] = _summary(config, beta, times, counts[b], runs)
         results[str(beta)]["leading"] = [leading_mode(a, config.escape_level) for a in amplitudes]
     return counts, results

@@ -87,10 +87,12 @@ def law_fit(config: Config, beta: float, starts: dict) -> dict:
 
 
 def run(config: Config, out: Path) -> None:
-    started = time.time()
+    started, started_cpu, cpu = time.time(), time.process_time(), {}
     times = save_times(config)
     dense = times[times <= config.dense_until + 1e-9]
+    tic = time.process_time()
     pdes = [solve_pde(config, grid, dense) for grid in fw.progress(config.grids, "grids")]
+    cpu["pde"] = time.process_time() - tic
     gap = Gap(config, times, config.seed + 3)
     finest = max(pdes, key=lambda p: p["grid"])
     reference = finest["_trajectory"]
@@ -102,6 +104,7 @@ def run(config: Config, out: Path) -> None:
     histogram = np.zeros((len(times), config.bins))
     modes = np.full((len(config.sizes), max(seeds, config.escape_seeds), len(times), KMAX), np.nan)
     runs, g = [], fw.torch_generator(config.seed)
+    tic = time.process_time()
     for b, beta in enumerate(betas):
         field, rho0 = post_ln_field(beta), initial_density(config, beta, min(config.grids))
         for i, n in enumerate(fw.progress(config.sizes, f"sizes (beta = {beta})")):
@@ -120,14 +123,20 @@ def run(config: Config, out: Path) -> None:
                     if b == 0:
                         modes[i, s, j] = mode_amplitudes(mu.points)
 
-                tic = time.time()
+                wall, clock = time.time(), time.process_time()
                 cloud = Empirical(rho0.sample(n, generator=g))
                 info = follow(config, field, cloud, times, visit)
-                runs.append({"beta": beta, "n": n, "seed": s, **info, "seconds": time.time() - tic})
+                runs.append({"beta": beta, "n": n, "seed": s, **info, "seconds": time.time() - wall,
+                             "cpu_seconds": time.process_time() - clock})  # fmt: skip
+    cpu["particles"] = time.process_time() - tic
+    tic = time.process_time()
     runs += escape_draws(config, dense, modes)
+    cpu["escape"] = time.process_time() - tic
+    tic = time.process_time()
     meta_counts, metastable = sweep(
         config, follow, post_ln_field, fw.torch_generator(config.seed + 2)
     )
+    cpu["sweep"] = time.process_time() - tic
     plateaus_found = {
         str(beta): {
             str(n): [
@@ -166,6 +175,7 @@ def run(config: Config, out: Path) -> None:
         "metastable": metastable,
         "gap": gap.results(),
         "seconds": time.time() - started,
+        "cpu_seconds": {**cpu, "total": time.process_time() - started_cpu},
     }
     arrays = {
         "times": times,
@@ -207,11 +217,12 @@ def escape_draws(config: Config, dense: np.ndarray, modes: np.ndarray) -> list[d
             def stop(j, store=store):
                 return store[index[j], k - 1] >= 2 * config.escape_level
 
-            tic = time.time()
+            wall, clock = time.time(), time.process_time()
             info = follow(config, field, Empirical(rho0.sample(n, generator=g)), dense[index],
                           visit, stop)  # fmt: skip
             runs.append({"beta": config.beta, "n": n, "seed": s, "escape_only": True, **info,
-                         "seconds": time.time() - tic})  # fmt: skip
+                         "seconds": time.time() - wall,
+                         "cpu_seconds": time.process_time() - clock})  # fmt: skip
     return runs
 
 
