@@ -15,8 +15,11 @@ from tpde.experiments.circle_pde.meta_report import (
     count_claims,
     escape_claim,
     escape_fit,
+    first_stated,
     lifetime_claims,
     lifetime_fit,
+    lifetimes_of,
+    settled_sweep,
 )
 from tpde.experiments.circle_pde.metastable import (
     KMAX,
@@ -28,6 +31,7 @@ from tpde.experiments.circle_pde.metastable import (
     meta_times,
     mode_amplitudes,
 )
+from tpde.experiments.common.circle_clusters import Plateau, lifetimes, settled
 
 
 def test_line_fit_is_exact_on_a_line_and_refuses_too_few_points():
@@ -255,3 +259,56 @@ def test_runs_stop_once_escaped_or_absorbed():
     until = int(np.searchsorted(meta_times(config), run["until"]))
     assert (counts[0, 0, until - 3 :] == 1).all() and counts[0, 0].max() >= 2
     assert results["2.0"]["merges"][0][-1][1] == 1  # the last merge: to one cluster
+
+
+def test_settled_states_of_constructed_count_series():
+    """Counts saved every 1.0: 0 to t = 9, 2 clusters for 4 saves (a third bump still
+    growing), 3 to t = 39 with a flicker to 2 at t = 30, 2 to t = 79, 1 to the end. The
+    joined states are 0, 2, 3, 2, 1; 0 and the first 2 are followed by a larger count
+    (formation), so the settled ones are 3 (lifetime 25, across the flicker), 2 (39) and 1
+    (censored); rows and Plateaus give the same states."""
+    times = np.arange(0.0, 101.0)
+    counts = np.zeros(101, dtype=int)
+    counts[10:14], counts[14:40], counts[30], counts[40:80], counts[80:] = 2, 3, 2, 2, 1
+    states = lifetimes(times, counts, 2.0)
+    assert [p.count for p in states] == [0, 2, 3, 2, 1]
+    assert settled(states) == [
+        Plateau(3, 14.0, 25.0, False, 2),
+        Plateau(2, 40.0, 39.0, False, 1),
+        Plateau(1, 80.0, 20.0, True, None),
+    ]
+    rows = [[p.count, p.start, p.duration, p.censored] for p in states]
+    assert settled(rows) == [[p.count, p.start, p.duration, p.censored] for p in settled(states)]
+    # A series that only rises (formation to the end) keeps its last state alone; one that
+    # only falls keeps every state; a count that returns after a drop: each rise is dropped.
+    assert [s[0] for s in settled([[0], [1], [2], [3]])] == [3]
+    assert [s[0] for s in settled([[4], [3], [2], [1]])] == [4, 3, 2, 1]
+    assert [s[0] for s in settled([[3], [2], [3], [2], [1]])] == [3, 3, 2, 1]
+    assert settled([]) == []
+
+
+def test_settled_sweep_reads_the_metastable_state_and_reports_the_rule_as_first_stated():
+    """Per draw a 2-cluster formation stage of length 1 (3 clusters follow), then the
+    metastable 2-state of lifetime e^{1 + 2β}: the settled fit recovers κ = 2 and c = 1 (to
+    rounding), the rule as first stated reads the stages (κ = 0), and the claim says both."""
+    sweep = {str(b): _meta([2], [(1.0, False)]) for b in (2.0, 2.5, 3.0)}
+    for b, m in sweep.items():
+        held = math.exp(1 + 2 * float(b))
+        m["states"] = [[[0, 0.0, 1.0, False], [2, 1.0, 1.0, False], [3, 2.0, 5.0, False],
+                        [2, 7.0, held, False], [1, 200.0, 1.0, True]]]  # fmt: skip
+    lived = settled_sweep(sweep)
+    assert [s[0] for s in lived["2.0"]["states"][0]] == [3, 2, 1]
+    assert lived["2.0"]["first"] == sweep["2.0"]["first"]  # the rest of the sweep unchanged
+    assert lifetimes_of(lived, 2)["2.5"] == [(math.exp(6.0), False)]
+    fit, first = lifetime_fit(lived, 2), lifetime_fit(sweep, 2)
+    assert fit["slope"] == pytest.approx(2.0, abs=1e-10)
+    assert fit["offset"] == pytest.approx(1.0, abs=1e-9)
+    assert first["slope"] == pytest.approx(0.0, abs=1e-10)
+    claims, _ = lifetime_claims(lived, 2, 800.0)
+    assert claims[0].verdict == "agrees" and "κ = 2.00 ± 0.00" in claims[0].outcome
+    assert first_stated(sweep, 2) == (
+        " Settled states only; the rule as first stated (formation stages in): "
+        "κ = 0.00 ± 0.00, c = 0.00 ± 0.00 (3 lifetimes)."
+    )
+    censored = {"2.0": _meta([2], [(5.0, True)])}
+    assert first_stated(censored, 2).endswith("(formation stages in): no fit.")

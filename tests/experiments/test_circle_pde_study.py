@@ -305,6 +305,13 @@ def test_report_of_a_tiny_run(tmp_path):
         assert run["status"] in ("completed", "stopped")
         assert run["status"] == "completed" or (series[-4:] == 1).all()
     assert "| 2.0 | 2 |" in text
+    lifetime = next(c for c in report.claims if "lifetime T grows exponentially" in c.claim)
+    assert "Settled states only; the rule as first stated" in lifetime.outcome
+    # CPU seconds per run and per part (the cost the issue asks for), each part within the whole.
+    cpu = results["cpu_seconds"]
+    assert set(cpu) == {"pde", "particles", "escape", "sweep", "total"}
+    assert 0 < sum(cpu[k] for k in ("pde", "particles", "escape", "sweep")) <= cpu["total"]
+    assert all(x["cpu_seconds"] > 0 for x in [*results["runs"], *meta["runs"]])
     # The gap of the largest cloud against the refined / node PDE: at t = 0 the linear
     # prediction is the exact W1 (to its midpoint rule, 2π·2/2²⁰ = 1.2e-5), both above the
     # MC level's tenth; a claim and a table.
