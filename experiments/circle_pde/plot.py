@@ -175,6 +175,8 @@ def _metastable(config, arrays, results, path: Path) -> Path:
         axes[2].plot(grid, np.exp(kappa["offset"] + kappa["slope"] * grid), "-",
                      label=f"κ = {kappa['slope']:.2f} ± {kappa['slope_se']:.2f}")  # fmt: skip
         axes[2].legend(fontsize=7)
-    title = f"settled {count}-cluster lifetime (▲ still on at t = {config['meta_t1']:g}: lower bounds)"
+    title = (
+        f"settled {count}-cluster lifetime (▲ still on at t = {config['meta_t1']:g}: lower bounds)"
+    )
     axes[2].set(yscale="log", xlabel="β", ylabel="lifetime", title=title)
     return fw.savefig(fig, path)

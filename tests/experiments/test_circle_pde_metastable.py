@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tpde.experiments import framework as fw
-from tpde.experiments.circle_pde.config import Config
+from tpde.experiments.circle_pde.config import Config, initial_density
 from tpde.experiments.circle_pde.meta_report import (
     count_claims,
     escape_claim,
@@ -241,24 +241,30 @@ def test_runs_stop_once_escaped_or_absorbed():
     its first call, |ĉ_3| past 2ε by t = 16; a sweep run at β = 2 (200 tokens, calls of
     16 saves of 5 time units) stops once one cluster has held its last 4 saves, far before
     t1 = 2000, and the rest of its series is 1."""
-    from tpde.experiments.circle_pde.metastable import sweep
-    from tpde.experiments.circle_pde.run import escape_draws, follow, post_ln_field
+    from tpde.experiments.circle_pde.draws import escape_draw, sweep_draw
+    from tpde.experiments.circle_pde.metastable import sweep_summary
 
     config = Config(sizes=(500, 1000), seeds=1, escape_seeds=2, dense_step=0.5, grids=(512,),
                     meta_betas=(2.0,), meta_size=200, meta_seeds=1, meta_t1=2000.0)  # fmt: skip
-    dense = np.arange(0.0, 20.25, 0.5)
-    modes = np.full((2, 2, len(dense), KMAX), np.nan)
-    runs = escape_draws(config, dense, modes)
-    found = [(x["n"], x["status"], x["until"]) for x in runs]
-    assert found == [(500, "stopped", 16.0), (1000, "stopped", 16.0)]
-    assert np.isfinite(modes[0, 1, :33:2]).all() and np.isnan(modes[0, 1, 33:]).all()
-    assert (modes[:, 1, 32, 2] >= 2 * config.escape_level).all()
-    counts, results = sweep(config, follow, post_ln_field, torch.Generator().manual_seed(3))
-    run = results["2.0"]["runs"][0]
-    assert run["status"] == "stopped" and run["until"] < 500
-    until = int(np.searchsorted(meta_times(config), run["until"]))
-    assert (counts[0, 0, until - 3 :] == 1).all() and counts[0, 0].max() >= 2
-    assert results["2.0"]["merges"][0][-1][1] == 1  # the last merge: to one cluster
+    saves = np.arange(0.0, 20.25, 1.0)
+    rho0 = initial_density(config, config.beta, 512)
+    g = torch.Generator().manual_seed(3)
+    for n in (500, 1000):
+        found = escape_draw(config, rho0.sample(n, generator=g), saves)
+        assert (found["info"]["status"], found["info"]["until"]) == ("stopped", 16.0)
+        modes = found["modes"]
+        assert np.isfinite(modes[:17]).all() and np.isnan(modes[17:]).all()
+        assert modes[16, 2] >= 2 * config.escape_level
+    times = meta_times(config)
+    points = initial_density(config, 2.0, 512).sample(200, generator=g)
+    run = sweep_draw(config, 2.0, points, times)
+    assert run["info"]["status"] == "stopped" and run["info"]["until"] < 500
+    until = int(np.searchsorted(times, run["info"]["until"]))
+    series = run["counts"]
+    assert (series[until - 3 :] == 1).all() and series.max() >= 2 and (series >= 0).all()
+    summary = sweep_summary(config, 2.0, times, series[None], [run["info"]], [run["modes"]])
+    assert summary["merges"][0][-1][1] == 1  # the last merge: to one cluster
+    assert summary["leading"] == [leading_mode(run["modes"], config.escape_level)]
 
 
 def test_settled_states_of_constructed_count_series():

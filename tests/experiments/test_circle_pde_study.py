@@ -248,7 +248,7 @@ def test_report_of_a_tiny_run(tmp_path):
         "sizes": "500,1000", "seeds": "2", "more_betas": "10", "grids": "512", "t1": "20",
         "dense_until": "10", "dense_step": "1", "sparse_step": "5", "amplitude": "0.02",
         "escape_seeds": "3", "meta_betas": "2", "meta_size": "300", "meta_seeds": "2",
-        "meta_t1": "40", "long_grid": "1024", "long_quadrature": "1e-3",
+        "meta_t1": "40", "long_grid": "1024", "long_quadrature": "1e-3", "workers": "1",
     }  # fmt: skip
     config = fw.apply_overrides(module.Config(), overrides, "circle-pde")
     out = tmp_path / "circle-pde"
