@@ -397,3 +397,41 @@ def test_pde_claim_compares_first_clusters_with_first_clusters():
     assert "first cluster (first save with a count ≥ 1)" in claim.claim
     assert pde_claim(_pde_results(None), fit).verdict == "n/a"
     assert pde_claim(_pde_results(6.0), None).verdict == "n/a"
+
+
+#: Results that are timings: they differ between any two runs.
+TIMINGS = {"seconds", "cpu_seconds", "cpu", "pde_cpu", "workers"}
+
+
+def _untimed(value):
+    if isinstance(value, dict):
+        return {k: _untimed(v) for k, v in value.items() if k not in TIMINGS}
+    if isinstance(value, list):
+        return [_untimed(v) for v in value]
+    return value
+
+
+def test_two_workers_give_the_serial_run_bit_for_bit(tmp_path):
+    """A small full-path run (every kind of task: PDE, draws at β with W1 and the gap, at
+    another β, escape-only, sweep) on one process and on two: every saved array equal
+    (NaN where NaN), every result equal but the timings."""
+    module = experiments.get("circle-pde")
+    overrides = {
+        "sizes": "100,200", "seeds": "1", "more_betas": "10", "grids": "512", "t1": "8",
+        "dense_until": "6", "dense_step": "1", "sparse_step": "2", "amplitude": "0.02",
+        "escape_seeds": "2", "meta_betas": "2", "meta_size": "100", "meta_seeds": "2",
+        "meta_t1": "20", "long_t1": "6", "long_grid": "512", "long_quadrature": "1e-3",
+    }  # fmt: skip
+    found = []
+    for workers in ("1", "2"):
+        config = fw.apply_overrides(module.Config(), {**overrides, "workers": workers}, "c")
+        module.run(config, tmp_path / workers)
+        found.append(fw.load(tmp_path / workers))
+    (_, serial, first), (_, pooled, second) = found
+    assert serial.keys() == pooled.keys()
+    for name in serial:
+        assert np.array_equal(serial[name], pooled[name], equal_nan=True), name
+    assert _untimed(first) == _untimed(second)
+    assert second["workers"] == 2 and len(second["runs"]) == 3 + 2  # main, escape-only
+    assert len(second["metastable"]["2.0"]["runs"]) == 2
+    assert second["cpu_seconds"]["total"] >= sum(x["cpu_seconds"] for x in second["runs"])
