@@ -12,7 +12,8 @@ Tasks may be submitted while others run (a task whose arguments need another's r
 submitted once that result is in). Each result comes with the CPU seconds of its task
 (``time.process_time`` in the process that ran it), so the study's cost is the sum over
 its tasks whichever process ran them. The workers end with this process, a SIGKILL of it
-included (:func:`experiments.workers.end_with_parent`).
+included (:func:`experiments.workers.end_with_parent`). A study's ``workers`` times the
+run's ``--jobs`` (each job on ``--threads``) is the number of busy cores to plan for.
 """
 
 from __future__ import annotations
@@ -36,6 +37,16 @@ class Done(NamedTuple):
     value: object
     cpu: float
     wall: float
+
+
+def _start(parent: int) -> None:
+    """A worker's start: end with ``parent``; large tensors reuse the heap, as in the
+    ``tpde`` command's process (:func:`experiments.framework.reuse_large_allocations`)."""
+    from .. import framework as fw
+    from ..workers import end_with_parent
+
+    end_with_parent(parent)
+    fw.reuse_large_allocations()
 
 
 def _timed(function: Callable, args: tuple, threads: int | None):
@@ -75,12 +86,10 @@ class Workers:
             import concurrent.futures
             import multiprocessing
 
-            from ..workers import end_with_parent
-
             self._pool = concurrent.futures.ProcessPoolExecutor(
                 max_workers=self.workers,
                 mp_context=multiprocessing.get_context("spawn"),
-                initializer=end_with_parent,
+                initializer=_start,
                 initargs=(os.getpid(),),
             )
         return self
