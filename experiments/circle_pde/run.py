@@ -161,7 +161,8 @@ def particle_runs(config: Config, times: np.ndarray, dense: np.ndarray) -> dict:
         for (b, s), points in clouds["sweep"].items():
             pool.submit(("sweep", b, s), sweep_draw, config, config.meta_betas[b], points,
                         meta_times(config), cost=len(points) * config.meta_t1)  # fmt: skip
-        for d in fw.progress(pool.completed(), "runs", total=pool.pending()):
+        total = len(config.grids) + sum(len(c) for c in clouds.values())
+        for d in fw.progress(pool.completed(), "runs", total=total):
             done[d.key] = d
             if sum(key[0] == "pde" for key in done) < len(config.grids) or d.key[0] != "pde":
                 continue
