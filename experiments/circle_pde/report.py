@@ -71,6 +71,8 @@ def report(out: Path) -> fw.Report:
         for x in r["runs"]
         if x["status"] not in ("completed", "stopped")
     ]
+    if "cpu_seconds" in r:
+        notes.append(cost_note(r))
     return fw.Report(
         summary,
         claims,
@@ -98,6 +100,19 @@ def report(out: Path) -> fw.Report:
             meta_table(lived, config["meta_count"], config["meta_t1"]),
         ],
         notes=notes,
+    )
+
+
+def cost_note(r: dict) -> str:
+    """The run's CPU seconds per part and its wall time on its worker processes."""
+    cpu = r["cpu_seconds"]
+    largest = max((x for x in r["runs"] if not x.get("escape_only")), key=lambda x: x["n"])
+    return (
+        f"cost: {cpu['total']:.0f} s CPU in all (PDE {cpu['pde']:.0f}, particles "
+        f"{cpu['particles']:.0f} of which the first N = {largest['n']} draw "
+        f"{largest['cpu_seconds']:.0f}, escape-only {cpu['escape']:.0f}, β sweep "
+        f"{cpu['sweep']:.0f}), {r['seconds']:.0f} s wall on {r.get('workers', 1)} worker "
+        "process(es) (one torch thread each; the wall time depends on the machine's load)"
     )
 
 

@@ -312,6 +312,8 @@ def test_report_of_a_tiny_run(tmp_path):
     assert set(cpu) == {"pde", "particles", "escape", "sweep", "total"}
     assert 0 < sum(cpu[k] for k in ("pde", "particles", "escape", "sweep")) <= cpu["total"]
     assert all(x["cpu_seconds"] > 0 for x in [*results["runs"], *meta["runs"]])
+    cost = next(n for n in report.notes if n.startswith("cost: "))
+    assert f"{cpu['total']:.0f} s CPU in all" in cost and "on 1 worker process(es)" in cost
     # The gap of the largest cloud against the refined / node PDE: at t = 0 the linear
     # prediction is the exact W1 (to its midpoint rule, 2π·2/2²⁰ = 1.2e-5), both above the
     # MC level's tenth; a claim and a table.
