@@ -39,7 +39,15 @@ every 0.25 up to 20, then every 10). Then, from the saved data:
   once absorbed in one cluster): the first plateau's count against k* (agrees in ≥ 90% of
   draws), the lifetimes of the ``meta_count``-cluster state fitted as log T = c + κβ
   (uncensored only; censored ones are lower bounds), κ > 0 (Geshkovski, Koubbi, Polyanskiy,
-  Rigollet) and κ against the Dirac heuristic's, and every merge.
+  Rigollet) and κ against the Dirac heuristic's, and every merge. The lifetimes are those of
+  each draw's first *settled* state of that count (one a larger count does not follow:
+  :func:`~experiments.common.circle_clusters.settled`, S²'s rule too).
+- Cost: every run (the PDE per grid, each draw) is a task on ``workers`` processes
+  (:mod:`.draws`, :class:`~experiments.common.pool.Workers`; 2 at full size, 1 at the
+  quick size, which ``make run`` runs beside another study), from clouds drawn
+  beforehand in the serial order: the same arrays and results as on one process (tested).
+  The results record each run's CPU seconds and each part's (pde, particles, escape,
+  sweep, total).
 """
 
 from __future__ import annotations

@@ -55,6 +55,7 @@ class Config:
     long_grid: int = 8192  # … on grids refined up to here, then along the characteristics …
     long_quadrature: float = 1e-6  # … while their check's gap stays below this
     seed: int = 0
+    workers: int = 2  # processes for the independent runs (draws.py); 1: all in this one
 
     def check(self) -> None:
         betas = (self.beta, *self.more_betas)
@@ -85,6 +86,11 @@ class Config:
             )
         self.check_counter()
         self.check_meta()
+        if self.workers < 1:
+            raise ValueError(
+                f"workers must be >= 1 (1 runs every draw in the study's process); received "
+                f"{self.workers}."
+            )
         if self.long_t1 <= 0 or self.long_grid < min(self.grids) or self.long_quadrature <= 0:
             raise ValueError(
                 f"long_t1 > 0 (the gap runs to min(long_t1, t1)), long_grid >= min(grids) = "
@@ -158,6 +164,7 @@ QUICK = {
     "long_t1": "20.0",
     "long_grid": "2048",
     "long_quadrature": "1e-4",
+    "workers": "1",
 }
 
 

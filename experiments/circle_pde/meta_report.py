@@ -11,7 +11,10 @@
   and left out of the fit); trapping exponentially long in β (Geshkovski, Koubbi,
   Polyanskiy, Rigollet, arXiv:2410.06833) **agrees** iff κ > 2 s.e.(κ); the Dirac
   heuristic's κ (the slope of ln 1/σ over the same β, MATH.md §9) **agrees** iff within
-  2 s.e.(κ).
+  2 s.e.(κ). The state is each draw's first *settled* one of that count
+  (:func:`settled_sweep`, the rule S² uses: a state that a larger count follows is a stage
+  of the formation); the rule as first stated took the first state of that count, formation
+  stages included, and its fit is printed beside the claim.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import math
 import numpy as np
 
 from .. import framework as fw
+from ..common.circle_clusters import settled
 from .metastable import dirac_rate, escape_times, lead_share, line_fit, runner_up
 
 #: The least share of draws whose first plateau has k* clusters for "agrees".
@@ -144,6 +148,15 @@ def _seeded(beta: float, size: int | None, level: float) -> str:
     )
 
 
+def settled_sweep(meta: dict) -> dict:
+    """The sweep ({β: {"states": [per draw: [count, start, duration, censored], …], …}})
+    with every draw's states that a larger count follows left out (formation stages,
+    :func:`~experiments.common.circle_clusters.settled`): what :func:`lifetimes_of` then
+    reads as each count's first state is its first metastable one."""
+    return {beta: {**m, "states": [settled(states) for states in m["states"]]}
+            for beta, m in meta.items()}  # fmt: skip
+
+
 def lifetimes_of(meta: dict, count: int) -> dict:
     """Per β: the lifetimes of the first ``count``-cluster state of every draw, as
     (duration, censored); draws that never hold that state are left out."""
@@ -169,6 +182,19 @@ def lifetime_fit(meta: dict, count: int) -> dict | None:
     betas = sorted({x for x, _ in pairs})
     heuristic = np.polyfit(betas, [-math.log(dirac_rate(count, b)) for b in betas], 1)[0]
     return {**fit, "betas": betas, "dirac_kappa": float(heuristic)}
+
+
+def first_stated(meta: dict, count: int) -> str:
+    """The sentence that follows the lifetime claim: the fit of the rule as first stated
+    (the raw sweep ``meta``, formation stages in) beside the settled one."""
+    fit = lifetime_fit(meta, count)
+    before = (
+        f"κ = {fit['slope']:.2f} ± {fit['slope_se']:.2f}, c = {fit['offset']:.2f} ± "
+        f"{fit['offset_se']:.2f} ({fit['n']} lifetimes)"
+        if fit
+        else "no fit"
+    )
+    return f" Settled states only; the rule as first stated (formation stages in): {before}."
 
 
 def lifetime_claims(meta: dict, count: int, t1: float) -> tuple[list[fw.Claim], dict | None]:

@@ -33,18 +33,15 @@ the rate σ_k(β) = max_j 4 sin²(πj/k)(β sin²Δ − cos Δ)e^{−β(1−cos 
 from __future__ import annotations
 
 import math
-import time
 from collections import Counter
 
 import numpy as np
 import torch
 
-from tpde.measures import Empirical
 from tpde.theory import dominant_mode, instability_rate
 
-from .. import framework as fw
-from ..common.circle_clusters import cluster_masses, lifetimes, merges, points_masses
-from .config import Config, initial_density
+from ..common.circle_clusters import lifetimes, merges
+from .config import Config
 
 __all__ = [
     "ABSORBED",
@@ -58,7 +55,7 @@ __all__ = [
     "meta_times",
     "mode_amplitudes",
     "runner_up",
-    "sweep",
+    "sweep_summary",
 ]
 
 #: Fourier modes recorded per save; saves of one cluster that end a sweep run.
@@ -195,46 +192,12 @@ def meta_times(config: Config) -> np.ndarray:
     return np.concatenate([dense, sparse, last])
 
 
-def sweep(config: Config, follow, field_of, g) -> tuple[np.ndarray, dict]:
-    """The β sweep (module notes): counts (betas, meta_seeds, T) and per β its results."""
-    times = meta_times(config)
-    counts = np.full((len(config.meta_betas), config.meta_seeds, len(times)), -1, dtype=np.int64)
-    amplitudes = np.full((config.meta_seeds, len(times), KMAX), np.nan)  # one β at a time
-    results = {}
-    for b, beta in enumerate(config.meta_betas):
-        rho0 = initial_density(config, beta, min(config.grids))
-        runs = []
-        for s in fw.progress(range(config.meta_seeds), f"meta-stability (beta = {beta})"):
-            series, store = counts[b, s], amplitudes[s]
-            store[:] = np.nan
-
-            def visit(j, mu, series=series, store=store):
-                series[j] = _count(config, mu.points)
-                store[j] = mode_amplitudes(mu.points)
-
-            def stop(j, series=series):
-                seen = series[: j + 1]
-                return seen.max() >= 2 and (seen[-ABSORBED:] == 1).all()
-
-            tic = time.time()
-            cloud = Empirical(rho0.sample(config.meta_size, generator=g))
-            info = follow(config, field_of(beta), cloud, times, visit, stop)
-            if info["status"] == "stopped":
-                series[series < 0] = 1  # one cluster to the end
-            runs.append({**info, "seconds": time.time() - tic})
-        results[str(beta)] = _summary(config, beta, times, counts[b], runs)
-        results[str(beta)]["leading"] = [leading_mode(a, config.escape_level) for a in amplitudes]
-    return counts, results
-
-
-def _count(config: Config, points: torch.Tensor) -> int:
-    masses = points_masses(points, config.cells)
-    return len(cluster_masses(masses, config.window, config.level, config.min_share))
-
-
-def _summary(config: Config, beta: float, times, counts: np.ndarray, runs: list) -> dict:
-    """Per β: k*, its rate, the runner-up, every run's first plateau (the first joined state
-    of :func:`lifetimes` with a count ≥ 1 that no larger count follows), states and merges."""
+def sweep_summary(config: Config, beta: float, times, counts: np.ndarray, runs: list,
+                  amplitudes: list) -> dict:  # fmt: skip
+    """Per β of the sweep: k*, its rate, the runner-up, every run's first plateau (the first
+    joined state of :func:`lifetimes` with a count ≥ 1 that no larger count follows),
+    states, merges, and the mode leading at the escape (:func:`leading_mode` of each run's
+    |ĉ_k| (T, KMAX) in ``amplitudes``); counts (draws, T), runs one dict per draw."""
     k = dominant_mode(beta)
     second, second_rate = runner_up(beta)
     states = [lifetimes(times, c, config.min_plateau) for c in counts]
@@ -257,4 +220,5 @@ def _summary(config: Config, beta: float, times, counts: np.ndarray, runs: list)
             for c in counts
         ],
         "runs": runs,
+        "leading": [leading_mode(a, config.escape_level) for a in amplitudes],
     }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter
 from pathlib import Path
@@ -11,7 +12,14 @@ import numpy as np
 from .. import framework as fw
 from .config import Config
 from .gap import gap_claim, gap_table
-from .meta_report import count_claims, escape_claim, lifetime_claims, meta_table
+from .meta_report import (
+    count_claims,
+    escape_claim,
+    first_stated,
+    lifetime_claims,
+    meta_table,
+    settled_sweep,
+)
 
 #: Tolerances of the verdicts: the fitted slope of start against log N within 25% of the
 #: law's 1/(2λ_k*); the PDE's first cluster within 15% of the particles' first-cluster line
@@ -37,8 +45,10 @@ def report(out: Path) -> fw.Report:
     claims.append(pde_claim(r, fit))
     claims.append(gap_claim(config, r["gap"], arrays))
     escape, fits = escape_claim(config, arrays, r["laws"][main])
-    meta = r["metastable"]
-    kept, kappa = lifetime_claims(meta, config["meta_count"], config["meta_t1"])
+    meta, lived = r["metastable"], settled_sweep(r["metastable"])
+    kept, kappa = lifetime_claims(lived, config["meta_count"], config["meta_t1"])
+    note = first_stated(meta, config["meta_count"])
+    kept[0] = dataclasses.replace(kept[0], outcome=kept[0].outcome + note)
     metastable = [escape, *count_claims(meta, config["meta_size"], config["escape_level"]), *kept]
     full = Config()
     small = config["meta_seeds"] < full.meta_seeds or config["meta_size"] < full.meta_size
@@ -61,6 +71,8 @@ def report(out: Path) -> fw.Report:
         for x in r["runs"]
         if x["status"] not in ("completed", "stopped")
     ]
+    if "cpu_seconds" in r:
+        notes.append(cost_note(r))
     return fw.Report(
         summary,
         claims,
@@ -85,9 +97,22 @@ def report(out: Path) -> fw.Report:
         tables=[
             plateau_table(r, arrays),
             gap_table(config, r["gap"], arrays),
-            meta_table(meta, config["meta_count"], config["meta_t1"]),
+            meta_table(lived, config["meta_count"], config["meta_t1"]),
         ],
         notes=notes,
+    )
+
+
+def cost_note(r: dict) -> str:
+    """The run's CPU seconds per part and its wall time on its worker processes."""
+    cpu = r["cpu_seconds"]
+    largest = max((x for x in r["runs"] if not x.get("escape_only")), key=lambda x: x["n"])
+    return (
+        f"cost: {cpu['total']:.0f} s CPU in all (PDE {cpu['pde']:.0f}, particles "
+        f"{cpu['particles']:.0f} of which the first N = {largest['n']} draw "
+        f"{largest['cpu_seconds']:.0f}, escape-only {cpu['escape']:.0f}, β sweep "
+        f"{cpu['sweep']:.0f}), {r['seconds']:.0f} s wall on {r.get('workers', 1)} worker "
+        "process(es) (one torch thread each; the wall time depends on the machine's load)"
     )
 
 

@@ -6,58 +6,26 @@ from __future__ import annotations
 
 import math
 import time
-import warnings
 from pathlib import Path
 
 import numpy as np
-import torch
 
-from tpde.flows import integrate
-from tpde.measures import Empirical
-from tpde.metrics import w1_circle
 from tpde.theory import dominant_mode, instability_rate
 
 from .. import framework as fw
-from ..common.circle_clusters import cluster_masses, density_masses, first_plateau, points_masses
-from .config import Config, draws, initial_density, save_times
-from .flow import follow, post_ln_field
-from .gap import Gap
-from .metastable import KMAX, meta_times, mode_amplitudes, sweep
+from ..common.circle_clusters import first_plateau
+from ..common.pool import Workers
+from .config import Config, draws, save_times
+from .draws import draw_clouds, escape_draw, main_draw, solve_pde, sweep_draw
+from .flow import follow
+from .metastable import KMAX, meta_times, sweep_summary
 
 #: The escape-only draws save every ESCAPE_STRIDE-th dense time (the crossing is
 #: interpolated log-linearly: exact while the mode grows as e^{λt}).
 ESCAPE_STRIDE = 2
 
-
-def count(config: Config, masses: np.ndarray) -> int:
-    return len(cluster_masses(masses, config.window, config.level, config.min_share))
-
-
-def solve_pde(config: Config, grid: int, times: np.ndarray) -> dict:
-    """The PDE on ``grid`` angles over the dense saves: its densities, counts and reach."""
-    started = time.time()
-    rho0 = initial_density(config, config.beta, grid)
-    with warnings.catch_warnings():  # the stop is the expected outcome, in pde.status
-        warnings.filterwarnings("ignore", "1 element.*status 'unresolved'", RuntimeWarning)
-        pde = integrate(post_ln_field(config.beta), rho0, float(times[-1]), save=times.tolist())
-    counts = [count(config, density_masses(m, config.cells)) for m in pde.measures]
-    t = pde.times.numpy()
-    k_star = dominant_mode(config.beta)
-    first = next((float(s) for s, c in zip(t, counts, strict=True) if c >= 1), None)
-    reached = next((float(s) for s, c in zip(t, counts, strict=True) if c == k_star), None)
-    return {
-        "grid": grid,
-        "status": str(pde.status),
-        "end": float(t[-1]),
-        "unresolved": pde.stats["unresolved"],
-        "mass_error": pde.stats["mass_error"],
-        "count_at_end": counts[-1],
-        "first_cluster": first,
-        "first_k_star": reached,
-        "seconds": time.time() - started,
-        "_trajectory": pde,
-        "_counts": counts,
-    }
+#: :func:`~.flow.follow` is imported from here by the sphere study.
+__all__ = ["ESCAPE_STRIDE", "follow", "law_fit", "plateau_row", "run", "seed_mean"]
 
 
 def seed_mean(distance: np.ndarray) -> np.ndarray:
@@ -66,11 +34,6 @@ def seed_mean(distance: np.ndarray) -> np.ndarray:
     total = np.where(finite, distance, 0).sum(axis=1)
     number = finite.sum(axis=1)
     return np.where(number > 0, total / np.maximum(number, 1), np.nan)
-
-
-def angles_histogram(points: torch.Tensor, bins: int) -> np.ndarray:
-    angles = torch.remainder(torch.atan2(points[:, 1], points[:, 0]), 2 * math.pi)
-    return np.histogram(angles.numpy(), bins, (0, 2 * math.pi), density=True)[0]
 
 
 def law_fit(config: Config, beta: float, starts: dict) -> dict:
@@ -87,47 +50,37 @@ def law_fit(config: Config, beta: float, starts: dict) -> dict:
 
 
 def run(config: Config, out: Path) -> None:
-    started = time.time()
+    started, started_cpu = time.time(), time.process_time()
     times = save_times(config)
     dense = times[times <= config.dense_until + 1e-9]
-    pdes = [solve_pde(config, grid, dense) for grid in fw.progress(config.grids, "grids")]
-    gap = Gap(config, times, config.seed + 3)
-    finest = max(pdes, key=lambda p: p["grid"])
-    reference = finest["_trajectory"]
-    at_pde = {round(float(t), 9): j for j, t in enumerate(reference.times.tolist())}
     betas = (config.beta, *config.more_betas)
+    done, cpu = particle_runs(config, times, dense), {}
+    for part in ("pde", "particles", "escape", "sweep"):
+        cpu[part] = sum(d.cpu for key, d in done.items() if key[0] == part)
+    on_workers = sum(d.cpu for d in done.values()) if config.workers > 1 else 0.0
+    pdes = [{**done["pde", grid].value, "seconds": done["pde", grid].wall} for grid in config.grids]
+    finest = max(pdes, key=lambda p: p["grid"])
     seeds = max(draws(config, n) for n in config.sizes)
     counts = np.full((len(betas), len(config.sizes), seeds, len(times)), -1, dtype=np.int64)
     distance = np.full((len(config.sizes), seeds, len(dense)), np.nan)
-    histogram = np.zeros((len(times), config.bins))
     modes = np.full((len(config.sizes), max(seeds, config.escape_seeds), len(times), KMAX), np.nan)
-    runs, g = [], fw.torch_generator(config.seed)
-    for b, beta in enumerate(betas):
-        field, rho0 = post_ln_field(beta), initial_density(config, beta, min(config.grids))
-        for i, n in enumerate(fw.progress(config.sizes, f"sizes (beta = {beta})")):
-            if b > 0 and n == max(config.sizes):
-                continue
-            for s in range(draws(config, n)):
-
-                def visit(j, mu, b=b, i=i, s=s, n=n):
-                    counts[b, i, s, j] = count(config, points_masses(mu.points, config.cells))
-                    if b == 0 and round(float(times[j]), 9) in at_pde:
-                        pde_mu = reference.measures[at_pde[round(float(times[j]), 9)]]
-                        distance[i, s, j] = float(w1_circle(mu, pde_mu))
-                    if b == 0 and n == max(config.sizes) and s == 0:
-                        histogram[j] = angles_histogram(mu.points, config.bins)
-                        gap.visit(j, mu)
-                    if b == 0:
-                        modes[i, s, j] = mode_amplitudes(mu.points)
-
-                tic = time.time()
-                cloud = Empirical(rho0.sample(n, generator=g))
-                info = follow(config, field, cloud, times, visit)
-                runs.append({"beta": beta, "n": n, "seed": s, **info, "seconds": time.time() - tic})
-    runs += escape_draws(config, dense, modes)
-    meta_counts, metastable = sweep(
-        config, follow, post_ln_field, fw.torch_generator(config.seed + 2)
-    )
+    runs = []
+    for (_, b, i, s), d in sorted((k, d) for k, d in done.items() if k[0] == "particles"):
+        counts[b, i, s] = d.value["counts"]
+        for j, w1 in d.value["distance"].items():
+            distance[i, s, j] = w1
+        if d.value["modes"] is not None:
+            modes[i, s] = d.value["modes"]
+        if d.value["gap"] is not None:
+            (gap, gap_arrays), histogram = d.value["gap"], d.value["histogram"]
+        runs.append({"beta": betas[b], "n": config.sizes[i], "seed": s, **d.value["info"],
+                     "seconds": d.wall, "cpu_seconds": d.cpu})  # fmt: skip
+    index = np.arange(0, len(dense), ESCAPE_STRIDE)
+    for (_, i, s), d in sorted((k, d) for k, d in done.items() if k[0] == "escape"):
+        modes[i, s, index] = d.value["modes"]
+        runs.append({"beta": config.beta, "n": config.sizes[i], "seed": s, "escape_only": True,
+                     **d.value["info"], "seconds": d.wall, "cpu_seconds": d.cpu})  # fmt: skip
+    meta_counts, metastable = sweep_results(config, done)
     plateaus_found = {
         str(beta): {
             str(n): [
@@ -164,14 +117,16 @@ def run(config: Config, out: Path) -> None:
         "laws": laws,
         "runs": runs,
         "metastable": metastable,
-        "gap": gap.results(),
+        "gap": gap,
         "seconds": time.time() - started,
+        "workers": config.workers,
+        "cpu_seconds": {**cpu, "total": time.process_time() - started_cpu + on_workers},
     }
     arrays = {
         "times": times,
-        "pde_times": reference.times.numpy(),
+        "pde_times": finest["_times"],
         "pde_counts": np.asarray(finest["_counts"]),
-        "densities": np.stack([m.density.numpy() for m in reference.measures])[
+        "densities": np.stack([m.density.numpy() for m in finest["_measures"]])[
             :, :: max(1, finest["grid"] // 1024)
         ],
         "distance": distance,
@@ -180,39 +135,64 @@ def run(config: Config, out: Path) -> None:
         "modes": modes,
         "meta_times": meta_times(config),
         "meta_counts": meta_counts,
-        **gap.arrays(),
+        **gap_arrays,
     }
     fw.save(out, config, arrays, results, started)
 
 
-def escape_draws(config: Config, dense: np.ndarray, modes: np.ndarray) -> list[dict]:
-    """The draws beyond :func:`~.config.draws` up to ``escape_seeds`` per N at β, for the
-    escape only (their own generator, seed + 1): |ĉ_k| into ``modes`` at every
-    ``ESCAPE_STRIDE``-th dense save, stopped after the call where |ĉ_k*| reaches twice
-    ``escape_level``."""
-    k, field = dominant_mode(config.beta), post_ln_field(config.beta)
-    rho0, g = (
-        initial_density(config, config.beta, min(config.grids)),
-        fw.torch_generator(config.seed + 1),
-    )
+def particle_runs(config: Config, times: np.ndarray, dense: np.ndarray) -> dict:
+    """Every run of the study on ``config.workers`` processes (:class:`~experiments.common.
+    pool.Workers`): the PDE per grid, then the main draws at β against the finest PDE (the
+    others at once), the escape-only draws and the β sweep's. Returns {key: Done} with keys
+    ("pde", grid), ("particles", b, i, s), ("escape", i, s), ("sweep", b, s)."""
+    clouds = draw_clouds(config, *(fw.torch_generator(config.seed + k) for k in range(3)))
     index = np.arange(0, len(dense), ESCAPE_STRIDE)
-    runs = []
-    for i, n in enumerate(config.sizes):
-        for s in range(draws(config, n), config.escape_seeds):
-            store = modes[i, s]
+    betas, largest, done = (config.beta, *config.more_betas), max(config.sizes), {}
+    with Workers(config.workers) as pool:
+        for grid in config.grids:
+            pool.submit(("pde", grid), solve_pde, config, grid, dense, cost=math.inf)
+        for (b, i, s), points in clouds["main"].items():
+            if b > 0:
+                pool.submit(("particles", b, i, s), main_draw, config, betas[b], points, times,
+                            None, None, cost=len(points) * config.t1)  # fmt: skip
+        for (i, s), points in clouds["escape"].items():
+            pool.submit(("escape", i, s), escape_draw, config, points, dense[index],
+                        cost=len(points) * config.dense_until)  # fmt: skip
+        for (b, s), points in clouds["sweep"].items():
+            pool.submit(("sweep", b, s), sweep_draw, config, config.meta_betas[b], points,
+                        meta_times(config), cost=len(points) * config.meta_t1)  # fmt: skip
+        total = len(config.grids) + sum(len(c) for c in clouds.values())
+        for d in fw.progress(pool.completed(), "runs", total=total):
+            done[d.key] = d
+            if sum(key[0] == "pde" for key in done) < len(config.grids) or d.key[0] != "pde":
+                continue
+            finest = max((v.value for k, v in done.items() if k[0] == "pde"),
+                         key=lambda p: p["grid"])  # fmt: skip
+            at_pde = {round(float(t), 9): j for j, t in enumerate(finest["_times"])}
+            reference = {j: finest["_measures"][at_pde[round(float(t), 9)]]
+                         for j, t in enumerate(times) if round(float(t), 9) in at_pde}  # fmt: skip
+            for (b, i, s), points in clouds["main"].items():
+                if b == 0:
+                    gap = config.seed + 3 if (config.sizes[i], s) == (largest, 0) else None
+                    pool.submit(("particles", b, i, s), main_draw, config, betas[b], points,
+                                times, reference, gap, cost=len(points) * config.t1)  # fmt: skip
+    return done
 
-            def visit(j, mu, store=store):
-                store[index[j]] = mode_amplitudes(mu.points)
 
-            def stop(j, store=store):
-                return store[index[j], k - 1] >= 2 * config.escape_level
-
-            tic = time.time()
-            info = follow(config, field, Empirical(rho0.sample(n, generator=g)), dense[index],
-                          visit, stop)  # fmt: skip
-            runs.append({"beta": config.beta, "n": n, "seed": s, "escape_only": True, **info,
-                         "seconds": time.time() - tic})  # fmt: skip
-    return runs
+def sweep_results(config: Config, done: dict) -> tuple[np.ndarray, dict]:
+    """The β sweep's counts (betas, meta_seeds, T) and per β its results
+    (:func:`~.metastable.sweep_summary`) from the finished sweep draws."""
+    times = meta_times(config)
+    counts = np.full((len(config.meta_betas), config.meta_seeds, len(times)), -1, dtype=np.int64)
+    results = {}
+    for b, beta in enumerate(config.meta_betas):
+        found = [done["sweep", b, s] for s in range(config.meta_seeds)]
+        for s, d in enumerate(found):
+            counts[b, s] = d.value["counts"]
+        runs = [{**d.value["info"], "seconds": d.wall, "cpu_seconds": d.cpu} for d in found]
+        amplitudes = [d.value["modes"] for d in found]
+        results[str(beta)] = sweep_summary(config, beta, times, counts[b], runs, amplitudes)
+    return counts, results
 
 
 def plateau_row(times, counts, shortest: float) -> list | None:

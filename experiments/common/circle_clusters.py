@@ -45,6 +45,12 @@ joined across them give each metastable state's lifetime (first to last time of 
 count; censored when it reaches t_n). A merge is a drop of the count from one such
 plateau to the next; its time is known to lie between the last save of the earlier and the
 first save of the later plateau: the midpoint, ± half that gap.
+
+**Settled states** (:func:`settled`). Of the joined states of one series, a state that a
+larger count follows is a stage of the formation (a further bump still growing to the
+level, as in the first plateau's rule), not a metastable state: the settled states are the
+others, so each count's first settled state is its first metastable one. The S¹ and S²
+sweeps read the lifetimes of a count from them (Bruno, Pasqualotto, Agazzi; MATH.md §9).
 """
 
 from __future__ import annotations
@@ -72,6 +78,7 @@ __all__ = [
     "merges",
     "plateaus",
     "points_masses",
+    "settled",
 ]
 
 TWO_PI = 2 * math.pi
@@ -290,3 +297,33 @@ def merges(times, counts, shortest: float) -> list[Merge]:
         for p, q in itertools.pairwise(found)
         if q.count < p.count
     ]
+
+
+def settled(states: list) -> list:
+    """The settled states of one series (module notes): those that a larger count does not
+    follow.
+
+    Parameters
+    ----------
+    states : the joined states of one count series in time order, as :class:`Plateau`
+        (:func:`lifetimes`) or as rows whose first entry is the count (the sweeps' saved
+        ``[count, start, duration, censored]``).
+
+    Returns
+    -------
+    list
+        The states, same type and order, without those whose next state has a larger
+        count. The last state is kept (no state follows it).
+
+    Examples
+    --------
+    Counts 0, 2, 3, 2, 1 (each a state): 0 and the first 2 are stages of the formation,
+    3, 2, 1 are settled.
+    """
+
+    def count(state) -> int:
+        return state.count if isinstance(state, Plateau) else int(state[0])
+
+    following = [count(s) for s in states[1:]] + [None] * bool(states)
+    return [s for s, after in zip(states, following, strict=True)
+            if after is None or after <= count(s)]  # fmt: skip

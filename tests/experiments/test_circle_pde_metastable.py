@@ -10,13 +10,16 @@ import pytest
 import torch
 
 from tpde.experiments import framework as fw
-from tpde.experiments.circle_pde.config import Config
+from tpde.experiments.circle_pde.config import Config, initial_density
 from tpde.experiments.circle_pde.meta_report import (
     count_claims,
     escape_claim,
     escape_fit,
+    first_stated,
     lifetime_claims,
     lifetime_fit,
+    lifetimes_of,
+    settled_sweep,
 )
 from tpde.experiments.circle_pde.metastable import (
     KMAX,
@@ -28,6 +31,7 @@ from tpde.experiments.circle_pde.metastable import (
     meta_times,
     mode_amplitudes,
 )
+from tpde.experiments.common.circle_clusters import Plateau, lifetimes, settled
 
 
 def test_line_fit_is_exact_on_a_line_and_refuses_too_few_points():
@@ -237,21 +241,80 @@ def test_runs_stop_once_escaped_or_absorbed():
     its first call, |ĉ_3| past 2ε by t = 16; a sweep run at β = 2 (200 tokens, calls of
     16 saves of 5 time units) stops once one cluster has held its last 4 saves, far before
     t1 = 2000, and the rest of its series is 1."""
-    from tpde.experiments.circle_pde.metastable import sweep
-    from tpde.experiments.circle_pde.run import escape_draws, follow, post_ln_field
+    from tpde.experiments.circle_pde.draws import escape_draw, sweep_draw
+    from tpde.experiments.circle_pde.metastable import sweep_summary
 
     config = Config(sizes=(500, 1000), seeds=1, escape_seeds=2, dense_step=0.5, grids=(512,),
                     meta_betas=(2.0,), meta_size=200, meta_seeds=1, meta_t1=2000.0)  # fmt: skip
-    dense = np.arange(0.0, 20.25, 0.5)
-    modes = np.full((2, 2, len(dense), KMAX), np.nan)
-    runs = escape_draws(config, dense, modes)
-    found = [(x["n"], x["status"], x["until"]) for x in runs]
-    assert found == [(500, "stopped", 16.0), (1000, "stopped", 16.0)]
-    assert np.isfinite(modes[0, 1, :33:2]).all() and np.isnan(modes[0, 1, 33:]).all()
-    assert (modes[:, 1, 32, 2] >= 2 * config.escape_level).all()
-    counts, results = sweep(config, follow, post_ln_field, torch.Generator().manual_seed(3))
-    run = results["2.0"]["runs"][0]
-    assert run["status"] == "stopped" and run["until"] < 500
-    until = int(np.searchsorted(meta_times(config), run["until"]))
-    assert (counts[0, 0, until - 3 :] == 1).all() and counts[0, 0].max() >= 2
-    assert results["2.0"]["merges"][0][-1][1] == 1  # the last merge: to one cluster
+    saves = np.arange(0.0, 20.25, 1.0)
+    rho0 = initial_density(config, config.beta, 512)
+    g = torch.Generator().manual_seed(3)
+    for n in (500, 1000):
+        found = escape_draw(config, rho0.sample(n, generator=g), saves)
+        assert (found["info"]["status"], found["info"]["until"]) == ("stopped", 16.0)
+        modes = found["modes"]
+        assert np.isfinite(modes[:17]).all() and np.isnan(modes[17:]).all()
+        assert modes[16, 2] >= 2 * config.escape_level
+    times = meta_times(config)
+    points = initial_density(config, 2.0, 512).sample(200, generator=g)
+    run = sweep_draw(config, 2.0, points, times)
+    assert run["info"]["status"] == "stopped" and run["info"]["until"] < 500
+    until = int(np.searchsorted(times, run["info"]["until"]))
+    series = run["counts"]
+    assert (series[until - 3 :] == 1).all() and series.max() >= 2 and (series >= 0).all()
+    summary = sweep_summary(config, 2.0, times, series[None], [run["info"]], [run["modes"]])
+    assert summary["merges"][0][-1][1] == 1  # the last merge: to one cluster
+    assert summary["leading"] == [leading_mode(run["modes"], config.escape_level)]
+
+
+def test_settled_states_of_constructed_count_series():
+    """Counts saved every 1.0: 0 to t = 9, 2 clusters for 4 saves (a third bump still
+    growing), 3 to t = 39 with a flicker to 2 at t = 30, 2 to t = 79, 1 to the end. The
+    joined states are 0, 2, 3, 2, 1; 0 and the first 2 are followed by a larger count
+    (formation), so the settled ones are 3 (lifetime 25, across the flicker), 2 (39) and 1
+    (censored); rows and Plateaus give the same states."""
+    times = np.arange(0.0, 101.0)
+    counts = np.zeros(101, dtype=int)
+    counts[10:14], counts[14:40], counts[30], counts[40:80], counts[80:] = 2, 3, 2, 2, 1
+    states = lifetimes(times, counts, 2.0)
+    assert [p.count for p in states] == [0, 2, 3, 2, 1]
+    assert settled(states) == [
+        Plateau(3, 14.0, 25.0, False, 2),
+        Plateau(2, 40.0, 39.0, False, 1),
+        Plateau(1, 80.0, 20.0, True, None),
+    ]
+    rows = [[p.count, p.start, p.duration, p.censored] for p in states]
+    assert settled(rows) == [[p.count, p.start, p.duration, p.censored] for p in settled(states)]
+    # A series that only rises (formation to the end) keeps its last state alone; one that
+    # only falls keeps every state; a count that returns after a drop: each rise is dropped.
+    assert [s[0] for s in settled([[0], [1], [2], [3]])] == [3]
+    assert [s[0] for s in settled([[4], [3], [2], [1]])] == [4, 3, 2, 1]
+    assert [s[0] for s in settled([[3], [2], [3], [2], [1]])] == [3, 3, 2, 1]
+    assert settled([]) == []
+
+
+def test_settled_sweep_reads_the_metastable_state_and_reports_the_rule_as_first_stated():
+    """Per draw a 2-cluster formation stage of length 1 (3 clusters follow), then the
+    metastable 2-state of lifetime e^{1 + 2β}: the settled fit recovers κ = 2 and c = 1 (to
+    rounding), the rule as first stated reads the stages (κ = 0), and the claim says both."""
+    sweep = {str(b): _meta([2], [(1.0, False)]) for b in (2.0, 2.5, 3.0)}
+    for b, m in sweep.items():
+        held = math.exp(1 + 2 * float(b))
+        m["states"] = [[[0, 0.0, 1.0, False], [2, 1.0, 1.0, False], [3, 2.0, 5.0, False],
+                        [2, 7.0, held, False], [1, 200.0, 1.0, True]]]  # fmt: skip
+    lived = settled_sweep(sweep)
+    assert [s[0] for s in lived["2.0"]["states"][0]] == [3, 2, 1]
+    assert lived["2.0"]["first"] == sweep["2.0"]["first"]  # the rest of the sweep unchanged
+    assert lifetimes_of(lived, 2)["2.5"] == [(math.exp(6.0), False)]
+    fit, first = lifetime_fit(lived, 2), lifetime_fit(sweep, 2)
+    assert fit["slope"] == pytest.approx(2.0, abs=1e-10)
+    assert fit["offset"] == pytest.approx(1.0, abs=1e-9)
+    assert first["slope"] == pytest.approx(0.0, abs=1e-10)
+    claims, _ = lifetime_claims(lived, 2, 800.0)
+    assert claims[0].verdict == "agrees" and "κ = 2.00 ± 0.00" in claims[0].outcome
+    assert first_stated(sweep, 2) == (
+        " Settled states only; the rule as first stated (formation stages in): "
+        "κ = 0.00 ± 0.00, c = 0.00 ± 0.00 (3 lifetimes)."
+    )
+    censored = {"2.0": _meta([2], [(5.0, True)])}
+    assert first_stated(censored, 2).endswith("(formation stages in): no fit.")

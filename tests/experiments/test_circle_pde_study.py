@@ -248,7 +248,7 @@ def test_report_of_a_tiny_run(tmp_path):
         "sizes": "500,1000", "seeds": "2", "more_betas": "10", "grids": "512", "t1": "20",
         "dense_until": "10", "dense_step": "1", "sparse_step": "5", "amplitude": "0.02",
         "escape_seeds": "3", "meta_betas": "2", "meta_size": "300", "meta_seeds": "2",
-        "meta_t1": "40", "long_grid": "1024", "long_quadrature": "1e-3",
+        "meta_t1": "40", "long_grid": "1024", "long_quadrature": "1e-3", "workers": "1",
     }  # fmt: skip
     config = fw.apply_overrides(module.Config(), overrides, "circle-pde")
     out = tmp_path / "circle-pde"
@@ -305,6 +305,15 @@ def test_report_of_a_tiny_run(tmp_path):
         assert run["status"] in ("completed", "stopped")
         assert run["status"] == "completed" or (series[-4:] == 1).all()
     assert "| 2.0 | 2 |" in text
+    lifetime = next(c for c in report.claims if "lifetime T grows exponentially" in c.claim)
+    assert "Settled states only; the rule as first stated" in lifetime.outcome
+    # CPU seconds per run and per part (the cost the issue asks for), each part within the whole.
+    cpu = results["cpu_seconds"]
+    assert set(cpu) == {"pde", "particles", "escape", "sweep", "total"}
+    assert 0 < sum(cpu[k] for k in ("pde", "particles", "escape", "sweep")) <= cpu["total"]
+    assert all(x["cpu_seconds"] > 0 for x in [*results["runs"], *meta["runs"]])
+    cost = next(n for n in report.notes if n.startswith("cost: "))
+    assert f"{cpu['total']:.0f} s CPU in all" in cost and "on 1 worker process(es)" in cost
     # The gap of the largest cloud against the refined / node PDE: at t = 0 the linear
     # prediction is the exact W1 (to its midpoint rule, 2π·2/2²⁰ = 1.2e-5), both above the
     # MC level's tenth; a claim and a table.
@@ -390,3 +399,41 @@ def test_pde_claim_compares_first_clusters_with_first_clusters():
     assert "first cluster (first save with a count ≥ 1)" in claim.claim
     assert pde_claim(_pde_results(None), fit).verdict == "n/a"
     assert pde_claim(_pde_results(6.0), None).verdict == "n/a"
+
+
+#: Results that are timings: they differ between any two runs.
+TIMINGS = {"seconds", "cpu_seconds", "cpu", "pde_cpu", "workers"}
+
+
+def _untimed(value):
+    if isinstance(value, dict):
+        return {k: _untimed(v) for k, v in value.items() if k not in TIMINGS}
+    if isinstance(value, list):
+        return [_untimed(v) for v in value]
+    return value
+
+
+def test_two_workers_give_the_serial_run_bit_for_bit(tmp_path):
+    """A small full-path run (every kind of task: PDE, draws at β with W1 and the gap, at
+    another β, escape-only, sweep) on one process and on two: every saved array equal
+    (NaN where NaN), every result equal but the timings."""
+    module = experiments.get("circle-pde")
+    overrides = {
+        "sizes": "100,200", "seeds": "1", "more_betas": "10", "grids": "512", "t1": "8",
+        "dense_until": "6", "dense_step": "1", "sparse_step": "2", "amplitude": "0.02",
+        "escape_seeds": "2", "meta_betas": "2", "meta_size": "100", "meta_seeds": "2",
+        "meta_t1": "20", "long_t1": "6", "long_grid": "512", "long_quadrature": "1e-3",
+    }  # fmt: skip
+    found = []
+    for workers in ("1", "2"):
+        config = fw.apply_overrides(module.Config(), {**overrides, "workers": workers}, "c")
+        module.run(config, tmp_path / workers)
+        found.append(fw.load(tmp_path / workers))
+    (_, serial, first), (_, pooled, second) = found
+    assert serial.keys() == pooled.keys()
+    for name in serial:
+        assert np.array_equal(serial[name], pooled[name], equal_nan=True), name
+    assert _untimed(first) == _untimed(second)
+    assert second["workers"] == 2 and len(second["runs"]) == 3 + 2  # main, escape-only
+    assert len(second["metastable"]["2.0"]["runs"]) == 2
+    assert second["cpu_seconds"]["total"] >= sum(x["cpu_seconds"] for x in second["runs"])
