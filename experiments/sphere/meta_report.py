@@ -34,6 +34,7 @@ from tpde.theory import dominant_mode, instability_rate
 
 from .. import framework as fw
 from ..circle_pde.meta_report import fit_text, lifetime_claims, lifetime_fit, lifetimes_of
+from ..circle_pde.meta_report import settled_sweep as settled
 from ..circle_pde.metastable import escape_times, line_fit
 from .seeding import lead_share
 
@@ -247,18 +248,6 @@ def meta_claims(config: dict, arrays: dict, results: dict) -> tuple[list[fw.Clai
         claims[-1] = dataclasses.replace(claims[-1], outcome=claims[-1].outcome + note)
         claims += [dataclasses.replace(c, claim="S²: " + c.claim) for c in kept[1:]]
     return claims, fits
-
-
-def settled(sweep: dict) -> dict:
-    """The sweep with every draw's states that a larger count follows (formation stages)
-    left out of ``states``: what :func:`lifetime_claims` then reads as each count's first
-    state is its first metastable one."""
-    out = {}
-    for beta, m in sweep.items():
-        kept = [[s for s, after in zip(states, [*states[1:], None], strict=True)
-                 if after is None or after[0] <= s[0]] for states in m["states"]]  # fmt: skip
-        out[beta] = {**m, "states": kept}
-    return out
 
 
 def _median(values) -> str:
