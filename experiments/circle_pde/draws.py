@@ -1,5 +1,5 @@
-"""The circle-pde study's independent runs as tasks for :class:`~experiments.common.pool.
-Workers` (issue 35: the full run's cost on 2 cores).
+"""The circle-pde study's independent runs as tasks for the worker processes
+(:class:`~experiments.common.pool.Workers`; issue 35: the full run's cost on 2 cores).
 
 Every particle run starts from a cloud drawn beforehand, in the serial order, from the
 study's generators (the main draws from ``seed``, the escape-only ones from ``seed + 1``,

@@ -7,9 +7,9 @@ study's finite-N seeding (:func:`experiments.circle_pde.metastable.lead_share`).
 (1/N²)Σ_{ij}P_l(⟨x_i, x_j⟩), grows as A_l(t) = A_l(0)e^{λ_l t}.
 
 - The **measured lead** of a run is the degree l with the largest A_l at the first save
-  where max_l A_l ≥ ε (``escape_level``): :func:`~experiments.circle_pde.metastable.
-  leading_mode` on the saved A_l (T, LMAX), at the time t_e of that save
-  (:func:`escape_save`).
+  where max_l A_l ≥ ε (``escape_level``), S¹'s rule
+  (:func:`~experiments.circle_pde.metastable.leading_mode`) on the saved A_l (T, LMAX), at
+  the time t_e of that save (:func:`escape_save`).
 - The **predicted lead** of a draw is argmax_l A_l(0)e^{λ_l t_e} (:func:`predicted_lead`):
   the linear growth of the draw's own t = 0 amplitudes, read at the measured t_e.
 - The **lead share** (:func:`lead_share`): for N i.i.d. uniform tokens N·E_l(0) = z_l²,

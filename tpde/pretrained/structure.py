@@ -263,7 +263,7 @@ def depth_energies(
             rate = near.energy_rate(seen, near.velocity(seen, engine=engine), log_scale=scale)
             places.append((l, b))
             network = _network_rate(near, block, x_in, step, mu, scale)
-            rows.append((*energy, rate, network, torch.tensor(scale)))
+            rows.append((*energy, rate, network, energy[0].new_tensor(scale)))
     columns = [torch.stack([r[i] for r in rows]).detach().to(torch.float64) for i in range(6)]
     return DepthEnergies(tuple(places), *columns)
 
