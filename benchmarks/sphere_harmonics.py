@@ -85,6 +85,14 @@ other tenants), written and read three times per block; blocks of 1024 tokens ha
 "blocks of 1024" rows of ``--floor`` on an idle machine answer it (at L = 18, 3.7 MB per
 thread, two threads took 1.06× the CPU time of one there; at L = 38, 1.56×).
 
+This engine on the idle machine (``--floor``, load 1.1–1.2, 18:04–18:05 UTC, 7 Dec 2026):
+10⁶, β = 10: one thread 1.15 s (÷matmul CPU 0.58), **two threads 0.647 s wall, 1.23 CPU s
+(0.61 of the two-thread matmul, 76.5 GFLOP/s)**; blocks of 1024 0.692 s (0.59); e5890c2
+0.959 s (0.42). 10⁶, β = 1: 0.420 s (0.46), two threads 0.310 s (0.38). 10⁵: ÷matmul CPU
+0.35 and 0.29 (one, two threads) at β = 1, 0.62 and 0.51 at β = 10. So two threads now
+gain 1.78× at 10⁶, β = 10 (the 1.14× below is gone), and the issue's 2 s holds with room;
+half the matmul rate holds at β = 10, not at β = 1.
+
 The engine before these changes (at 9327f93, idle machine, load 0.1–0.9, 16:32 UTC, the
 lead's run): 10⁶, β = 10: one thread 1.11 s (÷matmul 0.63), two 0.973 s wall, 1.73 CPU s
 (0.43 of the two-thread matmul rate 74.6 GFLOP/s); 10⁶, β = 1: 0.451 s (0.40), two threads

@@ -74,9 +74,11 @@ process): one thread main 17.7 CPU s (46.3 s wall), branch 17.1 (49.0); two thre
 | 1 | 37.1 | 18.1 | 11 | 140 |
 | 2 | 34.6 | 16.8 | 11 | 210 |
 
-(two threads of ≈ 9 runnable on two cores get no more wall time than one). On two idle
-cores that is ≈ 8–9 s (an estimate: 16.3 CPU s over two threads), not the 5 s asked; main
-measured 15.4 s on one idle thread and 9.3 s on two. Again at load 3–4, 18:00–18:02 UTC
+(two threads of ≈ 9 runnable on two cores get no more wall time than one). On the idle
+machine (load 1.2, 18:05 UTC, merged main): one thread 15.6 s (15.6 CPU s, +124 MiB, headers
++9), two threads 10.5 s (19.1 CPU s, +195 MiB), not the 5 s asked; main before it measured
+15.4 s on one idle thread and 9.3 s on two (LAPACK's own threads: faster when idle, 425.8 s
+wall at load ≈ 10 where the workers took 33.2 s). Again at load 3–4, 18:00–18:02 UTC
 (the other core busy with other jobs): main one thread 17.2 s wall, 15.9 CPU s, +164 MiB;
 branch one thread 15.2 s, 14.7 CPU s, +129 MiB; branch two threads 15.9 s, 16.9 CPU s,
 +198 MiB; main two threads 23.5 s, 33.2 CPU s, +158 MiB. Projections narrower than
