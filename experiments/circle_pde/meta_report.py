@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -53,17 +54,24 @@ def fit_text(fit: dict | None, label: str) -> str:
     return f"{label} {fit['slope']:.3f} ± {fit['slope_se']:.3f}" if fit else f"{label} n/a"
 
 
+def fit_variants(fit, mode: int, second: int, level: float) -> dict:
+    """The escape fits every claim reports, ``fit(mode, level, skip=0)`` at: the level
+    (``main``), its half and double, without the smallest N (``large``), and the runner-up
+    mode (``second``)."""
+    return {
+        "main": fit(mode, level),
+        "half": fit(mode, level / 2),
+        "double": fit(mode, 2 * level),
+        "large": fit(mode, level, skip=1),
+        "second": fit(second, level),
+    }
+
+
 def escape_claim(config: dict, arrays: dict, law: dict) -> tuple[fw.Claim, dict]:
     """The escape claim and its fits (``main``, ``half``, ``double``, ``large``, ``second``)."""
     k, level, slope = law["k_star"], config["escape_level"], law["law_slope"]
     second, _ = runner_up(config["beta"])
-    fits = {
-        "main": escape_fit(config, arrays, k, level),
-        "half": escape_fit(config, arrays, k, level / 2),
-        "double": escape_fit(config, arrays, k, 2 * level),
-        "large": escape_fit(config, arrays, k, level, skip=1),
-        "second": escape_fit(config, arrays, second, level),
-    }
+    fits = fit_variants(functools.partial(escape_fit, config, arrays), k, second, level)
     claim = (
         f"β = {config['beta']}: the escape from uniform (|ĉ_{k}| reaches ε = {level:g}) takes "
         f"ln N/(2λ_k*) + c: slope 1/(2λ_{k}) = {slope:.3f} (MATH.md §9)"

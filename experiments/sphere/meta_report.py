@@ -26,6 +26,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import numpy as np
@@ -33,7 +34,13 @@ import numpy as np
 from tpde.theory import dominant_mode, instability_rate
 
 from .. import framework as fw
-from ..circle_pde.meta_report import fit_text, lifetime_claims, lifetime_fit, lifetimes_of
+from ..circle_pde.meta_report import (
+    fit_text,
+    fit_variants,
+    lifetime_claims,
+    lifetime_fit,
+    lifetimes_of,
+)
 from ..circle_pde.meta_report import settled_sweep as settled
 from ..circle_pde.metastable import escape_times, line_fit
 from .seeding import lead_share
@@ -73,13 +80,7 @@ def escape_claim(config: dict, arrays: dict) -> tuple[fw.Claim, dict]:
     beta, level = config["escape_beta"], config["escape_level"]
     star, second = dominant_mode(beta, d=3), runner_up(beta)
     law = 1 / (2 * float(instability_rate(star, beta, d=3)))
-    fits = {
-        "main": escape_fit(config, arrays, star, level),
-        "half": escape_fit(config, arrays, star, level / 2),
-        "double": escape_fit(config, arrays, star, 2 * level),
-        "large": escape_fit(config, arrays, star, level, skip=1),
-        "second": escape_fit(config, arrays, second, level),
-    }
+    fits = fit_variants(functools.partial(escape_fit, config, arrays), star, second, level)
     claim = (
         f"S² at β = {beta:g}: the escape from uniform (A_{star} = √E_{star} reaches ε = {level:g}) "
         f"takes ln N/(2λ_l*) + c: slope 1/(2λ_{star}) = {law:.3f} (MATH.md §9)"

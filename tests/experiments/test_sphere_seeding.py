@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.experiments.test_sphere_metastable import _rotation
 from tpde.experiments.common.sphere_clusters import SphereCells
 from tpde.experiments.sphere.meta_report import count_claims, seeding_text, share_text
 from tpde.experiments.sphere.metastable import LMAX, Watch, amplitudes
@@ -28,11 +29,6 @@ from tpde.theory import dominant_mode
 @pytest.fixture(scope="module")
 def cells():
     return SphereCells()
-
-
-def _rotation(seed: int) -> np.ndarray:
-    q, r = np.linalg.qr(np.random.default_rng(seed).normal(size=(3, 3)))
-    return q * np.sign(np.diag(r))
 
 
 def _octahedron(seed: int = 3) -> np.ndarray:
