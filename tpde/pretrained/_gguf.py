@@ -1,58 +1,85 @@
-"""A GGUF file (llama.cpp's format) as a :class:`~tpde.pretrained._checkpoint.Source`: one
-generic translator from the file's ``general.architecture`` keys and tensor names to the
-config.json and the state dict a Hugging Face folder of the same model holds.
+"""A GGUF file (llama.cpp's format) as a :class:`~tpde.pretrained._checkpoint.Source`: the one
+translator from the file's ``general.architecture`` keys and tensor names to the config.json
+and the state dict a Hugging Face folder of the same model holds.
 
-**The container** is read and checked whole by :mod:`tpde.pretrained._gguf_container`
-(a truncated or corrupt file is refused before anything is built), and every tensor's type
-is checked dequantisable by the ``gguf`` package before any is read (:func:`check_types`);
-each tensor's bytes, a read-only numpy view of the memory-mapped file, then go to
-``gguf.quants.dequantize`` (every type the package dequantises: F32, F16, BF16, Q4_0 … Q8_0,
-the K-quants, the IQ types; float32).
+**The file** is read by :mod:`tpde._io.gguf_file`, as a folder's by safetensors: its container
+checked whole (a truncated or corrupt file is refused before anything is built), every
+tensor's type checked dequantisable by the ``gguf`` package before any is read, each tensor
+then dequantised (float32). Its ``tokenizer.ggml.*`` vocabulary becomes a tokenizer in
+:mod:`tpde._io.gguf_tokenizer` (GPT-2 byte-level BPE or Gemma's SentencePiece BPE, as the
+family's GGUF map says); a file without one gives a model whose
+:meth:`~tpde.pretrained.Transformer.embed` takes token ids.
 
-**The translation.** The file's family is the one whose GGUF map names its
-``general.architecture`` (:func:`gguf_family`). Its
-``<arch>.<key>`` metadata become config.json keys through :data:`STANDARD_KEYS` (llama.cpp's
-key → the family's hyper-parameter, whose config key the family's ``keys`` name) and the
-family's own ``keys``; a key in neither, nor among the ``equal`` ones the family checks, is
-refused naming it (a RoPE scaling, an expert count: nothing is silently ignored); so is a
-file without a key the map lists as ``required`` (Gemma-3's window, which llama.cpp requires). A
-window llama.cpp computes without while a Hugging Face config applies it (the map's
-``switched_off``: Phi-3's, which it turns off; llama's — Mistral's files —, Qwen2/3's and
-StarCoder2's, which it does not read) is read as llama.cpp computes it, with a warning where
-the readings differ, or as :func:`~tpde.pretrained.load`'s ``gguf_window`` chooses
-(:func:`switched_off`; "file": on every layer, with the map's ``windowed``). An olmo2 file
-holding a window w > 0 is OLMo-3 in llama.cpp, and is read as the olmo3 family (the map's
-``windowed`` without ``switched_off``: its ``model_type``). An optional
-key the file lacks takes llama.cpp's default (the map's ``defaults``: Gemma-2's window and
-soft-caps, Gemma-3's RoPE base). What else the
-file does not carry comes from the family's defaults (its documented facts) and its
-``computed`` keys; the vocabulary size from the tokens when the file has no
-``vocab_size`` (from ``token_embd.weight``'s rows when it has no vocabulary either);
-the head is tied when the file has no ``output.weight``. Tensor names: gguf-py's
-``TensorNameMap`` of the architecture (llama.cpp's own table) maps each of the family's
-checkpoint names to the file's, so every check of the folder path (missing, unexpected —
-refused by name, never dropped —, wrong shape against the metadata) applies, its messages
-naming the file's names.
+**The keys.** The file's family is the one whose GGUF map
+(:class:`~tpde.pretrained.families.GGUFMap`, which documents each entry) names its
+``general.architecture`` (:func:`gguf_family`). Its ``<arch>.<key>`` metadata become
+config.json keys through :data:`STANDARD_KEYS` (llama.cpp's key → the family's
+hyper-parameter, whose config key the family's ``keys`` name) and the map's own ``keys``; a
+key in neither, nor among the ``equal`` ones checked (:data:`STANDARD_EQUAL`), the
+``literal`` ones, the ``ignored`` ones or the RoPE scaling's, is refused naming it (nothing
+is silently ignored); so is a file without a ``required`` key. A window llama.cpp computes
+without (``switched_off``) is read as :func:`switched_off` says; an olmo2 file's window w > 0
+makes it OLMo-3 (``windowed``). An absent optional key takes llama.cpp's default
+(``defaults``), the rest the family's defaults, ``computed`` keys, ``flags`` and ``fixed``
+values; the vocabulary size the tokens' count when the file has no ``vocab_size`` (without a
+vocabulary ``token_embd.weight``'s rows); the head is tied when the file has no
+``output.weight``.
 
-Two conventions of llama.cpp's converter are undone so that the weights are the
-checkpoint's: shapes are listed innermost first (the dequantised arrays come out row-major,
-(out, in)); the rows of ``attn_q`` and ``attn_k`` of llama files are permuted — inside each
-head of dimension k the converter interleaves the two halves of the rotary pairs, row
-r = 2i + j (i < k/2, j ∈ {0, 1}) taking the original row j·k/2 + i, so that llama.cpp
-rotates adjacent pairs; :func:`unpermute_rotary_rows` inverts it (as transformers' GGUF
-loader does, ``_reverse_permute_weights``). Gemma's norm gains are stored as 1 + w (the
-family's ``stored_gain_offset``, subtracted). A fused QKV the converter rewrote as blocks
-(GPT-NeoX, Falcon) is re-interleaved, and per-head gains it stacked (StableLM) are split into
-the checkpoint's per-head tensors: :mod:`tpde.pretrained._gguf_layout` tabulates each
-layout. What llama.cpp decides by the tensors alone (StableLM's QK-norms, Falcon's second
-norm) the map's ``flags`` read from them; what its model of every file of an architecture
-has, its ``fixed`` values.
+**The tensors.** gguf-py's ``TensorNameMap`` of the architecture (llama.cpp's own table)
+maps each of the family's checkpoint names to the file's, so every check of the folder path
+(missing, unexpected — refused by name, never dropped —, wrong shape) applies, its messages
+naming the file's names. The converter's layouts are undone so that the weights are the
+checkpoint's (shapes are listed innermost first in the file; the arrays come out row-major):
 
-The tokenizer is built from the file's ``tokenizer.ggml.*`` vocabulary: GPT-2 byte-level BPE
-(:mod:`tpde.pretrained._bpe`) or Gemma's SentencePiece BPE (:mod:`tpde.pretrained._spm`),
-as the family's GGUF map says, once per file and process (~12 s for Gemma's 262144 tokens);
-a file without one gives a model whose :meth:`~tpde.pretrained.Transformer.embed` takes
-token ids.
+================  ========================================  ==================================
+what              the file (llama.cpp's converter)          the checkpoint
+================  ========================================  ==================================
+llama's           inside each head of dimension k, row      row j·k/2 + i (the two halves of
+``attn_q``,       2i + j (i < k/2, j ∈ {0, 1}): adjacent    the rotary pairs;
+``attn_k``        rotary pairs (``LlamaModel.permute``)     :func:`unpermute_rotary_rows`, as
+                                                            transformers' GGUF loader's
+                                                            ``_reverse_permute_weights``)
+a fused QKV       the blocks [W_q; W_k; W_v] (H and H_kv    group by group: [q_{g,1} … q_{g,r};
+(``attn_qkv``)    heads; ``GPTNeoXModel``, and              k_g; v_g], r = H/H_kv (GPT-NeoX:
+                  ``FalconModel``'s "jploski" layout)       r = 1; :func:`interleave_qkv`)
+per-head norms    one (H, d_h) tensor (StableLM's           H tensors (d_h,), one per head
+                  ``_stack_qk_norm``)                       (``norms.{h}``; :func:`stack_rows`)
+Gemma's norms     the gains 1 + w                           w (``stored_gain_offset``)
+GPT-2's Conv1D    (out, in)                                 (in, out) (``transposed``)
+================  ========================================  ==================================
+
+**RoPE scaling**: the ``<arch>.rope.scaling.*`` keys and RoPE tensors become the
+``rope_scaling`` dict of the config.json, read by :func:`tpde.fields.rope_scaling_from_config`
+as a folder's:
+
+==========================================  ======================================  ========
+the file                                    transformers' ``rope_scaling``          scaling
+==========================================  ======================================  ========
+``rope.scaling.type`` "none" or absent      (none; a ``factor`` alone: "linear",    —
+                                            llama.cpp's default type)
+"linear", ``factor`` s                      {"rope_type": "linear", "factor": s}    θ_m/s
+"yarn", ``factor``,                         {"rope_type": "yarn", "factor",         YaRN
+``original_context_length``,                "original_max_position_embeddings",
+``yarn_beta_fast``, ``yarn_beta_slow``      "beta_fast", "beta_slow"}
+``rope_freqs.weight`` f (r/2,)              {"rope_type": "longrope", short = long  θ_m/f_m,
+(llama.cpp's Llama-3 converter)             = f, s = 1}                             α = 1
+``rope_factors_long.weight``,               {"rope_type": "longrope", "long_factor", LongRoPE
+``rope_factors_short.weight`` (r/2,),       "short_factor", "attention_factor" = a}
+``rope.scaling.attn_factor`` a (Phi-3)
+==========================================  ======================================  ========
+
+llama.cpp's converter writes Llama-3's schedule (transformers' "llama3") as the tensor of
+per-pair divisors f_m — 1 for short wavelengths, s for long ones, 1/((1 − γ_m)/s + γ_m)
+between — and no scaling key; llama.cpp divides θ_m by f_m: LongRoPE's θ_m/f_m with equal
+short and long factors and α = 1, so the file's model is llama.cpp's exactly (the divisors
+as stored, float32) and the folder's Llama3Scaling to their rounding. YaRN's further keys
+are read only at the values under which llama.cpp's YaRN is transformers'
+(:data:`NEUTRAL_SCALING`). Phi-3's LongRoPE: the long and short factors as two tensors,
+α = √(1 + ln s/ln C₀) as ``rope.scaling.attn_factor`` (float32), read as the file holds it
+(a file without it is refused: llama.cpp would take α = 1, a Hugging Face config
+√(1 + ln s/ln C₀)). transformers and tpde take the long factors for a sequence longer than
+C₀, llama.cpp when its context size ``n_ctx`` (a setting of the run) exceeds C₀: the two
+agree where llama.cpp runs with n_ctx = the sequence's length.
 """
 
 from __future__ import annotations
@@ -64,23 +91,25 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from tpde._io import gguf_file
+from tpde._io.gguf_tokenizer import gguf_tokenizer
 from tpde._validation import require_package as require
 from tpde.pretrained._build import _CONV1D
 from tpde.pretrained._checkpoint import LoadError, Source
-from tpde.pretrained._gguf_container import read_container
-from tpde.pretrained._gguf_layout import interleave_qkv, stack_rows, unpermute_rotary_rows
-from tpde.pretrained._gguf_rope import ROPE_SCALING_KEYS, rope_scaling, rope_tensors
 from tpde.pretrained.families.base import FAMILIES, Family
 
 __all__ = [
+    "NEUTRAL_SCALING",
+    "ROPE_SCALING_KEYS",
     "STANDARD_EQUAL",
     "STANDARD_KEYS",
-    "check_types",
+    "dequantised",
     "gguf_config",
     "gguf_family",
     "interleave_qkv",
     "open_gguf",
-    "read_container",
+    "rope_scaling",
+    "stack_rows",
     "switched_off",
     "unpermute_rotary_rows",
 ]
@@ -386,54 +415,6 @@ def _tensor_names(family: Family, blocks: int) -> tuple[dict[str, str], dict[str
     return out, roles
 
 
-def _dequantisable(qtype) -> bool:
-    """Whether the ``gguf`` package dequantises ggml type ``qtype`` (tried on one block)."""
-    gguf = require("gguf")
-    try:
-        gguf.quants.dequantize(np.zeros((1, gguf.GGML_QUANT_SIZES[qtype][1]), np.uint8), qtype)
-    except NotImplementedError:
-        return False
-    return True
-
-
-def _undequantisable(path: Path, name: str, qtype) -> LoadError:
-    gguf = require("gguf")
-    readable = [t.name for t in gguf.GGMLQuantizationType if _dequantisable(t)]
-    return LoadError(
-        f"{path}: the tensor {name!r} is stored as {qtype.name}, a quantisation type the gguf "
-        f"package cannot dequantise (it reads {', '.join(readable)}); re-quantise the file to "
-        "one of those (llama.cpp's llama-quantize, e.g. to Q8_0) or convert it from the "
-        "original checkpoint."
-    )
-
-
-def check_types(path: Path, stored: dict) -> None:
-    """A LoadError naming the first tensor of ``stored`` (name → (ggml type, …)) whose type
-    the ``gguf`` package cannot dequantise (Q8_1, Q8_K, the integer types, F64 in gguf 0.19),
-    before any tensor is read."""
-    kinds = {}
-    for name, (qtype, *_) in stored.items():
-        kinds.setdefault(qtype, name)
-    for qtype, name in kinds.items():
-        if not _dequantisable(qtype):
-            raise _undequantisable(path, name, qtype)
-
-
-def dequantised(path: Path, name: str, qtype, raw) -> np.ndarray:
-    """Tensor ``name`` of a GGUF file as a writeable float32 array (``gguf``'s own
-    dequantisation), refused where the type is unknown or a value not finite."""
-    gguf = require("gguf")
-    try:
-        array = gguf.quants.dequantize(raw, qtype)
-    except NotImplementedError:
-        raise _undequantisable(path, name, qtype) from None
-    if not array.flags.writeable:  # F32 tensors are views of the read-only file
-        array = array.copy()
-    if not np.isfinite(array).all():
-        raise LoadError(f"{path}: the tensor {name!r} holds NaN or infinite values.")
-    return np.asarray(array, dtype=np.float32)
-
-
 def _renamer(to_checkpoint: dict[str, str], transposed: set[str]):
     """A message naming checkpoint tensors → naming the file's (each with its checkpoint
     name after it; ``transposed``: the checkpoint names whose shapes the messages give as the
@@ -473,10 +454,24 @@ def gguf_family(architecture, where: str) -> Family:
     )
 
 
+def _loading(read, *args):
+    """``read(*args)`` of :mod:`tpde._io`, its ValueError (which names the file) a LoadError."""
+    try:
+        return read(*args)
+    except ValueError as err:
+        raise LoadError(str(err)) from None
+
+
+def dequantised(path: Path, name: str, qtype, raw) -> np.ndarray:
+    """Tensor ``name`` of the file, dequantised (float32; :func:`tpde._io.gguf_file.dequantise`:
+    a type ``gguf`` cannot dequantise or a value not finite refused, as a LoadError)."""
+    return _loading(gguf_file.dequantise, path, name, qtype, raw)
+
+
 def _open_container(path: Path, vocabulary: bool = True) -> tuple[dict, dict]:
     require("gguf")
     try:
-        return read_container(path, vocabulary=vocabulary)
+        return gguf_file.read_container(path, vocabulary=vocabulary)
     except ValueError as err:
         raise LoadError(
             f"{path} is not a readable GGUF file ({err}); check that it was written "
@@ -499,8 +494,8 @@ def open_gguf(path: Path, window=None, *, chosen: bool = False, vocabulary=True)
             f"which only {', '.join(having)} files have; {path} holds a "
             f"{family.gguf.architecture} model, which has one reading: leave gguf_window None."
         )
-    check_types(path, stored)
-    freqs, factors = rope_tensors(path, stored, metadata, family.gguf, dequantised)
+    _loading(gguf_file.check_types, path, stored)
+    freqs, factors = rope_tensors(path, stored, metadata, family.gguf)
     shapes = {n: t[1] for n, t in stored.items()}
     try:
         raw, source = gguf_config(metadata, shapes, family, freqs, factors, window)
@@ -531,7 +526,9 @@ def open_gguf(path: Path, window=None, *, chosen: bool = False, vocabulary=True)
         raw=raw,
         shapes=shapes,
         read=read,
-        tokenizer=(lambda: _tokenizer(path, metadata, family)) if vocabulary else lambda: None,
+        tokenizer=(lambda: _loading(gguf_tokenizer, path, metadata, family.gguf.tokenizer))
+        if vocabulary
+        else lambda: None,
         key_name=lambda key: _metadata_key(path, source, key),
         said="the file holds",
         rename=_renamer(to_checkpoint, transposed),
@@ -585,26 +582,245 @@ def _read(path, stored, by_name, expected, family, cfg, dtype, device) -> dict:
     return out
 
 
-# ---------------------------------------------------------------------- tokenizer
-_TOKENIZERS: dict = {}
+# ---------------------------------------------------------------------- RoPE scaling
+
+#: llama.cpp's RoPE-scaling keys (``<arch>.rope.scaling.*``) → the key of transformers'
+#: ``rope_scaling`` dict they become (module notes); None: checked equal to the neutral value
+#: of :data:`NEUTRAL_SCALING`, else refused.
+ROPE_SCALING_KEYS = {
+    "rope.scaling.type": "rope_type",
+    "rope.scaling.factor": "factor",
+    "rope.scaling.original_context_length": "original_max_position_embeddings",
+    "rope.scaling.attn_factor": "attention_factor",
+    "rope.scaling.yarn_beta_fast": "beta_fast",
+    "rope.scaling.yarn_beta_slow": "beta_slow",
+    "rope.scaling.yarn_ext_factor": None,
+    "rope.scaling.yarn_attn_factor": None,
+    "rope.scaling.yarn_log_multiplier": None,
+    "rope.scaling.finetuned": None,
+}
+#: The values of llama.cpp's YaRN keys under which its YaRN is transformers': the whole ramp
+#: (ext_factor 1), α = g(s) (attn_factor 1: llama.cpp multiplies g(s) by it, transformers'
+#: ``attention_factor`` replaces g(s), so any other value has two readings), no DeepSeek
+#: log multiplier; ``finetuned`` changes nothing (None: any value).
+NEUTRAL_SCALING = {
+    "rope.scaling.yarn_ext_factor": 1.0,
+    "rope.scaling.yarn_attn_factor": 1.0,
+    "rope.scaling.yarn_log_multiplier": 0.0,
+    "rope.scaling.finetuned": None,
+}
+
+#: The keys each scaling reads, and those it needs.
+_ALLOWED = {
+    "linear": ("factor",),
+    "yarn": ("factor", "original_max_position_embeddings", "beta_fast", "beta_slow"),
+}
+_REQUIRED = {"linear": ("factor",), "yarn": ("factor", "original_max_position_embeddings")}
 
 
-def _tokenizer(path: Path, metadata: dict, family: Family):
-    """The file's tokenizer (None without ``tokenizer.ggml.tokens``), built once per file
-    (path, size, modification time) and process: Gemma's 262144 tokens take ~12 s."""
-    if not metadata.get("tokenizer.ggml.tokens"):
-        return None
-    fields = {k.removeprefix("tokenizer.ggml."): v for k, v in metadata.items()
-              if k.startswith("tokenizer.ggml.")}  # fmt: skip
-    if family.gguf.tokenizer == "bpe":
-        from tpde.pretrained._bpe import build_tokenizer as build
+def rope_scaling(found: dict, prefix: str, freqs, context, factors=None) -> dict | None:
+    """transformers' ``rope_scaling`` dict of a file's ``rope.scaling.*`` keys (``found``,
+    without the prefix), ``rope_freqs`` values and LongRoPE ``factors`` (long, short), or None
+    for unscaled RoPE (module notes)."""
+    if factors is not None:
+        return _longrope(found, prefix, factors, freqs)
+    for short, neutral in NEUTRAL_SCALING.items():
+        if short in found and neutral is not None and found[short] != neutral:
+            raise LoadError(
+                f"the metadata key {prefix + short!r} = {found[short]!r} is a RoPE scaling "
+                f"tpde does not implement (it reads this key only at {neutral!r}, where "
+                "llama.cpp's YaRN is transformers'); tpde refuses rather than ignore it."
+            )
+    factor = "rope.scaling.factor" in found
+    kind = found.get("rope.scaling.type", "linear" if factor else "none")
+    params = {ROPE_SCALING_KEYS[k]: v for k, v in found.items()
+              if ROPE_SCALING_KEYS[k] not in (None, "rope_type")}  # fmt: skip
+    if kind == "none" and params.get("factor", 1.0) == 1.0 and set(params) <= {"factor"}:
+        params = None
+    elif kind not in _ALLOWED:
+        raise LoadError(
+            f"the metadata key {prefix + 'rope.scaling.type'!r} = {kind!r} (with "
+            f"{sorted(prefix + k for k in found)}) is a RoPE scaling tpde does not read from "
+            "GGUF files (it reads 'none', 'linear' and 'yarn'; LongRoPE's per-pair factors "
+            "come from a folder's config.json); tpde refuses rather than ignore it."
+        )
     else:
-        from tpde.pretrained._spm import build_gemma_tokenizer as build
-    stat = path.stat()
-    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns, family.gguf.tokenizer)
-    if key not in _TOKENIZERS:
-        try:
-            _TOKENIZERS[key] = build(fields, str(path))
-        except ValueError as err:
-            raise LoadError(str(err)) from None
-    return _TOKENIZERS[key]
+        _check_scaling_keys(kind, params, prefix)
+    if freqs is None:
+        return None if params is None else {"rope_type": kind, **params}
+    if params is not None:
+        raise LoadError(
+            f"the file holds both the RoPE scaling {prefix + 'rope.scaling.type'!r} = {kind!r} "
+            "and a 'rope_freqs.weight' tensor; tpde reads one of them, not both."
+        )
+    factors = [float(f) for f in freqs]
+    # θ'_m = θ_m / f_m with α = 1: LongRoPE with equal short and long factors and s = 1
+    return {"rope_type": "longrope", "short_factor": factors, "long_factor": factors,
+            "original_max_position_embeddings": context, "factor": 1.0}  # fmt: skip
+
+
+def _check_scaling_keys(kind: str, params: dict, prefix: str) -> None:
+    """Every key the scaling ``kind`` needs present and none it does not read."""
+    spelled = {v: k for k, v in ROPE_SCALING_KEYS.items() if v}
+    for key in _REQUIRED[kind]:
+        if key not in params:
+            raise LoadError(
+                f"the metadata key {prefix + spelled[key]!r} is missing, and {kind!r} RoPE "
+                f"scaling needs it (it reads "
+                f"{', '.join(prefix + spelled[k] for k in _ALLOWED[kind])})."
+            )
+    for key in params:
+        if key not in _ALLOWED[kind]:
+            raise LoadError(
+                f"the metadata key {prefix + spelled[key]!r} = {params[key]!r} is not read by "
+                f"{kind!r} RoPE scaling (it reads "
+                f"{', '.join(prefix + spelled[k] for k in _ALLOWED[kind])}); tpde refuses "
+                "rather than ignore it."
+            )
+
+
+def _longrope(found: dict, prefix: str, factors, freqs) -> dict:
+    """Phi-3's LongRoPE of a file's factor tensors and ``rope.scaling.attn_factor`` (module
+    notes); any other scaling beside them refused."""
+    key = prefix + "rope.scaling.attn_factor"
+    beside = sorted(repr(prefix + k) for k in found if k != "rope.scaling.attn_factor")
+    if beside or freqs is not None:
+        beside += ["'rope_freqs.weight'"] if freqs is not None else []
+        raise LoadError(
+            "the file holds LongRoPE's 'rope_factors_long.weight' and 'rope_factors_short.weight' "
+            f"and beside them {', '.join(beside)}; tpde reads the factors with {key!r} alone."
+        )
+    if "rope.scaling.attn_factor" not in found:
+        raise LoadError(
+            f"the metadata key {key!r} is missing beside LongRoPE's factor tensors: llama.cpp "
+            "would scale by 1, a Hugging Face config by √(1 + ln s/ln C₀); tpde refuses rather "
+            "than guess (llama.cpp's converter always writes it)."
+        )
+    long, short = factors
+    return {"rope_type": "longrope", "long_factor": long, "short_factor": short,
+            "attention_factor": float(found["rope.scaling.attn_factor"])}  # fmt: skip
+
+
+#: The per-pair RoPE tensors a GGUF map reads: its flag → the tensor names.
+_TENSORS = {"rope_freqs": ("rope_freqs.weight",),
+            "rope_factors": ("rope_factors_long.weight", "rope_factors_short.weight")}  # fmt: skip
+
+
+def rope_tensors(path, stored: dict, metadata: dict, spec) -> tuple:
+    """(the values f_m of a ``rope_freqs.weight`` tensor, the LongRoPE factors (long, short))
+    of a file whose GGUF map ``spec`` reads them (each removed from ``stored``), checked: one
+    positive finite value per rotated pair; None for each the file or the map lacks."""
+    out = []
+    for flag, names in _TENSORS.items():
+        held = [n for n in names if n in stored]
+        if not (getattr(spec, flag) and held):
+            out.append(None)
+            continue
+        if len(held) < len(names):
+            missing = next(n for n in names if n not in stored)
+            raise LoadError(
+                f"{path}: the file holds {held[0]!r} but not {missing!r}; LongRoPE needs both "
+                "(the long factors past the original context, the short ones within it)."
+            )
+        values = [_pair_values(path, stored, n, metadata, spec) for n in names]
+        out.append(values[0] if len(values) == 1 else tuple(v.tolist() for v in values))
+    return tuple(out)
+
+
+def _pair_values(path, stored, name, metadata, spec) -> np.ndarray:
+    """Tensor ``name`` (removed from ``stored``): one positive value per rotated pair."""
+    qtype, shape, data = stored.pop(name)
+    values = dequantised(path, name, qtype, data).astype(np.float64)
+    prefix = f"{spec.architecture}."
+    rotated = metadata.get(
+        prefix + "rope.dimension_count", metadata.get(prefix + "attention.key_length")
+    )
+    if rotated is None:
+        hidden, heads = (
+            metadata.get(prefix + k) for k in ("embedding_length", "attention.head_count")
+        )
+        rotated = (
+            hidden // heads
+            if isinstance(hidden, int) and isinstance(heads, int) and heads
+            else None
+        )
+    if len(shape) != 1 or (isinstance(rotated, int) and shape[0] * 2 != rotated):
+        raise LoadError(
+            f"{path}: the tensor {name!r} has shape {shape}; the metadata implies "
+            f"({rotated // 2 if isinstance(rotated, int) else '?'},) (one value per rotated "
+            "pair of a head)."
+        )
+    if not (values > 0).all():
+        raise LoadError(
+            f"{path}: the tensor {name!r} holds divisors ≤ 0; RoPE frequencies are divided by "
+            "positive ones."
+        )
+    return values
+
+
+# ---------------------------------------------------------------------- layouts
+
+
+def interleave_qkv(weight: np.ndarray, heads: int, kv_heads: int | None = None) -> np.ndarray:
+    """A fused QKV weight (or bias) stored as the blocks [W_q; W_k; W_v] (llama.cpp's
+    converter) as the checkpoint stores it, group by group: rows [q_{g,1} … q_{g,r}; k_g; v_g]
+    for g = 0 … H_kv − 1, r = H/H_kv (GPT-NeoX, H_kv = H: head by head [q_h; k_h; v_h]).
+
+    Parameters
+    ----------
+    weight : array ((H + 2·H_kv)·k, …)
+    heads : int
+        H.
+    kv_heads : int, optional
+        H_kv (default H).
+
+    Returns
+    -------
+    array ((H + 2·H_kv)·k, …)
+        Group g's rows: the file's query rows of heads g·r … g·r + r − 1, then its key and
+        value rows of head g.
+    """
+    kv = heads if kv_heads is None else kv_heads
+    rows, rest = weight.shape[0], weight.shape[1:]
+    if kv < 1 or heads % kv or rows % (heads + 2 * kv):
+        raise LoadError(
+            f"a fused QKV weight with {rows} rows cannot be split into q of {heads} heads and k "
+            f"and v of {kv} heads each; the file's head counts do not match its tensors."
+        )
+    k = rows // (heads + 2 * kv)
+    q = weight[: heads * k].reshape(kv, heads // kv * k, *rest)
+    keys = weight[heads * k : (heads + kv) * k].reshape(kv, k, *rest)
+    values = weight[(heads + kv) * k :].reshape(kv, k, *rest)
+    return np.ascontiguousarray(np.concatenate([q, keys, values], axis=1).reshape(weight.shape))
+
+
+def unpermute_rotary_rows(weight: np.ndarray, heads: int) -> np.ndarray:
+    """Undo llama.cpp's rotary row permutation of a query or key weight (module table).
+
+    Parameters
+    ----------
+    weight : array (heads·k, d)
+        ``attn_q`` (heads = H) or ``attn_k`` (heads = H_kv) as stored in the file.
+    heads : int
+
+    Returns
+    -------
+    array (heads·k, d)
+        Row j·k/2 + i of head h is the file's row 2i + j of head h.
+    """
+    rows = weight.shape[0]
+    if rows % (2 * heads):
+        raise LoadError(
+            f"a rotary weight with {rows} rows cannot be split into {heads} heads of even "
+            "dimension; the file's head counts do not match its tensors."
+        )
+    half = rows // heads // 2
+    return np.ascontiguousarray(
+        weight.reshape(heads, half, 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
+    )
+
+
+def stack_rows(template: str, stored: str, shape: tuple) -> dict[str, tuple[str, int, tuple]]:
+    """The checkpoint's per-head tensors of a stacked (H, d_h) file tensor: name (``template``
+    with ``{h}`` = 0 … H − 1) → (the file's name ``stored``, row h, shape (d_h,))."""
+    return {template.format(h=h): (stored, h, tuple(shape[1:])) for h in range(shape[0])}
