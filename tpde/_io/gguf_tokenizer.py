@@ -73,6 +73,7 @@ def build_tokenizer(metadata: dict, source: str = "the GGUF file"):
     tokenizer.add_special_tokens([AddedToken(t, normalized=False, special=True) for t in control])
     return tokenizer
 
+
 USER_DEFINED = 4  # llama.cpp's LLAMA_TOKEN_TYPE_USER_DEFINED
 
 
