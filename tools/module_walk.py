@@ -31,6 +31,17 @@ folder 4, 0, 13; llama GGUF 7, 0, 15 (loader, _gguf, _gguf_container, _gguf_rope
 _build, _bpe); Gemma-3 GGUF 7, 0, 15 (families/gemma2 in place of _bpe). With the layout
 reversals of branch ``gguf2`` in ``_gguf_layout``: llama GGUF 8, 0, 24; Gemma-3 GGUF 7, 0, 17.
 Still no return to a module left; the GGUF stage is now four files instead of one.
+
+Branch ``ggufroad``: the GGUF container and dequantisation (``tpde._io.gguf_file``) and the
+tokenizer builders (``tpde._io.gguf_tokenizer``) are file-format readers outside
+``tpde/pretrained`` — what safetensors and tokenizers are for a folder, not counted, as those
+are not —, and the translation is two modules: ``_gguf`` (the tensors: names, layouts, RoPE
+tensors) and ``_gguf_keys`` (the metadata as the config.json, windows and RoPE scaling); in
+one it would be ~830 lines (510 of code), over the 600-line limit. llama folder 4, 0, 13;
+llama GGUF 5, 0, 16 (loader, _gguf, _gguf_keys, _config, _build); Gemma-3 GGUF 6, 0, 17
+(families/gemma2 after _gguf_keys: the family entry's llama.cpp query scale, a function of
+the family's module, as a Falcon folder enters families/falcon for its variant — 5, 0, 14,
+measured apart —: the road's "one family entry", counted by this tool's rule).
 """
 
 from __future__ import annotations
