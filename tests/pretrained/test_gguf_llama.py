@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from tpde.pretrained import LoadError, load, smollm2
-from tpde._io.gguf_tokenizer import build_tokenizer
 from tpde._io.gguf_file import read_container
+from tpde._io.gguf_tokenizer import build_tokenizer
+from tpde.pretrained import LoadError, load, smollm2
 from tpde.pretrained._gguf import unpermute_rotary_rows
 from tpde.pretrained.loader import read_checkpoint
 
