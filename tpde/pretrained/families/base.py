@@ -52,7 +52,7 @@ class GGUFMap:
     """How a GGUF file of one ``general.architecture`` maps onto its :class:`Family`.
 
     The file's ``<arch>.<key>`` metadata become config.json keys through the one table of
-    llama.cpp's standard keys (:data:`tpde.pretrained._gguf.STANDARD_KEYS`: key → the
+    llama.cpp's standard keys (:data:`tpde.pretrained._gguf_keys.STANDARD_KEYS`: key → the
     family's hyper-parameter, whose config key the family's ``keys`` name), the tensor names
     through gguf-py's ``TensorNameMap`` for the architecture; the entry adds what differs.
 
@@ -67,7 +67,7 @@ class GGUFMap:
     equal : dict
         Further GGUF metadata keys → the hyper-parameter (an attribute of the config record,
         :class:`~tpde.pretrained._config.ModelConfig`) they must equal (checked, else
-        refused), beyond :data:`tpde.pretrained._gguf.STANDARD_EQUAL`. Any other ``<arch>.``
+        refused), beyond :data:`tpde.pretrained._gguf_keys.STANDARD_EQUAL`. Any other ``<arch>.``
         key of the file is refused, naming it (a RoPE scaling, an expert count, …).
     stored_gain_offset : float
         llama.cpp's converter stores Gemma's norm gains as 1 + w: subtracted on reading (as
