@@ -267,6 +267,7 @@ def _read(path, stored, by_name, expected, family, cfg, dtype, device) -> dict:
     return out
 
 
+# ---------------------------------------------------------------------- RoPE tensors
 #: The per-pair RoPE tensors a GGUF map reads: its flag → the tensor names.
 _TENSORS = {"rope_freqs": ("rope_freqs.weight",),
             "rope_factors": ("rope_factors_long.weight", "rope_factors_short.weight")}  # fmt: skip
@@ -324,6 +325,7 @@ def _pair_values(path, stored, name, metadata, spec) -> np.ndarray:
     return values
 
 
+# ---------------------------------------------------------------------- layouts (module table)
 def interleave_qkv(weight: np.ndarray, heads: int, kv_heads: int | None = None) -> np.ndarray:
     """A fused QKV weight (or bias) stored as the blocks [W_q; W_k; W_v] (llama.cpp's
     converter) as the checkpoint stores it, group by group: rows [q_{g,1} … q_{g,r}; k_g; v_g]

@@ -383,6 +383,7 @@ def check_equal(metadata: dict, family: Family, cfg, where: str) -> None:
             )
 
 
+# ---------------------------------------------------------------------- RoPE scaling
 def rope_scaling(found: dict, prefix: str, freqs, context, factors=None) -> dict | None:
     """transformers' ``rope_scaling`` dict of a file's ``rope.scaling.*`` keys (``found``,
     without the prefix), ``rope_freqs`` values and LongRoPE ``factors`` (long, short), or None
