@@ -148,7 +148,7 @@ def test_a_truncated_file_is_refused(tiny, tmp_path):
 
 # ---------------------------------------------------------------------- the tokenizer
 def test_merges_recovered_from_the_vocabulary_rank_by_place_in_the_file():
-    from tpde.pretrained._spm import recovered_merges
+    from tpde._io.gguf_tokenizer import recovered_merges
 
     tokens = ["<pad>", "a", "b", "c", "bc", "ab", "abc"]
     # "bc" (place 4) before "ab" (5); "abc" splits as a|bc and ab|c, the longer left first
@@ -157,7 +157,7 @@ def test_merges_recovered_from_the_vocabulary_rank_by_place_in_the_file():
 
 def test_gemma_tokenizer_of_a_tiny_vocabulary():
     pytest.importorskip("tokenizers")
-    from tpde.pretrained._spm import build_gemma_tokenizer
+    from tpde._io.gguf_tokenizer import build_gemma_tokenizer
 
     tokens = ["<pad>", "<eos>", "<bos>", "<unk>", "a", "b", "ab", "▁", "▁ab", "  ", "<x>"]
     types = [3, 3, 3, 2, 1, 1, 1, 1, 1, 1, 4]

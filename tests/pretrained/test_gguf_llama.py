@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 import torch
 
+from tpde._io.gguf_file import read_container
+from tpde._io.gguf_tokenizer import build_tokenizer
 from tpde.pretrained import LoadError, load, smollm2
-from tpde.pretrained._bpe import build_tokenizer
-from tpde.pretrained._gguf import read_container, unpermute_rotary_rows
+from tpde.pretrained._gguf import unpermute_rotary_rows
 from tpde.pretrained.loader import read_checkpoint
 
 GGUFError = LoadError  # every load error is a LoadError

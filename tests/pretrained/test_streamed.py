@@ -128,7 +128,7 @@ def test_the_vocabulary_is_left_unread(tmp_path):
     tokenizer.ggml.* arrays are walked (checked) and kept as their lengths only (Unread), the
     rest of the metadata as read in full; the source then has no tokenizer."""
     from tests.pretrained.test_gguf_llama import write_tiny
-    from tpde.pretrained._gguf_container import Unread, read_container
+    from tpde._io.gguf_file import Unread, read_container
 
     path = tmp_path / "tiny.gguf"
     write_tiny(path)

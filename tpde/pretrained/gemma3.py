@@ -68,7 +68,7 @@ def gemma3_270m_path(folder=None) -> Path:
 
 def load_gemma3_270m(dtype: torch.dtype = torch.float32, device="cpu") -> Transformer:
     """Gemma-3-270M as tpde fields (:func:`tpde.pretrained.load` of :func:`gemma3_270m_path`),
-    with its tokenizer built from the file (:mod:`tpde.pretrained._spm`)."""
+    with its tokenizer built from the file (:mod:`tpde._io.gguf_tokenizer`)."""
     from tpde.pretrained.loader import load
 
     return load(gemma3_270m_path(), dtype=dtype, device=device)

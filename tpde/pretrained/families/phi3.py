@@ -11,7 +11,7 @@ GGUF: llama.cpp's ``phi3`` files (the fused ``attn_qkv`` and ``ffn_up`` = [W_gat
 folder stores them; rotary rows not interleaved), whose ``rope.dimension_count`` is the rotated
 width (partial_rotary_factor = it / head dimension), ``rope.scaling.original_context_length``
 C₀ and LongRoPE's factors two tensors with α in ``rope.scaling.attn_factor``
-(:mod:`tpde.pretrained._gguf_rope`).
+(:mod:`tpde.pretrained._gguf`).
 
 The window of a phi3 file has two readings. llama.cpp's converter (``Phi3MiniModel.
 set_gguf_parameters``) writes the checkpoint's ``sliding_window`` (0 for none) as
@@ -22,7 +22,7 @@ for the 4k models), and transformers' GGUF loader does not map it (its Phi3Confi
 keeps ``sliding_window`` None). A window that binds within the file's context (Phi-3-mini-4k's
 2047 of 4096) is therefore read as llama.cpp computes it, without a window, with a warning;
 :func:`~tpde.pretrained.load`'s ``gguf_window="file"`` applies it as the checkpoint's
-config.json does (:func:`tpde.pretrained._gguf.switched_off`). 0 and a window ≥ the context
+config.json does (:func:`tpde.pretrained._gguf_keys.switched_off`). 0 and a window ≥ the context
 (Phi-3.5-mini's 262144 of 131072) read as none without a warning.
 """
 

@@ -1,6 +1,8 @@
 """The GGUF container (llama.cpp's file format) read as far as its header: the metadata and,
 per tensor, its ggml type, shape and bytes — every part checked before any tensor is
-dequantised, so that a truncated or corrupt file is refused whole, nothing half-built.
+dequantised, so that a truncated or corrupt file is refused whole, nothing half-built —, and
+its tensors dequantised by the ``gguf`` package. A file-format reader, as ``safetensors`` is
+for a folder: it knows nothing of Transformers (:mod:`tpde.pretrained._gguf` translates).
 
 **The layout** (little-endian, version 2 or 3): the magic ``GGUF``, the version (uint32), the
 tensor and key–value counts (uint64), the key–value pairs (key: uint64 length + UTF-8 bytes;
@@ -19,6 +21,10 @@ The ``gguf`` package's ``GGUFReader`` builds a numpy view per part of every fiel
 10⁵ strings (a vocabulary's tokens and merges take 3–8 s); this reader decodes the same
 header with :mod:`struct` in a few hundredths of a second and hands each tensor's bytes as a
 read-only numpy view of the memory-mapped file.
+
+**Dequantisation**: every type the ``gguf`` package dequantises (F32, F16, BF16, Q4_0 … Q8_0,
+the K-quants, the IQ types; float32), :func:`check_types` refusing a file that holds any
+other before a tensor is read, :func:`dequantise` any value that is not finite.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["MAGIC", "Unread", "read_container"]
+__all__ = ["MAGIC", "Unread", "check_types", "dequantisable", "dequantise", "read_container"]
 
 MAGIC = b"GGUF"
 MAX_DIMS = 4  # GGML_MAX_DIMS
@@ -214,3 +220,55 @@ def read_container(path: Path, *, vocabulary: bool = True) -> tuple[dict, dict]:
     start = -(-cursor.pos // alignment) * alignment
     data = np.frombuffer(buffer, dtype=np.uint8)
     return metadata, {info[0]: _tensor(data, start, alignment, info) for info in infos}
+
+
+def dequantisable(qtype) -> bool:
+    """Whether the ``gguf`` package dequantises ggml type ``qtype`` (tried on one block)."""
+    import gguf
+
+    try:
+        gguf.quants.dequantize(np.zeros((1, gguf.GGML_QUANT_SIZES[qtype][1]), np.uint8), qtype)
+    except NotImplementedError:
+        return False
+    return True
+
+
+def _undequantisable(path, name: str, qtype) -> ValueError:
+    import gguf
+
+    readable = [t.name for t in gguf.GGMLQuantizationType if dequantisable(t)]
+    return ValueError(
+        f"{path}: the tensor {name!r} is stored as {qtype.name}, a quantisation type the gguf "
+        f"package cannot dequantise (it reads {', '.join(readable)}); re-quantise the file to "
+        "one of those (llama.cpp's llama-quantize, e.g. to Q8_0) or convert it from the "
+        "original checkpoint."
+    )
+
+
+def check_types(path, tensors: dict) -> None:
+    """A ValueError naming the first tensor of ``tensors`` (name → (ggml type, …), as
+    :func:`read_container` gives them) whose type the ``gguf`` package cannot dequantise
+    (Q8_1, Q8_K, the integer types, F64 in gguf 0.19), before any tensor is read."""
+    kinds = {}
+    for name, (qtype, *_) in tensors.items():
+        kinds.setdefault(qtype, name)
+    for qtype, name in kinds.items():
+        if not dequantisable(qtype):
+            raise _undequantisable(path, name, qtype)
+
+
+def dequantise(path, name: str, qtype, raw) -> np.ndarray:
+    """Tensor ``name`` of the GGUF file ``path`` (its ggml type and raw bytes, as
+    :func:`read_container` gives them) as a writeable float32 array (``gguf``'s own
+    dequantisation); a ValueError where the type is unknown or a value not finite."""
+    import gguf
+
+    try:
+        array = gguf.quants.dequantize(raw, qtype)
+    except NotImplementedError:
+        raise _undequantisable(path, name, qtype) from None
+    if not array.flags.writeable:  # F32 tensors are views of the read-only file
+        array = array.copy()
+    if not np.isfinite(array).all():
+        raise ValueError(f"{path}: the tensor {name!r} holds NaN or infinite values.")
+    return np.asarray(array, dtype=np.float32)
