@@ -29,21 +29,21 @@ either); the head is tied when the file has no ``output.weight``.
 ``rope_scaling`` dict of the config.json, read by :func:`tpde.fields.rope_scaling_from_config`
 as a folder's:
 
-==========================================  ======================================  ========
-the file                                    transformers' ``rope_scaling``          scaling
-==========================================  ======================================  ========
-``rope.scaling.type`` "none" or absent      (none; a ``factor`` alone: "linear",    —
+==========================================  ============================================  ========
+the file                                    transformers' ``rope_scaling``                scaling
+==========================================  ============================================  ========
+``rope.scaling.type`` "none" or absent      (none; a ``factor`` alone: "linear",          —
                                             llama.cpp's default type)
-"linear", ``factor`` s                      {"rope_type": "linear", "factor": s}    θ_m/s
-"yarn", ``factor``,                         {"rope_type": "yarn", "factor",         YaRN
+"linear", ``factor`` s                      {"rope_type": "linear", "factor": s}          θ_m/s
+"yarn", ``factor``,                         {"rope_type": "yarn", "factor",               YaRN
 ``original_context_length``,                "original_max_position_embeddings",
 ``yarn_beta_fast``, ``yarn_beta_slow``      "beta_fast", "beta_slow"}
-``rope_freqs.weight`` f (r/2,)              {"rope_type": "longrope", short = long  θ_m/f_m,
-(llama.cpp's Llama-3 converter)             = f, s = 1}                             α = 1
-``rope_factors_long.weight``,               {"rope_type": "longrope", "long_factor", LongRoPE
+``rope_freqs.weight`` f (r/2,)              {"rope_type": "longrope", short = long        θ_m/f_m,
+(llama.cpp's Llama-3 converter)             = f, s = 1}                                   α = 1
+``rope_factors_long.weight``,               {"rope_type": "longrope", "long_factor",      LongRoPE
 ``rope_factors_short.weight`` (r/2,),       "short_factor", "attention_factor" = a}
 ``rope.scaling.attn_factor`` a (Phi-3)
-==========================================  ======================================  ========
+==========================================  ============================================  ========
 
 llama.cpp's converter writes Llama-3's schedule (transformers' "llama3") as the tensor of
 per-pair divisors f_m — 1 for short wavelengths, s for long ones, 1/((1 − γ_m)/s + γ_m)
