@@ -286,6 +286,27 @@ def meta_table(config: dict, results: dict) -> str:
     )  # fmt: skip
 
 
+def cost_note(results: dict) -> str | None:
+    """The metastability part's CPU seconds per part and per run kind, and its wall time on
+    its worker processes (None for a run that recorded none)."""
+    r = results.get("metastable")
+    if r is None or not isinstance(r.get("cpu_seconds"), dict):
+        return None
+    cpu, escape = r["cpu_seconds"], (r["escape"] or {}).get("runs", [])
+    by_size = {}
+    for run in escape:
+        by_size.setdefault(run["n"], []).append(run["cpu_seconds"])
+    sizes = ", ".join(f"N = {n}: {', '.join(f'{c:.0f}' for c in cs)}" for n, cs in by_size.items())
+    longest = max((x["cpu_seconds"] for m in r["sweep"].values() for x in m["runs"]), default=0)
+    return (
+        f"S² metastability cost: {cpu['total']:.0f} s CPU in all (escape {cpu['escape']:.0f}"
+        + (f" — per draw {sizes}" if sizes else "")
+        + f"; β sweep {cpu['sweep']:.0f}, its longest run {longest:.0f}), {r['seconds']:.0f} s "
+        f"wall on {r['workers']} worker process(es) (each on the run's torch threads; the "
+        "wall time depends on the machine's load)"
+    )
+
+
 def meta_summary(fits: dict) -> str:
     """One clause for the study's summary."""
     escape, kappa = fits.get("escape", {}).get("main"), fits.get("kappa")
@@ -298,6 +319,6 @@ def meta_summary(fits: dict) -> str:
     return "; ".join(parts)
 
 
-__all__ = ["PEAK_SHARE", "count_claims", "escape_claim", "escape_count_claim", "escape_fit",
-           "lifetime_fit", "meta_claims", "meta_summary", "meta_table", "peak_hits",
+__all__ = ["PEAK_SHARE", "cost_note", "count_claims", "escape_claim", "escape_count_claim",
+           "escape_fit", "lifetime_fit", "meta_claims", "meta_summary", "meta_table", "peak_hits",
            "runner_up", "seeding_text", "settled", "share_text"]  # fmt: skip
