@@ -10,13 +10,15 @@ arguments, so the part gives the same arrays and results on one process or sever
 (tested); one worker runs the tasks in the order submitted, the serial order.
 
 **Scheduling.** With w ≥ 2 workers the largest ``cost`` starts first: the cost of a run
-is its tokens times its saves, N·T (every save counts the clusters and the amplitudes of
-all N tokens, and the dopri5 steps between saves are few and alike). Measured CPU seconds
-on one thread of the shared, loaded 2-core machine (MATH.md §9): the 10⁶ escape draw
-776 s (89 steps), a 10⁵ draw 67 s, the sweep's 50 runs of 4000 tokens 625 s together
-(12.5 s on average, T = 236 saves), a 10⁴ draw ≈ 9 s: N·T orders them as their CPU
-seconds do (8.1·10⁷, 8.1·10⁶, 9.4·10⁵, 8.1·10⁵). The longest task, the 10⁶ draw, bounds
-the part's wall time from below: on 2 workers one runs it while the other runs the rest.
+is its tokens times its saves, N·T (the saves every ``meta_dense_step`` cap dopri5's step,
+so the steps follow the saves; every save counts the clusters and the amplitudes of all N
+tokens). Measured CPU seconds, one thread of the shared 2-core machine at load 7–9
+(MATH.md §9): the 10⁶ escape draw 776 s (89 steps of 6 field evaluations at ~1.25 s, 81
+saves at 0.9 s), a 10⁵ draw ~70 s, a 10⁴ draw 9.2 s, a 10³ draw 3.7 s, a sweep run of
+4000 tokens 5–33 s (more at larger β: it runs to ``meta_t1`` instead of stopping), the
+sweep's 50 runs 625 s. The 10⁶ draw bounds the part's wall time from below; scheduled
+longest first on 2 workers (:func:`~experiments.common.pool.longest_first`) the runs take
+~790 s of wall, the 10⁶ draw on one worker, everything else on the other.
 """
 
 from __future__ import annotations
@@ -46,13 +48,13 @@ from .metastable import (
     summary,
 )
 
-__all__ = ["draw_clouds", "escape_draw", "escape_times", "run_metastable", "sweep_draw"]
+__all__ = ["draw_clouds", "escape_draw", "escape_saves", "run_metastable", "sweep_draw"]
 
 #: The parts of the metastability study, the first entry of their tasks' keys.
 PARTS = ("escape", "sweep")
 
 
-def escape_times(config) -> np.ndarray:
+def escape_saves(config) -> np.ndarray:
     """The escape runs' saves: every ``meta_dense_step`` from 0 to ``escape_t1``."""
     return np.arange(0.0, config.escape_t1 + config.meta_dense_step / 2, config.meta_dense_step)
 
@@ -128,7 +130,7 @@ def sweep_draw(config, beta: float, points, times) -> dict:
 def _tasks(config, pool: Workers) -> int:
     """Submit every run (the escape draws, then the sweep's: the serial order); return
     their number."""
-    clouds, escape, sweep = draw_clouds(config), escape_times(config), meta_times(config)
+    clouds, escape, sweep = draw_clouds(config), escape_saves(config), meta_times(config)
     for (i, s), points in clouds["escape"].items():
         pool.submit(("escape", i, s), escape_draw, config, points, escape,
                     cost=len(points) * len(escape))  # fmt: skip
@@ -143,7 +145,7 @@ def _escape_results(config, done: dict) -> tuple[dict, dict | None]:
     draws, T) (NaN and −1 where not drawn or not reached); per draw its run."""
     if not config.escape_sizes:
         return {}, None
-    times = escape_times(config)
+    times = escape_saves(config)
     draws = max(config.escape_draws)
     modes = np.full((len(config.escape_sizes), draws, len(times), LMAX), np.nan)
     counts = np.full((len(config.escape_sizes), draws, len(times)), -1, dtype=np.int64)
@@ -155,7 +157,7 @@ def _escape_results(config, done: dict) -> tuple[dict, dict | None]:
             runs.append({"n": n, "seed": s, **d.value["run"], "seconds": d.wall,
                          "cpu_seconds": d.cpu})  # fmt: skip
     beta = config.escape_beta
-    arrays = {"meta_escape_times": times, "meta_escape_modes": modes,
+    arrays = {"meta_escape_saves": times, "meta_escape_modes": modes,
               "meta_escape_counts": counts}  # fmt: skip
     return arrays, {"beta": beta, "l_star": dominant_mode(beta, d=3), "runs": runs}
 

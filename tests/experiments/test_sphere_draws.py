@@ -48,7 +48,7 @@ def test_two_workers_give_the_serial_run_bit_for_bit():
     assert second["workers"] == 2 and first["workers"] == 1
     note = cost_note({"metastable": second})
     assert note.startswith("S² metastability cost: ") and "N = 2000: " in note
-    assert "on 2 worker process(es)" in note
+    assert "on 2 worker process(es)" in note and "longest first on 2 workers: " in note
 
 
 def test_clouds_are_drawn_in_the_serial_order():
