@@ -157,7 +157,7 @@ def _escape_results(config, done: dict) -> tuple[dict, dict | None]:
             runs.append({"n": n, "seed": s, **d.value["run"], "seconds": d.wall,
                          "cpu_seconds": d.cpu})  # fmt: skip
     beta = config.escape_beta
-    arrays = {"meta_escape_saves": times, "meta_escape_modes": modes,
+    arrays = {"meta_escape_times": times, "meta_escape_modes": modes,
               "meta_escape_counts": counts}  # fmt: skip
     return arrays, {"beta": beta, "l_star": dominant_mode(beta, d=3), "runs": runs}
 
