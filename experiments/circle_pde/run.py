@@ -14,7 +14,7 @@ from tpde.theory import dominant_mode, instability_rate
 
 from .. import framework as fw
 from ..common.circle_clusters import first_plateau
-from ..common.pool import Workers
+from ..common.pool import Workers, cpu_per_part
 from .config import Config, draws, save_times
 from .draws import draw_clouds, escape_draw, main_draw, solve_pde, sweep_draw
 from .flow import follow
@@ -54,10 +54,8 @@ def run(config: Config, out: Path) -> None:
     times = save_times(config)
     dense = times[times <= config.dense_until + 1e-9]
     betas = (config.beta, *config.more_betas)
-    done, cpu = particle_runs(config, times, dense), {}
-    for part in ("pde", "particles", "escape", "sweep"):
-        cpu[part] = sum(d.cpu for key, d in done.items() if key[0] == part)
-    on_workers = sum(d.cpu for d in done.values()) if config.workers > 1 else 0.0
+    done = particle_runs(config, times, dense)
+    cpu, on_workers = cpu_per_part(done, ("pde", "particles", "escape", "sweep"), config.workers)
     pdes = [{**done["pde", grid].value, "seconds": done["pde", grid].wall} for grid in config.grids]
     finest = max(pdes, key=lambda p: p["grid"])
     seeds = max(draws(config, n) for n in config.sizes)

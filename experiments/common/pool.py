@@ -22,12 +22,12 @@ import heapq
 import itertools
 import os
 import time
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from typing import NamedTuple
 
 import torch
 
-__all__ = ["Done", "Workers"]
+__all__ = ["Done", "Workers", "check_workers", "cpu_per_part", "longest_first"]
 
 
 class Done(NamedTuple):
@@ -58,6 +58,44 @@ def _timed(function: Callable, args: tuple, threads: int | None):
     return value, time.process_time() - clock, time.time() - wall
 
 
+def check_workers(workers) -> None:
+    """Raise ValueError unless ``workers`` is an integer >= 1 (a study's ``workers``)."""
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(
+            f"workers must be an integer >= 1 (1: every task in this process); "
+            f"received {workers!r}."
+        )
+
+
+def cpu_per_part(
+    done: Mapping[Hashable, Done], parts: Iterable[str], workers: int
+) -> tuple[dict, float]:
+    """The CPU seconds of the finished tasks ``done`` {key: Done} (tuple keys) per part (a
+    key's first entry), and those spent in worker processes: their sum with ``workers`` >
+    1, else 0 (one worker runs the tasks in the calling process, whose own clock counts
+    them), to add to the calling process's CPU seconds for the study's total.
+
+    Returns
+    -------
+    ({part: seconds}, seconds on the workers).
+    """
+    cpu = {part: sum(d.cpu for key, d in done.items() if key[0] == part) for part in parts}
+    return cpu, (sum(d.cpu for d in done.values()) if workers > 1 else 0.0)
+
+
+def longest_first(seconds: Iterable[float], workers: int) -> float:
+    """The wall time of tasks lasting ``seconds`` each on ``workers`` processes when every
+    worker that frees up takes the longest task left (Graham's LPT rule, at most 4/3 of
+    the best schedule's; :class:`Workers` starts the largest ``cost`` first, the same
+    order where costs order the tasks as their durations do): the last finish time, 0
+    for no task."""
+    check_workers(workers)
+    free = [0.0] * workers
+    for s in sorted(seconds, reverse=True):
+        heapq.heapreplace(free, free[0] + s)
+    return max(free)
+
+
 class Workers:
     """Run tasks here (``workers`` = 1) or on ``workers`` spawned processes (module notes).
 
@@ -70,11 +108,7 @@ class Workers:
     """
 
     def __init__(self, workers: int):
-        if not isinstance(workers, int) or workers < 1:
-            raise ValueError(
-                f"workers must be an integer >= 1 (1: every task in this process); "
-                f"received {workers!r}."
-            )
+        check_workers(workers)
         self.workers, self.threads = workers, torch.get_num_threads()
         self._queue: list = []  # (−cost, order, key, function, args)
         self._order = itertools.count()

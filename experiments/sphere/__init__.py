@@ -39,7 +39,10 @@ particles grow until tr Σ > 10³; the post-LN flow of the normalised tokens clu
 ln N at ``escape_sizes`` (10³ … 10⁶; slope 1/(2λ_l*)), the first plateau's count against the
 peaks of the initial cloud's degree-l* part over ``meta_betas``, with each draw's seeding
 (seeding.py: the degree leading the escape, measured and predicted from the draw's own
-amplitudes), the lifetimes and merges against β.
+amplitudes), the lifetimes and merges against β. Every run (each escape draw, each sweep
+draw) is a task on ``workers`` processes (draws.py, :class:`~experiments.common.pool.Workers`:
+2 at full size, 1 at the quick size; the same arrays and results on one or several, tested),
+the longest first; the CPU seconds of every run and of each part are recorded and reported.
 
 A GIF shows one d = 2 post-LN cloud at β = ``movie_beta``.
 """

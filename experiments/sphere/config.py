@@ -10,6 +10,7 @@ from tpde.fields import SCHEMES, LayerNorm
 from tpde.theory import SCHEMES_WITH_LAW
 
 from .. import framework as fw
+from ..common.pool import check_workers
 from ..common.sphere_diagram import (
     check_diagram_size,
 )
@@ -84,12 +85,14 @@ class Config:
     meta_level: float = 2.0
     meta_min_share: float = 0.02
     escape_beta: float = 5.0
-    # four sizes; the 10⁶ draw is most of the part's cost (776 s CPU on one loaded thread)
+    # four sizes; the 10⁶ draw is most of the part's cost (776 s CPU on one loaded thread,
+    # one worker's share of the part on 2 workers: draws.py)
     escape_sizes: tuple[int, ...] = (1000, 10000, 100000, 1000000)
     escape_draws: tuple[int, ...] = (4, 4, 2, 1)
     escape_t1: float = 20.0
     escape_level: float = 0.1
     seed: int = 0
+    workers: int = 2  # processes for the metastability runs (draws.py); 1: all in this one
 
     def check(self) -> None:
         check_diagram_size(self.betas, self.systems, self.tokens)
@@ -111,6 +114,7 @@ class Config:
             )
         self._check_sizes()
         check_meta(self)
+        check_workers(self.workers)
         if self.cluster_dim < 3:
             raise ValueError(f"cluster_dim must be >= 3 (GLPR's one-cluster theorem is for "
                              f"d >= 3); received {self.cluster_dim}.")  # fmt: skip
@@ -209,4 +213,5 @@ QUICK = {
     "escape_sizes": "1000,2000",
     "escape_draws": "2,1",
     "escape_t1": "7.0",
+    "workers": "1",
 }

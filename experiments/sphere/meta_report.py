@@ -43,6 +43,7 @@ from ..circle_pde.meta_report import (
 )
 from ..circle_pde.meta_report import settled_sweep as settled
 from ..circle_pde.metastable import escape_times, line_fit
+from ..common.pool import longest_first
 from .seeding import lead_share
 
 #: The least share of draws whose first plateau has as many clusters as f_l* has peaks.
@@ -286,6 +287,31 @@ def meta_table(config: dict, results: dict) -> str:
     )  # fmt: skip
 
 
+def cost_note(results: dict) -> str | None:
+    """The metastability part's CPU seconds per part and per escape draw, its wall time on
+    its worker processes, and the wall time its runs' CPU seconds would take on 2 workers
+    scheduled longest first (:func:`~experiments.common.pool.longest_first`; None for a run
+    that recorded no parts)."""
+    r = results.get("metastable")
+    if r is None or not isinstance(r.get("cpu_seconds"), dict):
+        return None
+    cpu, escape = r["cpu_seconds"], (r["escape"] or {}).get("runs", [])
+    sweep = [x["cpu_seconds"] for m in r["sweep"].values() for x in m["runs"]]
+    by_size = {}
+    for run in escape:
+        by_size.setdefault(run["n"], []).append(run["cpu_seconds"])
+    sizes = "; ".join(f"N = {n}: {', '.join(f'{c:.0f}' for c in cs)}" for n, cs in by_size.items())
+    planned = longest_first([x["cpu_seconds"] for x in escape] + sweep, 2)
+    return (
+        f"S² metastability cost: {cpu['total']:.0f} s CPU in all (escape {cpu['escape']:.0f}"
+        + (f", per draw {sizes}" if sizes else "")
+        + f"; β sweep {cpu['sweep']:.0f}, its longest run {max(sweep, default=0):.0f}), "
+        f"{r['seconds']:.0f} s wall on {r['workers']} worker process(es) (each on the run's "
+        f"torch threads; the wall time depends on the machine's load); these runs' CPU "
+        f"seconds scheduled longest first on 2 workers: {planned:.0f} s"
+    )
+
+
 def meta_summary(fits: dict) -> str:
     """One clause for the study's summary."""
     escape, kappa = fits.get("escape", {}).get("main"), fits.get("kappa")
@@ -298,6 +324,6 @@ def meta_summary(fits: dict) -> str:
     return "; ".join(parts)
 
 
-__all__ = ["PEAK_SHARE", "count_claims", "escape_claim", "escape_count_claim", "escape_fit",
-           "lifetime_fit", "meta_claims", "meta_summary", "meta_table", "peak_hits",
+__all__ = ["PEAK_SHARE", "cost_note", "count_claims", "escape_claim", "escape_count_claim",
+           "escape_fit", "lifetime_fit", "meta_claims", "meta_summary", "meta_table", "peak_hits",
            "runner_up", "seeding_text", "settled", "share_text"]  # fmt: skip

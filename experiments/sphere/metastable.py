@@ -44,7 +44,6 @@ measured escape time and of the cloud's own profile at that save (:class:`Watch`
 from __future__ import annotations
 
 import math
-import time
 from collections import Counter
 from types import SimpleNamespace
 
@@ -52,13 +51,10 @@ import numpy as np
 import torch
 
 from tpde.fields import Normalized, Softmax
-from tpde.measures import Empirical, uniform_on_sphere
 from tpde.theory import dominant_mode, instability_rate
 
-from .. import framework as fw
 from ..circle_pde.metastable import dirac_rate
-from ..circle_pde.run import follow
-from ..common.circle_clusters import first_plateau, lifetimes, merges
+from ..common.circle_clusters import lifetimes, merges
 from ..common.sphere_clusters import Profile, SphereCells
 from ..theory.sphere import harmonic_energy
 from .seeding import evolved_weights, own_peaks, seeding
@@ -66,15 +62,18 @@ from .seeding import evolved_weights, own_peaks, seeding
 __all__ = [
     "ABSORBED",
     "LMAX",
+    "TOLERANCES",
     "Watch",
     "amplitudes",
     "check_meta",
-    "escape_runs",
+    "diagnosed",
     "evolved_coefficients",
+    "meta_cells",
     "meta_times",
+    "plateau_row",
+    "post_ln",
     "predictions",
-    "run_metastable",
-    "sweep",
+    "summary",
 ]
 
 #: Degrees recorded per save (and summed in the evolved profile); saves of one cluster that
@@ -152,7 +151,9 @@ def meta_times(config) -> np.ndarray:
     return np.concatenate([dense, sparse])
 
 
-def _cells(config) -> SphereCells:
+def meta_cells(config) -> SphereCells:
+    """The counter of the metastability part (the ``meta_cells`` … ``meta_min_share``
+    fields)."""
     return SphereCells(config.meta_cells, config.meta_radius, config.meta_level,
                        config.meta_min_share)  # fmt: skip
 
@@ -173,65 +174,11 @@ class Watch:
             self.own = own_peaks(mu.points, int(np.argmax(a)) + 1, self.cells)
 
 
-def _diagnosed(cloud, watch: Watch, times, beta: float) -> dict:
-    """The draw's seeding (:func:`~.seeding.seeding`) and ``own_peaks``."""
-    found = seeding(cloud.points, watch.modes, times, beta, watch.level, watch.cells)
+def diagnosed(points, watch: Watch, times, beta: float) -> dict:
+    """The draw's seeding (:func:`~.seeding.seeding`) from its initial ``points`` (N, 3)
+    and ``own_peaks``."""
+    found = seeding(points, watch.modes, times, beta, watch.level, watch.cells)
     return {**found, "own_peaks": watch.own}
-
-
-def escape_runs(config, cells: SphereCells) -> tuple[dict, dict]:
-    """The escape clouds (module notes): amplitudes (sizes, draws, T, LMAX), counts (sizes,
-    draws, T) (−1 and NaN where not drawn or not reached), per draw its predictions and
-    its seeding (:func:`~.seeding.seeding`)."""
-    beta, sizes = config.escape_beta, config.escape_sizes
-    times = np.arange(0.0, config.escape_t1 + config.meta_dense_step / 2, config.meta_dense_step)
-    draws = max(config.escape_draws, default=0)
-    modes = np.full((len(sizes), draws, len(times), LMAX), np.nan)
-    counts = np.full((len(sizes), draws, len(times)), -1, dtype=np.int64)
-    g, runs = fw.torch_generator(config.seed + 900), []
-    for i, n in enumerate(sizes):
-        for s in fw.progress(range(config.escape_draws[i]), f"S² escape (N = {n})"):
-            watch = Watch(counts[i, s], modes[i, s], config.escape_level, cells)
-            tic = time.process_time()
-            cloud = uniform_on_sphere(n, 3, generator=g)
-            guess = predictions(cloud.points, beta, cells)
-            info = follow(TOLERANCES, post_ln(beta), Empirical(cloud.points), times, watch)
-            first = _row(first_plateau(times, counts[i, s], config.meta_min_plateau))
-            runs.append({"n": n, "seed": s, **guess, **info, "first": first,
-                         **_diagnosed(cloud, watch, times, beta),
-                         "cpu_seconds": time.process_time() - tic})  # fmt: skip
-    arrays = {"meta_escape_times": times, "meta_escape_modes": modes,
-              "meta_escape_counts": counts}  # fmt: skip
-    return arrays, {"beta": beta, "l_star": dominant_mode(beta, d=3), "runs": runs}
-
-
-def sweep(config, cells: SphereCells) -> tuple[dict, dict]:
-    """The β sweep (module notes): counts (betas, meta_seeds, T), amplitudes (betas,
-    meta_seeds, T, LMAX) (NaN after a stop) and per β its summary."""
-    times = meta_times(config)
-    counts = np.full((len(config.meta_betas), config.meta_seeds, len(times)), -1, dtype=np.int64)
-    modes = np.full((*counts.shape, LMAX), np.nan)
-    g, results = fw.torch_generator(config.seed + 901), {}
-    for b, beta in enumerate(config.meta_betas):
-        runs = []
-        for s in fw.progress(range(config.meta_seeds), f"S² metastability (beta = {beta})"):
-            series = counts[b, s]
-            watch = Watch(series, modes[b, s], config.escape_level, cells)
-
-            def stop(j, series=series):
-                seen = series[: j + 1]
-                return seen.max() >= 2 and (seen[-ABSORBED:] == 1).all()
-
-            tic = time.process_time()
-            cloud = uniform_on_sphere(config.meta_size, 3, generator=g)
-            guess = predictions(cloud.points, beta, cells)
-            info = follow(TOLERANCES, post_ln(beta), Empirical(cloud.points), times, watch, stop)
-            if info["status"] == "stopped":
-                series[series < 0] = 1  # one cluster does not split: to the end
-            runs.append({**guess, **info, **_diagnosed(cloud, watch, times, beta),
-                         "cpu_seconds": time.process_time() - tic})  # fmt: skip
-        results[str(beta)] = summary(config, beta, times, counts[b], runs)
-    return {"meta_counts": counts, "meta_modes": modes}, results
 
 
 def summary(config, beta: float, times, counts: np.ndarray, runs: list) -> dict:
@@ -245,7 +192,7 @@ def summary(config, beta: float, times, counts: np.ndarray, runs: list) -> dict:
         "l_star": star,
         "rates": [float(instability_rate(l, beta, d=3)) for l in range(1, LMAX + 1)],
         "dirac_rate": dirac_rate(config.meta_count, beta),
-        "first": [_row(p) for p in first],
+        "first": [plateau_row(p) for p in first],
         "peaks": [r["peaks"] for r in runs],
         "evolved": [r["evolved"] for r in runs],
         "tally": dict(Counter(p.count for p in first if p is not None)),
@@ -255,20 +202,10 @@ def summary(config, beta: float, times, counts: np.ndarray, runs: list) -> dict:
     }
 
 
-def _row(p) -> list | None:
+def plateau_row(p) -> list | None:
+    """[count, start, duration, censored, count after] of a plateau, or None."""
     return None if p is None else [p.count, p.start, p.duration, p.censored, p.after]
 
 
 def _merge_rows(times, counts, shortest: float) -> list:
     return [[m.before, m.after, m.time, m.error] for m in merges(times, counts, shortest)]
-
-
-def run_metastable(config) -> tuple[dict, dict]:
-    """The escape runs and the β sweep: (arrays, results) for the sphere study's data."""
-    tic = time.process_time()
-    cells = _cells(config)
-    arrays, escape = escape_runs(config, cells) if config.escape_sizes else ({}, None)
-    found, meta = sweep(config, cells) if config.meta_betas else ({}, {})
-    if found:
-        arrays.update({"meta_times": meta_times(config), **found})
-    return arrays, {"escape": escape, "sweep": meta, "cpu_seconds": time.process_time() - tic}

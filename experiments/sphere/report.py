@@ -9,7 +9,7 @@ import numpy as np
 
 from .. import framework as fw
 from .config import BLOWUP_TRACE, Config
-from .meta_report import meta_claims, meta_summary, meta_table
+from .meta_report import cost_note, meta_claims, meta_summary, meta_table
 from .sizes import large_claim, size_claims, size_table
 
 
@@ -196,6 +196,9 @@ def report(out: Path) -> fw.Report:
         more = fw.indicative(more)
         notes.append(fw.below_full_size("metastability part"))
     claims += more
+    cost = cost_note(results)
+    if cost:
+        notes.append(cost)
     if fits:
         summary += f" Metastability on S²: {meta_summary(fits)}."
         tables.append(meta_table(config, results))

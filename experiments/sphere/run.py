@@ -24,7 +24,7 @@ from ..common.sphere_diagram import (
     systems_for,
 )
 from .config import BLOWUP_TRACE, DELTA, F64, Config
-from .metastable import run_metastable
+from .draws import run_metastable
 from .sizes import first_time_above, run_sizes
 
 

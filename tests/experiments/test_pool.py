@@ -2,7 +2,7 @@
 
 import pytest
 
-from tpde.experiments.common.pool import Workers
+from tpde.experiments.common.pool import Workers, longest_first
 
 
 def _square(x):
@@ -43,3 +43,14 @@ def test_two_workers_give_the_same_values_and_raise_a_task_error():
 def test_workers_refuse_a_bad_count(workers):
     with pytest.raises(ValueError, match=f"workers must be an integer >= 1.*received {workers!r}"):
         Workers(workers)
+
+
+def test_longest_first_schedules_the_largest_task_first():
+    assert longest_first([], 2) == 0.0
+    assert longest_first([1.0, 2.0, 3.0], 1) == 6.0  # one worker: the sum
+    assert longest_first([1.0, 2.0, 3.0], 5) == 3.0  # enough workers: the longest
+    # 3 | 3, then 2, 2, 2 alternate: 7 (the best split, 3 + 3 | 2 + 2 + 2, takes 6)
+    assert longest_first([2.0, 3.0, 2.0, 3.0, 2.0], 2) == 7.0
+    assert longest_first([10.0, 1.0, 1.0, 1.0], 2) == 10.0  # the longest bounds the rest
+    with pytest.raises(ValueError, match=r"workers must be an integer >= 1.*received 0"):
+        longest_first([1.0], 0)

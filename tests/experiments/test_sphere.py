@@ -34,7 +34,7 @@ TINY = {
     "size_tokens": "8,16,32", "size_betas": "1,3", "size_budget": 512,
     "size_min_systems": 2, "size_exact_tokens": 16,
     "meta_betas": "3", "meta_size": 200, "meta_seeds": 2, "meta_t1": 25.0, "meta_cells": 1024,
-    "escape_sizes": "200,400", "escape_draws": "2,1", "escape_t1": 6.0,
+    "escape_sizes": "200,400", "escape_draws": "2,1", "escape_t1": 6.0, "workers": 1,
 }  # fmt: skip
 
 
@@ -138,6 +138,8 @@ def test_tiny_run_shows_what_the_papers_claim(tiny):
         ({"size_min_systems": "1"}, r"size_min_systems >= 2 \(a standard error needs two "
                                     r"systems\); received 4194304, 1"),
         ({"size_level": "1"}, r"size_level is a cluster density, in \(0, 1\); received 1\.0"),
+        ({"workers": "0"}, r"workers must be an integer >= 1 \(1: every task in this "
+                           r"process\); received 0"),
     ],
 )  # fmt: skip
 def test_bad_configs_are_refused_before_running(overrides, match):
