@@ -38,6 +38,12 @@ from tpde.metrics.mobility import DEGENERATE
 
 __all__: list[str] = []
 
+#: float32 projections (module notes, "Precision") fall back to float64 where an eigenvalue
+#: of A_s is within this factor of float32's floor √r·eps·max|λ| ...
+FLOOR_BAND = 10.0
+#: ... or where the two signs' definite residuals differ by at most this fraction.
+SIGN_MARGIN = 1e-3
+
 
 @dataclass(frozen=True, eq=False)
 class Core:
@@ -52,6 +58,7 @@ class Core:
     coupling : (r − p, p) C = Ṽ_NU Λ⁻¹ (Y = N C).
     sign : s of M_s;  inertia : (n₊, n₋, n₀) of M̃ = M*'s compression to range(A_s).
     value_residual, definite_residual : ‖V − M* A_s‖_F and ‖V − M_s A_s‖_F (absolute).
+    sign_margin : |r₊ − r₋|/max(r₊, r₋), the two signs' residuals: how clear the choice of s is.
     """
 
     lam: torch.Tensor
@@ -63,6 +70,7 @@ class Core:
     inertia: tuple[int, int, int]
     value_residual: float
     definite_residual: float
+    sign_margin: float = math.inf
 
     @property
     def definite(self) -> torch.Tensor:
@@ -92,7 +100,7 @@ def eigenbasis(A_s: torch.Tensor, d: int, dtype) -> tuple[torch.Tensor, torch.Te
     return E[:, order], lam[on]
 
 
-def solve(Vt: torch.Tensor, lam: torch.Tensor, dtype) -> Core:
+def solve(Vt: torch.Tensor, lam: torch.Tensor, dtype, work=None) -> Core:
     """The nearest symmetric and definite mobilities from Ṽ = EᵀV̂E (r × r) and Λ (p,).
 
     Parameters
@@ -100,6 +108,8 @@ def solve(Vt: torch.Tensor, lam: torch.Tensor, dtype) -> Core:
     Vt : (r, r) the value map in the eigenbasis E = [U, N] of :func:`eigenbasis`.
     lam : (p,) the eigenvalues of E's first p columns.
     dtype : the dtype whose epsilon sets the inertia's zero floor.
+    work : the dtype of the bracket's eigendecomposition (default Vt's; float32: module
+        notes, "Precision"), its eigenpairs then returned in Vt's dtype.
 
     Returns
     -------
@@ -116,7 +126,8 @@ def solve(Vt: torch.Tensor, lam: torch.Tensor, dtype) -> Core:
     block = _pinv_form(Mt, evals, C)  # C M̃⁺ Cᵀ
     small = torch.cat([torch.cat([Mt, C.mT], 1), torch.cat([C, block], 1)])
     small = (small + small.mT).mul_(0.5)  # = 0.5·(small + smallᵀ), one temporary fewer
-    ev, Z = torch.linalg.eigh(small)
+    ev, Z = torch.linalg.eigh(small if work in (None, small.dtype) else small.to(work))
+    ev, Z = ev.to(small), Z.to(small)
     columns = small[:, :p]  # M* A_s = E [M̃; C] Λ U-columns
     up = ev > 0
     positive = (Z[:, up] * ev[up]) @ Z[:p, up].mT  # the clip of M*, its U-columns
@@ -129,7 +140,8 @@ def solve(Vt: torch.Tensor, lam: torch.Tensor, dtype) -> Core:
     plus, minus = residual(positive), residual(columns - positive)
     sign = 1 if plus <= minus else -1  # ties: +1, the dense loop's first
     keep = up if sign == 1 else ev < 0
-    return Core(lam, small, Z[:, keep], ev[keep], C, sign, inertia, value, min(plus, minus))
+    margin = abs(plus - minus) / max(plus, minus, 1e-300)
+    return Core(lam, small, Z[:, keep], ev[keep], C, sign, inertia, value, min(plus, minus), margin)
 
 
 def _pinv_form(Mt: torch.Tensor, evals: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
@@ -203,23 +215,62 @@ def head_basis(head) -> torch.Tensor | None:
 
 def project_head(head, dtype=torch.float64) -> HeadProjection:
     """The nearest structured head of an :class:`~tpde.fields.gradient_flow.AttentionHead`
-    in factor form: O(d·m² + m³), no d × d array where m < d (module notes)."""
+    in factor form: O(d·m² + m³), no d × d array where m < d (module notes).
+
+    ``dtype`` float32 runs A_s's and the bracket's eigendecompositions and the products in
+    float32, the rest in float64, and falls back to float64 where a rank or sign decision
+    is within float32's reach (module notes, "Precision")."""
+    if dtype == torch.float32:
+        fast = _project(head, torch.float32)
+        if fast is not None:
+            return fast
+    return _project(head, torch.float64)
+
+
+def _project(head, work) -> HeadProjection | None:
+    """:func:`project_head` in the working precision ``work``; None where float32's
+    decisions are not clear (an eigenvalue of A_s near its floor, or the two signs' residuals
+    within SIGN_MARGIN)."""
     Q = head_basis(head)
     k = head.Wq.shape[0]
     G = torch.cat([head.Wq, head.Wk])
     Gh = G if Q is None else G @ Q
-    A = head.scale * Gh[k:].mT @ Gh[:k]
+    Gw = Gh.to(work)
+    A = head.scale * Gw[k:].mT @ Gw[:k]
     A_s = 0.5 * (A + A.mT)
     A_norm, sym_norm, A_s_norm = float(A.norm()), float((A - A_s).norm()), float(A_s.norm())
-    del A  # the work arrays go as soon as they are read: one r × r matrix fewer at a time
-    E, lam = eigenbasis(A_s, head.dim, dtype)
+    del A, Gw  # the work arrays go as soon as they are read: one r × r matrix fewer at a time
+    if work == torch.float64:
+        E, lam = eigenbasis(A_s, head.dim, work)
+    else:
+        E, lam = _eigenbasis32(A_s)
+        if E is None:
+            return None
     del A_s
     if head.Wv is None:  # V dense (d × d), Q the identity
-        Vt = E.mT @ head.Wo @ E
+        Vt = E.mT @ head.Wo.to(work) @ E
     else:
         left = head.Wo if Q is None else Q.mT @ head.Wo
         right = head.Wv if Q is None else head.Wv @ Q
-        Vt = (E.mT @ left) @ (right @ E)
-    core = solve(Vt, lam, dtype)
+        Vt = (E.mT @ left.to(work)) @ (right.to(work) @ E)
+    E, Vt, lam = E.double(), Vt.double(), lam.double()
+    core = solve(Vt, lam, torch.float64, work)
+    if work != torch.float64 and core.sign_margin <= SIGN_MARGIN:
+        return None
     basis = E if Q is None else Q @ E
     return HeadProjection(basis, core, Gh, E, A_norm, sym_norm, float(Vt.norm()), A_s_norm)
+
+
+def _eigenbasis32(A_s: torch.Tensor):
+    """:func:`eigenbasis` of a float32 A_s (r × r) with the floor √r·eps·max|λ| (module
+    notes, "Precision"); (None, None) where an eigenvalue lies within a factor FLOOR_BAND
+    of it (the rank not clear in float32)."""
+    lam, E = torch.linalg.eigh(A_s)
+    size = lam.abs()
+    top = float(size.max()) if lam.numel() else 0.0
+    floor = math.sqrt(lam.numel()) * torch.finfo(lam.dtype).eps * max(top, 1e-300)
+    if bool(((size > floor / FLOOR_BAND) & (size < floor * FLOOR_BAND)).any()):
+        return None, None
+    on = size > floor
+    order = torch.cat([on.nonzero().flatten(), (~on).nonzero().flatten()])
+    return E[:, order], lam[on]
