@@ -178,6 +178,8 @@ class HeadProjection:
     basis : (d, r) B = Q E, orthonormal: every d × d matrix of the head is B X Bᵀ.
     core : :class:`Core` in B's coordinates.
     compressed_rows : (2k, r) [W_Q; W_K] Q;  eigenbasis : (r, r) E.
+    span : (d, m) Q, or None where Q is the identity (:func:`head_basis`).
+    work : the working precision the projection ran in (:func:`project_head`).
     A_norm, symmetry_residual, V_norm, A_s_norm : ‖A‖, ‖A − A_s‖, ‖V‖, ‖A_s‖ (Frobenius).
     """
 
@@ -189,11 +191,17 @@ class HeadProjection:
     symmetry_residual: float
     V_norm: float
     A_s_norm: float
+    span: torch.Tensor | None = None
+    work: torch.dtype = torch.float64
 
-    @property
-    def rows(self) -> torch.Tensor:
-        """(2k, r) [W_Q; W_K] B."""
-        return self.compressed_rows @ self.eigenbasis
+    def rope_grams(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(C, S) = (GGᵀ, (M_sGᵀ)ᵀ(M_sGᵀ)), G = [W_Q; W_K] (2k × 2k each, float64; the
+        products in :attr:`work`): G's rows lie in range B, B orthonormal, so with
+        Ĝ = GQ and M_s = B Z D Zᵀ Bᵀ, C = ĜĜᵀ and S = P D² Pᵀ, P = Ĝ(EZ) (2k × n)."""
+        G = self.compressed_rows.to(self.work)
+        P = G @ (self.eigenbasis.to(self.work) @ self.core.vectors.to(self.work))
+        S = (P * self.core.values.to(self.work).square()) @ P.mT
+        return (G @ G.mT).double(), S.double()
 
     def mobility_times(self, x: torch.Tensor) -> torch.Tensor:
         """M_s x for x (d,) or (d, n): B Z D Zᵀ Bᵀ x (Z, D the sign-s eigenpairs)."""
@@ -258,7 +266,8 @@ def _project(head, work) -> HeadProjection | None:
     if work != torch.float64 and core.sign_margin <= SIGN_MARGIN:
         return None
     basis = E if Q is None else Q @ E
-    return HeadProjection(basis, core, Gh, E, A_norm, sym_norm, float(Vt.norm()), A_s_norm)
+    V_norm = float(Vt.norm())
+    return HeadProjection(basis, core, Gh, E, A_norm, sym_norm, V_norm, A_s_norm, Q, work)
 
 
 def _eigenbasis32(A_s: torch.Tensor):

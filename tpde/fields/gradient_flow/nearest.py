@@ -286,10 +286,8 @@ def _project(head: AttentionHead, rtol: float, dtype=torch.float64):
         breaks.append(f"constant drift w = u − M a ≠ 0 (‖w‖ = {drift:.3g})")
     rope_res = None
     if head.rope is not None:
-        G = proj.rows  # [W_Q; W_K] B: C = GGᵀ, S = (M_s Gᵀ)ᵀ(M_s Gᵀ) in B's coordinates,
-        P = core.vectors.mT @ G.mT  # M_s = Z D Zᵀ: S = (ZᵀGᵀ)ᵀ D² (ZᵀGᵀ)
-        S = (P * core.values[:, None].square()).mT @ P
-        rope_res = _rope_norms(head, G @ G.mT, S, V_norm, def_res * V_norm)
+        C, S = proj.rope_grams()  # C = GGᵀ, S = (M_s Gᵀ)ᵀ(M_s Gᵀ), G = [W_Q; W_K]
+        rope_res = _rope_norms(head, C, S, V_norm, def_res * V_norm)
         if rope_res > rtol:
             breaks.append(f"RoPE: the pair kernel is not a gradient map (residual {rope_res:.3g})")
         if head.bq is not None or head.bk is not None:
@@ -309,10 +307,10 @@ def _project(head: AttentionHead, rtol: float, dtype=torch.float64):
 
 
 def _head_scores(head: AttentionHead, proj) -> tuple[float, float]:
-    """Saponati et al.'s scores of W_QᵀW_K, in the projection's basis where it is a proper
-    subspace (r < d; it holds the rows of W_Q and W_K), else as product_scores decides."""
-    if proj.basis.shape[-1] < head.dim:
-        return product_scores(head.Wq, head.Wk, basis=proj.basis)
+    """Saponati et al.'s scores of W_QᵀW_K, in the projection's span Q where it is a proper
+    subspace (m < d; it holds the rows of W_Q and W_K), else as product_scores decides."""
+    if proj.span is not None:
+        return product_scores(head.Wq, head.Wk, basis=proj.span)
     return product_scores(head.Wq, head.Wk)
 
 
