@@ -24,6 +24,23 @@ C = Ṽ_NU Λ⁻¹, so
 both definite candidates (the clip of M* and of −M*): per head two symmetric
 eigendecompositions (Â_s and the bracket) of size ≤ min(m, d), M̃'s eigenvalues (its
 inertia) and a solve for C M̃⁺ Cᵀ (M̃'s eigendecomposition where it is singular).
+
+Precision. :func:`project_head` runs in float64 by default. With ``dtype=torch.float32`` the
+two r × r eigendecompositions (Â_s's, the bracket's) and the products around them (A, Ṽ,
+the RoPE Grams) run in float32, LAPACK's float32 solvers being ≈ 2× faster; M̃, its
+eigenvalues (the inertia, float64's floor), the solve and the residuals stay float64, and
+the basis and mobility are returned in float64. Â_s's rank is decided at the floor
+√r·eps₃₂·max|λ| (float32's rounding of an r-term sum; Gemma-3-270M's zero eigenvalues come
+out ≤ 1.1e-7·max, its smallest nonzero ones ≥ 8e-5·max); where an eigenvalue lies within a
+factor FLOOR_BAND = 10 of that floor, or where the two signs' definite residuals are within
+SIGN_MARGIN = 1e-3 of each other, the head is projected again in float64. The scores then
+differ from float64's by float32's rounding times the conditioning of what the projection
+divides by (Λ⁻¹ in C, M̃⁻¹ in the kernel block, the clip's eigen-gaps): ≤ 6e-6 relative on
+the constructed heads of tests/fields/gradient_flow/test_factored.py, up to ≈ 1e-3 on the
+definite residual of real heads whose M̃ is conditioned to 10⁶
+(benchmarks/streamed_scores.py). Eigenvalues of M̃ below ≈ eps₃₂·cond(Λ)·max|μ| are not
+resolved in float32: an exactly semidefinite mobility may show a spurious eigenvalue of the
+other sign (3e-7·max on a constructed exact head), so exactness is float64's to decide.
 """
 
 from __future__ import annotations
