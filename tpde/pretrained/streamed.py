@@ -120,4 +120,4 @@ def _block_report(source, cfg, entry, expected: dict, block: int, rtol: float, d
     weights = {role: w for (role, _), w in _build._gather(expected, tensors, entry).items()}
     del tensors
     attention = _build.block_attention(weights, cfg, entry, block)
-    return nearest_gradient_field(attention, rtol=rtol, dtype=dtype)[1]
+    return nearest_gradient_field(attention, rtol=rtol, dtype=dtype, structured=False)[1]

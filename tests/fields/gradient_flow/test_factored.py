@@ -391,3 +391,34 @@ def test_precision_must_be_float64_or_float32():
     for bad in (torch.float16, "float32", None):
         with pytest.raises(TypeError, match=r"dtype must be torch\.float64 or torch\.float32"):
             nearest_gradient_field(field, dtype=bad)
+
+
+@pytest.mark.parametrize("case", ["orthogonal", "shared", "gqa"])
+def test_report_without_the_structured_field_is_the_same(case, monkeypatch):
+    """structured=False (weight_scores): no field, each head's basis dropped after its
+    report; the report equal to the full run's to the bit, the orthogonal-classes test
+    projecting a head's span again only where it is reached."""
+    g = torch.Generator().manual_seed(330)
+    d, k, H = 48, 3, 2
+    if case == "orthogonal":  # each head on its own coordinates (as test_heads_on_orthogonal…)
+        Wq, Wk, Wv = (torch.zeros(H * k, d, dtype=F64) for _ in range(3))
+        Wo = torch.zeros(d, H * k, dtype=F64)
+        for h in range(H):
+            rows, cols = slice(h * k, (h + 1) * k), slice(h * 24, h * 24 + 13)
+            for W in (Wq, Wk, Wv):
+                W[rows, cols] = _randn(g, k, 13)
+            Wo[cols, rows] = _randn(g, 13, k)
+        field = GroupedQueryAttention(Wq, Wk, Wv, Wo, H, H, causal=False)
+    elif case == "shared":
+        Wq = _randn(g, k, d)
+        field = GroupedQueryAttention(torch.cat([Wq, Wq]), _randn(g, k, d), _randn(g, k, d),
+                                      _randn(g, d, 2 * k), 2, 1, causal=False)  # fmt: skip
+    else:
+        field = _gqa(g, 40, 4, 4, 2, rope=RoPE())
+    full = nearest_gradient_field(field)[1]
+    calls, project = [], nearest._project
+    monkeypatch.setattr(nearest, "_project", lambda *a: calls.append(a) or project(*a))
+    near, lean = nearest_gradient_field(field, structured=False)
+    assert near is None and lean == full
+    again = {"orthogonal": 2, "shared": 0, "gqa": 0}[case]  # the spans projected again
+    assert len(calls) == len(full.heads) + again

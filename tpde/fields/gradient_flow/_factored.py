@@ -140,25 +140,41 @@ def solve(Vt: torch.Tensor, lam: torch.Tensor, dtype, work=None) -> Core:
     C = Vt[p:, :p] / lam
     evals = torch.linalg.eigvalsh(Mt)
     inertia = _inertia(evals, dtype)
-    block = _pinv_form(Mt, evals, C)  # C M̃⁺ Cᵀ
-    small = torch.cat([torch.cat([Mt, C.mT], 1), torch.cat([C, block], 1)])
-    small = (small + small.mT).mul_(0.5)  # = 0.5·(small + smallᵀ), one temporary fewer
+    small = _bracket(Mt, C, _pinv_form(Mt, evals, C))
+    del Mt
     ev, Z = torch.linalg.eigh(small if work in (None, small.dtype) else small.to(work))
     ev, Z = ev.to(small), Z.to(small)
     columns = small[:, :p]  # M* A_s = E [M̃; C] Λ U-columns
     up = ev > 0
-    positive = (Z[:, up] * ev[up]) @ Z[:p, up].mT  # the clip of M*, its U-columns
+    scaled, rows = Z[:, up], Z[:p, up]
+    positive = scaled.mul_(ev[up]) @ rows.mT  # the clip of M*, its U-columns
+    del scaled, rows
     tail = float(Vt[:, p:].square().sum())
 
     def residual(cols: torch.Tensor) -> float:
-        return math.sqrt(float((Vt[:, :p] - cols * lam).square().sum()) + tail)
+        """‖Ṽ_·U − cols·Λ‖² + tail, cols·Λ − Ṽ_·U formed in place (a fresh ``cols``)."""
+        return math.sqrt(float(cols.mul_(lam).sub_(Vt[:, :p]).square_().sum()) + tail)
 
-    value = residual(columns)
-    plus, minus = residual(positive), residual(columns - positive)
+    value = residual(columns.clone())
+    minus = residual(columns - positive)
+    plus = residual(positive)
     sign = 1 if plus <= minus else -1  # ties: +1, the dense loop's first
     keep = up if sign == 1 else ev < 0
     margin = abs(plus - minus) / max(plus, minus, 1e-300)
     return Core(lam, small, Z[:, keep], ev[keep], C, sign, inertia, value, min(plus, minus), margin)
+
+
+def _bracket(Mt: torch.Tensor, C: torch.Tensor, block: torch.Tensor) -> torch.Tensor:
+    """[[M̃, Cᵀ], [C, ½(K + Kᵀ)]] (r × r) for K = C M̃⁺ Cᵀ, written into one array: M̃ is
+    exactly symmetric, so this equals ½(X + Xᵀ) of the unsymmetrised bracket X to the bit."""
+    p = Mt.shape[-1]
+    r = p + C.shape[0]
+    small = Mt.new_empty(r, r)
+    small[:p, :p] = Mt
+    small[:p, p:] = C.mT
+    small[p:, :p] = C
+    small[p:, p:] = block.add_(block.mT.clone()).mul_(0.5)
+    return small
 
 
 def _pinv_form(Mt: torch.Tensor, evals: torch.Tensor, C: torch.Tensor) -> torch.Tensor:

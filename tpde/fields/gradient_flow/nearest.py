@@ -153,7 +153,9 @@ class StructureReport:
         return torch.tensor(values, dtype=torch.float64, device="cpu")
 
 
-def nearest_gradient_field(field, *, t: float = 0.0, rtol=None, dtype=torch.float64):
+def nearest_gradient_field(
+    field, *, t: float = 0.0, rtol=None, dtype=torch.float64, structured: bool = True
+):
     """The nearest gradient-flow field of an attention field, and the report (module notes).
 
     Parameters
@@ -166,6 +168,10 @@ def nearest_gradient_field(field, *, t: float = 0.0, rtol=None, dtype=torch.floa
     dtype : torch.float64 (default) or torch.float32, the working precision of the
         projections' eigendecompositions and products (float32: ≈ 1.6× faster, scores within
         ≈ 1e-5 of float64's; :mod:`~tpde.fields.gradient_flow._factored`, "Precision").
+    structured : False to return (None, report): the nearest field is not built and each
+        head's basis and mobility are dropped as soon as its report is made (the memory of
+        the report alone, :func:`tpde.pretrained.weight_scores`; a head's span is projected
+        again where the sum's orthogonality test needs it).
 
     Returns
     -------
@@ -186,15 +192,17 @@ def nearest_gradient_field(field, *, t: float = 0.0, rtol=None, dtype=torch.floa
     heads = attention_heads(field, t)
     workers = _workers(heads.heads)  # with the caller's thread count
     if torch.get_num_threads() == 1 or heads.heads[0].Wq.device.type != "cpu":
-        return _nearest(heads, rtol, 1, dtype)
+        return _nearest(heads, rtol, 1, dtype, structured)
     with calling_thread_alone():  # no OpenMP thread spinning on the cores (module notes)
-        return _nearest(heads, rtol, workers, dtype)
+        return _nearest(heads, rtol, workers, dtype, structured)
 
 
-def _nearest(heads, rtol: float, workers: int, dtype=torch.float64):
-    """:func:`nearest_gradient_field` of the heads, projected on ``workers`` threads."""
+def _nearest(heads, rtol: float, workers: int, dtype=torch.float64, keep: bool = True):
+    """:func:`nearest_gradient_field` of the heads, projected on ``workers`` threads; the
+    field None where ``keep`` is False (a Sinkhorn head's is built either way)."""
+    keep = keep or any(head.kind == "sinkhorn" for head in heads.heads)
     structured, reports, drift, norms = [], [], heads.bias.clone(), []
-    for s_head, report, w, norm_pair in _project_all(heads.heads, rtol, workers, dtype):
+    for s_head, report, w, norm_pair in _project_all(heads.heads, rtol, workers, dtype, keep):
         structured.append(s_head)
         reports.append(report)
         norms.append(norm_pair)
@@ -208,7 +216,7 @@ def _nearest(heads, rtol: float, workers: int, dtype=torch.float64):
             )
         near = _sinkhorn(heads.heads[0], structured[0])
     else:
-        near = StructuredAttention(structured, drift)
+        near = StructuredAttention(structured, drift) if keep else None
     case = _sum_structure(structured, [n[0] for n in norms], rtol)
     breaks = [f"head {h}: {b}" for h, r in enumerate(reports) for b in r.breaks]
     if case == "none":
@@ -246,24 +254,24 @@ def _workers(heads) -> int:
     return max(1, min(torch.get_num_threads(), len(heads)))
 
 
-def _project_all(heads, rtol: float, workers: int, dtype=torch.float64) -> list:
+def _project_all(heads, rtol: float, workers: int, dtype=torch.float64, keep=True) -> list:
     """:func:`_project` of every head, on ``workers`` threads
     (:func:`~tpde._engines.tiled.run_threads`: Python threads, each running torch
     single-threaded, pulling heads in turn): each head's numbers are those of a
     single-threaded run, whatever the thread count."""
     if workers == 1:
-        return [_project(head, rtol, dtype) for head in heads]
+        return [_project(head, rtol, dtype, keep) for head in heads]
     out = [None] * len(heads)
 
     def work(jobs):
         for i in jobs:
-            out[i] = _project(heads[i], rtol, dtype)
+            out[i] = _project(heads[i], rtol, dtype, keep)
 
     run_threads(work, len(heads), workers)
     return out
 
 
-def _project(head: AttentionHead, rtol: float, dtype=torch.float64):
+def _project(head: AttentionHead, rtol: float, dtype=torch.float64, keep: bool = True):
     """(StructuredHead, HeadStructure, drift w_h, (‖A_s‖, ‖V‖)) of one head, in factor
     form (:mod:`~tpde.fields.gradient_flow._factored`); the projection's work arrays are
     dropped on return (the structured head keeps B and Z)."""
@@ -299,11 +307,33 @@ def _project(head: AttentionHead, rtol: float, dtype=torch.float64):
         sym_res, val_res, def_res, core.inertia, core.sign, *_head_scores(head, proj),
         drift, rope_res, tuple(breaks),
     )  # fmt: skip
+    if not keep:
+        return _Lean(head, core.sign, rtol, dtype), report, w, (proj.A_s_norm, proj.V_norm)
     structured = StructuredHead(
         head.Wq, head.Wk, head.scale, head.a, proj.basis, core.vectors, core.values, core.sign,
         head.rope, core.coupling,
     )  # fmt: skip
     return structured, report, w, (proj.A_s_norm, proj.V_norm)
+
+
+@dataclass(frozen=True, eq=False)
+class _Lean:
+    """What the sum's tests read of a structured head (W_Q, W_K, c, a, RoPE, sign), without
+    its basis and mobility (``structured=False``): the span is projected again on demand."""
+
+    head: AttentionHead
+    sign: int
+    rtol: float
+    dtype: torch.dtype
+
+    def __getattr__(self, name):  # Wq, Wk, scale, a, rope: the head's own
+        if name == "head":  # not yet set (copy, pickle): no recursion
+            raise AttributeError(name)
+        return getattr(self.head, name)
+
+    @property
+    def span(self) -> torch.Tensor:
+        return _project(self.head, self.rtol, self.dtype)[0].span
 
 
 def _head_scores(head: AttentionHead, proj) -> tuple[float, float]:
