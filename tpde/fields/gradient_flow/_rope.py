@@ -47,7 +47,7 @@ def _rope_norms(head: AttentionHead, C: torch.Tensor, S: torch.Tensor, V_norm, b
     """
     c = head.scale
     R, T = _offset_rotations(head.rope, head.Wq.shape[0])  # RoPE: a frozen dataclass
-    asym2, norm2, shift2 = _offset_norms(C, S, R.to(C), T)
+    asym2, norm2, shift2 = _offset_norms(C, S, None if R is None else R.to(C), T)
     shift = 0.5 * abs(c) * shift2.clamp_min(0).sqrt()
     norm = norm2.clamp_min(0).sqrt()
     asym = asym2.clamp_min(0).sqrt() / torch.where(norm > 0, norm, torch.ones_like(norm))
@@ -58,10 +58,12 @@ def _rope_norms(head: AttentionHead, C: torch.Tensor, S: torch.Tensor, V_norm, b
 def _offset_rotations(rope, k: int):
     """(R, T): R(m) (n, k, k) at the n offsets ±1, ±2, ±4, …, ±ROPE_OFFSETS and the
     :func:`_pair_form` of R(m)ᵀ, float64: one computation for every head of one encoding
-    and width (cached; read only)."""
+    and width (cached; read only). R is None where the pair form holds (it is all that is
+    read then: 7.3 MiB fewer kept at k = 256)."""
     offsets = [2**i for i in range(int(math.log2(ROPE_OFFSETS)) + 1)]
     R = torch.stack([_rope_matrix(rope, k, m) for m in [*offsets, *(-o for o in offsets)]])
-    return R, _pair_form(R.mT)
+    T = _pair_form(R.mT)
+    return (None if isinstance(T, tuple) else R), T
 
 
 def _rope_matrix(rope, k: int, m: int) -> torch.Tensor:
@@ -74,8 +76,9 @@ def _rope_matrix(rope, k: int, m: int) -> torch.Tensor:
 def _offset_norms(C: torch.Tensor, S: torch.Tensor, R: torch.Tensor, T=None) -> tuple:
     """(‖GᵀJG‖²/c², ‖A(m)‖²/c², ‖MGᵀDG‖²/(c/2)²), each (n,), at n offsets, R = R(m)
     (n, k, k), from the 2k × 2k C and S (:func:`_rope_norms`' sums of k × k inner products,
-    :func:`_pair_dot`); T: the :func:`_pair_form` of Rᵀ where already at hand."""
-    k = R.shape[-1]
+    :func:`_pair_dot`); T: the :func:`_pair_form` of Rᵀ where already at hand (R may then
+    be None)."""
+    k = C.shape[-1] // 2
     Cqq, Cqk, Ckq, Ckk = C[:k, :k], C[:k, k:], C[k:, :k], C[k:, k:]
     Sqq, Sqk, Skq, Skk = S[:k, :k], S[:k, k:], S[k:, :k], S[k:, k:]
     T = _pair_form(R.mT) if T is None else T
