@@ -5,6 +5,7 @@ time and peak memory on the real checkpoints tpde ships with.
     python benchmarks/streamed_scores.py --quick         # MiniLM only (make bench)
     python benchmarks/streamed_scores.py --models minilm smollm2
     python benchmarks/streamed_scores.py --models gemma3 --threads 2 --stream-only
+    python benchmarks/streamed_scores.py --models gemma3 --stream-only --dtype float32
 
 Per model, three fresh subprocesses (``--threads`` threads each, default one):
 ``checkpoint_size(path)`` (the headers alone: what any reading of the checkpoint holds),
@@ -157,7 +158,8 @@ if sys.argv[2] == "headers":  # what any reading of the checkpoint holds
     size, loading = pretrained.checkpoint_size(path), 0.0
     result = pretrained.ModelStructure((), (), None)
 elif sys.argv[2] == "stream":
-    result, loading = pretrained.weight_scores(path), 0.0
+    dtype = getattr(torch, sys.argv[5])
+    result, loading = pretrained.weight_scores(path, dtype=dtype), 0.0
 else:
     model = pretrained.load(path)
     loading = time.perf_counter() - start
@@ -175,12 +177,14 @@ print(json.dumps({"seconds": seconds, "cpu": cpu, "loading": loading, "peak": pe
 """
 
 
-def run(getter: str, how: str, threads: int = 1) -> dict:
-    """One way of scoring in a fresh subprocess with ``threads`` threads: its JSON record."""
+def run(getter: str, how: str, threads: int = 1, dtype: str = "float64") -> dict:
+    """One way of scoring in a fresh subprocess with ``threads`` threads (the stream in
+    ``dtype``): its JSON record."""
     n = str(threads)
     env = {**os.environ, "OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n, "OPENBLAS_NUM_THREADS": n}
     out = subprocess.run(
-        [sys.executable, "-c", CHILD, getter, how, str(ROOT / "benchmarks"), ",".join(SCORES)],
+        [sys.executable, "-c", CHILD, getter, how, str(ROOT / "benchmarks"), ",".join(SCORES),
+         dtype],
         env=env, cwd=ROOT, capture_output=True, text=True, check=True,
     )  # fmt: skip
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -203,6 +207,12 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
     parser.add_argument("--threads", type=int, default=1, help="threads per subprocess")
     parser.add_argument(
+        "--dtype",
+        choices=("float64", "float32"),
+        default="float64",
+        help="the stream's working precision (weight_scores' dtype)",
+    )
+    parser.add_argument(
         "--stream-only",
         action="store_true",
         help="no load + model_structure run (its columns and diff: nan)",
@@ -214,7 +224,7 @@ def main() -> None:
         title, getter = MODELS[key]
         path = getattr(pretrained, getter)()
         size32, size64 = (checkpoint_size(path, dtype) for dtype in (torch.float32, torch.float64))
-        runs = {how: run(getter, how, args.threads) for how in ways}
+        runs = {how: run(getter, how, args.threads, args.dtype) for how in ways}
         none = {"seconds": math.nan, "loading": math.nan, "peak": math.nan}
         runs.setdefault("load", none)
         diff = math.nan

@@ -17,23 +17,28 @@ model: RoPE, GQA, masks, windows, soft-caps and QK-norms as the family says), an
 :func:`tpde.fields.nearest_gradient_field` reports on it; the tensors are dropped before the
 next block is read. Nothing here names a family or a tensor.
 
-Equal to :func:`model_structure`'s weights-only scores of the loaded model: the same field
-of the same numbers (a float32 or bfloat16 checkpoint, and a GGUF file's dequantised
-float32, are exact in float64, and the projection reads every head in float64).
+Equal (in the default float64) to :func:`model_structure`'s weights-only scores of the
+loaded model: the same field of the same numbers (a float32 or bfloat16 checkpoint, and a
+GGUF file's dequantised float32, are exact in float64, and the projection reads every head
+in float64).
 
 Memory: the headers (a GGUF file's metadata without its vocabulary: the
 ``tokenizer.ggml.*`` arrays are checked and kept as their lengths), one block's attention
-tensors in float64, and the projection's work arrays, in factor form (MATH.md §12): per head
-an orthonormal basis B (d × r) of the span of its W_Qᵀ, W_Kᵀ, W_O, W_Vᵀ (r ≤ 2d_h + 2d_v, or
-d where that span fills R^d) and its mobility's eigenvectors (r × n), kept for every head of
-the block — about H·d·r·8 bytes, for r < d at most twice the block's attention tensors in
-float64 (as much for multi-head attention) — and the work arrays of the heads being
-projected (one per torch thread: ≈ 8.5 r × r float64 matrices each, 27 MiB at r = d = 640),
-no d × d matrix where r < d; never the embeddings, the feed-forward blocks or the other
-layers (``benchmarks/streamed_scores.py`` measures the peak against one layer's size and
-against :func:`load` + :func:`model_structure`). Time: with several torch threads the heads
-of a block whose projections are ≥ 512 wide (Gemma-3-270M's) are projected in parallel, one
-per thread (:func:`tpde.fields.nearest_gradient_field`).
+tensors in float64 (and their reading), and the work arrays of the heads being projected,
+in factor form (MATH.md §12): per head in flight (one per torch thread) ≈ 7 r × r float64
+matrices at the bracket's eigendecomposition (E, Ṽ, the bracket, its eigenvectors and
+LAPACK's 2r² workspace; 22 MiB at r = d = 640; r = min(d, 2d_h + 2d_v), the width of the
+span of W_Qᵀ, W_Kᵀ, W_O, W_Vᵀ, so no d × d matrix where that is < d). Nothing of a head
+is kept past its report (``nearest_gradient_field(..., structured=False)``: no basis, no
+mobility), never the embeddings, the feed-forward blocks or the other layers: the peak is
+the block's attention tensors plus a constant in depth, headers + threads × 7r²·8 bytes
+(``benchmarks/streamed_scores.py`` measures it against one layer's size and against
+:func:`load` + :func:`model_structure`). Time: with several torch threads the heads of a
+block whose projections are ≥ 512 wide (Gemma-3-270M's) are projected in parallel, one per
+thread (:func:`tpde.fields.nearest_gradient_field`); ``dtype=torch.float32`` runs their
+eigendecompositions and products in float32 (:mod:`tpde.fields.gradient_flow._factored`,
+"Precision": ≈ 1.6× less CPU time; every score of the three shipped models within 1.5e-3 of
+float64's, the counts equal).
 """
 
 from __future__ import annotations
