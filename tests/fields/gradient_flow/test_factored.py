@@ -254,26 +254,27 @@ def _same_numbers(threaded, serial) -> None:
             assert _rel(getattr(a, name), getattr(b, name)) <= 1e-13, name
 
 
-def _on_one_then_two_threads(field):
+def _on_one_then_two_threads(field, dtype=F64):
     """(report on one torch thread, report on two); torch's thread count restored."""
     previous = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
-        serial = nearest_gradient_field(field)[1]
+        serial = nearest_gradient_field(field, dtype=dtype)[1]
         torch.set_num_threads(2)
-        threaded = nearest_gradient_field(field)[1]
+        threaded = nearest_gradient_field(field, dtype=dtype)[1]
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(previous)
     return serial, threaded
 
 
-def test_heads_on_threads_equal_one_thread(monkeypatch):
+@pytest.mark.parametrize("dtype", [F64, torch.float32])
+def test_heads_on_threads_equal_one_thread(dtype, monkeypatch):
     """Projections of width ≥ PARALLEL_WIDTH go to torch's threads, one head per
     single-threaded worker, the layer's scores to the calling thread alone: the numbers of
-    one thread (every product on one thread either way; rel 1e-13 leaves room for a BLAS
-    that rounds differently in differently aligned buffers: equal to the last bit on
-    Gemma-3-270M)."""
+    one thread, in either precision (every product on one thread either way; rel 1e-13
+    leaves room for a BLAS that rounds differently in differently aligned buffers: equal to
+    the last bit on Gemma-3-270M)."""
     g = torch.Generator().manual_seed(220)
     d = nearest.PARALLEL_WIDTH  # 4 d_h > d: the projection is d wide
     field = _gqa(g, d, d // 3, 4, 1, rope=RoPE())
@@ -284,7 +285,7 @@ def test_heads_on_threads_equal_one_thread(monkeypatch):
         return run_threads(work, count, n)
 
     monkeypatch.setattr(nearest, "run_threads", spy)
-    serial, threaded = _on_one_then_two_threads(field)
+    serial, threaded = _on_one_then_two_threads(field, dtype)
     assert workers == [2]  # one thread: no workers; two: the four heads on two
     _same_numbers(threaded, serial)
 
