@@ -5,12 +5,14 @@ time and peak memory on the real checkpoints tpde ships with.
     python benchmarks/streamed_scores.py --quick         # MiniLM only (make bench)
     python benchmarks/streamed_scores.py --models minilm smollm2
     python benchmarks/streamed_scores.py --models gemma3 --threads 2 --stream-only
+    python benchmarks/streamed_scores.py --models gemma3 --stream-only --dtype float32
 
 Per model, three fresh subprocesses (``--threads`` threads each, default one):
 ``checkpoint_size(path)`` (the headers alone: what any reading of the checkpoint holds),
 ``weight_scores(path)`` (:func:`tpde.pretrained.weight_scores`: one block's attention tensors
-at a time, float64) and ``model_structure(load(path))`` (the whole model in float32, load's
-default, its tokenizer built, then the same scores). Peak memory: the process's high-water
+at a time, float64; ``--dtype float32``: its float32 working precision) and
+``model_structure(load(path))`` (the whole model in float32, load's default, its tokenizer
+built, then the same scores). Peak memory: the process's high-water
 resident set (``VmHWM``, reset through ``/proc/self/clear_refs`` after the imports and a
 warm-up on a tiny field) minus the resident set at that point; a 2 ms sampler where the reset
 is not available. Columns: the whole model in float32, one layer (the largest stored block)
@@ -106,6 +108,46 @@ H = 32, H_kv = 8 (attention 320 MiB in float64, one Llama-3-8B-sized layer 1664 
 projection peaked at +1467 MiB in a fresh process (52 s at load ≈ 6; before this change),
 of which the kept bases are 32 × 16 MiB; the d × d work arrays of the dense form
 (H·4·d²·8 bytes) would have been 16 GiB.
+
+Precision and memory (issue 33, branch gemma6, 19:47–20:01 UTC, shared machine, load
+average 4.3–6.9 from other jobs). ``dtype=torch.float32`` runs A_s's and the bracket's
+eigendecompositions and the products around them in float32 (MATH.md §12, "Factor form";
+M̃, its inertia, the solve, the residuals and Saponati's scores in float64; a head whose
+rank or sign decision is unclear in float32 projected again in float64: 1 of Gemma-3's 72
+heads, 3 of MiniLM's 72, 16 of SmolLM2's 270). CPU ms per Gemma-3 head, one thread, same
+process: 200 → 127 (eigh 101 → 52, the RoPE Grams' 2k × r × r product gone: C = ĜĜᵀ,
+S from Ĝ(EZ)). ``weight_scores`` on Gemma-3-270M in one process, interleaved, one thread:
+float64 15.3 / 13.9 CPU s, float32 9.7 / 11.0 (1.4×). Largest relative difference of
+float32's per-head scores to float64's: MiniLM definite residual 1.1e-4, drift 2.3e-4;
+SmolLM2 definite residual 1.5e-3, rope residual 1.7e-4; Gemma-3 rope residual 6.6e-4,
+definite residual 3.4e-4; symmetry residual ≤ 2.6e-6, value residual ≤ 6.2e-7, Saponati's
+scores float64's (≤ 7.6e-13); inertia and sign equal on every head of the three. float64
+against main: ≤ 7.6e-13 (the per-head Saponati scores now in Q rather than QE), inertia,
+sign and breaks equal. This benchmark, ``--models gemma3 --stream-only``:
+
+| threads | dtype | stream s | stream CPU s | headers +MiB | stream +MiB |
+|---|---|---|---|---|---|
+| 1 | float64 | 34.1 | 17.7 | 10 | 110 |
+| 1 | float32 | 26.2 | 10.9 | 10 | 113 |
+| 2 | float64 | 31.3 | 16.0 | 10 | 184 |
+| 2 | float32 | 24.8 | 12.2 | 10 | 188 |
+
+(wall seconds several times an idle core's at this load; before: +140 / +210 MiB at load
+≈ 9, +124 / +195 idle). Where the peak goes, ``MALLOC_MMAP_THRESHOLD_=65536`` (live arrays,
+not glibc's free lists), float64, one thread: one layer per call +44–45 MiB above the start
+on every layer (headers ≈ 10, the block's attention tensors 12.5 and their reading, the
+head in flight's ≈ 7 r × r work arrays at the bracket's eigendecomposition ≈ 22), +61 on
+the first (one-time imports and caches) and +52 on the first global layer (its RoPE table);
+layers 0–2 in one call +80 → +60 MiB (one thread) and +111 → +92 (two) with this change
+(no structured head kept by weight_scores: 4 × 5 MiB of bases and mobilities per block; the
+bracket written in one array and the clip's residuals in place; the dense RoPE rotations,
+7.3 MiB, not cached where the pair form holds). The whole model in one call still climbs
+≈ 1.5 MiB per block (+61 → +95 over 18 blocks), all of it RssFile: the memory-mapped GGUF
+pages of the attention tensors read, clean and reclaimable, unmapped when the file is
+closed; the anonymous resident set is flat in depth after the first global layer (197 →
+205 MiB at block 5, then 205). Dropping them after each block (``madvise(MADV_DONTNEED)``
+on the read ranges, in the GGUF reader) is left to that reader. The float32 precision
+leaves the peak as it is (its float64 parts — the bracket, M̃ — dominate it).
 """
 
 from __future__ import annotations
@@ -157,7 +199,8 @@ if sys.argv[2] == "headers":  # what any reading of the checkpoint holds
     size, loading = pretrained.checkpoint_size(path), 0.0
     result = pretrained.ModelStructure((), (), None)
 elif sys.argv[2] == "stream":
-    result, loading = pretrained.weight_scores(path), 0.0
+    dtype = getattr(torch, sys.argv[5])
+    result, loading = pretrained.weight_scores(path, dtype=dtype), 0.0
 else:
     model = pretrained.load(path)
     loading = time.perf_counter() - start
@@ -175,12 +218,14 @@ print(json.dumps({"seconds": seconds, "cpu": cpu, "loading": loading, "peak": pe
 """
 
 
-def run(getter: str, how: str, threads: int = 1) -> dict:
-    """One way of scoring in a fresh subprocess with ``threads`` threads: its JSON record."""
+def run(getter: str, how: str, threads: int = 1, dtype: str = "float64") -> dict:
+    """One way of scoring in a fresh subprocess with ``threads`` threads (the stream in
+    ``dtype``): its JSON record."""
     n = str(threads)
     env = {**os.environ, "OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n, "OPENBLAS_NUM_THREADS": n}
     out = subprocess.run(
-        [sys.executable, "-c", CHILD, getter, how, str(ROOT / "benchmarks"), ",".join(SCORES)],
+        [sys.executable, "-c", CHILD, getter, how, str(ROOT / "benchmarks"), ",".join(SCORES),
+         dtype],
         env=env, cwd=ROOT, capture_output=True, text=True, check=True,
     )  # fmt: skip
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -203,6 +248,12 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
     parser.add_argument("--threads", type=int, default=1, help="threads per subprocess")
     parser.add_argument(
+        "--dtype",
+        choices=("float64", "float32"),
+        default="float64",
+        help="the stream's working precision (weight_scores' dtype)",
+    )
+    parser.add_argument(
         "--stream-only",
         action="store_true",
         help="no load + model_structure run (its columns and diff: nan)",
@@ -214,7 +265,7 @@ def main() -> None:
         title, getter = MODELS[key]
         path = getattr(pretrained, getter)()
         size32, size64 = (checkpoint_size(path, dtype) for dtype in (torch.float32, torch.float64))
-        runs = {how: run(getter, how, args.threads) for how in ways}
+        runs = {how: run(getter, how, args.threads, args.dtype) for how in ways}
         none = {"seconds": math.nan, "loading": math.nan, "peak": math.nan}
         runs.setdefault("load", none)
         diff = math.nan

@@ -99,6 +99,23 @@ def test_float32_folder_against_the_default_float32_load(llama32):
     assert chosen.places == ((2, 0), (0, 0))
 
 
+def test_float32_precision_within_its_bound(llama32):
+    """dtype=float32: the same places and counts, every score within test_factored's F32
+    of the float64 scores (float32 rounding times the eigen-gaps the projection divides by;
+    measured 1e-6 here)."""
+    from tests.fields.gradient_flow.test_factored import F32
+
+    exact, fast = weight_scores(llama32), weight_scores(llama32, dtype=torch.float32)
+    assert fast.places == exact.places
+    for mine, theirs in zip(fast.reports, exact.reports, strict=True):
+        assert mine.symmetry == pytest.approx(theirs.symmetry, rel=F32)
+        for a, b in zip(mine.heads, theirs.heads, strict=True):
+            assert (a.inertia, a.sign) == (b.inertia, b.sign)
+            for name in ("symmetry_residual", "value_residual", "definite_residual",
+                         "rope_residual", "directionality"):  # fmt: skip
+                assert getattr(a, name) == pytest.approx(getattr(b, name), rel=F32), name
+
+
 def test_albert_groups_each_stored_block_scored_once(tmp_path, monkeypatch):
     """Uneven groups (L = 5, G = 3, k = 2: layers apply groups 0 0 1 1 2): the places of
     the loaded model's schedule, each stored block read once."""
@@ -199,6 +216,8 @@ def test_bad_input_is_refused_before_any_tensor_is_read(llama32, tmp_path, monke
         weight_scores(llama32, layers=[True])
     with pytest.raises(ValueError, match="rtol"):
         weight_scores(llama32, rtol=-1.0)
+    with pytest.raises(TypeError, match=r"dtype must be torch\.float64 or torch\.float32"):
+        weight_scores(llama32, dtype=torch.float16)
     other = tmp_path / "other"
     other.mkdir()
     for name in ("config.json", "model.safetensors"):

@@ -17,23 +17,28 @@ model: RoPE, GQA, masks, windows, soft-caps and QK-norms as the family says), an
 :func:`tpde.fields.nearest_gradient_field` reports on it; the tensors are dropped before the
 next block is read. Nothing here names a family or a tensor.
 
-Equal to :func:`model_structure`'s weights-only scores of the loaded model: the same field
-of the same numbers (a float32 or bfloat16 checkpoint, and a GGUF file's dequantised
-float32, are exact in float64, and the projection reads every head in float64).
+Equal (in the default float64) to :func:`model_structure`'s weights-only scores of the
+loaded model: the same field of the same numbers (a float32 or bfloat16 checkpoint, and a
+GGUF file's dequantised float32, are exact in float64, and the projection reads every head
+in float64).
 
 Memory: the headers (a GGUF file's metadata without its vocabulary: the
 ``tokenizer.ggml.*`` arrays are checked and kept as their lengths), one block's attention
-tensors in float64, and the projection's work arrays, in factor form (MATH.md §12): per head
-an orthonormal basis B (d × r) of the span of its W_Qᵀ, W_Kᵀ, W_O, W_Vᵀ (r ≤ 2d_h + 2d_v, or
-d where that span fills R^d) and its mobility's eigenvectors (r × n), kept for every head of
-the block — about H·d·r·8 bytes, for r < d at most twice the block's attention tensors in
-float64 (as much for multi-head attention) — and the work arrays of the heads being
-projected (one per torch thread: ≈ 8.5 r × r float64 matrices each, 27 MiB at r = d = 640),
-no d × d matrix where r < d; never the embeddings, the feed-forward blocks or the other
-layers (``benchmarks/streamed_scores.py`` measures the peak against one layer's size and
-against :func:`load` + :func:`model_structure`). Time: with several torch threads the heads
-of a block whose projections are ≥ 512 wide (Gemma-3-270M's) are projected in parallel, one
-per thread (:func:`tpde.fields.nearest_gradient_field`).
+tensors in float64 (and their reading), and the work arrays of the heads being projected,
+in factor form (MATH.md §12): per head in flight (one per torch thread) ≈ 7 r × r float64
+matrices at the bracket's eigendecomposition (E, Ṽ, the bracket, its eigenvectors and
+LAPACK's 2r² workspace; 22 MiB at r = d = 640; r = min(d, 2d_h + 2d_v), the width of the
+span of W_Qᵀ, W_Kᵀ, W_O, W_Vᵀ, so no d × d matrix where that is < d). Nothing of a head
+is kept past its report (``nearest_gradient_field(..., structured=False)``: no basis, no
+mobility), never the embeddings, the feed-forward blocks or the other layers: the peak is
+the block's attention tensors plus a constant in depth, headers + threads × 7r²·8 bytes
+(``benchmarks/streamed_scores.py`` measures it against one layer's size and against
+:func:`load` + :func:`model_structure`). Time: with several torch threads the heads of a
+block whose projections are ≥ 512 wide (Gemma-3-270M's) are projected in parallel, one per
+thread (:func:`tpde.fields.nearest_gradient_field`); ``dtype=torch.float32`` runs their
+eigendecompositions and products in float32 (:mod:`tpde.fields.gradient_flow._factored`,
+"Precision": ≈ 1.4× less CPU time; every score of the three shipped models within 1.5e-3 of
+float64's, the counts equal).
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ import torch
 
 from tpde._validation import check_positive
 from tpde.fields import nearest_gradient_field
+from tpde.fields.gradient_flow.nearest import RTOL
 from tpde.pretrained import _build
 from tpde.pretrained.loader import _open, plan
 from tpde.pretrained.structure import ModelStructure, layer_indices
@@ -49,7 +55,7 @@ from tpde.pretrained.structure import ModelStructure, layer_indices
 __all__ = ["weight_scores"]
 
 
-def weight_scores(path, *, layers=None, rtol: float = 1e-10) -> ModelStructure:
+def weight_scores(path, *, layers=None, rtol=None, dtype=torch.float64) -> ModelStructure:
     """The weights-only gradient-structure scores of a checkpoint on disk, streamed (module
     notes): one attention sublayer's tensors in memory at a time.
 
@@ -61,7 +67,15 @@ def weight_scores(path, *, layers=None, rtol: float = 1e-10) -> ModelStructure:
     layers : sequence of layer indices, optional
         The layers to report (default all).
     rtol : relative residual below which a structure holds
-        (:func:`tpde.fields.nearest_gradient_field`).
+        (:func:`tpde.fields.nearest_gradient_field`; default 1e-10 in float64, 1e-4 in float32).
+    dtype : torch.float64 (default) or torch.float32
+        The projections' working precision (:func:`tpde.fields.nearest_gradient_field`): the
+        tensors are read in float64 either way; float32 runs the eigendecompositions and
+        products ≈ 1.4–1.6× faster, its scores within 1.5e-3 of float64's on the shipped
+        models (module notes), and cannot tell an exact structure below 1e-4. float64 is the
+        default: its scores equal ``model_structure(load(path))``'s, and an exactly
+        structured head is told at 1e-10; float32 is for speed on real checkpoints, whose
+        stored weights (4-bit, bfloat16) are far coarser than float32's rounding.
 
     Returns
     -------
@@ -73,9 +87,15 @@ def weight_scores(path, *, layers=None, rtol: float = 1e-10) -> ModelStructure:
     ------
     As :func:`tpde.pretrained.load` for the checkpoint (LoadError naming a missing,
     unexpected or misshapen tensor: a checkpoint without its attention weights); TypeError
-    or IndexError for ``layers``, ValueError for ``rtol``: all before any tensor is read.
+    or IndexError for ``layers``, TypeError for ``dtype``, ValueError for ``rtol``: all
+    before any tensor is read.
     """
-    rtol = check_positive(rtol, "rtol")
+    if dtype not in RTOL:
+        raise TypeError(
+            f"dtype must be torch.float64 or torch.float32 (the projections' working "
+            f"precision); received {dtype!r}."
+        )
+    rtol = check_positive(RTOL[dtype] if rtol is None else rtol, "rtol")
     source = _open(path, window_matters=False)
     cfg, entry, expected = plan(source)
     indices = layer_indices(cfg.layers, layers)
@@ -87,7 +107,7 @@ def weight_scores(path, *, layers=None, rtol: float = 1e-10) -> ModelStructure:
     for l in indices:
         for j, block in enumerate(_stored_blocks(cfg, l)):
             if block not in done:  # an ALBERT group's block is reported once, then reused
-                done[block] = _block_report(source, cfg, entry, by_block[block], block, rtol)
+                done[block] = _block_report(source, cfg, entry, by_block[block], block, rtol, dtype)
             places.append((l, j))
             reports.append(done[block])
     return ModelStructure(tuple(places), tuple(reports), None)
@@ -102,10 +122,10 @@ def _stored_blocks(cfg, l: int) -> list[int]:
     return list(range(g * k, (g + 1) * k))
 
 
-def _block_report(source, cfg, entry, expected: dict, block: int, rtol: float):
+def _block_report(source, cfg, entry, expected: dict, block: int, rtol: float, dtype):
     """The StructureReport of one stored block's attention, its tensors read alone."""
     tensors = source.read(cfg, expected, torch.float64, torch.device("cpu"))
     weights = {role: w for (role, _), w in _build._gather(expected, tensors, entry).items()}
     del tensors
     attention = _build.block_attention(weights, cfg, entry, block)
-    return nearest_gradient_field(attention, rtol=rtol)[1]
+    return nearest_gradient_field(attention, rtol=rtol, dtype=dtype, structured=False)[1]

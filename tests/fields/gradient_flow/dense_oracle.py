@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from tpde.fields import attention_heads
-from tpde.fields.gradient_flow.nearest import ROPE_OFFSETS, _rope_matrix
+from tpde.fields.gradient_flow._rope import ROPE_OFFSETS, _rope_matrix
 from tpde.metrics.mobility import DEGENERATE
 
 

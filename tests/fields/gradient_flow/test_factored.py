@@ -254,26 +254,27 @@ def _same_numbers(threaded, serial) -> None:
             assert _rel(getattr(a, name), getattr(b, name)) <= 1e-13, name
 
 
-def _on_one_then_two_threads(field):
+def _on_one_then_two_threads(field, dtype=F64):
     """(report on one torch thread, report on two); torch's thread count restored."""
     previous = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
-        serial = nearest_gradient_field(field)[1]
+        serial = nearest_gradient_field(field, dtype=dtype)[1]
         torch.set_num_threads(2)
-        threaded = nearest_gradient_field(field)[1]
+        threaded = nearest_gradient_field(field, dtype=dtype)[1]
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(previous)
     return serial, threaded
 
 
-def test_heads_on_threads_equal_one_thread(monkeypatch):
+@pytest.mark.parametrize("dtype", [F64, torch.float32])
+def test_heads_on_threads_equal_one_thread(dtype, monkeypatch):
     """Projections of width ≥ PARALLEL_WIDTH go to torch's threads, one head per
     single-threaded worker, the layer's scores to the calling thread alone: the numbers of
-    one thread (every product on one thread either way; rel 1e-13 leaves room for a BLAS
-    that rounds differently in differently aligned buffers: equal to the last bit on
-    Gemma-3-270M)."""
+    one thread, in either precision (every product on one thread either way; rel 1e-13
+    leaves room for a BLAS that rounds differently in differently aligned buffers: equal to
+    the last bit on Gemma-3-270M)."""
     g = torch.Generator().manual_seed(220)
     d = nearest.PARALLEL_WIDTH  # 4 d_h > d: the projection is d wide
     field = _gqa(g, d, d // 3, 4, 1, rope=RoPE())
@@ -284,7 +285,7 @@ def test_heads_on_threads_equal_one_thread(monkeypatch):
         return run_threads(work, count, n)
 
     monkeypatch.setattr(nearest, "run_threads", spy)
-    serial, threaded = _on_one_then_two_threads(field)
+    serial, threaded = _on_one_then_two_threads(field, dtype)
     assert workers == [2]  # one thread: no workers; two: the four heads on two
     _same_numbers(threaded, serial)
 
@@ -304,3 +305,121 @@ def test_narrow_heads_on_several_threads_run_in_turn_on_one(monkeypatch):
     serial, threaded = _on_one_then_two_threads(field)
     assert threads == [1] * 8  # 4 heads on one thread, then 4 on two: torch on one each time
     _same_numbers(threaded, serial)
+
+
+# ---------------------------------------------------------------------- float32 precision
+#: float32's scores against float64's on the constructed heads (relative): rounding
+#: eps32 ≈ 1.2e-7, summed over r ≤ 64 terms and amplified by the eigen-gaps the projection
+#: divides by (Λ⁻¹ in C, the clip's gap at zero; conditioning ≤ ~10² on these random heads):
+#: ≤ 64·1.2e-7·10² ≈ 1e-3. Measured over 10 seeds of each shape: ≤ 6e-6 on the residuals,
+#: 5e-5 on rope_residual, 2e-4 on the drift (which carries M*'s kernel block CM̃⁺Cᵀ).
+F32 = 1e-3
+SHAPES = {
+    "gqa": dict(d=40, k=4, H=4, Hkv=2),
+    "rank": dict(d=40, k=4, H=2, Hkv=1, rank_q=2, rank_v=1, rank_o=3),
+    "rope": dict(d=48, k=6, H=3, Hkv=1, rope=RoPE()),
+    "dense": dict(d=12, k=4, H=3, Hkv=3),
+    "gemma": dict(d=40, k=16, H=4, Hkv=1, rope=RoPE()),
+}
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_float32_scores_within_their_bound_of_float64(shape):
+    """dtype=float32 (A_s's and the bracket's eigendecompositions and the products in
+    float32; M̃, its inertia and the solve in float64) against float64: every score within
+    F32, the counts (inertia, sign) equal on these well-separated spectra."""
+    for seed in range(2):
+        g = torch.Generator().manual_seed(300 + seed)
+        field = _gqa(g, **SHAPES[shape])
+        exact = nearest_gradient_field(field)[1]
+        fast = nearest_gradient_field(field, dtype=torch.float32, rtol=1e-10)[1]
+        assert _rel(fast.symmetry, exact.symmetry) <= F32
+        for mine, theirs in zip(fast.heads, exact.heads, strict=True):
+            assert (mine.inertia, mine.sign) == (theirs.inertia, theirs.sign)
+            for name in SCORES:
+                x, y = getattr(mine, name), getattr(theirs, name)
+                assert (x is None) == (y is None), name
+                if x is not None:
+                    assert _rel(x, y) <= F32, (shape, name, x, y)
+
+
+def test_float32_exact_head_holds_at_its_rtol():
+    """The exact head of test_exact_head_in_factor_form_is_at_rounding in float32: its
+    residuals at float32's rounding (≤ 1e-5 here), under RTOL[float32] = 1e-4 (the default
+    rtol in float32), so the symmetric structures hold; the inertia is float32's (an exactly
+    semidefinite M̃ may show a spurious eigenvalue at ≈ eps32·cond(Λ): decide exactness
+    in float64)."""
+    g = torch.Generator().manual_seed(180)
+    d, k = 40, 3
+    Wq = _randn(g, k, d) / math.sqrt(d)
+    S = _randn(g, k, k)
+    Wk = (S + S.mT) @ Wq
+    P = _randn(g, 2, d)
+    Wo = (P.mT @ P / d) @ Wk.mT / math.sqrt(k)
+    field = GroupedQueryAttention(Wq, Wk, Wq, Wo, 1, 1, causal=False)
+    h = nearest_gradient_field(field, dtype=torch.float32)[1].heads[0]
+    assert max(h.symmetry_residual, h.value_residual, h.definite_residual) <= 1e-5
+    assert nearest.RTOL[torch.float32] == 1e-4 and h.sign == 1
+    assert not [b for b in h.breaks if "symmetric" in b]
+
+
+@pytest.mark.parametrize("knob", ["FLOOR_BAND", "SIGN_MARGIN"])
+def test_float32_falls_back_to_float64_where_a_decision_is_unclear(knob, monkeypatch):
+    """Every eigenvalue of A_s within FLOOR_BAND of the float32 floor, or every sign choice
+    within SIGN_MARGIN: each head projected again in float64, its numbers float64's to the
+    last bit."""
+    g = torch.Generator().manual_seed(310)
+    field = _gqa(g, 40, 4, 2, 1, rope=RoPE())
+    exact = nearest_gradient_field(field)[1]
+    calls = []
+    project = _factored._project
+
+    def spy(head, work):
+        calls.append(work)
+        return project(head, work)
+
+    monkeypatch.setattr(_factored, "_project", spy)
+    monkeypatch.setattr(_factored, knob, 1e300 if knob == "FLOOR_BAND" else 2.0)
+    fallback = nearest_gradient_field(field, dtype=torch.float32, rtol=1e-10)[1]
+    assert calls == [torch.float32, torch.float64] * 2
+    for mine, theirs in zip(fallback.heads, exact.heads, strict=True):
+        assert mine == theirs
+
+
+def test_precision_must_be_float64_or_float32():
+    g = torch.Generator().manual_seed(320)
+    field = _gqa(g, 12, 2, 2, 1)
+    for bad in (torch.float16, "float32", None):
+        with pytest.raises(TypeError, match=r"dtype must be torch\.float64 or torch\.float32"):
+            nearest_gradient_field(field, dtype=bad)
+
+
+@pytest.mark.parametrize("case", ["orthogonal", "shared", "gqa"])
+def test_report_without_the_structured_field_is_the_same(case, monkeypatch):
+    """structured=False (weight_scores): no field, each head's basis dropped after its
+    report; the report equal to the full run's to the bit, the orthogonal-classes test
+    projecting a head's span again only where it is reached."""
+    g = torch.Generator().manual_seed(330)
+    d, k, H = 48, 3, 2
+    if case == "orthogonal":  # each head on its own coordinates (as test_heads_on_orthogonal…)
+        Wq, Wk, Wv = (torch.zeros(H * k, d, dtype=F64) for _ in range(3))
+        Wo = torch.zeros(d, H * k, dtype=F64)
+        for h in range(H):
+            rows, cols = slice(h * k, (h + 1) * k), slice(h * 24, h * 24 + 13)
+            for W in (Wq, Wk, Wv):
+                W[rows, cols] = _randn(g, k, 13)
+            Wo[cols, rows] = _randn(g, 13, k)
+        field = GroupedQueryAttention(Wq, Wk, Wv, Wo, H, H, causal=False)
+    elif case == "shared":
+        Wq = _randn(g, k, d)
+        field = GroupedQueryAttention(torch.cat([Wq, Wq]), _randn(g, k, d), _randn(g, k, d),
+                                      _randn(g, d, 2 * k), 2, 1, causal=False)  # fmt: skip
+    else:
+        field = _gqa(g, 40, 4, 4, 2, rope=RoPE())
+    full = nearest_gradient_field(field)[1]
+    calls, project = [], nearest._project
+    monkeypatch.setattr(nearest, "_project", lambda *a: calls.append(a) or project(*a))
+    near, lean = nearest_gradient_field(field, structured=False)
+    assert near is None and lean == full
+    again = {"orthogonal": 2, "shared": 0, "gqa": 0}[case]  # the spans projected again
+    assert len(calls) == len(full.heads) + again

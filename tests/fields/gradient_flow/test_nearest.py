@@ -35,7 +35,7 @@ from tpde.fields import (
     row_space,
     symmetry_score,
 )
-from tpde.fields.gradient_flow.nearest import _pair_dot, _pair_form, _rope_residual
+from tpde.fields.gradient_flow._rope import _pair_dot, _pair_form, _rope_residual
 from tpde.measures import Empirical, Gaussian
 
 F64 = torch.float64

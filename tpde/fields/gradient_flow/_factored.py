@@ -24,6 +24,23 @@ C = Ṽ_NU Λ⁻¹, so
 both definite candidates (the clip of M* and of −M*): per head two symmetric
 eigendecompositions (Â_s and the bracket) of size ≤ min(m, d), M̃'s eigenvalues (its
 inertia) and a solve for C M̃⁺ Cᵀ (M̃'s eigendecomposition where it is singular).
+
+Precision. :func:`project_head` runs in float64 by default. With ``dtype=torch.float32`` the
+two r × r eigendecompositions (Â_s's, the bracket's) and the products around them (A, Ṽ,
+the RoPE Grams) run in float32, LAPACK's float32 solvers being ≈ 2× faster; M̃, its
+eigenvalues (the inertia, float64's floor), the solve and the residuals stay float64, and
+the basis and mobility are returned in float64. Â_s's rank is decided at the floor
+√r·eps₃₂·max|λ| (float32's rounding of an r-term sum; Gemma-3-270M's zero eigenvalues come
+out ≤ 1.1e-7·max, its smallest nonzero ones ≥ 8e-5·max); where an eigenvalue lies within a
+factor FLOOR_BAND = 10 of that floor, or where the two signs' definite residuals are within
+SIGN_MARGIN = 1e-3 of each other, the head is projected again in float64. The scores then
+differ from float64's by float32's rounding times the conditioning of what the projection
+divides by (Λ⁻¹ in C, M̃⁻¹ in the kernel block, the clip's eigen-gaps): ≤ 6e-6 relative on
+the constructed heads of tests/fields/gradient_flow/test_factored.py, up to ≈ 1e-3 on the
+definite residual of real heads whose M̃ is conditioned to 10⁶
+(benchmarks/streamed_scores.py). Eigenvalues of M̃ below ≈ eps₃₂·cond(Λ)·max|μ| are not
+resolved in float32: an exactly semidefinite mobility may show a spurious eigenvalue of the
+other sign (3e-7·max on a constructed exact head), so exactness is float64's to decide.
 """
 
 from __future__ import annotations
@@ -37,6 +54,12 @@ from tpde import _lu as lu
 from tpde.metrics.mobility import DEGENERATE
 
 __all__: list[str] = []
+
+#: float32 projections (module notes, "Precision") fall back to float64 where an eigenvalue
+#: of A_s is within this factor of float32's floor √r·eps·max|λ| ...
+FLOOR_BAND = 10.0
+#: ... or where the two signs' definite residuals differ by at most this fraction.
+SIGN_MARGIN = 1e-3
 
 
 @dataclass(frozen=True, eq=False)
@@ -52,6 +75,7 @@ class Core:
     coupling : (r − p, p) C = Ṽ_NU Λ⁻¹ (Y = N C).
     sign : s of M_s;  inertia : (n₊, n₋, n₀) of M̃ = M*'s compression to range(A_s).
     value_residual, definite_residual : ‖V − M* A_s‖_F and ‖V − M_s A_s‖_F (absolute).
+    sign_margin : |r₊ − r₋|/max(r₊, r₋), the two signs' residuals: how clear the choice of s is.
     """
 
     lam: torch.Tensor
@@ -63,6 +87,7 @@ class Core:
     inertia: tuple[int, int, int]
     value_residual: float
     definite_residual: float
+    sign_margin: float = math.inf
 
     @property
     def definite(self) -> torch.Tensor:
@@ -92,7 +117,7 @@ def eigenbasis(A_s: torch.Tensor, d: int, dtype) -> tuple[torch.Tensor, torch.Te
     return E[:, order], lam[on]
 
 
-def solve(Vt: torch.Tensor, lam: torch.Tensor, dtype) -> Core:
+def solve(Vt: torch.Tensor, lam: torch.Tensor, dtype, work=None) -> Core:
     """The nearest symmetric and definite mobilities from Ṽ = EᵀV̂E (r × r) and Λ (p,).
 
     Parameters
@@ -100,6 +125,8 @@ def solve(Vt: torch.Tensor, lam: torch.Tensor, dtype) -> Core:
     Vt : (r, r) the value map in the eigenbasis E = [U, N] of :func:`eigenbasis`.
     lam : (p,) the eigenvalues of E's first p columns.
     dtype : the dtype whose epsilon sets the inertia's zero floor.
+    work : the dtype of the bracket's eigendecomposition (default Vt's; float32: module
+        notes, "Precision"), its eigenpairs then returned in Vt's dtype.
 
     Returns
     -------
@@ -113,23 +140,41 @@ def solve(Vt: torch.Tensor, lam: torch.Tensor, dtype) -> Core:
     C = Vt[p:, :p] / lam
     evals = torch.linalg.eigvalsh(Mt)
     inertia = _inertia(evals, dtype)
-    block = _pinv_form(Mt, evals, C)  # C M̃⁺ Cᵀ
-    small = torch.cat([torch.cat([Mt, C.mT], 1), torch.cat([C, block], 1)])
-    small = (small + small.mT).mul_(0.5)  # = 0.5·(small + smallᵀ), one temporary fewer
-    ev, Z = torch.linalg.eigh(small)
+    small = _bracket(Mt, C, _pinv_form(Mt, evals, C))
+    del Mt
+    ev, Z = torch.linalg.eigh(small if work in (None, small.dtype) else small.to(work))
+    ev, Z = ev.to(small), Z.to(small)
     columns = small[:, :p]  # M* A_s = E [M̃; C] Λ U-columns
     up = ev > 0
-    positive = (Z[:, up] * ev[up]) @ Z[:p, up].mT  # the clip of M*, its U-columns
+    scaled, rows = Z[:, up], Z[:p, up]
+    positive = scaled.mul_(ev[up]) @ rows.mT  # the clip of M*, its U-columns
+    del scaled, rows
     tail = float(Vt[:, p:].square().sum())
 
     def residual(cols: torch.Tensor) -> float:
-        return math.sqrt(float((Vt[:, :p] - cols * lam).square().sum()) + tail)
+        """‖Ṽ_·U − cols·Λ‖² + tail, cols·Λ − Ṽ_·U formed in place (a fresh ``cols``)."""
+        return math.sqrt(float(cols.mul_(lam).sub_(Vt[:, :p]).square_().sum()) + tail)
 
-    value = residual(columns)
-    plus, minus = residual(positive), residual(columns - positive)
+    value = residual(columns.clone())
+    minus = residual(columns - positive)
+    plus = residual(positive)
     sign = 1 if plus <= minus else -1  # ties: +1, the dense loop's first
     keep = up if sign == 1 else ev < 0
-    return Core(lam, small, Z[:, keep], ev[keep], C, sign, inertia, value, min(plus, minus))
+    margin = abs(plus - minus) / max(plus, minus, 1e-300)
+    return Core(lam, small, Z[:, keep], ev[keep], C, sign, inertia, value, min(plus, minus), margin)
+
+
+def _bracket(Mt: torch.Tensor, C: torch.Tensor, block: torch.Tensor) -> torch.Tensor:
+    """[[M̃, Cᵀ], [C, ½(K + Kᵀ)]] (r × r) for K = C M̃⁺ Cᵀ, written into one array: M̃ is
+    exactly symmetric, so this equals ½(X + Xᵀ) of the unsymmetrised bracket X to the bit."""
+    p = Mt.shape[-1]
+    r = p + C.shape[0]
+    small = Mt.new_empty(r, r)
+    small[:p, :p] = Mt
+    small[:p, p:] = C.mT
+    small[p:, :p] = C
+    small[p:, p:] = block.add_(block.mT.clone()).mul_(0.5)
+    return small
 
 
 def _pinv_form(Mt: torch.Tensor, evals: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
@@ -166,6 +211,8 @@ class HeadProjection:
     basis : (d, r) B = Q E, orthonormal: every d × d matrix of the head is B X Bᵀ.
     core : :class:`Core` in B's coordinates.
     compressed_rows : (2k, r) [W_Q; W_K] Q;  eigenbasis : (r, r) E.
+    span : (d, m) Q, or None where Q is the identity (:func:`head_basis`).
+    work : the working precision the projection ran in (:func:`project_head`).
     A_norm, symmetry_residual, V_norm, A_s_norm : ‖A‖, ‖A − A_s‖, ‖V‖, ‖A_s‖ (Frobenius).
     """
 
@@ -177,11 +224,17 @@ class HeadProjection:
     symmetry_residual: float
     V_norm: float
     A_s_norm: float
+    span: torch.Tensor | None = None
+    work: torch.dtype = torch.float64
 
-    @property
-    def rows(self) -> torch.Tensor:
-        """(2k, r) [W_Q; W_K] B."""
-        return self.compressed_rows @ self.eigenbasis
+    def rope_grams(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(C, S) = (GGᵀ, (M_sGᵀ)ᵀ(M_sGᵀ)), G = [W_Q; W_K] (2k × 2k each, float64; the
+        products in :attr:`work`): G's rows lie in range B, B orthonormal, so with
+        Ĝ = GQ and M_s = B Z D Zᵀ Bᵀ, C = ĜĜᵀ and S = P D² Pᵀ, P = Ĝ(EZ) (2k × n)."""
+        G = self.compressed_rows.to(self.work)
+        P = G @ (self.eigenbasis.to(self.work) @ self.core.vectors.to(self.work))
+        S = (P * self.core.values.to(self.work).square()) @ P.mT
+        return (G @ G.mT).double(), S.double()
 
     def mobility_times(self, x: torch.Tensor) -> torch.Tensor:
         """M_s x for x (d,) or (d, n): B Z D Zᵀ Bᵀ x (Z, D the sign-s eigenpairs)."""
@@ -203,23 +256,63 @@ def head_basis(head) -> torch.Tensor | None:
 
 def project_head(head, dtype=torch.float64) -> HeadProjection:
     """The nearest structured head of an :class:`~tpde.fields.gradient_flow.AttentionHead`
-    in factor form: O(d·m² + m³), no d × d array where m < d (module notes)."""
+    in factor form: O(d·m² + m³), no d × d array where m < d (module notes).
+
+    ``dtype`` float32 runs A_s's and the bracket's eigendecompositions and the products in
+    float32, the rest in float64, and falls back to float64 where a rank or sign decision
+    is within float32's reach (module notes, "Precision")."""
+    if dtype == torch.float32:
+        fast = _project(head, torch.float32)
+        if fast is not None:
+            return fast
+    return _project(head, torch.float64)
+
+
+def _project(head, work) -> HeadProjection | None:
+    """:func:`project_head` in the working precision ``work``; None where float32's
+    decisions are not clear (an eigenvalue of A_s near its floor, or the two signs' residuals
+    within SIGN_MARGIN)."""
     Q = head_basis(head)
     k = head.Wq.shape[0]
     G = torch.cat([head.Wq, head.Wk])
     Gh = G if Q is None else G @ Q
-    A = head.scale * Gh[k:].mT @ Gh[:k]
+    Gw = Gh.to(work)
+    A = head.scale * Gw[k:].mT @ Gw[:k]
     A_s = 0.5 * (A + A.mT)
     A_norm, sym_norm, A_s_norm = float(A.norm()), float((A - A_s).norm()), float(A_s.norm())
-    del A  # the work arrays go as soon as they are read: one r × r matrix fewer at a time
-    E, lam = eigenbasis(A_s, head.dim, dtype)
+    del A, Gw  # the work arrays go as soon as they are read: one r × r matrix fewer at a time
+    if work == torch.float64:
+        E, lam = eigenbasis(A_s, head.dim, work)
+    else:
+        E, lam = _eigenbasis32(A_s)
+        if E is None:
+            return None
     del A_s
     if head.Wv is None:  # V dense (d × d), Q the identity
-        Vt = E.mT @ head.Wo @ E
+        Vt = E.mT @ head.Wo.to(work) @ E
     else:
         left = head.Wo if Q is None else Q.mT @ head.Wo
         right = head.Wv if Q is None else head.Wv @ Q
-        Vt = (E.mT @ left) @ (right @ E)
-    core = solve(Vt, lam, dtype)
+        Vt = (E.mT @ left.to(work)) @ (right.to(work) @ E)
+    E, Vt, lam = E.double(), Vt.double(), lam.double()
+    core = solve(Vt, lam, torch.float64, work)
+    if work != torch.float64 and core.sign_margin <= SIGN_MARGIN:
+        return None
     basis = E if Q is None else Q @ E
-    return HeadProjection(basis, core, Gh, E, A_norm, sym_norm, float(Vt.norm()), A_s_norm)
+    V_norm = float(Vt.norm())
+    return HeadProjection(basis, core, Gh, E, A_norm, sym_norm, V_norm, A_s_norm, Q, work)
+
+
+def _eigenbasis32(A_s: torch.Tensor):
+    """:func:`eigenbasis` of a float32 A_s (r × r) with the floor √r·eps·max|λ| (module
+    notes, "Precision"); (None, None) where an eigenvalue lies within a factor FLOOR_BAND
+    of it (the rank not clear in float32)."""
+    lam, E = torch.linalg.eigh(A_s)
+    size = lam.abs()
+    top = float(size.max()) if lam.numel() else 0.0
+    floor = math.sqrt(lam.numel()) * torch.finfo(lam.dtype).eps * max(top, 1e-300)
+    if bool(((size > floor / FLOOR_BAND) & (size < floor * FLOOR_BAND)).any()):
+        return None, None
+    on = size > floor
+    order = torch.cat([on.nonzero().flatten(), (~on).nonzero().flatten()])
+    return E[:, order], lam[on]

@@ -28,8 +28,6 @@ OpenMP thread left spinning (SmolLM2's projections on two threads inside each op
 
 from __future__ import annotations
 
-import functools
-import math
 import re
 from dataclasses import dataclass
 
@@ -39,6 +37,7 @@ from tpde._engines.tiled import calling_thread_alone, run_threads
 from tpde._validation import check_positive
 from tpde.fields.base import Field
 from tpde.fields.gradient_flow._factored import project_head
+from tpde.fields.gradient_flow._rope import _rope_norms
 from tpde.fields.gradient_flow.heads import AttentionHead, attention_heads
 from tpde.fields.gradient_flow.projection import product_scores, row_space
 from tpde.fields.gradient_flow.structured import StructuredAttention, StructuredHead
@@ -55,12 +54,12 @@ __all__ = [
     "nearest_gradient_field",
 ]
 
-#: Offsets m = ±1, ±2, ±4, …, ±ROPE_OFFSETS at which a rotary head's pair kernel is checked.
-ROPE_OFFSETS = 64
 #: Projections at least this wide (r = min(2d_h + 2d_v, d)) run one head per torch thread:
 #: Gemma-3-270M (r = 640) 16.3 CPU s on two against 17.1 on one; SmolLM2 (r = 256) 11.8
 #: against 9.2 (small operations contending for the GIL; benchmarks/streamed_scores.py).
 PARALLEL_WIDTH = 512
+#: The default rtol per working precision (:func:`nearest_gradient_field`).
+RTOL = {torch.float64: 1e-10, torch.float32: 1e-4}
 
 
 @dataclass(frozen=True)
@@ -154,7 +153,9 @@ class StructureReport:
         return torch.tensor(values, dtype=torch.float64, device="cpu")
 
 
-def nearest_gradient_field(field, *, t: float = 0.0, rtol: float = 1e-10):
+def nearest_gradient_field(
+    field, *, t: float = 0.0, rtol=None, dtype=torch.float64, structured: bool = True
+):
     """The nearest gradient-flow field of an attention field, and the report (module notes).
 
     Parameters
@@ -162,7 +163,16 @@ def nearest_gradient_field(field, *, t: float = 0.0, rtol: float = 1e-10):
     field : Softmax, Sinkhorn, Masked(Softmax), MultiHead of softmax heads, or
         GroupedQueryAttention (a loaded model's attention sublayer).
     t : depth-time of time-dependent parameters.
-    rtol : relative residual below which a structure holds (module notes).
+    rtol : relative residual below which a structure holds (module notes; default
+        ``RTOL[dtype]``: 1e-10 in float64, 1e-4 in float32).
+    dtype : torch.float64 (default) or torch.float32, the working precision of the
+        projections' eigendecompositions and products (float32: ≈ 1.4–1.6× faster, scores
+        within ≈ 1e-5 of float64's on constructed heads and 1.5e-3 on the shipped models;
+        :mod:`~tpde.fields.gradient_flow._factored`, "Precision").
+    structured : False to return (None, report): the nearest field is not built and each
+        head's basis and mobility are dropped as soon as its report is made (the memory of
+        the report alone, :func:`tpde.pretrained.weight_scores`; a head's span is projected
+        again where the sum's orthogonality test needs it).
 
     Returns
     -------
@@ -174,19 +184,26 @@ def nearest_gradient_field(field, *, t: float = 0.0, rtol: float = 1e-10):
     NotAGradientFlow
         A head that is not softmax or Sinkhorn (naming the structure it lacks).
     """
-    rtol = check_positive(rtol, "rtol")
+    if dtype not in RTOL:
+        raise TypeError(
+            f"dtype must be torch.float64 or torch.float32 (the projections' working "
+            f"precision); received {dtype!r}."
+        )
+    rtol = check_positive(RTOL[dtype] if rtol is None else rtol, "rtol")
     heads = attention_heads(field, t)
     workers = _workers(heads.heads)  # with the caller's thread count
     if torch.get_num_threads() == 1 or heads.heads[0].Wq.device.type != "cpu":
-        return _nearest(heads, rtol, 1)
+        return _nearest(heads, rtol, 1, dtype, structured)
     with calling_thread_alone():  # no OpenMP thread spinning on the cores (module notes)
-        return _nearest(heads, rtol, workers)
+        return _nearest(heads, rtol, workers, dtype, structured)
 
 
-def _nearest(heads, rtol: float, workers: int):
-    """:func:`nearest_gradient_field` of the heads, projected on ``workers`` threads."""
+def _nearest(heads, rtol: float, workers: int, dtype=torch.float64, keep: bool = True):
+    """:func:`nearest_gradient_field` of the heads, projected on ``workers`` threads; the
+    field None where ``keep`` is False (a Sinkhorn head's is built either way)."""
+    keep = keep or any(head.kind == "sinkhorn" for head in heads.heads)
     structured, reports, drift, norms = [], [], heads.bias.clone(), []
-    for s_head, report, w, norm_pair in _project_all(heads.heads, rtol, workers):
+    for s_head, report, w, norm_pair in _project_all(heads.heads, rtol, workers, dtype, keep):
         structured.append(s_head)
         reports.append(report)
         norms.append(norm_pair)
@@ -200,7 +217,7 @@ def _nearest(heads, rtol: float, workers: int):
             )
         near = _sinkhorn(heads.heads[0], structured[0])
     else:
-        near = StructuredAttention(structured, drift)
+        near = StructuredAttention(structured, drift) if keep else None
     case = _sum_structure(structured, [n[0] for n in norms], rtol)
     breaks = [f"head {h}: {b}" for h, r in enumerate(reports) for b in r.breaks]
     if case == "none":
@@ -238,28 +255,28 @@ def _workers(heads) -> int:
     return max(1, min(torch.get_num_threads(), len(heads)))
 
 
-def _project_all(heads, rtol: float, workers: int) -> list:
+def _project_all(heads, rtol: float, workers: int, dtype=torch.float64, keep=True) -> list:
     """:func:`_project` of every head, on ``workers`` threads
     (:func:`~tpde._engines.tiled.run_threads`: Python threads, each running torch
     single-threaded, pulling heads in turn): each head's numbers are those of a
     single-threaded run, whatever the thread count."""
     if workers == 1:
-        return [_project(head, rtol) for head in heads]
+        return [_project(head, rtol, dtype, keep) for head in heads]
     out = [None] * len(heads)
 
     def work(jobs):
         for i in jobs:
-            out[i] = _project(heads[i], rtol)
+            out[i] = _project(heads[i], rtol, dtype, keep)
 
     run_threads(work, len(heads), workers)
     return out
 
 
-def _project(head: AttentionHead, rtol: float):
+def _project(head: AttentionHead, rtol: float, dtype=torch.float64, keep: bool = True):
     """(StructuredHead, HeadStructure, drift w_h, (‖A_s‖, ‖V‖)) of one head, in factor
     form (:mod:`~tpde.fields.gradient_flow._factored`); the projection's work arrays are
     dropped on return (the structured head keeps B and Z)."""
-    proj = project_head(head)
+    proj = project_head(head, dtype)
     core = proj.core
     A_norm, V_norm = proj.A_norm, proj.V_norm or 1.0
     sym_res = proj.symmetry_residual / (A_norm or 1.0)
@@ -278,10 +295,8 @@ def _project(head: AttentionHead, rtol: float):
         breaks.append(f"constant drift w = u − M a ≠ 0 (‖w‖ = {drift:.3g})")
     rope_res = None
     if head.rope is not None:
-        G = proj.rows  # [W_Q; W_K] B: C = GGᵀ, S = (M_s Gᵀ)ᵀ(M_s Gᵀ) in B's coordinates,
-        P = core.vectors.mT @ G.mT  # M_s = Z D Zᵀ: S = (ZᵀGᵀ)ᵀ D² (ZᵀGᵀ)
-        S = (P * core.values[:, None].square()).mT @ P
-        rope_res = _rope_norms(head, G @ G.mT, S, V_norm, def_res * V_norm)
+        C, S = proj.rope_grams()  # C = GGᵀ, S = (M_s Gᵀ)ᵀ(M_s Gᵀ), G = [W_Q; W_K]
+        rope_res = _rope_norms(head, C, S, V_norm, def_res * V_norm)
         if rope_res > rtol:
             breaks.append(f"RoPE: the pair kernel is not a gradient map (residual {rope_res:.3g})")
         if head.bq is not None or head.bk is not None:
@@ -293,6 +308,8 @@ def _project(head: AttentionHead, rtol: float):
         sym_res, val_res, def_res, core.inertia, core.sign, *_head_scores(head, proj),
         drift, rope_res, tuple(breaks),
     )  # fmt: skip
+    if not keep:
+        return _Lean(head, core.sign, rtol, dtype), report, w, (proj.A_s_norm, proj.V_norm)
     structured = StructuredHead(
         head.Wq, head.Wk, head.scale, head.a, proj.basis, core.vectors, core.values, core.sign,
         head.rope, core.coupling,
@@ -300,128 +317,32 @@ def _project(head: AttentionHead, rtol: float):
     return structured, report, w, (proj.A_s_norm, proj.V_norm)
 
 
+@dataclass(frozen=True, eq=False)
+class _Lean:
+    """What the sum's tests read of a structured head (W_Q, W_K, c, a, RoPE, sign), without
+    its basis and mobility (``structured=False``): the span is projected again on demand."""
+
+    head: AttentionHead
+    sign: int
+    rtol: float
+    dtype: torch.dtype
+
+    def __getattr__(self, name):  # Wq, Wk, scale, a, rope: the head's own
+        if name == "head":  # not yet set (copy, pickle): no recursion
+            raise AttributeError(name)
+        return getattr(self.head, name)
+
+    @property
+    def span(self) -> torch.Tensor:
+        return _project(self.head, self.rtol, self.dtype)[0].span
+
+
 def _head_scores(head: AttentionHead, proj) -> tuple[float, float]:
-    """Saponati et al.'s scores of W_QᵀW_K, in the projection's basis where it is a proper
-    subspace (r < d; it holds the rows of W_Q and W_K), else as product_scores decides."""
-    if proj.basis.shape[-1] < head.dim:
-        return product_scores(head.Wq, head.Wk, basis=proj.basis)
+    """Saponati et al.'s scores of W_QᵀW_K, in the projection's span Q where it is a proper
+    subspace (m < d; it holds the rows of W_Q and W_K), else as product_scores decides."""
+    if proj.span is not None:
+        return product_scores(head.Wq, head.Wk, basis=proj.span)
     return product_scores(head.Wq, head.Wk)
-
-
-def _rope_residual(head: AttentionHead, M: torch.Tensor, V_norm: float, base_norm: float):
-    """:func:`_rope_norms` for a dense mobility M (d, d): C = GGᵀ, S = (MGᵀ)ᵀ(MGᵀ)."""
-    G = torch.cat([head.Wq, head.Wk])
-    P = M @ G.mT
-    return _rope_norms(head, G @ G.mT, P.mT @ P, V_norm, base_norm)
-
-
-def _rope_norms(head: AttentionHead, C: torch.Tensor, S: torch.Tensor, V_norm, base_norm):
-    """max over the offsets ±1, ±2, ±4, …, ±ROPE_OFFSETS of the pair kernel's asymmetry
-    ‖A(m)ᵀ − A(−m)‖/‖A(m)‖ and of ‖V − M B(m)‖/‖V‖ (HeadStructure notes).
-
-    In the 2k rows G = [W_Q; W_K]: A(m)ᵀ − A(−m) = Gᵀ J G, J = c[[0, T], [−T, 0]], and
-    B(m) − B(0) = Gᵀ D G, D = (c/2)[[0, ΔT], [ΔT, 0]], T = R(m)ᵀ = R(−m), ΔT = T − I, so with
-    C = GGᵀ and S = (MGᵀ)ᵀ(MGᵀ) (2k × 2k; the caller forms them, from the factors of M:
-    O(d·k·r)) every norm is a sum of k × k inner products ⟨X, Y⟩ = tr(XᵀY):
-
-        ‖Gᵀ J G‖² = ⟨CJ, JC⟩ = c²(⟨C_qq T, T C_kk⟩ + ⟨C_kk T, T C_qq⟩ − ⟨C_qk T, T C_kq⟩
-                                − ⟨C_kq T, T C_qk⟩),
-        ‖A(m)‖² = c²⟨C_kk R, R C_qq⟩,
-        ‖M Gᵀ D G‖² = ⟨SD, DC⟩ = (c/2)²(⟨S_qk ΔT, ΔT C_kq⟩ + ⟨S_qq ΔT, ΔT C_kk⟩
-                                       + ⟨S_kk ΔT, ΔT C_qq⟩ + ⟨S_kq ΔT, ΔT C_qk⟩),
-
-    and a rotation R(m) has at most two nonzeros per row and column (pairs of coordinates
-    turn), so each product with T or R costs O(k²): O(k²) per offset, every offset at once.
-    ``base_norm`` is ‖V − M B(0)‖ = ‖V − M A_s‖.
-    """
-    c = head.scale
-    R, T = _offset_rotations(head.rope, head.Wq.shape[0])  # RoPE: a frozen dataclass
-    asym2, norm2, shift2 = _offset_norms(C, S, R.to(C), T)
-    shift = 0.5 * abs(c) * shift2.clamp_min(0).sqrt()
-    norm = norm2.clamp_min(0).sqrt()
-    asym = asym2.clamp_min(0).sqrt() / torch.where(norm > 0, norm, torch.ones_like(norm))
-    return max(float(asym.max()), float(((base_norm + shift) / V_norm).max()))
-
-
-@functools.lru_cache(maxsize=8)
-def _offset_rotations(rope, k: int):
-    """(R, T): R(m) (n, k, k) at the n offsets ±1, ±2, ±4, …, ±ROPE_OFFSETS and the
-    :func:`_pair_form` of R(m)ᵀ, float64: one computation for every head of one encoding
-    and width (cached; read only)."""
-    offsets = [2**i for i in range(int(math.log2(ROPE_OFFSETS)) + 1)]
-    R = torch.stack([_rope_matrix(rope, k, m) for m in [*offsets, *(-o for o in offsets)]])
-    return R, _pair_form(R.mT)
-
-
-def _rope_matrix(rope, k: int, m: int) -> torch.Tensor:
-    """R(m) (k, k): rope.rotate maps a row x at position m to (R(m)x)ᵀ."""
-    eye = torch.eye(k, dtype=torch.float64, device="cpu")
-    positions = torch.full((k,), float(m), dtype=torch.float64, device="cpu")
-    return rope.rotate(eye.unsqueeze(0), positions).squeeze(0).mT
-
-
-def _offset_norms(C: torch.Tensor, S: torch.Tensor, R: torch.Tensor, T=None) -> tuple:
-    """(‖GᵀJG‖²/c², ‖A(m)‖²/c², ‖MGᵀDG‖²/(c/2)²), each (n,), at n offsets, R = R(m)
-    (n, k, k), from the 2k × 2k C and S (:func:`_rope_norms`' sums of k × k inner products,
-    :func:`_pair_dot`); T: the :func:`_pair_form` of Rᵀ where already at hand."""
-    k = R.shape[-1]
-    Cqq, Cqk, Ckq, Ckk = C[:k, :k], C[:k, k:], C[k:, :k], C[k:, k:]
-    Sqq, Sqk, Skq, Skk = S[:k, :k], S[:k, k:], S[k:, :k], S[k:, k:]
-    T = _pair_form(R.mT) if T is None else T
-    if isinstance(T, tuple):  # R = Tᵀ: β_R = β_T∘π;  ΔT = T − I: α − 1
-        alpha, beta, pi = T
-        Rm, dT = (alpha, beta[:, pi], pi), (alpha - 1.0, beta, pi)
-    else:
-        Rm, dT = R, T - torch.eye(k, dtype=R.dtype, device=R.device)
-    asym2 = (_pair_dot(Cqq, Ckk, T) + _pair_dot(Ckk, Cqq, T)
-             - _pair_dot(Cqk, Ckq, T) - _pair_dot(Ckq, Cqk, T))  # fmt: skip
-    norm2 = _pair_dot(Ckk, Cqq, Rm)  # ⟨C_kk R, R C_qq⟩
-    shift2 = (_pair_dot(Sqk, Ckq, dT) + _pair_dot(Sqq, Ckk, dT)
-              + _pair_dot(Skk, Cqq, dT) + _pair_dot(Skq, Cqk, dT))  # fmt: skip
-    return asym2, norm2, shift2
-
-
-def _pair_form(T: torch.Tensor):
-    """T (n, k, k) as diag(α) + diag(β)Π, Π one permutation, an involution, shared by all n
-    (a rotation of coordinate pairs, scaled: RoPE at n offsets): (α, β, π), α and β (n, k)
-    and π (k,) (β_i = 0 where π(i) = i); T itself where it has another pattern."""
-    k = T.shape[-1]
-    index = torch.arange(k, device=T.device)
-    eye = index[:, None] == index[None, :]
-    off = (T != 0).any(0) & ~eye
-    counts = off.sum(-1)
-    if k == 0 or int(counts.max()) > 1:
-        return T
-    partner = torch.where(counts > 0, off.to(torch.int8).argmax(-1), index)
-    if not torch.equal(partner[partner], index):
-        return T
-    alpha = T.diagonal(dim1=-2, dim2=-1)
-    beta = T[:, index, partner] * (partner != index)
-    return alpha, beta, partner
-
-
-def _pair_dot(X: torch.Tensor, Y: torch.Tensor, T) -> torch.Tensor:
-    r"""⟨X T, T Y⟩ = tr(TᵀXᵀTY) (n,) for X, Y (k, k) and the n matrices T of a
-    :func:`_pair_form`, in O(k² + n·k²) as matrix products.
-
-    With T = diag(α) + diag(β)Π [derived]: (XT)_ij = α_j X_ij + β_π(j) X_iπ(j) and
-    (TY)_ij = α_i Y_ij + β_i Y_π(i)j, so with X' = X[:, π], Y' = Y[π, :] and β' = β∘π,
-
-        ⟨XT, TY⟩ = αᵀ(X∘Y)α + βᵀ(X∘Y')α + αᵀ(X'∘Y)β' + βᵀ(X'∘Y')β',
-
-    four k × k Hadamard products once and n bilinear forms each.
-    """
-    if isinstance(T, torch.Tensor):  # another pattern: the dense products
-        return ((X @ T) * (T @ Y)).sum((-2, -1))
-    alpha, beta, pi = T
-    Xp, Yp = X[:, pi], Y[pi, :]
-
-    def form(u, Z, v):  # uᵀ Z v for every row of u, v
-        return ((u @ Z) * v).sum(-1)
-
-    beta_p = beta[:, pi]
-    return (form(alpha, X * Y, alpha) + form(beta, X * Yp, alpha)
-            + form(alpha, Xp * Y, beta_p) + form(beta, Xp * Yp, beta_p))  # fmt: skip
 
 
 def _sinkhorn(head: AttentionHead, structured: StructuredHead):
