@@ -3,12 +3,13 @@ tokenizer, on tiny files written with the gguf package."""
 
 import builtins
 import importlib.util
+import os
 
 import numpy as np
 import pytest
 import torch
 
-from tpde._io.gguf_file import read_container
+from tpde._io.gguf_file import read_container, release_pages
 from tpde._io.gguf_tokenizer import build_tokenizer
 from tpde.pretrained import LoadError, load, smollm2
 from tpde.pretrained._gguf import unpermute_rotary_rows
@@ -324,3 +325,29 @@ def test_load_reads_a_gguf_file_as_a_transformer(tmp_path):
     mu = model.embed(torch.arange(4))[0]
     states, split = model.hidden_states(mu), model.split(mu)
     assert float((split.sum(1) - (states[1:] - states[:-1])).abs().max()) < 1e-12
+
+
+def _mapped_kib(path) -> int:
+    """This process's resident KiB of its mappings of ``path`` (/proc/self/smaps)."""
+    total, inside = 0, False
+    for line in open("/proc/self/smaps"):
+        if not line[
+            0
+        ].isupper():  # a mapping's header line: "start-end perms offset dev inode path"
+            inside = line.rstrip().endswith(str(path))
+        elif inside and line.startswith("Rss:"):
+            total += int(line.split()[1])
+    return total
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="reads /proc/self/smaps")
+def test_release_pages_drops_the_mapping_and_keeps_the_bytes(tmp_path):
+    write_tiny(tmp_path / "tiny.gguf", tied=False)
+    _, tensors = read_container(tmp_path / "tiny.gguf")
+    data = next(iter(tensors.values()))[2]
+    before = data.copy()
+    assert _mapped_kib(tmp_path / "tiny.gguf") > 0  # the header and the tensor read
+    release_pages(data)
+    assert _mapped_kib(tmp_path / "tiny.gguf") == 0  # page counts: integers, no rounding
+    np.testing.assert_array_equal(data, before)  # read again from the page cache
+    release_pages(np.zeros(3))  # an array of no mapping: nothing to drop

@@ -36,7 +36,15 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["MAGIC", "Unread", "check_types", "dequantisable", "dequantise", "read_container"]
+__all__ = [
+    "MAGIC",
+    "Unread",
+    "check_types",
+    "dequantisable",
+    "dequantise",
+    "read_container",
+    "release_pages",
+]
 
 MAGIC = b"GGUF"
 MAX_DIMS = 4  # GGML_MAX_DIMS
@@ -220,6 +228,22 @@ def read_container(path: Path, *, vocabulary: bool = True) -> tuple[dict, dict]:
     start = -(-cursor.pos // alignment) * alignment
     data = np.frombuffer(buffer, dtype=np.uint8)
     return metadata, {info[0]: _tensor(data, start, alignment, info) for info in infos}
+
+
+def release_pages(data: np.ndarray) -> None:
+    """Drop the pages of the memory-mapped file that ``data`` (a tensor's bytes from
+    :func:`read_container`) views from this process's resident set: ``madvise(MADV_DONTNEED)``
+    on the whole read-only mapping, whose next access reads the same bytes again from the
+    page cache, so only the resident set changes. A reader of one block at a time calls it
+    once the block's tensors are copied out, so that the pages it touched do not accumulate
+    with depth. Nothing where the platform has no ``madvise``."""
+    base = data
+    while isinstance(base, np.ndarray) and base.base is not None:
+        base = base.base
+    if isinstance(base, memoryview):
+        base = base.obj
+    if isinstance(base, mmap.mmap) and hasattr(mmap, "MADV_DONTNEED"):
+        base.madvise(mmap.MADV_DONTNEED)
 
 
 def dequantisable(qtype) -> bool:

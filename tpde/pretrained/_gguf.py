@@ -247,7 +247,8 @@ def _metadata_key(path: Path, source: dict, key: str) -> str:
 
 def _read(path, stored, by_name, expected, family, cfg, dtype, device) -> dict:
     """The tensors of ``expected`` (checkpoint names), dequantised, un-permuted and in the
-    folder's layout."""
+    folder's layout; the file's pages they touched then dropped from the resident set
+    (:func:`tpde._io.gguf_file.release_pages`: one block read at a time stays one block)."""
     spec, out = family.gguf, {}
     for name, (role, _, part, _) in expected.items():
         where, row = by_name[name] if isinstance(by_name[name], tuple) else (by_name[name], None)
@@ -264,6 +265,8 @@ def _read(path, stored, by_name, expected, family, cfg, dtype, device) -> dict:
         if spec.stored_gain_offset and role.endswith(_NORMS):
             array = array - np.float32(spec.stored_gain_offset)
         out[name] = torch.from_numpy(array).to(dtype=dtype, device=device)
+    if expected:  # the mapped pages just read leave the resident set (a streamed block's)
+        gguf_file.release_pages(data)
     return out
 
 
