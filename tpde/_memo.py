@@ -67,8 +67,8 @@ class TensorMemo:
             return self.compute(tensor)  # (inference tensors have no version counter)
         last = getattr(self._last, "entry", None)
         if last is not None and last[4] is tensor and last[5] == tensor._version:
-            if last[0]._version == last[1] and _intact(last):  # the tensor asked last time
-                return last[2]
+            if last[0]._version == last[1] and (last[3] is None or last[2]._version == last[3]):
+                return last[2]  # the tensor asked last time, all intact (_intact)
         asked, tensor = tensor, canonical(tensor, self.kind)
         if last is not None and last[0] is tensor and last[1] == tensor._version:
             if _intact(last):
