@@ -125,7 +125,7 @@ def _exact(second: torch.Tensor, eps=None) -> bool:
     With such an ε (``eps``) every row is ≥ ε (a mean of squares is ≥ 0, and rounding is
     monotone) unless it is NaN, so the rows pass both tests exactly when their sum is
     finite: one reduction and one host read (the least and largest rows, read when the sum
-    is not finite, decide as before). The same answer in 2 dispatched operations instead of
+    is not finite, decide as before). The same answer in 2 operations (sum, item) instead of
     4 (detach, aminmax, stack, tolist): 2.6 against 4.0 µs on 128 rows, one CPU thread.
     """
     if second.numel() == 0:
