@@ -16,7 +16,10 @@ pass: the log-weights, the causal masks and the RoPE tables, about 20 dispatched
 operations of a tiny model's forward. :func:`canonical` maps a new tensor to an earlier
 one of the same bits (one comparison: ``torch.equal`` of the bit patterns, so −0.0 and
 0.0, or two NaNs of other payloads, are different tensors), and the memos key on that
-earlier tensor: one comparison per new tensor instead of every fact derived from it.
+earlier tensor: one comparison per new tensor instead of every fact derived from it. It
+holds at most :data:`CANONICAL_POOL` tensors of at most :data:`CANONICAL_ENTRIES` entries
+(4 MB), and like the memos it trusts version counters: an edit that bypasses them
+(``.data``, a NumPy view) is not seen.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ __all__ = ["TensorMemo", "canonical"]
 #: memoised about vectors of weights and positions; a large tensor is its own key).
 CANONICAL_ENTRIES = 2**16
 
-#: How many earlier tensors (one per shape, dtype and device) :func:`canonical` holds.
+#: How many earlier tensors (one per kind, shape, dtype and device) :func:`canonical` holds.
 CANONICAL_POOL = 8
 
 #: Integer dtypes of the floating dtypes' sizes: a float tensor's bits as integers.
