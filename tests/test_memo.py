@@ -90,3 +90,56 @@ def test_the_dense_causal_mask_follows_positions_edited_in_place(generator):
     fresh = softmax_weights(q, k, query_positions=p.clone(), key_positions=p.clone())
     torch.testing.assert_close(again, fresh, rtol=0, atol=0)
     assert bool((again.tril(-1) == 0).all())
+
+
+def test_a_new_tensor_of_the_same_bits_reads_the_memo():
+    """A forward pass builds its weights and positions afresh: a new tensor holding the
+    same bits as the one remembered is mapped to it (tpde._memo.canonical), one comparison
+    instead of every fact recomputed; the value served is the computed one, bit for bit."""
+    memo, calls = _counting(torch.log)
+    w = torch.full((5,), 0.2, dtype=torch.float64)
+    first = memo(w)
+    again = torch.full((5,), 0.2, dtype=torch.float64)  # another tensor, the same bits
+    assert memo(again) is first and memo(again) is first and len(calls) == 1
+    again.mul_(2.0)  # the new tensor edited after it was mapped: compared again
+    torch.testing.assert_close(memo(again), torch.log(again), rtol=0, atol=0)
+    assert len(calls) == 2
+
+
+def test_canonical_tells_bits_apart_and_follows_edits_of_the_earlier_tensor():
+    """Bits, not values: −0.0 and 0.0 are different tensors (a fact may read the sign of
+    a zero); the earlier tensor edited in place no longer stands for the new one."""
+    from tpde._memo import canonical
+
+    zero = torch.zeros(3, dtype=torch.float64)
+    assert canonical(zero, "test-zero") is zero
+    assert canonical(-torch.zeros(3, dtype=torch.float64), "test-zero") is not zero
+    earlier = torch.arange(4, dtype=torch.float32)
+    assert canonical(earlier, "test-edit") is earlier
+    later = torch.arange(4, dtype=torch.float32)
+    assert canonical(later, "test-edit") is earlier
+    earlier.add_(1.0)  # the earlier tensor changed: the later one is its own again
+    assert canonical(later, "test-edit") is later
+    assert canonical(torch.arange(4, dtype=torch.float64), "test-edit") is not later  # dtype
+    grad = torch.arange(4, dtype=torch.float32, requires_grad=True)
+    assert canonical(grad, "test-edit") is grad  # autograd tensors are never mapped
+
+
+def test_rope_tables_are_shared_by_positions_of_the_same_bits(generator):
+    """RoPE's tables are read again for new positions of the same bits (a new forward pass),
+    and recomputed for positions edited in place; the rotation is the fresh one's, bit for
+    bit."""
+    from tpde.fields import RoPE
+
+    rope = RoPE()
+    x = torch.randn(2, 6, 4, generator=generator, dtype=torch.float64)
+    p = torch.arange(6, dtype=torch.float64)
+    first = rope.rotate(x, p)
+    tables = rope._cached[1]
+    q = torch.arange(6, dtype=torch.float64)
+    torch.testing.assert_close(rope.rotate(x, q), first, rtol=0, atol=0)
+    assert rope._cached[1] is tables
+    q.mul_(2.0)  # edited: other angles
+    fresh = RoPE().rotate(x, q.clone())
+    torch.testing.assert_close(rope.rotate(x, q), fresh, rtol=0, atol=0)
+    assert not torch.equal(fresh, first)

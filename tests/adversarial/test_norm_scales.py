@@ -198,3 +198,34 @@ def test_post_ln_names_the_norm_of_huge_tokens():
     field = Normalized(Softmax.from_interaction(eye, eye))
     with pytest.raises(ValueError, match=r"norms up to \d\.\d+e\+200 away from 1"):
         integrate(field, Empirical(X0 * 1e200), 0.1)
+
+
+@DTYPES
+def test_the_one_sum_exactness_test_decides_as_the_least_and_largest_rows(dtype):
+    """With ε above the underflow floor the norms' exactness test reads one sum of the rows
+    (``_exact``'s fast path); its answer is the one of the least and largest rows in every
+    case: ordinary rows, a row beyond the dtype (Inf), a NaN row, rows each finite whose sum
+    overflows, ε below the floor (then only the rows decide), no rows."""
+    from tpde._scale_safe import _exact
+
+    info = torch.finfo(dtype)
+    floor = info.tiny / info.eps
+
+    def reference(second):
+        if second.numel() == 0:
+            return True
+        low, high = torch.aminmax(second)
+        return bool(low >= floor) and bool(high <= info.max)
+
+    big = info.max / 4  # four of them overflow a sum, none overflows alone
+    cases = {
+        "ordinary": (torch.rand(3, 5, 1, dtype=dtype) + 1e-6, 1e-6),
+        "inf row": (torch.tensor([[1.0], [math.inf]], dtype=dtype), 1e-6),
+        "nan row": (torch.tensor([[1.0], [math.nan]], dtype=dtype), 1e-6),
+        "finite rows, sum overflows": (torch.full((8, 1), big, dtype=dtype), 1e-6),
+        "eps below the floor": (torch.tensor([[floor / 8], [1.0]], dtype=dtype), floor / 8),
+        "no rows": (torch.zeros(0, 1, dtype=dtype), 1e-6),
+    }
+    for name, (second, eps) in cases.items():
+        assert _exact(second, eps) == reference(second), name
+    assert _exact(torch.full((8, 1), big, dtype=dtype), 1e-6)  # the overflowing sum: exact

@@ -204,7 +204,7 @@ def _constant(vector: torch.Tensor) -> bool:
 
 #: Whether a key bias is constant, remembered for the last bias (a flow's log-weights, one
 #: tensor for the whole run: :mod:`tpde._memo`).
-_CONSTANT = TensorMemo(_constant)
+_CONSTANT = TensorMemo(_constant, "key bias")
 
 
 def softmax_average(

@@ -67,7 +67,7 @@ def _causal_masks(positions):
     return hidden, zeros.masked_fill(hidden, -math.inf)
 
 
-_CAUSAL_MASKS = TensorMemo(_causal_masks)
+_CAUSAL_MASKS = TensorMemo(_causal_masks, "positions")
 
 
 def softmax_weights_dense(q, k, key_bias=None, query_positions=None, key_positions=None,
@@ -249,7 +249,7 @@ def _increasing(positions: torch.Tensor) -> bool:
 
 #: Whether positions strictly increase, remembered for the last positions tensor (a flow's,
 #: one for the whole run: :mod:`tpde._memo`).
-_INCREASING = TensorMemo(_increasing)
+_INCREASING = TensorMemo(_increasing, "positions")
 
 
 def _causal_sdpa(q, k, v, key_bias, query_positions, key_positions):

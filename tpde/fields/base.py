@@ -231,12 +231,13 @@ def supports(field, capability: str) -> bool:
     """
     if not isinstance(capability, str) or capability not in CAPABILITIES:
         raise ValueError(f"unknown capability {capability!r}; known: {', '.join(CAPABILITIES)}.")
-    if not isinstance(getattr(field, "capabilities", None), frozenset | set):
+    capabilities = getattr(field, "capabilities", None)  # a wrapper's: derived at each ask
+    if not isinstance(capabilities, frozenset | set):
         raise TypeError(
             f"supports(field, capability) asks a tpde field (a tpde.fields.Field); received "
             f"{type(field).__name__} as the field."
         )
-    return capability in field.capabilities
+    return capability in capabilities
 
 
 @dataclass(frozen=True)

@@ -54,8 +54,8 @@ def _all_positive(weights: torch.Tensor) -> bool:
 
 #: Whether every weight is positive, and the log-weights, remembered for the last weights
 #: tensor: a flow's measures share theirs (:mod:`tpde._memo`).
-_ALL_POSITIVE = TensorMemo(_all_positive)
-_LOG = TensorMemo(torch.log)
+_ALL_POSITIVE = TensorMemo(_all_positive, "weights")
+_LOG = TensorMemo(torch.log, "weights")
 
 
 def key_log_weights(mu: Empirical) -> tuple[torch.Tensor, torch.Tensor]:

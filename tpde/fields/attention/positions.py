@@ -27,6 +27,7 @@ from typing import ClassVar
 
 import torch
 
+from tpde._memo import canonical
 from tpde._validation import check_choice, check_positive, check_positive_int
 from tpde.fields.attention.rope_scaling import RopeScaling
 
@@ -157,12 +158,20 @@ class RoPE(PositionalEncoding):
         """The tables of :func:`_cos_sin`, remembered for the last positions tensor (a flow's
         positions never change, and queries and keys share them): recomputed when the tensor,
         its version counter (in-place edits), the head dimension, the dtype or L change;
-        equal RoPEs (a model's layers) share the last table (:func:`_shared_cos_sin`)."""
-        key = (positions, positions._version, head_dim, dtype, length)
+        equal RoPEs (a model's layers) share the last table (:func:`_shared_cos_sin`), and
+        new positions of the same bits as earlier ones read their table
+        (:func:`tpde._memo.canonical`: a forward pass builds its positions afresh)."""
         cached = self.__dict__.get("_cached")
+        if cached is not None and cached[2] is positions and cached[3] == positions._version:
+            key = cached[0]  # the tensor asked last time (the queries', now the keys')
+            if key[0]._version == key[1] and key[2:] == (head_dim, dtype, length):
+                return cached[1]
+        asked, positions = positions, canonical(positions, "positions")
+        key = (positions, positions._version, head_dim, dtype, length)
         if cached is None or cached[0][0] is not positions or cached[0][1:] != key[1:]:
             cached = (key, _shared_cos_sin(self, key))
-            object.__setattr__(self, "_cached", cached)  # not a field: no effect on ==, hash
+        cached = (*cached[:2], asked, asked._version)
+        object.__setattr__(self, "_cached", cached)  # not a field: no effect on ==, hash
         return cached[1]
 
     def frequencies(self, head_dim: int, device=None, length: float | None = None) -> torch.Tensor:
@@ -179,12 +188,12 @@ class RoPE(PositionalEncoding):
         """Queries or keys x (..., H, n, d_h) at positions (n,), rotated. ``length``: L, for a
         scaling that reads it (default: one plus the largest of ``positions``)."""
         r = self.dims or x.shape[-1]
-        if self.reads_length and length is None:
-            length = float(positions.max()) + 1.0
-        elif not self.reads_length:
+        if not self.reads_length:
             length = None
+        elif length is None:
+            length = float(positions.max()) + 1.0
         cos, sin = self._table(positions, x.shape[-1], x.dtype, length)
-        part = x[..., :r]
+        part = x if r == x.shape[-1] else x[..., :r]
         if self.style == "half":  # partner of a is b, of b is a: a half turn of the pairs
             partner = part.roll(r // 2, dims=-1)
         else:
