@@ -59,7 +59,7 @@ runs took 457 s in all at load ~8 on two cores).
 averaged over seeds). Quick: ``QUICK`` (under a minute on one core).
 
 Part 2 on S² alone at N = 10⁶ (MATH.md §9, the numbers under "Second order about the
-uniform measure on S²"; ~20 minutes of one core for 2 seeds, too much for the full size)::
+uniform measure on S²"; 898 s CPU for 2 seeds, measured: too much for the full size)::
 
     python -c "import torch; torch.set_num_threads(1)
     from tpde.experiments.theory.config import Config
