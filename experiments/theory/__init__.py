@@ -55,8 +55,8 @@ and part 2 on S² 4 × 10⁵ tokens per β on the harmonics engine (about 1 s pe
 per 10⁵ tokens at β = 10, 48 per β and kernel: about 10 minutes of one core in all; the
 second-order model adds 0.3–1.5 s per β and kernel at 4 × 10⁵ tokens, measured; the S² random
 runs took 457 s in all at load ~8 on two cores; every order, :mod:`.galerkin`, adds its moments
-to degree 22–42 and its RK4, scaled from the 10⁶ × 2 run's 7–30 s and 0.4–6.6 s per β and
-kernel: ~1 minute of one core in all, not yet timed at this size).
+to degree 22–42 and its RK4: 32 s of one core for the 6 runs at 4 × 10⁵ tokens, measured at
+load ~1, 1.2–5.0 s and 0.3–5.7 s per β and kernel).
 ``--set inst_tokens=10000 --set inst_seeds=8`` is the size of the issue's first check (N ≥ 10⁴
 averaged over seeds). Quick: ``QUICK`` (under a minute on one core).
 
