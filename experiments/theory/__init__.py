@@ -25,7 +25,10 @@ sets the measured number beside it (:mod:`tpde.theory` holds the closed forms;
    and jackknife errors; beside each rate the second order about the uniform measure
    (:mod:`.forcing`, MATH.md §9: the Gaunt forcing of degree k by the products of degrees
    l1, l2), from the draw's own initial moments and in the mean over draws; a rate beyond
-   3 % and 2 s.e. of λ_k must be within 2 s.e. of the first. (b) Each zonal mode alone on
+   3 % and 2 s.e. of λ_k must be within 2 s.e. of the first. Beside them every order at
+   once (:mod:`.galerkin`: the draw's moments through the weak form itself, which the
+   particles follow to ~1e-5 in E_k), shown, not judged: it says whether a miss of the
+   second order is the expansion's (a higher order) or something else. (b) Each zonal mode alone on
    a Gauss–Legendre × equal-azimuth grid with its weights (exact to degree
    ``s2_lat_degree``, so stationary to rounding), tokens moved by ±``s2_lat_delta`` along
    ∇P_k: λ_k to 1e-6 relative (measured ≤ 5.3e-8 at the defaults), rates below 1e-4 (e.g.
@@ -51,9 +54,23 @@ Full size: the defaults; part 2 then flows 4 × 10⁶ tokens per β on the spect
 and part 2 on S² 4 × 10⁵ tokens per β on the harmonics engine (about 1 s per evaluation
 per 10⁵ tokens at β = 10, 48 per β and kernel: about 10 minutes of one core in all; the
 second-order model adds 0.3–1.5 s per β and kernel at 4 × 10⁵ tokens, measured; the S² random
-runs took 457 s in all at load ~8 on two cores).
+runs took 457 s in all at load ~8 on two cores; every order, :mod:`.galerkin`, adds its moments
+to degree 22–42 and its RK4: 32 s of one core for the 6 runs at 4 × 10⁵ tokens, measured at
+load ~1, 1.2–5.0 s and 0.3–5.7 s per β and kernel).
 ``--set inst_tokens=10000 --set inst_seeds=8`` is the size of the issue's first check (N ≥ 10⁴
 averaged over seeds). Quick: ``QUICK`` (under a minute on one core).
+
+Part 2 on S² alone at N = 10⁶ (MATH.md §9, the numbers under "Second order about the
+uniform measure on S²"; 898 s CPU for 2 seeds, measured: too much for the full size)::
+
+    python -c "import torch; torch.set_num_threads(1)
+    from tpde.experiments.theory.config import Config
+    from tpde.experiments.theory.sphere import part_sphere
+    from tpde.experiments.theory.report import s2_cells
+    a, r = part_sphere(Config(s2_tokens=10**6, s2_seeds=2, s2_lat_modes=0))
+    for kernel in ('sa', 'usa'):
+        print(*s2_cells(a, r, kernel, (1.0, 5.0, 10.0)), sep='\n')"
+
 """
 
 from __future__ import annotations

@@ -13,7 +13,9 @@ has mean 1/N at t = 0 and grows as e^{2λ_k t}/N while the modes are small; the 
 fitted on the same linear window as on S¹ (:func:`experiments.common.kernels.fit_rate`,
 mean power ≤ ``s2_level``), jackknife errors over the seeds. Beside it the second order
 (:mod:`.forcing`): the Gaunt forcing of degree k by products of degrees l1, l2, from the
-draw's own initial moments (``conditional``) and in the mean over draws (``expected``).
+draw's own initial moments (``conditional``) and in the mean over draws (``expected``), and
+every order at once (:mod:`.galerkin`: the draw's moments through the weak form itself,
+``galerkin``), which the particles follow to ~1e-5 in E_k.
 
 (b) **One mode at a time.** A product grid, Gauss–Legendre nodes in z = cos θ × equally
 spaced azimuths, with its quadrature weights: it integrates every spherical harmonic of
@@ -42,6 +44,7 @@ from tpde.theory import instability_rate
 from ..common.kernels import kernel_field, time_scale
 from ..common.legendre import legendre_terms
 from .forcing import conditional_rates, corrected_rates, initial_moments, model_degree
+from .galerkin import Galerkin, galerkin_degree, galerkin_rates
 from .rates import forcing_rate_of, random_rates, rate_results
 
 __all__ = ["forcing_rate", "harmonic_energy", "part_sphere", "zonal_grid"]
@@ -105,22 +108,29 @@ def _random_run(config, kernel: str, beta: float) -> dict:
     """:func:`.rates.random_rates` on S² (harmonics engine, degree-k energies), with the
     forcing rate of each degree (:func:`forcing_rate` over degrees up to K + 4√β + 20) and
     the second-order predictions of :mod:`.forcing`: ``conditional`` (from the draw's own
-    initial moments), ``expected`` (the mean over draws, (3)–(4))."""
+    initial moments), ``expected`` (the mean over draws, (3)–(4)); ``galerkin``, every order
+    from the draw's moments (:mod:`.galerkin`, on the fit's window, the run's RK4 steps)."""
     degree = model_degree(beta, config.s2_modes)
+    whole = galerkin_degree(beta, config.s2_modes)  # ≥ degree: one set of moments for both
     run = random_rates(
         kernel, beta, d=3, modes=config.s2_modes, tokens=config.s2_tokens,
         seeds=config.s2_seeds, level=config.s2_level, saves=config.s2_steps + 1,
         steps=config.s2_steps, seed=config.seed + 6000 + int(100 * beta),
         power=lambda points: harmonic_energy(points, config.s2_modes).numpy(),
-        engine="harmonics", initial=lambda points: initial_moments(points.numpy(), degree),
+        engine="harmonics", initial=lambda points: initial_moments(points.numpy(), whole),
     )  # fmt: skip
     start = time.perf_counter()
-    size = {"tokens": config.s2_tokens}
-    run["conditional"] = conditional_rates(run, run.pop("initial"), kernel, beta, run["used"],
-                                           **size)  # fmt: skip
+    size, moments = {"tokens": config.s2_tokens}, run.pop("initial")
+    run["conditional"] = conditional_rates(run, moments[:, : (degree + 1) ** 2], kernel, beta,
+                                           run["used"], **size)  # fmt: skip
     run["expected"] = corrected_rates(run, kernel, beta, seeds=config.s2_seeds,
                                       used=run["used"], **size)  # fmt: skip
     run["model_seconds"] = time.perf_counter() - start
+    start = time.perf_counter()
+    # saves = s2_steps + 1: one RK4 step between saved times, as the particles took
+    nu = Galerkin(kernel, beta, whole).run(moments, run["times"][: run["used"]], 1)
+    run["galerkin"] = galerkin_rates(run, nu, kernel, beta, run["used"])
+    run["galerkin_seconds"] = time.perf_counter() - start
     search = np.arange(1, config.s2_modes + int(4 * math.sqrt(beta)) + 21)
     every = instability_rate(search, beta, kernel=kernel, d=3)
     run["forcing"] = np.array([forcing_rate(every, k) for k in range(1, config.s2_modes + 1)])
@@ -168,11 +178,12 @@ def part_sphere(config) -> tuple[dict, dict]:
             run = _random_run(config, kernel, beta)
             tag = f"s2__{kernel}__{beta:g}"
             for key in ("predicted", "measured", "se", "power", "times", "forcing", "conditional",
-                        "expected"):  # fmt: skip
+                        "expected", "galerkin"):  # fmt: skip
                 arrays[f"{tag}__{key}"] = run[key]
             results[f"random/{kernel}/{beta:g}"] = {
                 **rate_results(run),
                 "model_seconds": run["model_seconds"],
+                "galerkin_seconds": run["galerkin_seconds"],
             }
         if config.s2_lat_modes:
             lat = _lattice_run(config, kernel)
