@@ -148,6 +148,23 @@ closed; the anonymous resident set is flat in depth after the first global layer
 205 MiB at block 5, then 205). Dropping them after each block (``madvise(MADV_DONTNEED)``
 on the read ranges, in the GGUF reader) is left to that reader. The float32 precision
 leaves the peak as it is (its float64 parts — the bracket, M̃ — dominate it).
+
+The GGUF reader now drops each read's mapped pages (:func:`tpde._io.gguf_file.release_pages`,
+1192c5a): one thread, float64, load 3, +105 → +91 MiB. On the idle machine after the merges
+(load 0.2–1.0, 20:23–20:25 UTC, this benchmark, ``--models gemma3 --stream-only``):
+
+| threads | dtype | stream s | stream CPU s | headers +MiB | stream +MiB |
+|---|---|---|---|---|---|
+| 1 | float64 | 15.3 | 15.3 | 8 | 82 |
+| 1 | float32 | 9.2 | 9.2 | 8 | 82 |
+| 2 | float64 | 8.8 | 16.0 | 8 | 139 |
+| 2 | float32 | 6.1 | 10.8 | 8 | 160 |
+
+Issue 33's 5 s on 2 cores is not reached: float32 on two threads takes 6.1 s (10.8 CPU s,
+72 heads at 150 CPU ms, against 128 on one thread: the two heads in flight share the
+memory bus). The peak on one thread is one layer (42.5 MiB) plus ≈ 40 MiB (the headers, the
+block's attention tensors and the head in flight's work arrays); on two threads one more
+head's work arrays and glibc's per-thread arenas.
 """
 
 from __future__ import annotations
