@@ -160,11 +160,30 @@ The GGUF reader now drops each read's mapped pages (:func:`tpde._io.gguf_file.re
 | 2 | float64 | 8.8 | 16.0 | 8 | 139 |
 | 2 | float32 | 6.1 | 10.8 | 8 | 160 |
 
-Issue 33's 5 s on 2 cores is not reached: float32 on two threads takes 6.1 s (10.8 CPU s,
-72 heads at 150 CPU ms, against 128 on one thread: the two heads in flight share the
-memory bus). The peak on one thread is one layer (42.5 MiB) plus ≈ 40 MiB (the headers, the
-block's attention tensors and the head in flight's work arrays); on two threads one more
-head's work arrays and glibc's per-thread arenas.
+(before the inertia fallback below).
+
+A review then found float32 misreading M̃'s inertia: on exact heads whose M̃ is
+semidefinite of lower rank, float32's noise (measured ≤ 1.1·√p·eps₃₂·max|μ|, p = 3 … 256) was
+counted as eigenvalues of both signs ((136, 120, 0) for the exact (16, 0, 240) at p = 256).
+A head with an eigenvalue of M̃ within twice that noise now goes to float64 (INERTIA_BAND,
+:mod:`tpde.fields.gradient_flow._factored`), and the RoPE Gram C is formed in float64: 24 of
+Gemma-3's 72 heads, 21 of SmolLM2's 270 and 4 of MiniLM's 72 are projected twice, and
+float32 no longer saves time on the shipped models (one process, load ≈ 1, CPU s float32 /
+float64: Gemma-3 14.0 / 15.2, SmolLM2 9.4 / 9.1, MiniLM 1.0 / 0.7; the largest relative
+difference of a score 1.7e-4, inertia and sign equal on every head). Idle again (load
+0.8–1.2, 20:52–20:54 UTC):
+
+| threads | dtype | stream s | stream CPU s | headers +MiB | stream +MiB |
+|---|---|---|---|---|---|
+| 1 | float64 | 16.5 | 16.1 | 8 | 73 |
+| 1 | float32 | 16.1 | 15.6 | 8 | 87 |
+| 2 | float64 | 9.8 | 18.0 | 8 | 155 |
+| 2 | float32 | 9.6 | 16.6 | 8 | 165 |
+
+Issue 33's 5 s on 2 cores is not reached: 8.8–9.8 s on two idle threads in float64 (two
+runs), ≈ 0.25 CPU s per head. The peak on one thread is one layer (42.5 MiB) plus ≈ 30–45
+MiB (the headers, the block's attention tensors and the head in flight's work arrays), flat
+in depth; on two threads one more head's work arrays and glibc's per-thread arenas.
 """
 
 from __future__ import annotations

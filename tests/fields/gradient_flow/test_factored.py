@@ -346,9 +346,9 @@ def test_float32_scores_within_their_bound_of_float64(shape):
 def test_float32_exact_head_holds_at_its_rtol():
     """The exact head of test_exact_head_in_factor_form_is_at_rounding in float32: its
     residuals at float32's rounding (≤ 1e-5 here), under RTOL[float32] = 1e-4 (the default
-    rtol in float32), so the symmetric structures hold; the inertia is float32's (an exactly
-    semidefinite M̃ may show a spurious eigenvalue at ≈ eps32·cond(Λ): decide exactness
-    in float64)."""
+    rtol in float32), so the symmetric structures hold; its M̃, exactly semidefinite of lower
+    rank, has a zero eigenvalue float32 cannot place (a spurious 3e-7·max of either sign), so
+    the inertia and breaks are float64's (the fallback)."""
     g = torch.Generator().manual_seed(180)
     d, k = 40, 3
     Wq = _randn(g, k, d) / math.sqrt(d)
@@ -361,6 +361,11 @@ def test_float32_exact_head_holds_at_its_rtol():
     assert max(h.symmetry_residual, h.value_residual, h.definite_residual) <= 1e-5
     assert nearest.RTOL[torch.float32] == 1e-4 and h.sign == 1
     assert not [b for b in h.breaks if "symmetric" in b]
+    # M̃ is semidefinite of rank 2 < 3: its zero eigenvalue is below float32's band, so the
+    # head is projected again in float64 and its inertia and breaks are float64's.
+    exact = nearest_gradient_field(field)[1].heads[0]
+    assert (h.inertia, h.breaks) == (exact.inertia, exact.breaks)
+    assert exact.inertia[2] >= 1 and not [b for b in h.breaks if "indefinite" in b]
 
 
 @pytest.mark.parametrize("knob", ["FLOOR_BAND", "SIGN_MARGIN"])

@@ -38,9 +38,15 @@ differ from float64's by float32's rounding times the conditioning of what the p
 divides by (Λ⁻¹ in C, M̃⁻¹ in the kernel block, the clip's eigen-gaps): ≤ 6e-6 relative on
 the constructed heads of tests/fields/gradient_flow/test_factored.py, up to ≈ 1e-3 on the
 definite residual of real heads whose M̃ is conditioned to 10⁶
-(benchmarks/streamed_scores.py). Eigenvalues of M̃ below ≈ eps₃₂·cond(Λ)·max|μ| are not
-resolved in float32: an exactly semidefinite mobility may show a spurious eigenvalue of the
-other sign (3e-7·max on a constructed exact head), so exactness is float64's to decide.
+(benchmarks/streamed_scores.py). Eigenvalues of M̃ are not resolved in float32 below its
+noise, measured at ≤ 1.1·√p·eps₃₂·max|μ| on exact heads whose M̃ is semidefinite of lower
+rank (p = 3 … 256: there float64's floor read float32's noise as (136, 120, 0) for the
+exact (16, 0, 240)), so a head whose M̃ has an eigenvalue |μ| ≤ INERTIA_BAND·√p·eps₃₂·max|μ|
+(INERTIA_BAND = 2) is projected again in float64 too
+(:func:`_unclear_inertia`): its inertia, sign and breaks are float64's. Â_s's eigenvalues
+between float64's floor and float32's (≈ 1e-11 to 1e-6 of the largest) count as rank in
+float64 and as zero in float32 when they lie below float32's band: float32 reads such a
+head as of lower rank (none of the three shipped models has one: their gap is 8e-5).
 """
 
 from __future__ import annotations
@@ -58,8 +64,11 @@ __all__: list[str] = []
 #: float32 projections (module notes, "Precision") fall back to float64 where an eigenvalue
 #: of A_s is within this factor of float32's floor √r·eps·max|λ| ...
 FLOOR_BAND = 10.0
-#: ... or where the two signs' definite residuals differ by at most this fraction.
+#: ... or where the two signs' definite residuals differ by at most this fraction ...
 SIGN_MARGIN = 1e-3
+#: ... or where an eigenvalue of M̃ is within this factor of float32's noise √p·eps·max|μ|
+#: (:func:`_unclear_inertia`; the noise measured ≤ 1.1·√p·eps·max on exact heads).
+INERTIA_BAND = 2.0
 
 
 @dataclass(frozen=True, eq=False)
@@ -76,6 +85,8 @@ class Core:
     sign : s of M_s;  inertia : (n₊, n₋, n₀) of M̃ = M*'s compression to range(A_s).
     value_residual, definite_residual : ‖V − M* A_s‖_F and ‖V − M_s A_s‖_F (absolute).
     sign_margin : |r₊ − r₋|/max(r₊, r₋), the two signs' residuals: how clear the choice of s is.
+    mobility_spread : min|μ|/max|μ| over M̃'s eigenvalues μ (1 where M̃ is empty): how clear
+        its inertia is in float32.
     """
 
     lam: torch.Tensor
@@ -88,6 +99,7 @@ class Core:
     value_residual: float
     definite_residual: float
     sign_margin: float = math.inf
+    mobility_spread: float = 1.0
 
     @property
     def definite(self) -> torch.Tensor:
@@ -161,7 +173,10 @@ def solve(Vt: torch.Tensor, lam: torch.Tensor, dtype, work=None) -> Core:
     sign = 1 if plus <= minus else -1  # ties: +1, the dense loop's first
     keep = up if sign == 1 else ev < 0
     margin = abs(plus - minus) / max(plus, minus, 1e-300)
-    return Core(lam, small, Z[:, keep], ev[keep], C, sign, inertia, value, min(plus, minus), margin)
+    sizes = evals.abs()
+    spread = float(sizes.min() / sizes.max().clamp_min(1e-300)) if evals.numel() else 1.0
+    return Core(lam, small, Z[:, keep], ev[keep], C, sign, inertia, value, min(plus, minus),
+                margin, spread)  # fmt: skip
 
 
 def _bracket(Mt: torch.Tensor, C: torch.Tensor, block: torch.Tensor) -> torch.Tensor:
@@ -228,13 +243,16 @@ class HeadProjection:
     work: torch.dtype = torch.float64
 
     def rope_grams(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(C, S) = (GGᵀ, (M_sGᵀ)ᵀ(M_sGᵀ)), G = [W_Q; W_K] (2k × 2k each, float64; the
-        products in :attr:`work`): G's rows lie in range B, B orthonormal, so with
-        Ĝ = GQ and M_s = B Z D Zᵀ Bᵀ, C = ĜĜᵀ and S = P D² Pᵀ, P = Ĝ(EZ) (2k × n)."""
-        G = self.compressed_rows.to(self.work)
+        """(C, S) = (GGᵀ, (M_sGᵀ)ᵀ(M_sGᵀ)), G = [W_Q; W_K] (2k × 2k each, float64; S's
+        products in :attr:`work`, C's in float64: the RoPE offset norms are differences of
+        C's inner products, which a float32 C would leave at √eps₃₂): G's rows lie in range
+        B, B orthonormal, so with Ĝ = GQ and M_s = B Z D Zᵀ Bᵀ, C = ĜĜᵀ and S = P D² Pᵀ,
+        P = Ĝ(EZ) (2k × n)."""
+        rows = self.compressed_rows.double()
+        G = rows.to(self.work)
         P = G @ (self.eigenbasis.to(self.work) @ self.core.vectors.to(self.work))
         S = (P * self.core.values.to(self.work).square()) @ P.mT
-        return (G @ G.mT).double(), S.double()
+        return rows @ rows.mT, S.double()  # C in float64: the RoPE norms difference its entries
 
     def mobility_times(self, x: torch.Tensor) -> torch.Tensor:
         """M_s x for x (d,) or (d, n): B Z D Zᵀ Bᵀ x (Z, D the sign-s eigenpairs)."""
@@ -296,11 +314,21 @@ def _project(head, work) -> HeadProjection | None:
         Vt = (E.mT @ left.to(work)) @ (right.to(work) @ E)
     E, Vt, lam = E.double(), Vt.double(), lam.double()
     core = solve(Vt, lam, torch.float64, work)
-    if work != torch.float64 and core.sign_margin <= SIGN_MARGIN:
+    if work != torch.float64 and (core.sign_margin <= SIGN_MARGIN or _unclear_inertia(core)):
         return None
     basis = E if Q is None else Q @ E
     V_norm = float(Vt.norm())
     return HeadProjection(basis, core, Gh, E, A_norm, sym_norm, V_norm, A_s_norm, Q, work)
+
+
+def _unclear_inertia(core: Core) -> bool:
+    """Whether M̃ has an eigenvalue float32 cannot place: |μ| ≤ INERTIA_BAND·√p·eps₃₂·max|μ|
+    (M̃ is formed from float32's E, Ṽ and Λ: on exact heads of lower-rank M̃, p = 3 … 256,
+    its zero eigenvalues came out at ≤ 1.1·√p·eps₃₂·max, either sign; below that band an
+    eigenvalue's sign, or whether it is zero, is rounding: decided in float64)."""
+    p = core.lam.numel()
+    floor = INERTIA_BAND * math.sqrt(max(p, 1)) * torch.finfo(torch.float32).eps
+    return core.mobility_spread <= floor
 
 
 def _eigenbasis32(A_s: torch.Tensor):

@@ -166,8 +166,10 @@ def nearest_gradient_field(
     rtol : relative residual below which a structure holds (module notes; default
         ``RTOL[dtype]``: 1e-10 in float64, 1e-4 in float32).
     dtype : torch.float64 (default) or torch.float32, the working precision of the
-        projections' eigendecompositions and products (float32: ≈ 1.4–1.6× faster, scores
-        within ≈ 1e-5 of float64's on constructed heads and 1.5e-3 on the shipped models;
+        projections' eigendecompositions and products (float32: ≈ 1.4× faster per head it keeps,
+        a head whose rank, sign or mobility inertia it cannot place projected in float64;
+        scores within ≈ 1e-5 of float64's on constructed heads and 1.5e-3 on the shipped
+        models;
         :mod:`~tpde.fields.gradient_flow._factored`, "Precision").
     structured : False to return (None, report): the nearest field is not built and each
         head's basis and mobility are dropped as soon as its report is made (the memory of
