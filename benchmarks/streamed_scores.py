@@ -145,9 +145,8 @@ bracket written in one array and the clip's residuals in place; the dense RoPE r
 ≈ 1.5 MiB per block (+61 → +95 over 18 blocks), all of it RssFile: the memory-mapped GGUF
 pages of the attention tensors read, clean and reclaimable, unmapped when the file is
 closed; the anonymous resident set is flat in depth after the first global layer (197 →
-205 MiB at block 5, then 205). Dropping them after each block (``madvise(MADV_DONTNEED)``
-on the read ranges, in the GGUF reader) is left to that reader. The float32 precision
-leaves the peak as it is (its float64 parts — the bracket, M̃ — dominate it).
+205 MiB at block 5, then 205). (Dropped since, below.) The float32 precision
+leaves the live peak as it is (its float64 parts — the bracket, M̃ — dominate it).
 
 The GGUF reader now drops each read's mapped pages (:func:`tpde._io.gguf_file.release_pages`,
 1192c5a): one thread, float64, load 3, +105 → +91 MiB. On the idle machine after the merges

@@ -6,6 +6,7 @@ mode. Exact comparisons: a remembered result is the computed one, bit for bit.""
 from __future__ import annotations
 
 import torch
+from torch.autograd import forward_ad
 
 from tpde._memo import TensorMemo
 from tpde.fields import GroupedQueryAttention
@@ -120,7 +121,8 @@ def test_canonical_tells_bits_apart_and_follows_edits_of_the_earlier_tensor():
     assert canonical(later, "test-edit") is earlier
     earlier.add_(1.0)  # the earlier tensor changed: the later one is its own again
     assert canonical(later, "test-edit") is later
-    assert canonical(torch.arange(4, dtype=torch.float64), "test-edit") is not later  # dtype
+    other = torch.arange(4, dtype=torch.float64)
+    assert canonical(other, "test-edit") is other  # another dtype: never mapped
     grad = torch.arange(4, dtype=torch.float32, requires_grad=True)
     assert canonical(grad, "test-edit") is grad  # autograd tensors are never mapped
 
@@ -143,3 +145,19 @@ def test_rope_tables_are_shared_by_positions_of_the_same_bits(generator):
     fresh = RoPE().rotate(x, q.clone())
     torch.testing.assert_close(rope.rotate(x, q), fresh, rtol=0, atol=0)
     assert not torch.equal(fresh, first)
+
+
+def test_dual_tensors_of_forward_ad_are_never_mapped():
+    """Inside forward_ad.dual_level a dual tensor has requires_grad False; mapped to an earlier
+    plain tensor of the same primal bits, a memo would serve facts without its tangent."""
+    from tpde._memo import canonical
+
+    plain = torch.arange(4, dtype=torch.float64)
+    assert canonical(plain, "test-dual") is plain
+    with forward_ad.dual_level():
+        dual = forward_ad.make_dual(torch.arange(4, dtype=torch.float64), torch.ones(4).double())
+        assert canonical(dual, "test-dual") is dual
+        memo = TensorMemo(lambda t: 2.0 * t, "test-dual")
+        memo(plain)
+        tangent = forward_ad.unpack_dual(memo(dual)).tangent
+        assert tangent is not None and torch.equal(tangent, torch.full((4,), 2.0).double())

@@ -18,8 +18,9 @@ one of the same bits (one comparison: ``torch.equal`` of the bit patterns, so âˆ
 0.0, or two NaNs of other payloads, are different tensors), and the memos key on that
 earlier tensor: one comparison per new tensor instead of every fact derived from it. It
 holds at most :data:`CANONICAL_POOL` tensors of at most :data:`CANONICAL_ENTRIES` entries
-(4 MB), and like the memos it trusts version counters: an edit that bypasses them
-(``.data``, a NumPy view) is not seen.
+(4 MB, and as many aliases: 8 MiB per thread at most), and like the memos it trusts
+version counters: an edit that bypasses them (``.data``, a NumPy view) is not seen. A dual
+tensor of forward-mode AD is never mapped (its tangent would be lost).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from __future__ import annotations
 import threading
 
 import torch
+from torch.autograd import forward_ad
 
 __all__ = ["TensorMemo", "canonical"]
 
@@ -119,7 +121,7 @@ def canonical(tensor: torch.Tensor, kind: str = "") -> torch.Tensor:
     """
     if (tensor.requires_grad or tensor.is_complex() or tensor.numel() > CANONICAL_ENTRIES
             or torch.is_inference_mode_enabled() or tensor.is_inference()
-            or not tensor.is_contiguous()):  # fmt: skip
+            or not tensor.is_contiguous() or _tangent_possible(tensor)):  # fmt: skip
         return tensor
     state = _CANON
     for alias, version, earlier, earlier_version in reversed(state.aliases):
@@ -139,6 +141,15 @@ def canonical(tensor: torch.Tensor, kind: str = "") -> torch.Tensor:
         while len(state.pool) > CANONICAL_POOL:
             state.pool.pop(next(iter(state.pool)))
     return tensor
+
+
+def _tangent_possible(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor`` may carry a forward-mode tangent (inside ``forward_ad.dual_level``,
+    a dual tensor has ``requires_grad`` False: mapped to an earlier plain tensor of the same
+    primal bits, its facts would lose the tangent)."""
+    if forward_ad._current_level < 0:
+        return False
+    return forward_ad.unpack_dual(tensor).tangent is not None
 
 
 def _remember(state: _Canon, alias: tuple) -> None:

@@ -12,6 +12,7 @@ from tpde.measures import CircleDensity
 from tpde.theory import dominant_mode
 
 from ..common import circle_clusters as cc
+from ..common.pool import check_workers
 
 NAME = "circle-pde"
 ORDER = 11  # place in ``tpde run`` and in the report
@@ -86,11 +87,7 @@ class Config:
             )
         self.check_counter()
         self.check_meta()
-        if self.workers < 1:
-            raise ValueError(
-                f"workers must be >= 1 (1 runs every draw in the study's process); received "
-                f"{self.workers}."
-            )
+        check_workers(self.workers)
         if self.long_t1 <= 0 or self.long_grid < min(self.grids) or self.long_quadrature <= 0:
             raise ValueError(
                 f"long_t1 > 0 (the gap runs to min(long_t1, t1)), long_grid >= min(grids) = "

@@ -18,7 +18,8 @@ saves at 0.9 s), a 10⁵ draw ~70 s, a 10⁴ draw 9.2 s, a 10³ draw 3.7 s, a sw
 4000 tokens 5–33 s (more at larger β: it runs to ``meta_t1`` instead of stopping), the
 sweep's 50 runs 625 s. The 10⁶ draw bounds the part's wall time from below; scheduled
 longest first on 2 workers (:func:`~experiments.common.pool.longest_first`) the runs take
-~790 s of wall, the 10⁶ draw on one worker, everything else on the other.
+~800 s of wall, the 10⁶ draw on one worker and most of the rest on the other; measured on
+2 idle cores, the full part took 698 s of wall (1375 s of CPU; MATH.md §9).
 """
 
 from __future__ import annotations
