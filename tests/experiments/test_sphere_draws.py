@@ -6,21 +6,11 @@ import numpy as np
 import pytest
 import torch
 
+from tests.experiments.test_circle_pde_study import _untimed  # timings dropped from results
 from tpde.experiments.sphere.config import Config
 from tpde.experiments.sphere.draws import draw_clouds, run_metastable
 from tpde.experiments.sphere.meta_report import cost_note
 from tpde.measures import uniform_on_sphere
-
-#: Results that are timings: they differ between any two runs.
-TIMINGS = {"seconds", "cpu_seconds", "workers"}
-
-
-def _untimed(value):
-    if isinstance(value, dict):
-        return {k: _untimed(v) for k, v in value.items() if k not in TIMINGS}
-    if isinstance(value, list):
-        return [_untimed(v) for v in value]
-    return value
 
 
 def _tiny(workers: int) -> Config:
