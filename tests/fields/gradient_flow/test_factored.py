@@ -155,11 +155,8 @@ def test_query_heads_sharing_one_kernel():
     assert nearest_gradient_field(field)[1].sum_structure == "shared interaction"
 
 
-def test_heads_on_orthogonal_coordinates():
-    """Each head reads and writes its own block of coordinates: orthogonal classes (the
-    exact span test after the row-cosine test finds no overlap)."""
-    g = torch.Generator().manual_seed(170)
-    d, k, H = 48, 3, 2
+def _orthogonal_heads(g, d=48, k=3, H=2):
+    """H heads of width k, each reading and writing its own 13 of d coordinates."""
     Wq, Wk, Wv = (torch.zeros(H * k, d, dtype=F64) for _ in range(3))
     Wo = torch.zeros(d, H * k, dtype=F64)
     for h in range(H):
@@ -167,7 +164,13 @@ def test_heads_on_orthogonal_coordinates():
         for W in (Wq, Wk, Wv):
             W[rows, cols] = _randn(g, k, 13)
         Wo[cols, rows] = _randn(g, 13, k)
-    field = GroupedQueryAttention(Wq, Wk, Wv, Wo, H, H, causal=False)
+    return GroupedQueryAttention(Wq, Wk, Wv, Wo, H, H, causal=False)
+
+
+def test_heads_on_orthogonal_coordinates():
+    """Each head reads and writes its own block of coordinates: orthogonal classes (the
+    exact span test after the row-cosine test finds no overlap)."""
+    field = _orthogonal_heads(torch.Generator().manual_seed(170))
     _compare(field, factor_form=True)
     assert nearest_gradient_field(field)[1].sum_structure == "orthogonal classes"
 
@@ -405,16 +408,9 @@ def test_report_without_the_structured_field_is_the_same(case, monkeypatch):
     report; the report equal to the full run's to the bit, the orthogonal-classes test
     projecting a head's span again only where it is reached."""
     g = torch.Generator().manual_seed(330)
-    d, k, H = 48, 3, 2
-    if case == "orthogonal":  # each head on its own coordinates (as test_heads_on_orthogonal…)
-        Wq, Wk, Wv = (torch.zeros(H * k, d, dtype=F64) for _ in range(3))
-        Wo = torch.zeros(d, H * k, dtype=F64)
-        for h in range(H):
-            rows, cols = slice(h * k, (h + 1) * k), slice(h * 24, h * 24 + 13)
-            for W in (Wq, Wk, Wv):
-                W[rows, cols] = _randn(g, k, 13)
-            Wo[cols, rows] = _randn(g, 13, k)
-        field = GroupedQueryAttention(Wq, Wk, Wv, Wo, H, H, causal=False)
+    d, k = 48, 3
+    if case == "orthogonal":  # each head on its own coordinates
+        field = _orthogonal_heads(g)
     elif case == "shared":
         Wq = _randn(g, k, d)
         field = GroupedQueryAttention(torch.cat([Wq, Wq]), _randn(g, k, d), _randn(g, k, d),
