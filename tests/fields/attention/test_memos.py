@@ -71,8 +71,18 @@ def test_remembered_gains_edited_by_a_caller_are_built_again():
 
 def test_per_head_gains_that_require_grad_get_their_gradient():
     _, norms = _head_norms(torch.Generator().manual_seed(5), 2)
-    norms[0].gamma.requires_grad_(True)
     heads = torch.randn(2, 3, 4, dtype=F64, generator=torch.Generator().manual_seed(6))
+    _head_gains(norms, heads)  # remembered without a graph; requires_grad_ bumps no version
+    norms[0].gamma.requires_grad_(True)
     _, gains, _ = _head_gains(norms, heads)
     (heads * gains).sum().backward()
     assert norms[0].gamma.grad is not None
+
+
+def test_per_head_gains_of_inference_tensors_are_built():
+    with torch.inference_mode():
+        _, norms = _head_norms(torch.Generator().manual_seed(7), 2)
+    like = torch.zeros(2, 4, dtype=F64)
+    for _ in range(2):
+        gains = _head_gains(norms, like)[1]
+        assert torch.equal(gains, _build_head_gains(norms, like)[1])

@@ -435,8 +435,9 @@ def _per_head(norms: tuple, heads: torch.Tensor) -> torch.Tensor:
     return out if biases is None else out + biases
 
 
-#: id(norms) → (norms, key, (plain norm, gains, biases)) of :func:`_head_gains`: at most
-#: :data:`_HEAD_GAINS_COUNT` tuples of per-head norms (two a layer), the oldest dropped.
+#: id(norms) → (norms, their gains and biases, key, (plain norm, gains, biases), the
+#: versions of the last two) of :func:`_head_gains`: at most :data:`_HEAD_GAINS_COUNT`
+#: tuples of per-head norms (two a layer), the oldest dropped.
 _HEAD_GAINS: dict = {}
 _HEAD_GAINS_COUNT = 256
 
@@ -444,24 +445,33 @@ _HEAD_GAINS_COUNT = 256
 def _head_gains(norms: tuple, like: torch.Tensor) -> tuple:
     """(the norm without its gain, the gains (H, 1, d_h), the biases (H, 1, d_h) or None) of
     per-head norms in ``like``'s dtype and device: remembered per tuple of norms (frozen
-    schemes) while no gain or bias is edited in place (their version counters), built afresh
-    in autograd (a gain that requires grad, a forward-mode level) and inference mode."""
-    tensors = [t for n in norms for t in (n.gamma, getattr(n, "bias", None)) if t is not None]
-    if (torch.is_inference_mode_enabled() or forward_ad._current_level >= 0
-            or any(t.requires_grad or t.is_inference() for t in tensors)):  # fmt: skip
+    schemes) while no gain or bias is edited in place (their version counters) nor made to
+    require grad; built afresh in autograd (a gain that requires grad, a forward-mode level)
+    and inference mode (where tensors have no version counter)."""
+    if torch.is_inference_mode_enabled() or forward_ad._current_level >= 0:
         return _build_head_gains(norms, like)
-    key = (like.dtype, like.device, like.shape[-1], *(t._version for t in tensors))
     held = _HEAD_GAINS.get(id(norms))
-    if held is not None and held[0] is norms and held[1] == key:
-        built = held[2]
-        if all(t is None or t._version == v for t, v in zip(built[1:], held[3], strict=True)):
+    if held is None or held[0] is not norms:
+        tensors = [t for n in norms for t in (n.gamma, getattr(n, "bias", None)) if t is not None]
+    else:
+        tensors = held[1]
+    try:  # (version, requires grad) of every gain and bias: one pass
+        state = [(t._version, t.requires_grad) for t in tensors]
+    except RuntimeError:  # an inference tensor: no version counter
+        return _build_head_gains(norms, like)
+    key = (like.dtype, like.device, like.shape[-1], state)
+    if held is not None and held[0] is norms and held[2] == key:
+        built = held[3]
+        if built[1]._version == held[4] and (built[2] is None or built[2]._version == held[5]):
             return built
     built = _build_head_gains(norms, like)
+    if any(grad for _, grad in state):
+        return built
     _HEAD_GAINS.pop(id(norms), None)
     while len(_HEAD_GAINS) >= _HEAD_GAINS_COUNT:
         _HEAD_GAINS.pop(next(iter(_HEAD_GAINS)))
-    versions = tuple(None if t is None else t._version for t in built[1:])
-    _HEAD_GAINS[id(norms)] = (norms, key, built, versions)
+    biases = None if built[2] is None else built[2]._version
+    _HEAD_GAINS[id(norms)] = (norms, tensors, key, built, built[1]._version, biases)
     return built
 
 
