@@ -168,7 +168,7 @@ class FixedSteps:
         if not method.splits:
             new = system.project(new)
         left = system.degenerate(state, new, False)
-        if left is None or not bool(left.detach().cpu()):
+        if left is None or not bool(left.cpu()):
             return new
         status = system.domain_status
         self.outcome.stop(np.True_, status, t)

@@ -8,6 +8,7 @@ import numbers
 from collections import Counter
 
 import torch
+from torch.autograd import forward_ad
 
 from tpde._engines import softmax_average, softmax_weights
 from tpde._validation import check_positive, check_real
@@ -427,19 +428,64 @@ def _normed_heads(y, norm, head_dim: int):
 
 def _per_head(norms: tuple, heads: torch.Tensor) -> torch.Tensor:
     """Head h of ``heads`` (..., H, n, d_h) normalised by ``norms[h]``: the norm without its
-    gain (all share class and ε), then head h's gain γ_h (and bias β_h), stacked (H, 1, d_h)."""
+    gain (all share class and ε), then head h's gain γ_h (and bias β_h), stacked (H, 1, d_h)
+    (:func:`_head_gains`)."""
+    plain, gains, biases = _head_gains(norms, heads)
+    out = plain.norm(heads) * gains
+    return out if biases is None else out + biases
+
+
+#: id(norms) → (norms, their gains and biases, key, (plain norm, gains, biases), the
+#: versions of the last two) of :func:`_head_gains`: at most :data:`_HEAD_GAINS_COUNT`
+#: tuples of per-head norms (two a layer), the oldest dropped.
+_HEAD_GAINS: dict = {}
+_HEAD_GAINS_COUNT = 256
+
+
+def _head_gains(norms: tuple, like: torch.Tensor) -> tuple:
+    """(the norm without its gain, the gains (H, 1, d_h), the biases (H, 1, d_h) or None) of
+    per-head norms in ``like``'s dtype and device: remembered per tuple of norms (frozen
+    schemes) while no gain or bias is edited in place (their version counters) nor made to
+    require grad; built afresh in autograd (a gain that requires grad, a forward-mode level)
+    and inference mode (where tensors have no version counter)."""
+    if torch.is_inference_mode_enabled() or forward_ad._current_level >= 0:
+        return _build_head_gains(norms, like)
+    held = _HEAD_GAINS.get(id(norms))
+    if held is None or held[0] is not norms:
+        tensors = [t for n in norms for t in (n.gamma, getattr(n, "bias", None)) if t is not None]
+    else:
+        tensors = held[1]
+    try:  # (version, requires grad) of every gain and bias: one pass
+        state = [(t._version, t.requires_grad) for t in tensors]
+    except RuntimeError:  # an inference tensor: no version counter
+        return _build_head_gains(norms, like)
+    key = (like.dtype, like.device, like.shape[-1], state)
+    if held is not None and held[0] is norms and held[2] == key:
+        built = held[3]
+        if built[1]._version == held[4] and (built[2] is None or built[2]._version == held[5]):
+            return built
+    built = _build_head_gains(norms, like)
+    if any(grad for _, grad in state):
+        return built
+    _HEAD_GAINS.pop(id(norms), None)
+    while len(_HEAD_GAINS) >= _HEAD_GAINS_COUNT:
+        _HEAD_GAINS.pop(next(iter(_HEAD_GAINS)))
+    biases = None if built[2] is None else built[2]._version
+    _HEAD_GAINS[id(norms)] = (norms, tensors, key, built, built[1]._version, biases)
+    return built
+
+
+def _build_head_gains(norms: tuple, like: torch.Tensor) -> tuple:
+    """:func:`_head_gains`, computed."""
     plain = dataclasses.replace(norms[0], gamma=None, **_no_bias(norms[0]))
-    out = plain.norm(heads)
-    ones = torch.ones(heads.shape[-1], dtype=heads.dtype, device=heads.device)
-    gains = [ones if n.gamma is None else n.gamma.to(heads) for n in norms]
-    out = out * torch.stack(gains).unsqueeze(-2)
+    ones = torch.ones(like.shape[-1], dtype=like.dtype, device=like.device)
+    gains = torch.stack([ones if n.gamma is None else n.gamma.to(like) for n in norms])
+    biases = None
     if any(getattr(n, "bias", None) is not None for n in norms):
         zero = torch.zeros_like(ones)
-        out = (
-            out
-            + torch.stack([zero if n.bias is None else n.bias.to(heads) for n in norms])[:, None]
-        )
-    return out
+        biases = torch.stack([zero if n.bias is None else n.bias.to(like) for n in norms])
+        biases = biases[:, None]
+    return plain, gains.unsqueeze(-2), biases
 
 
 def _no_bias(norm) -> dict:

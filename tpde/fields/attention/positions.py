@@ -27,7 +27,7 @@ from typing import ClassVar
 
 import torch
 
-from tpde._memo import canonical
+from tpde._memo import TensorMemo, canonical
 from tpde._validation import check_choice, check_positive, check_positive_int
 from tpde.fields.attention.rope_scaling import RopeScaling
 
@@ -287,6 +287,19 @@ class ALiBi(PositionalEncoding):
         return tuple(_paper_slopes(heads))
 
     def key_bias(self, positions: torch.Tensor, heads: int) -> torch.Tensor:
+        """The key bias c·m_h p_j: shape (H, m), in the positions' dtype. Remembered for
+        the last positions of equal ALiBis and H (:mod:`tpde._memo`: a forward's layers,
+        and the next forward's new positions of the same bits, reuse one table)."""
+        memo = _BIAS_MEMOS.get((self, heads))
+        if memo is None:
+            if len(_BIAS_MEMOS) >= _BIAS_MEMO_COUNT:
+                _BIAS_MEMOS.pop(next(iter(_BIAS_MEMOS)))
+            memo = _BIAS_MEMOS[(self, heads)] = TensorMemo(
+                lambda p, alibi=self, h=heads: alibi._key_bias(p, h), "positions"
+            )
+        return memo(positions)
+
+    def _key_bias(self, positions: torch.Tensor, heads: int) -> torch.Tensor:
         if self.rounding is None:
             slopes = torch.tensor(
                 self.head_slopes(heads), dtype=positions.dtype, device=positions.device
@@ -298,6 +311,11 @@ class ALiBi(PositionalEncoding):
             bias = (slopes.unsqueeze(-1) * positions.to(low)).to(positions.dtype)
         return bias if self.scale == 1.0 else bias * self.scale
 
+
+#: (ALiBi, H) → the memo of its key bias (equal ALiBis share one: a model's layers each
+#: hold their own, equal ALiBi); at most :data:`_BIAS_MEMO_COUNT`, the oldest dropped.
+_BIAS_MEMOS: dict = {}
+_BIAS_MEMO_COUNT = 8
 
 #: The last tables of :func:`_shared_cos_sin`: ((RoPE, positions, version, d_h, dtype, L),
 #: tables), or None.

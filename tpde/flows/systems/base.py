@@ -131,7 +131,8 @@ class System:
         """
         flags = []
         for part, k in zip(state, self.part_dims, strict=True):
-            flat = part.detach().reshape(*part.shape[: part.ndim - k], -1)
+            flat = part.detach() if part.requires_grad else part
+            flat = flat.reshape(*part.shape[: part.ndim - k], -1)
             if flat.shape[-1] == 0 or not flat.is_floating_point():
                 flags.append(reduce_element(torch.isfinite(part), k, torch.all))
                 continue

@@ -148,8 +148,8 @@ class ParticleSystem(System):
         there before the step. Fields without a projection (in no part): None."""
         if not self._projects():
             return None
-        zero_new = (new[0].detach() == 0).all(-1)
-        zero_old = (old[0].detach() == 0).all(-1)
+        zero_new = (new[0] == 0).all(-1)  # (a comparison records no graph: no detach)
+        zero_old = (old[0] == 0).all(-1)
         return (zero_new & ~zero_old).any(-1)
 
     def _projects(self) -> bool:
