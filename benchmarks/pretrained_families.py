@@ -163,6 +163,16 @@ BERT's 5 are 55 of its 198), the boundary and finiteness checks (15–19 host re
 flow's Python (≈ 1100–1400 calls). Not taken: caching a wrapper's capabilities on the
 instance (``Sum.parts``, ``Normalized.field``/``scheme`` are plain, reassignable
 attributes: not provably immutable; the per-run cache of ``capable`` stays).
+
+On the idle machine (load 1.0–1.2, wall clock, ``--sizes tiny registry --repeat 15``, median
+ratios), after fwd13, 20:37–20:47 UTC: registry 18 of 26 within 1.2 (gemma2 0.96 … gemma
+1.20), above gptj 1.23, olmo 1.26, cohere 1.27, gpt_neox 1.27, bert 1.32, stablelm 1.34,
+bloom 1.37, gpt_bigcode 1.42; tiny qwen2 1.06, phi3 1.11, gemma 1.13, granite 1.17, llama
+1.17, cohere 1.26, olmo 1.28, stablelm 1.28. After fwd14, 21:31–21:34 UTC, the eight above
+(registry): bloom 1.47, stablelm 1.38, cohere 1.22, bert 1.44, gpt_neox 1.41, gpt_bigcode
+1.44, olmo 1.27, gptj 1.08; tiny stablelm 1.25, cohere 1.19, olmo 1.28 — single runs
+scatter by ±0.15 here, as two A/B runs with ``--clock thread`` against the commit before
+fwd14 showed (bloom 1.40/1.39 → 1.33/1.31, the others within the scatter).
 """
 
 from __future__ import annotations
