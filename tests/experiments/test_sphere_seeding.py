@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.experiments.test_circle_pde_metastable import first_above
 from tests.experiments.test_sphere_metastable import _rotation
 from tpde.experiments.common.sphere_clusters import SphereCells
 from tpde.experiments.sphere.meta_report import count_claims, seeding_text, share_text
@@ -122,14 +123,7 @@ def test_lead_share_against_amplitudes_grown_in_time():
     rng = np.random.default_rng(7)
     a = np.array([np.linalg.norm(rng.standard_normal((samples, 2 * l + 1)), axis=1)
                   / math.sqrt(n * (2 * l + 1)) for l in range(1, LMAX + 1)]).T  # fmt: skip
-    first = np.zeros(samples, dtype=int)
-    for t in np.arange(0.0, 10.0, 2e-3):
-        open_ = first == 0
-        if not open_.any():
-            break
-        grown = a[open_] * np.exp(rates * t)
-        above = grown.max(axis=1) >= level
-        first[np.flatnonzero(open_)[above]] = grown[above].argmax(axis=1) + 1
+    first = first_above(a, rates, level)
     brute = float((first == dominant_mode(beta, d=3)).mean())
     assert abs(share - brute) < 4 * math.sqrt(2) * math.sqrt(share * (1 - share) / samples)
     assert 1.5 < median < 4.0  # ln(ε√N)/λ_3 = 2.5 at z = 1

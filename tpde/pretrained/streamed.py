@@ -47,9 +47,8 @@ from __future__ import annotations
 
 import torch
 
-from tpde._validation import check_positive
 from tpde.fields import nearest_gradient_field
-from tpde.fields.gradient_flow.nearest import RTOL
+from tpde.fields.gradient_flow.nearest import working_rtol
 from tpde.pretrained import _build
 from tpde.pretrained.loader import _open, plan
 from tpde.pretrained.structure import ModelStructure, layer_indices
@@ -93,12 +92,7 @@ def weight_scores(path, *, layers=None, rtol=None, dtype=torch.float64) -> Model
     or IndexError for ``layers``, TypeError for ``dtype``, ValueError for ``rtol``: all
     before any tensor is read.
     """
-    if dtype not in RTOL:
-        raise TypeError(
-            f"dtype must be torch.float64 or torch.float32 (the projections' working "
-            f"precision); received {dtype!r}."
-        )
-    rtol = check_positive(RTOL[dtype] if rtol is None else rtol, "rtol")
+    rtol = working_rtol(dtype, rtol)  # before any tensor is read
     source = _open(path, window_matters=False)
     cfg, entry, expected = plan(source)
     indices = layer_indices(cfg.layers, layers)

@@ -175,19 +175,23 @@ def test_heads_on_orthogonal_coordinates():
     assert nearest_gradient_field(field)[1].sum_structure == "orthogonal classes"
 
 
-def test_exact_head_in_factor_form_is_at_rounding():
-    """W_K = S W_Q (S symmetric) and V = M A_s with M ⪰ 0 of rank 2, V factored through
-    W_V = W_Q: r = 4k < d, every residual at rounding, sign +1 (the oracle's too)."""
+def _exact_head(d=40, k=3):
+    """W_K = S W_Q (S symmetric), W_V = W_Q and W_O W_V = M A_s with M = PᵀP/d ⪰ 0 of
+    rank 2: a gradient-flow head by construction, r = 4k < d."""
     g = torch.Generator().manual_seed(180)
-    d, k = 40, 3
     Wq = _randn(g, k, d) / math.sqrt(d)
     S = _randn(g, k, k)
     Wk = (S + S.mT) @ Wq
     P = _randn(g, 2, d)
     M = P.mT @ P / d
-    c = 1 / math.sqrt(k)
-    Wo = c * M @ Wk.mT  # W_O W_V = c M W_Kᵀ W_Q = M A_s
-    field = GroupedQueryAttention(Wq, Wk, Wq, Wo, 1, 1, causal=False)
+    Wo = M @ Wk.mT / math.sqrt(k)  # W_O W_V = M W_Kᵀ W_Q / √k = M A_s
+    return GroupedQueryAttention(Wq, Wk, Wq, Wo, 1, 1, causal=False)
+
+
+def test_exact_head_in_factor_form_is_at_rounding():
+    """W_K = S W_Q (S symmetric) and V = M A_s with M ⪰ 0 of rank 2, V factored through
+    W_V = W_Q: r = 4k < d, every residual at rounding, sign +1 (the oracle's too)."""
+    field = _exact_head()
     near, report = nearest_gradient_field(field)
     h = report.heads[0]
     assert max(h.symmetry_residual, h.value_residual, h.definite_residual) <= ROUND
@@ -352,14 +356,7 @@ def test_float32_exact_head_holds_at_its_rtol():
     rtol in float32), so the symmetric structures hold; its M̃, exactly semidefinite of lower
     rank, has a zero eigenvalue float32 cannot place (a spurious 3e-7·max of either sign), so
     the inertia and breaks are float64's (the fallback)."""
-    g = torch.Generator().manual_seed(180)
-    d, k = 40, 3
-    Wq = _randn(g, k, d) / math.sqrt(d)
-    S = _randn(g, k, k)
-    Wk = (S + S.mT) @ Wq
-    P = _randn(g, 2, d)
-    Wo = (P.mT @ P / d) @ Wk.mT / math.sqrt(k)
-    field = GroupedQueryAttention(Wq, Wk, Wq, Wo, 1, 1, causal=False)
+    field = _exact_head()
     h = nearest_gradient_field(field, dtype=torch.float32)[1].heads[0]
     assert max(h.symmetry_residual, h.value_residual, h.definite_residual) <= 1e-5
     assert nearest.RTOL[torch.float32] == 1e-4 and h.sign == 1

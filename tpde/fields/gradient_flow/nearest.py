@@ -153,6 +153,17 @@ class StructureReport:
         return torch.tensor(values, dtype=torch.float64, device="cpu")
 
 
+def working_rtol(dtype, rtol) -> float:
+    """``rtol`` checked positive (default ``RTOL[dtype]``) after ``dtype`` is checked a
+    working precision of the projections (TypeError naming what was received)."""
+    if dtype not in RTOL:
+        raise TypeError(
+            f"dtype must be torch.float64 or torch.float32 (the projections' working "
+            f"precision); received {dtype!r}."
+        )
+    return check_positive(RTOL[dtype] if rtol is None else rtol, "rtol")
+
+
 def nearest_gradient_field(
     field, *, t: float = 0.0, rtol=None, dtype=torch.float64, structured: bool = True
 ):
@@ -186,12 +197,7 @@ def nearest_gradient_field(
     NotAGradientFlow
         A head that is not softmax or Sinkhorn (naming the structure it lacks).
     """
-    if dtype not in RTOL:
-        raise TypeError(
-            f"dtype must be torch.float64 or torch.float32 (the projections' working "
-            f"precision); received {dtype!r}."
-        )
-    rtol = check_positive(RTOL[dtype] if rtol is None else rtol, "rtol")
+    rtol = working_rtol(dtype, rtol)
     heads = attention_heads(field, t)
     workers = _workers(heads.heads)  # with the caller's thread count
     if torch.get_num_threads() == 1 or heads.heads[0].Wq.device.type != "cpu":
