@@ -9,7 +9,6 @@ public names of :class:`Field` below.
 from __future__ import annotations
 
 import functools
-import warnings
 from dataclasses import dataclass
 
 import torch
@@ -23,7 +22,7 @@ from tpde._validation import (
     check_real,
     finite_sum,
 )
-from tpde.fields.calls import _positions_user, part_velocity, query_positions
+from tpde.fields.calls import InnerSolves, _positions_user, part_velocity, query_positions
 from tpde.measures import Empirical, Gaussian, Grid, Measure
 
 __all__ = [
@@ -140,42 +139,6 @@ def check_velocity_shape(value: torch.Tensor, x: torch.Tensor, who: str) -> None
 
 class GaussianNotPreserved(NotImplementedError):
     """The field does not map Gaussians to Gaussians; there is no moment closure."""
-
-
-class InnerSolves:
-    """Collects the reports of inner solves (Sinkhorn scalings) made by velocity calls.
-
-    Passed explicitly (``info=``) to :meth:`Field.particle_velocity`, :meth:`Field.velocity`
-    and the energies; a field with an inner solve appends one report per solve. A report
-    has ``converged`` (True, False, or None when unchecked) and ``warning()`` (the warning
-    to raise when it failed). Nothing is stored on the field itself.
-    """
-
-    def __init__(self):
-        self.reports: list = []
-
-    def record(self, report) -> None:
-        self.reports.append(report)
-
-    @property
-    def last(self):
-        """The latest report, or None."""
-        return self.reports[-1] if self.reports else None
-
-    @property
-    def failure(self):
-        """The first report whose solve missed its tolerance, or None."""
-        return next((r for r in self.reports if r.converged is False), None)
-
-    def warn(self, since: int = 0, stacklevel: int = 2) -> None:
-        """Warn for every failed report from index ``since`` on (``stacklevel`` as in
-        :func:`warnings.warn`, counted from the caller of this method)."""
-        for report in self.reports[since:]:
-            if report.converged is False:
-                warnings.warn(report.warning(), stacklevel=stacklevel + 1)
-
-    def __len__(self) -> int:
-        return len(self.reports)
 
 
 #: Optional capabilities, and the methods whose implementation confers each one. A field

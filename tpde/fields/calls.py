@@ -1,17 +1,20 @@
 """How a field calls a field: the token positions and the "queries are the keys" flag
 that wrappers (Sum, Normalized, LayerSchedule, MultiHead, Parallel, …) pass to their parts
-(the protocol of :class:`~tpde.fields.base.Field`; docs/EXTENDING.md, "a wrapper")."""
+(the protocol of :class:`~tpde.fields.base.Field`; docs/EXTENDING.md, "a wrapper"), and the
+collector of the inner solves those calls make (:class:`InnerSolves`)."""
 
 from __future__ import annotations
 
 import functools
 import inspect
+import warnings
 
 import torch
 
 from tpde._validation import check_positions
 
 __all__ = [
+    "InnerSolves",
     "check_own",
     "own_tokens",
     "part_velocity",
@@ -178,3 +181,39 @@ def _check_positions(positions, x) -> torch.Tensor:
         f"positions must have shape ({x.shape[0]},) to match x {tuple(x.shape)}; "
         "received {got}.",
     )  # fmt: skip
+
+
+class InnerSolves:
+    """Collects the reports of inner solves (Sinkhorn scalings) made by velocity calls.
+
+    Passed explicitly (``info=``) to :meth:`Field.particle_velocity`, :meth:`Field.velocity`
+    and the energies; a field with an inner solve appends one report per solve. A report
+    has ``converged`` (True, False, or None when unchecked) and ``warning()`` (the warning
+    to raise when it failed). Nothing is stored on the field itself.
+    """
+
+    def __init__(self):
+        self.reports: list = []
+
+    def record(self, report) -> None:
+        self.reports.append(report)
+
+    @property
+    def last(self):
+        """The latest report, or None."""
+        return self.reports[-1] if self.reports else None
+
+    @property
+    def failure(self):
+        """The first report whose solve missed its tolerance, or None."""
+        return next((r for r in self.reports if r.converged is False), None)
+
+    def warn(self, since: int = 0, stacklevel: int = 2) -> None:
+        """Warn for every failed report from index ``since`` on (``stacklevel`` as in
+        :func:`warnings.warn`, counted from the caller of this method)."""
+        for report in self.reports[since:]:
+            if report.converged is False:
+                warnings.warn(report.warning(), stacklevel=stacklevel + 1)
+
+    def __len__(self) -> int:
+        return len(self.reports)
