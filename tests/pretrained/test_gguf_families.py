@@ -125,7 +125,7 @@ def test_absent_kv_head_count_and_key_length_are_llama_cpps_defaults(architectur
     holds what the architecture requires beside them (gemma3: its window, which llama.cpp
     requires; without it tpde refuses the file, GGUFMap.required)."""
     from tpde.pretrained._config import read_hyper
-    from tpde.pretrained._gguf_keys import gguf_config
+    from tpde.pretrained._gguf import gguf_config
     from tpde.pretrained.families import FAMILIES
 
     family = next(f for f in FAMILIES.values() if f.gguf and f.gguf.architecture == architecture)
