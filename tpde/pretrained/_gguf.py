@@ -22,14 +22,14 @@ norm gains stored as 1 + w (``stored_gain_offset``), GPT-2's Conv1D weights writ
 
 **The keys.** The file's family is the one whose GGUF map
 (:class:`~tpde.pretrained.families.GGUFMap`, which documents each entry) names its
-``general.architecture`` (:func:`gguf_family`). Its ``<arch>.<key>``
-metadata become config.json keys through :data:`STANDARD_KEYS` (llama.cpp's key → the
-family's hyper-parameter, whose config key the family's ``keys`` name) and the map's own
-``keys``; a key in neither, nor among the ``equal`` ones checked (:data:`STANDARD_EQUAL` and
-the map's), the ``literal``, the ``ignored`` or the RoPE scaling's, is refused naming it (a
-RoPE scaling tpde does not read, an expert count: nothing is silently ignored); so is a file
-without a key the map lists as ``required`` (Gemma-3's window, which llama.cpp requires). A
-window llama.cpp computes without while a Hugging Face config applies it (the map's
+``general.architecture`` (:func:`gguf_family`). Its ``<arch>.<key>`` metadata become
+config.json keys through :data:`STANDARD_KEYS` (llama.cpp's key → the family's
+hyper-parameter, whose config key the family's ``keys`` name) and the map's own ``keys``; a
+key in neither, nor among the ``equal`` ones checked (:data:`STANDARD_EQUAL` and the map's),
+the ``literal``, the ``ignored`` or the RoPE scaling's, is refused naming it (a RoPE scaling
+tpde does not read, an expert count: nothing is silently ignored); so is a file without a
+key the map lists as ``required`` (Gemma-3's window, which llama.cpp requires). A window
+llama.cpp computes without while a Hugging Face config applies it (the map's
 ``switched_off``: Phi-3's, which it turns off; llama's — Mistral's files —, Qwen2/3's and
 StarCoder2's, which it does not read) is read as llama.cpp computes it, with a warning where
 the readings differ, or as :func:`~tpde.pretrained.load`'s ``gguf_window`` chooses
@@ -38,11 +38,12 @@ holding a window w > 0 is OLMo-3 in llama.cpp, and is read as the olmo3 family (
 ``windowed`` without ``switched_off``: its ``model_type``). An optional key the file lacks
 takes llama.cpp's default (the map's ``defaults``: Gemma-2's window and soft-caps, Gemma-3's
 RoPE base). What else the file does not carry comes from the family's defaults (its
-documented facts), its ``computed`` keys, and the map's ``flags`` (what llama.cpp decides by
-the tensors alone: StableLM's QK-norms, Falcon's second norm) and ``fixed`` values (what its
-model of every file of the architecture has); the vocabulary size from the tokens when the
-file has no ``vocab_size`` (from ``token_embd.weight``'s rows when it has no vocabulary
-either); the head is tied when the file has no ``output.weight``.
+documented facts), the map's ``derived`` keys (rules, as data: Gemma's query scale) and
+``computed`` ones (the family's functions: OLMo-3's layers), its ``flags`` (what llama.cpp
+decides by the tensors alone: StableLM's QK-norms, Falcon's second norm) and ``fixed``
+values (what its model of every file of the architecture has); the vocabulary size from the
+tokens when the file has no ``vocab_size`` (from ``token_embd.weight``'s rows when it has no
+vocabulary either); the head is tied when the file has no ``output.weight``.
 
 **RoPE scaling**: the ``<arch>.rope.scaling.*`` keys and the RoPE tensors
 (``rope_freqs.weight``, Phi-3's ``rope_factors_*``: their values checked, one positive value
@@ -392,6 +393,10 @@ def gguf_config(
     for target, (name, held, absent) in spec.flags.items():
         raw[target] = held if name in shapes else absent
     _llama_cpp_defaults(raw, family)
+    for target, rules in spec.derived.items():
+        value = _derived(raw, family, rules)
+        if value is not None:
+            raw[target] = value
     for target, rule in spec.computed.items():
         value = rule(raw)
         if value is not None:
@@ -408,6 +413,24 @@ def gguf_config(
     if rope is not None:
         raw["rope_scaling"] = rope
     return raw, source
+
+
+def _derived(raw: dict, family: Family, rules):
+    """The value of the first of a GGUF map's ``derived`` rules whose condition holds in the
+    config.json ``raw`` read so far (:class:`~tpde.pretrained.families.GGUFMap`), or None."""
+
+    def value(name):
+        return raw.get(family.keys[name][0])
+
+    for when, expression in rules:
+        if all(value(name) == held for name, held in when.items()):
+            top, _, bottom = expression.partition("/")
+            if not bottom:
+                return value(top)
+            a, b = value(top), value(bottom)
+            ints = all(isinstance(v, int) and not isinstance(v, bool) for v in (a, b))
+            return a // b if ints and b > 0 else None
+    return None
 
 
 def _read_as_windowed(raw: dict, spec, prefix: str, source: dict) -> None:

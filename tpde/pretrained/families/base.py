@@ -81,10 +81,19 @@ class GGUFMap:
         How the file's ``tokenizer.ggml.*`` vocabulary becomes a tokenizer: GPT-2 byte-level
         BPE or Gemma's SentencePiece BPE
         (:mod:`tpde._io.gguf_tokenizer`).
+    derived : dict
+        config.json key → rules ``((when, value), …)`` for a fact the file does not carry that
+        llama.cpp derives from the others, read as data by the translator: the first rule
+        whose ``when`` (hyper-parameter → value) holds in the config.json read so far gives
+        ``value``, a hyper-parameter (its value as read) or a quotient ``"a/b"`` of two
+        (a // b; None where either is not an integer or b ≤ 0); no rule holding, or None:
+        the key is left absent (Gemma's query_pre_attn_scalar,
+        :func:`~tpde.pretrained.families.gemma2.llamacpp_query_scalar`).
     computed : dict
-        config.json key → a function of the config.json read so far giving its value, for a
-        fact the file does not carry that llama.cpp derives from the others (Gemma-2's
-        query_pre_attn_scalar).
+        config.json key → a function of the config.json read so far giving its value (None:
+        left absent), for a derived fact that no ``derived`` rule states (OLMo-2's files read
+        as OLMo-3: their layer types and local RoPE; the function is the family's code, so a
+        file of such a family enters the family's module).
     rotary_fraction : str or None
         The config.json key of the rotated fraction of a head (Phi's
         ``partial_rotary_factor``, GPT-NeoX's ``rotary_pct``), which takes
@@ -168,6 +177,7 @@ class GGUFMap:
     stored_gain_offset: float = 0.0
     permuted: dict = field(default_factory=dict)
     tokenizer: str = "bpe"
+    derived: dict = field(default_factory=dict)
     computed: dict = field(default_factory=dict)
     rotary_fraction: str | None = None
     transposed: bool = False
