@@ -45,7 +45,7 @@ llama GGUF 5, 0, 16 (loader, _gguf, _gguf_keys, _config, _build); Gemma-3 GGUF 6
 the family's module, as a Falcon folder enters families/falcon for its variant: 5, 0, 14 —
 the road's "one family entry", counted by this tool's rule wherever the entry has code).
 
-Branch ``walk4``: the translator is one module, ``_gguf`` (586 lines): ``_gguf_keys`` merged
+Branch ``walk4``: the translator is one module, ``_gguf`` (585 lines): ``_gguf_keys`` merged
 into it, and llama.cpp's conventions that no family chooses moved beside the other GGUF
 format readers (``tpde._io.gguf_layouts``: the converter's interleaved rotary rows, QKV
 blocks and stacked norms undone, 96 lines; ``tpde._io.gguf_rope``: the ``rope.scaling.*``

@@ -209,8 +209,7 @@ def _open_container(path: Path, vocabulary: bool = True) -> tuple[dict, dict]:
 
 def open_gguf(path: Path, window=None, *, chosen: bool = False, vocabulary=True) -> Source:
     """The GGUF file as a :class:`~tpde.pretrained._checkpoint.Source` (module notes);
-    ``window``: the reading of a window llama.cpp computes without
-    (:func:`switched_off`);
+    ``window``: the reading of a window llama.cpp computes without (:func:`switched_off`);
     ``chosen``: whether the caller chose it (a ValueError for a file without such a window);
     ``vocabulary`` False: the ``tokenizer.ggml.*`` arrays unread, the tokenizer None."""
     metadata, stored = _open_container(path, vocabulary)
