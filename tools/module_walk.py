@@ -1,14 +1,14 @@
 """Count the modules of ``tpde.pretrained`` that ``load(path)`` walks through (issue 34).
 
-    .venv/bin/python tools/module_walk.py
+    .venv/bin/python tools/module_walk.py [--all]
 
 A tiny llama checkpoint is written twice, as a Hugging Face folder (config.json and
 model.safetensors, written with safetensors) and as a GGUF file (written with gguf's
 GGUFWriter, with a BPE vocabulary), and a tiny Gemma-3 checkpoint as a GGUF file (no
-vocabulary; names from gguf-py's TensorNameMap), a tiny Falcon folder
-(:func:`tpde.pretrained.random_models.random_checkpoint`: a family entry with code, its
-layout ``variant``), and each is loaded with ``sys.setprofile``
-recording every Python function call whose code lives in ``tpde/pretrained``. Three counts,
+vocabulary; names from gguf-py's TensorNameMap), tiny Phi-3 and Falcon folders
+(:func:`tpde.pretrained.random_models.random_checkpoint`; Falcon's a family entry with code,
+its layout ``variant``), and each is loaded with ``sys.setprofile`` recording every Python
+function call whose code lives in ``tpde/pretrained``. Three counts,
 per path:
 
 - **modules**: the distinct ``tpde/pretrained`` modules (files) whose functions run;
@@ -44,6 +44,24 @@ llama GGUF 5, 0, 16 (loader, _gguf, _gguf_keys, _config, _build); Gemma-3 GGUF 6
 (families/gemma2 after _gguf_keys: the family entry's llama.cpp query scale, a function of
 the family's module, as a Falcon folder enters families/falcon for its variant: 5, 0, 14 —
 the road's "one family entry", counted by this tool's rule wherever the entry has code).
+
+Branch ``walk4``: the translator is one module, ``_gguf`` (585 lines): ``_gguf_keys`` merged
+into it, and llama.cpp's conventions that no family chooses moved beside the other GGUF
+format readers (``tpde._io.gguf_layouts``: the converter's interleaved rotary rows, QKV
+blocks and stacked norms undone, 96 lines; ``tpde._io.gguf_rope``: the ``rope.scaling.*``
+keys and RoPE tensors in transformers' ``rope_scaling`` spelling, 222 lines) — moved, not
+shortened: the GGUF code is as long as before, in three files, one of them counted. Gemma's
+llama.cpp query scale is data (``GGUFMap.derived`` rules, read by ``_gguf``), not a function
+of ``families/gemma2``. llama folder 4, 0, 13; llama GGUF 4, 0, 13 (loader, _gguf, _config,
+_build); Gemma-3 GGUF 4, 0, 13; Phi-3 folder 4, 0, 13; Falcon folder 5, 0, 14 (its
+``variant`` is code: the layout keys checked and combined). ``--all`` (needs transformers and
+the checkout's tests/): every family's random folder 4, 0, 13 but albert (5, 0, 16:
+``transformer.py``, the Transformer stage, for its shared layer groups) and the three whose
+entry has a ``variant`` (bloom, falcon, gpt_bigcode: 5, 0, 14, the family module between
+_config and _build); every GGUF case of ``tests/pretrained/test_gguf_converted.py`` 4, 0,
+13 (gemma3: 4, 0, 15) but olmo2 (5, 0, 14: ``families/olmo2``, whose ``computed`` functions
+read OLMo-3's layers and local RoPE from a file holding a window) and falcon's four (5, 0,
+16: ``families/falcon``'s variant, before _config). No path returns to a module it left.
 """
 
 from __future__ import annotations
@@ -224,12 +242,38 @@ def main() -> None:
             tpde.pretrained.load(path)  # imports done before the count
         fresh = Path(tmp) / "fresh.gguf"  # a file not read before: its tokenizer is built
         fresh.write_bytes(file.read_bytes())
-        cases = (("llama folder", folder), ("llama GGUF", fresh), ("gemma3 GGUF", gemma),
-                 ("falcon folder", falcon))  # fmt: skip
+        phi3 = random_checkpoint("phi3", Path(tmp) / "phi3")
+        tpde.pretrained.load(phi3)
+        cases = [("llama folder", folder), ("llama GGUF", fresh), ("gemma3 GGUF", gemma),
+                 ("phi3 folder", phi3), ("falcon folder", falcon)]  # fmt: skip
+        if "--all" in sys.argv[1:]:
+            cases += _every_family(Path(tmp))
         for name, path in cases:
             order, returns, revisits = walk(path)
             print(f"{name}: {len(order)} modules, {returns} returns, {revisits} revisits: "
                   f"{' -> '.join(order)}")  # fmt: skip
+
+
+def _every_family(tmp: Path) -> list[tuple[str, Path]]:
+    """(name, path) of every family's random folder and of every GGUF case of
+    ``tests/pretrained/test_gguf_converted.py`` (its files written by the test oracle, which
+    needs transformers; run from the checkout's root), each loaded once before the count."""
+    import warnings
+
+    import tpde.pretrained
+    from tests.pretrained.test_gguf_converted import CASES, write_pair
+    from tpde.pretrained.families import FAMILIES
+    from tpde.pretrained.random_models import random_checkpoint
+
+    out = [(f"{f} folder", random_checkpoint(f, tmp / "all" / f)) for f in FAMILIES]
+    for case in CASES:
+        (tmp / "gguf" / case).mkdir(parents=True)
+        out.append((f"{case} GGUF", write_pair(case, tmp / "gguf" / case)[1]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _, path in out:
+            tpde.pretrained.load(path)
+    return out
 
 
 if __name__ == "__main__":

@@ -125,7 +125,7 @@ def test_absent_kv_head_count_and_key_length_are_llama_cpps_defaults(architectur
     holds what the architecture requires beside them (gemma3: its window, which llama.cpp
     requires; without it tpde refuses the file, GGUFMap.required)."""
     from tpde.pretrained._config import read_hyper
-    from tpde.pretrained._gguf_keys import gguf_config
+    from tpde.pretrained._gguf import gguf_config
     from tpde.pretrained.families import FAMILIES
 
     family = next(f for f in FAMILIES.values() if f.gguf and f.gguf.architecture == architecture)
@@ -139,3 +139,28 @@ def test_absent_kv_head_count_and_key_length_are_llama_cpps_defaults(architectur
     assert (config.heads, config.kv_heads, config.head_dim) == (6, 6, 8)
     if architecture == "gemma3":  # the score scale 1/√d_h (query_pre_attn_scalar = d_h)
         assert config.attention_scale == 8**-0.5
+
+
+@pytest.mark.parametrize(
+    ("architecture", "layers", "scalar"),
+    [("gemma2", 2, 16), ("gemma2", 46, 12), ("gemma3", 2, 16), ("gemma3", 62, 12),
+     ("gemma3", 46, 16)],
+)  # fmt: skip
+def test_gemma_query_scalar_is_llama_cpps_rule(architecture, layers, scalar):
+    """A Gemma file carries no query_pre_attn_scalar: llama.cpp scales scores by 1/√head_dim,
+    by 1/√(d/H) for the 27B model, recognised by its layer count (Gemma-2: 46, Gemma-3: 62;
+    the other's count is not it) — the GGUF map's ``derived`` rules, read as data. Here
+    head_dim 16 ≠ d/H = 48/4 = 12, so the two readings differ."""
+    from tpde.pretrained._config import read_hyper
+    from tpde.pretrained._gguf import gguf_config
+    from tpde.pretrained.families import FAMILIES
+
+    family = next(f for f in FAMILIES.values() if f.gguf and f.gguf.architecture == architecture)
+    metadata = {f"{architecture}.{key}": value for key, value in (
+        ("block_count", layers), ("context_length", 32), ("embedding_length", 48),
+        ("feed_forward_length", 64), ("attention.head_count", 4), ("vocab_size", 40),
+        ("attention.key_length", 16), ("attention.value_length", 16),
+        ("attention.sliding_window", 4))}  # fmt: skip
+    raw, _ = gguf_config(metadata, {"output.weight"}, family)
+    assert raw["query_pre_attn_scalar"] == scalar
+    assert read_hyper(raw, family).attention_scale == scalar**-0.5

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from tpde._io.gguf_file import read_container, release_pages
+from tpde._io.gguf_layouts import unpermute_rotary_rows
 from tpde._io.gguf_tokenizer import build_tokenizer
 from tpde.pretrained import LoadError, load, smollm2
-from tpde.pretrained._gguf import unpermute_rotary_rows
 from tpde.pretrained.loader import read_checkpoint
 
 GGUFError = LoadError  # every load error is a LoadError
@@ -141,7 +141,7 @@ def test_unpermute_inverts_llamacpp_permute_and_pairs_halves():
     # In the file, head 0's rows 2i and 2i + 1 are the checkpoint's rows i and i + 4.
     stored = llamacpp_permute(w, 2, 2)
     np.testing.assert_array_equal(stored[[0, 1, 2, 3]], w[[0, 4, 1, 5]])
-    with pytest.raises(GGUFError, match="with 15 rows cannot be split into 2 heads"):
+    with pytest.raises(ValueError, match="with 15 rows cannot be split into 2 heads"):
         unpermute_rotary_rows(w[:15], 2)
 
 

@@ -32,7 +32,7 @@ from tests.pretrained.test_gguf_converted import (
 from tests.pretrained.test_load import _relative
 from tpde.fields import LongRoPE
 from tpde.pretrained import LoadError, load
-from tpde.pretrained._gguf_keys import switched_off
+from tpde.pretrained._gguf import switched_off
 
 gguf = pytest.importorskip("gguf")
 pytest.importorskip("transformers")

@@ -1,8 +1,7 @@
 """A GGUF file (llama.cpp's format) as a :class:`~tpde.pretrained._checkpoint.Source`: the one
 translator from the file's ``general.architecture`` keys and tensor names to the config.json
-and the state dict a Hugging Face folder of the same model holds: this module reads the
-file's tensors as the checkpoint's, :mod:`tpde.pretrained._gguf_keys` its metadata as the
-config.json.
+and the state dict a Hugging Face folder of the same model holds: the file's tensors as the
+checkpoint's, its metadata as the config.json.
 
 **The file** is read by :mod:`tpde._io.gguf_file`, as a folder's by safetensors: its container
 checked whole (a truncated or corrupt file is refused before anything is built), every
@@ -16,55 +15,100 @@ family's GGUF map says); a file without one gives a model whose
 maps each of the family's checkpoint names to the file's, so every check of the folder path
 (missing, unexpected — refused by name, never dropped —, wrong shape) applies, its messages
 naming the file's names. The converter's layouts are undone so that the weights are the
-checkpoint's (shapes are listed innermost first in the file; the arrays come out row-major):
+checkpoint's: llama's interleaved rotary rows, a fused QKV written as blocks, per-head norm
+gains stacked into one tensor (:mod:`tpde._io.gguf_layouts`, which tabulates them), Gemma's
+norm gains stored as 1 + w (``stored_gain_offset``), GPT-2's Conv1D weights written
+(out, in) (``transposed``).
 
-================  ========================================  ==================================
-what              the file (llama.cpp's converter)          the checkpoint
-================  ========================================  ==================================
-llama's           inside each head of dimension k, row      row j·k/2 + i (the two halves of
-``attn_q``,       2i + j (i < k/2, j ∈ {0, 1}): adjacent    the rotary pairs;
-``attn_k``        rotary pairs (``LlamaModel.permute``)     :func:`unpermute_rotary_rows`, as
-                                                            transformers' GGUF loader's
-                                                            ``_reverse_permute_weights``)
-a fused QKV       the blocks [W_q; W_k; W_v] (H and H_kv    group by group: [q_{g,1} … q_{g,r};
-(``attn_qkv``)    heads; ``GPTNeoXModel``, and              k_g; v_g], r = H/H_kv (GPT-NeoX:
-                  ``FalconModel``'s "jploski" layout)       r = 1; :func:`interleave_qkv`)
-per-head norms    one (H, d_h) tensor (StableLM's           H tensors (d_h,), one per head
-                  ``_stack_qk_norm``)                       (``norms.{h}``; :func:`stack_rows`)
-Gemma's norms     the gains 1 + w                           w (``stored_gain_offset``)
-GPT-2's Conv1D    (out, in)                                 (in, out) (``transposed``)
-================  ========================================  ==================================
+**The keys.** The file's family is the one whose GGUF map
+(:class:`~tpde.pretrained.families.GGUFMap`, which documents each entry) names its
+``general.architecture`` (:func:`gguf_family`). Its ``<arch>.<key>`` metadata become
+config.json keys through :data:`STANDARD_KEYS` (llama.cpp's key → the family's
+hyper-parameter, whose config key the family's ``keys`` name) and the map's own ``keys``; a
+key in neither, nor among the ``equal`` ones checked (:data:`STANDARD_EQUAL` and the map's),
+the ``literal``, the ``ignored`` or the RoPE scaling's, is refused naming it (a RoPE scaling
+tpde does not read, an expert count: nothing is silently ignored); so is a file without a
+key the map lists as ``required`` (Gemma-3's window, which llama.cpp requires). A window
+llama.cpp computes without while a Hugging Face config applies it (the map's
+``switched_off``: Phi-3's, which it turns off; llama's — Mistral's files —, Qwen2/3's and
+StarCoder2's, which it does not read) is read as llama.cpp computes it, with a warning where
+the readings differ, or as :func:`~tpde.pretrained.load`'s ``gguf_window`` chooses
+(:func:`switched_off`; "file": on every layer, with the map's ``windowed``). An olmo2 file
+holding a window w > 0 is OLMo-3 in llama.cpp, and is read as the olmo3 family (the map's
+``windowed`` without ``switched_off``: its ``model_type``). An optional key the file lacks
+takes llama.cpp's default (the map's ``defaults``: Gemma-2's window and soft-caps, Gemma-3's
+RoPE base). What else the file does not carry comes from the family's defaults (its
+documented facts), the map's ``derived`` keys (rules, as data: Gemma's query scale) and
+``computed`` ones (the family's functions: OLMo-3's layers), its ``flags`` (what llama.cpp
+decides by the tensors alone: StableLM's QK-norms, Falcon's second norm) and ``fixed``
+values (what its model of every file of the architecture has); the vocabulary size from the
+tokens when the file has no ``vocab_size`` (from ``token_embd.weight``'s rows when it has no
+vocabulary either); the head is tied when the file has no ``output.weight``.
 
-The RoPE tensors (``rope_freqs.weight``, Phi-3's ``rope_factors_*``) are read here, their
-values checked (one positive value per rotated pair) and handed to
-:func:`~tpde.pretrained._gguf_keys.gguf_config` (module notes there).
+**RoPE scaling**: the ``<arch>.rope.scaling.*`` keys and the RoPE tensors
+(``rope_freqs.weight``, Phi-3's ``rope_factors_*``: their values checked, one positive value
+per rotated pair) become the ``rope_scaling`` dict of the config.json, read by
+:func:`tpde.fields.rope_scaling_from_config` as a folder's (:mod:`tpde._io.gguf_rope`, which
+tabulates the readings).
 """
 
 from __future__ import annotations
 
 import re
+import warnings
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from tpde._io import gguf_file
+from tpde._io import gguf_file, gguf_rope
+from tpde._io.gguf_layouts import interleave_qkv, stack_rows, unpermute_rotary_rows
 from tpde._io.gguf_tokenizer import gguf_tokenizer
 from tpde._validation import require_package as require
 from tpde.pretrained._build import _CONV1D
 from tpde.pretrained._checkpoint import LoadError, Source
-from tpde.pretrained._gguf_keys import check_equal, gguf_config
 from tpde.pretrained.families.base import FAMILIES, Family
 
 __all__ = [
+    "STANDARD_EQUAL",
+    "STANDARD_KEYS",
+    "check_equal",
     "dequantised",
+    "gguf_config",
     "gguf_family",
-    "interleave_qkv",
     "open_gguf",
-    "rope_tensors",
-    "stack_rows",
-    "unpermute_rotary_rows",
+    "switched_off",
 ]
+
+
+#: llama.cpp's standard metadata keys (gguf-py ``Keys.LLM``, ``Keys.Attention``,
+#: ``Keys.Rope``; without the ``<arch>.`` prefix) → tpde's hyper-parameter; its config.json
+#: key is the one the family's ``keys`` give it.
+STANDARD_KEYS = {
+    "context_length": "context",
+    "embedding_length": "hidden",
+    "block_count": "layers",
+    "feed_forward_length": "mlp_hidden",
+    "vocab_size": "vocab",
+    "attention.head_count": "heads",
+    "attention.head_count_kv": "kv_heads",
+    "attention.key_length": "head_dim",
+    "attention.layer_norm_rms_epsilon": "norm_eps",
+    "attention.layer_norm_epsilon": "norm_eps",
+    "attention.sliding_window": "window",
+    "rope.freq_base": "rope_base",
+    "attn_logit_softcapping": "attn_softcap",
+    "final_logit_softcapping": "logit_softcap",
+}
+
+#: llama.cpp's standard metadata keys that must equal a hyper-parameter tpde derives (no
+#: family of tpde has values of another width; "rotated": the rotated width of a head, the
+#: whole head unless the family's ``rotary_fraction`` reads a part): checked, and a file
+#: where they differ is refused naming the key.
+STANDARD_EQUAL = {
+    "attention.value_length": "head_dim",
+    "rope.dimension_count": "rotated",
+}
 
 
 _NORMS = ("norm",)  # a role whose name ends so is a norm (its gain possibly stored 1 + w)
@@ -165,8 +209,7 @@ def _open_container(path: Path, vocabulary: bool = True) -> tuple[dict, dict]:
 
 def open_gguf(path: Path, window=None, *, chosen: bool = False, vocabulary=True) -> Source:
     """The GGUF file as a :class:`~tpde.pretrained._checkpoint.Source` (module notes);
-    ``window``: the reading of a window llama.cpp computes without
-    (:func:`~tpde.pretrained._gguf_keys.switched_off`);
+    ``window``: the reading of a window llama.cpp computes without (:func:`switched_off`);
     ``chosen``: whether the caller chose it (a ValueError for a file without such a window);
     ``vocabulary`` False: the ``tokenizer.ggml.*`` arrays unread, the tokenizer None."""
     metadata, stored = _open_container(path, vocabulary)
@@ -180,7 +223,10 @@ def open_gguf(path: Path, window=None, *, chosen: bool = False, vocabulary=True)
             f"{family.gguf.architecture} model, which has one reading: leave gguf_window None."
         )
     _loading(gguf_file.check_types, path, stored)
-    freqs, factors = rope_tensors(path, stored, metadata, family.gguf)
+    kinds = [kind for kind in gguf_rope.TENSORS if getattr(family.gguf, kind)]
+    freqs, factors = _loading(
+        gguf_rope.rope_tensors, path, stored, metadata, family.gguf.architecture, kinds
+    )
     shapes = {n: t[1] for n, t in stored.items()}
     try:
         raw, source = gguf_config(metadata, shapes, family, freqs, factors, window)
@@ -257,9 +303,9 @@ def _read(path, stored, by_name, expected, family, cfg, dtype, device) -> dict:
         if row is not None:  # one head's row of a stacked tensor
             array = np.ascontiguousarray(array[row])
         if role in spec.permuted:
-            array = unpermute_rotary_rows(array, getattr(cfg, spec.permuted[role]))
+            array = _loading(unpermute_rotary_rows, array, getattr(cfg, spec.permuted[role]))
         if spec.qkv_blocks and role == "qkv":
-            array = interleave_qkv(array, cfg.heads, cfg.kv_heads)
+            array = _loading(interleave_qkv, array, cfg.heads, cfg.kv_heads)
         if spec.transposed and part == "weight" and role in _CONV1D:
             array = np.ascontiguousarray(array.T)
         if spec.stored_gain_offset and role.endswith(_NORMS):
@@ -270,125 +316,270 @@ def _read(path, stored, by_name, expected, family, cfg, dtype, device) -> dict:
     return out
 
 
-# ---------------------------------------------------------------------- RoPE tensors
-#: The per-pair RoPE tensors a GGUF map reads: its flag → the tensor names.
-_TENSORS = {"rope_freqs": ("rope_freqs.weight",),
-            "rope_factors": ("rope_factors_long.weight", "rope_factors_short.weight")}  # fmt: skip
+# ---------------------------------------------------------------------- the metadata keys
+def _key_map(family: Family) -> dict[str, str]:
+    """The family's GGUF metadata key (no prefix) → config.json key: the standard keys of its
+    hyper-parameters but the window keys read apart (``switched_off``), and its own."""
+    out = {short: family.keys[name][0] for short, name in STANDARD_KEYS.items()
+           if name in family.keys and family.keys[name][0] is not None
+           and short not in family.gguf.switched_off}  # fmt: skip
+    return {**out, **family.gguf.keys}
 
 
-def rope_tensors(path, stored: dict, metadata: dict, spec) -> tuple:
-    """(the values f_m of a ``rope_freqs.weight`` tensor, the LongRoPE factors (long, short))
-    of a file whose GGUF map ``spec`` reads them (each removed from ``stored``), checked: one
-    positive finite value per rotated pair; None for each the file or the map lacks."""
-    out = []
-    for flag, names in _TENSORS.items():
-        held = [n for n in names if n in stored]
-        if not (getattr(spec, flag) and held):
-            out.append(None)
-            continue
-        if len(held) < len(names):
-            missing = next(n for n in names if n not in stored)
-            raise LoadError(
-                f"{path}: the file holds {held[0]!r} but not {missing!r}; LongRoPE needs both "
-                "(the long factors past the original context, the short ones within it)."
-            )
-        values = [_pair_values(path, stored, n, metadata, spec) for n in names]
-        out.append(values[0] if len(values) == 1 else tuple(v.tolist() for v in values))
-    return tuple(out)
-
-
-def _pair_values(path, stored, name, metadata, spec) -> np.ndarray:
-    """Tensor ``name`` (removed from ``stored``): one positive value per rotated pair."""
-    qtype, shape, data = stored.pop(name)
-    values = dequantised(path, name, qtype, data).astype(np.float64)
+def gguf_config(
+    metadata: dict, shapes, family: Family, rope_freqs=None, rope_factors=None, window=None
+) -> tuple[dict, dict]:
+    """(the config.json a GGUF file's metadata stands for, config key → the metadata key it
+    came from) (module notes); a LoadError for a metadata key of the architecture that tpde
+    does not read (named). ``shapes``: the file's tensor name → shape (row-major);
+    ``rope_freqs``: the values of a ``rope_freqs.weight`` tensor the family reads (its GGUF
+    map's ``rope_freqs``), or None; ``rope_factors``: Phi-3's LongRoPE factors (long, short),
+    or None; ``window``: the reading of a window llama.cpp computes without
+    (:func:`switched_off`)."""
+    spec, keys, equal = family.gguf, _key_map(family), _equal(family)
     prefix = f"{spec.architecture}."
-    rotated = metadata.get(
-        prefix + "rope.dimension_count", metadata.get(prefix + "attention.key_length")
+    raw, source, scaling = {"model_type": spec.model_type}, {}, {}
+    for key in metadata:
+        if not key.startswith(prefix):
+            continue
+        short = key[len(prefix) :]
+        if short in keys:
+            raw[keys[short]], source[keys[short]] = metadata[key], key
+        elif short in spec.ignored:
+            continue
+        elif short in spec.literal:
+            _check_literal(key, metadata[key], spec.literal[short])
+        elif short in gguf_rope.ROPE_SCALING_KEYS and family.rotary:
+            scaling[short] = metadata[key]
+        elif short in spec.switched_off:
+            how = spec.switched_off[short].format(arch=spec.architecture)
+            if switched_off(key, metadata, window, how):
+                name = family.keys.get(STANDARD_KEYS[short], ("sliding_window",))[0]
+                raw[name], source[name] = metadata[key], key  # llama: Mistral's (windowed)
+                raw.update(spec.windowed)
+                _check_windowed(spec, shapes)
+        elif short not in equal:
+            reads = (
+                *keys,
+                *equal,
+                *spec.literal,
+                *(gguf_rope.ROPE_SCALING_KEYS if family.rotary else ()),
+            )
+            raise LoadError(
+                f"the metadata key {key!r} = {metadata[key]!r} changes the computation in a way "
+                f"tpde does not implement for {spec.architecture} files (it reads "
+                f"{', '.join(prefix + k for k in reads)}); tpde refuses rather than ignore it."
+            )
+    if spec.windowed and not spec.switched_off:  # olmo2: a window > 0 is OLMo-3 (its map)
+        _read_as_windowed(raw, spec, prefix, source)
+    for short in spec.required:
+        if prefix + short not in metadata:
+            raise LoadError(
+                f"the metadata key {prefix + short!r} is missing: llama.cpp reads no "
+                f"{spec.architecture} file without it (its load_hparams has no default for it), "
+                "and tpde refuses rather than guess (llama.cpp's converter always writes it)."
+            )
+    for short, value in spec.defaults.items():  # llama.cpp's value of an absent optional key
+        if prefix + short not in metadata:
+            raw[keys[short]] = value
+    vocab = family.keys["vocab"][0]
+    if vocab not in raw and metadata.get("tokenizer.ggml.tokens"):
+        raw[vocab] = len(metadata["tokenizer.ggml.tokens"])
+    elif vocab not in raw and len(shapes.get("token_embd.weight", ())) == 2:
+        raw[vocab] = shapes["token_embd.weight"][0]  # a file without a vocabulary
+    raw["tie_word_embeddings"] = "output.weight" not in shapes
+    raw.update(spec.fixed)
+    for target, (name, held, absent) in spec.flags.items():
+        raw[target] = held if name in shapes else absent
+    _llama_cpp_defaults(raw, family)
+    for target, rules in spec.derived.items():
+        value = _derived(raw, family, rules)
+        if value is not None:
+            raw[target] = value
+    for target, rule in spec.computed.items():
+        value = rule(raw)
+        if value is not None:
+            raw[target] = value
+    rotated = metadata.get(prefix + "rope.dimension_count")
+    if spec.rotary_fraction and rotated is not None:
+        raw[spec.rotary_fraction] = _fraction(rotated, _head_dim(raw, family))
+        source[spec.rotary_fraction] = prefix + "rope.dimension_count"
+    context = raw.get(family.keys["context"][0])
+    try:
+        rope = gguf_rope.rope_scaling(scaling, prefix, rope_freqs, context, rope_factors)
+    except ValueError as err:  # the file's RoPE keys (named)
+        raise LoadError(str(err)) from None
+    if rope is not None:
+        raw["rope_scaling"] = rope
+    return raw, source
+
+
+def _derived(raw: dict, family: Family, rules):
+    """The value of the first of a GGUF map's ``derived`` rules whose condition holds in the
+    config.json ``raw`` read so far (:class:`~tpde.pretrained.families.GGUFMap`), or None."""
+
+    def value(name):
+        return raw.get(family.keys[name][0])
+
+    for when, expression in rules:
+        if all(value(name) == held for name, held in when.items()):
+            top, _, bottom = expression.partition("/")
+            if not bottom:
+                return value(top)
+            a, b = value(top), value(bottom)
+            ints = all(isinstance(v, int) and not isinstance(v, bool) for v in (a, b))
+            return a // b if ints and b > 0 else None
+    return None
+
+
+def _read_as_windowed(raw: dict, spec, prefix: str, source: dict) -> None:
+    """olmo2 (``windowed`` without ``switched_off``): a window w > 0 (``sliding_window``) makes
+    the file another model in llama.cpp (OLMo-3: ``raw`` takes ``windowed``); 0 is none,
+    dropped. Not an integer ≥ 0: refused (llama.cpp reads a uint32)."""
+    value = raw.get("sliding_window", 0)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise LoadError(
+            f"the metadata key {prefix + 'attention.sliding_window'!r} = {value!r} is not a "
+            "window (an integer ≥ 0, 0 for none)."
+        )
+    if value:
+        raw.update(spec.windowed)
+    else:
+        raw.pop("sliding_window", None), source.pop("sliding_window", None)
+
+
+def _check_literal(key: str, value, expected) -> None:
+    """A LoadError unless metadata key ``key`` holds the one value tpde reads it at."""
+    if value != expected:
+        raise LoadError(
+            f"the metadata key {key!r} = {value!r} is not {expected!r}, the one value llama.cpp's "
+            "converter writes and tpde reads; tpde refuses rather than guess the layout it means."
+        )
+
+
+def _inert(short: str, value, metadata: dict, prefix: str) -> bool:
+    """Whether a window key's value changes nothing within the file's context: a sliding
+    window of 0 (llama.cpp's "none", which its Phi-3 converter writes) or of at least
+    ``context_length`` positions (p_i − p_j < w for every pair the context holds)."""
+    context = metadata.get(prefix + "context_length")
+    if short != "attention.sliding_window" or isinstance(value, bool):
+        return False
+    return isinstance(value, int) and (
+        value == 0 or (isinstance(context, int) and 0 < context <= value)
     )
-    if rotated is None:
-        hidden, heads = (
-            metadata.get(prefix + k) for k in ("embedding_length", "attention.head_count")
-        )
-        rotated = (
-            hidden // heads
-            if isinstance(hidden, int) and isinstance(heads, int) and heads
-            else None
-        )
-    if len(shape) != 1 or (isinstance(rotated, int) and shape[0] * 2 != rotated):
+
+
+def _check_windowed(spec, shapes) -> None:
+    """A LoadError where the "file" reading's ``model_type`` (llama's: Mistral, whose
+    attention and MLP have no biases) cannot hold the file's biases (named)."""
+    biased = sorted(name for name in shapes if name.endswith(".bias"))
+    if "model_type" in spec.windowed and biased:
         raise LoadError(
-            f"{path}: the tensor {name!r} has shape {shape}; the metadata implies "
-            f"({rotated // 2 if isinstance(rotated, int) else '?'},) (one value per rotated "
-            "pair of a head)."
+            f"gguf_window='file' reads the window of a {spec.architecture} file as a "
+            f"{spec.windowed['model_type']} checkpoint's, which has no biases, but the file "
+            f"holds {biased[0]!r}: read it as llama.cpp does (gguf_window None or 'llama.cpp')."
         )
-    if not (values > 0).all():
+
+
+def switched_off(key: str, metadata: dict, reading, how: str) -> bool:
+    """Whether to apply the window ``key`` = w of a file whose architecture llama.cpp computes
+    without it (the GGUF map's ``switched_off``; ``how``: what llama.cpp does with it, the
+    warning's words). llama.cpp's ``llama_model::load_hparams`` (``src/llama-model.cpp``)
+    reads Phi-3's and turns it off — LLM_ARCH_PHI3: a window > 0 found, it logs "Phi SWA is
+    currently disabled" and sets n_swa = 0, swa_type NONE (llama.cpp PR 13676, 2025; before
+    it llama.cpp applied the window on every layer) — and reads none for llama (Mistral's
+    files), qwen2, qwen3 and starcoder2 (their cases leave swa_type NONE: every position
+    attended).
+
+    Phi-3's converter (``Phi3MiniModel.set_gguf_parameters``) writes the checkpoint's
+    ``sliding_window``, 0 for none; the others' write none (a file holding one comes from
+    another writer). w = 0 is none in every reading. Otherwise ``reading`` "file" applies w
+    on every layer, as a checkpoint's config.json that carries it does (transformers'
+    Mistral, Phi-3 and Starcoder2 attention: p_i − p_j < w; Qwen's with
+    ``use_sliding_window`` and ``max_window_layers`` 0: the map's ``windowed``);
+    "llama.cpp" does not; None (the default) reads it as llama.cpp does and warns where the
+    two readings differ within the file's context (0 < w < ``context_length``:
+    Phi-3-mini-4k's 2047 of 4096, Mistral-7B-v0.1's 4096 of 32768), naming the key and the
+    keyword. A value that is not an integer ≥ 0 is refused (llama.cpp reads a uint32)."""
+    value = metadata[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise LoadError(
-            f"{path}: the tensor {name!r} holds divisors ≤ 0; RoPE frequencies are divided by "
-            "positive ones."
+            f"the metadata key {key!r} = {value!r} is not a window (an integer ≥ 0, 0 for none)."
         )
-    return values
-
-
-# ---------------------------------------------------------------------- layouts (module table)
-def interleave_qkv(weight: np.ndarray, heads: int, kv_heads: int | None = None) -> np.ndarray:
-    """A fused QKV weight (or bias) stored as the blocks [W_q; W_k; W_v] (llama.cpp's
-    converter) as the checkpoint stores it, group by group: rows [q_{g,1} … q_{g,r}; k_g; v_g]
-    for g = 0 … H_kv − 1, r = H/H_kv (GPT-NeoX, H_kv = H: head by head [q_h; k_h; v_h]).
-
-    Parameters
-    ----------
-    weight : array ((H + 2·H_kv)·k, …)
-    heads : int
-        H.
-    kv_heads : int, optional
-        H_kv (default H).
-
-    Returns
-    -------
-    array ((H + 2·H_kv)·k, …)
-        Group g's rows: the file's query rows of heads g·r … g·r + r − 1, then its key and
-        value rows of head g.
-    """
-    kv = heads if kv_heads is None else kv_heads
-    rows, rest = weight.shape[0], weight.shape[1:]
-    if kv < 1 or heads % kv or rows % (heads + 2 * kv):
-        raise LoadError(
-            f"a fused QKV weight with {rows} rows cannot be split into q of {heads} heads and k "
-            f"and v of {kv} heads each; the file's head counts do not match its tensors."
+    prefix = key[: key.index(".") + 1]
+    if value == 0 or reading == "llama.cpp":
+        return False
+    if reading == "file":
+        return True
+    if not _inert(key[len(prefix) :], value, metadata, prefix):
+        context = metadata.get(prefix + "context_length")
+        warnings.warn(
+            f"the metadata key {key!r} = {value} is a sliding window within the file's context "
+            f"({context} positions), which llama.cpp {how}, while a Hugging Face config.json "
+            "that carries it applies it on every layer (p_i − p_j < w): read as llama.cpp "
+            "computes it, without a window. Pass gguf_window='file' to load(…) to apply it "
+            "as the checkpoint does, or gguf_window='llama.cpp' to choose this reading "
+            "without this warning.",
+            UserWarning,
+            stacklevel=6,  # switched_off, gguf_config, open_gguf, loader._open, load: its caller
         )
-    k = rows // (heads + 2 * kv)
-    q = weight[: heads * k].reshape(kv, heads // kv * k, *rest)
-    keys = weight[heads * k : (heads + kv) * k].reshape(kv, k, *rest)
-    values = weight[(heads + kv) * k :].reshape(kv, k, *rest)
-    return np.ascontiguousarray(np.concatenate([q, keys, values], axis=1).reshape(weight.shape))
+    return False
 
 
-def unpermute_rotary_rows(weight: np.ndarray, heads: int) -> np.ndarray:
-    """Undo llama.cpp's rotary row permutation of a query or key weight (module table).
-
-    Parameters
-    ----------
-    weight : array (heads·k, d)
-        ``attn_q`` (heads = H) or ``attn_k`` (heads = H_kv) as stored in the file.
-    heads : int
-
-    Returns
-    -------
-    array (heads·k, d)
-        Row j·k/2 + i of head h is the file's row 2i + j of head h.
-    """
-    rows = weight.shape[0]
-    if rows % (2 * heads):
-        raise LoadError(
-            f"a rotary weight with {rows} rows cannot be split into {heads} heads of even "
-            "dimension; the file's head counts do not match its tensors."
-        )
-    half = rows // heads // 2
-    return np.ascontiguousarray(
-        weight.reshape(heads, half, 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
-    )
+def _head_dim(raw: dict, family: Family):
+    """The head dimension the config.json ``raw`` says (its head_dim key, else hidden/heads),
+    or None where its values are not integers (read_hyper then names them)."""
+    key = family.keys["head_dim"][0]
+    value = raw.get(key)
+    if value is None:
+        hidden, heads = (raw.get(family.keys[k][0]) for k in ("hidden", "heads"))
+        ints = all(isinstance(v, int) and not isinstance(v, bool) for v in (hidden, heads))
+        value = hidden // heads if ints and heads > 0 else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def stack_rows(template: str, stored: str, shape: tuple) -> dict[str, tuple[str, int, tuple]]:
-    """The checkpoint's per-head tensors of a stacked (H, d_h) file tensor: name (``template``
-    with ``{h}`` = 0 … H − 1) → (the file's name ``stored``, row h, shape (d_h,))."""
-    return {template.format(h=h): (stored, h, tuple(shape[1:])) for h in range(shape[0])}
+def _fraction(rotated, head_dim):
+    """r/k as a fraction f with int(k·f) = r (transformers' and tpde's reading), or
+    ``rotated`` unchanged where either is not a positive integer (read_hyper names it)."""
+    if not (isinstance(rotated, int) and head_dim and 0 < rotated <= head_dim):
+        return rotated
+    fraction = rotated / head_dim
+    while int(head_dim * fraction) < rotated:  # a product rounded below r
+        fraction = float(np.nextafter(fraction, 2.0))
+    return fraction
+
+
+def _llama_cpp_defaults(raw: dict, family: Family) -> None:
+    """Where the file has no ``head_count_kv`` or ``key_length``: llama.cpp's H_kv = H and
+    d_h = d/H (llama_model_loader's), not the config class's defaults an absent config.json
+    key takes (Qwen3's 128, Gemma's 256); a null (derived by read_hyper) where d/H is not
+    whole, for read_hyper's error."""
+    keys = {name: family.keys[name][0] for name in ("hidden", "heads", "kv_heads", "head_dim")}
+    hidden, heads = raw.get(keys["hidden"]), raw.get(keys["heads"])
+    raw.setdefault(keys["kv_heads"], heads)
+    whole = all(isinstance(v, int) and v > 0 for v in (hidden, heads)) and hidden % heads == 0
+    if keys["head_dim"] is not None:  # Falcon's is always d/H
+        raw.setdefault(keys["head_dim"], hidden // heads if whole else None)
+
+
+def _equal(family: Family) -> dict[str, str]:
+    """The metadata keys checked equal to a hyper-parameter: the standard ones and the
+    family's."""
+    return {**STANDARD_EQUAL, **family.gguf.equal}
+
+
+def check_equal(metadata: dict, family: Family, cfg, where: str) -> None:
+    """The ``equal`` metadata keys, each equal to the hyper-parameter of the config record
+    ``cfg`` it names ("rotated": the rotated width of a head)."""
+    prefix = f"{family.gguf.architecture}."
+    for short, target in _equal(family).items():
+        value = metadata.get(prefix + short)
+        if target == "rotated":
+            expected = cfg.rotary_dims or cfg.head_dim
+        else:
+            expected = getattr(cfg, target)
+        if value is not None and value != expected:
+            raise LoadError(
+                f"{where}: the metadata key {prefix + short!r} = {value!r} differs from "
+                f"{target} = {expected!r}; tpde implements only equal ones."
+            )

@@ -52,7 +52,7 @@ class GGUFMap:
     """How a GGUF file of one ``general.architecture`` maps onto its :class:`Family`.
 
     The file's ``<arch>.<key>`` metadata become config.json keys through the one table of
-    llama.cpp's standard keys (:data:`tpde.pretrained._gguf_keys.STANDARD_KEYS`: key → the
+    llama.cpp's standard keys (:data:`tpde.pretrained._gguf.STANDARD_KEYS`: key → the
     family's hyper-parameter, whose config key the family's ``keys`` name), the tensor names
     through gguf-py's ``TensorNameMap`` for the architecture; the entry adds what differs.
 
@@ -67,7 +67,7 @@ class GGUFMap:
     equal : dict
         Further GGUF metadata keys → the hyper-parameter (an attribute of the config record,
         :class:`~tpde.pretrained._config.ModelConfig`) they must equal (checked, else
-        refused), beyond :data:`tpde.pretrained._gguf_keys.STANDARD_EQUAL`. Any other ``<arch>.``
+        refused), beyond :data:`tpde.pretrained._gguf.STANDARD_EQUAL`. Any other ``<arch>.``
         key of the file is refused, naming it (a RoPE scaling, an expert count, …).
     stored_gain_offset : float
         llama.cpp's converter stores Gemma's norm gains as 1 + w: subtracted on reading (as
@@ -76,15 +76,24 @@ class GGUFMap:
         Role → the hyper-parameter (of the config record) counting its heads, for the rotary
         weights whose rows llama.cpp's converter interleaved (llama: ``{"q": "heads", "k":
         "kv_heads"}``); un-permuted on reading
-        (:func:`tpde.pretrained._gguf.unpermute_rotary_rows`).
+        (:func:`tpde._io.gguf_layouts.unpermute_rotary_rows`).
     tokenizer : "bpe" or "spm"
         How the file's ``tokenizer.ggml.*`` vocabulary becomes a tokenizer: GPT-2 byte-level
         BPE or Gemma's SentencePiece BPE
         (:mod:`tpde._io.gguf_tokenizer`).
+    derived : dict
+        config.json key → rules ``((when, value), …)`` for a fact the file does not carry that
+        llama.cpp derives from the others, read as data by the translator: the first rule
+        whose ``when`` (hyper-parameter → value) holds in the config.json read so far gives
+        ``value``, a hyper-parameter (its value as read) or a quotient ``"a/b"`` of two
+        (a // b; None where either is not an integer or b ≤ 0); no rule holding, or None:
+        the key is left absent (Gemma's query_pre_attn_scalar,
+        :func:`~tpde.pretrained.families.gemma2.llamacpp_query_scalar`).
     computed : dict
-        config.json key → a function of the config.json read so far giving its value, for a
-        fact the file does not carry that llama.cpp derives from the others (Gemma-2's
-        query_pre_attn_scalar).
+        config.json key → a function of the config.json read so far giving its value (None:
+        left absent), for a derived fact that no ``derived`` rule states (OLMo-2's files read
+        as OLMo-3: their layer types and local RoPE; the function is the family's code, so a
+        file of such a family enters the family's module).
     rotary_fraction : str or None
         The config.json key of the rotated fraction of a head (Phi's
         ``partial_rotary_factor``, GPT-NeoX's ``rotary_pct``), which takes
@@ -96,7 +105,7 @@ class GGUFMap:
         The folder stores the fused QKV head by head ([q_h; k_h; v_h], GPT-NeoX) or group by
         group ([q_{g,1} … q_{g,r}; k_g; v_g], Falcon); llama.cpp's converter wrote it as the
         blocks [W_q; W_k; W_v]: re-interleaved on reading
-        (:func:`tpde.pretrained._gguf.interleave_qkv`).
+        (:func:`tpde._io.gguf_layouts.interleave_qkv`).
     stacked : dict
         Role → the checkpoint name (``{l}`` the layer) the converter gave the one (H, d_h)
         tensor into which it stacked the role's per-head tensors (StableLM's QK-norm gains,
@@ -119,7 +128,7 @@ class GGUFMap:
     rope_factors : bool
         ``rope_factors_long.weight`` and ``rope_factors_short.weight`` (Phi-3's LongRoPE
         factors, with ``rope.scaling.attn_factor``) are read as a "longrope" scaling
-        (:mod:`tpde.pretrained._gguf`); without it such tensors are refused as
+        (:mod:`tpde._io.gguf_rope`); without it such tensors are refused as
         unexpected.
     ignored : tuple of str
         Keys (without the prefix) that no reading applies: llama.cpp does not read them for
@@ -168,6 +177,7 @@ class GGUFMap:
     stored_gain_offset: float = 0.0
     permuted: dict = field(default_factory=dict)
     tokenizer: str = "bpe"
+    derived: dict = field(default_factory=dict)
     computed: dict = field(default_factory=dict)
     rotary_fraction: str | None = None
     transposed: bool = False

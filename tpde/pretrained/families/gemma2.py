@@ -42,21 +42,16 @@ from tpde.pretrained.families.llama import LLAMA_KEYS, LLAMA_NAMES
 __all__ = ["GEMMA2", "GEMMA_HONOURED", "GEMMA_KEYS", "GEMMA_NAMES", "llamacpp_query_scalar"]
 
 
-def llamacpp_query_scalar(layers_27b: int):
-    """llama.cpp's query_pre_attn_scalar of a Gemma GGUF file, which does not carry it: the
-    head dimension, or d/H for the 27B model (recognised, as llama.cpp does, by its
-    ``layers_27b`` layers). A function of the config.json read so far (None where its values
-    are not integers: the config reader names them)."""
-
-    def rule(raw: dict):
-        hidden, heads = raw.get("hidden_size"), raw.get("num_attention_heads")
-        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (hidden, heads)):
-            return None
-        if raw.get("num_hidden_layers") == layers_27b or raw.get("head_dim") is None:
-            return hidden // heads if heads > 0 else None
-        return raw["head_dim"]
-
-    return rule
+def llamacpp_query_scalar(layers_27b: int) -> tuple:
+    """llama.cpp's query_pre_attn_scalar of a Gemma GGUF file, which does not carry it, as
+    the GGUF map's ``derived`` rules (data the translator reads): d/H for the 27B model
+    (recognised, as llama.cpp does, by its ``layers_27b`` layers) or where the head
+    dimension is not known, else the head dimension."""
+    return (
+        ({"layers": layers_27b}, "hidden/heads"),
+        ({"head_dim": None}, "hidden/heads"),
+        ({}, "head_dim"),
+    )
 
 
 #: The Gemma families' config keys (Gemma-3 changes the RoPE bases).
@@ -112,7 +107,7 @@ GEMMA2 = register(
         gguf=GGUFMap(
             architecture="gemma2",
             model_type="gemma2",
-            computed={"query_pre_attn_scalar": llamacpp_query_scalar(46)},
+            derived={"query_pre_attn_scalar": llamacpp_query_scalar(46)},
             stored_gain_offset=1.0,
             tokenizer="spm",
             # llama.cpp's defaults (load_hparams, LLM_ARCH_GEMMA2: n_swa = 4096 and the two

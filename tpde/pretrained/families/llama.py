@@ -12,7 +12,7 @@ attends over every position; its converter writes none, Mistral's included): a f
 ``llama.attention.sliding_window`` that cuts within its context has two readings, read as
 llama.cpp computes it (warned) or, with ``load(…, gguf_window="file")``, as a Mistral
 checkpoint with that window (the GGUF map's ``windowed``;
-:func:`tpde.pretrained._gguf_keys.switched_off`); 0, or one of at least ``context_length``, is
+:func:`tpde.pretrained._gguf.switched_off`); 0, or one of at least ``context_length``, is
 none.
 """
 

@@ -22,7 +22,7 @@ for the 4k models), and transformers' GGUF loader does not map it (its Phi3Confi
 keeps ``sliding_window`` None). A window that binds within the file's context (Phi-3-mini-4k's
 2047 of 4096) is therefore read as llama.cpp computes it, without a window, with a warning;
 :func:`~tpde.pretrained.load`'s ``gguf_window="file"`` applies it as the checkpoint's
-config.json does (:func:`tpde.pretrained._gguf_keys.switched_off`). 0 and a window ≥ the context
+config.json does (:func:`tpde.pretrained._gguf.switched_off`). 0 and a window ≥ the context
 (Phi-3.5-mini's 262144 of 131072) read as none without a warning.
 """
 

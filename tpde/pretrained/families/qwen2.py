@@ -5,7 +5,7 @@ transformers' Qwen2 (none of them: every layer global). GGUF: llama.cpp's ``qwen
 which llama.cpp does not read for them, read as llama.cpp computes it — none, warned where it
 cuts within the file's context — or, with ``load(…, gguf_window="file")``, on every layer:
 ``use_sliding_window`` true, ``max_window_layers`` 0;
-:func:`tpde.pretrained._gguf_keys.switched_off`)."""
+:func:`tpde.pretrained._gguf.switched_off`)."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ writes no sliding window for them and llama.cpp attends over every position: suc
 read so (full attention); one with ``starcoder2.attention.sliding_window``, which llama.cpp
 does not read but a Hugging Face config would apply, is read as llama.cpp computes it (none,
 warned where it cuts within the file's context) or, with ``load(…, gguf_window="file")``, on
-every layer (:func:`tpde.pretrained._gguf_keys.switched_off`)."""
+every layer (:func:`tpde.pretrained._gguf.switched_off`)."""
 
 from __future__ import annotations
 
