@@ -40,7 +40,8 @@ def _write(tmp_path, case="llama-tied", qtype="Q8_0", **options):
 
 @pytest.fixture
 def reads(monkeypatch):
-    """The tensors dequantised while the test runs (names, in order)."""
+    """The tensors dequantised while the test runs (names, in order): every read of a file's
+    tensors, the model's and the RoPE tensors, passes ``_gguf.dequantised``."""
     seen = []
     original = _gguf.dequantised
 

@@ -225,17 +225,15 @@ def open_gguf(path: Path, window=None, *, chosen: bool = False, vocabulary=True)
             f"{family.gguf.architecture} model, which has one reading: leave gguf_window None."
         )
     _loading(gguf_file.check_types, path, stored)
-    freqs, factors = _loading(
-        lambda: _gguf_rope.rope_tensors(
-            path,
-            stored,
-            metadata,
-            family.gguf.architecture,
-            freqs=family.gguf.rope_freqs,
-            factors=family.gguf.rope_factors,
-            dequantise=dequantised,
-        )
+    names = _gguf_rope.rope_tensor_names(
+        freqs=family.gguf.rope_freqs, factors=family.gguf.rope_factors
     )
+    held = {name: stored.pop(name) for name in names if name in stored}
+    read = {
+        n: (shape, dequantised(path, n, qtype, data)) for n, (qtype, shape, data) in held.items()
+    }
+    arch = family.gguf.architecture
+    freqs, factors = _loading(_gguf_rope.rope_tensors, path, read, metadata, arch)
     shapes = {n: t[1] for n, t in stored.items()}
     try:
         raw, source = gguf_config(metadata, shapes, family, freqs, factors, window)

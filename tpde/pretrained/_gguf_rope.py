@@ -1,8 +1,8 @@
 """A GGUF file's RoPE scaling — its ``<arch>.rope.scaling.*`` metadata and its per-pair RoPE
 tensors — in transformers' spelling: the ``rope_scaling`` dict of the config.json the file
 stands for, read by :func:`tpde.fields.rope_scaling_from_config` as a folder's. Part of the
-translator (:mod:`tpde.pretrained._gguf`, which hands the keys here, says which RoPE tensors
-the family's GGUF map reads, and turns the ``ValueError`` raised here into a
+translator (:mod:`tpde.pretrained._gguf`, which hands the keys and the RoPE tensors it read
+here, and turns the ``ValueError`` raised here into a
 :class:`~tpde.pretrained.LoadError`); apart only for length (``_gguf`` is near the 600-line
 limit), and counted with it by ``tools/module_walk.py``.
 
@@ -46,6 +46,7 @@ __all__ = [
     "NEUTRAL_SCALING",
     "ROPE_SCALING_KEYS",
     "rope_scaling",
+    "rope_tensor_names",
     "rope_tensors",
 ]
 
@@ -179,52 +180,53 @@ FREQS_TENSOR = "rope_freqs.weight"
 FACTOR_TENSORS = ("rope_factors_long.weight", "rope_factors_short.weight")
 
 
-def rope_tensors(path, stored: dict, metadata: dict, architecture: str, *, freqs: bool,
-                 factors: bool, dequantise) -> tuple:  # fmt: skip
+def rope_tensor_names(*, freqs: bool, factors: bool) -> tuple[str, ...]:
+    """The RoPE tensors a family reads: :data:`FREQS_TENSOR` where its GGUF map sets
+    ``freqs`` (``rope_freqs``), :data:`FACTOR_TENSORS` where it sets ``factors``
+    (``rope_factors``). The translator dequantises those the file holds (its one tensor read,
+    :func:`tpde.pretrained._gguf.dequantised`) and hands them to :func:`rope_tensors`; any
+    other stays among the file's tensors, refused there as unexpected."""
+    return (FREQS_TENSOR,) * freqs + FACTOR_TENSORS * factors
+
+
+def rope_tensors(path, read: dict, metadata: dict, architecture: str) -> tuple:
     """(the values f_m of a ``rope_freqs.weight`` tensor, the LongRoPE factors (long, short))
-    of a file, checked: one positive finite value per rotated pair; None for each the file
-    holds not or the family does not read.
+    of a file, checked: one positive value per rotated pair; None for each not in ``read``.
 
     Parameters
     ----------
     path : Path
         The file (for the messages).
-    stored : dict
-        The file's tensor name → (type, shape, bytes); the tensors read are removed.
+    read : dict
+        The RoPE tensors read (name → (shape, float32 values)): those of
+        :func:`rope_tensor_names` the file holds.
     metadata : dict
         The file's metadata (the rotated width of a head: ``rope.dimension_count``, else
         ``attention.key_length``, else ``embedding_length``/``attention.head_count``).
     architecture : str
         ``general.architecture`` (the metadata keys' prefix).
-    freqs, factors : bool
-        Whether the family reads :data:`FREQS_TENSOR` and :data:`FACTOR_TENSORS` (its GGUF
-        map's ``rope_freqs`` and ``rope_factors``); a tensor it does not read is left in
-        ``stored`` (refused there as unexpected).
-    dequantise : callable
-        ``dequantise(path, name, qtype, raw)`` → float32 array: the translator's one tensor
-        read (:func:`tpde.pretrained._gguf.dequantised`), so that every read passes there.
     """
     out = []
-    for wanted, names in ((freqs, (FREQS_TENSOR,)), (factors, FACTOR_TENSORS)):
-        held = [n for n in names if n in stored]
-        if not (wanted and held):
+    for names in ((FREQS_TENSOR,), FACTOR_TENSORS):
+        held = [n for n in names if n in read]
+        if not held:
             out.append(None)
             continue
         if len(held) < len(names):
-            missing = next(n for n in names if n not in stored)
+            missing = next(n for n in names if n not in read)
             raise ValueError(
                 f"{path}: the file holds {held[0]!r} but not {missing!r}; LongRoPE needs both "
                 "(the long factors past the original context, the short ones within it)."
             )
-        values = [_pair_values(path, stored, n, metadata, architecture, dequantise) for n in names]
+        values = [_pair_values(path, n, *read[n], metadata, architecture) for n in names]
         out.append(values[0] if len(values) == 1 else tuple(v.tolist() for v in values))
     return tuple(out)
 
 
-def _pair_values(path, stored, name, metadata, architecture, dequantise) -> np.ndarray:
-    """Tensor ``name`` (removed from ``stored``): one positive value per rotated pair."""
-    qtype, shape, data = stored.pop(name)
-    values = dequantise(path, name, qtype, data).astype(np.float64)
+def _pair_values(path, name, shape, values, metadata, architecture) -> np.ndarray:
+    """Tensor ``name`` (its ``shape`` and float32 ``values``): one positive value per rotated
+    pair, float64."""
+    values = np.asarray(values, dtype=np.float64)
     prefix = f"{architecture}."
     rotated = metadata.get(
         prefix + "rope.dimension_count", metadata.get(prefix + "attention.key_length")
