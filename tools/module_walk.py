@@ -1,4 +1,5 @@
-"""Count the modules of ``tpde.pretrained`` that ``load(path)`` walks through (issue 34).
+"""Count the modules of ``tpde.pretrained`` that ``load(path)`` walks through (issue 34), and
+list the ``tpde._io`` modules (the GGUF format readers) it enters.
 
     .venv/bin/python tools/module_walk.py [--all]
 
@@ -8,8 +9,8 @@ GGUFWriter, with a BPE vocabulary), and a tiny Gemma-3 checkpoint as a GGUF file
 vocabulary; names from gguf-py's TensorNameMap), tiny Phi-3 and Falcon folders
 (:func:`tpde.pretrained.random_models.random_checkpoint`; Falcon's a family entry with code,
 its layout ``variant``), and each is loaded with ``sys.setprofile`` recording every Python
-function call whose code lives in ``tpde/pretrained``. Three counts,
-per path:
+function call whose code lives in ``tpde/pretrained`` or ``tpde/_io``. Three counts of the
+``tpde/pretrained`` modules, per path, and a second column:
 
 - **modules**: the distinct ``tpde/pretrained`` modules (files) whose functions run;
 - **returns**: the calls into a module that is already on the call stack below a call into
@@ -19,10 +20,16 @@ per path:
   _folder → loader → _build counts one: the loader's own second call). This is the stricter
   count: an orchestrator calling its own helpers between stages counts.
 
+- **_io**: the distinct ``tpde/_io`` modules whose functions run (``gguf_file``,
+  ``gguf_layouts``, ``gguf_tokenizer``), listed after ``|``: the GGUF container, tokenizer
+  and converter-layout code a GGUF path enters, which the three counts leave out (nothing
+  of the road hidden by where a file lies).
+
 Stack unwinding (B returning its value to A) is not a return in either sense. The walk (the
 modules in the order first entered) is printed too. Calls into ``tpde.fields``,
 ``tpde._validation`` and the libraries are not counted: the count is of the loader's own
-layout.
+layout. Returns and revisits are of ``tpde/pretrained`` modules only (a call into
+``tpde/_io`` leaves the sequence unchanged).
 
 Measured with this script on the branch ``road`` and on its parent (issue 34): llama folder
 4 modules, 0 returns, 12 revisits (was 6, 0, 26); llama GGUF 5, 0, 12 (was 6, 0, 45; the
@@ -62,6 +69,26 @@ _config and _build); every GGUF case of ``tests/pretrained/test_gguf_converted.p
 13 (gemma3: 4, 0, 15) but olmo2 (5, 0, 14: ``families/olmo2``, whose ``computed`` functions
 read OLMo-3's layers and local RoPE from a file holding a window) and falcon's four (5, 0,
 16: ``families/falcon``'s variant, before _config). No path returns to a module it left.
+
+Branch ``walk5`` (a review of walk4: the move to ``tpde._io`` had lowered the count without
+shortening the road): the RoPE-scaling spelling is translator logic and back in
+``tpde/pretrained`` (``_gguf_rope``, 254 lines; ``_gguf`` 570), counted; Gemma's query scale
+is a ``computed`` function of ``families/gemma2`` again (one mechanism beside OLMo-2's, no
+rule language), counted; the converter's row layouts stay in ``tpde._io`` (array operations
+naming no family), listed in the new ``_io`` column with the container and tokenizer
+readers. Counts (modules + _io, returns, revisits): llama folder 4 + 0, 0, 13 (unchanged);
+llama GGUF 5 + 3, 0, 18 (was 4, 0, 13: loader, _gguf, _gguf_rope, _config, _build | gguf_file,
+gguf_layouts, gguf_tokenizer); Gemma-3 GGUF 6 + 2, 0, 18 (was 4, 0, 13: families/gemma2 after
+_gguf_rope | gguf_file, gguf_tokenizer — its tokenizer function runs and returns None for a
+file without a vocabulary); Phi-3 folder 4 + 0, 0, 13; Falcon folder 5 + 0, 0, 14. ``--all``:
+every folder as before, no ``_io`` module (albert 5, 0, 16; bloom, falcon, gpt_bigcode 5, 0,
+14; the others 4, 0, 13); every GGUF case 5 modules, 0 returns, 18 revisits but gemma2 and
+olmo2 (6, 0, 18: families/gemma2, families/olmo2), gemma3 (6, 0, 20) and falcon's four (6, 0,
+20: families/falcon); ``_io`` 3 (gguf_file, gguf_layouts, gguf_tokenizer) for llama,
+llama-tied, gpt_neox, gpt_neox-sequential, stablelm-qk-parallel and falcon's four (the
+converter's rotary rows, QKV blocks or stacked norms), else 2. No path returns to a module it
+left; the revisits rise by 4 or 5 on every GGUF path (_gguf → _gguf_rope and back, three
+times: which RoPE tensors, their values, the scaling).
 """
 
 from __future__ import annotations
@@ -189,14 +216,19 @@ def write_gemma3_gguf(path: Path) -> None:
     writer.close()
 
 
-def walk(path: Path) -> tuple[list[str], int, int]:
-    """(modules in the order first entered, returns, revisits) of ``load(path)`` (module
-    notes)."""
+def walk(path: Path) -> tuple[list[str], int, int, list[str]]:
+    """(``tpde/pretrained`` modules in the order first entered, returns, revisits, the
+    ``tpde/_io`` modules entered, in that order) of ``load(path)`` (module notes)."""
+    import tpde._io
     import tpde.pretrained
 
-    root = str(Path(tpde.pretrained.__file__).parent)
+    roots = {
+        "pretrained": str(Path(tpde.pretrained.__file__).parent),
+        "_io": str(Path(tpde._io.__file__).parent),
+    }
     stack: list[str | None] = []
     order: list[str] = []
+    io: list[str] = []
     sequence: list[str] = []
     returns = 0
 
@@ -204,7 +236,10 @@ def walk(path: Path) -> tuple[list[str], int, int]:
         nonlocal returns
         if event == "call":
             file = frame.f_code.co_filename
-            module = file[len(root) + 1 :] if file.startswith(root) else None
+            module = _under(file, roots["pretrained"])
+            entered = _under(file, roots["_io"])
+            if entered is not None and entered not in io:
+                io.append(entered)
             if module is not None:
                 if module not in order:
                     order.append(module)
@@ -223,7 +258,12 @@ def walk(path: Path) -> tuple[list[str], int, int]:
     finally:
         sys.setprofile(None)
     revisits = sum(module in sequence[:i] for i, module in enumerate(sequence))
-    return order, returns, revisits
+    return order, returns, revisits, io
+
+
+def _under(file: str, root: str) -> str | None:
+    """``file``'s path below the folder ``root``, or None where it lies elsewhere."""
+    return file[len(root) + 1 :] if file.startswith(root + "/") else None
 
 
 def main() -> None:
@@ -249,9 +289,10 @@ def main() -> None:
         if "--all" in sys.argv[1:]:
             cases += _every_family(Path(tmp))
         for name, path in cases:
-            order, returns, revisits = walk(path)
-            print(f"{name}: {len(order)} modules, {returns} returns, {revisits} revisits: "
-                  f"{' -> '.join(order)}")  # fmt: skip
+            order, returns, revisits, io = walk(path)
+            entered = ", ".join(io) or "-"
+            print(f"{name}: {len(order)} modules + {len(io)} _io, {returns} returns, "
+                  f"{revisits} revisits: {' -> '.join(order)} | _io: {entered}")  # fmt: skip
 
 
 def _every_family(tmp: Path) -> list[tuple[str, Path]]:

@@ -40,7 +40,8 @@ def _write(tmp_path, case="llama-tied", qtype="Q8_0", **options):
 
 @pytest.fixture
 def reads(monkeypatch):
-    """The tensors dequantised while the test runs (names, in order)."""
+    """The tensors dequantised while the test runs (names, in order): every read of a file's
+    tensors, the model's and the RoPE tensors, passes ``_gguf.dequantised``."""
     seen = []
     original = _gguf.dequantised
 
@@ -119,6 +120,26 @@ def test_a_corrupt_or_truncated_file_is_refused_before_any_tensor_is_read(change
 
 
 # ---------------------------------------------------------------------- tensors
+@pytest.mark.parametrize("case", ["llama-tied", "phi3-longrope"])
+def test_every_tensor_read_passes_the_one_seam_rope_tensors_included(case, tmp_path, reads):
+    """The ``reads`` seam (``_gguf.dequantised``, which the refusals above find empty) sees
+    each tensor of the file once: the model's and the per-pair RoPE tensors (llama's
+    ``rope_freqs.weight``, all ones here: the unscaled schedule; Phi-3's LongRoPE factors),
+    which ``_gguf_rope`` reads through it."""
+    cfg = tiny(case).config
+    rotated = cfg.hidden_size // cfg.num_attention_heads
+    rotated = int(rotated * getattr(cfg, "partial_rotary_factor", 1.0))
+    extra = {"rope_freqs.weight": np.ones(rotated // 2, dtype=np.float32)}
+    path = _write(tmp_path, case, "F32", tensors=extra if case == "llama-tied" else None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Phi-3's binding window (tested in test_gguf_phi3)
+        load(path)
+    names = [tensor.name for tensor in gguf.GGUFReader(path).tensors]
+    rope = {"rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight"}
+    assert rope & set(names)  # the case holds RoPE tensors
+    assert sorted(reads) == sorted(names)
+
+
 @pytest.mark.parametrize("kind", ["Q8_1", "F64"])
 def test_a_type_gguf_cannot_dequantise_is_named_before_any_tensor_is_read(kind, tmp_path, reads):
     """ffn_down (32 × 64) stored as Q8_1 (blocks of 32 values in 36 bytes) or F64, types

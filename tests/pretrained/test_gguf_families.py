@@ -149,7 +149,7 @@ def test_absent_kv_head_count_and_key_length_are_llama_cpps_defaults(architectur
 def test_gemma_query_scalar_is_llama_cpps_rule(architecture, layers, scalar):
     """A Gemma file carries no query_pre_attn_scalar: llama.cpp scales scores by 1/√head_dim,
     by 1/√(d/H) for the 27B model, recognised by its layer count (Gemma-2: 46, Gemma-3: 62;
-    the other's count is not it) — the GGUF map's ``derived`` rules, read as data. Here
+    the other's count is not it) — the GGUF map's ``computed`` function. Here
     head_dim 16 ≠ d/H = 48/4 = 12, so the two readings differ."""
     from tpde.pretrained._config import read_hyper
     from tpde.pretrained._gguf import gguf_config
@@ -164,3 +164,17 @@ def test_gemma_query_scalar_is_llama_cpps_rule(architecture, layers, scalar):
     raw, _ = gguf_config(metadata, {"output.weight"}, family)
     assert raw["query_pre_attn_scalar"] == scalar
     assert read_hyper(raw, family).attention_scale == scalar**-0.5
+
+
+def test_a_gguf_map_refuses_a_computed_value_that_is_not_a_function():
+    """``GGUFMap.computed`` holds functions of the config read so far; anything else (a rule
+    spelled as a string, a constant) is refused when the map is built, naming the map and
+    the key, not when a file is loaded."""
+    from tpde.pretrained.families import GGUFMap
+
+    with pytest.raises(
+        ValueError,
+        match=r"the GGUF map of 'gemma2' computes 'query_pre_attn_scalar' by 'hidden/heads', "
+        r"which is not a function; give a function of the config\.json",
+    ):
+        GGUFMap("gemma2", "gemma2", computed={"query_pre_attn_scalar": "hidden/heads"})

@@ -1,10 +1,11 @@
-"""The tensor layouts llama.cpp's converter writes, undone: a GGUF file's query, key, fused
-QKV and per-head norm tensors as the Hugging Face checkpoint it was converted from stores
-them. llama.cpp's conventions, as :mod:`tpde._io.gguf_tokenizer` reads its vocabulary; the
-translator (:mod:`tpde.pretrained._gguf`, which also undoes Gemma's 1 + w gains and GPT-2's
-transposition, one line each) says which tensors take which, and turns the ``ValueError``
-raised here into a :class:`~tpde.pretrained.LoadError`. Shapes are listed innermost first
-in the file; the arrays come out row-major:
+"""The row layouts llama.cpp's converter writes, undone: a GGUF file's query, key, fused QKV
+and per-head norm tensors as the Hugging Face checkpoint it was converted from stores them.
+Array operations on the converter's conventions, which name no family and no config key;
+the translator (:mod:`tpde.pretrained._gguf`) says which tensors of which family take which
+(the GGUF map's ``permuted``, ``qkv_blocks``, ``stacked``), undoes the family-specific ones
+itself (Gemma's 1 + w gains, GPT-2's transposition), and turns the ``ValueError`` raised
+here into a :class:`~tpde.pretrained.LoadError`. Shapes are listed innermost first in the
+file; the arrays come out row-major:
 
 ================  ========================================  ==================================
 what              the file (llama.cpp's converter)          the checkpoint
@@ -19,8 +20,6 @@ a fused QKV       the blocks [W_q; W_k; W_v] (H and H_kv    group by group: [q_{
                   ``FalconModel``'s "jploski" layout)       r = 1; :func:`interleave_qkv`)
 per-head norms    one (H, d_h) tensor (StableLM's           H tensors (d_h,), one per head
                   ``_stack_qk_norm``)                       (``norms.{h}``; :func:`stack_rows`)
-Gemma's norms     the gains 1 + w                           w (``stored_gain_offset``)
-GPT-2's Conv1D    (out, in)                                 (in, out) (``transposed``)
 ================  ========================================  ==================================
 """
 

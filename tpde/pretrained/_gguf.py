@@ -38,18 +38,18 @@ holding a window w > 0 is OLMo-3 in llama.cpp, and is read as the olmo3 family (
 ``windowed`` without ``switched_off``: its ``model_type``). An optional key the file lacks
 takes llama.cpp's default (the map's ``defaults``: Gemma-2's window and soft-caps, Gemma-3's
 RoPE base). What else the file does not carry comes from the family's defaults (its
-documented facts), the map's ``derived`` keys (rules, as data: Gemma's query scale) and
-``computed`` ones (the family's functions: OLMo-3's layers), its ``flags`` (what llama.cpp
-decides by the tensors alone: StableLM's QK-norms, Falcon's second norm) and ``fixed``
-values (what its model of every file of the architecture has); the vocabulary size from the
-tokens when the file has no ``vocab_size`` (from ``token_embd.weight``'s rows when it has no
-vocabulary either); the head is tied when the file has no ``output.weight``.
+documented facts), the map's ``computed`` keys (the family's functions: Gemma's query scale,
+OLMo-3's layers), its ``flags`` (what llama.cpp decides by the tensors alone: StableLM's
+QK-norms, Falcon's second norm) and ``fixed`` values (what its model of every file of the
+architecture has); the vocabulary size from the tokens when the file has no ``vocab_size``
+(from ``token_embd.weight``'s rows when it has no vocabulary either); the head is tied when
+the file has no ``output.weight``.
 
 **RoPE scaling**: the ``<arch>.rope.scaling.*`` keys and the RoPE tensors
 (``rope_freqs.weight``, Phi-3's ``rope_factors_*``: their values checked, one positive value
 per rotated pair) become the ``rope_scaling`` dict of the config.json, read by
-:func:`tpde.fields.rope_scaling_from_config` as a folder's (:mod:`tpde._io.gguf_rope`, which
-tabulates the readings).
+:func:`tpde.fields.rope_scaling_from_config` as a folder's (:mod:`tpde.pretrained._gguf_rope`,
+which tabulates the readings).
 """
 
 from __future__ import annotations
@@ -61,10 +61,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tpde._io import gguf_file, gguf_rope
+from tpde._io import gguf_file
 from tpde._io.gguf_layouts import interleave_qkv, stack_rows, unpermute_rotary_rows
 from tpde._io.gguf_tokenizer import gguf_tokenizer
 from tpde._validation import require_package as require
+from tpde.pretrained import _gguf_rope
 from tpde.pretrained._build import _CONV1D
 from tpde.pretrained._checkpoint import LoadError, Source
 from tpde.pretrained.families.base import FAMILIES, Family
@@ -183,7 +184,8 @@ def gguf_family(architecture, where: str) -> Family:
 
 
 def _loading(read, *args):
-    """``read(*args)`` of :mod:`tpde._io`, its ValueError (which names the file) a LoadError."""
+    """``read(*args)`` (a reader of :mod:`tpde._io` or :mod:`tpde.pretrained._gguf_rope`), its
+    ValueError (which names the file) a LoadError."""
     try:
         return read(*args)
     except ValueError as err:
@@ -223,10 +225,15 @@ def open_gguf(path: Path, window=None, *, chosen: bool = False, vocabulary=True)
             f"{family.gguf.architecture} model, which has one reading: leave gguf_window None."
         )
     _loading(gguf_file.check_types, path, stored)
-    kinds = [kind for kind in gguf_rope.TENSORS if getattr(family.gguf, kind)]
-    freqs, factors = _loading(
-        gguf_rope.rope_tensors, path, stored, metadata, family.gguf.architecture, kinds
+    names = _gguf_rope.rope_tensor_names(
+        freqs=family.gguf.rope_freqs, factors=family.gguf.rope_factors
     )
+    held = {name: stored.pop(name) for name in names if name in stored}
+    read = {
+        n: (shape, dequantised(path, n, qtype, data)) for n, (qtype, shape, data) in held.items()
+    }
+    arch = family.gguf.architecture
+    freqs, factors = _loading(_gguf_rope.rope_tensors, path, read, metadata, arch)
     shapes = {n: t[1] for n, t in stored.items()}
     try:
         raw, source = gguf_config(metadata, shapes, family, freqs, factors, window)
@@ -349,7 +356,7 @@ def gguf_config(
             continue
         elif short in spec.literal:
             _check_literal(key, metadata[key], spec.literal[short])
-        elif short in gguf_rope.ROPE_SCALING_KEYS and family.rotary:
+        elif short in _gguf_rope.ROPE_SCALING_KEYS and family.rotary:
             scaling[short] = metadata[key]
         elif short in spec.switched_off:
             how = spec.switched_off[short].format(arch=spec.architecture)
@@ -363,7 +370,7 @@ def gguf_config(
                 *keys,
                 *equal,
                 *spec.literal,
-                *(gguf_rope.ROPE_SCALING_KEYS if family.rotary else ()),
+                *(_gguf_rope.ROPE_SCALING_KEYS if family.rotary else ()),
             )
             raise LoadError(
                 f"the metadata key {key!r} = {metadata[key]!r} changes the computation in a way "
@@ -392,10 +399,6 @@ def gguf_config(
     for target, (name, held, absent) in spec.flags.items():
         raw[target] = held if name in shapes else absent
     _llama_cpp_defaults(raw, family)
-    for target, rules in spec.derived.items():
-        value = _derived(raw, family, rules)
-        if value is not None:
-            raw[target] = value
     for target, rule in spec.computed.items():
         value = rule(raw)
         if value is not None:
@@ -406,30 +409,12 @@ def gguf_config(
         source[spec.rotary_fraction] = prefix + "rope.dimension_count"
     context = raw.get(family.keys["context"][0])
     try:
-        rope = gguf_rope.rope_scaling(scaling, prefix, rope_freqs, context, rope_factors)
+        rope = _gguf_rope.rope_scaling(scaling, prefix, rope_freqs, context, rope_factors)
     except ValueError as err:  # the file's RoPE keys (named)
         raise LoadError(str(err)) from None
     if rope is not None:
         raw["rope_scaling"] = rope
     return raw, source
-
-
-def _derived(raw: dict, family: Family, rules):
-    """The value of the first of a GGUF map's ``derived`` rules whose condition holds in the
-    config.json ``raw`` read so far (:class:`~tpde.pretrained.families.GGUFMap`), or None."""
-
-    def value(name):
-        return raw.get(family.keys[name][0])
-
-    for when, expression in rules:
-        if all(value(name) == held for name, held in when.items()):
-            top, _, bottom = expression.partition("/")
-            if not bottom:
-                return value(top)
-            a, b = value(top), value(bottom)
-            ints = all(isinstance(v, int) and not isinstance(v, bool) for v in (a, b))
-            return a // b if ints and b > 0 else None
-    return None
 
 
 def _read_as_windowed(raw: dict, spec, prefix: str, source: dict) -> None:

@@ -81,19 +81,14 @@ class GGUFMap:
         How the file's ``tokenizer.ggml.*`` vocabulary becomes a tokenizer: GPT-2 byte-level
         BPE or Gemma's SentencePiece BPE
         (:mod:`tpde._io.gguf_tokenizer`).
-    derived : dict
-        config.json key → rules ``((when, value), …)`` for a fact the file does not carry that
-        llama.cpp derives from the others, read as data by the translator: the first rule
-        whose ``when`` (hyper-parameter → value) holds in the config.json read so far gives
-        ``value``, a hyper-parameter (its value as read) or a quotient ``"a/b"`` of two
-        (a // b; None where either is not an integer or b ≤ 0); no rule holding, or None:
-        the key is left absent (Gemma's query_pre_attn_scalar,
-        :func:`~tpde.pretrained.families.gemma2.llamacpp_query_scalar`).
     computed : dict
         config.json key → a function of the config.json read so far giving its value (None:
-        left absent), for a derived fact that no ``derived`` rule states (OLMo-2's files read
-        as OLMo-3: their layer types and local RoPE; the function is the family's code, so a
-        file of such a family enters the family's module).
+        left absent), for a fact the file does not carry that llama.cpp derives from the
+        others (Gemma's query_pre_attn_scalar,
+        :func:`~tpde.pretrained.families.gemma2.llamacpp_query_scalar`; OLMo-2's files read
+        as OLMo-3: their layer types and local RoPE). The function is the family's code, so
+        a file of such a family enters the family's module (``tools/module_walk.py``
+        counts it); a value that is not callable is refused when the map is built.
     rotary_fraction : str or None
         The config.json key of the rotated fraction of a head (Phi's
         ``partial_rotary_factor``, GPT-NeoX's ``rotary_pct``), which takes
@@ -128,7 +123,7 @@ class GGUFMap:
     rope_factors : bool
         ``rope_factors_long.weight`` and ``rope_factors_short.weight`` (Phi-3's LongRoPE
         factors, with ``rope.scaling.attn_factor``) are read as a "longrope" scaling
-        (:mod:`tpde._io.gguf_rope`); without it such tensors are refused as
+        (:mod:`tpde.pretrained._gguf_rope`); without it such tensors are refused as
         unexpected.
     ignored : tuple of str
         Keys (without the prefix) that no reading applies: llama.cpp does not read them for
@@ -177,7 +172,6 @@ class GGUFMap:
     stored_gain_offset: float = 0.0
     permuted: dict = field(default_factory=dict)
     tokenizer: str = "bpe"
-    derived: dict = field(default_factory=dict)
     computed: dict = field(default_factory=dict)
     rotary_fraction: str | None = None
     transposed: bool = False
@@ -193,6 +187,16 @@ class GGUFMap:
     defaults: dict = field(default_factory=dict)
     switched_off: dict = field(default_factory=dict)
     windowed: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        """A ``computed`` value that is not a function refused (named), when the map is built."""
+        for key, rule in self.computed.items():
+            if not callable(rule):
+                raise ValueError(
+                    f"the GGUF map of {self.architecture!r} computes {key!r} by {rule!r}, which "
+                    "is not a function; give a function of the config.json read so far "
+                    "(GGUFMap.computed)."
+                )
 
 
 #: What llama.cpp does with ``attention.sliding_window`` of llama, qwen2, qwen3 and

@@ -42,16 +42,26 @@ from tpde.pretrained.families.llama import LLAMA_KEYS, LLAMA_NAMES
 __all__ = ["GEMMA2", "GEMMA_HONOURED", "GEMMA_KEYS", "GEMMA_NAMES", "llamacpp_query_scalar"]
 
 
-def llamacpp_query_scalar(layers_27b: int) -> tuple:
-    """llama.cpp's query_pre_attn_scalar of a Gemma GGUF file, which does not carry it, as
-    the GGUF map's ``derived`` rules (data the translator reads): d/H for the 27B model
-    (recognised, as llama.cpp does, by its ``layers_27b`` layers) or where the head
-    dimension is not known, else the head dimension."""
-    return (
-        ({"layers": layers_27b}, "hidden/heads"),
-        ({"head_dim": None}, "hidden/heads"),
-        ({}, "head_dim"),
-    )
+def llamacpp_query_scalar(layers_27b: int):
+    """llama.cpp's query_pre_attn_scalar of a Gemma GGUF file, which does not carry it, as a
+    function of the config.json read so far (the GGUF map's ``computed``): d/H for the 27B
+    model (recognised, as llama.cpp does, by its ``layers_27b`` layers) or where the head
+    dimension is not known (None where d or H is not an integer: read_hyper names it), else
+    the head dimension as read. A file whose d or H is not an integer but whose head dimension
+    is takes the head dimension (llama.cpp's n_embd_head_k; before branch walk4: none)."""
+
+    def rule(raw: dict):
+        def whole(value):
+            return isinstance(value, int) and not isinstance(value, bool)
+
+        hidden, heads, head_dim = (
+            raw.get(k) for k in ("hidden_size", "num_attention_heads", "head_dim")
+        )
+        if raw.get("num_hidden_layers") == layers_27b or head_dim is None:
+            return hidden // heads if whole(hidden) and whole(heads) and heads > 0 else None
+        return head_dim
+
+    return rule
 
 
 #: The Gemma families' config keys (Gemma-3 changes the RoPE bases).
@@ -107,7 +117,7 @@ GEMMA2 = register(
         gguf=GGUFMap(
             architecture="gemma2",
             model_type="gemma2",
-            derived={"query_pre_attn_scalar": llamacpp_query_scalar(46)},
+            computed={"query_pre_attn_scalar": llamacpp_query_scalar(46)},
             stored_gain_offset=1.0,
             tokenizer="spm",
             # llama.cpp's defaults (load_hparams, LLM_ARCH_GEMMA2: n_swa = 4096 and the two

@@ -66,7 +66,7 @@ GEMMA3 = register(
         gguf=GGUFMap(
             architecture="gemma3",
             model_type="gemma3_text",
-            derived={"query_pre_attn_scalar": llamacpp_query_scalar(62)},
+            computed={"query_pre_attn_scalar": llamacpp_query_scalar(62)},
             stored_gain_offset=1.0,
             tokenizer="spm",
             # neither llama.cpp nor transformers' Gemma-3 applies a score soft-cap

@@ -11,7 +11,7 @@ GGUF: llama.cpp's ``phi3`` files (the fused ``attn_qkv`` and ``ffn_up`` = [W_gat
 folder stores them; rotary rows not interleaved), whose ``rope.dimension_count`` is the rotated
 width (partial_rotary_factor = it / head dimension), ``rope.scaling.original_context_length``
 C₀ and LongRoPE's factors two tensors with α in ``rope.scaling.attn_factor``
-(:mod:`tpde.pretrained._gguf`).
+(:mod:`tpde.pretrained._gguf_rope`).
 
 The window of a phi3 file has two readings. llama.cpp's converter (``Phi3MiniModel.
 set_gguf_parameters``) writes the checkpoint's ``sliding_window`` (0 for none) as

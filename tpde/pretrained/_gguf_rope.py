@@ -1,9 +1,10 @@
 """A GGUF file's RoPE scaling — its ``<arch>.rope.scaling.*`` metadata and its per-pair RoPE
 tensors — in transformers' spelling: the ``rope_scaling`` dict of the config.json the file
-stands for, read by :func:`tpde.fields.rope_scaling_from_config` as a folder's. llama.cpp's
-conventions, as :mod:`tpde._io.gguf_tokenizer` reads its vocabulary; the translator
-(:mod:`tpde.pretrained._gguf`) hands the keys and tensors here and turns the ``ValueError``
-raised here into a :class:`~tpde.pretrained.LoadError`.
+stands for, read by :func:`tpde.fields.rope_scaling_from_config` as a folder's. Part of the
+translator (:mod:`tpde.pretrained._gguf`, which hands the keys and the RoPE tensors it read
+here, and turns the ``ValueError`` raised here into a
+:class:`~tpde.pretrained.LoadError`); apart only for length (``_gguf`` is near the 600-line
+limit), and counted with it by ``tools/module_walk.py``.
 
 ==========================================  ============================================  ========
 the file                                    transformers' ``rope_scaling``                scaling
@@ -39,9 +40,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from tpde._io.gguf_file import dequantise
-
-__all__ = ["NEUTRAL_SCALING", "ROPE_SCALING_KEYS", "TENSORS", "rope_scaling", "rope_tensors"]
+__all__ = [
+    "FACTOR_TENSORS",
+    "FREQS_TENSOR",
+    "NEUTRAL_SCALING",
+    "ROPE_SCALING_KEYS",
+    "rope_scaling",
+    "rope_tensor_names",
+    "rope_tensors",
+]
 
 
 #: llama.cpp's RoPE-scaling keys (``<arch>.rope.scaling.*``) → the key of transformers'
@@ -164,37 +171,62 @@ def _longrope(found: dict, prefix: str, factors, freqs) -> dict:
 
 
 # ---------------------------------------------------------------------- RoPE tensors
-#: The per-pair RoPE tensors: the kind (the GGUF map's flag that reads it) → the tensor names.
-TENSORS = {"rope_freqs": ("rope_freqs.weight",),
-            "rope_factors": ("rope_factors_long.weight", "rope_factors_short.weight")}  # fmt: skip
+#: llama.cpp's per-pair divisors f_m (its Llama-3 converter), read where the family's GGUF
+#: map sets ``rope_freqs``.
+FREQS_TENSOR = "rope_freqs.weight"
+
+#: Phi-3's LongRoPE factors (long, short), read where the family's GGUF map sets
+#: ``rope_factors``.
+FACTOR_TENSORS = ("rope_factors_long.weight", "rope_factors_short.weight")
 
 
-def rope_tensors(path, stored: dict, metadata: dict, architecture: str, kinds) -> tuple:
+def rope_tensor_names(*, freqs: bool, factors: bool) -> tuple[str, ...]:
+    """The RoPE tensors a family reads: :data:`FREQS_TENSOR` where its GGUF map sets
+    ``freqs`` (``rope_freqs``), :data:`FACTOR_TENSORS` where it sets ``factors``
+    (``rope_factors``). The translator dequantises those the file holds (its one tensor read,
+    :func:`tpde.pretrained._gguf.dequantised`) and hands them to :func:`rope_tensors`; any
+    other stays among the file's tensors, refused there as unexpected."""
+    return (FREQS_TENSOR,) * freqs + FACTOR_TENSORS * factors
+
+
+def rope_tensors(path, read: dict, metadata: dict, architecture: str) -> tuple:
     """(the values f_m of a ``rope_freqs.weight`` tensor, the LongRoPE factors (long, short))
-    of a file (each removed from ``stored``: the file's tensor name → (type, shape, bytes))
-    whose family reads them (``kinds``: the keys of :data:`TENSORS` it reads), checked: one
-    positive finite value per rotated pair; None for each the file or the family lacks."""
+    of a file, checked: one positive value per rotated pair; None for each not in ``read``.
+
+    Parameters
+    ----------
+    path : Path
+        The file (for the messages).
+    read : dict
+        The RoPE tensors read (name → (shape, float32 values)): those of
+        :func:`rope_tensor_names` the file holds.
+    metadata : dict
+        The file's metadata (the rotated width of a head: ``rope.dimension_count``, else
+        ``attention.key_length``, else ``embedding_length``/``attention.head_count``).
+    architecture : str
+        ``general.architecture`` (the metadata keys' prefix).
+    """
     out = []
-    for flag, names in TENSORS.items():
-        held = [n for n in names if n in stored]
-        if not (flag in kinds and held):
+    for names in ((FREQS_TENSOR,), FACTOR_TENSORS):
+        held = [n for n in names if n in read]
+        if not held:
             out.append(None)
             continue
         if len(held) < len(names):
-            missing = next(n for n in names if n not in stored)
+            missing = next(n for n in names if n not in read)
             raise ValueError(
                 f"{path}: the file holds {held[0]!r} but not {missing!r}; LongRoPE needs both "
                 "(the long factors past the original context, the short ones within it)."
             )
-        values = [_pair_values(path, stored, n, metadata, architecture) for n in names]
+        values = [_pair_values(path, n, *read[n], metadata, architecture) for n in names]
         out.append(values[0] if len(values) == 1 else tuple(v.tolist() for v in values))
     return tuple(out)
 
 
-def _pair_values(path, stored, name, metadata, architecture) -> np.ndarray:
-    """Tensor ``name`` (removed from ``stored``): one positive value per rotated pair."""
-    qtype, shape, data = stored.pop(name)
-    values = dequantise(path, name, qtype, data).astype(np.float64)
+def _pair_values(path, name, shape, values, metadata, architecture) -> np.ndarray:
+    """Tensor ``name`` (its ``shape`` and float32 ``values``): one positive value per rotated
+    pair, float64."""
+    values = np.asarray(values, dtype=np.float64)
     prefix = f"{architecture}."
     rotated = metadata.get(
         prefix + "rope.dimension_count", metadata.get(prefix + "attention.key_length")
