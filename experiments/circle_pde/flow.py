@@ -38,6 +38,9 @@ def follow(
     ≤ 1.4e-5 (S¹) and 1.1e-4 (S²) per token, within the runs' tolerance, where the landed
     ones differ by 4e-8 and 1.2e-5.
     """
+    if not isinstance(dense, bool):
+        raise TypeError(f"dense must be True (saves by interpolation) or False (landed on); "
+                        f"received {dense!r}.")  # fmt: skip
     visit(0, cloud)
     mu = Empirical(cloud.points.unsqueeze(0), cloud.weights) if dense else cloud
     dt, steps, status, until = None, 0, "completed", float(times[-1])
