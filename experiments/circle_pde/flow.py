@@ -70,4 +70,3 @@ def follow(
             until = float(traj.times[-1])
             break
     return {"steps": steps, "status": status, "until": until}
-
