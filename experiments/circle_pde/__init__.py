@@ -7,7 +7,8 @@ From one initial density ρ₀ ∝ 1 + a cos θ + a cos k*θ on S¹ (k* = domina
 angles until the clusters it forms sharpen past the grid (status "unresolved"), and N
 tokens drawn from ρ₀ (N = 10³ … 10⁶; ``seeds`` draws below 10⁵, ``large_seeds`` at 10⁵,
 one at 10⁶) follow the particle flow on the spectral engine (dopri5, to t1 = 300, saved
-every 0.25 up to 20, then every 10). Then, from the saved data:
+every 0.25 up to 20, then every 10; dopri5 takes its own steps and the saves between them
+are its cubic Hermite interpolants: :func:`.flow.follow`). Then, from the saved data:
 
 - W1 on the circle between the particles and the PDE (finest grid; :func:`tpde.metrics.
   w1_circle`, exact) and its rate in N: the median slope of log W1 against log N at the

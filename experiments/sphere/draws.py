@@ -10,16 +10,18 @@ arguments, so the part gives the same arrays and results on one process or sever
 (tested); one worker runs the tasks in the order submitted, the serial order.
 
 **Scheduling.** With w ≥ 2 workers the largest ``cost`` starts first: the cost of a run
-is its tokens times its saves, N·T (the saves every ``meta_dense_step`` cap dopri5's step,
-so the steps follow the saves; every save counts the clusters and the amplitudes of all N
-tokens). Measured CPU seconds, one thread of the shared 2-core machine at load 7–9
-(MATH.md §9): the 10⁶ escape draw 776 s (89 steps of 6 field evaluations at ~1.25 s, 81
-saves at 0.9 s), a 10⁵ draw ~70 s, a 10⁴ draw 9.2 s, a 10³ draw 3.7 s, a sweep run of
-4000 tokens 5–33 s (more at larger β: it runs to ``meta_t1`` instead of stopping), the
-sweep's 50 runs 625 s. The 10⁶ draw bounds the part's wall time from below; scheduled
-longest first on 2 workers (:func:`~experiments.common.pool.longest_first`) the runs take
-~800 s of wall, the 10⁶ draw on one worker and most of the rest on the other; measured on
-2 idle cores, the full part took 698 s of wall (1375 s of CPU; MATH.md §9).
+is its tokens times its saves, N·T (every save counts the clusters and the amplitudes of
+all N tokens). Measured CPU seconds, one thread: before the dense saves (every save a
+landing target, which capped dopri5's step at 0.25; load 7–9, MATH.md §9) the 10⁶ escape
+draw 776 s (89 steps of 6 field evaluations at ~1.25 s, 81 saves at 0.9 s), the sweep's
+50 runs 625 s, and the full part took 698 s of wall on 2 idle cores (1375 s of CPU). With
+dense saves (:func:`~experiments.circle_pde.flow.follow`: dopri5's own steps, every save
+interpolated; the results unchanged to every printed digit, MATH.md §9) the 10⁶ draw
+takes 49 steps and 443 s CPU, the part 1166 s CPU (escape 560, sweep 605), both at load
+5–7 on the shared 2 cores with the circle-pde study running beside it. The 10⁶ draw
+bounds the part's wall time from below; scheduled longest first on 2 workers
+(:func:`~experiments.common.pool.longest_first`) the runs take ~580 s of wall at that
+load, the 10⁶ draw on one worker and most of the rest on the other.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ lifetimes and merges against β (MATH.md §9, "Metastability on S²").
 The flow is the sphere study's post-LN softmax (Q = K = V = I, score β⟨x, y⟩, SA), tokens
 i.i.d. uniform on S², dopri5 (rtol 1e-6, atol 1e-8) on the ``auto`` engine (harmonics from
 ~1500 tokens, :func:`tpde._engines.harmonics.pick_harmonics`), run in chunks by
-:func:`experiments.circle_pde.run.follow`. Clusters are counted at every save by
+:func:`experiments.circle_pde.run.follow` (dense saves: dopri5's own steps, the saves
+interpolated between them). Clusters are counted at every save by
 :class:`~experiments.common.sphere_clusters.SphereCells` (caps on a Fibonacci lattice,
 the S¹ counter's rule); plateaus, lifetimes and merges of the count series are the S¹
 study's (:mod:`experiments.common.circle_clusters`: they only read the series).
