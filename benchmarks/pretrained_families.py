@@ -326,6 +326,65 @@ def rows(family: str, size: str, repeat: int, clock=time.perf_counter) -> tuple[
     return forward, loading
 
 
+def counts(call) -> dict:
+    """Exact, load-independent costs of one ``call()`` (run once before, to warm caches):
+    aten operations (a dispatch mode: what reaches the kernels' dispatcher, composite ops
+    counted as the operations they dispatch), host reads (``item``, ``tolist``,
+    ``torch.equal``: the operations that wait for a result) and, in a second run (the mode's
+    own calls not counted), Python calls (``sys.setprofile``'s "call" and "c_call" events:
+    Python functions and builtins)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    reads = {"aten._local_scalar_dense.default", "aten.equal.default"}
+    tally = {"aten ops": 0, "Python calls": 0, "host reads": 0}
+
+    class Count(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            tally["aten ops"] += 1
+            tally["host reads"] += str(func) in reads
+            return func(*args, **(kwargs or {}))
+
+    def profile(frame, event, arg):
+        if event in ("call", "c_call"):
+            tally["Python calls"] += 1
+        if event == "c_call" and getattr(arg, "__name__", "") == "tolist":
+            tally["host reads"] += 1
+
+    call()
+    with Count():
+        call()
+    sys.setprofile(profile)
+    try:
+        call()
+    finally:
+        sys.setprofile(None)
+    tally["Python calls"] -= 1  # the setprofile(None) call itself
+    return tally
+
+
+def count_rows(family: str, size: str) -> dict:
+    """The :func:`counts` of tpde's forward and of transformers' (in brackets) for one family
+    at one size, as one table row."""
+    from tpde.pretrained import load
+    from tpde.pretrained.families import FAMILIES as REGISTERED
+
+    causal = size != "registry" or REGISTERED[family].causal
+    with tempfile.TemporaryDirectory() as folder:
+        if size == "registry":
+            reference = registry_model(family, folder)
+        else:
+            reference = random_model(family, size)
+            reference.save_pretrained(folder)
+        model = load(folder)
+    ids = torch.randint(3, reference.config.vocab_size, (TOKENS,),
+                        generator=torch.Generator().manual_seed(1))  # fmt: skip
+    with torch.no_grad():
+        ours = counts(lambda: tpde_forward(model, ids))
+        theirs = counts(lambda: transformers_forward(reference, ids, causal))
+    return {"family": family, "size": size,
+            **{k: f"{v} ({theirs[k]})" for k, v in ours.items()}}  # fmt: skip
+
+
 def _columns(ours, theirs) -> dict:
     """The table's timing columns from the (median, minimum) pairs of tpde and transformers."""
     return {"tpde s": ours[0], "transformers s": theirs[0], "ratio": ours[0] / theirs[0],
@@ -345,6 +404,9 @@ def main():
     parser.add_argument("--clock", choices=list(CLOCKS), default="wall",
                         help="time the forwards by wall time (default) or by this thread's "
                         "CPU time (on a busy machine: other jobs' time not counted)")  # fmt: skip
+    parser.add_argument("--count", action="store_true",
+                        help="print the aten operations, Python calls and host reads of one "
+                        "forward, tpde (transformers), instead of timing")  # fmt: skip
     args = parser.parse_args()
     torch.set_num_threads(1)
     import transformers
@@ -356,6 +418,16 @@ def main():
           f"float32, {TOKENS} tokens, forwards timed by the {args.clock} clock")  # fmt: skip
     forward, loading = [], []
     from tpde.pretrained.families import FAMILIES as REGISTERED
+
+    if args.count:
+        table = [
+            count_rows(family, size)
+            for size in args.sizes
+            for family in args.families or list(REGISTERED if size == "registry" else FAMILIES)
+        ]
+        print("\none forward, 1 × 128 tokens: tpde (transformers)")
+        print_table(table, ["family", "size", "aten ops", "Python calls", "host reads"])
+        return
 
     for size in args.sizes:
         families = args.families or list(REGISTERED if size == "registry" else FAMILIES)
