@@ -416,29 +416,26 @@ def main():
     repeat = args.repeat or (3 if args.quick else 7)
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, 1 thread, "
           f"float32, {TOKENS} tokens, forwards timed by the {args.clock} clock")  # fmt: skip
-    forward, loading = [], []
+    forward, loading, table = [], [], []  # table: the counts of --count
     from tpde.pretrained.families import FAMILIES as REGISTERED
-
-    if args.count:
-        table = [
-            count_rows(family, size)
-            for size in args.sizes
-            for family in args.families or list(REGISTERED if size == "registry" else FAMILIES)
-        ]
-        print("\none forward, 1 × 128 tokens: tpde (transformers)")
-        print_table(table, ["family", "size", "aten ops", "Python calls", "host reads"])
-        return
 
     for size in args.sizes:
         families = args.families or list(REGISTERED if size == "registry" else FAMILIES)
         for family in families:
             if family not in (REGISTERED if size == "registry" else FAMILIES):
                 raise SystemExit(f"no family {family!r} at size {size!r}")
+            if args.count:
+                table.append(count_rows(family, size))
+                continue
             row, load_row = rows(family, size, repeat, CLOCKS[args.clock])
             forward.append(row)
             loading.append(load_row)
             print(f"{family} {size}: forward ratio {row['ratio']:.2f} (minimum "
                   f"{row['ratio (min)']:.2f})", flush=True)  # fmt: skip
+    if args.count:
+        print("\none forward, 1 × 128 tokens: tpde (transformers)")
+        print_table(table, ["family", "size", "aten ops", "Python calls", "host reads"])
+        return
     timings = ["tpde s", "transformers s", "ratio", "ratio (min)"]
     print("\nforward pass, 1 × 128 tokens (median s; ratio tpde / transformers of the medians "
           "and of the minimums, asked <= 1.2)")  # fmt: skip
