@@ -117,16 +117,16 @@ def _native_layer_norm(x: torch.Tensor, gamma, bias, eps: float) -> torch.Tensor
     """LN(x) by ``torch.native_layer_norm`` (γ, b: None or (d,) tensors of x's dtype and
     device), or :func:`_scaled_layer_norm` if a row's variance overflowed.
 
-    The kernel returns 1/√(v + ε) per row besides LN(x): it is 0 where v overflowed (|x|
-    beyond ≈ 1e154 in float64, 1e19 in float32; the output there is b) and NaN where x holds
-    NaN or ±Inf (Inf − Inf), positive otherwise. With ε above the underflow floor
-    (:func:`_above_floor`) the squares' underflow does not matter (:func:`_exact`), so a
-    least row above 0 (NaN fails) means every row is right to rounding: one reduction and
-    one host read decide, as :func:`_exact`'s sum does for the written-out formula. The
-    kernel keeps the moments in the dtype or wider (float64 stays float64); measured against
-    60-digit decimals at every power of ten of the dtype, within 1.4 eps (float64) and 1.0
-    eps (float32) normwise, as the written-out formula (0.9 and 1.1 eps). Autograd and
-    forward-mode AD go through the kernel's own derivatives.
+    The kernel returns 1/√(v + ε) per row besides LN(x): it is 0 or NaN where v overflowed
+    (|x| beyond ≈ 1e154 in float64, 1e19 in float32: 0 from v = Inf, NaN from Inf − Inf in
+    its running moments) and NaN where x holds NaN or ±Inf, positive otherwise. With ε above
+    the underflow floor (:func:`_above_floor`) the squares' underflow does not matter
+    (:func:`_exact`), so a least row above 0 (NaN fails) means every row is right to
+    rounding: one reduction and one host read decide, as :func:`_exact`'s sum does for the
+    written-out formula. The kernel keeps the moments in the dtype or wider (float64 stays
+    float64); measured against 60-digit decimals at every power of ten of the dtype, within
+    1.4 eps (float64) and 1.0 eps (float32) normwise, as the written-out formula (0.9 and
+    1.1 eps). Autograd and forward-mode AD go through the kernel's own derivatives.
     """
     out, _, rstd = torch.native_layer_norm(x, x.shape[-1:], gamma, bias, eps)
     if rstd.amin().item() > 0:
