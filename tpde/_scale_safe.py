@@ -14,8 +14,9 @@ ulps at every scale the dtype represents (subnormals included). A zero vector ha
 
 LayerNorm and RMSNorm (:func:`layer_norm`, :func:`rms_norm`, the maps of the schemes in
 :mod:`tpde.fields.norms.schemes`) take the textbook mean of squares where it is right to rounding
-(:func:`_exact`) and otherwise the same scaling, with √(mean y² + ε/s²) as a hypot so that
-ε/s² is never formed (:func:`_scaled_root`).
+(:func:`_exact`; LayerNorm as torch's own kernel where it can, :func:`_native_layer_norm`) and
+otherwise the same scaling, with √(mean y² + ε/s²) as a hypot so that ε/s² is never formed
+(:func:`_scaled_root`).
 """
 
 from __future__ import annotations
