@@ -6,6 +6,7 @@ forward pass on 1 × 128 tokens and the loading, at one thread, float32.
     python benchmarks/pretrained_families.py --families phi3 granite --sizes tiny
     python benchmarks/pretrained_families.py --sizes tiny --repeat 50   # a busy machine
     python benchmarks/pretrained_families.py --sizes registry           # all registered families
+    python benchmarks/pretrained_families.py --count --sizes registry   # operations, not time
 
 For each family (the families of issue 34, part A, with llama and qwen2; a row each) a
 transformers model of two
@@ -173,6 +174,59 @@ bloom 1.37, gpt_bigcode 1.42; tiny qwen2 1.06, phi3 1.11, gemma 1.13, granite 1.
 1.44, olmo 1.27, gptj 1.08; tiny stablelm 1.25, cohere 1.19, olmo 1.28 — single runs
 scatter by ±0.15 here, as two A/B runs with ``--clock thread`` against the commit before
 fwd14 showed (bloom 1.40/1.39 → 1.33/1.31, the others within the scatter).
+
+Sixth part (ln15): every family above 1.2 used LayerNorm, written out as 11 operations and a
+host read a call (the RMSNorm families all met 1.2). ``tpde._scale_safe.layer_norm`` now runs
+torch's own kernel, ``native_layer_norm``, and leaves it for the scaled computation when a
+row's 1/√(v + ε) is 0 or NaN (overflow; one ``amin`` and one host read decide); γ, b None
+for 1, 0 (OLMo's parameter-free and Cohere's bias-free LayerNorms, the per-head QK-norms).
+One LayerNorm of 128 × 16 float32 tokens: 34.6 → 14.6 µs (``timeit``, best of 5). Float64
+against transformers stays ≤ 5.4e-16 for every family (``test_random_models``; was ≤ 6.6e-16).
+``--count`` (new) prints the counts; per forward, aten operations old (main at 05012d2) →
+new (transformers), Python calls old → new, host reads unchanged (15–21):
+
+    tiny:     olmo 226 → 186 (158), 1178 → 1183;  cohere 277 → 205 (218), 1394 → 1403;
+              stablelm 280 → 208 (186), 1290 → 1299
+    registry: bert 198 → 158 (94), 1099 → 1104;  albert 334 → 262 (204);  bloom 229 → 181
+              (141);  falcon 214 → 174 (184);  gpt2 196 → 156 (103);  gpt_bigcode 196 →
+              156 (85);  gpt_neox 222 → 182 (134);  gptj 231 → 191 (200);  olmo 226 → 186
+              (158);  phi 271 → 199 (172);  stablelm 280 → 208 (184);  starcoder2 222 →
+              182 (189); cohere as tiny; Python calls +5 to +9 (one a LayerNorm); the
+              RMSNorm families unchanged
+
+Not taken: torch's ``_fused_rms_norm`` for RMSNorm (on the CPU it dispatches the same six
+operations as the written-out formula). Timed with ``--clock thread`` (the machine at load
+2–7 on its 2 cores: forwards of 2.5–4 ms that take 1 ms idle), ``--repeat 15``, the LayerNorm
+families and llama, old and new alternating (old, new, new, old, old, new; 22:27–23:12 UTC,
+7 Dec 2026), the three runs' median ratios, old → new (their median):
+
+    tiny:     cohere 1.14 1.20 1.24 → 0.99 1.02 1.04 (1.20 → 1.02); olmo 1.23 1.51 1.33 →
+              1.07 1.15 1.28 (1.33 → 1.15); stablelm 1.20 1.30 1.30 → 1.07 1.12 1.23 (1.30 →
+              1.12); llama (RMSNorm, unchanged) 1.18 1.13 1.17 → 1.12 1.09 1.28 (1.17 → 1.12)
+    registry: albert 1.12 1.29 1.49 → 1.07 1.09 1.32 (1.29 → 1.09); bert 1.33 1.18 1.24 →
+              1.24 1.40 1.31 (1.24 → 1.31); bloom 1.29 1.32 1.31 → 1.46 1.15 1.08 (1.31 →
+              1.15); cohere 1.35 1.25 1.22 → 1.23 1.20 1.19 (1.25 → 1.20); falcon 1.09 1.19
+              1.23 → 1.15 1.08 1.08 (1.19 → 1.08); gpt2 1.12 1.18 1.27 → 1.14 1.19 1.20 (1.18
+              → 1.19); gpt_bigcode 1.35 1.26 1.28 → 1.22 1.59 1.28 (1.28 → 1.28); gpt_neox
+              1.32 1.47 1.56 → 1.33 1.22 1.25 (1.47 → 1.25); gptj 1.10 1.33 1.29 → 0.96 1.10
+              1.01 (1.29 → 1.01); olmo 1.40 1.28 1.15 → 0.95 1.23 1.17 (1.28 → 1.17); phi
+              1.20 1.15 1.37 → 1.14 1.18 1.21 (1.20 → 1.18); stablelm 1.00 1.39 1.41 → 1.19
+              1.16 1.20 (1.39 → 1.19); starcoder2 1.24 1.13 1.24 → 1.14 1.16 1.13 (1.24 →
+              1.14); llama (unchanged) 1.09 1.18 1.19 → 1.21 1.11 1.07 (1.18 → 1.11)
+
+A run's ratios scatter by ±0.2 at this load (bert's and gpt_bigcode's changes are inside
+it; llama's, whose code did not change, shows the drift). Within 1.2 after: every family
+timed but bert (1.31), gpt_bigcode (1.28) and gpt_neox (1.25), on this loaded machine.
+
+In one process (the kernel path switched off and on by a patch, transformers alternating,
+thread clock, medians of 150): bert 1.30 → 1.24 (3.33 → 3.17 ms), olmo 1.30 → 1.23 (2.92 →
+2.76 ms), cohere 1.14 → 1.11. What remains over transformers in these families: the flow's
+per-step checks (post-LN's degenerate-token test: 8 operations and a host read a layer in
+BERT and ALBERT), three Q, K, V products where the checkpoint fuses them (GPT-NeoX,
+GPT-BigCode, BLOOM, Falcon: two products more a layer), a shared pre-norm computed once per
+branch of a parallel block (GPT-J, Phi, Cohere: one LayerNorm more a layer), and the dense
+attention's ~25 operations against SDPA's one (not retried: ``pick_engine`` measured both
+at this size, 111 against 106 µs).
 """
 
 from __future__ import annotations
@@ -326,6 +380,65 @@ def rows(family: str, size: str, repeat: int, clock=time.perf_counter) -> tuple[
     return forward, loading
 
 
+def counts(call) -> dict:
+    """Exact, load-independent costs of one ``call()`` (run once before, to warm caches):
+    aten operations (a dispatch mode: what reaches the kernels' dispatcher, composite ops
+    counted as the operations they dispatch), host reads (``item``, ``tolist``,
+    ``torch.equal``: the operations that wait for a result) and, in a second run (the mode's
+    own calls not counted), Python calls (``sys.setprofile``'s "call" and "c_call" events:
+    Python functions and builtins)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    reads = {"aten._local_scalar_dense.default", "aten.equal.default"}
+    tally = {"aten ops": 0, "Python calls": 0, "host reads": 0}
+
+    class Count(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            tally["aten ops"] += 1
+            tally["host reads"] += str(func) in reads
+            return func(*args, **(kwargs or {}))
+
+    def profile(frame, event, arg):
+        if event in ("call", "c_call"):
+            tally["Python calls"] += 1
+        if event == "c_call" and getattr(arg, "__name__", "") == "tolist":
+            tally["host reads"] += 1
+
+    call()
+    with Count():
+        call()
+    sys.setprofile(profile)
+    try:
+        call()
+    finally:
+        sys.setprofile(None)
+    tally["Python calls"] -= 1  # the setprofile(None) call itself
+    return tally
+
+
+def count_rows(family: str, size: str) -> dict:
+    """The :func:`counts` of tpde's forward and of transformers' (in brackets) for one family
+    at one size, as one table row."""
+    from tpde.pretrained import load
+    from tpde.pretrained.families import FAMILIES as REGISTERED
+
+    causal = size != "registry" or REGISTERED[family].causal
+    with tempfile.TemporaryDirectory() as folder:
+        if size == "registry":
+            reference = registry_model(family, folder)
+        else:
+            reference = random_model(family, size)
+            reference.save_pretrained(folder)
+        model = load(folder)
+    ids = torch.randint(3, reference.config.vocab_size, (TOKENS,),
+                        generator=torch.Generator().manual_seed(1))  # fmt: skip
+    with torch.no_grad():
+        ours = counts(lambda: tpde_forward(model, ids))
+        theirs = counts(lambda: transformers_forward(reference, ids, causal))
+    return {"family": family, "size": size,
+            **{k: f"{v} ({theirs[k]})" for k, v in ours.items()}}  # fmt: skip
+
+
 def _columns(ours, theirs) -> dict:
     """The table's timing columns from the (median, minimum) pairs of tpde and transformers."""
     return {"tpde s": ours[0], "transformers s": theirs[0], "ratio": ours[0] / theirs[0],
@@ -345,6 +458,9 @@ def main():
     parser.add_argument("--clock", choices=list(CLOCKS), default="wall",
                         help="time the forwards by wall time (default) or by this thread's "
                         "CPU time (on a busy machine: other jobs' time not counted)")  # fmt: skip
+    parser.add_argument("--count", action="store_true",
+                        help="print the aten operations, Python calls and host reads of one "
+                        "forward, tpde (transformers), instead of timing")  # fmt: skip
     args = parser.parse_args()
     torch.set_num_threads(1)
     import transformers
@@ -354,7 +470,7 @@ def main():
     repeat = args.repeat or (3 if args.quick else 7)
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, 1 thread, "
           f"float32, {TOKENS} tokens, forwards timed by the {args.clock} clock")  # fmt: skip
-    forward, loading = [], []
+    forward, loading, table = [], [], []  # table: the counts of --count
     from tpde.pretrained.families import FAMILIES as REGISTERED
 
     for size in args.sizes:
@@ -362,11 +478,18 @@ def main():
         for family in families:
             if family not in (REGISTERED if size == "registry" else FAMILIES):
                 raise SystemExit(f"no family {family!r} at size {size!r}")
+            if args.count:
+                table.append(count_rows(family, size))
+                continue
             row, load_row = rows(family, size, repeat, CLOCKS[args.clock])
             forward.append(row)
             loading.append(load_row)
             print(f"{family} {size}: forward ratio {row['ratio']:.2f} (minimum "
                   f"{row['ratio (min)']:.2f})", flush=True)  # fmt: skip
+    if args.count:
+        print("\none forward, 1 × 128 tokens: tpde (transformers)")
+        print_table(table, ["family", "size", "aten ops", "Python calls", "host reads"])
+        return
     timings = ["tpde s", "transformers s", "ratio", "ratio (min)"]
     print("\nforward pass, 1 × 128 tokens (median s; ratio tpde / transformers of the medians "
           "and of the minimums, asked <= 1.2)")  # fmt: skip

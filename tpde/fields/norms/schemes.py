@@ -83,7 +83,9 @@ def tangent(x: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
 
 
 def _on(value, like: torch.Tensor):
-    """A scheme parameter on the tokens' dtype and device (floats stay floats)."""
+    """A scheme parameter on the tokens' dtype and device (floats and None stay)."""
+    if value is None:
+        return None
     return value.to(like) if isinstance(value, torch.Tensor) else value
 
 
@@ -437,9 +439,7 @@ class LayerNorm(_AffineNorm):
         object.__setattr__(self, "placement", _check_placement(self.placement, "LayerNorm"))
 
     def norm(self, x):
-        gamma = 1.0 if self.gamma is None else _on(self.gamma, x)
-        bias = 0.0 if self.bias is None else _on(self.bias, x)
-        return layer_norm(x, gamma, bias, self.eps)
+        return layer_norm(x, _on(self.gamma, x), _on(self.bias, x), self.eps)
 
     def start(self, mu):
         """The tokens after the model's own LayerNorm (BERT's embeddings end with one), so
