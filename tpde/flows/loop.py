@@ -124,9 +124,7 @@ class Loop:
         landing on them (:class:`LandingSaves`); never with ``save_times=None``.
     """
 
-    def __init__(
-        self, system, method, events, *, rtol, atol, max_steps, synchronous, interpolate
-    ):
+    def __init__(self, system, method, events, *, rtol, atol, max_steps, synchronous, interpolate):
         self.system, self.method, self.events = system, method, events
         self.rtol, self.atol, self.max_steps = rtol, atol, int(max_steps)
         self.synchronous, self.interpolate = synchronous, interpolate
