@@ -4,8 +4,9 @@ Two policies (``integrate(..., saves=...)`` picks one: "landed", "interpolated",
 "auto", the first for synchronous runs — unbatched, time-dependent fields, ``save="steps"``
 — the second for per-element runs):
 
-- :class:`LandingSaves` ("landed"): steps are shortened to land exactly on every save time, so a saved
-  state is the method's own solution there; ``save="steps"`` records every accepted step.
+- :class:`LandingSaves` ("landed"): steps are shortened to land exactly on every save
+  time, so a saved state is the method's own solution there; ``save="steps"`` records
+  every accepted step.
 - :class:`DenseSaves` ("interpolated"): every element steps freely and the state at a
   save time s inside its accepted step [t, t + h] is the cubic Hermite interpolant of the
   step's end values and derivatives,
