@@ -32,12 +32,13 @@ def follow(
     steps and the saves inside a step are the cubic Hermite interpolants of its ends
     (:class:`tpde.flows.saving.DenseSaves`, O(h⁴), projected back on the sphere); only each
     call's end is landed on. ``dense=False``: ``saves="landed"``, every save time is landed
-    on, which caps the step at the save spacing. Measured (issue 35, MATH.md §9), saves
-    every 0.25 to t = 8: 16 steps against 33 (S¹, β = 5, 10⁵ tokens) and 22 against 33 (S²,
-    β = 5, 10⁴); the largest distance of a token to an rtol 1e-9 run, 1.4e-5 against 3.6e-8
-    (S¹) and 1.1e-4 against 1.2e-5 (S²; the longer steps and the interpolant). What the
-    studies read moves far less: the escape time of the S² draw of 10⁵ tokens by 1.7e-5 (its
-    spread over draws ~0.9), its cluster counts not at all.
+    on, which caps the step at the save spacing. Measured by ``python
+    benchmarks/metastability.py --accuracy`` (MATH.md §9), saves every 0.25 to t = 8 from
+    the studies' first clouds: 18 steps against 34 (S¹, β = 5, 10⁵ tokens) and 24 against 34
+    (S², β = 5, 10⁴); the largest distance of a token to an rtol 1e-9 run, 6.0e-5 against
+    1.4e-6 (S¹) and 1.4e-4 against 2.6e-5 (S²; the longer steps and the interpolant). What
+    the studies read moves far less: the escape time of the S² draw of 10⁵ tokens by
+    1.7e-5 (its spread over draws ~0.9), its cluster counts not at all.
 
     Raises TypeError unless ``dense`` is a bool.
     """
