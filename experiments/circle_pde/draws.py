@@ -105,7 +105,9 @@ def solve_pde(config: Config, grid: int, times: np.ndarray) -> dict:
     }
 
 
-def main_draw(config: Config, beta: float, points, times, reference, gap_seed) -> dict:
+def main_draw(
+    config: Config, beta: float, points, times, reference, gap_seed, *, dense: bool = True
+) -> dict:
     """One draw of the main run to t1: its cluster counts; with ``reference`` (the PDE's
     densities {save index: CircleDensity}, at β only) its W1 to the PDE at those saves and
     |ĉ_k| at every save; with ``gap_seed`` (the first cloud of the largest N) its histogram
@@ -115,7 +117,7 @@ def main_draw(config: Config, beta: float, points, times, reference, gap_seed) -
     -------
     dict: ``counts`` (T,), ``distance`` {j: W1}, ``modes`` (T, KMAX) or None,
     ``histogram`` (T, bins) or None, ``gap`` (results, arrays) or None, ``info`` of
-    :func:`~.flow.follow`.
+    :func:`~.flow.follow` (``dense``: its saves, interpolated or landed on).
     """
     counts = np.full(len(times), -1, dtype=np.int64)
     modes = None if reference is None else np.full((len(times), KMAX), np.nan)
@@ -133,7 +135,7 @@ def main_draw(config: Config, beta: float, points, times, reference, gap_seed) -
         if modes is not None:
             modes[j] = mode_amplitudes(mu.points)
 
-    info = follow(config, post_ln_field(beta), Empirical(points), times, visit)
+    info = follow(config, post_ln_field(beta), Empirical(points), times, visit, dense=dense)
     return {
         "counts": counts,
         "distance": distance,
@@ -144,10 +146,10 @@ def main_draw(config: Config, beta: float, points, times, reference, gap_seed) -
     }
 
 
-def escape_draw(config: Config, points, saves) -> dict:
+def escape_draw(config: Config, points, saves, *, dense: bool = True) -> dict:
     """An escape-only draw at β over ``saves``: |ĉ_k| (len(saves), KMAX) at every save
     (NaN after the stop), stopped after the call where |ĉ_k*| reaches twice
-    ``escape_level``; ``info`` of :func:`~.flow.follow`."""
+    ``escape_level``; ``info`` of :func:`~.flow.follow` (``dense``: its saves)."""
     k = dominant_mode(config.beta)
     store = np.full((len(saves), KMAX), np.nan)
 
@@ -157,14 +159,16 @@ def escape_draw(config: Config, points, saves) -> dict:
     def stop(j):
         return store[j, k - 1] >= 2 * config.escape_level
 
-    info = follow(config, post_ln_field(config.beta), Empirical(points), saves, visit, stop)
+    field = post_ln_field(config.beta)
+    info = follow(config, field, Empirical(points), saves, visit, stop, dense=dense)
     return {"modes": store, "info": info}
 
 
-def sweep_draw(config: Config, beta: float, points, times) -> dict:
+def sweep_draw(config: Config, beta: float, points, times, *, dense: bool = True) -> dict:
     """A sweep run at β over ``times``: its cluster counts (T,) (filled with 1 once
     absorbed in one cluster: the run stops once a count ≥ 2 has dropped to one held over
-    the last ``ABSORBED`` saves), |ĉ_k| (T, KMAX) (NaN after the stop), ``info``."""
+    the last ``ABSORBED`` saves), |ĉ_k| (T, KMAX) (NaN after the stop), ``info``
+    (``dense``: :func:`~.flow.follow`'s saves)."""
     series = np.full(len(times), -1, dtype=np.int64)
     store = np.full((len(times), KMAX), np.nan)
 
@@ -176,7 +180,7 @@ def sweep_draw(config: Config, beta: float, points, times) -> dict:
         seen = series[: j + 1]
         return seen.max() >= 2 and (seen[-ABSORBED:] == 1).all()
 
-    info = follow(config, post_ln_field(beta), Empirical(points), times, visit, stop)
+    info = follow(config, post_ln_field(beta), Empirical(points), times, visit, stop, dense=dense)
     if info["status"] == "stopped":
         series[series < 0] = 1  # one cluster to the end
     return {"counts": series, "modes": store, "info": info}

@@ -28,15 +28,16 @@ def follow(
     ``stop(j)`` (optional), asked after each call with the last save j visited, ends the
     run early when true (``status`` "stopped", ``until`` the last time reached).
 
-    ``dense`` (the default): the cloud steps as a batch of one, so dopri5 takes its own
+    ``dense`` (the default): ``integrate(..., saves="interpolated")``, dopri5 takes its own
     steps and the saves inside a step are the cubic Hermite interpolants of its ends
-    (:class:`tpde.flows.saving.DenseSaves`, O(h⁴), projected back on the sphere); only
-    each call's end is landed on. ``dense=False``: every save time is landed on, which
-    caps the step at the save spacing. Measured (issue 35, MATH.md §9), saves every 0.25
-    to t = 8: 16 steps against 33 (S¹, β = 5, 10⁵ tokens) and 22 against 33 (S², β = 5,
-    10⁴); the largest distance of a token to an rtol 1e-9 run, 1.4e-5 against 3.6e-8
-    (S¹) and 1.1e-4 against 1.2e-5 (S²; the longer steps and the interpolant). What the
-    studies read moves far less: the escape time of the S² draw of 10⁵ tokens by
+    (:class:`tpde.flows.saving.DenseSaves`, O(h⁴), projected back on the sphere); only each
+    call's end is landed on. ``dense=False``: ``saves="landed"``, every save time is landed
+    on, which caps the step at the save spacing. Measured by ``python
+    benchmarks/metastability.py --accuracy`` (MATH.md §9), saves every 0.25 to t = 8 from
+    the studies' first clouds: 18 steps against 34 (S¹, β = 5, 10⁵ tokens) and 24 against 34
+    (S², β = 5, 10⁴); the largest distance of a token to an rtol 1e-9 run, 6.0e-5 against
+    1.4e-6 (S¹) and 1.4e-4 against 2.6e-5 (S²; the longer steps and the interpolant). What
+    the studies read moves far less: the escape time of the S² draw of 10⁵ tokens by
     1.7e-5 (its spread over draws ~0.9), its cluster counts not at all.
 
     Raises TypeError unless ``dense`` is a bool.
@@ -45,7 +46,7 @@ def follow(
         raise TypeError(f"dense must be True (saves by interpolation) or False (landed on); "
                         f"received {dense!r}.")  # fmt: skip
     visit(0, cloud)
-    mu = Empirical(cloud.points.unsqueeze(0), cloud.weights) if dense else cloud
+    mu, saves = cloud, "interpolated" if dense else "landed"
     dt, steps, status, until = None, 0, "completed", float(times[-1])
     for lo in range(0, len(times) - 1, CHUNK):
         if lo and stop is not None and stop(lo):
@@ -63,12 +64,13 @@ def follow(
             rtol=config.rtol,
             atol=config.atol,
             engine="auto",
+            saves=saves,
         )
         for j, measure in enumerate(traj.measures[1:], lo + 1):
-            visit(j, measure[0] if dense else measure)
+            visit(j, measure)
         steps += int(traj.stats["n_steps"])
-        mu, status = traj.measures[-1], str(traj.status.reshape(-1)[0])
-        dt = float(np.max(traj.stats["last_dt"]))
+        mu, status = traj.measures[-1], str(traj.status.item())
+        dt = float(traj.stats["last_dt"])
         if status != "completed":
             until = float(traj.times[-1])
             break

@@ -85,8 +85,9 @@ class Config:
     meta_level: float = 2.0
     meta_min_share: float = 0.02
     escape_beta: float = 5.0
-    # four sizes; the 10⁶ draw is most of the escape's cost (443 s CPU at load 5–7 with
-    # dense saves, 776 s landed; one worker's share of the part on 2 workers: draws.py)
+    # four sizes; the 10⁶ draw is most of the escape's cost (443 s CPU with dense saves at
+    # load 5–7, 776 s landed at load 7–10: no before/after pair, MATH.md §9; one worker's
+    # share of the part on 2 workers: draws.py)
     escape_sizes: tuple[int, ...] = (1000, 10000, 100000, 1000000)
     escape_draws: tuple[int, ...] = (4, 4, 2, 1)
     escape_t1: float = 20.0

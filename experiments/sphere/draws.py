@@ -87,28 +87,29 @@ def _watch(config, times) -> Watch:
     return Watch(counts, modes, config.escape_level, meta_cells(config))
 
 
-def escape_draw(config, points, times) -> dict:
+def escape_draw(config, points, times, *, dense: bool = True) -> dict:
     """One escape run at β = ``escape_beta`` from ``points`` (N, 3) over ``times`` (T,).
 
     Returns
     -------
     dict: ``counts`` (T,) (−1 where not reached), ``modes`` (T, LMAX) A_l (NaN where not
     reached), ``run``: its predictions, the :func:`~experiments.circle_pde.run.follow`
-    info, its first plateau and its seeding (:func:`~.metastable.diagnosed`).
+    info, its first plateau and its seeding (:func:`~.metastable.diagnosed`). ``dense``:
+    follow's saves, interpolated (the default) or landed on.
     """
     beta, watch = config.escape_beta, _watch(config, times)
     guess = predictions(points, beta, watch.cells)
-    info = follow(TOLERANCES, post_ln(beta), Empirical(points), times, watch)
+    info = follow(TOLERANCES, post_ln(beta), Empirical(points), times, watch, dense=dense)
     first = plateau_row(first_plateau(times, watch.counts, config.meta_min_plateau))
     return {"counts": watch.counts, "modes": watch.modes,
             "run": {**guess, **info, "first": first,
                     **diagnosed(points, watch, times, beta)}}  # fmt: skip
 
 
-def sweep_draw(config, beta: float, points, times) -> dict:
+def sweep_draw(config, beta: float, points, times, *, dense: bool = True) -> dict:
     """One run of the β sweep from ``points`` (meta_size, 3) over ``times`` (T,): stopped
     once a count ≥ 2 has dropped to one cluster held over ABSORBED saves (the count is
-    then 1 to the end: one cluster does not split).
+    then 1 to the end: one cluster does not split). ``dense``: follow's saves.
 
     Returns
     -------
@@ -123,7 +124,7 @@ def sweep_draw(config, beta: float, points, times) -> dict:
         return seen.max() >= 2 and (seen[-ABSORBED:] == 1).all()
 
     guess = predictions(points, beta, watch.cells)
-    info = follow(TOLERANCES, post_ln(beta), Empirical(points), times, watch, stop)
+    info = follow(TOLERANCES, post_ln(beta), Empirical(points), times, watch, stop, dense=dense)
     if info["status"] == "stopped":
         series[series < 0] = 1
     return {"counts": series, "modes": watch.modes,

@@ -62,6 +62,31 @@ def _save_times(save, t0: float, t1: float, max_steps: int) -> list[float] | Non
     return sorted({t0, t1, *times})
 
 
+def _interpolate(saves, save_times, method: Method, lockstep: bool) -> bool:
+    """Whether the save times are filled by interpolation (``saves``, :func:`integrate`)."""
+    if not isinstance(saves, str):
+        raise TypeError(
+            f"saves must be 'auto', 'landed' or 'interpolated'; received {saves!r} "
+            f"({type(saves).__name__})."
+        )
+    check_choice(saves, "saves", ("auto", "landed", "interpolated"))
+    if saves != "interpolated":
+        return saves == "auto" and not lockstep
+    if save_times is None:
+        raise ValueError(
+            "saves='interpolated' needs save times to interpolate at; save='steps' saves "
+            "every accepted step as it is. Pass save=None, an int or a sequence of times, or "
+            "saves='landed'."
+        )
+    if method.splits:
+        raise ValueError(
+            f"saves='interpolated' needs the derivative at both ends of a step, which the "
+            f"splitting method {method.name!r} does not form (its parts step one after the "
+            "other). Use saves='landed' (or 'auto'), or a method that is not a splitting."
+        )
+    return True
+
+
 def _linspace(t0: float, t1: float, count: int) -> list[float]:
     """``np.linspace(t0, t1, count).tolist()`` bit for bit (t0 + i·(t1 − t0)/(count − 1), the
     last t1; numpy forms i·step + t0 in float64 alike), without numpy's 3 µs per call."""
@@ -188,6 +213,7 @@ def integrate(
     atol: float = 1e-9,
     max_steps: int = 100_000,
     engine: str = "auto",
+    saves: str = "auto",
 ) -> Trajectory:
     """Integrate the Transformer PDE ∂t μ + div(μ Γ[μ]) = 0 from μ(t0) = mu0 to t1.
 
@@ -249,8 +275,8 @@ def integrate(
             inner method); Lie–Trotter with Euler at dt = 1 over a layer schedule is the
             discrete network.
         save : None (t0 and t1), an int (that many equally spaced times), a sequence of
-            times, or "steps" (every accepted step; the batch then steps in lockstep). Every
-            element lands exactly on every save time.
+            times, or "steps" (every accepted step; the batch then steps in lockstep). How
+            the times are saved: ``saves``.
         events : names ("blow_up", "converged", "clustered") or event objects
             (:mod:`tpde.flows.events`: BlowUp, Converged, Clustered).
         rtol, atol : error tolerances of adaptive methods, floored at what the state's dtype
@@ -261,6 +287,18 @@ def integrate(
         max_steps : budget of steps (accepted and rejected) per batch element; status
             "max_steps" beyond.
         engine : pairwise engine for particle and grid flows (see :mod:`tpde._engines`).
+        saves : how save times are saved (:mod:`tpde.flows.saving`). "landed": every element
+            shortens its step to land exactly on each save time, so a saved state is the
+            method's own solution there (and no step is longer than the save spacing).
+            "interpolated": no step is shortened for a save; the state at a save time s
+            inside an accepted step [t, t + h] is the cubic Hermite interpolant of the
+            step's ends, y(t + θh) from y₀, f₀, y₁, f₁, error O(h⁴) (Hairer, Nørsett &
+            Wanner, *Solving ODEs I*, §II.6), projected like any state; t1 is always landed
+            on. "auto" (the default): "interpolated" for a batch whose elements step on
+            their own clocks, "landed" for a run stepped in lockstep (one unbatched state,
+            a time-dependent field or one with jumps, a splitting method). "interpolated"
+            is refused with ``save="steps"`` (no time to interpolate) and with a splitting
+            method (its sub-steps have no derivative at the step's ends).
 
         Returns
         -------
@@ -298,8 +336,10 @@ def integrate(
         or save_times is None
         or chosen.splits  # sub-steps land on save times, no interpolation
     )
+    lockstep = synchronous or tuple(system.batch_of(system.initial())) == ()
+    interpolate = _interpolate(saves, save_times, chosen, lockstep)
     rtol, atol = _tolerance_floors(rtol, atol, system.initial()[0].dtype)
-    if fixed.applies(system, chosen, parsed):  # one state, fixed steps, no events
+    if not interpolate and fixed.applies(system, chosen, parsed):  # fixed steps, one state
         steps = fixed.FixedSteps(system, chosen, rtol=rtol, atol=atol, max_steps=max_steps)
         return steps.run(t0, t1, first, save_times)
     loop = Loop(
@@ -310,6 +350,7 @@ def integrate(
         atol=atol,
         max_steps=max_steps,
         synchronous=synchronous,
+        interpolate=interpolate,
     )
     return loop.run(t0, t1, first, save_times)
 

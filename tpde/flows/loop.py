@@ -16,10 +16,13 @@ updates h_b from its own error (the standard factor 0.9·err^{-1/(q+1)}, q the o
 method's embedded solution — 1/5 for dopri5, 1/4 for rodas4 — capped by Gustafsson's
 predictive factor; Hairer & Wanner, *Solving ODEs II*, §IV.8). So a batch whose elements
 approach singularities at different times costs about what its slowest element costs
-alone. Save times are common to the batch: every element lands exactly on each save time
-(its step is shortened to reach it) and waits there until the others arrive; the state
-saved at a time is exact for every element (no interpolation). An element stopped by an
-event is frozen at the state where it stopped.
+alone. Save times are common to the batch, saved by one of two policies
+(:mod:`tpde.flows.saving`; ``integrate(..., saves=...)`` picks it): *interpolated* (the
+default of a per-element run), every element steps freely and its state at a save time is
+the cubic Hermite interpolant of its own step (O(h⁴)); *landed* (the default of a
+synchronous run), every element lands exactly on each save time (its step is shortened to
+reach it) and waits there until the others arrive, so the saved state is the method's own
+solution there. An element stopped by an event is frozen at the state where it stopped.
 
 **Synchronous runs.** Where elements cannot have their own clocks — a field whose
 parameters depend on time (``field.time_dependent``: the right-hand side is evaluated at
@@ -117,12 +120,14 @@ class Loop:
     rtol, atol : tolerances of adaptive methods.
     max_steps : attempts (accepted and rejected steps) allowed per element.
     synchronous : step every element with one clock (module notes).
+    interpolate : fill the save times by interpolation (:class:`DenseSaves`) instead of
+        landing on them (:class:`LandingSaves`); never with ``save_times=None``.
     """
 
-    def __init__(self, system, method, events, *, rtol, atol, max_steps, synchronous):
+    def __init__(self, system, method, events, *, rtol, atol, max_steps, synchronous, interpolate):
         self.system, self.method, self.events = system, method, events
         self.rtol, self.atol, self.max_steps = rtol, atol, int(max_steps)
-        self.synchronous = synchronous
+        self.synchronous, self.interpolate = synchronous, interpolate
         self.need_derivative = any(e.requires == "rhs_norm" for e in events)
         # The method's traits, read once (tpde.flows.methods.Method declares them): a
         # splitting method projects after each part's sub-step itself, and does not use
@@ -184,10 +189,10 @@ class Loop:
         steps = np.zeros(batch, dtype=np.int64)
         rejected = np.zeros(batch, dtype=np.int64)
         self.previous = (np.full(batch, math.nan), np.full(batch, math.nan))  # (h, err)
-        if self.synchronous:
-            saves = LandingSaves(save_times, t0, state)
-        else:
+        if self.interpolate:
             saves = DenseSaves(save_times, t0, state, system.part_dims, t1)
+        else:
+            saves = LandingSaves(save_times, t0, state)
         jumps = [b for b in system.base_field.breakpoints if t0 < b < t1]
         k1, iterations = None, 0
         if self.need_derivative:

@@ -1,11 +1,13 @@
 r"""Saved states of the stepping loop at times common to the whole batch.
 
-Two policies (:mod:`tpde.flows.loop` picks one):
+Two policies (``integrate(..., saves=...)`` picks one: "landed", "interpolated", or
+"auto", the first for synchronous runs — unbatched, time-dependent fields, ``save="steps"``
+— the second for per-element runs):
 
-- :class:`LandingSaves` (synchronous runs: unbatched, time-dependent fields,
-  ``save="steps"``): steps are shortened to land exactly on every save time, so a saved
-  state is the method's own solution there; ``save="steps"`` records every accepted step.
-- :class:`DenseSaves` (per-element runs): every element steps freely and the state at a
+- :class:`LandingSaves` ("landed"): steps are shortened to land exactly on every save
+  time, so a saved state is the method's own solution there; ``save="steps"`` records
+  every accepted step.
+- :class:`DenseSaves` ("interpolated"): every element steps freely and the state at a
   save time s inside its accepted step [t, t + h] is the cubic Hermite interpolant of the
   step's end values and derivatives,
 
