@@ -227,6 +227,21 @@ GPT-BigCode, BLOOM, Falcon: two products more a layer), a shared pre-norm comput
 branch of a parallel block (GPT-J, Phi, Cohere: one LayerNorm more a layer), and the dense
 attention's ~25 operations against SDPA's one (not retried: ``pick_engine`` measured both
 at this size, 111 against 106 µs).
+
+Seventh part (branch fwd16, tried and not merged). One product for a fused Q, K, V (the
+three weights loaded as row blocks of one contiguous tensor, the product split after) and a
+shared pre-norm computed once for both branches of a parallel block (a per-call cache keyed
+on the identity and version counters of μ, x and the norm) took 6 aten operations off a
+registry forward each (gpt_bigcode 156 → 150, gpt_neox 182 → 176, bloom 181 → 175, falcon
+174 → 168, gpt2 156 → 150; gptj 191 → 185, phi 199 → 193, cohere 205 → 199, with 19–25
+fewer Python calls and 2 fewer host reads) and moved no ratio beyond the scatter (old/new
+alternated, thread clock, load 2.5–5, two runs each: gpt_bigcode 1.28 1.31 → 1.29 1.28,
+gpt_neox 1.19 1.32 → 1.27 1.19, bloom 1.34 1.24 → 1.18 1.32, gptj 1.31 1.15 → 1.14 1.20).
+Not merged: 3–4 % of the operations, unmeasurable here, for a storage-adjacency test in the
+attention field and a thread-local cache in the norm calls. The post-LN degenerate-token
+test stays: a LayerNorm can put a token on the origin (LN(x) = b where x's coordinates are
+equal, 0 for a zero or absent bias), the event it reports, so skipping it would change an
+error path.
 """
 
 from __future__ import annotations
