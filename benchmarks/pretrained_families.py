@@ -366,11 +366,7 @@ def rows(family: str, size: str, repeat: int, clock=time.perf_counter) -> tuple[
 
     causal = size != "registry" or FAMILIES[family].causal
     with tempfile.TemporaryDirectory() as folder:
-        if size == "registry":
-            reference = registry_model(family, folder)
-        else:
-            reference = random_model(family, size)
-            reference.save_pretrained(folder)
+        reference = _reference(family, size, folder)
         cls = type(reference)
         model = load(folder)
         fresh = cls.from_pretrained(folder, dtype=torch.float32)  # warm-up load
@@ -431,6 +427,16 @@ def counts(call) -> dict:
     return tally
 
 
+def _reference(family: str, size: str, folder):
+    """The transformers model of one family at one size, saved in ``folder`` ("registry":
+    the tiny checkpoint of :func:`registry_model`)."""
+    if size == "registry":
+        return registry_model(family, folder)
+    reference = random_model(family, size)
+    reference.save_pretrained(folder)
+    return reference
+
+
 def count_rows(family: str, size: str) -> dict:
     """The :func:`counts` of tpde's forward and of transformers' (in brackets) for one family
     at one size, as one table row."""
@@ -439,11 +445,7 @@ def count_rows(family: str, size: str) -> dict:
 
     causal = size != "registry" or REGISTERED[family].causal
     with tempfile.TemporaryDirectory() as folder:
-        if size == "registry":
-            reference = registry_model(family, folder)
-        else:
-            reference = random_model(family, size)
-            reference.save_pretrained(folder)
+        reference = _reference(family, size, folder)
         model = load(folder)
     ids = torch.randint(3, reference.config.vocab_size, (TOKENS,),
                         generator=torch.Generator().manual_seed(1))  # fmt: skip
