@@ -33,7 +33,7 @@ def follow(
     (:class:`tpde.flows.saving.DenseSaves`, O(h⁴), projected back on the sphere); only each
     call's end is landed on. ``dense=False``: ``saves="landed"``, every save time is landed
     on, which caps the step at the save spacing. Measured by ``python
-    benchmarks/metastability.py --accuracy`` (MATH.md §9), saves every 0.25 to t = 8 from
+    tools/metastability_cost.py --accuracy`` (MATH.md §9), saves every 0.25 to t = 8 from
     the studies' first clouds: 18 steps against 34 (S¹, β = 5, 10⁵ tokens) and 24 against 34
     (S², β = 5, 10⁴); the largest distance of a token to an rtol 1e-9 run, 6.0e-5 against
     1.4e-6 (S¹) and 1.4e-4 against 2.6e-5 (S²; the longer steps and the interpolant). What

@@ -1,9 +1,9 @@
 """The metastability runs' tasks, landed saves against dense ones (issue 35: the cost).
 
-    python benchmarks/metastability.py             # S² escape N = 10⁵, S² sweep β = 10,
+    python tools/metastability_cost.py             # S² escape N = 10⁵, S² sweep β = 10,
                                                    # S¹ main draw N = 10⁵, S¹ sweep β = 8
-    python benchmarks/metastability.py --quick     # the same tasks at N = 10⁴, 1000, 10⁴, 1000
-    python benchmarks/metastability.py --accuracy  # the accuracy numbers of flow.follow's
+    python tools/metastability_cost.py --quick     # the same tasks at N = 10⁴, 1000, 10⁴, 1000
+    python tools/metastability_cost.py --accuracy  # the accuracy numbers of flow.follow's
                                                    # docstring and MATH.md §9 (--quick: smaller)
 
 One task of each kind of the two studies' metastability runs (the circle-pde study's
@@ -19,6 +19,10 @@ covers the flow and the cluster counts only, so its ratio overstates the study's
 dopri5 steps, the ratio landed/dense, and what the task measures in both: the escape time
 (the save-interpolated crossing of A_l* or |ĉ_k*| = 0.1, k* or l* the study's leading mode)
 and the first plateau [count, start, duration], which should agree to the runs' tolerance.
+
+A developer's tool, not a benchmark: it times the studies' own tasks through their modules
+(draws, flow, metastable), which ``benchmarks/`` may not import (a benchmark reaches a study
+through its package and ``experiments/common`` only: tests/test_package_boundaries.py).
 
 ``--accuracy``: saves every 0.25 to t = 8 from the studies' first clouds (S¹ β = 5, N =
 10⁵, the circle-pde main draw's; S² β = 5, N = 10⁴, the sphere escape's), dense, landed
