@@ -75,12 +75,19 @@ def _head_norms(generator, count, dh=4):
     return pairs, tuple(LayerNorm(g, b, 1e-5, placement="pre") for g, b in pairs)
 
 
-def test_per_head_norms_match_the_reference():
-    generator = torch.Generator().manual_seed(10)
+def _normed_field(seed: int):
+    """(field, weights, μ, (q pairs, q norms), (k pairs, k norms)): 4 query and 2 key-value
+    heads under RoPE with per-head LayerNorms of random gains and biases."""
+    generator = torch.Generator().manual_seed(seed)
     weights, mu = _weights(generator), _tokens(generator)
     q_pairs, q_norms = _head_norms(generator, 4)
     k_pairs, k_norms = _head_norms(generator, 2)
     field = GroupedQueryAttention(*weights, 4, 2, position=RoPE(), q_norm=q_norms, k_norm=k_norms)
+    return field, weights, mu, (q_pairs, q_norms), (k_pairs, k_norms)
+
+
+def test_per_head_norms_match_the_reference():
+    field, weights, mu, (q_pairs, q_norms), (k_pairs, k_norms) = _normed_field(10)
     expected = _reference(mu, weights, 4, 2, q_norms=q_pairs, k_norms=k_pairs)
     assert _relative(field.velocity(mu), expected) < 1e-12
     shared = GroupedQueryAttention(

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from tests.fields.attention.test_grouped import _tokens, _weights
-from tests.fields.attention.test_grouped_clip import _head_norms
+from tests.fields.attention.test_grouped_clip import _head_norms, _normed_field
 from tpde.fields import ALiBi, GroupedQueryAttention, RoPE
 from tpde.fields.attention.grouped import _build_head_gains, _head_gains
 
@@ -43,11 +42,7 @@ def test_alibi_bias_keeps_the_graph_of_positions_that_require_grad():
 
 
 def test_per_head_gains_follow_in_place_edits():
-    generator = torch.Generator().manual_seed(3)
-    weights, mu = _weights(generator), _tokens(generator)
-    _, q_norms = _head_norms(generator, 4)
-    _, k_norms = _head_norms(generator, 2)
-    field = GroupedQueryAttention(*weights, 4, 2, position=RoPE(), q_norm=q_norms, k_norm=k_norms)
+    field, weights, mu, _, (_, k_norms) = _normed_field(3)
     before = field.velocity(mu)
     assert torch.equal(field.velocity(mu), before)  # remembered: the same bits
     field.q_norm[1].gamma.mul_(2.0)
