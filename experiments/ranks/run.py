@@ -11,7 +11,7 @@ import numpy as np
 
 from .. import framework as fw
 from .config import TABLE, Config
-from .protocols import (
+from ..common.rank_protocol import (
     PAPER_DIMS,
     agreement,
     loop_iterations,
