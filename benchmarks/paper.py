@@ -7,8 +7,9 @@
 
 tpde: the experiment's batched Gaussian ODE
 (:func:`tpde.experiments.common.rank_protocol.ode_protocol`: one batch per d of a row, events
-‖Σ̇‖_F < tol_low and tr Σ > 1e3, horizon max_iter · h, all protocol rounds) with the row's method (dopri5 for V = I, the L-stable
-Rosenbrock method rodas4 for the stiff V = GᵀG rows), after a warm-up.
+‖Σ̇‖_F < tol_low and tr Σ > 1e3, horizon max_iter · h, all protocol rounds) with the row's
+method (dopri5 for V = I, the L-stable Rosenbrock method rodas4 for the stiff V = GᵀG rows),
+after a warm-up.
 
 Baselines, in the same process, all in CPU seconds on one thread (``time.process_time``:
 the machine is shared, and wall time counts the other users' load):

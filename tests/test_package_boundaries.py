@@ -144,9 +144,7 @@ def test_the_facade_is_not_first_in_the_package():
     assert tpde.__all__[0] != "attention" and "attention" in tpde.__all__
 
 
-def _in_a_study(
-    name: str, studies: dict[str, ModuleType]
-) -> tuple[ModuleType | None, list[str]]:
+def _in_a_study(name: str, studies: dict[str, ModuleType]) -> tuple[ModuleType | None, list[str]]:
     """(The study that the dotted ``name`` lies in, the parts of ``name`` below it):
     tpde.experiments.<study>.<module> gives (<study>, [<module>]); a name outside the
     studies (None, [])."""

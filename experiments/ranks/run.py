@@ -10,7 +10,6 @@ from pathlib import Path
 import numpy as np
 
 from .. import framework as fw
-from .config import TABLE, Config
 from ..common.rank_protocol import (
     PAPER_DIMS,
     agreement,
@@ -24,6 +23,7 @@ from ..common.rank_protocol import (
     tight_records,
     tight_summary,
 )
+from .config import TABLE, Config
 
 
 def run(config: Config, out: Path) -> None:
