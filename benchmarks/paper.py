@@ -5,10 +5,11 @@
     python benchmarks/paper.py --all         # also the V = GᵀG rows (stiff: rodas4; minutes)
     python benchmarks/paper.py --all --full-paper  # the loop on its whole protocol (an hour)
 
-tpde: the experiment's batched Gaussian ODE (:func:`tpde.experiments.ranks.protocols.ode_protocol`:
-one batch per d of a row, events ‖Σ̇‖_F < tol_low and tr Σ > 1e3, horizon
-max_iter · h, all protocol rounds) with the row's method (dopri5 for V = I, the L-stable
-Rosenbrock method rodas4 for the stiff V = GᵀG rows), after a warm-up.
+tpde: the experiment's batched Gaussian ODE
+(:func:`tpde.experiments.common.rank_protocol.ode_protocol`: one batch per d of a row, events
+‖Σ̇‖_F < tol_low and tr Σ > 1e3, horizon max_iter · h, all protocol rounds) with the row's
+method (dopri5 for V = I, the L-stable Rosenbrock method rodas4 for the stiff V = GᵀG rows),
+after a warm-up.
 
 Baselines, in the same process, all in CPU seconds on one thread (``time.process_time``:
 the machine is shared, and wall time counts the other users' load):
@@ -43,7 +44,8 @@ import time
 import numpy as np
 import torch
 
-from tpde.experiments.ranks import protocols as ranks
+from tpde.experiments.common import rank_protocol as ranks
+from tpde.experiments.ranks import Config
 
 
 def cpu(fn):
@@ -100,7 +102,7 @@ def main() -> None:
     torch.set_num_threads(1)
     subset = args.subset or (5 if args.quick else 20)
     values = ("identity", "random") if args.all else ("identity",)
-    config = ranks.Config(values=values, paper_runs=0, paper_full=False)
+    config = Config(values=values, paper_runs=0, paper_full=False)
     print(f"torch threads 1, numpy threads {os.environ['OMP_NUM_THREADS']}; load {os.getloadavg()}")
     print("CPU seconds (time.process_time)")
     ranks.ode_protocol(dataclasses.replace(config, runs=2, dims=(3,)), "softmax", "identity")

@@ -3,7 +3,9 @@ between modules (module-level, late and importlib imports alike), no private nam
 from outside the package that holds it, one dependency direction (tpde._imports.LAYERS),
 and every subpackage placed in it; tpde, experiments/ and benchmarks/ all checked."""
 
+import ast
 from pathlib import Path
+from types import ModuleType
 
 from tpde import _imports
 
@@ -142,24 +144,111 @@ def test_the_facade_is_not_first_in_the_package():
     assert tpde.__all__[0] != "attention" and "attention" in tpde.__all__
 
 
+def _in_a_study(name: str, studies: dict[str, ModuleType]) -> tuple[ModuleType | None, list[str]]:
+    """(The study that the dotted ``name`` lies in, the parts of ``name`` below it):
+    tpde.experiments.<study>.<module> gives (<study>, [<module>]); a name outside the
+    studies (None, [])."""
+    parts = name.split(".")
+    if parts[:2] != ["tpde", "experiments"] or len(parts) < 3 or parts[2] not in studies:
+        return None, []
+    return studies[parts[2]], parts[3:]
+
+
+def _binds_a_module(package: ModuleType, name: str) -> bool:
+    """Whether ``from <package> import <name>`` binds one of the package's modules: a file
+    ``<name>.py`` or a folder ``<name>/`` in a directory of its ``__path__`` (a study that is
+    one module has none), unless the package defines ``<name>`` as something else (a
+    study's ``run`` function stands for its ``run`` module, as ``Config`` for itself)."""
+    folders = [Path(p) for p in getattr(package, "__path__", ())]
+    found = any((f / f"{name}.py").is_file() or (f / name).is_dir() for f in folders)
+    value = getattr(package, name, None)
+    return found and (value is None or isinstance(value, ModuleType))
+
+
+def _study_modules_imported(folder: Path, studies: dict[str, ModuleType]) -> list[str]:
+    """Each import in ``folder``'s scripts that reaches a module of a study, as "file:line:
+    module" (``studies``: each study by its module name): ``import
+    tpde.experiments.<study>.<module>`` (with ``as`` or not), ``from
+    tpde.experiments.<study>.<module> import …`` and ``from tpde.experiments.<study> import
+    <module>``. The study itself (``from tpde.experiments import <study>``) and the names its
+    package defines (``from tpde.experiments.<study> import Config``) are allowed."""
+    bad = []
+    for path in sorted(folder.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names if _in_a_study(a.name, studies)[1]]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                study, below = _in_a_study(node.module, studies)
+                if below:
+                    names = [node.module]
+                elif study is not None:
+                    bound = [a.name for a in node.names if _binds_a_module(study, a.name)]
+                    names = [f"{node.module}.{name}" for name in bound]
+            bad += [f"{path.name}:{node.lineno}: {name}" for name in names]
+    return bad
+
+
 def test_benchmarks_reach_studies_only_through_common_builders():
     # A builder used by a study and a benchmark lives in experiments/common (issue 28: the
     # blow-up benchmark imported the cones study's run module). A benchmark may import a
-    # study package itself (its Config) and the infrastructure, never a study's modules.
-    import ast
-
+    # study package itself (its Config) and the infrastructure, never a study's modules,
+    # by their dotted name or by name from the package (benchmarks/paper.py imported
+    # ``protocols`` from tpde.experiments.ranks).
     from tpde import experiments
 
-    studies = set(experiments.names()) | {m.__name__.rsplit(".", 1)[-1]
-                                          for m in experiments.studies().values()}  # fmt: skip
+    studies = {m.__name__.rsplit(".", 1)[-1]: m for m in experiments.studies().values()}
     root = Path(__file__).resolve().parents[1] / "benchmarks"
-    bad = []
-    for path in sorted(root.glob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
-            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else (
-                [a.name for a in node.names] if isinstance(node, ast.Import) else [])  # fmt: skip
-            for name in names:
-                parts = name.split(".")
-                if parts[:2] == ["tpde", "experiments"] and len(parts) > 3 and parts[2] in studies:
-                    bad.append(f"{path.name}: {name}")
+    bad = _study_modules_imported(root, studies)
     assert not bad, f"benchmarks importing a study's modules (move the builder to common): {bad}"
+
+
+def test_the_benchmark_check_finds_every_form_of_a_study_module_import(tmp_path):
+    # A study package (a folder with config.py, run.py and draws/; run and Config defined by
+    # its __init__) and a study that is one module, neither imported: ModuleType stand-ins.
+    folder = tmp_path / "probe"
+    (folder / "draws").mkdir(parents=True)
+    (folder / "config.py").write_text("")
+    (folder / "run.py").write_text("")
+    probe = ModuleType("tpde.experiments.probe")
+    probe.__path__ = [str(folder)]
+    probe.Config, probe.run = type("Config", (), {}), lambda config, out: None
+    single = ModuleType("tpde.experiments.single")
+    single.Config = probe.Config
+    bench = tmp_path / "benchmarks"
+    bench.mkdir()
+    (bench / "allowed.py").write_text(
+        "from tpde.experiments import probe\n"
+        "from tpde.experiments.probe import Config, run\n"
+        "from tpde.experiments.single import Config as Single\n"
+        "from tpde.experiments.common.paper import flow\n"
+        "import tpde.experiments.probe\n"
+        "import tpde.experiments.common.paper as paper\n"
+    )
+    (bench / "caught.py").write_text(
+        "from tpde.experiments.probe import Config, config\n"
+        "from tpde.experiments.probe import draws as d\n"
+        "import tpde.experiments.probe.config as c\n"
+        "from tpde.experiments.probe.config import Config\n"
+        "def late():\n"
+        "    import tpde.experiments.probe.draws\n"
+    )
+    found = _study_modules_imported(bench, {"probe": probe, "single": single})
+    assert found == [
+        "caught.py:1: tpde.experiments.probe.config",
+        "caught.py:2: tpde.experiments.probe.draws",
+        "caught.py:3: tpde.experiments.probe.config",
+        "caught.py:4: tpde.experiments.probe.config",
+        "caught.py:6: tpde.experiments.probe.draws",
+    ]
+
+
+def test_the_benchmark_check_reads_a_real_study_package_from_its_path(tmp_path):
+    # ranks (a package): config.py is a module of it; Config and report (a function standing
+    # for report.py) are names its __init__ defines.
+    from tpde.experiments import ranks
+
+    source = "from tpde.experiments.ranks import Config, config, report\n"
+    (tmp_path / "bench.py").write_text(source)
+    found = _study_modules_imported(tmp_path, {"ranks": ranks})
+    assert found == ["bench.py:1: tpde.experiments.ranks.config"]

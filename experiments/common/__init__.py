@@ -2,6 +2,8 @@
 
 - :mod:`.paper`: the paper's fields, grids and Gaussian flows (cones, ranks, the sweeps);
 - :mod:`.paper_euler`: the paper's projected Euler scheme (cones, ranks, benchmarks);
+- :mod:`.rank_protocol`: the rank-histogram protocol, its batched ODE rounds and the paper's
+  loop on the same pairs (ranks, benchmarks);
 - :mod:`.panels`: the paper's 2-D panels and the closed-form softmax blow-up (cones,
   benchmarks);
 - :mod:`.schemes`: GLPR's softmax under a normalisation scheme (sphere, theory, the sweeps);

@@ -11,7 +11,7 @@ Here every run is a batched Gaussian ODE (tpde, one batch per d, each to its own
 with the same stopping rules and horizons. The protocol's pairing of Q's with draws depends
 on which runs fail; it is resolved by speculative rounds (each round evaluates the pairs
 every possible shift may need, in one batch), so the pairs are exactly those the authors'
-loop would visit if it solved the ODE exactly (:mod:`.protocols`).
+loop would visit if it solved the ODE exactly (:mod:`tpde.experiments.common.rank_protocol`).
 
 The method: Dormand–Prince for V = I; the L-stable Rosenbrock method ``"rodas4"`` for
 V = GᵀG, whose flows are stiff. Near the stationary manifold the fast modes of the moment

@@ -7,9 +7,7 @@ from dataclasses import dataclass
 from tpde.flows import METHODS
 
 from .. import framework as fw
-from .protocols import (
-    PAPER_DIMS,
-)
+from ..common.rank_protocol import PAPER_DIMS
 
 NAME = "ranks"
 ORDER = 2  # place in ``tpde run`` and in the report

@@ -5,9 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import framework as fw
-from .protocols import (
-    agreement,
-)
+from ..common.rank_protocol import agreement, equal_accuracy
 from .run import _rows
 
 
@@ -51,31 +49,6 @@ def _gram_rows(config, variant, row):
              _share(sub.get("refined_tpde_vs_tight"))]
         )  # fmt: skip
     return claims, cells
-
-
-def _as_good(match: dict, target: dict) -> bool:
-    """Whether a run's shares of converged statuses and ranks reach tpde's."""
-    rank, goal = match["rank_agreement"] or 0.0, target["rank_agreement"] or 0.0
-    return match["status_agreement"] >= target["status_agreement"] and rank >= goal
-
-
-def equal_accuracy(config, row) -> tuple[str, float | None]:
-    """(h/r, CPU seconds) of the loop as accurate as tpde on the row's records (report
-    notes), or ("—", None) where the row has no refined runs. Per d the coarsest good r;
-    where none is good, the finest tried, and the label says '>' (a lower bound)."""
-    chosen, short, total = [], False, 0.0
-    for d in config["dims"]:
-        e = row[str(d)]
-        sub = e.get("paper_subset") or {}
-        if not sub.get("refined"):
-            return "—", None
-        good = [int(r) for r, m in sub["refined"].items()
-                if _as_good(m, sub["refined_tpde_vs_tight"])]  # fmt: skip
-        r = min(good) if good else max(int(r) for r in sub["refined"])
-        short = short or not good
-        chosen.append(r)
-        total += e["loop_iterations"] * r * sub["refined"][str(r)]["seconds_per_iteration"]
-    return ("> " if short else "") + f"h/{max(chosen)}", total
 
 
 def _fmt(counts) -> str:

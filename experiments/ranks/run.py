@@ -10,8 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import framework as fw
-from .config import TABLE, Config
-from .protocols import (
+from ..common.rank_protocol import (
     PAPER_DIMS,
     agreement,
     loop_iterations,
@@ -24,6 +23,7 @@ from .protocols import (
     tight_records,
     tight_summary,
 )
+from .config import TABLE, Config
 
 
 def run(config: Config, out: Path) -> None:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from tpde.experiments import framework as fw
-from tpde.experiments.ranks import protocols as ranks
+from tpde.experiments.common import rank_protocol as ranks
 
 
 @dataclass(frozen=True)

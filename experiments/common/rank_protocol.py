@@ -1,6 +1,7 @@
-"""The rank-histogram protocol (MATH.md §6) for :mod:`ranks`: the paper's draws, its
-protocol resolved in speculative rounds of batched Gaussian ODEs, and the paper's loop on the
-same pairs (at its step h and refined).
+"""The rank-histogram protocol (MATH.md §6) of the ``ranks`` study and ``benchmarks/paper.py``:
+the paper's draws, its protocol resolved in speculative rounds of batched Gaussian ODEs, the
+paper's loop on the same pairs (at its step h and refined), and the loop's cost at tpde's
+accuracy (:func:`equal_accuracy`).
 
 The authors' protocol draws Σ₀ after Σ₀ and moves on to the next Q only when a run
 converges; :class:`Protocol` resolves its pairing from a cache of outcomes, so the pairs are
@@ -19,8 +20,8 @@ import torch
 
 from tpde.fields import L2, Softmax
 
-from ..common.paper import flow
-from ..common.paper_euler import projected_euler
+from .paper import flow
+from .paper_euler import projected_euler
 
 PAPER_DIMS = (3, 4, 5)
 
@@ -326,6 +327,32 @@ def paper_subset(config, variant, value, d, data, Qs, Vs, per_dim, stream, tight
         out["refined"][str(r)] = {**matching(config, fine[0], fine[1], *ref),
                                   "seconds_per_iteration": fine[3]}  # fmt: skip
     return out
+
+
+def _as_good(match: dict, target: dict) -> bool:
+    """Whether a run's shares of converged statuses and ranks reach tpde's."""
+    rank, goal = match["rank_agreement"] or 0.0, target["rank_agreement"] or 0.0
+    return match["status_agreement"] >= target["status_agreement"] and rank >= goal
+
+
+def equal_accuracy(config, row) -> tuple[str, float | None]:
+    """(h/r, CPU seconds) of the loop as accurate as tpde on the row's records (the
+    ``ranks`` report's notes), or ("—", None) where the row has no refined runs. Per d the
+    coarsest good r; where none is good, the finest tried, and the label says '>' (a lower
+    bound)."""
+    chosen, short, total = [], False, 0.0
+    for d in config["dims"]:
+        e = row[str(d)]
+        sub = e.get("paper_subset") or {}
+        if not sub.get("refined"):
+            return "—", None
+        good = [int(r) for r, m in sub["refined"].items()
+                if _as_good(m, sub["refined_tpde_vs_tight"])]  # fmt: skip
+        r = min(good) if good else max(int(r) for r in sub["refined"])
+        short = short or not good
+        chosen.append(r)
+        total += e["loop_iterations"] * r * sub["refined"][str(r)]["seconds_per_iteration"]
+    return ("> " if short else "") + f"h/{max(chosen)}", total
 
 
 def agreement(ours, table) -> dict:
