@@ -258,7 +258,7 @@ def test_every_gguf_family_declares_its_case():
     missing = missing_cases(BASE)
     assert not missing, (
         f"the GGUF families {missing} declare no GGUF case: give GGUF_CASES = {{family: (config "
-        "class, config, model class)}} in the family's folder test, "
+        "class, config, model class)} in the family's folder test, "
         "tests/pretrained/test_load_<family>.py (tests/pretrained/gguf_cases.py)"
     )
     gguf_families = {entry.family for entry in FAMILIES.values() if entry.gguf is not None}
