@@ -173,8 +173,8 @@ def test_file_equals_the_folder_of_its_values(case, qtype, tmp_path):
 #: QK-norms (its default rotates a quarter of each head, the tiny "stablelm"'s;
 #: "stablelm-qk-parallel" is the folder's alone), nor a Falcon's layout (it builds every falcon
 #: file as multi-query Falcon-7B, the tiny "falcon": the other layouts are the folder's alone).
-#: Architectures it does not read (transformers 5: gemma, olmo2, phi2, gptneox) are skipped, naming
-#: the reason: their folder is their one oracle.
+#: Architectures it does not read (its GGUF_SUPPORTED_ARCHITECTURES; with transformers 5 gemma,
+#: olmo2, phi2, gptneox) are skipped, naming the reason: their folder is their one oracle.
 HF_CASES = [case for case in CASES if case not in (
     "llama", "phi3-longrope", "stablelm-qk-parallel", "falcon-grouped", "falcon-grouped-one-norm",
     "falcon-per-head")]  # fmt: skip
