@@ -6,6 +6,9 @@
   :func:`render_docstring` and :func:`render_markdown` escape the markup and set ``^{…}``
   and ``_{…}`` as superscripts and subscripts, without touching the sources.
 - :func:`gif_scraper` shows the GIFs an example writes (tpde.plot.animate) in the gallery.
+- ``.. tpde-family-table::`` and ``.. tpde-gguf-table::`` build the tables of the families and
+  of the GGUF architectures from the family registry (:func:`family_table_rst`,
+  :func:`gguf_table_rst`): no hand-kept list in docs/api/pretrained.rst.
 - MathJax is copied into the site (offline), and the gallery's status is recorded for the
   tests (tests/docs).
 """
@@ -17,6 +20,10 @@ import re
 import shutil
 from importlib import resources
 from pathlib import Path
+
+from docutils import nodes
+from docutils.parsers.rst import Directive
+from docutils.statemachine import StringList
 
 # Spans of reST that must stay as they are: inline literals, roles, interpreted text.
 _PROTECTED = re.compile(r"``.+?``|:[\w.+-]+:`[^`]*`|`[^`]*`_{0,2}")
@@ -123,6 +130,106 @@ def optional_pages(app, docname: str, source: list[str]) -> None:
     source[0] = source[0].replace(ANCHOR, "\n".join([ANCHOR, *entries]))
 
 
+def gguf_table_rst() -> list[str]:
+    """The reST lines of the table of GGUF architectures :func:`tpde.pretrained.load` reads,
+    built from the registry (``tpde.pretrained.families``): one row per family with a
+    ``GGUFMap``, in registration order — its ``architecture``, the family (and the family a
+    file is read as where its ``windowed`` values name another ``model_type``: llama's
+    Mistral, olmo2's OLMo-3) and its ``notes``. A ``list-table`` (no column widths to keep).
+    """
+    from tpde.pretrained.families import ARCHITECTURES
+
+    lines = [
+        ".. list-table::",
+        "   :header-rows: 1",
+        "   :widths: 14 14 72",
+        "",
+        "   * - architecture",
+        "     - family",
+        "     - what the translator undoes or reads beyond llama.cpp's common keys",
+    ]
+    for entry in ARCHITECTURES:
+        if entry.gguf is None:
+            continue
+        other = entry.gguf.windowed.get("model_type")
+        read_as = [f.family for f in ARCHITECTURES if f is not entry and other in f.model_types]
+        notes = " ".join(entry.gguf.notes.split()) or "nothing beyond the common keys"
+        lines += [
+            f"   * - ``{entry.gguf.architecture}``",
+            f"     - {', '.join([entry.family, *read_as])}",
+            f"     - {notes}",
+        ]
+    return [*lines, ""]
+
+
+_NORMS = {"rmsnorm": "RMSNorm", "layernorm": "LayerNorm"}
+_NORM_PARTS = {(): " (no γ, b)", ("weight",): " (no b)"}
+
+
+def _placement(entry) -> str:
+    """The family's placement, with its parallel block (always, or as a config key says)."""
+    if entry.parallel is True:
+        return f"{entry.placement}, parallel"
+    if isinstance(entry.parallel, str | tuple):
+        key = entry.parallel if isinstance(entry.parallel, str) else entry.parallel[0]
+        return f"{entry.placement}, parallel by ``{key}``"
+    return entry.placement
+
+
+def family_table_rst() -> list[str]:
+    """The reST lines of the table of the families :func:`tpde.pretrained.load` reads, built
+    from the registry in registration order: each ``Family``'s name, ``model_types``, norm
+    (a parameter-free or bias-free LayerNorm marked from ``norm_parts``), placement (and
+    parallel block) and ``summary``. A ``list-table``."""
+    from tpde.pretrained.families import ARCHITECTURES
+
+    lines = [
+        ".. list-table::",
+        "   :header-rows: 1",
+        "   :widths: 12 14 12 14 48",
+        "",
+        "   * - family",
+        "     - model_type",
+        "     - norm",
+        "     - placement",
+        "     - attention, feed-forward, positions",
+    ]
+    for entry in ARCHITECTURES:
+        norm = _NORMS[entry.norm] + _NORM_PARTS.get(entry.norm_parts.get("*"), "")
+        lines += [
+            f"   * - {entry.family}",
+            f"     - {', '.join(entry.model_types)}",
+            f"     - {norm}",
+            f"     - {_placement(entry)}",
+            f"     - {' '.join(entry.summary.split())}",
+        ]
+    return [*lines, ""]
+
+
+class _RegistryTable(Directive):
+    """A table built from the family registry: a subclass's ``lines`` gives its reST."""
+
+    has_content = False
+
+    def run(self):
+        node = nodes.container()
+        source = StringList(self.lines(), source=f"{self.name} (the family registry)")
+        self.state.nested_parse(source, self.content_offset, node)
+        return node.children
+
+
+class GGUFTable(_RegistryTable):
+    """``.. tpde-gguf-table::``: :func:`gguf_table_rst`, parsed in place."""
+
+    lines = staticmethod(gguf_table_rst)
+
+
+class FamilyTable(_RegistryTable):
+    """``.. tpde-family-table::``: :func:`family_table_rst`, parsed in place."""
+
+    lines = staticmethod(family_table_rst)
+
+
 def gif_scraper(block, block_vars, gallery_conf):
     """sphinx-gallery scraper: GIFs an example wrote into its folder become its images.
 
@@ -172,4 +279,6 @@ def setup(app):
     app.connect("autodoc-process-docstring", render_docstring, priority=600)  # after napoleon
     app.connect("source-read", render_markdown)
     app.connect("source-read", optional_pages)
+    app.add_directive("tpde-gguf-table", GGUFTable)
+    app.add_directive("tpde-family-table", FamilyTable)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -8,9 +8,6 @@ Per architecture, as the converter does it:
 llama       ``attn_q``/``attn_k`` rows (weights and biases) interleaved per head
             (``LlamaModel.permute``); vocab_size and rope.dimension_count written; a "llama3"
             RoPE scaling becomes ``rope_freqs.weight`` (``generate_extra_tensors``)
-qwen2/3,    the generic ``TextModel.set_gguf_parameters`` keys; tensors renamed only
-olmo2,
-starcoder2
 olmo3       ``Olmo2Model`` (architecture olmo2): the generic keys, the global layers' RoPE
             scaling, the window; ``attention.sliding_window_pattern`` only where ``pattern``
             is passed (:func:`convert`'s metadata)
@@ -29,6 +26,9 @@ stablelm    ``StableLMModel``: rope.dimension_count = int(f·d/H), use_parallel_
 falcon      ``FalconModel``: context 2048, feed_forward_length 4d, tensor_data_layout
             "jploski": the fused QKV rewritten from group by group to [W_q; W_k; W_v] with
             H_kv = num_kv_heads, 1 where config.json has none (Falcon-7B's multi-query)
+any other   the generic ``TextModel.set_gguf_parameters`` keys; tensors renamed only (qwen2,
+            qwen3, olmo2, starcoder2: a family whose converter class adds nothing needs no
+            line here, its architecture read from its GGUF map, :data:`ARCHITECTURES`)
 ==========  =================================================================================
 
 Matrices (2-D) are stored in ``qtype`` where their rows fill whole blocks (F32 otherwise,
@@ -46,14 +46,29 @@ import re
 import numpy as np
 import torch
 
+from tpde.pretrained.families import ARCHITECTURES as FAMILIES
+
 gguf = __import__("pytest").importorskip("gguf")
 
-#: config.json model_type → llama.cpp's architecture.
-ARCHITECTURES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma": "gemma",
-                 "gemma2": "gemma2",
-                 "gemma3_text": "gemma3", "olmo2": "olmo2", "phi": "phi2", "gpt2": "gpt2",
-                 "starcoder2": "starcoder2", "gpt_neox": "gptneox", "phi3": "phi3",
-                 "stablelm": "stablelm", "falcon": "falcon", "olmo3": "olmo2"}  # fmt: skip
+
+def _architectures() -> dict:
+    """config.json model_type → llama.cpp's architecture, from the registered GGUF maps
+    (:class:`tpde.pretrained.families.base.GGUFMap`): each map's ``model_type``, and the
+    ``model_type`` its ``windowed`` values stand for — llama's Mistral, olmo2's OLMo-3 —, which
+    llama.cpp's converter writes as the same architecture (its ``LlamaModel`` registers
+    ``MistralForCausalLM``, its ``Olmo2Model`` ``Olmo3ForCausalLM``). Only these names come
+    from tpde: how a file is written below is the converter's, never tpde's translator."""
+    out = {}
+    for entry in FAMILIES:
+        if entry.gguf is not None:
+            out[entry.gguf.model_type] = entry.gguf.architecture
+            if "model_type" in entry.gguf.windowed:
+                out[entry.gguf.windowed["model_type"]] = entry.gguf.architecture
+    return out
+
+
+#: config.json model_type → llama.cpp's architecture (:func:`_architectures`).
+ARCHITECTURES = _architectures()
 _GEMMA = ("gemma", "gemma2", "gemma3")
 
 

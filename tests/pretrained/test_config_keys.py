@@ -100,13 +100,14 @@ def _entry_and_class(family: str, model_type: str):
 
 
 def _base(family: str, model_type: str) -> dict:
-    """transformers' default config of ``model_type`` with twice its heads (the hidden size a
-    multiple of them), as transformers writes it."""
+    """transformers' default config of ``model_type`` with twice its heads, as transformers
+    writes it; the hidden size rounded up to a multiple of them where it is not one (a class
+    whose heads are ``head_dim`` wide, not hidden/heads: Seed-OSS's 4096 over 80 × 128)."""
     entry, cls = _entry_and_class(family, model_type)
     raw = cls().to_dict()
     heads, hidden = entry.keys["heads"][0], entry.keys["hidden"][0]
     raw[heads] *= 2
-    assert raw[hidden] % raw[heads] == 0
+    raw[hidden] = -(-raw[hidden] // raw[heads]) * raw[heads]
     return _through_transformers(cls, raw)
 
 

@@ -8,7 +8,8 @@ import pkgutil
 
 import pytest
 
-from tpde.pretrained import ARCHITECTURES, families
+from tpde.pretrained import ARCHITECTURES, LoadError, families, gguf_architectures
+from tpde.pretrained._gguf import gguf_family
 from tpde.pretrained.families import FAMILIES, Family, register
 
 
@@ -41,3 +42,21 @@ def test_register_refuses_a_second_claim(monkeypatch):
         register({"family": "x"})
     fresh = dataclasses.replace(llama, family="llama2", model_types=("llama2",), gguf=None)
     assert register(fresh) is fresh and families.base.FAMILIES["llama2"] is fresh
+
+
+def test_gguf_architectures_are_the_files_load_reads():
+    """``gguf_architectures()``: each architecture the translator picks a family for (that
+    family), and the list a file of any other architecture is refused with."""
+    archs = gguf_architectures()
+    assert {"llama": "llama", "phi2": "phi", "gptneox": "gpt_neox"}.items() <= archs.items()
+    assert list(archs.values()) == [e.family for e in ARCHITECTURES if e.gguf is not None]
+    for architecture, family in archs.items():
+        assert gguf_family(architecture, "m.gguf").family == family
+    known = ", ".join(archs)
+    with pytest.raises(
+        LoadError, match=rf"architecture 'bloom' .*; tpde reads GGUF files of {known}\.$"
+    ):
+        gguf_family("bloom", "m.gguf")
+    assert all(
+        isinstance(FAMILIES[f].gguf.notes, str) and FAMILIES[f].gguf.notes for f in archs.values()
+    )

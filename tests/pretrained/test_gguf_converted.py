@@ -3,7 +3,12 @@ writes them, each equal to the Hugging Face folder of the same weights — in F3
 quantised Q8_0 and Q4_0 — and to transformers' own GGUF loader where it reads the
 architecture.
 
-Each family: a tiny transformers model with EVERY parameter redrawn (Gemma's norm weights
+The cases are collected, not listed: each registered family with a GGUF map declares its
+base case in its own folder test (``GGUF_CASES``, :mod:`tests.pretrained.gguf_cases`), a
+family without one fails :func:`test_every_gguf_family_declares_its_case`, and the variants
+below (a tied head, LongRoPE, Falcon's layouts, …) vary those.
+
+Each case: a tiny transformers model with EVERY parameter redrawn (Gemma's norm weights
 on a 2⁻¹⁰ grid, so that the converter's stored 1 + w is exact in float32), written by the
 test oracle :mod:`tests.pretrained.gguf_convert` (llama.cpp's ``convert_hf_to_gguf.py``
 conventions per architecture). The folder beside it holds the values the file holds: each
@@ -18,13 +23,13 @@ types' 32-wide blocks.
 from __future__ import annotations
 
 import copy
-import re
-from pathlib import Path
+import dataclasses
 
 import numpy as np
 import pytest
 import torch
 
+from tests.pretrained.gguf_cases import SMALL, base_cases, missing_cases
 from tests.pretrained.gguf_convert import ARCHITECTURES, convert, phi3_attention_factor
 from tests.pretrained.test_load import _relative
 from tpde.pretrained import load
@@ -35,16 +40,6 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("safetensors")
 
 N = 9
-_SMALL = {"vocab_size": 40, "num_hidden_layers": 2, "max_position_embeddings": 32,
-          "hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 4,
-          "num_key_value_heads": 2}  # fmt: skip
-_GEMMA = {**_SMALL, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 256,
-          "query_pre_attn_scalar": 256, "sliding_window": 3}  # fmt: skip
-_NEOX = {**_SMALL, "num_attention_heads": 4}
-del _NEOX["num_key_value_heads"]
-_PHI3 = {**_SMALL, "pad_token_id": 0, "bos_token_id": 0, "eos_token_id": 0}
-_FALCON = {"vocab_size": 40, "num_hidden_layers": 2, "hidden_size": 32, "num_attention_heads": 4,
-           "bos_token_id": 0, "eos_token_id": 0}  # fmt: skip
 
 
 def _longrope(pairs: int) -> dict:
@@ -55,45 +50,47 @@ def _longrope(pairs: int) -> dict:
             "rope_theta": 1e4, "partial_rotary_factor": 0.5}  # fmt: skip
 
 
-#: case → (config class, config, model class)
-CASES = {
-    "llama": ("LlamaConfig", {**_SMALL, "attention_bias": True,
-                              "tie_word_embeddings": False}, "LlamaForCausalLM"),
-    "llama-tied": ("LlamaConfig", {**_SMALL, "tie_word_embeddings": True}, "LlamaForCausalLM"),
-    "qwen2": ("Qwen2Config", _SMALL, "Qwen2ForCausalLM"),
-    "qwen3": ("Qwen3Config", {**_SMALL, "head_dim": 128}, "Qwen3ForCausalLM"),
-    "gemma": ("GemmaConfig", {**_SMALL, "num_attention_heads": 2, "num_key_value_heads": 1,
-                              "head_dim": 32}, "GemmaForCausalLM"),  # head_dim ≠ d/H
-    "gemma2": ("Gemma2Config", _GEMMA, "Gemma2ForCausalLM"),
-    "gemma3": ("Gemma3TextConfig", {**_GEMMA, "num_hidden_layers": 3}, "Gemma3ForCausalLM"),
-    "olmo2": ("Olmo2Config", {**_SMALL, "tie_word_embeddings": False}, "Olmo2ForCausalLM"),
-    "phi": ("PhiConfig", {**_NEOX, "intermediate_size": 128, "partial_rotary_factor": 0.5},
-            "PhiForCausalLM"),
-    "gpt2": ("GPT2Config", {"vocab_size": 40, "n_layer": 2, "n_positions": 1024, "n_embd": 32,
-                            "n_head": 4}, "GPT2LMHeadModel"),
-    "starcoder2": ("Starcoder2Config", {**_SMALL, "sliding_window": None},
-                   "Starcoder2ForCausalLM"),
-    "gpt_neox": ("GPTNeoXConfig", {**_NEOX, "rotary_pct": 0.5}, "GPTNeoXForCausalLM"),
-    "gpt_neox-sequential": ("GPTNeoXConfig", {**_NEOX, "rotary_pct": 0.25,
-                                              "use_parallel_residual": False},
-                            "GPTNeoXForCausalLM"),
-    "phi3": ("Phi3Config", _PHI3, "Phi3ForCausalLM"),
-    "phi3-longrope": ("Phi3Config", {**_PHI3, "original_max_position_embeddings": 4,
-                                     "rope_parameters": _longrope(2)}, "Phi3ForCausalLM"),
-    "stablelm": ("StableLmConfig", {**_SMALL, "use_qkv_bias": True}, "StableLmForCausalLM"),
-    "stablelm-qk-parallel": ("StableLmConfig", {**_SMALL, "qk_layernorm": True,
-                                                "use_parallel_residual": True,
-                                                "partial_rotary_factor": 0.5},
-                             "StableLmForCausalLM"),
-    "falcon": ("FalconConfig", _FALCON, "FalconForCausalLM"),  # multi-query (Falcon-7B)
-    "falcon-grouped": ("FalconConfig", {**_FALCON, "new_decoder_architecture": True,
-                                        "num_kv_heads": 2}, "FalconForCausalLM"),
-    "falcon-grouped-one-norm": ("FalconConfig", {**_FALCON, "new_decoder_architecture": True,
-                                                 "num_kv_heads": 2,
-                                                 "num_ln_in_parallel_attn": 1},
-                                "FalconForCausalLM"),
-    "falcon-per-head": ("FalconConfig", {**_FALCON, "multi_query": False}, "FalconForCausalLM"),
+#: family → its base case (config class, config, model class), declared by the family's own
+#: folder test (``GGUF_CASES`` of tests/pretrained/test_load*.py; tests/pretrained/gguf_cases.py).
+BASE = base_cases()
+
+#: The further cases of a family: case → (family, its config as a function of the base
+#: case's), with the base case's config and model classes.
+VARIANTS = {
+    "llama-tied": ("llama", lambda base: {**SMALL, "tie_word_embeddings": True}),
+    "gpt_neox-sequential": ("gpt_neox", lambda base: {**base, "rotary_pct": 0.25,
+                                                      "use_parallel_residual": False}),
+    "phi3-longrope": ("phi3", lambda base: {**base, "original_max_position_embeddings": 4,
+                                            "rope_parameters": _longrope(2)}),
+    "stablelm-qk-parallel": ("stablelm", lambda base: {**SMALL, "qk_layernorm": True,
+                                                       "use_parallel_residual": True,
+                                                       "partial_rotary_factor": 0.5}),
+    "falcon-grouped": ("falcon", lambda base: {**base, "new_decoder_architecture": True,
+                                               "num_kv_heads": 2}),
+    "falcon-grouped-one-norm": ("falcon", lambda base: {**base, "new_decoder_architecture": True,
+                                                        "num_kv_heads": 2,
+                                                        "num_ln_in_parallel_attn": 1}),
+    "falcon-per-head": ("falcon", lambda base: {**base, "multi_query": False}),
 }  # fmt: skip
+
+
+def _cases() -> dict:
+    """case → (config class, config, model class): each registered GGUF family's base case
+    (named as the family), then its variants, in registry order."""
+    out = {}
+    for entry in FAMILIES.values():
+        if entry.family not in BASE:
+            continue  # test_every_gguf_family_declares_its_case names it
+        config_cls, kwargs, model_cls = BASE[entry.family]
+        out[entry.family] = (config_cls, kwargs, model_cls)
+        for case, (family, rule) in VARIANTS.items():
+            if family == entry.family:
+                out[case] = (config_cls, rule(kwargs), model_cls)
+    return out
+
+
+#: case → (config class, config, model class)
+CASES = _cases()
 QTYPES = ("F32", "F16", "Q8_0", "Q4_0")
 _EPS = ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_epsilon")
 
@@ -176,8 +173,8 @@ def test_file_equals_the_folder_of_its_values(case, qtype, tmp_path):
 #: QK-norms (its default rotates a quarter of each head, the tiny "stablelm"'s;
 #: "stablelm-qk-parallel" is the folder's alone), nor a Falcon's layout (it builds every falcon
 #: file as multi-query Falcon-7B, the tiny "falcon": the other layouts are the folder's alone).
-#: Architectures it does not read (transformers 5: gemma, olmo2, phi2, gptneox) are skipped, naming
-#: the reason: their folder is their one oracle.
+#: Architectures it does not read (its GGUF_SUPPORTED_ARCHITECTURES; with transformers 5 gemma,
+#: olmo2, phi2, gptneox) are skipped, naming the reason: their folder is their one oracle.
 HF_CASES = [case for case in CASES if case not in (
     "llama", "phi3-longrope", "stablelm-qk-parallel", "falcon-grouped", "falcon-grouped-one-norm",
     "falcon-per-head")]  # fmt: skip
@@ -253,16 +250,32 @@ def test_file_equals_transformers_gguf_loader(case, qtype, dtype, tolerance, tmp
     assert max(measured.values()) < tolerance, measured
 
 
-def test_every_gguf_map_is_a_case_here_and_listed_in_the_docs():
-    """The architectures tpde reads (the families' GGUF maps) are exactly those the oracle
-    writes, those of the cases above, and those README.md and docs/api/pretrained.rst list."""
-    registered = {entry.gguf.architecture for entry in FAMILIES.values() if entry.gguf}
-    assert set(ARCHITECTURES.values()) == registered
-    cases = {ARCHITECTURES[getattr(transformers, c[0]).model_type] for c in CASES.values()}
-    assert cases == registered
-    root = Path(__file__).parents[2]
-    readme = (root / "README.md").read_text()
-    sentence = readme[readme.index("`general.architecture` is one of") :].split("in any type")[0]
-    assert set(re.findall(r"`(\w+)`", sentence)) - {"general"} == registered
-    rst = (root / "docs" / "api" / "pretrained.rst").read_text()
-    assert set(re.findall(r"^``(\w+)``  ", rst, flags=re.MULTILINE)) == registered
+def test_every_gguf_family_declares_its_case():
+    """Every registered family with a GGUF map has its base case (``GGUF_CASES`` of its folder
+    test), or this fails naming it: a new family cannot go untested here. Each case is a model
+    of its family's architecture (as the oracle's converter writes it), and every variant
+    varies a declared base case."""
+    missing = missing_cases(BASE)
+    assert not missing, (
+        f"the GGUF families {missing} declare no GGUF case: give GGUF_CASES = {{family: (config "
+        "class, config, model class)} in the family's folder test, "
+        "tests/pretrained/test_load_<family>.py (tests/pretrained/gguf_cases.py)"
+    )
+    gguf_families = {entry.family for entry in FAMILIES.values() if entry.gguf is not None}
+    assert set(BASE) <= gguf_families, sorted(set(BASE) - gguf_families)
+    for family, (config_cls, _, _) in BASE.items():
+        model_type = getattr(transformers, config_cls).model_type
+        assert ARCHITECTURES[model_type] == FAMILIES[family].gguf.architecture, family
+    assert {family for family, _ in VARIANTS.values()} <= set(BASE)
+
+
+def test_a_gguf_family_without_a_case_is_named():
+    """The check above names a family registered with a GGUF map and no case (llama's entry
+    under a new name and architecture), and no family without a map."""
+    llama = FAMILIES["llama"]
+    clone = dataclasses.replace(
+        llama, family="llama9", model_types=("llama9",),
+        gguf=dataclasses.replace(llama.gguf, architecture="llama9"),
+    )  # fmt: skip
+    plain = dataclasses.replace(clone, family="llama10", model_types=("llama10",), gguf=None)
+    assert missing_cases(BASE, [*FAMILIES.values(), clone, plain]) == ["llama9"]

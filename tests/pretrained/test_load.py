@@ -13,6 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.pretrained.gguf_cases import SMALL
 from tpde.pretrained import Transformer, load
 
 transformers = pytest.importorskip("transformers")
@@ -68,6 +69,17 @@ FAMILIES = {
              "Post-LN, token types, learned positions, embedding LayerNorm, GELU", False),
     "roberta": ("RobertaConfig", {**_BERT, "max_position_embeddings": 34}, "RobertaModel",
                 "position offset pad + 1", False),
+}  # fmt: skip
+
+#: family → its GGUF case (config class, config, model class): the tiny model that
+#: test_gguf_converted writes as llama.cpp's converter does (tests/pretrained/gguf_cases.py).
+GGUF_CASES = {
+    "llama": ("LlamaConfig", {**SMALL, "attention_bias": True, "tie_word_embeddings": False},
+              "LlamaForCausalLM"),
+    "qwen2": ("Qwen2Config", {**SMALL}, "Qwen2ForCausalLM"),
+    "qwen3": ("Qwen3Config", {**SMALL, "head_dim": 128}, "Qwen3ForCausalLM"),
+    "gpt2": ("GPT2Config", {"vocab_size": 40, "n_layer": 2, "n_positions": 1024, "n_embd": 32,
+                            "n_head": 4}, "GPT2LMHeadModel"),
 }  # fmt: skip
 
 

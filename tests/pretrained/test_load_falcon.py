@@ -21,6 +21,14 @@ from tpde.pretrained import LoadError, load
 
 transformers = pytest.importorskip("transformers")
 
+#: family → its GGUF case (config class, config, model class; tests/pretrained/gguf_cases.py):
+#: multi-query (Falcon-7B's layout, the one transformers' GGUF loader builds).
+GGUF_CASES = {
+    "falcon": ("FalconConfig", {"vocab_size": 40, "num_hidden_layers": 2, "hidden_size": 32,
+                                "num_attention_heads": 4, "bos_token_id": 0, "eos_token_id": 0},
+               "FalconForCausalLM"),
+}  # fmt: skip
+
 CASES = {
     "grouped, two norms": {"new_decoder_architecture": True, "num_kv_heads": 2, "bias": True},
     "grouped, one norm": {"new_decoder_architecture": True, "num_kv_heads": 2,

@@ -10,10 +10,18 @@ import pytest
 import torch
 
 from tests.pretrained import family_checks as fc
+from tests.pretrained.gguf_cases import SMALL
 from tpde.pretrained import LoadError, load
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("safetensors")
+
+#: family → its GGUF case (config class, config, model class; tests/pretrained/gguf_cases.py):
+#: head_dim 32 ≠ d/H.
+GGUF_CASES = {
+    "gemma": ("GemmaConfig", {**SMALL, "num_attention_heads": 2, "num_key_value_heads": 1,
+                              "head_dim": 32}, "GemmaForCausalLM"),
+}  # fmt: skip
 
 _SMALL = {"vocab_size": 40, "hidden_size": 16, "intermediate_size": 24, "num_hidden_layers": 2,
           "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,

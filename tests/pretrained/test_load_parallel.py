@@ -15,12 +15,24 @@ import re
 import pytest
 import torch
 
+from tests.pretrained.gguf_cases import SMALL
 from tests.pretrained.test_load import _exact_float64, _relative
 from tpde.fields import Parallel
 from tpde.pretrained import load
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("safetensors")
+
+#: family → its GGUF case (config class, config, model class; tests/pretrained/gguf_cases.py).
+_GGUF_NEOX = {k: v for k, v in SMALL.items() if k != "num_key_value_heads"}
+GGUF_CASES = {
+    "phi": (
+        "PhiConfig",
+        {**_GGUF_NEOX, "intermediate_size": 128, "partial_rotary_factor": 0.5},
+        "PhiForCausalLM",
+    ),
+    "gpt_neox": ("GPTNeoXConfig", {**_GGUF_NEOX, "rotary_pct": 0.5}, "GPTNeoXForCausalLM"),
+}
 
 N = 9
 _NEOX = {"vocab_size": 40, "num_hidden_layers": 2, "max_position_embeddings": 32,

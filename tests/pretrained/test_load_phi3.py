@@ -11,11 +11,21 @@ import pytest
 import torch
 
 from tests.pretrained import family_checks as fc
+from tests.pretrained.gguf_cases import SMALL
 from tpde.fields import LongRoPE
 from tpde.pretrained import LoadError, load
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("safetensors")
+
+#: family → its GGUF case (config class, config, model class; tests/pretrained/gguf_cases.py).
+GGUF_CASES = {
+    "phi3": (
+        "Phi3Config",
+        {**SMALL, "pad_token_id": 0, "bos_token_id": 0, "eos_token_id": 0},
+        "Phi3ForCausalLM",
+    ),
+}
 
 _SMALL = {"vocab_size": 40, "hidden_size": 32, "intermediate_size": 24, "num_hidden_layers": 2,
           "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64,

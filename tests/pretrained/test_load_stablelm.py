@@ -10,11 +10,17 @@ import pytest
 import torch
 
 from tests.pretrained import family_checks as fc
+from tests.pretrained.gguf_cases import SMALL
 from tpde.fields import Parallel
 from tpde.pretrained import LoadError, load
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("safetensors")
+
+#: family → its GGUF case (config class, config, model class; tests/pretrained/gguf_cases.py).
+GGUF_CASES = {
+    "stablelm": ("StableLmConfig", {**SMALL, "use_qkv_bias": True}, "StableLmForCausalLM")
+}
 
 _SMALL = {"vocab_size": 40, "hidden_size": 16, "intermediate_size": 24, "num_hidden_layers": 2,
           "num_attention_heads": 2, "num_key_value_heads": 1, "max_position_embeddings": 32,

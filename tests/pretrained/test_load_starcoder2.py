@@ -5,10 +5,16 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.pretrained.gguf_cases import SMALL
 from tests.pretrained.test_load import _exact_float64, _relative
 from tpde.pretrained import load
 
 transformers = pytest.importorskip("transformers")
+
+#: family → its GGUF case (config class, config, model class; tests/pretrained/gguf_cases.py).
+GGUF_CASES = {
+    "starcoder2": ("Starcoder2Config", {**SMALL, "sliding_window": None}, "Starcoder2ForCausalLM"),
+}
 
 
 @pytest.mark.parametrize("window", [None, 3])

@@ -1,9 +1,9 @@
 """Real attention: a pretrained Transformer's weights as tpde fields, sentences as measures.
 
 :func:`load` reads any checkpoint on disk of a known family (a Hugging Face folder, or a
-GGUF file of a family with a GGUF map; :data:`ARCHITECTURES`, one module per family in
-:mod:`tpde.pretrained.families`) as a :class:`Transformer`, by one road: checkpoint → config
-record → family entry → Transformer.
+GGUF file of a family with a GGUF map, :func:`gguf_architectures`; :data:`ARCHITECTURES`, one
+module per family in :mod:`tpde.pretrained.families`) as a :class:`Transformer`, by one road:
+checkpoint → config record → family entry → Transformer.
 
 Three models: Gemma-3-270M (an 18-layer Peri-LN decoder, 4-bit GGUF weights dequantised,
 :func:`load_gemma3_270m`; extra ``tpde[gemma]``, the Gemma Terms of Use), all-MiniLM-L6-v2
@@ -19,7 +19,7 @@ no transformers needed): :func:`random_checkpoint` writes one as a folder,
 :func:`random_model` loads one.
 """
 
-from tpde.pretrained.families import ARCHITECTURES
+from tpde.pretrained.families import ARCHITECTURES, gguf_architectures
 from tpde.pretrained.gemma3 import gemma3_270m_path, load_gemma3_270m
 from tpde.pretrained.loader import CheckpointSize, LoadError, checkpoint_size, load, read_checkpoint
 from tpde.pretrained.minilm import (
@@ -69,6 +69,7 @@ __all__ = [
     "depth_energies",
     "embed",
     "gemma3_270m_path",
+    "gguf_architectures",
     "hidden_states",
     "layer_metrics",
     "layer_steps",

@@ -68,7 +68,7 @@ from tpde._validation import require_package as require
 from tpde.pretrained import _gguf_rope
 from tpde.pretrained._build import _CONV1D
 from tpde.pretrained._checkpoint import LoadError, Source
-from tpde.pretrained.families.base import FAMILIES, Family
+from tpde.pretrained.families.base import FAMILIES, Family, gguf_architectures
 
 __all__ = [
     "STANDARD_EQUAL",
@@ -176,7 +176,7 @@ def gguf_family(architecture, where: str) -> Family:
     for entry in FAMILIES.values():
         if entry.gguf is not None and entry.gguf.architecture == architecture:
             return entry
-    known = ", ".join(e.gguf.architecture for e in FAMILIES.values() if e.gguf is not None)
+    known = ", ".join(gguf_architectures())
     raise LoadError(
         f"{where} holds a model of architecture {architecture!r} (general.architecture); "
         f"tpde reads GGUF files of {known}."

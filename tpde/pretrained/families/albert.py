@@ -14,6 +14,11 @@ _ALBERT = "encoder.albert_layer_groups.{g}.albert_layers.{j}."
 ALBERT = register(
     Family(
         family="albert",
+        summary=(
+            "as bert, ONE shared layer applied L times (autonomous), or G groups of k blocks "
+            "(layer i: group ⌊i/(L/G)⌋); embeddings of width E mapped to d; MLM head, pooler, "
+            "classifier"
+        ),
         model_types=("albert",),
         keys={
             **BERT_KEYS,

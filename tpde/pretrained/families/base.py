@@ -27,6 +27,7 @@ __all__ = [
     "Architecture",
     "Family",
     "GGUFMap",
+    "gguf_architectures",
     "register",
 ]
 
@@ -163,6 +164,11 @@ class GGUFMap:
         llama.cpp reads as another model — olmo2's ``model_type`` "olmo3": its
         ``load_hparams`` (LLM_ARCH_OLMO2) reads such a file as OLMo-3's local and global
         layers (``set_swa_pattern(4)``), which the olmo3 family reads.
+    notes : str
+        What the translator undoes or reads beyond llama.cpp's common keys for these files,
+        in a line or two of reStructuredText prose (the documentation's table of GGUF
+        architectures, ``docs/api/pretrained.rst``, is built from every map's ``notes``;
+        empty: nothing beyond them).
     """
 
     architecture: str
@@ -187,6 +193,7 @@ class GGUFMap:
     defaults: dict = field(default_factory=dict)
     switched_off: dict = field(default_factory=dict)
     windowed: dict = field(default_factory=dict)
+    notes: str = ""
 
     def __post_init__(self):
         """A ``computed`` value that is not a function refused (named), when the map is built."""
@@ -375,6 +382,11 @@ class Family:
     #: a layout its ``reads`` keys select (Falcon's grouped attention), a variant of its RoPE
     #: (Llama's llama3 scaling). Empty: the generic ones.
     random_config: dict = field(default_factory=dict)
+    #: The family's attention, feed-forward and positions, beyond what ``norm``,
+    #: ``norm_parts``, ``placement`` and ``parallel`` say, in a line or two of
+    #: reStructuredText prose: its row of the documentation's table of families
+    #: (``docs/api/pretrained.rst``, built from every entry).
+    summary: str = ""
 
 
 #: Config keys that play no part in any family's computation, and why: a family's
@@ -458,6 +470,23 @@ def register(entry: Family) -> Family:
     FAMILIES[entry.family] = entry
     ARCHITECTURES.append(entry)
     return entry
+
+
+def gguf_architectures() -> dict[str, str]:
+    """The GGUF files :func:`tpde.pretrained.load` reads: each ``general.architecture`` with a
+    :class:`GGUFMap` among the registered families → that family's name, in registration order.
+
+    The one list of them (the documentation's table and README point here): a new family's
+    module with a ``gguf`` map adds its architecture; a file of any other is refused, naming
+    it and listing these.
+
+    Returns
+    -------
+    dict
+        llama.cpp's architecture name → family name, e.g. ``"llama": "llama"``,
+        ``"phi2": "phi"``, ``"gptneox": "gpt_neox"``.
+    """
+    return {e.gguf.architecture: e.family for e in ARCHITECTURES if e.gguf is not None}
 
 
 # ---------------------------------------------------------------------- pieces families share

@@ -72,6 +72,11 @@ _MLM_HEADS = (
 BERT = register(
     Family(
         family="bert",
+        summary=(
+            "bidirectional MHA with biases; GELU MLP; learned positions (RoBERTa: offset pad + "
+            "1) and token types, then the embedding LayerNorm; the masked-LM head, pooler and "
+            "sequence-classification head where present"
+        ),
         model_types=("bert", "roberta"),
         keys=BERT_KEYS,
         honoured=BERT_HONOURED,

@@ -67,6 +67,10 @@ def _variant(raw: dict) -> Family:
 BLOOM = register(
     Family(
         family="bloom",
+        summary=(
+            "ALiBi (bias formed in float32), no position table; embedding LayerNorm; fused QKV "
+            "per head; BLOOM's GELU-tanh"
+        ),
         model_types=("bloom",),
         keys={
             "hidden": ("hidden_size", 64),

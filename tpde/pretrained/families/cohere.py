@@ -15,6 +15,7 @@ __all__ = ["COHERE"]
 COHERE = register(
     Family(
         family="cohere",
+        summary=("interleaved RoPE; LayerNorm without bias; per-head QK-norm gains; logit_scale"),
         model_types=("cohere",),
         keys={
             **LLAMA_KEYS,

@@ -105,6 +105,11 @@ def _variant(raw: dict) -> Family:
 FALCON = register(
     Family(
         family="falcon",
+        summary=(
+            "grouped (new_decoder_architecture), multi-query or per-head fused QKV; one or two "
+            "norms; RoPE, or ALiBi (bfloat16, before the 1/√d_h scale); parallel or sequential "
+            "blocks (parallel_attn)"
+        ),
         model_types=("falcon",),
         keys={
             "hidden": ("hidden_size", REQUIRED),
@@ -154,6 +159,11 @@ FALCON = register(
             fixed=dict(new_decoder_architecture=True, parallel_attn=True, alibi=False, bias=False),
             flags={"num_ln_in_parallel_attn": ("blk.0.attn_norm_2.weight", 2, 1)},
             literal={"tensor_data_layout": "jploski"},
+            notes=(
+                "every layout read as llama.cpp's one: the grouped layout, H_kv from "
+                "``head_count_kv``, the fused QKV re-interleaved group by group, two norms where "
+                "``attn_norm_2`` is held; no biases, no ALiBi"
+            ),
         ),
     )
 )

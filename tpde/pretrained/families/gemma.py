@@ -22,6 +22,7 @@ __all__ = ["GEMMA"]
 GEMMA = register(
     Family(
         family="gemma",
+        summary=("as llama; GeGLU (legacy gelu read as GELU-tanh); √d embedding; gains 1 + w"),
         model_types=("gemma",),
         keys={
             **LLAMA_KEYS,
@@ -47,7 +48,11 @@ GEMMA = register(
             model_type="gemma",
             stored_gain_offset=1.0,
             tokenizer="spm",
-            defaults={"rope.freq_base": 10_000.0},  # llama_model::load_hparams' default
+            defaults={"rope.freq_base": 10_000.0},  # llama_model::load_hparams' default,
+            notes=(
+                "norm gains stored 1 + w; RoPE base 10⁴ where absent (llama.cpp's default; its "
+                "converter writes none)"
+            ),
         ),
     )
 )

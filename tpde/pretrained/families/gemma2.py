@@ -93,6 +93,10 @@ GEMMA_HONOURED = {
 GEMMA2 = register(
     Family(
         family="gemma2",
+        summary=(
+            "GQA + RoPE, query_pre_attn_scalar, score soft-cap; GeGLU (tanh); local/global "
+            "layers; √d embedding; final logit soft-cap; gains 1 + w"
+        ),
         model_types=("gemma2",),
         keys={
             **GEMMA_KEYS,
@@ -127,6 +131,11 @@ GEMMA2 = register(
                 "attn_logit_softcapping": 50.0,
                 "final_logit_softcapping": 30.0,
             },
+            notes=(
+                "norm gains stored 1 + w; soft-caps, window (1 local : 1 global), each "
+                "llama.cpp's default (50, 30, 4096) where absent; query_pre_attn_scalar as "
+                "llama.cpp derives it"
+            ),
         ),
     )
 )

@@ -30,6 +30,7 @@ __all__ = ["GEMMA3"]
 GEMMA3 = register(
     Family(
         family="gemma3",
+        summary=("as gemma2 without soft-caps, per-head QK-RMSNorm, local RoPE base"),
         model_types=("gemma3_text",),
         keys={
             **{k: v for k, v in GEMMA_KEYS.items() if k != "attn_softcap"},
@@ -75,6 +76,10 @@ GEMMA3 = register(
             # optional there, 10⁴ (llama_model::load_hparams' default), not Gemma-3's 10⁶
             required=("attention.sliding_window",),
             defaults={"rope.freq_base": 10_000.0},
+            notes=(
+                "norm gains stored 1 + w; window (5 local : 1 global), final soft-cap; RoPE base "
+                "10⁴ where absent (llama.cpp's default, not Gemma-3's 10⁶)"
+            ),
         ),
     )
 )

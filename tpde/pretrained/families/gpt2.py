@@ -57,6 +57,10 @@ GPT_ALIASES = {
 GPT2 = register(
     Family(
         family="gpt2",
+        summary=(
+            "causal MHA with biases, fused QKV in transposed Conv1D weights; GELU-tanh MLP; "
+            "learned absolute positions"
+        ),
         model_types=("gpt2",),
         keys={**GPT_KEYS, "tied": ("tie_word_embeddings", True)},
         honoured={
@@ -89,6 +93,11 @@ GPT2 = register(
         buffers=(".attn.bias", ".attn.masked_bias"),
         facts={"position_offset": 0, "fused_qkv": "c_attn = [W_q | W_k | W_v] (in, 3d)"},
         classifiers=SCORE_HEAD,
-        gguf=GGUFMap(architecture="gpt2", model_type="gpt2", transposed=True),
+        gguf=GGUFMap(
+            architecture="gpt2",
+            model_type="gpt2",
+            transposed=True,
+            notes=("Conv1D weights transposed back to (in, out)"),
+        ),
     )
 )

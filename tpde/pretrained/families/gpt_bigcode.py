@@ -32,6 +32,10 @@ def _variant(raw: dict) -> Family:
 GPT_BIGCODE = register(
     Family(
         family="gpt_bigcode",
+        summary=(
+            "as gpt2 (nn.Linear weights); multi_query: one key/value head, [W_q; W_k; W_v]; else "
+            "fused per head"
+        ),
         model_types=("gpt_bigcode",),
         keys={
             **GPT_KEYS,

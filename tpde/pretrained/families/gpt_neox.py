@@ -33,6 +33,7 @@ del NEOX_KEYS["type_vocab"], NEOX_KEYS["pad"]
 GPT_NEOX = register(
     Family(
         family="gpt_neox",
+        summary=("fused QKV per head; partial RoPE (rotary_pct); two norms; GELU MLP"),
         model_types=("gpt_neox",),
         keys=NEOX_KEYS,
         honoured={},
@@ -73,6 +74,7 @@ GPT_NEOX = register(
             keys={"use_parallel_residual": "use_parallel_residual"},
             rotary_fraction="rotary_pct",
             qkv_blocks=True,
+            notes=("fused QKV re-interleaved head by head; ``use_parallel_residual``"),
         ),
     )
 )

@@ -14,6 +14,7 @@ _GPTJ = "transformer.h.{l}."
 GPTJ = register(
     Family(
         family="gptj",
+        summary=("interleaved RoPE on rotary_dim; one norm; no Q/K/V/O biases; head bias"),
         model_types=("gptj",),
         keys={
             **GPT_KEYS,

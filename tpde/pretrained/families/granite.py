@@ -35,6 +35,10 @@ __all__ = ["GRANITE"]
 GRANITE = register(
     Family(
         family="granite",
+        summary=(
+            "as llama; embedding, residual, attention and logit multipliers (the residual one: a "
+            "time-scale)"
+        ),
         model_types=("granite",),
         keys={
             **LLAMA_KEYS,

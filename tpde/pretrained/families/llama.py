@@ -77,6 +77,7 @@ LLAMA_NAMES = {
 LLAMA = register(
     Family(
         family="llama",
+        summary=("causal GQA + RoPE (half); SwiGLU"),
         model_types=("llama",),
         keys=LLAMA_KEYS,
         honoured=LLAMA_HONOURED,
@@ -108,6 +109,12 @@ LLAMA = register(
             rope_freqs=True,
             switched_off=WINDOW_NOT_READ,
             windowed={"model_type": "mistral"},
+            notes=(
+                "``attn_q``/``attn_k`` rows un-permuted; Mistral's files (llama.cpp writes them "
+                "as llama, without a window); a Llama-3 ``rope_freqs.weight`` read as its "
+                "per-pair RoPE divisors; a window as llama.cpp computes it (not read; warned "
+                'where it binds) or, with ``gguf_window="file"``, as Mistral\'s'
+            ),
         ),
     )
 )

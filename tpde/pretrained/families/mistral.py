@@ -20,6 +20,7 @@ __all__ = ["MISTRAL"]
 MISTRAL = register(
     Family(
         family="mistral",
+        summary=("as llama, sliding window, no biases"),
         model_types=("mistral",),
         keys={
             **LLAMA_KEYS,

@@ -24,6 +24,10 @@ _MOE = "model.layers.{l}.block_sparse_moe."
 MIXTRAL = register(
     Family(
         family="mixtral",
+        summary=(
+            "as mistral; the MLP a MixtureOfExperts of E SwiGLU experts, top k, renormalised "
+            "over the k"
+        ),
         model_types=("mixtral",),
         keys={
             **LLAMA_KEYS,

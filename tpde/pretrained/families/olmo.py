@@ -13,6 +13,7 @@ __all__ = ["OLMO"]
 OLMO = register(
     Family(
         family="olmo",
+        summary=("as llama; parameter-free LayerNorm (γ = 1, b = 0); clip_qkv"),
         model_types=("olmo",),
         keys={
             **{k: v for k, v in LLAMA_KEYS.items() if k != "norm_eps"},

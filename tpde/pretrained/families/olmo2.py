@@ -67,6 +67,7 @@ def llamacpp_olmo3_rope(raw: dict):
 OLMO2 = register(
     Family(
         family="olmo2",
+        summary=("as llama, QK-RMSNorm over the whole projection"),
         model_types=("olmo2",),
         keys={**LLAMA_KEYS, "norm_eps": ("rms_norm_eps", 1e-5)},
         honoured={**LLAMA_HONOURED, "clip_qkv": (None,)},
@@ -99,6 +100,12 @@ OLMO2 = register(
             # rope.freq_base is optional in llama_model::load_hparams (10⁴), not OLMo-3's 5·10⁵
             defaults={"rope.freq_base": 10_000.0},
             computed={"layer_types": llamacpp_olmo3_layers, "rope_parameters": llamacpp_olmo3_rope},
+            notes=(
+                "a window > 0 (llama.cpp's converter writes OLMo-3 so): read as the olmo3 "
+                "family, llama.cpp's pattern (``sliding_window_pattern``, a period or a flag per "
+                "layer; 4 where absent: 3 local : 1 global), the local layers' RoPE unscaled at "
+                "the one ``rope.freq_base``"
+            ),
         ),
     )
 )

@@ -35,6 +35,10 @@ OLMO3_THETA = 500_000.0
 OLMO3 = register(
     Family(
         family="olmo3",
+        summary=(
+            "as olmo2; 3 local : 1 global layers (layer_types); RoPE per layer type (global "
+            "scaled, e.g. YaRN; local not)"
+        ),
         model_types=("olmo3",),
         keys={
             **LLAMA_KEYS,

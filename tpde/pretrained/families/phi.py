@@ -25,6 +25,10 @@ _PHI = "model.layers.{l}."
 PHI = register(
     Family(
         family="phi",
+        summary=(
+            "partial RoPE; one norm; GELU-tanh MLP; final LayerNorm; head bias; qk_layernorm: "
+            "per-head QK-LayerNorm"
+        ),
         model_types=("phi",),
         keys={
             **NEOX_KEYS,
@@ -64,7 +68,10 @@ PHI = register(
         },
         classifiers=SCORE_HEAD,
         gguf=GGUFMap(
-            architecture="phi2", model_type="phi", rotary_fraction="partial_rotary_factor"
+            architecture="phi2",
+            model_type="phi",
+            rotary_fraction="partial_rotary_factor",
+            notes=("partial RoPE from ``rope.dimension_count``"),
         ),
     )
 )

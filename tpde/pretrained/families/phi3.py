@@ -40,6 +40,7 @@ _ROPE_TYPES = ("default", "longrope")
 PHI3 = register(
     Family(
         family="phi3",
+        summary=("as llama with fused QKV and gate_up; LongRoPE; sliding window"),
         model_types=("phi3",),
         keys={
             **LLAMA_KEYS,
@@ -87,6 +88,12 @@ PHI3 = register(
                 "attention.sliding_window": "turns off for {arch} files (its load_hparams: "
                 "'Phi SWA is currently disabled', llama.cpp PR 13676)"
             },
+            notes=(
+                "partial RoPE from ``rope.dimension_count``; LongRoPE's factor tensors and "
+                "``rope.scaling.attn_factor``; the window as llama.cpp computes it (off; warned "
+                'where it binds within the context) or, with ``gguf_window="file"``, applied as '
+                "the checkpoint does"
+            ),
         ),
     )
 )

@@ -36,6 +36,10 @@ QWEN_WINDOW_KEYS = {
 QWEN2 = register(
     Family(
         family="qwen2",
+        summary=(
+            "as llama, with Q/K/V biases; use_sliding_window: the window on layers ≥ "
+            "max_window_layers"
+        ),
         model_types=("qwen2",),
         keys={**LLAMA_KEYS, **QWEN_WINDOW_KEYS},
         honoured=QWEN_HONOURED,
@@ -54,6 +58,10 @@ QWEN2 = register(
             model_type="qwen2",
             switched_off=WINDOW_NOT_READ,
             windowed={"use_sliding_window": True, "max_window_layers": 0},
+            notes=(
+                "a window as llama.cpp computes it (not read; warned where it binds) or, with "
+                '``gguf_window="file"``, on every layer'
+            ),
         ),
     )
 )

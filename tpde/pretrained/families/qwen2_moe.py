@@ -31,6 +31,10 @@ _MLP = "model.layers.{l}.mlp."
 QWEN2_MOE = register(
     Family(
         family="qwen2_moe",
+        summary=(
+            "as qwen2; MixtureOfExperts (top k, renormalised if norm_topk_prob) plus a σ-gated "
+            "shared SwiGLU expert"
+        ),
         model_types=("qwen2_moe",),
         keys={
             **LLAMA_KEYS,

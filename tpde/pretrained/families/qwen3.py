@@ -21,6 +21,7 @@ __all__ = ["QWEN3"]
 QWEN3 = register(
     Family(
         family="qwen3",
+        summary=("as llama, per-head QK-RMSNorm"),
         model_types=("qwen3",),
         keys={
             **LLAMA_KEYS,
@@ -47,6 +48,10 @@ QWEN3 = register(
             model_type="qwen3",
             switched_off=WINDOW_NOT_READ,
             windowed={"use_sliding_window": True, "max_window_layers": 0},
+            notes=(
+                "a window as llama.cpp computes it (not read; warned where it binds) or, with "
+                '``gguf_window="file"``, on every layer'
+            ),
         ),
     )
 )

@@ -28,6 +28,7 @@ _ATTENTION = "model.layers.{l}.self_attn."
 STABLELM = register(
     Family(
         family="stablelm",
+        summary=("partial RoPE; per-head QK-LayerNorm gains; optional parallel residual"),
         model_types=("stablelm",),
         keys={
             **LLAMA_KEYS,
@@ -73,6 +74,11 @@ STABLELM = register(
             rotary_fraction="partial_rotary_factor",
             stacked={"q_norm": _ATTENTION + "q_layernorm", "k_norm": _ATTENTION + "k_layernorm"},
             flags={"qk_layernorm": ("blk.0.attn_q_norm.weight", True, False)},
+            notes=(
+                "partial RoPE from ``rope.dimension_count``; the stacked (H, d_h) QK-norm gains "
+                "split per head; QK-norms and Q/K/V biases by the tensors; "
+                "``use_parallel_residual``"
+            ),
         ),
     )
 )

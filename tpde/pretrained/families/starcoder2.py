@@ -22,6 +22,7 @@ _LAYER = "model.layers.{l}."
 STARCODER2 = register(
     Family(
         family="starcoder2",
+        summary=("GQA + RoPE with biases (use_bias); GELU-tanh MLP; sliding window"),
         model_types=("starcoder2",),
         keys={
             **LLAMA_KEYS,
@@ -54,7 +55,13 @@ STARCODER2 = register(
         facts={"rope_style": "half", "window": "sliding_window: p_i − p_j < w"},
         classifiers=SCORE_HEAD,
         gguf=GGUFMap(
-            architecture="starcoder2", model_type="starcoder2", switched_off=WINDOW_NOT_READ
+            architecture="starcoder2",
+            model_type="starcoder2",
+            switched_off=WINDOW_NOT_READ,
+            notes=(
+                "a window as llama.cpp computes it (not read; warned where it binds) or, with "
+                '``gguf_window="file"``, on every layer'
+            ),
         ),
     )
 )
