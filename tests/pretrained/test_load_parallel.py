@@ -33,7 +33,12 @@ GGUF_CASES = {
         "PhiForCausalLM",
         "phi2",
     ),
-    "gpt_neox": ("GPTNeoXConfig", {**_GGUF_NEOX, "rotary_pct": 0.5}, "GPTNeoXForCausalLM", "gptneox"),
+    "gpt_neox": (
+        "GPTNeoXConfig",
+        {**_GGUF_NEOX, "rotary_pct": 0.5},
+        "GPTNeoXForCausalLM",
+        "gptneox",
+    ),
 }
 
 N = 9

@@ -31,7 +31,12 @@ _GGUF_GEMMA = {**SMALL, "num_attention_heads": 2, "num_key_value_heads": 1, "hea
                "query_pre_attn_scalar": 256, "sliding_window": 3}  # fmt: skip
 GGUF_CASES = {
     "gemma2": ("Gemma2Config", _GGUF_GEMMA, "Gemma2ForCausalLM", "gemma2"),
-    "gemma3": ("Gemma3TextConfig", {**_GGUF_GEMMA, "num_hidden_layers": 3}, "Gemma3ForCausalLM", "gemma3"),
+    "gemma3": (
+        "Gemma3TextConfig",
+        {**_GGUF_GEMMA, "num_hidden_layers": 3},
+        "Gemma3ForCausalLM",
+        "gemma3",
+    ),
     "olmo2": ("Olmo2Config", {**SMALL, "tie_word_embeddings": False}, "Olmo2ForCausalLM", "olmo2"),
 }
 

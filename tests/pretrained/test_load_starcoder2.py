@@ -14,8 +14,12 @@ transformers = pytest.importorskip("transformers")
 #: family → its GGUF case (config class, config, model class, llama.cpp's architecture;
 #: tests/pretrained/gguf_cases.py).
 GGUF_CASES = {
-    "starcoder2": ("Starcoder2Config", {**SMALL, "sliding_window": None}, "Starcoder2ForCausalLM",
-                   "starcoder2"),
+    "starcoder2": (
+        "Starcoder2Config",
+        {**SMALL, "sliding_window": None},
+        "Starcoder2ForCausalLM",
+        "starcoder2",
+    ),
 }
 
 
