@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import tempfile
 
 import numpy as np
 import pytest
@@ -197,22 +198,37 @@ HF_TYPES = [("F32", torch.float64, 1e-12), ("Q8_0", torch.float64, 1e-12),
             ("Q8_0", torch.float32, 1e-5)]  # fmt: skip
 
 
-def _transformers_reads(model_type: str, arch: str, directory) -> None:
+def _transformers_reads(case: str) -> None:
+    """Skip unless transformers' GGUF loader reads the architecture of ``case`` (the one the
+    oracle writes); fail where it reads it as another model, or reads the case's model_type
+    but not its architecture (:func:`_reads_architecture`)."""
+    model_type = getattr(transformers, CASES[case][0]).model_type
+    _reads_architecture(model_type, architecture(model_type))
+
+
+def _header_config(arch: str) -> dict:
+    """transformers' ``load_gguf_checkpoint`` config of a GGUF file of ``arch`` with no keys
+    or tensors (the ``model_type`` it builds is decided by ``general.architecture`` alone)."""
+    from transformers import modeling_gguf_pytorch_utils as hf_gguf
+
+    with tempfile.TemporaryDirectory() as directory:
+        path = f"{directory}/{arch}.gguf"
+        writer = gguf.GGUFWriter(path, arch)
+        writer.write_header_to_file(), writer.write_kv_data_to_file()
+        writer.write_tensors_to_file(), writer.close()
+        return hf_gguf.load_gguf_checkpoint(path, return_tensors=False)["config"]
+
+
+def _reads_architecture(model_type: str, arch: str) -> None:
     """Skip unless transformers' GGUF loader reads files of ``arch``; fail where it reads
     ``model_type``'s GGUF files (its GGUF_SUPPORTED_ARCHITECTURES) but not ``arch``'s, or
     reads ``arch``'s as another model: the architecture the case names is then not the one
-    llama.cpp writes for ``model_type``. Asked of transformers itself: its
-    ``load_gguf_checkpoint`` of a file of ``arch`` with no tensors (the ``model_type`` it
-    builds is decided by ``general.architecture`` alone), written in ``directory``."""
+    llama.cpp writes for ``model_type``. Asked of transformers itself (:func:`_header_config`)."""
     from transformers import modeling_gguf_pytorch_utils as hf_gguf
 
     supported = getattr(hf_gguf, "GGUF_SUPPORTED_ARCHITECTURES", ())
-    path = directory / f"{arch}-header.gguf"
-    writer = gguf.GGUFWriter(str(path), arch)
-    writer.write_header_to_file(), writer.write_kv_data_to_file()
-    writer.write_tensors_to_file(), writer.close()
     try:
-        read = hf_gguf.load_gguf_checkpoint(str(path), return_tensors=False)["config"]
+        read = _header_config(arch)
     except ValueError as err:
         if "not supported" not in str(err):
             raise
@@ -274,8 +290,7 @@ def test_file_equals_transformers_gguf_loader(case, qtype, dtype, tolerance, tmp
     RMSNorm, RoPE, embedding scale and softmax evaluated in float64 as in test_load_peri):
     every hidden state and the logits within ``tolerance`` relative (:data:`HF_TYPES`),
     greedy tokens identical."""
-    config_cls = getattr(transformers, CASES[case][0])
-    _transformers_reads(config_cls.model_type, architecture(config_cls.model_type), tmp_path)
+    _transformers_reads(case)
     _, file = write_pair(case, tmp_path, qtype, vocabulary=True)
     hf = transformers_model(tmp_path, file, dtype, case)
     if "falcon" in case:  # its loader maps no layer_norm_epsilon of a falcon file (its
@@ -359,11 +374,11 @@ def test_a_wrong_architecture_in_a_gguf_map_is_caught(monkeypatch, tmp_path):
     with pytest.raises(LoadError, match=r"architecture 'qwen2' \(general\.architecture\)"):
         load(file)
     with pytest.raises(pytest.fail.Exception, match=r"reads GGUF files of 'qwen2' .* 'granite'"):
-        _transformers_reads("qwen2", "granite", tmp_path)
+        _reads_architecture("qwen2", "granite")
     with pytest.raises(pytest.fail.Exception, match=r"'stablelm' as a 'stablelm' model, the "):
-        _transformers_reads("starcoder2", "stablelm", tmp_path)
+        _reads_architecture("starcoder2", "stablelm")
     with pytest.raises(pytest.skip.Exception, match=r"does not read 'phi2' files"):
-        _transformers_reads("phi", "phi2", tmp_path)
+        _reads_architecture("phi", "phi2")
 
 
 def test_a_gguf_family_without_a_case_is_named():
