@@ -21,7 +21,7 @@ each); loading: ``load(folder)`` against ``from_pretrained(folder)`` after a war
 of each. Printed: median seconds, the ratio tpde / transformers of the medians and of the
 minimums (issue 34 asks ≤ 1.2 forward, ≤ 1.5 loading; on a busy machine the minimums are
 the runs the other jobs disturbed least) and the logits' relative difference. The size
-**registry** runs every family of ``tpde.pretrained.families.FAMILIES`` (26) on the tiny
+**registry** runs every registered family (``tpde.pretrained.families.FAMILIES``) on the tiny
 checkpoint ``tpde.pretrained.random_checkpoint`` writes (d = 16, 2 layers, every switch the
 family reads on, context 256), read by transformers' ``AutoModelForCausalLM`` (``AutoModel``
 for an encoder: its last hidden states against tpde's final tokens).

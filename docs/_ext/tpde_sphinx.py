@@ -130,12 +130,18 @@ def optional_pages(app, docname: str, source: list[str]) -> None:
     source[0] = source[0].replace(ANCHOR, "\n".join([ANCHOR, *entries]))
 
 
+#: The notes column of a GGUF map whose ``notes`` are empty (``GGUFMap.notes``: the
+#: translator reads nothing beyond llama.cpp's common keys for its files).
+NO_NOTES = "nothing beyond the common keys"
+
+
 def gguf_table_rst() -> list[str]:
     """The reST lines of the table of GGUF architectures :func:`tpde.pretrained.load` reads,
     built from the registry (``tpde.pretrained.families``): one row per family with a
     ``GGUFMap``, in registration order — its ``architecture``, the family (and the family a
     file is read as where its ``windowed`` values name another ``model_type``: llama's
-    Mistral, olmo2's OLMo-3) and its ``notes``. A ``list-table`` (no column widths to keep).
+    Mistral, olmo2's OLMo-3) and its ``notes`` (:data:`NO_NOTES` where empty). A
+    ``list-table`` (no column widths to keep).
     """
     from tpde.pretrained.families import ARCHITECTURES
 
@@ -153,7 +159,7 @@ def gguf_table_rst() -> list[str]:
             continue
         other = entry.gguf.windowed.get("model_type")
         read_as = [f.family for f in ARCHITECTURES if f is not entry and other in f.model_types]
-        notes = " ".join(entry.gguf.notes.split()) or "nothing beyond the common keys"
+        notes = " ".join(entry.gguf.notes.split()) or NO_NOTES
         lines += [
             f"   * - ``{entry.gguf.architecture}``",
             f"     - {', '.join([entry.family, *read_as])}",
@@ -206,12 +212,27 @@ def family_table_rst() -> list[str]:
     return [*lines, ""]
 
 
+def registry_sources() -> list[Path]:
+    """The files the registry tables are built from: every module of
+    ``tpde.pretrained.families`` (each family's entry, and ``base.py``'s record and defaults)."""
+    from tpde.pretrained import families
+
+    return sorted(Path(families.__file__).parent.glob("*.py"))
+
+
 class _RegistryTable(Directive):
-    """A table built from the family registry: a subclass's ``lines`` gives its reST."""
+    """A table built from the family registry: a subclass's ``lines`` gives its reST. Under
+    Sphinx the family modules are noted as the page's dependencies (``env.note_dependency``),
+    so that an incremental build rebuilds the page when a family changes; docutils alone has
+    no environment and notes none."""
 
     has_content = False
 
     def run(self):
+        env = getattr(self.state.document.settings, "env", None)
+        if env is not None:
+            for path in registry_sources():
+                env.note_dependency(str(path))
         node = nodes.container()
         source = StringList(self.lines(), source=f"{self.name} (the family registry)")
         self.state.nested_parse(source, self.content_offset, node)

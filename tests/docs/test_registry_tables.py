@@ -7,6 +7,7 @@ in registry order, with what the entry declares; and the pages that used to hold
 point to the registry instead.
 """
 
+import dataclasses
 import importlib.util
 from pathlib import Path
 
@@ -52,9 +53,57 @@ def test_the_gguf_table_has_one_row_per_registered_map(ext):
     for architecture, family, notes in rows:
         entry = FAMILIES[gguf_architectures()[architecture]]
         assert family.split(", ")[0] == entry.family
-        assert notes == " ".join(entry.gguf.notes.split()).replace("``", "")
+        written = " ".join(entry.gguf.notes.split()).replace("``", "")
+        assert notes == (written or ext.NO_NOTES)
     families = {row[0]: row[1] for row in rows}
     assert families["olmo2"] == "olmo2, olmo3" and families["llama"] == "llama, mistral"
+
+
+def test_a_map_without_notes_has_the_row_that_says_so(ext, monkeypatch):
+    """Empty ``GGUFMap.notes`` (nothing beyond llama.cpp's common keys) is allowed: its row
+    says :data:`NO_NOTES` (gemma's map, its notes emptied in memory)."""
+    entries = [
+        dataclasses.replace(e, gguf=dataclasses.replace(e.gguf, notes=""))
+        if e.family == "gemma" else e
+        for e in families.ARCHITECTURES
+    ]  # fmt: skip
+    monkeypatch.setattr(families, "ARCHITECTURES", entries)
+    _, *rows = _rows(ext.gguf_table_rst())
+    assert {row[0]: row[2] for row in rows}["gemma"] == "nothing beyond the common keys"
+
+
+class _Environment:
+    """Sphinx's build environment, as far as the directives use it."""
+
+    def __init__(self):
+        self.dependencies = []
+
+    def note_dependency(self, path: str) -> None:
+        self.dependencies.append(path)
+
+
+def test_the_directives_render_and_note_the_family_modules(ext, monkeypatch):
+    """``.. tpde-gguf-table::`` and ``.. tpde-family-table::`` parsed by docutils: each
+    renders its table (the rows of :func:`gguf_table_rst` / :func:`family_table_rst`), and,
+    given a build environment, notes every module of ``tpde.pretrained.families`` as the
+    page's dependency (an incremental Sphinx build then refreshes the tables); without one
+    (docutils alone) it notes none and still renders."""
+    directives = pytest.importorskip("docutils.parsers.rst.directives")
+    monkeypatch.setitem(directives._directives, "tpde-gguf-table", ext.GGUFTable)
+    monkeypatch.setitem(directives._directives, "tpde-family-table", ext.FamilyTable)
+    modules = sorted(Path(families.__file__).parent.glob("*.py"))
+    assert {"base.py", "llama.py", "starcoder2.py"} <= {path.name for path in modules}
+    for name, lines in (("gguf", ext.gguf_table_rst()), ("family", ext.family_table_rst())):
+        env = _Environment()
+        for settings in ({"env": env}, {}):
+            tree = docutils_core.publish_doctree(
+                f".. tpde-{name}-table::\n",
+                settings_overrides={"report_level": 5, "halt_level": 5, **settings},
+            )
+            assert not [m.astext() for m in tree.findall(nodes.system_message)]
+            (table,) = tree.findall(nodes.table)
+            assert len(list(table.findall(nodes.row))) == len(_rows(lines))
+        assert sorted(env.dependencies) == [str(path) for path in modules]
 
 
 def test_the_family_table_has_one_row_per_registered_family(ext):

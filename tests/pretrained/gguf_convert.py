@@ -28,7 +28,7 @@ falcon      ``FalconModel``: context 2048, feed_forward_length 4d, tensor_data_l
             H_kv = num_kv_heads, 1 where config.json has none (Falcon-7B's multi-query)
 any other   the generic ``TextModel.set_gguf_parameters`` keys; tensors renamed only (qwen2,
             qwen3, olmo2, starcoder2: a family whose converter class adds nothing needs no
-            line here, its architecture read from its GGUF map, :data:`ARCHITECTURES`)
+            line here, its architecture the one its GGUF case names, :func:`architectures`)
 ==========  =================================================================================
 
 Matrices (2-D) are stored in ``qtype`` where their rows fill whole blocks (F32 otherwise,
@@ -40,36 +40,53 @@ folder of those values is the file's model exactly.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 
 import numpy as np
 import torch
 
-from tpde.pretrained.families import ARCHITECTURES as FAMILIES
-
 gguf = __import__("pytest").importorskip("gguf")
 
+#: config.json model_type → the architecture llama.cpp's converter writes it as, where the
+#: converter class that registers its Hugging Face class is another family's
+#: (``ModelBase.register`` in ``convert_hf_to_gguf.py``): ``LlamaModel`` registers
+#: ``MistralForCausalLM``, ``Olmo2Model`` ``Olmo3ForCausalLM``. The converter's data, as the
+#: GGUF cases' architectures are: a test holds each equal to the GGUF map whose ``windowed``
+#: values read such a file (llama's Mistral, olmo2's OLMo-3).
+REGISTERED_WITH = {"mistral": "llama", "olmo3": "olmo2"}
+_GEMMA = ("gemma", "gemma2", "gemma3")
 
-def _architectures() -> dict:
-    """config.json model_type → llama.cpp's architecture, from the registered GGUF maps
-    (:class:`tpde.pretrained.families.base.GGUFMap`): each map's ``model_type``, and the
-    ``model_type`` its ``windowed`` values stand for — llama's Mistral, olmo2's OLMo-3 —, which
-    llama.cpp's converter writes as the same architecture (its ``LlamaModel`` registers
-    ``MistralForCausalLM``, its ``Olmo2Model`` ``Olmo3ForCausalLM``). Only these names come
-    from tpde: how a file is written below is the converter's, never tpde's translator."""
-    out = {}
-    for entry in FAMILIES:
-        if entry.gguf is not None:
-            out[entry.gguf.model_type] = entry.gguf.architecture
-            if "model_type" in entry.gguf.windowed:
-                out[entry.gguf.windowed["model_type"]] = entry.gguf.architecture
+
+@functools.cache
+def architectures() -> dict:
+    """config.json model_type → the llama.cpp architecture the converter writes: each GGUF
+    case's (``GGUF_CASES`` of the folder tests, :mod:`tests.pretrained.gguf_cases`: its config
+    class's ``model_type`` → the architecture the case names) and :data:`REGISTERED_WITH`.
+    The test's own data, never tpde's ``GGUFMap.architecture`` (which a test holds equal to
+    it). Built on first use, so that the folder tests may import this module."""
+    import transformers
+
+    from tests.pretrained.gguf_cases import base_cases
+
+    out = dict(REGISTERED_WITH)
+    for config_cls, _, _, architecture in base_cases().cases.values():
+        out[getattr(transformers, config_cls).model_type] = architecture
     return out
 
 
-#: config.json model_type → llama.cpp's architecture (:func:`_architectures`).
-ARCHITECTURES = _architectures()
-_GEMMA = ("gemma", "gemma2", "gemma3")
+def architecture(model_type: str) -> str:
+    """The architecture llama.cpp's converter writes a model of ``model_type`` as
+    (:func:`architectures`); a KeyError naming it where no case declares one."""
+    table = architectures()
+    if model_type not in table:
+        raise KeyError(
+            f"no GGUF case writes model_type {model_type!r} (the cases write "
+            f"{', '.join(sorted(table))}); declare its family's case in its folder test's "
+            "GGUF_CASES, with llama.cpp's architecture name."
+        )
+    return table[model_type]
 
 
 def _rotary_rows(rows: int, heads: int) -> np.ndarray:
@@ -324,7 +341,7 @@ def convert(model, path, qtype: str = "F32", *, metadata=None, tensors=None, dro
     dict (float32 tensors) the file holds.
     """
     cfg = model.config
-    arch = ARCHITECTURES[cfg.model_type]
+    arch = architecture(cfg.model_type)
     names = gguf.get_tensor_name_map(
         {n: a for a, n in gguf.MODEL_ARCH_NAMES.items()}[arch],
         getattr(cfg, "num_hidden_layers", None) or cfg.n_layer,
@@ -345,6 +362,11 @@ def convert(model, path, qtype: str = "F32", *, metadata=None, tensors=None, dro
         if name == "lm_head.weight" and (cfg.tie_word_embeddings or arch in ("gemma", "gemma2")):
             continue
         stem, part = name.rsplit(".", 1)
+        if names.get_name(stem) is None:
+            raise ValueError(
+                f"gguf-py's tensor names of {arch!r} files have none for {name!r}: the "
+                "architecture is not this model's (its GGUF case names llama.cpp's)."
+            )
         stored = f"{names.get_name(stem)}.{part}"
         if arch in _GEMMA and stem.endswith("norm"):
             array = array + np.float32(1)  # the converter: gain 1 + w

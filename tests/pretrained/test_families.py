@@ -57,6 +57,4 @@ def test_gguf_architectures_are_the_files_load_reads():
         LoadError, match=rf"architecture 'bloom' .*; tpde reads GGUF files of {known}\.$"
     ):
         gguf_family("bloom", "m.gguf")
-    assert all(
-        isinstance(FAMILIES[f].gguf.notes, str) and FAMILIES[f].gguf.notes for f in archs.values()
-    )
+    assert all(isinstance(FAMILIES[f].gguf.notes, str) for f in archs.values())  # may be empty

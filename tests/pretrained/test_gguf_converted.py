@@ -6,7 +6,10 @@ architecture.
 The cases are collected, not listed: each registered family with a GGUF map declares its
 base case in its own folder test (``GGUF_CASES``, :mod:`tests.pretrained.gguf_cases`), a
 family without one fails :func:`test_every_gguf_family_declares_its_case`, and the variants
-below (a tied head, LongRoPE, Falcon's layouts, …) vary those.
+below (a tied head, LongRoPE, Falcon's layouts, …) vary those. Each case names llama.cpp's
+architecture itself (its converter class's ``model_arch``), which the oracle writes: tpde's
+``GGUFMap.architecture`` is held equal to it, and to gguf-py's names
+(:func:`test_each_case_names_llama_cpp_s_architecture`), never its source.
 
 Each case: a tiny transformers model with EVERY parameter redrawn (Gemma's norm weights
 on a 2⁻¹⁰ grid, so that the converter's stored 1 + w is exact in float32), written by the
@@ -24,15 +27,21 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import tempfile
 
 import numpy as np
 import pytest
 import torch
 
-from tests.pretrained.gguf_cases import SMALL, base_cases, missing_cases
-from tests.pretrained.gguf_convert import ARCHITECTURES, convert, phi3_attention_factor
+from tests.pretrained.gguf_cases import SMALL, base_cases, missing_cases, unread_problem
+from tests.pretrained.gguf_convert import (
+    REGISTERED_WITH,
+    architecture,
+    convert,
+    phi3_attention_factor,
+)
 from tests.pretrained.test_load import _relative
-from tpde.pretrained import load
+from tpde.pretrained import LoadError, load
 from tpde.pretrained.families.base import FAMILIES
 
 gguf = pytest.importorskip("gguf")
@@ -50,9 +59,11 @@ def _longrope(pairs: int) -> dict:
             "rope_theta": 1e4, "partial_rotary_factor": 0.5}  # fmt: skip
 
 
-#: family → its base case (config class, config, model class), declared by the family's own
-#: folder test (``GGUF_CASES`` of tests/pretrained/test_load*.py; tests/pretrained/gguf_cases.py).
-BASE = base_cases()
+#: family → its base case (config class, config, model class, architecture), declared by the
+#: family's own folder test (``GGUF_CASES`` of tests/pretrained/test_load*.py;
+#: tests/pretrained/gguf_cases.py), and the modules whose cases could not be read.
+COLLECTED = base_cases()
+BASE = COLLECTED.cases
 
 #: The further cases of a family: case → (family, its config as a function of the base
 #: case's), with the base case's config and model classes.
@@ -81,7 +92,7 @@ def _cases() -> dict:
     for entry in FAMILIES.values():
         if entry.family not in BASE:
             continue  # test_every_gguf_family_declares_its_case names it
-        config_cls, kwargs, model_cls = BASE[entry.family]
+        config_cls, kwargs, model_cls, _ = BASE[entry.family]
         out[entry.family] = (config_cls, kwargs, model_cls)
         for case, (family, rule) in VARIANTS.items():
             if family == entry.family:
@@ -174,7 +185,9 @@ def test_file_equals_the_folder_of_its_values(case, qtype, tmp_path):
 #: "stablelm-qk-parallel" is the folder's alone), nor a Falcon's layout (it builds every falcon
 #: file as multi-query Falcon-7B, the tiny "falcon": the other layouts are the folder's alone).
 #: Architectures it does not read (its GGUF_SUPPORTED_ARCHITECTURES; with transformers 5 gemma,
-#: olmo2, phi2, gptneox) are skipped, naming the reason: their folder is their one oracle.
+#: olmo2, phi2, gptneox) are skipped, naming the reason: their folder is their one oracle; a
+#: case whose model_type it reads but whose architecture it does not, or reads as another
+#: model, fails (:func:`_transformers_reads`).
 HF_CASES = [case for case in CASES if case not in (
     "llama", "phi3-longrope", "stablelm-qk-parallel", "falcon-grouped", "falcon-grouped-one-norm",
     "falcon-per-head")]  # fmt: skip
@@ -186,14 +199,54 @@ HF_TYPES = [("F32", torch.float64, 1e-12), ("Q8_0", torch.float64, 1e-12),
 
 
 def _transformers_reads(case: str) -> None:
-    """Skip unless transformers' GGUF loader reads the architecture of ``case``."""
+    """Skip unless transformers' GGUF loader reads the architecture of ``case`` (the one the
+    oracle writes); fail where it reads it as another model, or reads the case's model_type
+    but not its architecture (:func:`_reads_architecture`)."""
+    model_type = getattr(transformers, CASES[case][0]).model_type
+    _reads_architecture(model_type, architecture(model_type))
+
+
+def _header_config(arch: str) -> dict:
+    """transformers' ``load_gguf_checkpoint`` config of a GGUF file of ``arch`` with no keys
+    or tensors (the ``model_type`` it builds is decided by ``general.architecture`` alone)."""
     from transformers import modeling_gguf_pytorch_utils as hf_gguf
 
-    arch = ARCHITECTURES[getattr(transformers, CASES[case][0]).model_type]
-    if arch not in getattr(hf_gguf, "GGUF_SUPPORTED_ARCHITECTURES", ()):
+    with tempfile.TemporaryDirectory() as directory:
+        path = f"{directory}/{arch}.gguf"
+        writer = gguf.GGUFWriter(path, arch)
+        writer.write_header_to_file(), writer.write_kv_data_to_file()
+        writer.write_tensors_to_file(), writer.close()
+        return hf_gguf.load_gguf_checkpoint(path, return_tensors=False)["config"]
+
+
+def _reads_architecture(model_type: str, arch: str) -> None:
+    """Skip unless transformers' GGUF loader reads files of ``arch``; fail where it reads
+    ``model_type``'s GGUF files (its GGUF_SUPPORTED_ARCHITECTURES) but not ``arch``'s, or
+    reads ``arch``'s as another model: the architecture the case names is then not the one
+    llama.cpp writes for ``model_type``. Asked of transformers itself (:func:`_header_config`)."""
+    from transformers import modeling_gguf_pytorch_utils as hf_gguf
+
+    supported = getattr(hf_gguf, "GGUF_SUPPORTED_ARCHITECTURES", ())
+    try:
+        read = _header_config(arch)
+    except ValueError as err:
+        if "not supported" not in str(err):
+            raise
+        if model_type in supported:
+            pytest.fail(
+                f"transformers {transformers.__version__} reads GGUF files of {model_type!r} "
+                f"models (its GGUF_SUPPORTED_ARCHITECTURES) but not the case's architecture "
+                f"{arch!r}: the case does not name llama.cpp's architecture of {model_type!r}."
+            )
         pytest.skip(
             f"transformers {transformers.__version__}'s GGUF loader does not read "
             f"{arch!r} files (its GGUF_SUPPORTED_ARCHITECTURES); the folder is the oracle"
+        )
+    if read.get("model_type") != model_type:
+        pytest.fail(
+            f"transformers reads a GGUF file of architecture {arch!r} as a "
+            f"{read.get('model_type')!r} model, the case's is {model_type!r}: the case does not "
+            "name llama.cpp's architecture of it."
         )
 
 
@@ -252,21 +305,80 @@ def test_file_equals_transformers_gguf_loader(case, qtype, dtype, tolerance, tmp
 
 def test_every_gguf_family_declares_its_case():
     """Every registered family with a GGUF map has its base case (``GGUF_CASES`` of its folder
-    test), or this fails naming it: a new family cannot go untested here. Each case is a model
-    of its family's architecture (as the oracle's converter writes it), and every variant
-    varies a declared base case."""
+    test), or this fails naming it — and naming a folder test that skipped at import or failed
+    to import, whose cases are then missing: a new family cannot go untested here. Every case
+    is of a family with a GGUF map, and every variant varies a declared base case."""
+    problem = unread_problem(COLLECTED)
+    assert problem is None, problem
     missing = missing_cases(BASE)
     assert not missing, (
         f"the GGUF families {missing} declare no GGUF case: give GGUF_CASES = {{family: (config "
-        "class, config, model class)} in the family's folder test, "
+        "class, config, model class, llama.cpp's architecture)} in the family's folder test, "
         "tests/pretrained/test_load_<family>.py (tests/pretrained/gguf_cases.py)"
     )
     gguf_families = {entry.family for entry in FAMILIES.values() if entry.gguf is not None}
     assert set(BASE) <= gguf_families, sorted(set(BASE) - gguf_families)
-    for family, (config_cls, _, _) in BASE.items():
-        model_type = getattr(transformers, config_cls).model_type
-        assert ARCHITECTURES[model_type] == FAMILIES[family].gguf.architecture, family
     assert {family for family, _ in VARIANTS.values()} <= set(BASE)
+
+
+def _map_disagreements(cases: dict, families: dict) -> list[str]:
+    """The cases whose family's GGUF map says another architecture or ``model_type`` than the
+    case (its own architecture, its config class's ``model_type``), each named with both."""
+    out = []
+    for family, (config_cls, _, _, arch) in cases.items():
+        spec = families[family].gguf
+        model_type = getattr(transformers, config_cls).model_type
+        if (spec.architecture, spec.model_type) != (arch, model_type):
+            out.append(
+                f"{family}: the case writes {arch!r} files of model_type {model_type!r}, the "
+                f"GGUF map reads {spec.architecture!r} as {spec.model_type!r}"
+            )
+    return out
+
+
+def test_each_case_names_llama_cpp_s_architecture():
+    """The architecture each case names (the oracle writes it) is one of gguf-py's
+    (``MODEL_ARCH_NAMES``, llama.cpp's spelling), and the family's GGUF map reads that
+    architecture as the case's ``model_type``: a map that names another (qwen2's as
+    "granite") fails here, whatever its own files say. The converter's
+    :data:`~tests.pretrained.gguf_convert.REGISTERED_WITH` (Mistral written as llama,
+    OLMo-3 as olmo2) is the architecture of each map whose ``windowed`` values read a file as
+    that ``model_type``."""
+    names = set(gguf.MODEL_ARCH_NAMES.values())
+    unknown = {f: case[3] for f, case in BASE.items() if case[3] not in names}
+    assert not unknown, f"not gguf-py architecture names (MODEL_ARCH_NAMES): {unknown}"
+    assert not _map_disagreements(BASE, FAMILIES), _map_disagreements(BASE, FAMILIES)
+    read_as = {
+        entry.gguf.windowed["model_type"]: entry.gguf.architecture
+        for entry in FAMILIES.values()
+        if entry.gguf is not None and "model_type" in entry.gguf.windowed
+    }
+    assert read_as == REGISTERED_WITH
+    assert set(REGISTERED_WITH.values()) <= {case[3] for case in BASE.values()}
+
+
+def test_a_wrong_architecture_in_a_gguf_map_is_caught(monkeypatch, tmp_path):
+    """The review's probe: qwen2's map renamed "granite" in memory (and starcoder2's
+    "stablelm"). The case-to-map check names each; the file the oracle writes (of the case's
+    architecture, "qwen2") is refused by tpde, which knows no qwen2 files any more; and a case
+    that copied the wrong name is caught by transformers' loader, which reads qwen2's files but
+    not granite's and reads stablelm files as StableLM models."""
+    for family, wrong in (("qwen2", "granite"), ("starcoder2", "stablelm")):
+        entry = FAMILIES[family]
+        renamed = dataclasses.replace(entry.gguf, architecture=wrong)
+        monkeypatch.setitem(FAMILIES, family, dataclasses.replace(entry, gguf=renamed))
+    named = _map_disagreements(BASE, FAMILIES)
+    assert [line.split(":")[0] for line in named] == ["qwen2", "starcoder2"]
+    assert "the GGUF map reads 'granite' as 'qwen2'" in named[0]
+    _, file = write_pair("qwen2", tmp_path, "F32")
+    with pytest.raises(LoadError, match=r"architecture 'qwen2' \(general\.architecture\)"):
+        load(file)
+    with pytest.raises(pytest.fail.Exception, match=r"reads GGUF files of 'qwen2' .* 'granite'"):
+        _reads_architecture("qwen2", "granite")
+    with pytest.raises(pytest.fail.Exception, match=r"'stablelm' as a 'stablelm' model, the "):
+        _reads_architecture("starcoder2", "stablelm")
+    with pytest.raises(pytest.skip.Exception, match=r"does not read 'phi2' files"):
+        _reads_architecture("phi", "phi2")
 
 
 def test_a_gguf_family_without_a_case_is_named():

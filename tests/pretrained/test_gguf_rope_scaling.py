@@ -40,7 +40,7 @@ from tpde.pretrained import LoadError, load
 gguf = pytest.importorskip("gguf")
 transformers = pytest.importorskip("transformers")
 
-from tests.pretrained.gguf_convert import ARCHITECTURES, convert  # noqa: E402
+from tests.pretrained.gguf_convert import architecture, convert  # noqa: E402
 
 L = 96  # tokens: past every original context below
 _BASE = {**CASES["llama"][1], "max_position_embeddings": 256}
@@ -197,7 +197,7 @@ def test_scaled_file_against_transformers_gguf_loader(name, monkeypatch, tmp_pat
     assert max(scaled.values()) > 1e-3, scaled
     pytest.skip(
         f"transformers {transformers.__version__}'s GGUF loader reads no RoPE scaling of this "
-        f"{ARCHITECTURES[tiny(name).config.model_type]} file (its rope_parameters: {params}): "
+        f"{architecture(tiny(name).config.model_type)} file (its rope_parameters: {params}): "
         f"its model equals tpde's model of the same weights unscaled to "
         f"{max(unscaled.values()):.1e} and differs from the scaled one by "
         f"{max(scaled.values()):.2g}; the folder, and the loader's weights with the "

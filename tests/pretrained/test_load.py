@@ -71,15 +71,16 @@ FAMILIES = {
                 "position offset pad + 1", False),
 }  # fmt: skip
 
-#: family → its GGUF case (config class, config, model class): the tiny model that
-#: test_gguf_converted writes as llama.cpp's converter does (tests/pretrained/gguf_cases.py).
+#: family → its GGUF case (config class, config, model class, llama.cpp's architecture): the
+#: tiny model that test_gguf_converted writes as llama.cpp's converter does
+#: (tests/pretrained/gguf_cases.py).
 GGUF_CASES = {
     "llama": ("LlamaConfig", {**SMALL, "attention_bias": True, "tie_word_embeddings": False},
-              "LlamaForCausalLM"),
-    "qwen2": ("Qwen2Config", {**SMALL}, "Qwen2ForCausalLM"),
-    "qwen3": ("Qwen3Config", {**SMALL, "head_dim": 128}, "Qwen3ForCausalLM"),
+              "LlamaForCausalLM", "llama"),
+    "qwen2": ("Qwen2Config", {**SMALL}, "Qwen2ForCausalLM", "qwen2"),
+    "qwen3": ("Qwen3Config", {**SMALL, "head_dim": 128}, "Qwen3ForCausalLM", "qwen3"),
     "gpt2": ("GPT2Config", {"vocab_size": 40, "n_layer": 2, "n_positions": 1024, "n_embd": 32,
-                            "n_head": 4}, "GPT2LMHeadModel"),
+                            "n_head": 4}, "GPT2LMHeadModel", "gpt2"),
 }  # fmt: skip
 
 

@@ -21,12 +21,13 @@ from tpde.pretrained import LoadError, load
 
 transformers = pytest.importorskip("transformers")
 
-#: family → its GGUF case (config class, config, model class; tests/pretrained/gguf_cases.py):
+#: family → its GGUF case (config class, config, model class, llama.cpp's architecture;
+#: tests/pretrained/gguf_cases.py):
 #: multi-query (Falcon-7B's layout, the one transformers' GGUF loader builds).
 GGUF_CASES = {
     "falcon": ("FalconConfig", {"vocab_size": 40, "num_hidden_layers": 2, "hidden_size": 32,
                                 "num_attention_heads": 4, "bos_token_id": 0, "eos_token_id": 0},
-               "FalconForCausalLM"),
+               "FalconForCausalLM", "falcon"),
 }  # fmt: skip
 
 CASES = {

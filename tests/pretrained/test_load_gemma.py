@@ -16,11 +16,12 @@ from tpde.pretrained import LoadError, load
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("safetensors")
 
-#: family → its GGUF case (config class, config, model class; tests/pretrained/gguf_cases.py):
+#: family → its GGUF case (config class, config, model class, llama.cpp's architecture;
+#: tests/pretrained/gguf_cases.py):
 #: head_dim 32 ≠ d/H.
 GGUF_CASES = {
     "gemma": ("GemmaConfig", {**SMALL, "num_attention_heads": 2, "num_key_value_heads": 1,
-                              "head_dim": 32}, "GemmaForCausalLM"),
+                              "head_dim": 32}, "GemmaForCausalLM", "gemma"),
 }  # fmt: skip
 
 _SMALL = {"vocab_size": 40, "hidden_size": 16, "intermediate_size": 24, "num_hidden_layers": 2,

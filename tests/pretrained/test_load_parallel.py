@@ -23,15 +23,22 @@ from tpde.pretrained import load
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("safetensors")
 
-#: family → its GGUF case (config class, config, model class; tests/pretrained/gguf_cases.py).
+#: family → its GGUF case (config class, config, model class, llama.cpp's architecture;
+#: tests/pretrained/gguf_cases.py).
 _GGUF_NEOX = {k: v for k, v in SMALL.items() if k != "num_key_value_heads"}
 GGUF_CASES = {
     "phi": (
         "PhiConfig",
         {**_GGUF_NEOX, "intermediate_size": 128, "partial_rotary_factor": 0.5},
         "PhiForCausalLM",
+        "phi2",
     ),
-    "gpt_neox": ("GPTNeoXConfig", {**_GGUF_NEOX, "rotary_pct": 0.5}, "GPTNeoXForCausalLM"),
+    "gpt_neox": (
+        "GPTNeoXConfig",
+        {**_GGUF_NEOX, "rotary_pct": 0.5},
+        "GPTNeoXForCausalLM",
+        "gptneox",
+    ),
 }
 
 N = 9

@@ -24,14 +24,20 @@ from tpde.pretrained import load
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("safetensors")
 
-#: family → its GGUF case (config class, config, model class; tests/pretrained/gguf_cases.py):
+#: family → its GGUF case (config class, config, model class, llama.cpp's architecture;
+#: tests/pretrained/gguf_cases.py):
 #: head_dim 256 ≠ d/H, the window 3 shorter than the tokens.
 _GGUF_GEMMA = {**SMALL, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 256,
                "query_pre_attn_scalar": 256, "sliding_window": 3}  # fmt: skip
 GGUF_CASES = {
-    "gemma2": ("Gemma2Config", _GGUF_GEMMA, "Gemma2ForCausalLM"),
-    "gemma3": ("Gemma3TextConfig", {**_GGUF_GEMMA, "num_hidden_layers": 3}, "Gemma3ForCausalLM"),
-    "olmo2": ("Olmo2Config", {**SMALL, "tie_word_embeddings": False}, "Olmo2ForCausalLM"),
+    "gemma2": ("Gemma2Config", _GGUF_GEMMA, "Gemma2ForCausalLM", "gemma2"),
+    "gemma3": (
+        "Gemma3TextConfig",
+        {**_GGUF_GEMMA, "num_hidden_layers": 3},
+        "Gemma3ForCausalLM",
+        "gemma3",
+    ),
+    "olmo2": ("Olmo2Config", {**SMALL, "tie_word_embeddings": False}, "Olmo2ForCausalLM", "olmo2"),
 }
 
 

@@ -18,12 +18,14 @@ from tpde.pretrained import LoadError, load
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("safetensors")
 
-#: family → its GGUF case (config class, config, model class; tests/pretrained/gguf_cases.py).
+#: family → its GGUF case (config class, config, model class, llama.cpp's architecture;
+#: tests/pretrained/gguf_cases.py).
 GGUF_CASES = {
     "phi3": (
         "Phi3Config",
         {**SMALL, "pad_token_id": 0, "bos_token_id": 0, "eos_token_id": 0},
         "Phi3ForCausalLM",
+        "phi3",
     ),
 }
 

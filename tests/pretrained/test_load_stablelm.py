@@ -17,9 +17,15 @@ from tpde.pretrained import LoadError, load
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("safetensors")
 
-#: family → its GGUF case (config class, config, model class; tests/pretrained/gguf_cases.py).
+#: family → its GGUF case (config class, config, model class, llama.cpp's architecture;
+#: tests/pretrained/gguf_cases.py).
 GGUF_CASES = {
-    "stablelm": ("StableLmConfig", {**SMALL, "use_qkv_bias": True}, "StableLmForCausalLM")
+    "stablelm": (
+        "StableLmConfig",
+        {**SMALL, "use_qkv_bias": True},
+        "StableLmForCausalLM",
+        "stablelm",
+    )
 }
 
 _SMALL = {"vocab_size": 40, "hidden_size": 16, "intermediate_size": 24, "num_hidden_layers": 2,

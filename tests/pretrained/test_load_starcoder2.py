@@ -11,9 +11,15 @@ from tpde.pretrained import load
 
 transformers = pytest.importorskip("transformers")
 
-#: family → its GGUF case (config class, config, model class; tests/pretrained/gguf_cases.py).
+#: family → its GGUF case (config class, config, model class, llama.cpp's architecture;
+#: tests/pretrained/gguf_cases.py).
 GGUF_CASES = {
-    "starcoder2": ("Starcoder2Config", {**SMALL, "sliding_window": None}, "Starcoder2ForCausalLM"),
+    "starcoder2": (
+        "Starcoder2Config",
+        {**SMALL, "sliding_window": None},
+        "Starcoder2ForCausalLM",
+        "starcoder2",
+    ),
 }
 
 

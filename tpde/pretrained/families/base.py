@@ -167,8 +167,8 @@ class GGUFMap:
     notes : str
         What the translator undoes or reads beyond llama.cpp's common keys for these files,
         in a line or two of reStructuredText prose (the documentation's table of GGUF
-        architectures, ``docs/api/pretrained.rst``, is built from every map's ``notes``;
-        empty: nothing beyond them).
+        architectures, ``docs/api/pretrained.rst``, is built from every map's ``notes``).
+        Empty: nothing beyond them, and the table says so ("nothing beyond the common keys").
     """
 
     architecture: str
