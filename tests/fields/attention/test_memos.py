@@ -81,3 +81,13 @@ def test_per_head_gains_of_inference_tensors_are_built():
     for _ in range(2):
         gains = _head_gains(norms, like)[1]
         assert torch.equal(gains, _build_head_gains(norms, like)[1])
+
+
+def test_rope_tables_of_positions_that_require_grad_keep_their_graph():
+    # Remembered tables would carry the first call's graph, freed by its backward pass: the
+    # second backward raised "Trying to backward through the graph a second time".
+    positions = torch.arange(4, dtype=F64, requires_grad=True)
+    for _ in range(2):
+        cos, sin = RoPE()._table(positions, 4, F64, None)
+        (cos.sum() + sin.sum()).backward()
+    assert positions.grad is not None

@@ -160,7 +160,11 @@ class RoPE(PositionalEncoding):
         its version counter (in-place edits), the head dimension, the dtype or L change;
         equal RoPEs (a model's layers) share the last table (:func:`_shared_cos_sin`), and
         new positions of the same bits as earlier ones read their table
-        (:func:`tpde._memo.canonical`: a forward pass builds its positions afresh)."""
+        (:func:`tpde._memo.canonical`: a forward pass builds its positions afresh). Positions
+        that require grad get their tables afresh, never remembered (a remembered table would
+        carry a graph a first backward pass has freed)."""
+        if positions.requires_grad:
+            return _cos_sin(self, positions, head_dim, dtype, length)
         cached = self.__dict__.get("_cached")
         if cached is not None and cached[2] is positions and cached[3] == positions._version:
             key = cached[0]  # the tensor asked last time (the queries', now the keys')
