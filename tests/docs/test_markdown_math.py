@@ -1,21 +1,9 @@
 """docs/_ext/tpde_sphinx.py: the Unicode math of the Markdown pages (MATH.md) as HTML scripts."""
 
-import importlib.util
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def ext():
-    path = ROOT / "docs" / "_ext" / "tpde_sphinx.py"
-    spec = importlib.util.spec_from_file_location("tpde_sphinx_under_test", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _render(ext, text: str, suffix: str = ".md") -> str:

@@ -8,7 +8,6 @@ point to the registry instead.
 """
 
 import dataclasses
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -20,15 +19,6 @@ docutils_core = pytest.importorskip("docutils.core")
 nodes = pytest.importorskip("docutils.nodes")
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def ext():
-    path = ROOT / "docs" / "_ext" / "tpde_sphinx.py"
-    spec = importlib.util.spec_from_file_location("tpde_sphinx_tables_under_test", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _rows(lines: list[str]) -> list[list[str]]:

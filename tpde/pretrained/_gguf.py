@@ -68,7 +68,8 @@ from tpde._validation import require_package as require
 from tpde.pretrained import _gguf_rope
 from tpde.pretrained._build import _CONV1D
 from tpde.pretrained._checkpoint import LoadError, Source
-from tpde.pretrained.families.base import FAMILIES, Family, gguf_architectures
+from tpde.pretrained.families import gguf_architectures
+from tpde.pretrained.families.base import FAMILIES, Family
 
 __all__ = [
     "STANDARD_EQUAL",

@@ -14,7 +14,7 @@ time.
 
 GGUF files: those of the families with a ``gguf`` map
 (:class:`~tpde.pretrained.families.base.GGUFMap`), through the one translator
-:mod:`tpde.pretrained._gguf`; :func:`~tpde.pretrained.families.base.gguf_architectures`
+:mod:`tpde.pretrained._gguf`; :func:`~tpde.pretrained.gguf_architectures`
 lists their architectures at run time, and the documentation's table of them is built from
 the maps.
 
@@ -46,12 +46,33 @@ from tpde.pretrained.families.base import (
     Architecture,
     Family,
     GGUFMap,
-    gguf_architectures,
     register,
 )
 
 for _module in pkgutil.iter_modules(__path__):
     importlib.import_module(f"{__name__}.{_module.name}")
+
+
+def gguf_architectures() -> dict[str, str]:
+    """The GGUF files :func:`tpde.pretrained.load` reads: each ``general.architecture`` with a
+    :class:`~tpde.pretrained.families.base.GGUFMap` among the registered families → that
+    family's name, in registration order. (Defined here, beside the import of every family,
+    not in :mod:`~tpde.pretrained.families.base`: the documentation shows it as
+    ``tpde.pretrained.gguf_architectures``, and a module whose objects are shown under two
+    names breaks viewcode's links to its source.)
+
+    The one list of them (the documentation's table and README point here): a new family's
+    module with a ``gguf`` map adds its architecture; a file of any other is refused, naming
+    it and listing these.
+
+    Returns
+    -------
+    dict
+        llama.cpp's architecture name → family name, e.g. ``"llama": "llama"``,
+        ``"phi2": "phi"``, ``"gptneox": "gpt_neox"``.
+    """
+    return {e.gguf.architecture: e.family for e in ARCHITECTURES if e.gguf is not None}
+
 
 __all__ = [
     "ACTIVATIONS_HF",

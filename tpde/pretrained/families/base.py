@@ -27,7 +27,6 @@ __all__ = [
     "Architecture",
     "Family",
     "GGUFMap",
-    "gguf_architectures",
     "register",
 ]
 
@@ -470,23 +469,6 @@ def register(entry: Family) -> Family:
     FAMILIES[entry.family] = entry
     ARCHITECTURES.append(entry)
     return entry
-
-
-def gguf_architectures() -> dict[str, str]:
-    """The GGUF files :func:`tpde.pretrained.load` reads: each ``general.architecture`` with a
-    :class:`GGUFMap` among the registered families → that family's name, in registration order.
-
-    The one list of them (the documentation's table and README point here): a new family's
-    module with a ``gguf`` map adds its architecture; a file of any other is refused, naming
-    it and listing these.
-
-    Returns
-    -------
-    dict
-        llama.cpp's architecture name → family name, e.g. ``"llama": "llama"``,
-        ``"phi2": "phi"``, ``"gptneox": "gpt_neox"``.
-    """
-    return {e.gguf.architecture: e.family for e in ARCHITECTURES if e.gguf is not None}
 
 
 # ---------------------------------------------------------------------- pieces families share
