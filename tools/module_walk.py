@@ -298,9 +298,14 @@ def main() -> None:
 def _every_family(tmp: Path) -> list[tuple[str, Path]]:
     """(name, path) of every family's random folder and of every GGUF case of
     ``tests/pretrained/test_gguf_converted.py`` (its files written by the test oracle, which
-    needs transformers; run from the checkout's root), each loaded once before the count."""
+    needs transformers), each loaded once before the count. The checkout's root goes on
+    ``sys.path`` for the oracle's package ``tests`` (a script's own folder is there, not the
+    root: ``python tools/module_walk.py --all`` raised ModuleNotFoundError)."""
     import warnings
 
+    root = str(Path(__file__).resolve().parents[1])
+    if root not in sys.path:
+        sys.path.insert(0, root)
     import tpde.pretrained
     from tests.pretrained.test_gguf_converted import CASES, write_pair
     from tpde.pretrained.families import FAMILIES
