@@ -72,7 +72,7 @@ def applies(system: System, method: Method, events) -> bool:
     kind = type(system)
     if kind.propose_step is not System.propose_step or kind.check_step is not System.check_step:
         return False
-    return tuple(system.batch_of(system.initial())) == ()
+    return system.unbatched()
 
 
 class FixedSteps:

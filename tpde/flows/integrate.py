@@ -336,7 +336,7 @@ def integrate(
         or save_times is None
         or chosen.splits  # sub-steps land on save times, no interpolation
     )
-    lockstep = synchronous or tuple(system.batch_of(system.initial())) == ()
+    lockstep = synchronous or system.unbatched()
     interpolate = _interpolate(saves, save_times, chosen, lockstep)
     rtol, atol = _tolerance_floors(rtol, atol, system.initial()[0].dtype)
     if not interpolate and fixed.applies(system, chosen, parsed):  # fixed steps, one state

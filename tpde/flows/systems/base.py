@@ -120,6 +120,10 @@ class System:
     def batch_of(self, state) -> torch.Size:
         return state[0].shape[: state[0].ndim - self.part_dims[0]]
 
+    def unbatched(self) -> bool:
+        """Whether the run's initial state is one element (no batch dimensions)."""
+        return tuple(self.batch_of(self.initial())) == ()
+
     def finite(self, state) -> torch.Tensor:
         """Whether every entry of an element is finite (a state the loop may keep).
 
