@@ -145,26 +145,24 @@ def gguf_table_rst() -> list[str]:
     """
     from tpde.pretrained.families import ARCHITECTURES
 
-    lines = [
-        ".. list-table::",
-        "   :header-rows: 1",
-        "   :widths: 14 14 72",
-        "",
-        "   * - architecture",
-        "     - family",
-        "     - what the translator undoes or reads beyond llama.cpp's common keys",
-    ]
+    rows = [["architecture", "family",
+             "what the translator undoes or reads beyond llama.cpp's common keys"]]  # fmt: skip
     for entry in ARCHITECTURES:
         if entry.gguf is None:
             continue
         other = entry.gguf.windowed.get("model_type")
         read_as = [f.family for f in ARCHITECTURES if f is not entry and other in f.model_types]
         notes = " ".join(entry.gguf.notes.split()) or NO_NOTES
-        lines += [
-            f"   * - ``{entry.gguf.architecture}``",
-            f"     - {', '.join([entry.family, *read_as])}",
-            f"     - {notes}",
-        ]
+        rows.append([f"``{entry.gguf.architecture}``", ", ".join([entry.family, *read_as]), notes])
+    return _list_table("14 14 72", rows)
+
+
+def _list_table(widths: str, rows: list[list[str]]) -> list[str]:
+    """The reST lines of a ``list-table`` of these column ``widths`` whose first row is the
+    header."""
+    lines = [".. list-table::", "   :header-rows: 1", f"   :widths: {widths}", ""]
+    for row in rows:
+        lines += [f"   * - {row[0]}", *(f"     - {cell}" for cell in row[1:])]
     return [*lines, ""]
 
 
@@ -189,27 +187,12 @@ def family_table_rst() -> list[str]:
     parallel block) and ``summary``. A ``list-table``."""
     from tpde.pretrained.families import ARCHITECTURES
 
-    lines = [
-        ".. list-table::",
-        "   :header-rows: 1",
-        "   :widths: 12 14 12 14 48",
-        "",
-        "   * - family",
-        "     - model_type",
-        "     - norm",
-        "     - placement",
-        "     - attention, feed-forward, positions",
-    ]
+    rows = [["family", "model_type", "norm", "placement", "attention, feed-forward, positions"]]
     for entry in ARCHITECTURES:
         norm = _NORMS[entry.norm] + _NORM_PARTS.get(entry.norm_parts.get("*"), "")
-        lines += [
-            f"   * - {entry.family}",
-            f"     - {', '.join(entry.model_types)}",
-            f"     - {norm}",
-            f"     - {_placement(entry)}",
-            f"     - {' '.join(entry.summary.split())}",
-        ]
-    return [*lines, ""]
+        rows.append([entry.family, ", ".join(entry.model_types), norm, _placement(entry),
+                     " ".join(entry.summary.split())])  # fmt: skip
+    return _list_table("12 14 12 14 48", rows)
 
 
 def registry_sources() -> list[Path]:
